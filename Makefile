@@ -1,0 +1,47 @@
+# Two commands set up everything on a fresh machine:
+#   make demo   create .venv, install tensorfile, run the demo on generated sample files
+#   make test   create .venv, install tensorfile[dev], run lint, type checks and the whole test suite
+# `make bench` runs the benchmark runner (not part of the tests).
+
+SHELL := /bin/bash
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip --disable-pip-version-check -q
+# torch is pinned here: 2.13.0 is the CPU build on these machines (see constraints.txt).
+INSTALL := $(PIP) install -c constraints.txt
+
+.PHONY: demo test lint typecheck pytest bench clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install --upgrade pip
+
+$(VENV)/.core: $(PY) pyproject.toml constraints.txt
+	$(INSTALL) -e .
+	touch $@
+
+$(VENV)/.dev: $(PY) pyproject.toml constraints.txt
+	$(INSTALL) -e '.[dev]'
+	touch $@ $(VENV)/.core
+
+demo: $(VENV)/.core
+	$(PY) examples/demo.py demo-output
+
+lint: $(VENV)/.dev
+	$(PY) -m ruff check src tests benchmarks examples
+	$(PY) -m ruff format --check src tests benchmarks examples
+
+typecheck: $(VENV)/.dev
+	$(PY) -m mypy
+
+pytest: $(VENV)/.dev
+	$(PY) -m pytest -q
+
+test: lint typecheck pytest
+
+bench: $(VENV)/.dev
+	$(PY) benchmarks/run.py
+
+clean:
+	rm -rf $(VENV) demo-output bench-data .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,61 @@
+"""``tensorfile.open``: detect a file's format and return a reader for it."""
+
+from __future__ import annotations
+
+import os
+
+from .errors import InvalidArgumentError, UnsupportedError
+from .reader import Reader
+from .sources import LocalSource, MemorySource
+from .sources.base import Source
+
+__all__ = ["detect_format", "open"]
+
+_FORMATS = ("safetensors",)
+ZTENSOR_MAGIC = b"ZTEN"
+
+
+def detect_format(source: Source) -> str:
+    """``"safetensors"`` or ``"ztensor"``, from the first bytes of ``source``."""
+    head = source.read(0, min(8, source.size))
+    if head.startswith(ZTENSOR_MAGIC):
+        return "ztensor"
+    return "safetensors"
+
+
+def open(  # noqa: A001 - the public name is tensorfile.open
+    path_or_data: str | os.PathLike[str] | bytes | bytearray | memoryview,
+    *,
+    format: str | None = None,  # noqa: A002
+) -> Reader:
+    """Open a tensor file (a path, or its bytes) and return a :class:`~tensorfile.reader.Reader`.
+
+    The format is detected from the first bytes unless ``format`` names it. The reader has
+    ``keys()``, ``metadata``, ``info(name)``, ``view(name)`` (zero-copy, read-only),
+    ``get_tensor(name)`` (an owned copy) and ``read_slice(name, index)``, and is a context
+    manager.
+
+    Example:
+        >>> import numpy as np, tensorfile
+        >>> from tensorfile.safetensors.numpy import save
+        >>> with tensorfile.open(save({"w": np.ones((2, 2), np.float32)})) as f:
+        ...     f.format, f.info("w").shape, f.view("w").sum()
+        ('safetensors', (2, 2), np.float32(4.0))
+    """
+    if format is not None and format not in _FORMATS:
+        raise InvalidArgumentError(f"unknown format {format!r}; known: {', '.join(_FORMATS)}")
+    source: Source
+    if isinstance(path_or_data, bytes | bytearray | memoryview):
+        source = MemorySource(path_or_data)
+    else:
+        source = LocalSource(path_or_data)
+    try:
+        fmt = format or detect_format(source)
+        if fmt == "safetensors":
+            from .safetensors._reader import SafetensorsReader
+
+            return SafetensorsReader(source)
+        raise UnsupportedError(f"{source.name}: {fmt} files are not supported yet")
+    except BaseException:
+        source.close()
+        raise

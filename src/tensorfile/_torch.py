@@ -1,0 +1,115 @@
+"""The torch bridge: dtypes, in-place reads into torch tensors, and tensors to write.
+
+Only this module (and ``tensorfile.safetensors.torch``) imports torch.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+
+from . import dtypes
+from .catalog import TensorInfo
+from .dtypes import DType
+from .errors import InvalidArgumentError, UnsupportedError
+
+__all__ = ["from_numpy", "prepare_tensor", "torch_allocator", "torch_dtype"]
+
+_SAME_WIDTH_INT = {1: np.uint8, 2: np.int16, 4: np.int32, 8: np.int64}
+
+
+def torch_dtype(dt: DType) -> torch.dtype:
+    """The torch dtype of ``dt``; UnsupportedError when this torch has none."""
+    found = getattr(torch, dt.torch_name, None) if dt.torch_name else None
+    if not isinstance(found, torch.dtype):
+        raise UnsupportedError(f"torch {torch.__version__} has no dtype for {dt.name}")
+    return found
+
+
+def _storage_shape(dt: DType, shape: tuple[int, ...]) -> tuple[int, ...]:
+    """torch's shape for ``shape``: F4 is stored as float4_e2m1fn_x2, two per element."""
+    if dt.name != "F4":
+        return shape
+    if not shape or shape[-1] % 2:
+        raise UnsupportedError(
+            f"an F4 tensor of shape {list(shape)} cannot be a torch float4_e2m1fn_x2 tensor: "
+            "its last dimension must be even"
+        )
+    return (*shape[:-1], shape[-1] // 2)
+
+
+def torch_allocator(
+    device: str | int | torch.device = "cpu",
+) -> Callable[[TensorInfo], tuple[memoryview, Callable[[], torch.Tensor]]]:
+    """An allocator that reads each tensor straight into a new torch CPU tensor."""
+
+    def alloc(info: TensorInfo) -> tuple[memoryview, Callable[[], torch.Tensor]]:
+        tdt = torch_dtype(info.dtype)
+        shape = _storage_shape(info.dtype, info.shape)
+        nbytes = info.byte_range.length
+        if nbytes == 0:
+            empty = torch.empty(shape, dtype=tdt)
+            return memoryview(bytearray()), lambda: _to(empty, device)
+        raw = torch.empty(nbytes, dtype=torch.uint8)
+
+        def finish() -> torch.Tensor:
+            return _to(raw.view(tdt).reshape(shape), device)
+
+        return memoryview(raw.numpy()), finish
+
+    return alloc
+
+
+def _to(t: torch.Tensor, device: str | int | torch.device) -> torch.Tensor:
+    return t if str(device) == "cpu" else t.to(device)
+
+
+def from_numpy(arr: np.ndarray[Any, Any], dt: DType) -> torch.Tensor:
+    """A torch tensor sharing ``arr``'s memory (bf16/f8 through a same-width int view)."""
+    tdt = torch_dtype(dt)
+    if dt.is_subbyte:
+        from ._packing import pack
+
+        packed = pack(np.ascontiguousarray(arr).reshape(-1).view(np.uint8), dt.bits)
+        return torch.from_numpy(packed).view(tdt).reshape(_storage_shape(dt, arr.shape))
+    arr = np.ascontiguousarray(arr)
+    if dt.kind == "bool":
+        return torch.from_numpy(arr)
+    ints = arr.view(_SAME_WIDTH_INT[arr.dtype.itemsize])
+    return torch.from_numpy(ints).view(tdt)
+
+
+def prepare_tensor(name: str, tensor: Any) -> tuple[DType, tuple[int, ...], memoryview, Any]:
+    """``(dtype, logical shape, bytes, keep-alive)`` of a torch tensor, written by value."""
+    if not isinstance(tensor, torch.Tensor):
+        raise InvalidArgumentError(
+            f"Key `{name}` is invalid, expected torch.Tensor but received {type(tensor)}"
+        )
+    if tensor.layout != torch.strided:
+        raise InvalidArgumentError(
+            f"You are trying to save a sparse tensor: `{name}` which safetensors does not "
+            "support. Make it dense with `.to_dense()` first."
+        )
+    try:
+        dt = dtypes.from_torch(tensor.dtype)
+    except KeyError:
+        raise UnsupportedError(
+            f"tensor {name!r}: torch dtype {tensor.dtype} has no safetensors equivalent"
+        ) from None
+    t = tensor.detach()
+    if t.device.type != "cpu":
+        t = t.to("cpu")
+    t = t.resolve_conj().resolve_neg().contiguous()
+    shape = tuple(t.shape)
+    if dt.name == "F4":
+        shape = (*shape[:-1], shape[-1] * 2) if shape else (2,)
+    if t.numel() == 0:
+        return dt, shape, memoryview(bytearray()), t
+    raw = t.reshape(-1).view(torch.uint8)
+    if math.prod(shape) and raw.numel() != dt.nbytes(math.prod(shape)):
+        raise InvalidArgumentError(f"tensor {name!r}: unexpected storage size")
+    return dt, shape, memoryview(raw.numpy()), t

@@ -1,0 +1,118 @@
+"""The format-neutral description of a tensor file: what a format reader hands to consumers.
+
+A :class:`Catalog` lists the file's tensors as :class:`TensorInfo` records and its metadata.
+Each tensor is stored as one or more :class:`Component` byte ranges (a dense tensor has one,
+``"data"``; sparse zTensor layouts have several). Byte ranges are absolute file offsets.
+
+Example:
+    >>> from tensorfile.catalog import ByteRange
+    >>> ByteRange(8, 24).length
+    16
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+
+from .dtypes import DType
+
+__all__ = ["ByteRange", "Catalog", "Component", "TensorInfo"]
+
+
+@dataclass(frozen=True, slots=True)
+class ByteRange:
+    """A half-open range ``[start, stop)`` of absolute byte offsets in a file."""
+
+    start: int
+    stop: int
+
+    @property
+    def length(self) -> int:
+        """Number of bytes in the range."""
+        return self.stop - self.start
+
+
+@dataclass(frozen=True, slots=True)
+class Component:
+    """One stored piece of a tensor.
+
+    Attributes:
+        range: where the stored bytes are.
+        dtype: element type of the decoded bytes.
+        encoding: ``"raw"`` or a codec name such as ``"zstd"``.
+        digest: ``"algorithm:hex"`` of the stored bytes, when the file carries one.
+    """
+
+    range: ByteRange
+    dtype: DType
+    encoding: str = "raw"
+    digest: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TensorInfo:
+    """One tensor of a file.
+
+    Attributes:
+        name: the tensor's name.
+        dtype: element type.
+        shape: logical shape.
+        components: the stored pieces, by role (``"data"`` for dense tensors).
+        layout: ``"dense"``, ``"sparse_csr"``, ``"sparse_coo"`` or a format extension.
+    """
+
+    name: str
+    dtype: DType
+    shape: tuple[int, ...]
+    components: Mapping[str, Component]
+    layout: str = "dense"
+
+    @property
+    def numel(self) -> int:
+        """Number of elements."""
+        return math.prod(self.shape)
+
+    @property
+    def data(self) -> Component:
+        """The single component of a dense tensor."""
+        return self.components["data"]
+
+    @property
+    def byte_range(self) -> ByteRange:
+        """Absolute byte range of a dense tensor's data."""
+        return self.components["data"].range
+
+    @property
+    def nbytes(self) -> int:
+        """Stored bytes of all components."""
+        return sum(c.range.length for c in self.components.values())
+
+
+@dataclass(frozen=True, slots=True)
+class Catalog:
+    """Everything a format reader learned from a header or manifest.
+
+    Attributes:
+        format: ``"safetensors"`` or ``"ztensor"``.
+        metadata: the file-level string metadata (empty when there is none).
+        tensors: the tensors by name, in file order (by offset).
+        header_size: bytes of the header or manifest, without length prefixes.
+        data_start: absolute offset where the data region starts.
+        version: the format version, when the format has one.
+    """
+
+    format: str
+    metadata: Mapping[str, str]
+    tensors: Mapping[str, TensorInfo]
+    header_size: int
+    data_start: int
+    version: str | None = None
+    extra: Mapping[str, object] = field(default_factory=dict)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.tensors)
+
+    def __len__(self) -> int:
+        return len(self.tensors)

@@ -1,0 +1,199 @@
+"""The one dtype table: every element type tensorfile knows, in every vocabulary.
+
+Each :class:`DType` row carries its width in bits, its safetensors name, its numpy (or
+``ml_dtypes``) name, its torch name and its zTensor name. Every format reader, writer and
+framework bridge looks types up here; no other module keeps a table of its own.
+
+The rows are listed in the order of the reference safetensors ``Dtype`` enumeration; the
+writer sorts tensors by that order, descending, so that the widest types come first.
+
+Sub-byte types (F4, F6_E2M3, F6_E3M2) are bit-packed in files; in numpy they unpack to one
+``ml_dtypes`` element per byte (see :mod:`tensorfile._packing`).
+
+Example:
+    >>> from tensorfile import dtypes
+    >>> dt = dtypes.from_safetensors("BF16")
+    >>> dt.bits, dt.numpy_name, dt.ztensor_name
+    (16, 'bfloat16', 'bfloat16')
+    >>> dtypes.from_numpy("float32").name
+    'F32'
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = [
+    "ALL",
+    "DType",
+    "from_numpy",
+    "from_safetensors",
+    "from_torch",
+    "from_ztensor",
+    "numpy_dtype",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class DType:
+    """One element type.
+
+    Attributes:
+        name: the safetensors name (``"F32"``); tensorfile's canonical name.
+        bits: width of one element in bits (4 and 6 for the bit-packed types).
+        kind: ``"bool"``, ``"uint"``, ``"int"``, ``"float"`` or ``"complex"``.
+        order: position in the reference safetensors enumeration (the writer's sort key).
+        numpy_name: the numpy or ``ml_dtypes`` dtype name.
+        torch_name: the ``torch`` attribute name, or ``None`` when torch has no such type.
+        ztensor_name: the zTensor v1.0 name, or ``None`` when zTensor has no such type.
+    """
+
+    name: str
+    bits: int
+    kind: str
+    order: int
+    numpy_name: str
+    torch_name: str | None
+    ztensor_name: str | None
+
+    @property
+    def is_subbyte(self) -> bool:
+        """True for the bit-packed types (F4, F6_*)."""
+        return self.bits < 8
+
+    @property
+    def itemsize(self) -> int:
+        """Bytes per element in a numpy array (1 for the unpacked sub-byte types)."""
+        return max(self.bits // 8, 1)
+
+    @property
+    def numpy(self) -> np.dtype[Any]:
+        """The numpy dtype (little-endian)."""
+        return numpy_dtype(self)
+
+    def nbytes(self, numel: int) -> int:
+        """Bytes that ``numel`` elements take in a file (bit-packed for sub-byte types)."""
+        return (numel * self.bits + 7) // 8
+
+    def __repr__(self) -> str:
+        return f"DType({self.name})"
+
+
+_ROWS: tuple[tuple[str, int, str, str, str | None, str | None], ...] = (
+    # name, bits, kind, numpy name, torch name, zTensor name
+    ("BOOL", 8, "bool", "bool", "bool", "bool"),
+    ("F4", 4, "float", "float4_e2m1fn", "float4_e2m1fn_x2", None),
+    ("F6_E2M3", 6, "float", "float6_e2m3fn", None, None),
+    ("F6_E3M2", 6, "float", "float6_e3m2fn", None, None),
+    ("U8", 8, "uint", "uint8", "uint8", "uint8"),
+    ("I8", 8, "int", "int8", "int8", "int8"),
+    ("F8_E5M2", 8, "float", "float8_e5m2", "float8_e5m2", None),
+    ("F8_E4M3", 8, "float", "float8_e4m3fn", "float8_e4m3fn", None),
+    ("F8_E8M0", 8, "float", "float8_e8m0fnu", "float8_e8m0fnu", None),
+    ("F8_E4M3FNUZ", 8, "float", "float8_e4m3fnuz", "float8_e4m3fnuz", None),
+    ("F8_E5M2FNUZ", 8, "float", "float8_e5m2fnuz", "float8_e5m2fnuz", None),
+    ("I16", 16, "int", "int16", "int16", "int16"),
+    ("U16", 16, "uint", "uint16", "uint16", "uint16"),
+    ("F16", 16, "float", "float16", "float16", "float16"),
+    ("BF16", 16, "float", "bfloat16", "bfloat16", "bfloat16"),
+    ("I32", 32, "int", "int32", "int32", "int32"),
+    ("U32", 32, "uint", "uint32", "uint32", "uint32"),
+    ("F32", 32, "float", "float32", "float32", "float32"),
+    ("C64", 64, "complex", "complex64", "complex64", None),
+    ("F64", 64, "float", "float64", "float64", "float64"),
+    ("I64", 64, "int", "int64", "int64", "int64"),
+    ("U64", 64, "uint", "uint64", "uint64", "uint64"),
+)
+
+ALL: tuple[DType, ...] = tuple(DType(r[0], r[1], r[2], i, r[3], r[4], r[5]) for i, r in enumerate(_ROWS))
+"""Every dtype, in the reference enumeration's order."""
+
+_BY_NAME: dict[str, DType] = {d.name: d for d in ALL}
+_BY_NUMPY: dict[str, DType] = {d.numpy_name: d for d in ALL}
+_BY_TORCH: dict[str, DType] = {d.torch_name: d for d in ALL if d.torch_name}
+_BY_ZTENSOR: dict[str, DType] = {d.ztensor_name: d for d in ALL if d.ztensor_name}
+
+SAFETENSORS_NAMES: frozenset[str] = frozenset(_BY_NAME)
+"""The dtype names a safetensors header may use."""
+
+
+def from_safetensors(name: str) -> DType:
+    """The dtype a safetensors header calls ``name``; ``KeyError`` when there is none.
+
+    Example:
+        >>> from_safetensors("F8_E4M3").numpy_name
+        'float8_e4m3fn'
+    """
+    return _BY_NAME[name]
+
+
+def from_ztensor(name: str) -> DType:
+    """The dtype a zTensor manifest calls ``name``; ``KeyError`` when there is none.
+
+    Example:
+        >>> from_ztensor("bfloat16").name
+        'BF16'
+    """
+    return _BY_ZTENSOR[name]
+
+
+def from_numpy(dtype: Any) -> DType:
+    """The dtype of a numpy dtype (or anything ``np.dtype`` accepts); ``KeyError`` if unknown.
+
+    Byte order is ignored here: callers convert big-endian arrays themselves.
+
+    Example:
+        >>> import numpy as np
+        >>> from_numpy(np.int16).name
+        'I16'
+    """
+    dt = np.dtype(dtype)
+    return _BY_NUMPY[dt.name]
+
+
+def from_torch(dtype: torch.dtype) -> DType:
+    """The dtype of a ``torch.dtype``; ``KeyError`` if tensorfile has no such type.
+
+    Example:
+        >>> import torch  # doctest: +SKIP
+        >>> from_torch(torch.bfloat16).name  # doctest: +SKIP
+        'BF16'
+    """
+    return _BY_TORCH[str(dtype).rpartition(".")[2]]
+
+
+def from_name(name: str) -> DType:
+    """Look a dtype up by any of its names: safetensors, numpy, torch or zTensor.
+
+    Example:
+        >>> from_name("float16").name, from_name("F16").name
+        ('F16', 'F16')
+    """
+    for table in (_BY_NAME, _BY_NUMPY, _BY_TORCH, _BY_ZTENSOR):
+        if name in table:
+            return table[name]
+    raise KeyError(name)
+
+
+@functools.cache
+def numpy_dtype(dt: DType) -> np.dtype[Any]:
+    """The little-endian numpy dtype of ``dt`` (``ml_dtypes`` for bf16, f8, f6, f4).
+
+    Example:
+        >>> numpy_dtype(from_safetensors("F32"))
+        dtype('float32')
+    """
+    if hasattr(np, dt.numpy_name) and dt.numpy_name != "bool":
+        return np.dtype(dt.numpy_name).newbyteorder("<")
+    if dt.numpy_name == "bool":
+        return np.dtype(np.bool_)
+    import ml_dtypes
+
+    return np.dtype(getattr(ml_dtypes, dt.numpy_name))

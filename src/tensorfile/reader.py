@@ -1,0 +1,244 @@
+"""The format-neutral reader: tensors out of a :class:`Catalog` and a :class:`Source`.
+
+:func:`tensorfile.open` returns a :class:`Reader`. It serves zero-copy read-only views of
+raw tensors on a mapped file (:meth:`Reader.view`), owned copies read straight into freshly
+allocated arrays (:meth:`Reader.get_tensor`), and slices that read only the rows they need
+(:meth:`Reader.read_slice`). Framework bridges reuse :meth:`Reader.read_into` with their own
+allocator, so torch tensors are filled in place without an intermediate numpy copy.
+
+Example:
+    >>> import numpy as np, tensorfile
+    >>> from tensorfile.safetensors.numpy import save
+    >>> with tensorfile.open(save({"w": np.arange(6, dtype=np.float32).reshape(2, 3)})) as r:
+    ...     r.keys(), r.view("w")[1].tolist(), r.read_slice("w", (slice(None), -1)).tolist()
+    (['w'], [3.0, 4.0, 5.0], [2.0, 5.0])
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, TypeVar
+
+import numpy as np
+
+from . import _packing, _slicing
+from .catalog import Catalog, TensorInfo
+from .errors import InvalidArgumentError, TensorNotFoundError, UnsupportedError
+from .sources.base import Source
+
+__all__ = ["Allocator", "Reader", "bytes_view", "numpy_allocator"]
+
+T = TypeVar("T")
+NDArray = np.ndarray[Any, Any]
+
+Allocator = Callable[[TensorInfo], tuple[memoryview, Callable[[], T]]]
+"""Given a tensor, return a writable byte view of its stored size and a function that turns
+the filled buffer into the result."""
+
+
+def bytes_view(arr: NDArray) -> memoryview:
+    """A flat writable byte view of a C-contiguous array (of any dtype, ml_dtypes included)."""
+    if arr.size == 0:
+        return memoryview(bytearray())
+    return memoryview(arr.reshape(-1).view(np.uint8))
+
+
+def numpy_allocator(info: TensorInfo) -> tuple[memoryview, Callable[[], NDArray]]:
+    """Allocate an owned numpy array for ``info`` (unpacking sub-byte types when filled)."""
+    dt = info.dtype
+    if dt.is_subbyte:
+        packed = np.empty(info.byte_range.length, np.uint8)
+        shape = info.shape
+        numel = math.prod(shape)
+
+        def unpacked() -> NDArray:
+            return _packing.unpack(packed, dt.bits, numel).view(dt.numpy).reshape(shape)
+
+        return memoryview(packed), unpacked
+    arr = np.empty(info.shape, dt.numpy)
+    return bytes_view(arr), lambda: arr
+
+
+class Reader:
+    """Read tensors described by a catalog from a source.
+
+    Args:
+        source: where the bytes are.
+        catalog: what the format reader found in the header.
+        not_found: the error raised for an unknown name (a format may use its own subclass).
+        owns_source: close the source when the reader is closed.
+    """
+
+    def __init__(
+        self,
+        source: Source,
+        catalog: Catalog,
+        *,
+        not_found: type[TensorNotFoundError] = TensorNotFoundError,
+        owns_source: bool = True,
+    ) -> None:
+        self.source = source
+        self.catalog = catalog
+        self._not_found = not_found
+        self._owns_source = owns_source
+
+    # -- description ---------------------------------------------------------------------
+
+    @property
+    def format(self) -> str:
+        """The file's format name."""
+        return self.catalog.format
+
+    @property
+    def metadata(self) -> Mapping[str, str]:
+        """File-level string metadata (empty when the file has none)."""
+        return self.catalog.metadata
+
+    def keys(self) -> list[str]:
+        """Tensor names in file order."""
+        return list(self.catalog.tensors)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.catalog.tensors
+
+    def __len__(self) -> int:
+        return len(self.catalog.tensors)
+
+    def info(self, name: str) -> TensorInfo:
+        """The catalog entry of ``name``."""
+        try:
+            return self.catalog.tensors[name]
+        except KeyError:
+            raise self._not_found(
+                f"{self.source.name} does not contain a tensor named {name!r}"
+            ) from None
+
+    # -- reading -------------------------------------------------------------------------
+
+    def _dense(self, info: TensorInfo) -> None:
+        if info.layout != "dense" or set(info.components) != {"data"} or info.data.encoding != "raw":
+            raise UnsupportedError(
+                f"tensor {info.name!r} is stored as {info.layout}/{info.data.encoding}; "
+                "only raw dense tensors can be read as plain arrays"
+            )
+
+    def view(self, name: str) -> NDArray:
+        """A read-only numpy array over the mapped file: no copy, no read until touched."""
+        info = self.info(name)
+        self._dense(info)
+        dt = info.dtype
+        if dt.is_subbyte:
+            raise UnsupportedError(
+                f"tensor {name!r} is {dt.name}, bit-packed in the file; get_tensor() returns "
+                "an unpacked copy"
+            )
+        numel = info.numel
+        if numel == 0:
+            arr = np.empty(info.shape, dt.numpy)
+        else:
+            buf = self.source.buffer()
+            if buf is None:
+                raise UnsupportedError(f"{self.source.name} cannot be mapped; use get_tensor()")
+            start = info.byte_range.start
+            arr = np.frombuffer(buf, dtype=dt.numpy, count=numel, offset=start).reshape(info.shape)
+        arr.flags.writeable = False
+        return arr
+
+    def get_tensor(self, name: str) -> NDArray:
+        """An owned, writable numpy copy of ``name``."""
+        return self.read_into([name], numpy_allocator)[0]
+
+    def get_tensors(self, names: Iterable[str] | None = None) -> dict[str, NDArray]:
+        """Owned numpy copies of ``names`` (all tensors by default), read in as few calls as
+        the file layout allows."""
+        names = self.keys() if names is None else list(names)
+        return dict(zip(names, self.read_into(names, numpy_allocator), strict=True))
+
+    def read_into(self, names: list[str], alloc: Allocator[T]) -> list[T]:
+        """Read ``names`` into buffers from ``alloc``; adjacent tensors share one read call."""
+        infos = [self.info(n) for n in names]
+        for info in infos:
+            self._dense(info)
+        slots = [alloc(info) for info in infos]
+        order = sorted(range(len(infos)), key=lambda i: infos[i].byte_range.start)
+        run: list[memoryview] = []
+        run_start = run_stop = -1
+        for i in order:
+            rng = infos[i].byte_range
+            view = slots[i][0]
+            if view.nbytes != rng.length:
+                raise InvalidArgumentError(
+                    f"buffer for {infos[i].name!r} is {view.nbytes} bytes, expected {rng.length}"
+                )
+            if rng.length == 0:
+                continue
+            if run and rng.start == run_stop:
+                run.append(view)
+                run_stop = rng.stop
+                continue
+            if run:
+                self._readinto(run_start, run)
+            run, run_start, run_stop = [view], rng.start, rng.stop
+        if run:
+            self._readinto(run_start, run)
+        return [finish() for _, finish in slots]
+
+    def _readinto(self, offset: int, buffers: list[memoryview]) -> None:
+        self.source.readinto(offset, buffers)
+
+    def read_slice(self, name: str, key: Any) -> NDArray:
+        """``tensor[key]`` as an owned numpy array, reading only the rows the index touches.
+
+        Basic indexing (ints, slices with any step, ``...``, ``None``) reads the bounding
+        rows of the first sliced axis (or only the selected rows when a step skips a lot);
+        other numpy indices read the whole tensor first.
+        """
+        info = self.info(name)
+        self._dense(info)
+        dt = info.dtype
+        if dt.is_subbyte:
+            return _index(self.get_tensor(name), key)
+        try:
+            p = _slicing.plan(info.shape, key, dt.itemsize)
+        except TypeError:
+            return _index(self.get_tensor(name), key)
+        if not p.rows:
+            return np.empty(p.result_shape, dt.numpy)
+        rest = info.shape[p.axis + 1 :]
+        row_bytes = math.prod(rest) * dt.itemsize
+        base = info.byte_range.start + p.prefix * dt.itemsize
+        arr = np.empty((len(p.rows), *rest), dt.numpy)
+        if p.dense:
+            self._readinto(base + p.rows[0] * row_bytes, [bytes_view(arr)])
+        else:
+            for k, row in enumerate(p.rows):
+                self._readinto(base + row * row_bytes, [bytes_view(arr[k])])
+        ndim = len(info.shape)
+        sub = arr.reshape((1,) * p.axis + arr.shape) if p.axis < ndim else arr.reshape((1,) * ndim)
+        out = sub[(*p.key, Ellipsis)]
+        return out.copy() if out.size < arr.size or not out.flags.c_contiguous else out
+
+    # -- lifetime ------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close the source (views already handed out stay valid)."""
+        if self._owns_source:
+            self.source.close()
+
+    def __enter__(self) -> Reader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<tensorfile.Reader {self.format} {self.source.name!r}: {len(self)} tensors>"
+
+
+def _index(arr: NDArray, key: Any) -> NDArray:
+    try:
+        return np.ascontiguousarray(arr[key])
+    except (IndexError, TypeError, ValueError) as exc:
+        raise InvalidArgumentError(f"invalid index {key!r} for shape {list(arr.shape)}: {exc}") from exc
+

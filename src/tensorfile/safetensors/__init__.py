@@ -1,0 +1,323 @@
+"""A drop-in replacement for the ``safetensors`` package.
+
+Replace ``safetensors`` by ``tensorfile.safetensors`` in an import and the code runs
+unchanged: ``safe_open``, ``serialize``, ``serialize_file``, ``deserialize``,
+``SafetensorError`` and ``TensorSpec`` here; ``save``/``save_file``/``load``/``load_file``
+in :mod:`tensorfile.safetensors.numpy` and :mod:`tensorfile.safetensors.torch`.
+
+What differs: headers are validated more strictly (duplicate names, a header that does not
+start with ``{``), every error is a :class:`SafetensorError` subclass that names the rule,
+the tensor and the byte offset; loading copies straight into new arrays (faster); writes are
+atomic; strided arrays are saved by value; metadata keys are written sorted; ``get_slice``
+accepts every numpy basic index (``None`` included).
+
+Example:
+    >>> import numpy as np
+    >>> from tensorfile.safetensors import safe_open
+    >>> from tensorfile.safetensors.numpy import save_file
+    >>> import os, tempfile
+    >>> path = os.path.join(tempfile.mkdtemp(), "m.safetensors")
+    >>> save_file({"w": np.arange(6, dtype=np.float32).reshape(2, 3)}, path, {"k": "v"})
+    >>> with safe_open(path, framework="np") as f:
+    ...     f.keys(), f.metadata(), f.get_slice("w")[:, 1].tolist()
+    (['w'], {'k': 'v'}, [1.0, 4.0])
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from .. import dtypes
+from .._frameworks import Framework, get_framework
+from ..dtypes import DType
+from ..errors import (
+    InvalidArgumentError,
+    SafetensorError,
+    SafetensorIOError,
+    SourceError,
+    UnsupportedError,
+)
+from ..sources import LocalSource, MemorySource
+from ._header import MAX_HEADER_SIZE, Header
+from ._reader import SafetensorsReader
+from ._writer import Prepared, StreamWriter, to_bytes, write_file
+
+__all__ = [
+    "MAX_HEADER_SIZE",
+    "SafetensorError",
+    "StreamWriter",
+    "TensorSpec",
+    "__version__",
+    "deserialize",
+    "safe_open",
+    "serialize",
+    "serialize_file",
+]
+
+__version__ = "0.8.0"
+"""The version of the reference API this module is a drop-in for."""
+
+_BACKENDS = ("mmap", "pread")
+
+
+def _open_source(filename: str | os.PathLike[str]) -> LocalSource:
+    try:
+        return LocalSource(filename)
+    except SourceError as exc:
+        raise SafetensorIOError(str(exc)) from exc
+
+
+def open_reader(filename: str | os.PathLike[str]) -> SafetensorsReader:
+    """A :class:`~tensorfile.reader.Reader` over a local safetensors file."""
+    source = _open_source(filename)
+    try:
+        return SafetensorsReader(source)
+    except BaseException:
+        source.close()
+        raise
+
+
+class safe_open:  # noqa: N801 - the reference's name
+    """Open a safetensors file lazily and return tensors as asked.
+
+    Args:
+        filename: path of the file.
+        framework: ``"np"``/``"numpy"``, ``"pt"``/``"torch"`` or ``"jax"``/``"flax"``.
+        device: where tensors go (torch: any torch device; numpy: ``"cpu"``).
+        backend: ``"mmap"`` or ``"pread"``, accepted for compatibility; tensors are always
+            copied with positional reads, which is the fastest way on every file system.
+
+    Example:
+        >>> with safe_open("model.safetensors", framework="pt") as f:  # doctest: +SKIP
+        ...     emb = f.get_slice("embedding")[:, ::8]
+    """
+
+    def __init__(
+        self,
+        filename: str | os.PathLike[str],
+        framework: str,
+        device: Any = "cpu",
+        *,
+        backend: str = "mmap",
+    ) -> None:
+        if backend not in _BACKENDS:
+            raise InvalidArgumentError(f"backend must be one of {_BACKENDS}, got {backend!r}")
+        self._framework: Framework = get_framework(framework, device)
+        self._reader: SafetensorsReader | None = open_reader(filename)
+        self._name = os.fspath(filename)
+
+    @property
+    def reader(self) -> SafetensorsReader:
+        """The underlying format-neutral reader."""
+        if self._reader is None:
+            raise SafetensorError(f"{self._name} is closed")
+        return self._reader
+
+    def keys(self) -> list[str]:
+        """Tensor names, sorted."""
+        return sorted(self.reader.header.names)
+
+    def offset_keys(self) -> list[str]:
+        """Tensor names in the order of their data in the file."""
+        return self.reader.header.offset_names()
+
+    def metadata(self) -> dict[str, str] | None:
+        """The ``__metadata__`` map, or None when the file has none."""
+        md = self.reader.header.metadata
+        return None if md is None else dict(md)
+
+    def get_tensor(self, name: str) -> Any:
+        """The whole tensor ``name`` in the chosen framework (an owned copy)."""
+        return self._framework.read(self.reader, [name])[0]
+
+    def get_tensors(self) -> dict[str, Any]:
+        """Every tensor, by name, in file order."""
+        names = self.offset_keys()
+        return dict(zip(names, self._framework.read(self.reader, names), strict=True))
+
+    def get_slice(self, name: str) -> SafeSlice:
+        """A handle that reads only the part of ``name`` you index."""
+        self.reader.info(name)
+        return SafeSlice(self, name)
+
+    def close(self) -> None:
+        """Close the file."""
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
+
+    def __enter__(self) -> safe_open:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class SafeSlice:
+    """A tensor you can index (numpy basic indexing); returned by ``safe_open.get_slice``."""
+
+    def __init__(self, owner: safe_open, name: str) -> None:
+        self._owner = owner
+        self._name = name
+        info = owner.reader.info(name)
+        self._dtype = info.dtype
+        self._shape = info.shape
+
+    def get_shape(self) -> list[int]:
+        """The tensor's shape."""
+        return list(self._shape)
+
+    def get_dtype(self) -> str:
+        """The tensor's safetensors dtype name (``"F32"``...)."""
+        return self._dtype.name
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The tensor's shape."""
+        return self._shape
+
+    def __len__(self) -> int:
+        if not self._shape:
+            raise TypeError("len() of a 0-d tensor")
+        return self._shape[0]
+
+    def __getitem__(self, key: Any) -> Any:
+        arr = self._owner.reader.read_slice(self._name, key)
+        return self._owner._framework.convert(arr, self._dtype)
+
+
+class TensorSpec:
+    """Describes one tensor passed to :func:`serialize` / :func:`serialize_file`.
+
+    ``dtype`` is a numpy/torch-style name (``"float32"``, ``"bfloat16"``,
+    ``"float4_e2m1fn_x2"``...); ``data_ptr``/``data_len`` give the address and size of its
+    contiguous bytes, which must stay alive while they are serialized. For
+    ``float4_e2m1fn_x2`` the last dimension of ``shape`` is doubled, as in the reference.
+
+    Example:
+        >>> import numpy as np
+        >>> x = np.zeros(2, np.float32)
+        >>> TensorSpec(dtype="float32", shape=[2], data_ptr=x.ctypes.data, data_len=8).dtype
+        'F32'
+    """
+
+    __slots__ = ("_dtype", "data_len", "data_ptr", "shape")
+
+    def __init__(self, *, dtype: str, shape: Sequence[int], data_ptr: int, data_len: int) -> None:
+        dt = _spec_dtype(dtype)
+        shape_l = [int(d) for d in shape]
+        if dtype == "float4_e2m1fn_x2":
+            shape_l = [*shape_l[:-1], shape_l[-1] * 2] if shape_l else [2]
+        self._dtype = dt
+        self.shape = shape_l
+        self.data_ptr = int(data_ptr)
+        self.data_len = int(data_len)
+
+    @property
+    def dtype(self) -> str:
+        """The safetensors dtype code (``"F32"``)."""
+        return self._dtype.name
+
+    def prepared(self, name: str) -> Prepared:
+        """The tensor's bytes, read in place at ``data_ptr``."""
+        if self.data_len == 0:
+            buf = memoryview(bytearray())
+        else:
+            if not self.data_ptr:
+                raise InvalidArgumentError(f"tensor {name!r}: null data_ptr")
+            buf = memoryview((ctypes.c_ubyte * self.data_len).from_address(self.data_ptr)).cast("B")
+        return Prepared(name, self._dtype, tuple(self.shape), buf)
+
+    def __repr__(self) -> str:
+        return f"TensorSpec(dtype={self.dtype!r}, shape={self.shape}, data_len={self.data_len})"
+
+
+def _spec_dtype(name: str) -> DType:
+    try:
+        return dtypes.from_name(name)
+    except KeyError:
+        raise UnsupportedError(f"Unknown dtype {name!r}") from None
+
+
+def _prepare_all(tensor_dict: Mapping[str, Any]) -> list[Prepared]:
+    if not isinstance(tensor_dict, Mapping):
+        raise InvalidArgumentError(
+            f"expected a dict of tensor specs, got {type(tensor_dict).__name__}"
+        )
+    out = []
+    for name, spec in tensor_dict.items():
+        if isinstance(spec, TensorSpec):
+            out.append(spec.prepared(name))
+        elif isinstance(spec, Mapping) and {"dtype", "shape", "data"} <= set(spec):
+            # the pre-0.7 reference form: {"dtype": ..., "shape": [...], "data": bytes}
+            data = memoryview(spec["data"]).cast("B")
+            out.append(Prepared(name, _spec_dtype(spec["dtype"]), tuple(spec["shape"]), data))
+        else:
+            raise InvalidArgumentError(
+                f"tensor {name!r}: expected a TensorSpec or a dict with dtype, shape and data"
+            )
+    return out
+
+
+def serialize(
+    tensor_dict: Mapping[str, Any], metadata: Mapping[str, str] | None = None
+) -> bytes:
+    """Serialize tensor specs (and optional metadata) to the bytes of a safetensors file.
+
+    Example:
+        >>> blob = serialize({"a": {"dtype": "F32", "shape": [1], "data": b"\\0\\0\\x80?"}})
+        >>> blob[:8]
+        b'@\\x00\\x00\\x00\\x00\\x00\\x00\\x00'
+    """
+    return to_bytes(_prepare_all(tensor_dict), metadata)
+
+
+def serialize_file(
+    tensor_dict: Mapping[str, Any],
+    filename: str | os.PathLike[str],
+    metadata: Mapping[str, str] | None = None,
+    *,
+    align: int = 8,
+    fsync: bool = False,
+) -> None:
+    """Serialize tensor specs into ``filename`` (atomically)."""
+    write_file(_prepare_all(tensor_dict), filename, metadata, align=align, fsync=fsync)
+
+
+def deserialize(data: bytes | bytearray | memoryview) -> list[tuple[str, dict[str, Any]]]:
+    """Parse safetensors bytes into ``[(name, {"dtype", "shape", "data"}), ...]`` in file order.
+
+    Example:
+        >>> deserialize(serialize({"a": {"dtype": "U8", "shape": [2], "data": b"hi"}}))
+        [('a', {'dtype': 'U8', 'shape': [2], 'data': bytearray(b'hi')})]
+    """
+    try:
+        source = MemorySource(data)
+    except TypeError as exc:
+        raise InvalidArgumentError(f"expected bytes, got {type(data).__name__}") from exc
+    reader = SafetensorsReader(source)
+    view = source.buffer()
+    out = []
+    for name in reader.keys():
+        info = reader.info(name)
+        rng = info.byte_range
+        out.append(
+            (
+                name,
+                {
+                    "dtype": info.dtype.name,
+                    "shape": list(info.shape),
+                    "data": bytearray(view[rng.start : rng.stop]),
+                },
+            )
+        )
+    return out
+
+
+def read_header_of(filename: str | os.PathLike[str]) -> Header:
+    """The validated header of a local file (reads only the header)."""
+    with open_reader(filename) as reader:
+        return reader.header

@@ -1,0 +1,84 @@
+"""Read a safetensors file: its header into a :class:`Catalog`, its tensors through a Reader."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+
+from ..catalog import ByteRange, Catalog, Component, TensorInfo
+from ..errors import MissingTensorError, SafetensorIOError, SourceError
+from ..reader import Reader
+from ..sources.base import Source
+from ._header import N_LEN, Header, parse_header, parse_header_length
+
+__all__ = ["SafetensorsReader", "catalog_of", "read_header"]
+
+
+def read_header(source: Source) -> Header:
+    """Read and validate the header of the safetensors file in ``source`` (two reads)."""
+    size = source.size
+    try:
+        prefix = source.read(0, min(N_LEN, size))
+        n = parse_header_length(prefix, size)
+        data = source.read(N_LEN, n)
+    except SourceError as exc:
+        raise SafetensorIOError(f"cannot read the header of {source.name}: {exc}") from exc
+    return parse_header(data, size)
+
+
+class _Tensors(Mapping[str, TensorInfo]):
+    """The header's tensors as TensorInfo records, built on first access (file order)."""
+
+    __slots__ = ("_cache", "_header")
+
+    def __init__(self, header: Header) -> None:
+        self._header = header
+        self._cache: dict[str, TensorInfo] = {}
+
+    def __getitem__(self, name: str) -> TensorInfo:
+        info = self._cache.get(name)
+        if info is None:
+            h = self._header
+            dt, shape, start, end = h.info(h.position(name))
+            base = h.data_start
+            data = Component(ByteRange(base + start, base + end), dt)
+            info = TensorInfo(name, dt, shape, {"data": data})
+            self._cache[name] = info
+        return info
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._header
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._header.offset_names())
+
+    def __len__(self) -> int:
+        return len(self._header)
+
+
+def catalog_of(header: Header) -> Catalog:
+    """The format-neutral catalog of a validated header."""
+    return Catalog(
+        format="safetensors",
+        metadata=dict(header.metadata or {}),
+        tensors=_Tensors(header),
+        header_size=header.header_size,
+        data_start=header.data_start,
+    )
+
+
+class SafetensorsReader(Reader):
+    """A :class:`Reader` whose every error is a :class:`SafetensorError`."""
+
+    def __init__(self, source: Source, header: Header | None = None) -> None:
+        self.header = read_header(source) if header is None else header
+        super().__init__(source, catalog_of(self.header), not_found=MissingTensorError)
+
+    def keys(self) -> list[str]:
+        """Tensor names in file order."""
+        return self.header.offset_names()
+
+    def _readinto(self, offset: int, buffers: list[memoryview]) -> None:
+        try:
+            self.source.readinto(offset, buffers)
+        except SourceError as exc:
+            raise SafetensorIOError(str(exc)) from exc

@@ -1,0 +1,322 @@
+"""Write safetensors files: byte-identical to the reference, atomic, and streamable.
+
+Tensors are ordered as the reference orders them (dtype enumeration descending, then name),
+the header is padded with spaces to a multiple of 8 (or to ``align``), metadata keys are
+sorted. Arrays are written by value: strided, transposed, Fortran-ordered and big-endian
+arrays are converted, never written as their raw memory.
+
+Example:
+    >>> import numpy as np
+    >>> blob = to_bytes({"b": prepare_array("b", np.zeros(2, np.int8)),
+    ...                  "a": prepare_array("a", np.ones(1, np.float32))}, None)
+    >>> blob[8:blob.index(b"}}") + 2]
+    b'{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"b":{"dtype":"I8","shape":[2],"data_offsets":[4,6]}}'
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
+
+import numpy as np
+
+from .. import _packing, dtypes
+from .._atomic import atomic_write, preallocate, write_all
+from ..dtypes import DType
+from ..errors import InvalidArgumentError, SafetensorError, UnsupportedError
+from ..reader import bytes_view
+from ._header import check_name, encode_header
+
+__all__ = ["Prepared", "StreamWriter", "order", "prepare_array", "to_bytes", "write_file"]
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """A tensor ready to be written: its dtype, logical shape and stored bytes."""
+
+    name: str
+    dtype: DType
+    shape: tuple[int, ...]
+    data: memoryview
+
+    @property
+    def nbytes(self) -> int:
+        """Stored size in bytes."""
+        return self.data.nbytes
+
+    def __post_init__(self) -> None:
+        expected = self.dtype.nbytes(_numel(self.shape))
+        if self.data.nbytes != expected:
+            raise InvalidArgumentError(
+                f"tensor {self.name!r}: {self.dtype.name} shape {list(self.shape)} needs "
+                f"{expected} bytes, got {self.data.nbytes}"
+            )
+        if self.dtype.is_subbyte and (_numel(self.shape) * self.dtype.bits) % 8:
+            raise InvalidArgumentError(
+                f"tensor {self.name!r}: {_numel(self.shape)} {self.dtype.name} elements are "
+                f"{_numel(self.shape) * self.dtype.bits} bits, not a whole number of bytes"
+            )
+
+
+def _numel(shape: Sequence[int]) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def prepare_array(name: str, arr: Any) -> Prepared:
+    """Prepare a numpy array (any strides, byte order or ``ml_dtypes`` type) for writing."""
+    check_name(name)
+    if isinstance(arr, np.generic):
+        arr = np.asarray(arr)
+    if not isinstance(arr, np.ndarray):
+        raise InvalidArgumentError(
+            f"tensor {name!r}: expected a numpy array, got {type(arr).__name__}"
+        )
+    try:
+        dt = dtypes.from_numpy(arr.dtype)
+    except (KeyError, TypeError):
+        raise UnsupportedError(
+            f"tensor {name!r}: numpy dtype {arr.dtype} has no safetensors equivalent"
+        ) from None
+    if dt.is_subbyte:
+        if _numel(arr.shape) * dt.bits % 8:
+            raise InvalidArgumentError(
+                f"tensor {name!r}: {arr.size} {dt.name} elements do not fill whole bytes"
+            )
+        codes = np.ascontiguousarray(arr).reshape(-1).view(np.uint8)
+        return Prepared(name, dt, arr.shape, memoryview(_packing.pack(codes, dt.bits)))
+    if arr.dtype.byteorder == ">":
+        arr = arr.astype(arr.dtype.newbyteorder("<"))
+    if not arr.flags.c_contiguous:
+        arr = arr.copy(order="C")
+    return Prepared(name, dt, arr.shape, bytes_view(arr))
+
+
+class _Sized(Protocol):
+    name: str
+    dtype: DType
+    shape: tuple[int, ...]
+
+    @property
+    def nbytes(self) -> int: ...
+
+
+S = TypeVar("S", bound=_Sized)
+
+
+def order(tensors: Iterable[S]) -> list[S]:
+    """The reference's tensor order: dtype enumeration descending, then name."""
+    return sorted(tensors, key=lambda p: (-p.dtype.order, p.name))
+
+
+def _layout(
+    tensors: Mapping[str, S] | Iterable[S],
+    metadata: Mapping[str, str] | None,
+    align: int,
+) -> tuple[bytes, list[S]]:
+    items = tensors.values() if isinstance(tensors, Mapping) else tensors
+    ordered = order(items)
+    entries = []
+    offset = 0
+    for p in ordered:
+        entries.append((p.name, p.dtype, p.shape, offset, offset + p.nbytes))
+        offset += p.nbytes
+    return encode_header(entries, metadata, align=align), ordered
+
+
+def to_bytes(
+    tensors: Mapping[str, Prepared] | Iterable[Prepared],
+    metadata: Mapping[str, str] | None,
+    *,
+    align: int = 8,
+) -> bytes:
+    """The whole file as bytes."""
+    header, ordered = _layout(tensors, metadata, align)
+    out = bytearray(len(header) + sum(p.nbytes for p in ordered))
+    out[: len(header)] = header
+    pos = len(header)
+    for p in ordered:
+        n = p.data.nbytes
+        out[pos : pos + n] = p.data.cast("B") if p.data.format != "B" else p.data
+        pos += n
+    return bytes(out)
+
+
+def write_file(
+    tensors: Mapping[str, Prepared] | Iterable[Prepared],
+    path: str | os.PathLike[str],
+    metadata: Mapping[str, str] | None,
+    *,
+    align: int = 8,
+    fsync: bool = False,
+) -> None:
+    """Write the file atomically (temporary file in the same folder, then rename)."""
+    header, ordered = _layout(tensors, metadata, align)
+    with atomic_write(path, fsync=fsync) as fd:
+        write_all(fd, memoryview(header))
+        # Buffered writes to one file serialize on its inode lock, so threads would not help;
+        # reserving the space first is what makes the writes fast.
+        preallocate(fd, len(header) + sum(p.nbytes for p in ordered))
+        for p in ordered:
+            if p.nbytes:
+                write_all(fd, p.data)
+
+
+class StreamWriter:
+    """Write a safetensors file one tensor (or one chunk) at a time.
+
+    The tensor specs come first, so the header, and every tensor's place, is known before
+    any data; then :meth:`write` appends bytes to each tensor's region, in any order of
+    tensors and in as many chunks as you like. Only the chunk in hand is in memory, so a
+    model larger than memory can be written. The file appears at ``path`` on :meth:`close`
+    when every tensor is complete; on error (or :meth:`abort`) nothing is left behind.
+
+    The bytes are identical to :func:`tensorfile.safetensors.numpy.save_file` of the same
+    tensors.
+
+    Example:
+        >>> import numpy as np, os, tempfile
+        >>> path = os.path.join(tempfile.mkdtemp(), "big.safetensors")
+        >>> with StreamWriter(path, {"w": ("F32", (4, 2))}) as w:
+        ...     w.write("w", np.zeros((2, 2), np.float32))  # first two rows
+        ...     w.write("w", np.ones((2, 2), np.float32))   # last two rows
+        >>> os.path.getsize(path)
+        112
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        specs: Mapping[str, tuple[Any, Sequence[int]]],
+        metadata: Mapping[str, str] | None = None,
+        *,
+        align: int = 8,
+        fsync: bool = False,
+    ) -> None:
+        placeholders = []
+        for name, (dtype, shape) in specs.items():
+            dt = _dtype_of(name, dtype)
+            shape_t = tuple(int(d) for d in shape)
+            if any(d < 0 for d in shape_t):
+                raise InvalidArgumentError(f"tensor {name!r}: negative dimension in {shape_t}")
+            size = dt.nbytes(_numel(shape_t))
+            placeholders.append(_Spec(check_name(name), dt, shape_t, size))
+        header, ordered = _layout(placeholders, metadata, align)
+        self._regions: dict[str, tuple[int, int]] = {}
+        pos = len(header)
+        for spec in ordered:
+            self._regions[spec.name] = (pos, pos + spec.nbytes)
+            pos += spec.nbytes
+        self._specs = {s.name: s for s in placeholders}
+        self._written = dict.fromkeys(self._regions, 0)
+        self._ctx = atomic_write(path, fsync=fsync)
+        self._fd = self._ctx.__enter__()
+        self._done = False
+        try:
+            write_all(self._fd, memoryview(header))
+            preallocate(self._fd, pos)
+        except BaseException as exc:
+            self._finish(exc)
+            raise
+
+    def write(self, name: str, data: Any) -> None:
+        """Append ``data`` (an array or bytes-like) to tensor ``name``'s bytes."""
+        if self._done:
+            raise InvalidArgumentError("the writer is closed")
+        if name not in self._regions:
+            raise InvalidArgumentError(f"tensor {name!r} was not declared when the writer opened")
+        spec = self._specs[name]
+        if isinstance(data, np.ndarray | np.generic):
+            arr = np.asarray(data)
+            if spec.dtype.is_subbyte:
+                view = prepare_array(name, arr).data
+            else:
+                if arr.dtype != spec.dtype.numpy:
+                    raise InvalidArgumentError(
+                        f"tensor {name!r} is {spec.dtype.name}; got an array of {arr.dtype}"
+                    )
+                view = prepare_array(name, arr).data
+        else:
+            view = memoryview(data).cast("B")
+        start, stop = self._regions[name]
+        done = self._written[name]
+        if start + done + view.nbytes > stop:
+            raise InvalidArgumentError(
+                f"tensor {name!r} takes {stop - start} bytes; {done} are written and "
+                f"{view.nbytes} more would overflow it"
+            )
+        try:
+            write_all(self._fd, view, start + done)
+        except OSError as exc:
+            self.abort()
+            raise SafetensorError(f"writing tensor {name!r} failed: {exc}") from exc
+        self._written[name] = done + view.nbytes
+
+    def missing(self) -> list[str]:
+        """Tensors not yet completely written."""
+        return [n for n, (a, b) in self._regions.items() if self._written[n] != b - a]
+
+    def close(self) -> None:
+        """Finish: check every tensor is complete, then move the file into place."""
+        if self._done:
+            return
+        missing = self.missing()
+        if missing:
+            self.abort()
+            raise InvalidArgumentError(
+                f"{len(missing)} tensor(s) were not completely written, so no file was "
+                f"created: {missing[:5]}"
+            )
+        self._finish(None)
+
+    def abort(self) -> None:
+        """Discard everything written; the destination is left as it was."""
+        if not self._done:
+            self._finish(InvalidArgumentError("aborted"))
+
+    def _finish(self, exc: BaseException | None) -> None:
+        self._done = True
+        if exc is None:
+            self._ctx.__exit__(None, None, None)
+        else:
+            try:
+                self._ctx.__exit__(type(exc), exc, exc.__traceback__)
+            except BaseException as raised:
+                if raised is not exc:
+                    raise
+
+    def __enter__(self) -> StreamWriter:
+        return self
+
+    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
+        if exc is not None:
+            self.abort()
+        else:
+            self.close()
+
+
+@dataclass(frozen=True, slots=True)
+class _Spec:
+    """A declared tensor of a stream: its place is known before its bytes."""
+
+    name: str
+    dtype: DType
+    shape: tuple[int, ...]
+    nbytes: int
+
+
+def _dtype_of(name: str, dtype: Any) -> DType:
+    if isinstance(dtype, DType):
+        return dtype
+    try:
+        if isinstance(dtype, str):
+            return dtypes.from_name(dtype)
+        if type(dtype).__module__.startswith("torch"):
+            return dtypes.from_torch(dtype)
+        return dtypes.from_numpy(dtype)
+    except (KeyError, TypeError):
+        raise UnsupportedError(f"tensor {name!r}: unknown dtype {dtype!r}") from None

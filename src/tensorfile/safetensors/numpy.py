@@ -1,0 +1,83 @@
+"""``safetensors.numpy``, drop-in: ``save``, ``save_file``, ``load``, ``load_file``.
+
+Example:
+    >>> import numpy as np
+    >>> from tensorfile.safetensors.numpy import load, save
+    >>> load(save({"x": np.arange(3, dtype=np.int16)}))["x"].tolist()
+    [0, 1, 2]
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+
+from ..errors import InvalidArgumentError
+from ..reader import NDArray
+from ..sources import MemorySource
+from . import _BACKENDS, open_reader
+from ._reader import SafetensorsReader
+from ._writer import Prepared, prepare_array, to_bytes, write_file
+
+__all__ = ["load", "load_file", "save", "save_file"]
+
+
+def _prepare(tensor_dict: dict[str, Any]) -> list[Prepared]:
+    if not isinstance(tensor_dict, dict):
+        raise InvalidArgumentError(
+            f"expected a dict of [str, np.ndarray], got {type(tensor_dict).__name__}"
+        )
+    return [prepare_array(name, arr) for name, arr in tensor_dict.items()]
+
+
+def save(tensor_dict: dict[str, np.ndarray[Any, Any]], metadata: dict[str, str] | None = None) -> bytes:
+    """Serialize numpy arrays (any strides, bf16/f8 through ``ml_dtypes``) to bytes.
+
+    Example:
+        >>> len(save({"a": np.zeros(2, np.float32)}))
+        72
+    """
+    return to_bytes(_prepare(tensor_dict), metadata)
+
+
+def save_file(
+    tensor_dict: dict[str, np.ndarray[Any, Any]],
+    filename: str | os.PathLike[str],
+    metadata: dict[str, str] | None = None,
+    *,
+    align: int = 8,
+    fsync: bool = False,
+) -> None:
+    """Save numpy arrays to ``filename``, atomically.
+
+    ``align`` pads the header so the data starts on that boundary (e.g. 64 or 4096);
+    ``fsync`` flushes the file to stable storage before it is renamed into place.
+
+    Example:
+        >>> save_file({"a": np.zeros(2)}, "model.safetensors")  # doctest: +SKIP
+    """
+    write_file(_prepare(tensor_dict), filename, metadata, align=align, fsync=fsync)
+
+
+def load(data: bytes | bytearray | memoryview) -> dict[str, NDArray]:
+    """Load numpy arrays from the bytes of a safetensors file (owned copies).
+
+    Example:
+        >>> load(save({"a": np.ones(1, np.uint8)}))["a"].tolist()
+        [1]
+    """
+    return SafetensorsReader(MemorySource(data)).get_tensors()
+
+
+def load_file(filename: str | os.PathLike[str], *, backend: str = "mmap") -> dict[str, NDArray]:
+    """Load every tensor of ``filename`` as owned, writable numpy arrays, in file order.
+
+    Example:
+        >>> tensors = load_file("model.safetensors")  # doctest: +SKIP
+    """
+    if backend not in _BACKENDS:
+        raise InvalidArgumentError(f"backend must be one of {_BACKENDS}, got {backend!r}")
+    with open_reader(filename) as reader:
+        return reader.get_tensors()

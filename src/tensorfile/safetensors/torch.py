@@ -1,0 +1,273 @@
+"""``safetensors.torch``, drop-in: save/load of torch tensors and models.
+
+``save``, ``save_file``, ``load``, ``load_file``, ``save_model``, ``load_model``,
+``storage_ptr`` and ``storage_size``, with the reference's signatures and results. Tensors
+are read straight into new torch tensors (bf16, f8 and float4_e2m1fn_x2 included);
+non-contiguous tensors are saved by value.
+
+Example:
+    >>> import torch
+    >>> from tensorfile.safetensors.torch import load, save
+    >>> load(save({"x": torch.arange(3)}))["x"].tolist()
+    [0, 1, 2]
+"""
+
+from __future__ import annotations
+
+import os
+from collections import defaultdict
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+
+from .._frameworks import TorchFramework
+from .._torch import prepare_tensor
+from ..errors import InvalidArgumentError, SharedTensorsError
+from ..sources import MemorySource
+from . import _BACKENDS, open_reader
+from ._reader import SafetensorsReader
+from ._writer import Prepared, to_bytes, write_file
+
+__all__ = [
+    "load",
+    "load_file",
+    "load_model",
+    "save",
+    "save_file",
+    "save_model",
+    "storage_ptr",
+    "storage_size",
+]
+
+
+def storage_ptr(tensor: torch.Tensor) -> int:
+    """Address of the start of ``tensor``'s storage (0 when it has none)."""
+    try:
+        return int(tensor.untyped_storage().data_ptr())
+    except Exception:
+        try:
+            return int(tensor.storage().data_ptr())
+        except NotImplementedError:
+            return 0
+
+
+def storage_size(tensor: torch.Tensor) -> int:
+    """Bytes of ``tensor``'s whole storage."""
+    try:
+        return int(tensor.untyped_storage().nbytes())
+    except AttributeError:
+        try:
+            return int(tensor.storage().size() * tensor.element_size())
+        except NotImplementedError:
+            return int(tensor.nelement() * tensor.element_size())
+
+
+def _end_ptr(tensor: torch.Tensor) -> int:
+    if tensor.nelement():
+        return int(tensor.view(-1)[-1].data_ptr()) + tensor.element_size()
+    return int(tensor.data_ptr())
+
+
+def _shared_groups(state_dict: dict[str, torch.Tensor]) -> list[set[str]]:
+    """Names whose tensors overlap in memory, grouped (groups of one are unshared)."""
+    by_storage: dict[tuple[Any, int, int], set[str]] = defaultdict(set)
+    for name, t in state_dict.items():
+        if t.device.type != "meta" and storage_ptr(t) and storage_size(t):
+            by_storage[(t.device, storage_ptr(t), storage_size(t))].add(name)
+    groups: list[set[str]] = []
+    for names in sorted(by_storage.values(), key=sorted):
+        if len(names) < 2:
+            groups.append(names)
+            continue
+        spans = sorted((state_dict[n].data_ptr(), _end_ptr(state_dict[n]), n) for n in names)
+        groups.append({spans[0][2]})
+        last_stop = spans[0][1]
+        for start, stop, name in spans[1:]:
+            if start >= last_stop:
+                groups.append({name})
+            else:
+                groups[-1].add(name)
+            last_stop = stop
+    return groups
+
+
+def _is_complete(t: torch.Tensor) -> bool:
+    return t.data_ptr() == storage_ptr(t) and t.nelement() * t.element_size() == storage_size(t)
+
+
+def _remove_duplicate_names(
+    state_dict: dict[str, torch.Tensor],
+    *,
+    preferred_names: Iterable[str] | None = None,
+    discard_names: Iterable[str] | None = None,
+) -> dict[str, list[str]]:
+    """For each group of shared tensors, the name to keep and the names to drop."""
+    preferred = set(preferred_names or ())
+    discard = set(discard_names or ())
+    to_remove: dict[str, list[str]] = defaultdict(list)
+    for group in _shared_groups(state_dict):
+        if len(group) < 2:
+            continue
+        complete = {n for n in group if _is_complete(state_dict[n])}
+        if not complete:
+            raise SharedTensorsError(
+                f"Error while trying to find names to remove to save state dict, but found no "
+                f"suitable name to keep for saving amongst: {group}. None is covering the "
+                "entire storage. Refusing to save/load the model since you could be storing "
+                "much more memory than needed."
+            )
+        keep = sorted(complete)[0]
+        if complete - discard:
+            keep = sorted(complete - discard)[0]
+        if preferred & complete:
+            keep = sorted(preferred & complete)[0]
+        for name in sorted(group):
+            if name != keep:
+                to_remove[keep].append(name)
+    return to_remove
+
+
+def _prepare(tensors: dict[str, torch.Tensor]) -> tuple[list[Prepared], list[Any]]:
+    if not isinstance(tensors, dict):
+        raise InvalidArgumentError(
+            f"Expected a dict of [str, torch.Tensor] but received {type(tensors)}"
+        )
+    for name, t in tensors.items():
+        if not isinstance(t, torch.Tensor):
+            raise InvalidArgumentError(
+                f"Key `{name}` is invalid, expected torch.Tensor but received {type(t)}"
+            )
+    failing = [g for g in _shared_groups(tensors) if len(g) > 1]
+    if failing:
+        raise SharedTensorsError(
+            f"Some tensors share memory, this will lead to duplicate memory on disk and "
+            f"potential differences when loading them again: {failing}. A potential way to "
+            "correctly save your model is to use `save_model`."
+        )
+    prepared, keep_alive = [], []
+    for name, t in tensors.items():
+        dt, shape, data, ref = prepare_tensor(name, t)
+        prepared.append(Prepared(name, dt, shape, data))
+        keep_alive.append(ref)
+    return prepared, keep_alive
+
+
+def save(tensors: dict[str, torch.Tensor], metadata: dict[str, str] | None = None) -> bytes:
+    """Serialize torch tensors to the bytes of a safetensors file.
+
+    Example:
+        >>> len(save({"a": torch.zeros(2)}))
+        72
+    """
+    prepared, _keep = _prepare(tensors)
+    return to_bytes(prepared, metadata)
+
+
+def save_file(
+    tensors: dict[str, torch.Tensor],
+    filename: str | os.PathLike[str],
+    metadata: dict[str, str] | None = None,
+    *,
+    align: int = 8,
+    fsync: bool = False,
+) -> None:
+    """Save torch tensors to ``filename``, atomically.
+
+    Example:
+        >>> save_file({"a": torch.zeros(2)}, "model.safetensors")  # doctest: +SKIP
+    """
+    prepared, _keep = _prepare(tensors)
+    write_file(prepared, filename, metadata, align=align, fsync=fsync)
+
+
+def load(data: bytes | bytearray | memoryview) -> dict[str, torch.Tensor]:
+    """Load torch tensors from the bytes of a safetensors file.
+
+    Example:
+        >>> load(save({"a": torch.ones(1)}))["a"].tolist()
+        [1.0]
+    """
+    reader = SafetensorsReader(MemorySource(data))
+    names = reader.keys()
+    return dict(zip(names, TorchFramework().read(reader, names), strict=True))
+
+
+def load_file(
+    filename: str | os.PathLike[str], device: Any = "cpu", *, backend: str = "mmap"
+) -> dict[str, torch.Tensor]:
+    """Load every tensor of ``filename`` into new torch tensors on ``device``.
+
+    Example:
+        >>> state = load_file("model.safetensors")  # doctest: +SKIP
+    """
+    if backend not in _BACKENDS:
+        raise InvalidArgumentError(f"backend must be one of {_BACKENDS}, got {backend!r}")
+    with open_reader(filename) as reader:
+        names = reader.keys()
+        return dict(zip(names, TorchFramework(device).read(reader, names), strict=True))
+
+
+def save_model(
+    model: torch.nn.Module,
+    filename: str | os.PathLike[str],
+    metadata: dict[str, str] | None = None,
+    force_contiguous: bool = True,
+) -> None:
+    """Save ``model``'s state dict, dropping names that share memory with a kept one.
+
+    Each dropped name is recorded in the metadata as ``dropped -> kept`` (unless the caller
+    set that key), as the reference does.
+
+    Example:
+        >>> save_model(torch.nn.Linear(2, 2), "linear.safetensors")  # doctest: +SKIP
+    """
+    state_dict = model.state_dict()
+    for kept, dropped in _remove_duplicate_names(state_dict).items():
+        for name in dropped:
+            if metadata is None:
+                metadata = {}
+            metadata.setdefault(name, kept)
+            del state_dict[name]
+    if force_contiguous:
+        state_dict = {k: v.contiguous() for k, v in state_dict.items()}
+    save_file(state_dict, filename, metadata=metadata)
+
+
+def load_model(
+    model: torch.nn.Module,
+    filename: str | os.PathLike[str],
+    strict: bool = True,
+    device: Any = "cpu",
+    *,
+    backend: str = "mmap",
+) -> tuple[set[str], list[str]]:
+    """Load a file written by :func:`save_model` into ``model``.
+
+    Returns ``(missing, unexpected)`` names (a set and a list, as the reference returns);
+    with ``strict`` either being non-empty raises ``RuntimeError``.
+
+    Example:
+        >>> missing, unexpected = load_model(model, "model.safetensors")  # doctest: +SKIP
+    """
+    state_dict = load_file(filename, device=device, backend=backend)
+    to_removes = _remove_duplicate_names(model.state_dict(), preferred_names=state_dict.keys())
+    result = model.load_state_dict(state_dict, strict=False)
+    missing = set(result.missing_keys)
+    unexpected = list(result.unexpected_keys)
+    for dropped in to_removes.values():
+        for name in dropped:
+            if name not in missing:
+                unexpected.append(name)
+            else:
+                missing.remove(name)
+    if strict and (missing or unexpected):
+        error = f"Error(s) in loading state_dict for {model.__class__.__name__}:"
+        if missing:
+            error += f"\n    Missing key(s) in state_dict: {', '.join(map(repr, sorted(missing)))}"
+        if unexpected:
+            error += (
+                f"\n    Unexpected key(s) in state_dict: {', '.join(map(repr, sorted(unexpected)))}"
+            )
+        raise RuntimeError(error)
+    return missing, unexpected
