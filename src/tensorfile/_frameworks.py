@@ -55,7 +55,9 @@ class TorchFramework(Framework):
         try:
             import torch  # noqa: F401
         except ImportError as exc:
-            raise UnsupportedError("framework 'pt' needs torch: pip install tensorfile[torch]") from exc
+            raise UnsupportedError(
+                "framework 'pt' needs torch: pip install tensorfile[torch]"
+            ) from exc
         self.device = device
 
     def read(self, reader: Reader, names: list[str]) -> list[Any]:

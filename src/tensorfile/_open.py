@@ -23,10 +23,10 @@ def detect_format(source: Source) -> str:
     return "safetensors"
 
 
-def open(  # noqa: A001 - the public name is tensorfile.open
+def open(
     path_or_data: str | os.PathLike[str] | bytes | bytearray | memoryview,
     *,
-    format: str | None = None,  # noqa: A002
+    format: str | None = None,
 ) -> Reader:
     """Open a tensor file (a path, or its bytes) and return a :class:`~tensorfile.reader.Reader`.
 

@@ -6,6 +6,7 @@ Only this module (and ``tensorfile.safetensors.torch``) imports torch.
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -16,8 +17,9 @@ from . import dtypes
 from .catalog import TensorInfo
 from .dtypes import DType
 from .errors import InvalidArgumentError, UnsupportedError
+from .reader import Reader, bytes_view
 
-__all__ = ["from_numpy", "prepare_tensor", "torch_allocator", "torch_dtype"]
+__all__ = ["from_numpy", "prepare_tensor", "torch_allocator", "torch_dtype", "torch_view"]
 
 _SAME_WIDTH_INT = {1: np.uint8, 2: np.int16, 4: np.int32, 8: np.int64}
 
@@ -59,9 +61,26 @@ def torch_allocator(
         def finish() -> torch.Tensor:
             return _to(raw.view(tdt).reshape(shape), device)
 
-        return memoryview(raw.numpy()), finish
+        return bytes_view(raw.numpy()), finish
 
     return alloc
+
+
+def torch_view(reader: Reader, name: str) -> torch.Tensor:
+    """A torch tensor over the mapped file: no copy (the mapping is private, so writes to
+    the tensor never reach the file). Falls back to a copy where the bytes are misaligned."""
+    info = reader.info(name)
+    tdt = torch_dtype(info.dtype)
+    shape = _storage_shape(info.dtype, info.shape)
+    rng = info.byte_range
+    buf = reader.source.buffer() if rng.length else None
+    itemsize = torch.empty((), dtype=tdt).element_size()
+    if buf is None or rng.start % itemsize:
+        return reader.read_into([name], torch_allocator())[0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # a read-only in-memory buffer
+        raw = torch.frombuffer(buf, dtype=torch.uint8, count=rng.length, offset=rng.start)
+    return raw.view(tdt).reshape(shape)
 
 
 def _to(t: torch.Tensor, device: str | int | torch.device) -> torch.Tensor:
@@ -112,4 +131,4 @@ def prepare_tensor(name: str, tensor: Any) -> tuple[DType, tuple[int, ...], memo
     raw = t.reshape(-1).view(torch.uint8)
     if math.prod(shape) and raw.numel() != dt.nbytes(math.prod(shape)):
         raise InvalidArgumentError(f"tensor {name!r}: unexpected storage size")
-    return dt, shape, memoryview(raw.numpy()), t
+    return dt, shape, bytes_view(raw.numpy()), t

@@ -112,7 +112,9 @@ _ROWS: tuple[tuple[str, int, str, str, str | None, str | None], ...] = (
     ("U64", 64, "uint", "uint64", "uint64", "uint64"),
 )
 
-ALL: tuple[DType, ...] = tuple(DType(r[0], r[1], r[2], i, r[3], r[4], r[5]) for i, r in enumerate(_ROWS))
+ALL: tuple[DType, ...] = tuple(
+    DType(r[0], r[1], r[2], i, r[3], r[4], r[5]) for i, r in enumerate(_ROWS)
+)
 """Every dtype, in the reference enumeration's order."""
 
 _BY_NAME: dict[str, DType] = {d.name: d for d in ALL}
@@ -196,4 +198,5 @@ def numpy_dtype(dt: DType) -> np.dtype[Any]:
         return np.dtype(np.bool_)
     import ml_dtypes
 
-    return np.dtype(getattr(ml_dtypes, dt.numpy_name))
+    found: np.dtype[Any] = np.dtype(getattr(ml_dtypes, dt.numpy_name))
+    return found

@@ -17,8 +17,8 @@ Example:
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any, TypeVar
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any, Self, TypeVar
 
 import numpy as np
 
@@ -41,7 +41,8 @@ def bytes_view(arr: NDArray) -> memoryview:
     """A flat writable byte view of a C-contiguous array (of any dtype, ml_dtypes included)."""
     if arr.size == 0:
         return memoryview(bytearray())
-    return memoryview(arr.reshape(-1).view(np.uint8))
+    flat: Any = arr.reshape(-1).view(np.uint8)  # numpy's stubs do not declare __buffer__
+    return memoryview(flat)
 
 
 def numpy_allocator(info: TensorInfo) -> tuple[memoryview, Callable[[], NDArray]]:
@@ -55,7 +56,7 @@ def numpy_allocator(info: TensorInfo) -> tuple[memoryview, Callable[[], NDArray]
         def unpacked() -> NDArray:
             return _packing.unpack(packed, dt.bits, numel).view(dt.numpy).reshape(shape)
 
-        return memoryview(packed), unpacked
+        return bytes_view(packed), unpacked
     arr = np.empty(info.shape, dt.numpy)
     return bytes_view(arr), lambda: arr
 
@@ -102,6 +103,9 @@ class Reader:
     def __contains__(self, name: object) -> bool:
         return name in self.catalog.tensors
 
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.keys())
+
     def __len__(self) -> int:
         return len(self.catalog.tensors)
 
@@ -117,7 +121,11 @@ class Reader:
     # -- reading -------------------------------------------------------------------------
 
     def _dense(self, info: TensorInfo) -> None:
-        if info.layout != "dense" or set(info.components) != {"data"} or info.data.encoding != "raw":
+        if (
+            info.layout != "dense"
+            or set(info.components) != {"data"}
+            or info.data.encoding != "raw"
+        ):
             raise UnsupportedError(
                 f"tensor {info.name!r} is stored as {info.layout}/{info.data.encoding}; "
                 "only raw dense tensors can be read as plain arrays"
@@ -226,7 +234,7 @@ class Reader:
         if self._owns_source:
             self.source.close()
 
-    def __enter__(self) -> Reader:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -240,5 +248,6 @@ def _index(arr: NDArray, key: Any) -> NDArray:
     try:
         return np.ascontiguousarray(arr[key])
     except (IndexError, TypeError, ValueError) as exc:
-        raise InvalidArgumentError(f"invalid index {key!r} for shape {list(arr.shape)}: {exc}") from exc
-
+        raise InvalidArgumentError(
+            f"invalid index {key!r} for shape {list(arr.shape)}: {exc}"
+        ) from exc

@@ -80,7 +80,7 @@ def open_reader(filename: str | os.PathLike[str]) -> SafetensorsReader:
         raise
 
 
-class safe_open:  # noqa: N801 - the reference's name
+class safe_open:
     """Open a safetensors file lazily and return tensors as asked.
 
     Args:
@@ -262,9 +262,7 @@ def _prepare_all(tensor_dict: Mapping[str, Any]) -> list[Prepared]:
     return out
 
 
-def serialize(
-    tensor_dict: Mapping[str, Any], metadata: Mapping[str, str] | None = None
-) -> bytes:
+def serialize(tensor_dict: Mapping[str, Any], metadata: Mapping[str, str] | None = None) -> bytes:
     """Serialize tensor specs (and optional metadata) to the bytes of a safetensors file.
 
     Example:
@@ -301,7 +299,7 @@ def deserialize(data: bytes | bytearray | memoryview) -> list[tuple[str, dict[st
     reader = SafetensorsReader(source)
     view = source.buffer()
     out = []
-    for name in reader.keys():
+    for name in reader.header.offset_names():
         info = reader.info(name)
         rng = info.byte_range
         out.append(

@@ -161,7 +161,12 @@ class Header:
     def info(self, pos: int) -> tuple[DType, tuple[int, ...], int, int]:
         """``(dtype, shape, start, end)`` of the tensor at ``pos``; offsets are data-relative."""
         e = self._entries[pos]
-        return dtypes.from_safetensors(e.dtype), tuple(e.shape), e.data_offsets[0], e.data_offsets[1]
+        return (
+            dtypes.from_safetensors(e.dtype),
+            tuple(e.shape),
+            e.data_offsets[0],
+            e.data_offsets[1],
+        )
 
     def offset_names(self) -> list[str]:
         """Tensor names in file order."""
@@ -200,7 +205,7 @@ def parse_header(data: bytes, file_size: int) -> Header:
     Raises a subclass of :class:`~tensorfile.errors.SafetensorError` naming the rule,
     the tensor and the byte offset.
     """
-    if not data[:1] == b"{":
+    if data[:1] != b"{":
         shown = data[:1].hex() or "nothing"
         raise HeaderSyntaxError(
             f"header must begin with '{{' (byte 8), found 0x{shown}"
@@ -542,7 +547,9 @@ def encode_header(
     try:
         body = msgspec.json.encode(header)
     except UnicodeEncodeError as exc:
-        raise InvalidArgumentError(f"a tensor name or metadata string is not valid Unicode: {exc}") from exc
+        raise InvalidArgumentError(
+            f"a tensor name or metadata string is not valid Unicode: {exc}"
+        ) from exc
     total = _pad_to(N_LEN + len(body), align) if align > 8 else N_LEN + _pad_to(len(body), 8)
     n = total - N_LEN
     if n > MAX_HEADER_SIZE:
@@ -572,7 +579,9 @@ def check_name(name: object) -> str:
     if not isinstance(name, str):
         raise InvalidArgumentError(f"tensor names must be strings, got {name!r}")
     if name == _META_KEY:
-        raise InvalidArgumentError(f"{_META_KEY!r} is reserved for metadata; it cannot name a tensor")
+        raise InvalidArgumentError(
+            f"{_META_KEY!r} is reserved for metadata; it cannot name a tensor"
+        )
     return name
 
 

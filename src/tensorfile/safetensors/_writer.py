@@ -88,7 +88,7 @@ def prepare_array(name: str, arr: Any) -> Prepared:
                 f"tensor {name!r}: {arr.size} {dt.name} elements do not fill whole bytes"
             )
         codes = np.ascontiguousarray(arr).reshape(-1).view(np.uint8)
-        return Prepared(name, dt, arr.shape, memoryview(_packing.pack(codes, dt.bits)))
+        return Prepared(name, dt, arr.shape, bytes_view(_packing.pack(codes, dt.bits)))
     if arr.dtype.byteorder == ">":
         arr = arr.astype(arr.dtype.newbyteorder("<"))
     if not arr.flags.c_contiguous:
@@ -97,10 +97,12 @@ def prepare_array(name: str, arr: Any) -> Prepared:
 
 
 class _Sized(Protocol):
-    name: str
-    dtype: DType
-    shape: tuple[int, ...]
-
+    @property
+    def name(self) -> str: ...
+    @property
+    def dtype(self) -> DType: ...
+    @property
+    def shape(self) -> tuple[int, ...]: ...
     @property
     def nbytes(self) -> int: ...
 

@@ -32,7 +32,9 @@ def _prepare(tensor_dict: dict[str, Any]) -> list[Prepared]:
     return [prepare_array(name, arr) for name, arr in tensor_dict.items()]
 
 
-def save(tensor_dict: dict[str, np.ndarray[Any, Any]], metadata: dict[str, str] | None = None) -> bytes:
+def save(
+    tensor_dict: dict[str, np.ndarray[Any, Any]], metadata: dict[str, str] | None = None
+) -> bytes:
     """Serialize numpy arrays (any strides, bf16/f8 through ``ml_dtypes``) to bytes.
 
     Example:
@@ -71,8 +73,13 @@ def load(data: bytes | bytearray | memoryview) -> dict[str, NDArray]:
     return SafetensorsReader(MemorySource(data)).get_tensors()
 
 
-def load_file(filename: str | os.PathLike[str], *, backend: str = "mmap") -> dict[str, NDArray]:
+def load_file(
+    filename: str | os.PathLike[str], *, backend: str = "mmap", copy: bool = True
+) -> dict[str, NDArray]:
     """Load every tensor of ``filename`` as owned, writable numpy arrays, in file order.
+
+    With ``copy=False`` the arrays are read-only zero-copy views of the mapped file (bit-packed
+    F4/F6 tensors are still unpacked copies).
 
     Example:
         >>> tensors = load_file("model.safetensors")  # doctest: +SKIP
@@ -80,4 +87,11 @@ def load_file(filename: str | os.PathLike[str], *, backend: str = "mmap") -> dic
     if backend not in _BACKENDS:
         raise InvalidArgumentError(f"backend must be one of {_BACKENDS}, got {backend!r}")
     with open_reader(filename) as reader:
-        return reader.get_tensors()
+        if copy:
+            return reader.get_tensors()
+        return {
+            name: reader.get_tensor(name)
+            if reader.info(name).dtype.is_subbyte
+            else reader.view(name)
+            for name in reader.keys()
+        }

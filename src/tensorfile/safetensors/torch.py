@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from .._frameworks import TorchFramework
-from .._torch import prepare_tensor
+from .._torch import prepare_tensor, torch_view
 from ..errors import InvalidArgumentError, SharedTensorsError
 from ..sources import MemorySource
 from . import _BACKENDS, open_reader
@@ -47,7 +47,7 @@ def storage_ptr(tensor: torch.Tensor) -> int:
         return int(tensor.untyped_storage().data_ptr())
     except Exception:
         try:
-            return int(tensor.storage().data_ptr())
+            return int(tensor.storage().data_ptr())  # type: ignore[no-untyped-call]
         except NotImplementedError:
             return 0
 
@@ -58,7 +58,7 @@ def storage_size(tensor: torch.Tensor) -> int:
         return int(tensor.untyped_storage().nbytes())
     except AttributeError:
         try:
-            return int(tensor.storage().size() * tensor.element_size())
+            return int(tensor.storage().size() * tensor.element_size())  # type: ignore[no-untyped-call]
         except NotImplementedError:
             return int(tensor.nelement() * tensor.element_size())
 
@@ -194,17 +194,30 @@ def load(data: bytes | bytearray | memoryview) -> dict[str, torch.Tensor]:
 
 
 def load_file(
-    filename: str | os.PathLike[str], device: Any = "cpu", *, backend: str = "mmap"
+    filename: str | os.PathLike[str],
+    device: Any = "cpu",
+    *,
+    backend: str = "mmap",
+    copy: bool = True,
 ) -> dict[str, torch.Tensor]:
     """Load every tensor of ``filename`` into new torch tensors on ``device``.
 
+    With ``copy=False`` (cpu only) the tensors are zero-copy views of a private mapping of
+    the file: loading costs only the header, pages are read when touched, and writing to a
+    tensor never changes the file.
+
     Example:
         >>> state = load_file("model.safetensors")  # doctest: +SKIP
+        >>> lazy = load_file("model.safetensors", copy=False)  # doctest: +SKIP
     """
     if backend not in _BACKENDS:
         raise InvalidArgumentError(f"backend must be one of {_BACKENDS}, got {backend!r}")
     with open_reader(filename) as reader:
         names = reader.keys()
+        if not copy:
+            if str(device) != "cpu":
+                raise InvalidArgumentError("copy=False maps the file: it needs device='cpu'")
+            return {name: torch_view(reader, name) for name in names}
         return dict(zip(names, TorchFramework(device).read(reader, names), strict=True))
 
 

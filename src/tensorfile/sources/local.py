@@ -7,8 +7,8 @@ import os
 import stat
 from collections.abc import Iterator
 
-from ..errors import SourceError
 from .._parallel import run_parallel
+from ..errors import SourceError
 from .base import ReadStats
 
 __all__ = ["LocalSource"]
@@ -16,6 +16,8 @@ __all__ = ["LocalSource"]
 # Linux moves at most ~2 GiB per read call and takes at most IOV_MAX buffers per preadv.
 _MAX_CALL_BYTES = 1 << 30
 _MAX_IOV = 1024
+
+
 def _split(buffers: list[memoryview]) -> Iterator[list[memoryview]]:
     """Group buffers into preadv-sized batches, cutting buffers larger than one call."""
     batch: list[memoryview] = []

@@ -1,0 +1,571 @@
+"""Benchmark tensorfile against the reference ``safetensors`` library, in one process.
+
+What it measures (full size; ``--quick`` shrinks the files so a smoke test takes seconds):
+
+* ``load_numpy`` / ``load_torch``: ``load_file`` of a page-cached 1 GiB file holding 16
+  float32 tensors of 64 MiB each, ``safetensors.{numpy,torch}.load_file`` against
+  ``tensorfile.safetensors.{numpy,torch}.load_file``.
+* ``save_numpy`` / ``save_torch``: ``save_file`` of the same 16 arrays (the torch row saves
+  ``torch.from_numpy`` views of them). Each library overwrites its own output file in the data
+  folder; ``os.sync()`` runs before every repetition, outside the timing, so one run's
+  write-back does not land in the next one's time. Nothing is fsync'ed inside the timing.
+* ``open_header``: ``safe_open(path, "np")`` + ``keys()`` + ``metadata()`` (and closing the
+  file) of a file with 100,000 tiny tensors, ``safetensors.safe_open`` against
+  ``tensorfile.safetensors.safe_open``.
+* ``view_all``: ``tensorfile.open(path)`` then ``.view(name)`` of every tensor of the 1 GiB
+  file. The reference has no zero-copy equivalent, so only the absolute time is given. The
+  views map the file without reading it, so its GB/s is "bytes made available per second",
+  not a read speed.
+
+Note on the torch load row: ``safetensors.torch.load_file`` returns tensors backed by a
+private memory map of the file (the default ``backend="mmap"``), so its pages are only read
+when the tensors are first touched; its time does not include the copy that
+``tensorfile.safetensors.torch.load_file`` makes into new tensors.
+
+How it runs: the data files are generated once (by the reference library) into ``--data``
+(default ``bench-data/`` at the repository root) and reused when their size and header are
+as expected; each file is read once before its benchmarks so it is in the page cache. The
+first call of each implementation is an untimed warm-up that also checks correctness: the
+loaded tensors must equal the reference's and the saved files must be byte-identical. Then
+the two implementations run strictly alternately (ref, tf, ref, tf, ...) ``--repeat`` times,
+with the garbage collector collected before and disabled during each timed call, and results
+freed right after it (outside the timing).
+
+How to read it: the times are medians; ratio = reference median / tensorfile median, so > 1
+means tensorfile is faster. The target column holds the thresholds of the issue (load_file
+>= 2.0, save_file >= 1.0, open of a 100k-tensor header >= 1.0); the torch rows are not in the
+issue and show the numpy target in parentheses, for information. GB/s = 1e9 bytes per second
+of tensorfile (tensor bytes for load/save/view, header bytes for open_header). The machines
+are shared and noisy: compare ratios rather than absolute times, and rerun before believing
+a small difference. Nothing here asserts on a time.
+
+Usage:
+    .venv/bin/python benchmarks/run.py                 # full size, a couple of minutes
+    .venv/bin/python benchmarks/run.py --quick         # 64 MiB / 10,000 tensors, repeat 3
+    .venv/bin/python benchmarks/run.py --only load_numpy --repeat 9 --json out.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import platform
+import statistics
+import struct
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import safetensors.numpy
+import safetensors.torch
+import torch
+
+import tensorfile
+import tensorfile.safetensors.numpy
+import tensorfile.safetensors.torch
+
+REPO = Path(__file__).resolve().parent.parent
+N_BIG = 16
+"""Number of tensors in the big file."""
+
+BENCHMARKS = ("load_numpy", "load_torch", "save_numpy", "save_torch", "open_header", "view_all")
+TARGETS: dict[str, tuple[float, bool]] = {
+    # name: (minimum ratio, whether the issue states it for this row)
+    "load_numpy": (2.0, True),
+    "load_torch": (2.0, False),
+    "save_numpy": (1.0, True),
+    "save_torch": (1.0, False),
+    "open_header": (1.0, True),
+}
+
+
+@dataclass(frozen=True)
+class Config:
+    """Sizes and paths of one run."""
+
+    data: Path
+    big_numel: int  # elements per tensor of the big file (float32)
+    n_small: int  # tensors in the header file
+    repeat_small: int
+    repeat_big: int
+
+    @property
+    def big_bytes(self) -> int:
+        return N_BIG * self.big_numel * 4
+
+    @property
+    def big_path(self) -> Path:
+        return self.data / f"big-{N_BIG}x{self.big_numel * 4 >> 20}MiB.safetensors"
+
+    @property
+    def header_path(self) -> Path:
+        return self.data / f"header-{self.n_small}.safetensors"
+
+    def out_path(self, who: str, framework: str) -> Path:
+        return self.data / f"out-{who}-{framework}.safetensors"
+
+
+@dataclass
+class Result:
+    """The timings of one benchmark."""
+
+    name: str
+    description: str
+    nbytes: int
+    tf_times: list[float]
+    ref_times: list[float] = field(default_factory=list)
+
+    @property
+    def tf_median(self) -> float:
+        return statistics.median(self.tf_times)
+
+    @property
+    def ref_median(self) -> float | None:
+        return statistics.median(self.ref_times) if self.ref_times else None
+
+    @property
+    def ratio(self) -> float | None:
+        ref = self.ref_median
+        return None if ref is None else ref / self.tf_median
+
+    @property
+    def paired_ratio(self) -> float | None:
+        """Median of the per-repetition ratios (each ref run over the tf run that follows)."""
+        if not self.ref_times:
+            return None
+        return statistics.median(r / t for r, t in zip(self.ref_times, self.tf_times, strict=True))
+
+    @property
+    def gbps(self) -> float:
+        return self.nbytes / self.tf_median / 1e9
+
+    @property
+    def target(self) -> float | None:
+        return TARGETS[self.name][0] if self.name in TARGETS else None
+
+    @property
+    def met(self) -> bool | None:
+        target, ratio = self.target, self.ratio
+        return None if target is None or ratio is None else ratio >= target
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "description": self.description,
+            "bytes": self.nbytes,
+            "reference_times_s": self.ref_times,
+            "tensorfile_times_s": self.tf_times,
+            "reference_median_s": self.ref_median,
+            "tensorfile_median_s": self.tf_median,
+            "ratio": self.ratio,
+            "paired_ratio_median": self.paired_ratio,
+            "tensorfile_gbps": self.gbps,
+            "target": self.target,
+            "target_in_issue": TARGETS[self.name][1] if self.name in TARGETS else None,
+            "met": self.met,
+        }
+
+
+# --------------------------------------------------------------------------- data files
+
+
+def big_names() -> list[str]:
+    return [f"model.layers.{i:02d}.weight" for i in range(N_BIG)]
+
+
+def small_names(n: int) -> list[str]:
+    return [f"model.layers.{i // 10}.block.{i % 10}.weight" for i in range(n)]
+
+
+def file_is_valid(path: Path, names: int, data_bytes: int) -> bool:
+    """True when ``path`` has a header of ``names`` tensors followed by ``data_bytes``."""
+    try:
+        size = path.stat().st_size
+        with path.open("rb") as f:
+            (header_len,) = struct.unpack("<Q", f.read(8))
+            if size != 8 + header_len + data_bytes:
+                return False
+            header = json.loads(f.read(header_len))
+    except (OSError, ValueError, struct.error):
+        return False
+    return len(header) - ("__metadata__" in header) == names
+
+
+def make_big(cfg: Config) -> None:
+    path = cfg.big_path
+    if file_is_valid(path, N_BIG, cfg.big_bytes):
+        return
+    print(f"generating {path} ({cfg.big_bytes >> 20} MiB)...", file=sys.stderr, flush=True)
+    rng = np.random.default_rng(0)
+    arrays = {n: rng.standard_normal(cfg.big_numel, dtype=np.float32) for n in big_names()}
+    safetensors.numpy.save_file(arrays, str(path))
+    del arrays
+
+
+def make_header(cfg: Config) -> None:
+    path = cfg.header_path
+    if file_is_valid(path, cfg.n_small, cfg.n_small * 8):
+        return
+    print(f"generating {path} ({cfg.n_small} tensors)...", file=sys.stderr, flush=True)
+    arrays = {
+        n: np.array([i, -i], dtype=np.float32) for i, n in enumerate(small_names(cfg.n_small))
+    }
+    safetensors.numpy.save_file(arrays, str(path), metadata={"format": "pt"})
+    del arrays
+
+
+def page_in(path: Path) -> None:
+    """Read the whole file once so that it is in the page cache."""
+    buf = bytearray(64 << 20)
+    with path.open("rb", buffering=0) as f:
+        while f.readinto(buf):
+            pass
+
+
+def header_bytes(path: Path) -> int:
+    with path.open("rb") as f:
+        return 8 + int(struct.unpack("<Q", f.read(8))[0])
+
+
+def files_identical(a: Path, b: Path) -> bool:
+    if a.stat().st_size != b.stat().st_size:
+        return False
+    with a.open("rb") as fa, b.open("rb") as fb:
+        while True:
+            ca, cb = fa.read(16 << 20), fb.read(16 << 20)
+            if ca != cb:
+                return False
+            if not ca:
+                return True
+
+
+# --------------------------------------------------------------------------- timing
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
+def timed(fn: Callable[[], object], setup: Callable[[], None] | None = None) -> float:
+    """Seconds taken by one call of ``fn``; its result is freed after the clock stops."""
+    if setup is not None:
+        setup()
+    with gc_paused():
+        t0 = time.perf_counter()
+        out = fn()
+        elapsed = time.perf_counter() - t0
+    del out
+    gc.collect()
+    return elapsed
+
+
+def alternate(
+    ref: Callable[[], object],
+    tf: Callable[[], object],
+    repeat: int,
+    setup: Callable[[], None] | None = None,
+) -> tuple[list[float], list[float]]:
+    """Time ``ref`` and ``tf`` alternately, ``repeat`` times each."""
+    ref_times: list[float] = []
+    tf_times: list[float] = []
+    for _ in range(repeat):
+        ref_times.append(timed(ref, setup))
+        tf_times.append(timed(tf, setup))
+    return ref_times, tf_times
+
+
+def check(ok: bool, what: str) -> None:
+    if not ok:
+        raise SystemExit(f"correctness check failed: {what}")
+
+
+# --------------------------------------------------------------------------- benchmarks
+
+
+def bench_load(cfg: Config, framework: str) -> Result:
+    path = str(cfg.big_path)
+    page_in(cfg.big_path)
+    if framework == "numpy":
+        ref_load: Callable[[str], dict[str, Any]] = safetensors.numpy.load_file
+        tf_load: Callable[[str], dict[str, Any]] = tensorfile.safetensors.numpy.load_file
+    else:
+        ref_load = safetensors.torch.load_file
+        tf_load = tensorfile.safetensors.torch.load_file
+
+    # Warm-up and correctness check (at most two copies held: 2x the file).
+    expected = ref_load(path)
+    got = tf_load(path)
+    check(sorted(got) == sorted(expected), f"load_{framework}: tensor names differ")
+    for name, want in expected.items():
+        if framework == "numpy":
+            same = got[name].dtype == want.dtype and np.array_equal(got[name], want)
+        else:
+            same = got[name].dtype == want.dtype and torch.equal(got[name], want)
+        check(same, f"load_{framework}: tensor {name!r} differs")
+    del expected, got
+    gc.collect()
+
+    ref_times, tf_times = alternate(lambda: ref_load(path), lambda: tf_load(path), cfg.repeat_big)
+    return Result(
+        f"load_{framework}",
+        f"{framework} load_file, {N_BIG} x {cfg.big_numel * 4 >> 20} MiB F32",
+        cfg.big_bytes,
+        tf_times,
+        ref_times,
+    )
+
+
+def bench_save(cfg: Config, framework: str) -> Result:
+    page_in(cfg.big_path)
+    arrays = safetensors.numpy.load_file(str(cfg.big_path))
+    ref_out, tf_out = str(cfg.out_path("ref", framework)), str(cfg.out_path("tf", framework))
+    tensors: dict[str, Any]
+    if framework == "numpy":
+        tensors = arrays
+        ref_save: Callable[[dict[str, Any], str], None] = safetensors.numpy.save_file
+        tf_save: Callable[[dict[str, Any], str], None] = tensorfile.safetensors.numpy.save_file
+    else:
+        tensors = {name: torch.from_numpy(a) for name, a in arrays.items()}  # shares memory
+        ref_save = safetensors.torch.save_file
+        tf_save = tensorfile.safetensors.torch.save_file
+
+    # Warm-up and correctness check.
+    ref_save(tensors, ref_out)
+    tf_save(tensors, tf_out)
+    check(
+        files_identical(Path(ref_out), Path(tf_out)),
+        f"save_{framework}: {ref_out} and {tf_out} differ",
+    )
+    if framework == "numpy":
+        check(files_identical(Path(tf_out), cfg.big_path), f"save_numpy: {tf_out} differs")
+
+    ref_times, tf_times = alternate(
+        lambda: ref_save(tensors, ref_out),
+        lambda: tf_save(tensors, tf_out),
+        cfg.repeat_big,
+        setup=os.sync,
+    )
+    return Result(
+        f"save_{framework}",
+        f"{framework} save_file, {N_BIG} x {cfg.big_numel * 4 >> 20} MiB F32",
+        cfg.big_bytes,
+        tf_times,
+        ref_times,
+    )
+
+
+def bench_open_header(cfg: Config) -> Result:
+    path = str(cfg.header_path)
+    page_in(cfg.header_path)
+
+    def ref_open() -> tuple[list[str], dict[str, str] | None]:
+        with safetensors.safe_open(path, "np") as f:
+            return f.keys(), f.metadata()
+
+    def tf_open() -> tuple[list[str], dict[str, str] | None]:
+        with tensorfile.safetensors.safe_open(path, "np") as f:
+            return f.keys(), f.metadata()
+
+    want, got = ref_open(), tf_open()
+    check(len(got[0]) == cfg.n_small, "open_header: wrong number of keys")
+    check(got == want, "open_header: keys or metadata differ from the reference")
+    del want, got
+
+    ref_times, tf_times = alternate(ref_open, tf_open, cfg.repeat_small)
+    return Result(
+        "open_header",
+        f"safe_open + keys() + metadata(), {cfg.n_small:,} tensors",
+        header_bytes(cfg.header_path),
+        tf_times,
+        ref_times,
+    )
+
+
+def bench_view_all(cfg: Config) -> Result:
+    path = cfg.big_path
+    page_in(path)
+
+    def views() -> int:
+        with tensorfile.open(path) as f:
+            names = f.keys()
+            return sum(f.view(name).nbytes for name in names)
+
+    check(views() == cfg.big_bytes, "view_all: views do not cover the file's tensors")
+    with tensorfile.open(path) as f, safetensors.safe_open(str(path), "np") as ref:
+        for name in (big_names()[0], big_names()[-1]):
+            check(
+                np.array_equal(f.view(name), ref.get_tensor(name)),
+                f"view_all: view {name!r} differs from the reference's tensor",
+            )
+    gc.collect()
+    tf_times = [timed(views) for _ in range(cfg.repeat_small)]
+    return Result(
+        "view_all",
+        f"tensorfile.open + view() of all {N_BIG} tensors (no reference)",
+        cfg.big_bytes,
+        tf_times,
+    )
+
+
+# --------------------------------------------------------------------------- report
+
+
+def machine_info() -> dict[str, Any]:
+    usable: int | None
+    try:
+        usable = len(os.sched_getaffinity(0))
+    except AttributeError:
+        usable = os.cpu_count()
+    return {
+        "cpu_count": os.cpu_count(),
+        "usable_cpus": usable,
+        "torch_threads": torch.get_num_threads(),
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "torch": torch.__version__,
+        "safetensors": safetensors.__version__,
+        "tensorfile": tensorfile.__version__,
+    }
+
+
+def fmt_time(seconds: float | None) -> str:
+    if seconds is None:
+        return "n/a"
+    return f"{seconds:.4f}" if seconds >= 0.01 else f"{seconds:.6f}"
+
+
+def markdown(results: list[Result]) -> str:
+    head = (
+        "| benchmark | reference (s) | tensorfile (s) | ratio (ref/tf) | target | met "
+        "| tensorfile GB/s |"
+    )
+    lines = [head, "|---|---:|---:|---:|---:|:---:|---:|"]
+    for r in results:
+        ratio = (
+            "n/a" if r.ratio is None else f"{r.ratio:.2f}" if r.ratio >= 0.1 else f"{r.ratio:.3f}"
+        )
+        if r.target is None:
+            target, met = "n/a", "n/a"
+        else:
+            in_issue = TARGETS[r.name][1]
+            target = f"≥ {r.target:.1f}" if in_issue else f"(≥ {r.target:.1f})"
+            met = "yes" if r.met else "NO"
+            met = met if in_issue else f"({met})"
+        lines.append(
+            f"| {r.name}: {r.description} | {fmt_time(r.ref_median)} | {fmt_time(r.tf_median)} "
+            f"| {ratio} | {target} | {met} | {r.gbps:,.2f} |"
+        )
+    return "\n".join(lines)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description="Time tensorfile against the reference safetensors library.",
+    )
+    parser.add_argument(
+        "--data",
+        type=Path,
+        default=REPO / "bench-data",
+        help="folder of the generated data files (default: bench-data/ at the repo root)",
+    )
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=None,
+        help="timed runs per implementation (default: 7 small, 5 for the 1 GiB file; 3 quick)",
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="smoke test: 64 MiB instead of 1 GiB, 10,000 tensors instead of 100,000, repeat 3",
+    )
+    parser.add_argument("--json", type=Path, default=None, help="also write the results here")
+    parser.add_argument(
+        "--only",
+        choices=BENCHMARKS,
+        action="append",
+        default=None,
+        help="run only this benchmark (may be given more than once)",
+    )
+    args = parser.parse_args(argv)
+    if args.repeat is not None and args.repeat < 1:
+        parser.error("--repeat must be at least 1")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.quick:
+        big_numel, n_small, small, big = 1 << 20, 10_000, 3, 3
+    else:
+        big_numel, n_small, small, big = 1 << 24, 100_000, 7, 5
+    if args.repeat is not None:
+        small = big = args.repeat
+    cfg = Config(args.data.resolve(), big_numel, n_small, small, big)
+    cfg.data.mkdir(parents=True, exist_ok=True)
+
+    selected = args.only or list(BENCHMARKS)
+    if any(name != "open_header" for name in selected):
+        make_big(cfg)
+    if "open_header" in selected:
+        make_header(cfg)
+
+    runners: dict[str, Callable[[], Result]] = {
+        "load_numpy": lambda: bench_load(cfg, "numpy"),
+        "load_torch": lambda: bench_load(cfg, "torch"),
+        "save_numpy": lambda: bench_save(cfg, "numpy"),
+        "save_torch": lambda: bench_save(cfg, "torch"),
+        "open_header": lambda: bench_open_header(cfg),
+        "view_all": lambda: bench_view_all(cfg),
+    }
+    results: list[Result] = []
+    for name in BENCHMARKS:
+        if name not in selected:
+            continue
+        print(f"running {name}...", file=sys.stderr, flush=True)
+        results.append(runners[name]())
+        gc.collect()
+
+    info = machine_info()
+    print()
+    print(
+        f"machine: {info['cpu_count']} CPUs ({info['usable_cpus']} usable, torch threads "
+        f"{info['torch_threads']}), {info['platform']}; python {info['python']}, "
+        f"numpy {info['numpy']}, torch {info['torch']}, safetensors {info['safetensors']}, "
+        f"tensorfile {info['tensorfile']}"
+    )
+    print(
+        f"size: {'quick' if args.quick else 'full'}; repeat {cfg.repeat_small} small / "
+        f"{cfg.repeat_big} for the big file; medians; ratio = reference / tensorfile "
+        f"(> 1: tensorfile faster); targets in parentheses are not in the issue"
+    )
+    print()
+    print(markdown(results))
+    if args.json is not None:
+        payload = {
+            "machine": info,
+            "config": {**asdict(cfg), "data": str(cfg.data), "quick": args.quick},
+            "results": [r.to_json() for r in results],
+        }
+        args.json.write_text(json.dumps(payload, indent=2) + "\n")
+        print(f"\nwrote {args.json}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
