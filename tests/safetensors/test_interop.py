@@ -6,11 +6,11 @@ import json
 
 import numpy as np
 import pytest
-import safetensors
 import safetensors.numpy as ref_np
-from conftest import BYTE_DTYPES, REFERENCE_NUMPY_DTYPES, assert_same, sample
 
+import safetensors
 import tensorfile
+from conftest import BYTE_DTYPES, REFERENCE_NUMPY_DTYPES, assert_same, sample
 from tensorfile.safetensors import deserialize, safe_open, serialize
 from tensorfile.safetensors import numpy as tf_np
 
@@ -105,7 +105,7 @@ def test_deserialize_matches_reference() -> None:
         assert [k for k, _ in ours] == names
 
 
-class safe_open_ref:  # noqa: N801
+class safe_open_ref:
     """The reference's offset_keys() of in-memory bytes (through a temporary file)."""
 
     def __init__(self, blob: bytes) -> None:

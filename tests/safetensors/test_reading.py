@@ -6,11 +6,11 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import BYTE_DTYPES, SUBBYTE_DTYPES, assert_same, sample
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tensorfile
+from conftest import BYTE_DTYPES, SUBBYTE_DTYPES, assert_same, sample
 from tensorfile.errors import (
     InvalidArgumentError,
     MissingTensorError,
@@ -19,8 +19,8 @@ from tensorfile.errors import (
     TensorNotFoundError,
     UnsupportedError,
 )
-from tensorfile.safetensors import safe_open
 from tensorfile.safetensors import numpy as tf_np
+from tensorfile.safetensors import safe_open
 
 
 @pytest.mark.parametrize("name", BYTE_DTYPES + SUBBYTE_DTYPES)

@@ -90,8 +90,6 @@ def test_same_user_code_same_results(tmp_path: Any) -> None:
 
 
 def test_float4_round_trip(tmp_path: Any) -> None:
-    if not hasattr(torch, "float4_e2m1fn_x2"):
-        pytest.skip("this torch has no float4_e2m1fn_x2")  # not a feature gap: torch < 2.8
     from tensorfile.safetensors import safe_open
     from tensorfile.safetensors.torch import load_file, save_file
 

@@ -213,6 +213,7 @@ def parse_header(data: bytes, file_size: int) -> Header:
             else "header is empty: it must be a JSON object beginning with '{' (byte 8)",
             offset=N_LEN,
         )
+    _check_utf8(data)
     with _gc_paused():
         top = _decode_top(data)
         names_all = list(top)
@@ -233,24 +234,27 @@ def parse_header(data: bytes, file_size: int) -> Header:
     return Header(len(data), metadata, names, entries, order, data_len)
 
 
-def _decode_top(data: bytes) -> dict[str, msgspec.Raw]:
+def _check_utf8(data: bytes) -> None:
+    """Reject invalid UTF-8 anywhere in the header, with the file offset of the first bad byte."""
+    if data.isascii():
+        return
     try:
-        return _RAW_DECODER.decode(data)
+        data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise HeaderEncodingError(
             f"header is not valid UTF-8 at byte {N_LEN + exc.start}: {exc.reason}",
             offset=N_LEN + exc.start,
         ) from exc
+
+
+def _decode_top(data: bytes) -> dict[str, msgspec.Raw]:
+    try:
+        return _RAW_DECODER.decode(data)
+    except RecursionError as exc:
+        raise HeaderSyntaxError("header JSON is nested too deeply") from exc
     except msgspec.ValidationError as exc:
         raise HeaderSyntaxError(f"header is not a JSON object: {_tidy(str(exc))}") from exc
     except msgspec.DecodeError as exc:
-        try:
-            data.decode("utf-8")
-        except UnicodeDecodeError as uexc:
-            raise HeaderEncodingError(
-                f"header is not valid UTF-8 at byte {N_LEN + uexc.start}: {uexc.reason}",
-                offset=N_LEN + uexc.start,
-            ) from exc
         msg, offset = _json_position(str(exc))
         raise HeaderSyntaxError(f"header is not valid JSON: {msg}", offset=offset) from exc
 
@@ -260,7 +264,10 @@ def _json_position(message: str) -> tuple[str, int | None]:
     m = _BYTE_POS.search(message)
     if not m:
         return _tidy(message), None
-    offset = N_LEN + int(m.group(1))
+    pos = int(m.group(1))
+    if "trailing characters" in message:
+        pos -= 1  # msgspec reports the byte after the first trailing character
+    offset = N_LEN + pos
     return _tidy(_BYTE_POS.sub(f"(at byte {offset} of the file)", message)), offset
 
 
@@ -317,7 +324,11 @@ def _first_duplicate_key(data: bytes) -> str | None:
 
 
 def _key_offset(data: bytes, name: str) -> int | None:
-    pos = data.find(msgspec.json.encode(name) + b":")
+    """File offset of ``name``'s entry (a metadata key of the same name maps to a string)."""
+    key = msgspec.json.encode(name)
+    pos = data.find(key + b":{")
+    if pos < 0:
+        pos = data.find(key + b":")
     return None if pos < 0 else N_LEN + pos
 
 
@@ -379,6 +390,8 @@ def _decode_entries(data: bytes, names: list[str], raws: list[msgspec.Raw]) -> l
         return []
     try:
         return _ENTRIES_DECODER.decode(b"[" + b",".join(raws) + b"]")
+    except RecursionError as exc:
+        raise HeaderSyntaxError("header JSON is nested too deeply") from exc
     except msgspec.ValidationError as exc:
         m = _AT_PATH.match(str(exc))
         if not m:

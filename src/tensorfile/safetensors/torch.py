@@ -198,20 +198,23 @@ def load_file(
     device: Any = "cpu",
     *,
     backend: str = "mmap",
-    copy: bool = True,
+    copy: bool | None = None,
 ) -> dict[str, torch.Tensor]:
-    """Load every tensor of ``filename`` into new torch tensors on ``device``.
+    """Load every tensor of ``filename`` as torch tensors on ``device``.
 
-    With ``copy=False`` (cpu only) the tensors are zero-copy views of a private mapping of
-    the file: loading costs only the header, pages are read when touched, and writing to a
-    tensor never changes the file.
+    As in the reference, ``backend="mmap"`` on the cpu returns tensors backed by a private
+    mapping of the file: loading costs only the header, pages are read when touched, and
+    writing to a tensor never changes the file. ``backend="pread"`` (or ``copy=True``)
+    returns owned tensors, read in parallel straight into their storage.
 
     Example:
-        >>> state = load_file("model.safetensors")  # doctest: +SKIP
-        >>> lazy = load_file("model.safetensors", copy=False)  # doctest: +SKIP
+        >>> lazy = load_file("model.safetensors")  # doctest: +SKIP
+        >>> owned = load_file("model.safetensors", backend="pread")  # doctest: +SKIP
     """
     if backend not in _BACKENDS:
         raise InvalidArgumentError(f"backend must be one of {_BACKENDS}, got {backend!r}")
+    if copy is None:
+        copy = backend == "pread" or str(device) != "cpu"
     with open_reader(filename) as reader:
         names = reader.keys()
         if not copy:

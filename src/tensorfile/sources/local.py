@@ -105,6 +105,7 @@ class LocalSource:
             offset += sum(b.nbytes for b in batch)
 
     def _preadv_exact(self, bufs: list[memoryview], offset: int) -> None:
+        bufs = [b for b in bufs if b.nbytes]
         while bufs:
             try:
                 n = os.preadv(self._fd, bufs, offset)
