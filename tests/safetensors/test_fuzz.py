@@ -360,16 +360,57 @@ def test_length_prefix(data: st.DataObject) -> None:
     check(struct.pack("<Q", new_n) + blob[8:])
 
 
+FIELDS = ["dtype", "shape", "data_offsets"]
+
+
 @FUZZ
 @given(st.data())
 def test_key_renames(data: st.DataObject) -> None:
+    """Rename a tensor or an entry field, which can make a name or a field appear twice."""
     blob = SEEDS[data.draw(SEED_INDEX)]
     n = header_len(blob)
     header = blob[8 : 8 + n]
     keys = [k for k in json.loads(header) if k != "__metadata__"]
     if not keys:
         return
-    old = json.dumps(data.draw(st.sampled_from(keys))).encode() + b":"
-    new = data.draw(st.sampled_from([*keys, "__metadata__", "", "w\u0000"]))
-    header = header.replace(old, json.dumps(new).encode() + b":", 1)
+    old = json.dumps(data.draw(st.sampled_from(keys + FIELDS))).encode() + b":"
+    new = json.dumps(data.draw(st.sampled_from([*keys, *FIELDS, "__metadata__", "", "w\0"])))
+    parts = header.split(old)
+    k = data.draw(st.integers(1, len(parts) - 1))
+    header = old.join(parts[:k]) + new.encode() + b":" + old.join(parts[k:])
     check(struct.pack("<Q", len(header)) + header + blob[8 + n :])
+
+
+def _dump_members(members: list[tuple[str, Any]]) -> bytes:
+    return b"{" + b",".join(json.dumps(k).encode() + b":" + v for k, v in members) + b"}"
+
+
+@FUZZ
+@given(st.data())
+def test_duplicated_members(data: st.DataObject) -> None:
+    """Write one member of the header, or of one tensor entry, twice (maybe changed)."""
+    blob = SEEDS[data.draw(SEED_INDEX)]
+    n = header_len(blob)
+    header = json.loads(blob[8 : 8 + n])
+    members = list(header.items())
+    i = data.draw(st.integers(0, len(members) - 1))
+    name, value = members[i]
+    dumped = [(k, json.dumps(v).encode()) for k, v in members]
+    if name != "__metadata__" and data.draw(st.booleans()):
+        # a field twice inside the entry
+        fields = [(k, json.dumps(v).encode()) for k, v in value.items()]
+        j = data.draw(st.integers(0, len(fields) - 1))
+        second = fields[j][1]
+        if data.draw(st.booleans()):
+            second = json.dumps(data.draw(plausible_values)).encode()
+        fields.insert(data.draw(st.integers(j + 1, len(fields))), (fields[j][0], second))
+        dumped[i] = (name, _dump_members(fields))
+    else:
+        # the whole member twice
+        second = dumped[i][1]
+        if data.draw(st.booleans()):
+            second = json.dumps(data.draw(plausible_values)).encode()
+        dumped.insert(data.draw(st.integers(i + 1, len(dumped))), (name, second))
+    text = _dump_members(dumped)
+    text += b" " * (-len(text) % 8)
+    check(struct.pack("<Q", len(text)) + text + blob[8 + n :])

@@ -479,6 +479,49 @@ def test_malformed_entry(load: Loader, value: Any, match: str) -> None:
     reference_rejects(blob)
 
 
+@pytest.mark.parametrize(
+    ("fields", "field"),
+    [
+        pytest.param(b'"dtype":"U8","dtype":"U8","shape":[1]', "dtype", id="dtype-twice-same"),
+        pytest.param(
+            b'"dtype":"F32","dtype":"U8","shape":[1]', "dtype", id="dtype-twice-different"
+        ),
+        pytest.param(b'"dtype":"U8","shape":[1],"shape":[1]', "shape", id="shape-twice"),
+        pytest.param(
+            b'"dtype":"U8","shape":[1],"data_offsets":[0,1]',
+            "data_offsets",
+            id="data_offsets-twice",
+        ),
+    ],
+)
+def test_duplicate_field_in_entry(load: Loader, fields: bytes, field: str) -> None:
+    # Two values for one field: readers that keep the first and readers that keep the last
+    # would see different tensors. The reference rejects the file ("duplicate field").
+    header = b"{" + _KEY + b":{" + fields + b',"data_offsets":[0,1]}}'
+    blob = build(header, b"\x00")
+    assert blob.count(f'"{field}":'.encode()) == 2
+    exc = rejected(load, blob, InvalidTensorEntryError, match=field)
+    check_tensor(exc, blob)
+    reference_rejects(blob, match="duplicate field")
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        pytest.param(entry("U8", ["-0"], [0, 0]), id="shape"),
+        pytest.param(entry("U8", [0], ["-0", 0]), id="data_offsets"),
+    ],
+)
+def test_negative_zero_is_not_a_size(load: Loader, value: dict[str, Any]) -> None:
+    # JSON's -0 is read as the float -0.0 by the reference, which rejects it as a size;
+    # a drop-in must not accept a file the reference rejects.
+    blob = build(json.dumps({NAME: value}, separators=(",", ":")).replace('"-0"', "-0").encode())
+    assert b"-0" in blob
+    exc = rejected(load, blob, InvalidTensorEntryError)
+    check_tensor(exc, blob)
+    reference_rejects(blob)
+
+
 def test_dimension_over_48_bits_in_empty_tensor(load: Loader) -> None:
     blob = build({NAME: entry("F32", [2**48, 0], [0, 0])})
     exc = rejected(load, blob, InvalidTensorEntryError, match="48 bits")

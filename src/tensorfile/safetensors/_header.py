@@ -388,8 +388,14 @@ def _json_type(value: object) -> str:
 def _decode_entries(data: bytes, names: list[str], raws: list[msgspec.Raw]) -> list[_Entry]:
     if not names:
         return []
+    blob = b"[" + b",".join(raws) + b"]"
     try:
-        return _ENTRIES_DECODER.decode(b"[" + b",".join(raws) + b"]")
+        entries = _ENTRIES_DECODER.decode(blob)
+        if msgspec.json.encode(entries) != blob:
+            # Not the canonical form (extra fields, whitespace, escapes, a repeated field, -0):
+            # check each entry exactly. Canonical headers, those every writer makes, skip this.
+            _check_entries_exactly(data, names, raws)
+        return entries
     except RecursionError as exc:
         raise HeaderSyntaxError("header JSON is nested too deeply") from exc
     except msgspec.ValidationError as exc:
@@ -413,6 +419,38 @@ def _decode_entries(data: bytes, names: list[str], raws: list[msgspec.Raw]) -> l
         raise InvalidTensorEntryError(
             f"{where} {detail}", tensor=name, offset=_key_offset(data, name)
         ) from exc
+
+
+def _exact_int(text: str) -> int | float:
+    return -0.0 if text == "-0" else int(text)  # JSON -0 is a float to the reference
+
+
+def _check_entries_exactly(data: bytes, names: list[str], raws: list[msgspec.Raw]) -> None:
+    """Reject repeated fields and ``-0`` sizes, which typed decoding cannot see."""
+    for name, raw in zip(names, raws, strict=True):
+        repeated: list[str] = []
+
+        def hook(pairs: list[tuple[str, Any]], repeated: list[str] = repeated) -> dict[str, Any]:
+            result = dict(pairs)
+            if len(result) != len(pairs) and not repeated:
+                seen: set[str] = set()
+                repeated.extend(k for k, _ in pairs if k in seen or seen.add(k))  # type: ignore[func-returns-value]
+            return result
+
+        entry = json.loads(bytes(raw), object_pairs_hook=hook, parse_int=_exact_int)
+        if repeated:
+            raise InvalidTensorEntryError(
+                f"tensor {name!r} has the field {repeated[0]!r} more than once",
+                tensor=name,
+                offset=_key_offset(data, name),
+            )
+        for field in ("shape", "data_offsets"):
+            if any(isinstance(v, float) for v in entry[field]):
+                raise InvalidTensorEntryError(
+                    f"tensor {name!r} {field}: -0 is not a size (a negative zero is a float)",
+                    tensor=name,
+                    offset=_key_offset(data, name),
+                )
 
 
 def _check_entries(
