@@ -41,7 +41,7 @@ from ..errors import (
     UnsupportedError,
 )
 from ..sources import LocalSource, MemorySource
-from ._header import MAX_HEADER_SIZE, Header
+from ._header import MAX_HEADER_SIZE
 from ._reader import SafetensorsReader
 from ._writer import Prepared, StreamWriter, to_bytes, write_file
 
@@ -313,9 +313,3 @@ def deserialize(data: bytes | bytearray | memoryview) -> list[tuple[str, dict[st
             )
         )
     return out
-
-
-def read_header_of(filename: str | os.PathLike[str]) -> Header:
-    """The validated header of a local file (reads only the header)."""
-    with open_reader(filename) as reader:
-        return reader.header

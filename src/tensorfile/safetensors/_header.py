@@ -29,7 +29,7 @@ import json
 import math
 import re
 import struct
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Annotated, Any
 
@@ -434,7 +434,11 @@ def _check_entries_exactly(data: bytes, names: list[str], raws: list[msgspec.Raw
             result = dict(pairs)
             if len(result) != len(pairs) and not repeated:
                 seen: set[str] = set()
-                repeated.extend(k for k, _ in pairs if k in seen or seen.add(k))  # type: ignore[func-returns-value]
+                for key, _ in pairs:
+                    if key in seen:
+                        repeated.append(key)
+                        break
+                    seen.add(key)
             return result
 
         entry = json.loads(bytes(raw), object_pairs_hook=hook, parse_int=_exact_int)
@@ -634,6 +638,3 @@ def check_name(name: object) -> str:
             f"{_META_KEY!r} is reserved for metadata; it cannot name a tensor"
         )
     return name
-
-
-Validator = Callable[[bytes, int], Header]
