@@ -29,14 +29,14 @@ demo: $(VENV)/.core
 	$(PY) examples/demo.py demo-output
 
 lint: $(VENV)/.dev
-	$(PY) -m ruff check src tests benchmarks examples
-	$(PY) -m ruff format --check src tests benchmarks examples
+	$(PY) -m ruff check src tests benchmarks examples conftest.py
+	$(PY) -m ruff format --check src tests benchmarks examples conftest.py
 
 typecheck: $(VENV)/.dev
 	$(PY) -m mypy
 
 pytest: $(VENV)/.dev
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q tests --doctest-modules src/tensorfile
 
 test: lint typecheck pytest
 

@@ -87,8 +87,8 @@ def write_all(fd: int, data: memoryview, offset: int | None = None) -> None:
         pos += n
 
 
-def preallocate(fd: int, size: int) -> None:
-    """Reserve ``size`` bytes for the file up front.
+def preallocate(fd: int, size: int, offset: int = 0) -> None:
+    """Reserve ``size`` bytes of the file, from ``offset``, before writing them.
 
     On ext4 and xfs this makes the following writes ~3x faster than growing the file as it
     is written (no delayed-allocation work per page), and a full disk fails here, before any
@@ -97,6 +97,6 @@ def preallocate(fd: int, size: int) -> None:
     if size <= 0:
         return
     try:
-        os.posix_fallocate(fd, 0, size)
+        os.posix_fallocate(fd, offset, size)
     except (AttributeError, OSError):
-        os.ftruncate(fd, size)
+        os.ftruncate(fd, max(offset + size, os.fstat(fd).st_size))

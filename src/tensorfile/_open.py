@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import os
 
-from .errors import InvalidArgumentError, UnsupportedError
+from .errors import InvalidArgumentError
 from .reader import Reader
 from .sources import LocalSource, MemorySource
 from .sources.base import Source
 
 __all__ = ["detect_format", "open"]
 
-_FORMATS = ("safetensors",)
+_FORMATS = ("safetensors", "ztensor")
 ZTENSOR_MAGIC = b"ZTEN"
 
 
@@ -55,7 +55,9 @@ def open(
             from .safetensors._reader import SafetensorsReader
 
             return SafetensorsReader(source)
-        raise UnsupportedError(f"{source.name}: {fmt} files are not supported yet")
+        from .ztensor._reader import ZTensorReader
+
+        return ZTensorReader(source)
     except BaseException:
         source.close()
         raise

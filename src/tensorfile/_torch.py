@@ -19,7 +19,14 @@ from .dtypes import DType
 from .errors import InvalidArgumentError, UnsupportedError
 from .reader import Reader, bytes_view
 
-__all__ = ["from_numpy", "prepare_tensor", "torch_allocator", "torch_dtype", "torch_view"]
+__all__ = [
+    "from_numpy",
+    "prepare_tensor",
+    "to_numpy",
+    "torch_allocator",
+    "torch_dtype",
+    "torch_view",
+]
 
 _SAME_WIDTH_INT = {1: np.uint8, 2: np.int16, 4: np.int32, 8: np.int64}
 
@@ -132,3 +139,12 @@ def prepare_tensor(name: str, tensor: Any) -> tuple[DType, tuple[int, ...], memo
     if math.prod(shape) and raw.numel() != dt.nbytes(math.prod(shape)):
         raise InvalidArgumentError(f"tensor {name!r}: unexpected storage size")
     return dt, shape, bytes_view(raw.numpy()), t
+
+
+def to_numpy(tensor: torch.Tensor) -> np.ndarray[Any, Any]:
+    """A numpy array with ``tensor``'s values (bf16/f8 as ml_dtypes), sharing memory when the
+    tensor is a contiguous CPU tensor."""
+    dt, shape, view, _keep = prepare_tensor("tensor", tensor)
+    if dt.is_subbyte:
+        raise UnsupportedError(f"torch {tensor.dtype} tensors cannot become numpy arrays here")
+    return np.frombuffer(view, dt.numpy).reshape(shape)

@@ -22,6 +22,7 @@ Example:
 from __future__ import annotations
 
 import functools
+import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -164,8 +165,8 @@ def from_torch(dtype: torch.dtype) -> DType:
     """The dtype of a ``torch.dtype``; ``KeyError`` if tensorfile has no such type.
 
     Example:
-        >>> import torch  # doctest: +SKIP
-        >>> from_torch(torch.bfloat16).name  # doctest: +SKIP
+        >>> import torch
+        >>> from_torch(torch.bfloat16).name
         'BF16'
     """
     return _BY_TORCH[str(dtype).rpartition(".")[2]]
@@ -193,7 +194,8 @@ def numpy_dtype(dt: DType) -> np.dtype[Any]:
         dtype('float32')
     """
     if hasattr(np, dt.numpy_name) and dt.numpy_name != "bool":
-        return np.dtype(dt.numpy_name).newbyteorder("<")
+        native = np.dtype(dt.numpy_name)
+        return native if sys.byteorder == "little" else native.newbyteorder("<")
     if dt.numpy_name == "bool":
         return np.dtype(np.bool_)
     import ml_dtypes

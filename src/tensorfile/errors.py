@@ -24,6 +24,12 @@ translated where it crosses into tensorfile and chained with ``from``::
     │   │   ├── MissingTensorError          no tensor of that name (+ TensorNotFoundError)
     │   │   └── SafetensorIOError           the file could not be read (+ SourceError)
     │   └── ZTensorError            anything wrong while reading or writing zTensor
+    │       ├── ZTensorChecksumError        a component's digest does not match (+ ChecksumError)
+    │       ├── ZTensorUnsupportedError     unknown dtype, encoding, digest, major version
+    │       │                               (+ UnsupportedError)
+    │       ├── ZTensorMissingError         no tensor or component of that name
+    │       │                               (+ TensorNotFoundError)
+    │       └── ZTensorIOError              the file could not be read (+ SourceError)
     ├── ChecksumError               a stored digest does not match the bytes
     ├── UnsupportedError            a dtype, codec, framework or version tensorfile cannot handle
     ├── SourceError                 I/O failed: a file, an HTTP server, a range not honoured
@@ -69,7 +75,12 @@ __all__ = [
     "UnknownDtypeError",
     "UnsupportedError",
     "ValidationOverflowError",
+    "ZTensorChecksumError",
     "ZTensorError",
+    "ZTensorIOError",
+    "ZTensorMissingError",
+    "ZTensorUnsupportedError",
+    "ZTensorWarning",
 ]
 
 
@@ -208,3 +219,27 @@ class ZTensorError(FormatError):
     """Anything wrong while reading or writing a zTensor file."""
 
     format = "ztensor"
+
+
+class ZTensorChecksumError(ZTensorError, ChecksumError):
+    """A zTensor component's stored digest does not match its stored bytes."""
+
+
+class ZTensorUnsupportedError(ZTensorError, UnsupportedError):
+    """A zTensor dtype, encoding, digest algorithm or major version tensorfile cannot read."""
+
+
+class ZTensorMissingError(ZTensorError, TensorNotFoundError):
+    """The zTensor file has no tensor (or component) of the requested name."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+class ZTensorIOError(ZTensorError, SourceError):
+    """Reading or writing the zTensor file failed (truncated, removed, unreadable)."""
+
+
+class ZTensorWarning(UserWarning):
+    """A zTensor file is readable but not as the spec recommends (a newer minor version, a
+    component offset that is not 64-byte aligned)."""

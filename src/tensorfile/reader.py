@@ -23,7 +23,7 @@ from typing import Any, Self, TypeVar
 import numpy as np
 
 from . import _packing, _slicing
-from .catalog import Catalog, TensorInfo
+from .catalog import ByteRange, Catalog, TensorInfo
 from .errors import InvalidArgumentError, TensorNotFoundError, UnsupportedError
 from .sources.base import Source
 
@@ -169,15 +169,20 @@ class Reader:
         for info in infos:
             self._dense(info)
         slots = [alloc(info) for info in infos]
-        order = sorted(range(len(infos)), key=lambda i: infos[i].byte_range.start)
+        self._read_ranges(
+            [(info.name, info.byte_range, slot[0]) for info, slot in zip(infos, slots, strict=True)]
+        )
+        return [finish() for _, finish in slots]
+
+    def _read_ranges(self, jobs: list[tuple[str, ByteRange, memoryview]]) -> None:
+        """Fill each buffer from its byte range; adjacent ranges share one read call."""
+        jobs = sorted(jobs, key=lambda job: job[1].start)
         run: list[memoryview] = []
         run_start = run_stop = -1
-        for i in order:
-            rng = infos[i].byte_range
-            view = slots[i][0]
+        for name, rng, view in jobs:
             if view.nbytes != rng.length:
                 raise InvalidArgumentError(
-                    f"buffer for {infos[i].name!r} is {view.nbytes} bytes, expected {rng.length}"
+                    f"buffer for {name!r} is {view.nbytes} bytes, expected {rng.length}"
                 )
             if rng.length == 0:
                 continue
@@ -190,7 +195,6 @@ class Reader:
             run, run_start, run_stop = [view], rng.start, rng.stop
         if run:
             self._readinto(run_start, run)
-        return [finish() for _, finish in slots]
 
     def _readinto(self, offset: int, buffers: list[memoryview]) -> None:
         self.source.readinto(offset, buffers)

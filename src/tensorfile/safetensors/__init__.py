@@ -91,8 +91,13 @@ class safe_open:
             copied with positional reads, which is the fastest way on every file system.
 
     Example:
-        >>> with safe_open("model.safetensors", framework="pt") as f:  # doctest: +SKIP
+        >>> import numpy as np
+        >>> from tensorfile.safetensors.numpy import save_file
+        >>> save_file({"embedding": np.ones((4, 16), np.float32)}, "model.safetensors")
+        >>> with safe_open("model.safetensors", framework="pt") as f:
         ...     emb = f.get_slice("embedding")[:, ::8]
+        >>> tuple(emb.shape)
+        (4, 2)
     """
 
     def __init__(
@@ -268,7 +273,7 @@ def serialize(tensor_dict: Mapping[str, Any], metadata: Mapping[str, str] | None
     Example:
         >>> blob = serialize({"a": {"dtype": "F32", "shape": [1], "data": b"\\0\\0\\x80?"}})
         >>> blob[:8]
-        b'@\\x00\\x00\\x00\\x00\\x00\\x00\\x00'
+        b'8\\x00\\x00\\x00\\x00\\x00\\x00\\x00'
     """
     return to_bytes(_prepare_all(tensor_dict), metadata)
 

@@ -187,7 +187,7 @@ class StreamWriter:
         ...     w.write("w", np.zeros((2, 2), np.float32))  # first two rows
         ...     w.write("w", np.ones((2, 2), np.float32))   # last two rows
         >>> os.path.getsize(path)
-        112
+        104
     """
 
     def __init__(

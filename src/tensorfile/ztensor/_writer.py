@@ -1,0 +1,434 @@
+"""Write zTensor v1.0 files: component by component, atomically.
+
+A :class:`Writer` appends each tensor's components to a temporary file as it is given them
+(64-byte aligned, zero padding, optionally zstd-compressed and digested), so only the tensor
+in hand is in memory; :meth:`Writer.close` appends the CBOR manifest and the footer and
+renames the file into place. An error, or leaving a ``with`` block by an exception, leaves
+whatever was at the destination untouched. The layout is the v1.0 reference writer's: the
+magic, the components in the order given, the manifest straight after the last component.
+
+Example:
+    >>> import numpy as np, os, tempfile
+    >>> path = os.path.join(tempfile.mkdtemp(), "m.zt")
+    >>> with Writer(path, attributes={"license": "MIT"}) as w:
+    ...     w.add("w", np.arange(6, dtype=np.float32).reshape(2, 3))
+    ...     w.add("b", np.zeros(3, np.float16), compression="zstd", checksum="crc32c")
+    >>> open(path, "rb").read(8)
+    b'ZTEN1000'
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from .. import __version__ as _version
+from .. import dtypes
+from .._atomic import atomic_write, preallocate, write_all
+from ..catalog import ByteRange, Component, TensorInfo
+from ..dtypes import DType
+from ..errors import (
+    InvalidArgumentError,
+    SourceError,
+    TensorFileError,
+    ZTensorError,
+    ZTensorIOError,
+    ZTensorUnsupportedError,
+)
+from ..reader import bytes_view
+from ._codecs import CHECKSUMS, Digester, StreamCompressor, compress, make_digest
+from ._layouts import COOTensor, CSRTensor
+from ._manifest import ALIGNMENT, MAGIC, component_dtype, encode_manifest
+
+__all__ = ["GENERATOR", "Writer", "save_file"]
+
+GENERATOR = f"tensorfile {_version}"
+_ZEROS = bytes(ALIGNMENT)
+_UNSET: Any = object()
+
+
+def _compression(value: Any) -> str | None:
+    if value in (None, False, "raw", "none"):
+        return None
+    if value in (True, "zstd"):
+        return "zstd"
+    raise ZTensorUnsupportedError(f"unknown compression {value!r}; use None or 'zstd'")
+
+
+def _checksum(value: Any) -> str | None:
+    if value in (None, False, "none"):
+        return None
+    if value in CHECKSUMS:
+        return str(value)
+    raise ZTensorUnsupportedError(
+        f"unknown checksum {value!r}; use None, {', '.join(repr(c) for c in CHECKSUMS)}"
+    )
+
+
+def _ztensor_dtype(name: str, dt: DType) -> DType:
+    if dt.ztensor_name is None:
+        known = ", ".join(d.ztensor_name for d in dtypes.ALL if d.ztensor_name)
+        raise ZTensorUnsupportedError(
+            f"tensor {name!r}: {dt.numpy_name} has no zTensor v1.0 dtype (it defines {known})",
+            tensor=name,
+        )
+    return dt
+
+
+def _dense_array(name: str, arr: Any) -> tuple[DType, tuple[int, ...], memoryview, Any]:
+    """``(dtype, shape, bytes, keep-alive)`` of a dense numpy array or torch tensor."""
+    if type(arr).__module__.startswith("torch"):
+        from .._torch import prepare_tensor
+
+        dt, shape, view, keep = prepare_tensor(name, arr)
+        return _ztensor_dtype(name, dt), shape, view, keep
+    a = np.asarray(arr) if isinstance(arr, np.generic) else arr
+    if not isinstance(a, np.ndarray):
+        raise InvalidArgumentError(
+            f"tensor {name!r}: expected a numpy array, torch tensor, CSRTensor, COOTensor or "
+            f"scipy.sparse matrix, got {type(arr).__name__}"
+        )
+    try:
+        dt = dtypes.from_numpy(a.dtype)
+    except (KeyError, TypeError):
+        raise ZTensorUnsupportedError(
+            f"tensor {name!r}: numpy dtype {a.dtype} has no zTensor equivalent", tensor=name
+        ) from None
+    _ztensor_dtype(name, dt)
+    if a.dtype.byteorder == ">":
+        a = a.astype(a.dtype.newbyteorder("<"))
+    if not a.flags.c_contiguous:
+        a = a.copy(order="C")  # (ascontiguousarray would turn a 0-d array into 1-d)
+    return dt, tuple(a.shape), bytes_view(a), a
+
+
+def _sparse(name: str, obj: Any) -> CSRTensor | COOTensor | None:
+    """The CSR/COO form of a sparse input, or None when ``obj`` is dense."""
+    if isinstance(obj, CSRTensor | COOTensor):
+        return obj
+    module = type(obj).__module__
+    if module.startswith("scipy.sparse"):
+        fmt = getattr(obj, "format", None)
+        if fmt == "csr":
+            return CSRTensor.from_scipy(obj)
+        if fmt == "coo":
+            return COOTensor.from_scipy(obj)
+        raise InvalidArgumentError(
+            f"tensor {name!r}: scipy.sparse {fmt} matrices are not a zTensor layout; convert "
+            "with .tocsr() or .tocoo()"
+        )
+    if module.startswith("torch"):
+        import torch
+
+        if obj.layout == torch.sparse_coo:
+            return COOTensor.from_torch(obj)
+        if obj.layout == torch.sparse_csr:
+            return CSRTensor.from_torch(obj)
+        if obj.layout != torch.strided:
+            raise InvalidArgumentError(
+                f"tensor {name!r}: torch layout {obj.layout} is not a zTensor layout; convert "
+                "with .to_sparse_csr() or .to_sparse_coo()"
+            )
+    return None
+
+
+class Writer:
+    """Append tensors to a new zTensor file, one at a time.
+
+    Args:
+        path: destination; it appears (atomically) when the writer is closed.
+        attributes: file-level text attributes (recommended keys: ``license``,
+            ``description``, ``framework``, ``model_name``, ``created_at``).
+        compression: ``None`` (raw) or ``"zstd"``: the default for every component.
+        level: zstd level (1-22; negative levels are faster still).
+        checksum: ``None``, ``"crc32c"`` or ``"sha256"``: the default digest per component.
+        fsync: flush the file and its folder entry to stable storage on close.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        attributes: Mapping[str, str] | None = None,
+        compression: str | None = None,
+        level: int = 3,
+        checksum: str | None = None,
+        fsync: bool = False,
+    ) -> None:
+        self.path = os.fspath(path)
+        self._attributes = dict(attributes or {})
+        for key, value in self._attributes.items():
+            if not isinstance(key, str) or not isinstance(value, str):
+                raise InvalidArgumentError(
+                    f"attribute {key!r}: zTensor attributes map text to text, got "
+                    f"{type(value).__name__}"
+                )
+        self._compression = _compression(compression)
+        self._level = int(level)
+        self._checksum = _checksum(checksum)
+        self._tensors: dict[str, TensorInfo] = {}
+        self._ctx = atomic_write(self.path, fsync=fsync)
+        try:
+            self._fd = self._ctx.__enter__()
+        except SourceError as exc:
+            raise ZTensorIOError(str(exc)) from exc
+        self._pos = 0
+        self._done = False
+        self._guard(lambda: self._write(memoryview(MAGIC)))
+
+    # -- adding tensors --------------------------------------------------------------------
+
+    def add(
+        self,
+        name: str,
+        tensor: Any,
+        *,
+        compression: Any = _UNSET,
+        level: Any = _UNSET,
+        checksum: Any = _UNSET,
+    ) -> None:
+        """Append ``tensor``: a numpy array or torch tensor (dense), a :class:`CSRTensor`,
+        :class:`COOTensor`, scipy.sparse CSR/COO matrix or torch sparse CSR/COO tensor.
+        ``compression``, ``level`` and ``checksum`` override the writer's defaults."""
+        self._check_name(name)
+        opts = self._options(compression, level, checksum)
+        sparse = _sparse(name, tensor)
+        if sparse is None:
+            dt, shape, view, _keep = _dense_array(name, tensor)
+            comps = {"data": self._component(view, dt, *opts)}
+            self._record(TensorInfo(name, dt, shape, comps, "dense"))
+            return
+        try:
+            dt = _ztensor_dtype(name, dtypes.from_numpy(sparse.values.dtype))
+        except KeyError:
+            raise ZTensorUnsupportedError(
+                f"tensor {name!r}: numpy dtype {sparse.values.dtype} has no zTensor equivalent"
+            ) from None
+        values = np.ascontiguousarray(sparse.values, dtype=sparse.values.dtype.newbyteorder("<"))
+        parts: list[tuple[str, Any]] = [("values", values)]
+        if isinstance(sparse, CSRTensor):
+            parts += [("indices", sparse.indices), ("indptr", sparse.indptr)]
+            layout = "sparse_csr"
+        else:
+            parts += [("coords", sparse.coords)]
+            layout = "sparse_coo"
+        comps = {}
+        for role, arr in parts:
+            little = np.ascontiguousarray(arr, dtype=arr.dtype.newbyteorder("<"))
+            comps[role] = self._component(bytes_view(little), component_dtype(role, dt), *opts)
+        self._record(TensorInfo(name, dt, sparse.shape, comps, layout))
+
+    def add_stream(
+        self,
+        name: str,
+        dtype: Any,
+        shape: Sequence[int],
+        chunks: Iterable[Any],
+        *,
+        compression: Any = _UNSET,
+        level: Any = _UNSET,
+        checksum: Any = _UNSET,
+    ) -> None:
+        """Append a dense tensor whose bytes arrive in ``chunks`` (arrays or byte buffers, in
+        row-major order), so a tensor larger than memory can be written. The chunks must add
+        up to exactly shape × itemsize bytes."""
+        self._check_name(name)
+        try:
+            dt = dtypes.from_name(dtype) if isinstance(dtype, str) else dtypes.from_numpy(dtype)
+        except (KeyError, TypeError):
+            raise ZTensorUnsupportedError(f"tensor {name!r}: unknown dtype {dtype!r}") from None
+        _ztensor_dtype(name, dt)
+        dims = tuple(int(d) for d in shape)
+        if any(d < 0 for d in dims):
+            raise InvalidArgumentError(f"tensor {name!r}: negative dimension in {list(dims)}")
+        total = dt.nbytes(int(np.prod(dims, dtype=object)))
+        views = (_chunk_view(name, dt, c) for c in chunks)
+        comp = self._component_stream(
+            views, total, dt, *self._options(compression, level, checksum), name
+        )
+        self._record(TensorInfo(name, dt, dims, {"data": comp}, "dense"))
+
+    # -- internals -------------------------------------------------------------------------
+
+    def _check_name(self, name: str) -> None:
+        if self._done:
+            raise InvalidArgumentError(f"the writer for {self.path} is closed")
+        if not isinstance(name, str):
+            raise InvalidArgumentError(f"tensor names are text, got {name!r}")
+        if name in self._tensors:
+            raise InvalidArgumentError(f"tensor {name!r} was already added")
+
+    def _options(
+        self, compression: Any, level: Any, checksum: Any
+    ) -> tuple[str | None, int, str | None]:
+        return (
+            self._compression if compression is _UNSET else _compression(compression),
+            self._level if level is _UNSET else int(level),
+            self._checksum if checksum is _UNSET else _checksum(checksum),
+        )
+
+    def _record(self, info: TensorInfo) -> None:
+        self._tensors[info.name] = info
+
+    def _component(
+        self, view: memoryview, dt: DType, encoding: str | None, level: int, checksum: str | None
+    ) -> Component:
+        stored: Any = view if encoding is None else self._guard(lambda: compress(view, level=level))
+        digest = make_digest(checksum, stored) if checksum else None
+        start = self._align()
+        self._guard(lambda: self._write(memoryview(stored), reserve=True))
+        return Component(ByteRange(start, self._pos), dt, encoding or "raw", digest)
+
+    def _component_stream(
+        self,
+        views: Iterable[memoryview],
+        total: int,
+        dt: DType,
+        encoding: str | None,
+        level: int,
+        checksum: str | None,
+        name: str,
+    ) -> Component:
+        digester = Digester(checksum) if checksum else None
+        packer = StreamCompressor(total, level=level) if encoding else None
+        start = self._align()
+        if packer is None:
+            self._guard(lambda: preallocate(self._fd, total, start))
+        seen = 0
+
+        def emit(data: Any) -> None:
+            if digester is not None:
+                digester.update(data)
+            self._write(memoryview(data))
+
+        for view in views:
+            seen += view.nbytes
+            if seen > total:
+                self.abort()
+                raise InvalidArgumentError(
+                    f"tensor {name!r}: the chunks hold more than the {total:,} bytes its "
+                    "shape and dtype need; no file was written"
+                )
+            self._guard(lambda v=view: emit(v if packer is None else packer.compress(v)))
+        if seen != total:
+            self.abort()
+            raise InvalidArgumentError(
+                f"tensor {name!r}: the chunks hold {seen:,} bytes, its shape and dtype need "
+                f"{total:,}; no file was written"
+            )
+        if packer is not None:
+            self._guard(lambda: emit(packer.flush()))
+        digest = digester.value() if digester is not None else None
+        return Component(ByteRange(start, self._pos), dt, encoding or "raw", digest)
+
+    def _align(self) -> int:
+        pad = -self._pos % ALIGNMENT
+        if pad:
+            self._guard(lambda: self._write(memoryview(_ZEROS[:pad])))
+        return self._pos
+
+    def _write(self, view: memoryview, *, reserve: bool = False) -> None:
+        if reserve and view.nbytes >= 1 << 20:
+            preallocate(self._fd, view.nbytes, self._pos)
+        write_all(self._fd, view, self._pos)
+        self._pos += view.nbytes
+
+    def _guard(self, action: Any) -> Any:
+        """Run ``action``; on failure discard the file and raise a ZTensorError."""
+        try:
+            return action()
+        except TensorFileError:
+            self.abort()
+            raise
+        except OSError as exc:
+            self.abort()
+            raise ZTensorIOError(f"writing {self.path} failed: {exc.strerror or exc}") from exc
+        except BaseException:
+            self.abort()
+            raise
+
+    # -- finishing -------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Append the manifest and footer, and move the file into place."""
+        if self._done:
+            return
+        manifest = encode_manifest(self._tensors, self._attributes, GENERATOR)
+        footer = struct.pack("<Q", len(manifest))
+        self._guard(lambda: self._write(memoryview(manifest + footer)))
+        self._done = True
+        try:
+            self._ctx.__exit__(None, None, None)
+        except SourceError as exc:
+            raise ZTensorIOError(str(exc)) from exc
+
+    def abort(self) -> None:
+        """Discard everything written; the destination is left as it was."""
+        if self._done:
+            return
+        self._done = True
+        exc = ZTensorError("aborted")
+        try:
+            self._ctx.__exit__(type(exc), exc, None)
+        except ZTensorError:
+            pass
+
+    def __enter__(self) -> Writer:
+        return self
+
+    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
+        if exc is not None:
+            self.abort()
+        else:
+            self.close()
+
+
+def _chunk_view(name: str, dt: DType, chunk: Any) -> memoryview:
+    if isinstance(chunk, np.ndarray | np.generic):
+        arr = np.asarray(chunk)
+        if arr.dtype != dt.numpy and arr.dtype.newbyteorder("<") != dt.numpy:
+            raise InvalidArgumentError(
+                f"tensor {name!r} is {dt.ztensor_name}; a chunk is an array of {arr.dtype}"
+            )
+        return bytes_view(np.ascontiguousarray(arr, dtype=dt.numpy))
+    return memoryview(chunk).cast("B")
+
+
+def save_file(
+    tensors: Mapping[str, Any],
+    path: str | os.PathLike[str],
+    *,
+    attributes: Mapping[str, str] | None = None,
+    compression: str | None = None,
+    level: int = 3,
+    checksum: str | None = None,
+    fsync: bool = False,
+) -> None:
+    """Write ``tensors`` (name → array, torch tensor or sparse tensor) to a zTensor file.
+
+    Example:
+        >>> import numpy as np, os, tempfile
+        >>> from tensorfile import ztensor
+        >>> path = os.path.join(tempfile.mkdtemp(), "m.zt")
+        >>> ztensor.save_file({"w": np.ones((2, 2), np.float32)}, path, checksum="crc32c")
+        >>> ztensor.load_file(path)["w"].sum()
+        np.float32(4.0)
+    """
+    if not isinstance(tensors, Mapping):
+        raise InvalidArgumentError(
+            f"expected a mapping of names to tensors, got {type(tensors).__name__}"
+        )
+    with Writer(
+        path,
+        attributes=attributes,
+        compression=compression,
+        level=level,
+        checksum=checksum,
+        fsync=fsync,
+    ) as writer:
+        for name, tensor in tensors.items():
+            writer.add(name, tensor)
