@@ -7,6 +7,10 @@ manifest fails at once), maps reject duplicate and unhashable keys, and trailing
 the top-level item are an error. Every problem is a :class:`CBORDecodeError` with the byte
 offset where it was found.
 
+Manifests in the deterministic form (every zTensor writer's output) are decoded by the
+``cbor2`` C extension and checked by re-encoding; everything else goes through the strict
+decoder here, which explains what is wrong.
+
 The encoder writes the deterministic form: shortest integer heads, definite lengths, maps in
 the order given (the caller chooses the key order).
 
@@ -71,6 +75,19 @@ class _Decoder:
             )
 
     def item(self, pos: int, depth: int) -> tuple[Any, int]:
+        data = self.data
+        if pos < self.n:
+            ib = data[pos]
+            # fast paths: small unsigned ints and short text strings (most of a manifest)
+            if ib < 24:
+                return ib, pos + 1
+            if 0x60 <= ib < 0x78:
+                end = pos + 1 + (ib - 0x60)
+                if end <= self.n:
+                    try:
+                        return data[pos + 1 : end].decode("utf-8"), end
+                    except UnicodeDecodeError:
+                        raise CBORDecodeError("a text string is not valid UTF-8", pos) from None
         major, info, arg, nxt = self._head(pos)
         if major == 0:
             return arg, nxt
@@ -79,8 +96,9 @@ class _Decoder:
         if major in (2, 3):
             if arg < 0:
                 return self._chunked(major, pos, nxt)
-            self._need(arg, nxt, "a string", pos)
-            raw = self.data[nxt : nxt + arg]
+            if arg > self.n - nxt:
+                self._need(arg, nxt, "a string", pos)
+            raw = data[nxt : nxt + arg]
             if major == 2:
                 return raw, nxt + arg
             try:
@@ -136,23 +154,24 @@ class _Decoder:
         out: dict[Any, Any] = {}
         if count >= 0:
             self._need(2 * count, pos, "a map", start)
+        item = self.item
         remaining = count
         while remaining != 0:
             key_pos = pos
-            key, pos = self.item(pos, depth)
+            key, pos = item(pos, depth)
             if key is _BREAK:
                 if count < 0:
                     return out, pos
                 raise CBORDecodeError("unexpected break inside a map", key_pos)
-            value, pos = self.item(pos, depth)
+            value, pos = item(pos, depth)
             if value is _BREAK:
                 raise CBORDecodeError("a map key has no value", key_pos)
             try:
                 if key in out:
                     raise CBORDecodeError(f"duplicate map key {key!r}", key_pos)
-                out[key] = value
             except TypeError:
                 raise CBORDecodeError("a map key is an array or a map", key_pos) from None
+            out[key] = value
             remaining -= 1
         return out, pos
 
@@ -175,6 +194,25 @@ class _Decoder:
         raise CBORDecodeError(f"unassigned simple value {arg}", start)
 
 
+def _fast_decode(raw: bytes) -> Any:
+    """Decode with the ``cbor2`` C extension, and keep the result only when encoding it again
+    gives back exactly ``raw``: then the input was in the deterministic form (what zTensor
+    writers produce) and had no duplicate keys, which ``cbor2`` would silently merge. Anything
+    else, an error included, returns ``_BREAK`` and the strict decoder takes over and reports
+    precisely. ``cbor2`` never pre-allocates for a claimed length and caps nesting."""
+    try:
+        import cbor2
+    except ImportError:  # pragma: no cover - cbor2 is a core dependency
+        return _BREAK
+    try:
+        value = cbor2.loads(raw)
+        if cbor2.dumps(value) == raw:
+            return value
+    except Exception:  # the strict decoder explains what is wrong
+        return _BREAK
+    return _BREAK
+
+
 def decode(data: bytes | bytearray | memoryview) -> Any:
     """Decode exactly one CBOR item from ``data``.
 
@@ -182,6 +220,9 @@ def decode(data: bytes | bytearray | memoryview) -> Any:
         CBORDecodeError: malformed, truncated, too deep, duplicate map keys, trailing bytes.
     """
     raw = bytes(data)
+    fast = _fast_decode(raw)
+    if fast is not _BREAK:
+        return fast
     dec = _Decoder(raw)
     value, pos = dec.item(0, 0)
     if value is _BREAK:

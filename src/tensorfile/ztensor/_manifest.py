@@ -112,20 +112,39 @@ def _text_map(value: Any, what: str) -> dict[str, str]:
     return value
 
 
-def _uint(value: Any, what: str, tensor: str) -> int:
+class _Where:
+    """Where in the manifest a check runs, formatted only when a message needs it."""
+
+    __slots__ = ("file", "role", "tensor")
+
+    def __init__(self, file: str, tensor: str, role: str | None = None) -> None:
+        self.file, self.tensor, self.role = file, tensor, role
+
+    def __str__(self) -> str:
+        text = f"{self.file}: tensor {self.tensor!r}"
+        return text if self.role is None else f"{text} component {self.role!r}"
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self), spec)
+
+
+def _uint(value: Any, where: _Where, what: str) -> int:
     if type(value) is not int or not 0 <= value <= _MAX_U64:
-        raise _fail(f"{what} must be an unsigned 64-bit integer, got {value!r}", tensor=tensor)
+        raise _fail(
+            f"{where}: {what} must be an unsigned 64-bit integer, got {value!r}",
+            tensor=where.tensor,
+        )
     return value
 
 
 def _component(role: str, raw: Any, dtype: DType, tensor: str, limit: int, name: str) -> Component:
-    where = f"{name}: tensor {tensor!r} component {role!r}"
+    where = _Where(name, tensor, role)
     if not isinstance(raw, dict):
         raise _fail(f"{where} must be a map, got {type(raw).__name__}", tensor=tensor)
     if "offset" not in raw or "length" not in raw:
         raise _fail(f"{where} needs 'offset' and 'length'", tensor=tensor)
-    offset = _uint(raw["offset"], f"{where}: offset", tensor)
-    length = _uint(raw["length"], f"{where}: length", tensor)
+    offset = _uint(raw["offset"], where, "offset")
+    length = _uint(raw["length"], where, "length")
     if offset + length > limit or (length and offset < len(MAGIC)):
         raise _fail(
             f"{where}: bytes [{offset}, {offset + length}) lie outside the component area "
@@ -146,7 +165,7 @@ def _component(role: str, raw: Any, dtype: DType, tensor: str, limit: int, name:
     if digest is not None:
         if not isinstance(digest, str):
             raise _fail(f"{where}: digest must be text, got {digest!r}", tensor=tensor)
-        check_digest(digest, what=where)
+        check_digest(digest, what=str(where))
     if offset % ALIGNMENT and length:
         warnings.warn(
             f"{where}: offset {offset} is not a multiple of {ALIGNMENT}; reading it anyway",
@@ -161,7 +180,7 @@ def _component(role: str, raw: Any, dtype: DType, tensor: str, limit: int, name:
 def _tensor(tname: Any, raw: Any, limit: int, name: str) -> TensorInfo:
     if not isinstance(tname, str):
         raise _fail(f"{name}: a tensor name is not text: {tname!r}")
-    where = f"{name}: tensor {tname!r}"
+    where = _Where(name, tname)
     if not isinstance(raw, dict):
         raise _fail(f"{where} must be a map, got {type(raw).__name__}", tensor=tname)
     for key in ("dtype", "shape", "format", "components"):
@@ -183,7 +202,7 @@ def _tensor(tname: Any, raw: Any, limit: int, name: str) -> TensorInfo:
         ) from None
     if not isinstance(shape_raw, list):
         raise _fail(f"{where}: shape must be an array, got {shape_raw!r}", tensor=tname)
-    shape = tuple(_uint(d, f"{where}: shape dimension", tname) for d in shape_raw)
+    shape = tuple([_uint(d, where, "a shape dimension") for d in shape_raw])
     if not isinstance(layout, str):
         raise _fail(f"{where}: format must be text, got {layout!r}", tensor=tname)
     if not isinstance(comps, dict):
@@ -198,7 +217,7 @@ def _tensor(tname: Any, raw: Any, limit: int, name: str) -> TensorInfo:
     return info
 
 
-def _check_layout(info: TensorInfo, where: str) -> None:
+def _check_layout(info: TensorInfo, where: _Where) -> None:
     required = REQUIRED_COMPONENTS.get(info.layout)
     if required is None:
         return  # an extension layout: listed, readable component by component
@@ -226,7 +245,7 @@ def _check_layout(info: TensorInfo, where: str) -> None:
         _check_sparse_counts(info, "coords", max(len(info.shape), 1), where)
 
 
-def _check_size(comp: Component, expected: int, where: str, tensor: str) -> None:
+def _check_size(comp: Component, expected: int, where: _Where, tensor: str) -> None:
     """A raw component must hold exactly ``expected`` bytes; a zstd one must be able to."""
     stored = comp.range.length
     if comp.encoding == "raw" and stored != expected:
@@ -244,7 +263,7 @@ def _check_size(comp: Component, expected: int, where: str, tensor: str) -> None
         )
 
 
-def _check_sparse_counts(info: TensorInfo, index_role: str, per_value: int, where: str) -> None:
+def _check_sparse_counts(info: TensorInfo, index_role: str, per_value: int, where: _Where) -> None:
     """Raw sparse components must agree on the number of stored values (nnz)."""
     values, index = info.components["values"], info.components[index_role]
     itemsize = info.dtype.itemsize
