@@ -12,6 +12,7 @@ import time
 import numpy as np
 
 import tensorfile
+from tensorfile import ztensor
 from tensorfile.safetensors import StreamWriter, safe_open
 from tensorfile.safetensors.numpy import load_file, save_file
 
@@ -26,6 +27,32 @@ def _model(rng: np.random.Generator) -> dict[str, np.ndarray]:
         layers[f"layers.{i}.mlp.weight"] = rng.standard_normal((256, 1024), dtype=np.float32)
     layers["step"] = np.array(1000, np.int64)
     return layers
+
+
+def _ztensor_demo(out_dir: str, tensors: dict[str, np.ndarray]) -> None:
+    """The same model as zTensor: compressed and checksummed, plus a sparse tensor."""
+    zt_path = os.path.join(out_dir, "model.zt")
+    sparse = ztensor.CSRTensor.from_dense(np.eye(512, dtype=np.float32))
+    ztensor.save_file(
+        {**tensors, "adjacency": sparse},
+        zt_path,
+        attributes={"license": "MIT", "framework": "numpy"},
+        compression="zstd",
+        checksum="crc32c",
+    )
+    with tensorfile.open(zt_path) as z:
+        info = z.info("embed.weight")
+        size = os.path.getsize(zt_path)
+        print()
+        print(f"zTensor {z.catalog.version} file {zt_path}: {len(z)} tensors, {size:,} bytes "
+              f"(zstd), attributes {dict(z.metadata)}")  # fmt: skip
+        print(f"embed.weight: {info.data.encoding}, {info.data.range.length:,} stored bytes, "
+              f"digest {info.data.digest}")  # fmt: skip
+        back = z.get_tensor("embed.weight")
+        csr = z.get_tensor("adjacency")
+        same = np.array_equal(back, tensors["embed.weight"])
+        print(f"decompressed and verified: equal={same}; sparse_csr adjacency: nnz={csr.nnz}, "
+              f"trace={csr.to_dense().trace()}")  # fmt: skip
 
 
 def main(out_dir: str) -> None:
@@ -73,6 +100,8 @@ def main(out_dir: str) -> None:
             w.write("big", np.full((256, 256), start, np.float32))
     print(f"StreamWriter wrote {stream_path} in 4 chunks: "
           f"{tensorfile.open(stream_path).get_tensor('big')[::256, 0].tolist()}")  # fmt: skip
+
+    _ztensor_demo(out_dir, tensors)
 
     bad = os.path.join(out_dir, "broken.safetensors")
     with open(path, "rb") as src, open(bad, "wb") as dst:
