@@ -24,7 +24,7 @@ import numpy as np
 
 from . import _packing, _slicing
 from .catalog import ByteRange, Catalog, TensorInfo
-from .errors import InvalidArgumentError, TensorNotFoundError, UnsupportedError
+from .errors import InvalidArgumentError, TensorFileError, TensorNotFoundError, UnsupportedError
 from .sources.base import Source
 
 __all__ = ["Allocator", "Reader", "bytes_view", "numpy_allocator"]
@@ -143,13 +143,17 @@ class Reader:
             )
         numel = info.numel
         if numel == 0:
-            arr = np.empty(info.shape, dt.numpy)
+            arr = self._empty(info, info.shape)
         else:
             buf = self.source.buffer()
             if buf is None:
                 raise UnsupportedError(f"{self.source.name} cannot be mapped; use get_tensor()")
             start = info.byte_range.start
-            arr = np.frombuffer(buf, dtype=dt.numpy, count=numel, offset=start).reshape(info.shape)
+            flat = np.frombuffer(buf, dtype=dt.numpy, count=numel, offset=start)
+            try:
+                arr = flat.reshape(info.shape)
+            except ValueError as exc:
+                raise self._unholdable(info, exc) from exc
         arr.flags.writeable = False
         return arr
 
@@ -168,11 +172,34 @@ class Reader:
         infos = [self.info(n) for n in names]
         for info in infos:
             self._dense(info)
-        slots = [alloc(info) for info in infos]
+        slots = [self._allocate(alloc, info) for info in infos]
         self._read_ranges(
             [(info.name, info.byte_range, slot[0]) for info, slot in zip(infos, slots, strict=True)]
         )
         return [finish() for _, finish in slots]
+
+    def _allocate(
+        self, alloc: Allocator[T], info: TensorInfo
+    ) -> tuple[memoryview, Callable[[], T]]:
+        """``alloc(info)``, with numpy's and torch's refusals (too many dimensions, too many
+        bytes) turned into this format's error."""
+        try:
+            return alloc(info)
+        except (ValueError, MemoryError, OverflowError, RuntimeError) as exc:
+            raise self._unholdable(info, exc) from exc
+
+    def _empty(self, info: TensorInfo, shape: tuple[int, ...]) -> NDArray:
+        try:
+            return np.empty(shape, info.dtype.numpy)
+        except (ValueError, MemoryError, OverflowError) as exc:
+            raise self._unholdable(info, exc) from exc
+
+    def _unholdable(self, info: TensorInfo, exc: BaseException) -> TensorFileError:
+        """The error for a tensor the file describes validly but memory cannot hold."""
+        return UnsupportedError(
+            f"{self.source.name}: tensor {info.name!r} of shape {_shape_text(info.shape)} "
+            f"cannot be held as an array: {exc}"
+        )
 
     def _read_ranges(self, jobs: list[tuple[str, ByteRange, memoryview]]) -> None:
         """Fill each buffer from its byte range; adjacent ranges share one read call."""
@@ -215,12 +242,16 @@ class Reader:
             p = _slicing.plan(info.shape, key, dt.itemsize)
         except TypeError:
             return _index(self.get_tensor(name), key)
+        except InvalidArgumentError:
+            raise
+        except ValueError as exc:  # numpy cannot even describe the shape
+            raise self._unholdable(info, exc) from exc
         if not p.rows:
-            return np.empty(p.result_shape, dt.numpy)
+            return self._empty(info, p.result_shape)
         rest = info.shape[p.axis + 1 :]
         row_bytes = math.prod(rest) * dt.itemsize
         base = info.byte_range.start + p.prefix * dt.itemsize
-        arr = np.empty((len(p.rows), *rest), dt.numpy)
+        arr = self._empty(info, (len(p.rows), *rest))
         if p.dense:
             self._readinto(base + p.rows[0] * row_bytes, [bytes_view(arr)])
         else:
@@ -248,9 +279,16 @@ class Reader:
         return f"<tensorfile.Reader {self.format} {self.source.name!r}: {len(self)} tensors>"
 
 
+def _shape_text(shape: tuple[int, ...]) -> str:
+    """A shape for a message: in full when short, else its rank and first dimensions."""
+    if len(shape) <= 8:
+        return str(list(shape))
+    return f"[{', '.join(map(str, shape[:4]))}, ...] ({len(shape)} dimensions)"
+
+
 def _index(arr: NDArray, key: Any) -> NDArray:
     try:
-        return np.ascontiguousarray(arr[key])
+        return np.array(arr[key], order="C", copy=True)  # (ascontiguousarray makes 0-d 1-d)
     except (IndexError, TypeError, ValueError) as exc:
         raise InvalidArgumentError(
             f"invalid index {key!r} for shape {list(arr.shape)}: {exc}"

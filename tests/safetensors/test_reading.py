@@ -242,3 +242,21 @@ def test_open_bytes_and_format_argument() -> None:
     assert tensorfile.open(blob, format="safetensors").keys() == ["a"]
     with pytest.raises(InvalidArgumentError, match="unknown format"):
         tensorfile.open(blob, format="pickle")
+
+
+@pytest.mark.parametrize("shape", [[1] * 65, [2**40, 0, 2**40]], ids=["65-dims", "huge-empty"])
+def test_shape_numpy_cannot_hold_is_a_safetensor_error(shape: list[int]) -> None:
+    # A valid header (the byte count is right) whose shape no numpy array can have.
+    import json
+    import math
+    import struct
+
+    from tensorfile.errors import SafetensorError
+
+    nbytes = 4 * math.prod(shape)
+    header = json.dumps({"w": {"dtype": "F32", "shape": shape, "data_offsets": [0, nbytes]}})
+    blob = struct.pack("<Q", len(header)) + header.encode() + bytes(nbytes)
+    with tensorfile.open(blob) as f:
+        for read in (f.get_tensor, f.view, lambda n: f.read_slice(n, ...)):
+            with pytest.raises(SafetensorError, match="numpy cannot hold"):
+                read("w")

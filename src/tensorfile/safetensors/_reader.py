@@ -5,7 +5,13 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 
 from ..catalog import ByteRange, Catalog, Component, TensorInfo
-from ..errors import MissingTensorError, SafetensorIOError, SourceError
+from ..errors import (
+    InvalidTensorEntryError,
+    MissingTensorError,
+    SafetensorIOError,
+    SourceError,
+    TensorFileError,
+)
 from ..reader import Reader
 from ..sources.base import Source
 from ._header import N_LEN, Header, parse_header, parse_header_length
@@ -76,6 +82,13 @@ class SafetensorsReader(Reader):
     def keys(self) -> list[str]:
         """Tensor names in file order."""
         return self.header.offset_names()
+
+    def _unholdable(self, info: TensorInfo, exc: BaseException) -> TensorFileError:
+        return InvalidTensorEntryError(
+            f"tensor {info.name!r}: numpy cannot hold a tensor of {len(info.shape)} "
+            f"dimensions and {info.numel:,} elements: {exc}",
+            tensor=info.name,
+        )
 
     def _readinto(self, offset: int, buffers: list[memoryview]) -> None:
         try:

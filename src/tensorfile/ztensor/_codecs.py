@@ -28,6 +28,7 @@ __all__ = [
     "Digester",
     "StreamCompressor",
     "check_digest",
+    "check_frames",
     "compress",
     "decompress_into",
     "decompress_limited",
@@ -70,6 +71,57 @@ def compress(data: Any, *, level: int = 3) -> bytes:
     return out
 
 
+_ZSTD_MAGIC = 0xFD2FB528
+
+
+def check_frames(stored: Any, *, what: str) -> None:
+    """Walk the zstd frames of ``stored`` (headers and block headers only) and raise
+    ZTensorError unless they are complete and end exactly at the end of the component.
+
+    The decompressor reports a corrupt block, but a stream cut at a block boundary simply
+    ends: this catches truncation before any data is trusted.
+    """
+    view = memoryview(stored).cast("B")
+    n = view.nbytes
+    pos = 0
+    while pos < n:
+        if pos + 4 > n:
+            raise ZTensorError(f"{what}: the zstd stream ends inside a frame header")
+        magic = int.from_bytes(view[pos : pos + 4], "little")
+        if magic & 0xFFFFFFF0 == 0x184D2A50:  # skippable frame
+            if pos + 8 > n:
+                raise ZTensorError(f"{what}: the zstd stream ends inside a skippable frame")
+            pos += 8 + int.from_bytes(view[pos + 4 : pos + 8], "little")
+            if pos > n:
+                raise ZTensorError(f"{what}: the zstd stream ends inside a skippable frame")
+            continue
+        if magic != _ZSTD_MAGIC:
+            raise ZTensorError(f"{what}: not a zstd stream (bad frame magic at byte {pos})")
+        if pos + 5 > n:
+            raise ZTensorError(f"{what}: the zstd stream ends inside a frame header")
+        fhd = view[pos + 4]
+        single = (fhd >> 5) & 1
+        fcs = (0, 2, 4, 8)[fhd >> 6] if (fhd >> 6) or not single else 1
+        did = (0, 1, 2, 4)[fhd & 3]
+        checksum = (fhd >> 2) & 1
+        pos += 5 + (0 if single else 1) + did + fcs
+        while True:
+            if pos + 3 > n:
+                raise ZTensorError(f"{what}: the zstd stream is truncated (ends inside a block)")
+            header = int.from_bytes(view[pos : pos + 3], "little")
+            last, kind, size = header & 1, (header >> 1) & 3, header >> 3
+            if kind == 3:
+                raise ZTensorError(f"{what}: the zstd stream has a reserved block type")
+            pos += 3 + (1 if kind == 1 else size)
+            if pos > n:
+                raise ZTensorError(f"{what}: the zstd stream is truncated (ends inside a block)")
+            if last:
+                break
+        pos += 4 * checksum
+        if pos > n:
+            raise ZTensorError(f"{what}: the zstd stream is truncated (its checksum is missing)")
+
+
 def decompress_into(stored: Any, out: memoryview, *, what: str) -> None:
     """Decompress ``stored`` into ``out``, which it must fill exactly.
 
@@ -77,6 +129,7 @@ def decompress_into(stored: Any, out: memoryview, *, what: str) -> None:
     ``out`` (the declared size): decoding stops at that size, nothing more is allocated.
     """
     zstd = _zstd()
+    check_frames(stored, what=what)
     target = out.cast("B") if out.format != "B" or out.ndim != 1 else out
     want = target.nbytes
     try:
@@ -108,6 +161,7 @@ def decompress_limited(stored: Any, limit: int, *, what: str) -> bytearray:
     """Decompress ``stored`` whose size is not declared, refusing to produce over ``limit``
     bytes; memory grows with the actual output, never with a claimed size."""
     zstd = _zstd()
+    check_frames(stored, what=what)
     chunks: list[bytes] = []
     total = 0
     try:

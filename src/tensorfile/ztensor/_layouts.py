@@ -193,8 +193,12 @@ class COOTensor:
     def to_dense(self) -> NDArray:
         """The dense array (duplicate coordinates are summed, as torch and scipy do)."""
         out = np.zeros(self.shape, self.values.dtype)
-        if self.values.size:
-            np.add.at(out, tuple(self.coords.astype(np.int64)), self.values)
+        if not self.values.size:
+            return out
+        if not self.shape:
+            out[()] = self.values.sum(dtype=self.values.dtype)
+            return out
+        np.add.at(out, tuple(self.coords.astype(np.int64)), self.values)
         return out
 
     def to_scipy(self) -> Any:

@@ -19,7 +19,6 @@ Example:
 from __future__ import annotations
 
 import itertools
-import math
 import warnings
 from collections.abc import Mapping
 from typing import Any
@@ -227,38 +226,56 @@ def _check_layout(info: TensorInfo, where: _Where) -> None:
             f"{where}: a {info.layout} tensor needs the component(s) {', '.join(missing)}",
             tensor=info.name,
         )
-    numel = math.prod(info.shape)
     itemsize = info.dtype.itemsize
-    if numel * itemsize > _MAX_U64:
-        raise _fail(f"{where}: shape {list(info.shape)} overflows 64 bits", tensor=info.name)
+    numel = _numel_within(info.shape, _MAX_U64 // itemsize)
+    if numel is None:
+        raise _fail(
+            f"{where}: a shape of {len(info.shape)} dimensions whose {info.dtype.ztensor_name} "
+            "bytes overflow 64 bits",
+            tensor=info.name,
+        )
     if info.layout == "dense":
-        _check_size(info.data, numel * itemsize, where, info.name)
+        _check_size(info.data, numel * itemsize, where, "data")
     elif info.layout == "sparse_csr":
         if len(info.shape) != 2:
             raise _fail(
                 f"{where}: a sparse_csr tensor must be 2-D, its shape is {list(info.shape)}",
                 tensor=info.name,
             )
-        _check_size(info.components["indptr"], (info.shape[0] + 1) * 8, where, info.name)
+        _check_size(info.components["indptr"], (info.shape[0] + 1) * 8, where, "indptr")
         _check_sparse_counts(info, "indices", 1, where)
     else:
-        _check_sparse_counts(info, "coords", max(len(info.shape), 1), where)
+        _check_sparse_counts(info, "coords", len(info.shape), where)
 
 
-def _check_size(comp: Component, expected: int, where: _Where, tensor: str) -> None:
+def _numel_within(shape: tuple[int, ...], limit: int) -> int | None:
+    """The product of ``shape``, or None as soon as it passes ``limit`` (linear time even for
+    thousands of huge dimensions)."""
+    if 0 in shape:
+        return 0
+    n = 1
+    for d in shape:
+        n *= d
+        if n > limit:
+            return None
+    return n
+
+
+def _check_size(comp: Component, expected: int, where: _Where, role: str) -> None:
     """A raw component must hold exactly ``expected`` bytes; a zstd one must be able to."""
     stored = comp.range.length
     if comp.encoding == "raw" and stored != expected:
         raise _fail(
-            f"{where}: shape and dtype need {expected:,} bytes but the component holds {stored:,}",
-            tensor=tensor,
+            f"{where}: shape and dtype need {expected:,} bytes of {role!r} but the component "
+            f"holds {stored:,}",
+            tensor=where.tensor,
             offset=comp.range.start,
         )
     if comp.encoding == "zstd" and expected > MAX_ZSTD_RATIO * stored + (1 << 20):
         raise _fail(
-            f"{where}: {stored:,} zstd bytes cannot decompress to the {expected:,} bytes the "
-            "shape declares",
-            tensor=tensor,
+            f"{where}: {stored:,} zstd bytes of {role!r} cannot decompress to the {expected:,} "
+            "bytes the shape declares",
+            tensor=where.tensor,
             offset=comp.range.start,
         )
 

@@ -32,6 +32,7 @@ import numpy as np
 from ..catalog import ByteRange, Catalog, Component, TensorInfo
 from ..errors import (
     SourceError,
+    TensorFileError,
     ZTensorError,
     ZTensorIOError,
     ZTensorMissingError,
@@ -115,6 +116,13 @@ class ZTensorReader(Reader):
                 tensor=info.name,
             )
 
+    def _unholdable(self, info: TensorInfo, exc: BaseException) -> TensorFileError:
+        return ZTensorUnsupportedError(
+            f"{self.source.name}: tensor {info.name!r} has a valid shape that numpy cannot "
+            f"hold ({len(info.shape)} dimensions): {exc}",
+            tensor=info.name,
+        )
+
     def view(self, name: str) -> NDArray:
         """A read-only array over the mapped file (raw dense tensors): no copy."""
         info = self.info(name)
@@ -134,7 +142,7 @@ class ZTensorReader(Reader):
         infos = [self.info(n) for n in names]
         for info in infos:
             self._dense(info)
-        slots = [alloc(_decoded(info)) for info in infos]
+        slots = [self._allocate(alloc, _decoded(info)) for info in infos]
         raw = [
             (info.name, info.data.range, slot[0])
             for info, slot in zip(infos, slots, strict=True)
