@@ -6,9 +6,9 @@ import json
 
 import numpy as np
 import pytest
+import safetensors
 import safetensors.numpy as ref_np
 
-import safetensors
 import tensorfile
 from conftest import BYTE_DTYPES, REFERENCE_NUMPY_DTYPES, assert_same, sample
 from tensorfile.safetensors import deserialize, safe_open, serialize

@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 import pytest
-
 import safetensors
+
 import tensorfile
 from tensorfile.errors import (
     DuplicateTensorError,

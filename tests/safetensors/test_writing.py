@@ -8,11 +8,11 @@ from typing import Any
 
 import numpy as np
 import pytest
+import safetensors
 import safetensors.numpy as ref_np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import safetensors
 from conftest import REFERENCE_NUMPY_DTYPES, assert_same, sample
 from tensorfile.errors import InvalidArgumentError, SourceError, UnsupportedError
 from tensorfile.safetensors import StreamWriter, serialize_file
