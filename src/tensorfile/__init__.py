@@ -26,6 +26,7 @@ from .errors import (
     UnsupportedError,
     ZTensorError,
 )
+from .ops import diff, inspect, structural_hash
 from .reader import Reader
 
 __version__ = "0.1.0"
@@ -47,5 +48,8 @@ __all__ = [
     "UnsupportedError",
     "ZTensorError",
     "__version__",
+    "diff",
+    "inspect",
     "open",
+    "structural_hash",
 ]

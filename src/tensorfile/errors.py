@@ -30,6 +30,7 @@ translated where it crosses into tensorfile and chained with ``from``::
     │       ├── ZTensorMissingError         no tensor or component of that name
     │       │                               (+ TensorNotFoundError)
     │       └── ZTensorIOError              the file could not be read (+ SourceError)
+    │   └── GGUFError               a GGUF header is invalid or cannot be read
     ├── ChecksumError               a stored digest does not match the bytes
     ├── UnsupportedError            a dtype, codec, framework or version tensorfile cannot handle
     ├── SourceError                 I/O failed: a file, an HTTP server, a range not honoured
@@ -53,6 +54,7 @@ __all__ = [
     "ChecksumError",
     "DuplicateTensorError",
     "FormatError",
+    "GGUFError",
     "HeaderEncodingError",
     "HeaderSyntaxError",
     "HeaderTooLargeError",
@@ -243,3 +245,9 @@ class ZTensorIOError(ZTensorError, SourceError):
 class ZTensorWarning(UserWarning):
     """A zTensor file is readable but not as the spec recommends (a newer minor version, a
     component offset that is not 64-byte aligned)."""
+
+
+class GGUFError(FormatError):
+    """A GGUF header is invalid, truncated, or claims more than the file holds."""
+
+    format = "gguf"

@@ -1,0 +1,1 @@
+"""The ``tensorfile`` command line (see :mod:`tensorfile.cli.app`)."""

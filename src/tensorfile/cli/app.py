@@ -1,0 +1,133 @@
+"""``tensorfile``: inspect, identify, diff and edit tensor files from the command line.
+
+The composition root: it parses arguments, runs one command, and maps every error to one
+line on stderr and an exit status. Exit status: 0 success, 1 differences found (``diff
+--fail-on-diff``), 2 bad usage or unreadable input, 130 interrupted.
+
+Example:
+    >>> main(["summary", "/nonexistent.safetensors"])
+    2
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+
+from .. import __version__
+from ..errors import (
+    FormatError,
+    InvalidArgumentError,
+    SourceError,
+    TensorFileError,
+    UnsupportedError,
+)
+from ._diff import run_diff, run_meta
+from ._inspect import run_id, run_inspect, run_summary
+from ._output import Output
+
+__all__ = ["EXIT_DIFFERENT", "EXIT_OK", "EXIT_USAGE", "build_parser", "main"]
+
+EXIT_OK = 0
+EXIT_DIFFERENT = 1
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+
+PATH_HELP = (
+    "a safetensors, zTensor or GGUF file, a sharded checkpoint (*.safetensors.index.json or "
+    "a folder holding one), or a glob"
+)
+
+Command = Callable[[argparse.Namespace, Output], int]
+
+
+def _describe(exc: BaseException) -> str:
+    """One line for an error: its kind when the message does not already say it."""
+    message = " ".join(str(exc).split()) or type(exc).__name__
+    if isinstance(exc, FormatError):
+        return f"invalid {exc.format or 'tensor'} file: {message}"
+    if isinstance(exc, UnsupportedError):
+        return f"unsupported: {message}"
+    if isinstance(exc, SourceError | OSError):
+        return f"cannot read: {message}"
+    if isinstance(exc, InvalidArgumentError):
+        return message
+    return message
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of every subcommand."""
+    parser = argparse.ArgumentParser(
+        prog="tensorfile",
+        description="Inspect, identify, diff and edit tensor files, reading headers only.",
+    )
+    parser.add_argument("--version", action="version", version=f"tensorfile {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name: str, run: Command, help: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help, description=help)
+        p.add_argument("--json", action="store_true", help="print JSON on stdout, nothing else")
+        p.set_defaults(run=run)
+        return p
+
+    p = command("inspect", run_inspect, "format, counts, sizes, metadata and tensors")
+    p.add_argument("path", help=PATH_HELP)
+    p.add_argument("--tree", action="store_true", help="group tensors by module prefix")
+    p.add_argument("--verbose", action="store_true", help="list every tensor")
+
+    p = command("id", run_id, "the structural hash (weight-inspect's), or --content")
+    p.add_argument("path", help=PATH_HELP)
+    p.add_argument(
+        "--content",
+        action="store_true",
+        help="hash names, dtypes, shapes and tensor bytes (the same across formats)",
+    )
+
+    p = command("summary", run_summary, "one line: format,version,tensors,metadata,hash")
+    p.add_argument("path", help=PATH_HELP)
+
+    p = command("diff", run_diff, "tensors and metadata added, removed and changed")
+    p.add_argument("a", help=PATH_HELP)
+    p.add_argument("b", help="the file to compare with")
+    p.add_argument("--format", choices=("text", "md"), default="text", help="text or markdown")
+    p.add_argument("--data", action="store_true", help="also compare the tensor bytes")
+    p.add_argument(
+        "--fail-on-diff", action="store_true", help="exit with status 1 when the files differ"
+    )
+
+    p = command("meta", run_meta, "print the metadata, or edit it in place")
+    p.add_argument("path", help=PATH_HELP)
+    p.add_argument(
+        "--set", action="append", default=[], metavar="K=V", help="set a key (repeatable)"
+    )
+    p.add_argument(
+        "--delete", action="append", default=[], metavar="K", help="delete a key (repeatable)"
+    )
+    p.add_argument("--clear", action="store_true", help="remove every key first")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit status."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, --version, or a usage error (already printed)
+        return int(exc.code) if isinstance(exc.code, int) else EXIT_USAGE
+    out = Output(json_mode=bool(getattr(args, "json", False)))
+    try:
+        status: int = args.run(args, out)
+        return status
+    except KeyboardInterrupt:
+        out.error("interrupted")
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:  # pragma: no cover - e.g. `tensorfile inspect ... | head`
+        return EXIT_OK
+    except (TensorFileError, OSError) as exc:
+        out.error(_describe(exc))
+        return EXIT_USAGE
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

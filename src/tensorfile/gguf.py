@@ -1,0 +1,286 @@
+"""Read the header of a GGUF file (llama.cpp's format): version, typed metadata, tensor infos.
+
+Only the header is read, in chunks, and every count and length the file declares is checked
+against the bytes that remain before anything is allocated, so a hostile header costs no more
+than its own size. Tensor byte lengths come from ggml's block sizes; quantized types whose
+layout tensorfile does not know have ``byte_length`` ``None``.
+
+Example:
+    >>> import struct
+    >>> def s(t): return struct.pack("<Q", len(t)) + t
+    >>> blob = (b"GGUF" + struct.pack("<IQQ", 3, 1, 1) + s(b"general.name") + struct.pack("<I", 8)
+    ...         + s(b"tiny") + s(b"w") + struct.pack("<I", 2) + struct.pack("<QQ", 4, 2)
+    ...         + struct.pack("<IQ", 0, 0))
+    >>> from tensorfile.sources import MemorySource
+    >>> h = read_header(MemorySource(blob + bytes(-len(blob) % 32 + 32)))
+    >>> h.version, h.metadata["general.name"].value, h.tensors[0].shape, h.tensors[0].type_name
+    (3, 'tiny', (4, 2), 'f32')
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import GGUFError, SourceError
+from .sources.base import Source
+
+__all__ = ["GGML_TYPES", "GGUFHeader", "GGUFTensor", "GGUFValue", "read_header"]
+
+MAGIC = b"GGUF"
+MAX_DIMS = 8
+_CHUNK = 1 << 20
+
+# ggml type id: (name, block size in elements, bytes per block)
+GGML_TYPES: dict[int, tuple[str, int, int]] = {
+    0: ("f32", 1, 4),
+    1: ("f16", 1, 2),
+    2: ("q4_0", 32, 18),
+    3: ("q4_1", 32, 20),
+    6: ("q5_0", 32, 22),
+    7: ("q5_1", 32, 24),
+    8: ("q8_0", 32, 34),
+    9: ("q8_1", 32, 36),
+    10: ("q2_k", 256, 84),
+    11: ("q3_k", 256, 110),
+    12: ("q4_k", 256, 144),
+    13: ("q5_k", 256, 176),
+    14: ("q6_k", 256, 210),
+    15: ("q8_k", 256, 292),
+    16: ("iq2_xxs", 256, 66),
+    17: ("iq2_xs", 256, 74),
+    18: ("iq3_xxs", 256, 98),
+    19: ("iq1_s", 256, 50),
+    20: ("iq4_nl", 32, 18),
+    21: ("iq3_s", 256, 110),
+    22: ("iq2_s", 256, 82),
+    23: ("iq4_xs", 256, 136),
+    24: ("i8", 1, 1),
+    25: ("i16", 1, 2),
+    26: ("i32", 1, 4),
+    27: ("i64", 1, 8),
+    28: ("f64", 1, 8),
+    29: ("iq1_m", 256, 56),
+    30: ("bf16", 1, 2),
+    34: ("tq1_0", 256, 54),
+    35: ("tq2_0", 256, 66),
+    39: ("mxfp4", 32, 17),
+}
+
+# metadata value type id: (name, struct format or None)
+_VALUE_TYPES: dict[int, tuple[str, str | None]] = {
+    0: ("uint8", "<B"),
+    1: ("int8", "<b"),
+    2: ("uint16", "<H"),
+    3: ("int16", "<h"),
+    4: ("uint32", "<I"),
+    5: ("int32", "<i"),
+    6: ("float32", "<f"),
+    7: ("bool", "<B"),
+    8: ("string", None),
+    9: ("array", None),
+    10: ("uint64", "<Q"),
+    11: ("int64", "<q"),
+    12: ("float64", "<d"),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class GGUFValue:
+    """A typed metadata value. For arrays ``value`` is a list and ``element_type`` is set."""
+
+    type: str
+    value: Any
+    element_type: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GGUFTensor:
+    """One tensor info: shape in the file's order (ggml's, innermost dimension first)."""
+
+    name: str
+    shape: tuple[int, ...]
+    type_id: int
+    offset: int
+
+    @property
+    def type_name(self) -> str:
+        """ggml's name of the type (``f32``, ``q4_k``...), ``unknown_N`` when not known."""
+        known = GGML_TYPES.get(self.type_id)
+        return known[0] if known else f"unknown_{self.type_id}"
+
+    @property
+    def numel(self) -> int:
+        """Number of elements."""
+        return math.prod(self.shape)
+
+    @property
+    def byte_length(self) -> int | None:
+        """Stored bytes (from the type's block layout); None for an unknown type."""
+        known = GGML_TYPES.get(self.type_id)
+        if known is None:
+            return None
+        _, block, size = known
+        return -(-self.numel // block) * size
+
+
+@dataclass(frozen=True, slots=True)
+class GGUFHeader:
+    """Everything before a GGUF file's tensor data."""
+
+    version: int
+    metadata: dict[str, GGUFValue]
+    tensors: tuple[GGUFTensor, ...]
+    header_size: int
+    alignment: int
+    data_start: int
+
+
+class _Cursor:
+    """Sequential reads over a source, fetched in chunks, bounded by the file size."""
+
+    def __init__(self, source: Source) -> None:
+        self.source = source
+        self.size = source.size
+        self.pos = 0
+        self._buf = b""
+        self._buf_start = 0
+
+    def remaining(self) -> int:
+        return self.size - self.pos
+
+    def take(self, n: int, what: str) -> bytes:
+        if n > self.size - self.pos:
+            raise GGUFError(
+                f"{self.source.name}: {what} needs {n:,} bytes at offset {self.pos:,}, but the "
+                f"file ends at {self.size:,}",
+                offset=self.pos,
+            )
+        start = self.pos - self._buf_start
+        if start + n > len(self._buf):
+            keep = self._buf[start:]
+            need = max(n - len(keep), min(_CHUNK, self.size - self.pos - len(keep)))
+            try:
+                more = self.source.read(self.pos + len(keep), need)
+            except SourceError as exc:
+                raise GGUFError(f"{self.source.name}: {exc}", offset=self.pos) from exc
+            self._buf, self._buf_start, start = keep + more, self.pos, 0
+        out = self._buf[start : start + n]
+        self.pos += n
+        return out
+
+    def unpack(self, fmt: str, what: str) -> Any:
+        return struct.unpack(fmt, self.take(struct.calcsize(fmt), what))[0]
+
+    def string(self, what: str) -> str:
+        n = self.unpack("<Q", what)
+        raw = self.take(n, what)
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise GGUFError(
+                f"{self.source.name}: {what} is not UTF-8 (offset {self.pos - n + exc.start:,})",
+                offset=self.pos - n + exc.start,
+            ) from None
+
+
+def _value(cur: _Cursor, type_id: int, key: str) -> GGUFValue:
+    kind = _VALUE_TYPES.get(type_id)
+    if kind is None:
+        raise GGUFError(
+            f"{cur.source.name}: metadata {key!r} has unknown value type {type_id}", offset=cur.pos
+        )
+    name, fmt = kind
+    if fmt is not None:
+        raw = cur.unpack(fmt, f"metadata {key!r}")
+        return GGUFValue(name, bool(raw) if name == "bool" else raw)
+    if name == "string":
+        return GGUFValue(name, cur.string(f"metadata {key!r}"))
+    elem_id = cur.unpack("<I", f"metadata {key!r}")
+    count = cur.unpack("<Q", f"metadata {key!r}")
+    elem = _VALUE_TYPES.get(elem_id)
+    if elem is None or elem[0] == "array":
+        raise GGUFError(
+            f"{cur.source.name}: metadata {key!r} is an array of unsupported type {elem_id}",
+            offset=cur.pos,
+        )
+    elem_name, elem_fmt = elem
+    least = struct.calcsize(elem_fmt) if elem_fmt else 8
+    if count * least > cur.remaining():
+        raise GGUFError(
+            f"{cur.source.name}: metadata {key!r} declares {count:,} {elem_name} items, more "
+            f"than the {cur.remaining():,} bytes left can hold",
+            offset=cur.pos,
+        )
+    if elem_fmt is not None:
+        size = struct.calcsize(elem_fmt)
+        raw = cur.take(count * size, f"metadata {key!r}")
+        items = [v[0] for v in struct.iter_unpack(elem_fmt, raw)]
+        if elem_name == "bool":
+            items = [bool(v) for v in items]
+    else:
+        items = [cur.string(f"metadata {key!r}[{i}]") for i in range(count)]
+    return GGUFValue("array", items, elem_name)
+
+
+def read_header(source: Source) -> GGUFHeader:
+    """Read and check the header of the GGUF file in ``source``."""
+    cur = _Cursor(source)
+    name = source.name
+    magic = cur.take(4, "the magic")
+    if magic != MAGIC:
+        raise GGUFError(f"{name}: not a GGUF file (magic {magic!r})", offset=0)
+    version = cur.unpack("<I", "the version")
+    if version not in (2, 3):
+        raise GGUFError(f"{name}: GGUF version {version} is not supported (2 and 3 are)", offset=4)
+    n_tensors = cur.unpack("<Q", "the tensor count")
+    n_kv = cur.unpack("<Q", "the metadata count")
+    # each key-value pair takes at least 13 bytes, each tensor info at least 24
+    if n_kv * 13 + n_tensors * 24 > cur.remaining():
+        raise GGUFError(
+            f"{name}: the header declares {n_kv:,} metadata entries and {n_tensors:,} tensors, "
+            f"more than the {cur.remaining():,} bytes of the file can hold",
+            offset=8,
+        )
+    metadata: dict[str, GGUFValue] = {}
+    for _ in range(n_kv):
+        key = cur.string("a metadata key")
+        if key in metadata:
+            raise GGUFError(f"{name}: metadata key {key!r} appears twice", offset=cur.pos)
+        metadata[key] = _value(cur, cur.unpack("<I", f"metadata {key!r}"), key)
+    tensors: list[GGUFTensor] = []
+    seen: set[str] = set()
+    for _ in range(n_tensors):
+        tname = cur.string("a tensor name")
+        if tname in seen:
+            raise GGUFError(f"{name}: tensor {tname!r} appears twice", offset=cur.pos)
+        seen.add(tname)
+        n_dims = cur.unpack("<I", f"tensor {tname!r}")
+        if n_dims > MAX_DIMS:
+            raise GGUFError(
+                f"{name}: tensor {tname!r} has {n_dims} dimensions (at most {MAX_DIMS})",
+                offset=cur.pos,
+            )
+        shape = struct.unpack(f"<{n_dims}Q", cur.take(8 * n_dims, f"tensor {tname!r}"))
+        type_id = cur.unpack("<I", f"tensor {tname!r}")
+        offset = cur.unpack("<Q", f"tensor {tname!r}")
+        tensors.append(GGUFTensor(tname, tuple(shape), type_id, offset))
+    align_value = metadata.get("general.alignment")
+    alignment = 32
+    if align_value is not None:
+        if align_value.type != "uint32" or align_value.value <= 0 or align_value.value % 8:
+            raise GGUFError(f"{name}: general.alignment {align_value.value!r} is not usable")
+        alignment = int(align_value.value)
+    header_size = cur.pos
+    data_start = -(-header_size // alignment) * alignment
+    for t in tensors:
+        nbytes = t.byte_length or 0
+        if t.offset % alignment or data_start + t.offset + nbytes > source.size:
+            raise GGUFError(
+                f"{name}: tensor {t.name!r} at data offset {t.offset:,} ({nbytes:,} bytes) is "
+                f"misaligned or runs past the end of the {source.size:,}-byte file",
+                tensor=t.name,
+            )
+    return GGUFHeader(version, metadata, tuple(tensors), header_size, alignment, data_start)

@@ -1,0 +1,201 @@
+"""Identities of a model: the structural hash (weight-inspect's, exactly) and a content id.
+
+The **structural hash** is SHA-256 (lower-case hex) of the compact JSON
+``{"format":…,["gguf_version":…,]"metadata":{…},"tensors":{name:{"name","dtype","shape",
+"byte_length"}}}``: maps sorted by key, dtypes lower-cased, and each metadata value
+canonicalised as weight-inspect does (a string ``pt`` becomes the JSON string ``"\\"pt\\""``;
+inside it control characters, DEL and non-ASCII characters are written as ``\\uXXXX``; GGUF
+numbers keep their type: ``f32:<bits>`` for float32, the bit pattern for float64). For
+safetensors and GGUF it equals weight-inspect's hash; unlike weight-inspect, zero-size
+tensors are included (byte_length 0). zTensor files use the same recipe with
+``"format":"ztensor"`` and the decoded byte length, so recompressing a file keeps its hash.
+
+The **content id** covers names, dtypes (one vocabulary for every format), shapes and the
+tensor bytes (dense, row-major, little-endian), so a model converted between safetensors and
+zTensor keeps it. It streams the data.
+
+Example:
+    >>> from tensorfile.ops._structure import Structure, TensorEntry
+    >>> s = Structure("safetensors", "m", None, 0, {},
+    ...               (TensorEntry("test.weight.0", "F32", (64, 128), 32768, (0, 32768)),))
+    >>> structural_hash(s)
+    '625a71753a42bd1b8b43e866dc9c8c0b4535394b9f54707a6dc13593b842a873'
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import struct
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ..gguf import GGUFValue
+from ._structure import Structure, TensorEntry, load
+
+__all__ = ["canonical_json", "canonical_value", "content_hash", "structural_hash"]
+
+# weight-inspect computes byte lengths only for these GGUF types (others count 0)
+_GGUF_PLAIN_SIZES = {"f32": 4, "i32": 4, "f16": 2, "i16": 2, "bf16": 2, "i8": 1, "i64": 8}
+_GGUF_PLAIN_SIZES["f64"] = 8
+
+
+def _escape(text: str) -> str:
+    out = []
+    for c in text:
+        if c == '"':
+            out.append('\\"')
+        elif c == "\\":
+            out.append("\\\\")
+        elif c == "\n":
+            out.append("\\n")
+        elif c == "\r":
+            out.append("\\r")
+        elif c == "\t":
+            out.append("\\t")
+        elif " " <= c <= "~":
+            out.append(c)
+        else:
+            out.append(f"\\u{ord(c):04x}")
+    return "".join(out)
+
+
+def canonical_value(value: Any) -> str:
+    """weight-inspect's canonical text of a metadata value (a ``str`` or a GGUFValue)."""
+    if isinstance(value, str):
+        return f'"{_escape(value)}"'
+    if isinstance(value, GGUFValue):
+        if value.type == "array":
+            items = [GGUFValue(value.element_type or "", v) for v in value.value]
+            return "[" + ",".join(canonical_value(v) for v in items) + "]"
+        return _scalar(value.type, value.value)
+    raise TypeError(f"cannot canonicalise {type(value).__name__}")
+
+
+def _scalar(kind: str, value: Any) -> str:
+    if kind == "string":
+        return f'"{_escape(value)}"'
+    if kind == "bool":
+        return "true" if value else "false"
+    if kind == "float32":
+        return "f32:" + str(struct.unpack("<I", struct.pack("<f", value))[0])
+    if kind == "float64":
+        return str(struct.unpack("<Q", struct.pack("<d", value))[0])
+    if kind == "uint64":
+        return str(value - (1 << 64) if value >= 1 << 63 else value)  # stored as i64
+    return str(int(value))
+
+
+def _byte_length(fmt: str, t: TensorEntry) -> int:
+    if fmt == "gguf":
+        size = _GGUF_PLAIN_SIZES.get(t.dtype)
+        n = math.prod(t.shape)
+        return 0 if size is None or n >= 1 << 64 else (n * size) % (1 << 64)
+    if fmt == "ztensor":
+        from .. import dtypes
+
+        try:
+            return math.prod(t.shape) * dtypes.from_name(t.dtype).itemsize
+        except KeyError:
+            return t.byte_length
+    return t.byte_length
+
+
+def canonical_json(s: Structure) -> str:
+    """The compact JSON whose SHA-256 is the structural hash."""
+    doc: dict[str, Any] = {"format": s.format}
+    if s.format == "gguf" and s.version is not None:
+        doc["gguf_version"] = int(s.version)
+    doc["metadata"] = {k: canonical_value(s.metadata[k]) for k in sorted(s.metadata)}
+    doc["tensors"] = {
+        t.name: {
+            "name": t.name,
+            "dtype": t.dtype.lower(),
+            "shape": list(t.shape),
+            "byte_length": _byte_length(s.format, t),
+        }
+        for t in sorted(s.tensors, key=lambda t: t.name)
+    }
+    return json.dumps(doc, ensure_ascii=False, separators=(",", ":"))
+
+
+def structural_hash(structure: Structure | str) -> str:
+    """The structural hash of a :class:`Structure` (or of the file at a path)."""
+    s = load(structure) if isinstance(structure, str) else structure
+    return hashlib.sha256(canonical_json(s).encode("utf-8")).hexdigest()
+
+
+_CHUNK = 64 << 20
+
+
+def content_hash(path: str, progress: Callable[[int, int], None] | None = None) -> str:
+    """SHA-256 over every tensor's name, common dtype, shape and dense bytes, in name order.
+
+    ``progress(done, total)`` is called as bytes are hashed (for a progress bar).
+    """
+    import tensorfile
+
+    s = load(path)
+    files = [sh.path for sh in s.shards] if s.shards else [s.path]
+    total = sum(t.parameters * _itemsize(t) for t in s.tensors)
+    done = 0
+    digest = hashlib.sha256(b"tensorfile-content-v1\n")
+    by_file: dict[str, Any] = {}
+    starts: dict[str, int] = {}
+    try:
+        for f in files:
+            by_file[f] = tensorfile.open(f) if s.format != "gguf" else None
+        for t in s.tensors:
+            head = {"name": t.name, "dtype": t.common_dtype, "shape": list(t.shape)}
+            digest.update(json.dumps(head, separators=(",", ":"), ensure_ascii=False).encode())
+            digest.update(b"\n")
+            reader = by_file[t.shard or files[0]]
+            for chunk in _tensor_chunks(reader, s, t, starts):
+                digest.update(chunk)
+                done += len(chunk)
+                if progress is not None:
+                    progress(done, total)
+    finally:
+        for r in by_file.values():
+            if r is not None:
+                r.close()
+    return digest.hexdigest()
+
+
+def _itemsize(t: TensorEntry) -> int:
+    from .. import dtypes
+
+    try:
+        return dtypes.from_name(t.dtype).itemsize
+    except KeyError:
+        return max(1, t.byte_length // max(1, t.parameters))
+
+
+def _tensor_chunks(reader: Any, s: Structure, t: TensorEntry, starts: dict[str, int]) -> Any:
+    """The tensor's dense bytes, a chunk at a time."""
+    if reader is None:  # GGUF: the stored bytes
+        from ..gguf import read_header
+        from ._structure import open_source
+
+        path = t.shard or s.path
+        with open_source(path) as src:
+            if path not in starts:
+                starts[path] = read_header(src).data_start
+            start = starts[path] + t.data_offsets[0]
+            for pos in range(0, t.byte_length, _CHUNK):
+                yield src.read(start + pos, min(_CHUNK, t.byte_length - pos))
+        return
+    info = reader.info(t.name)
+    if info.layout == "dense" and all(c.encoding == "raw" for c in info.components.values()):
+        rng = info.byte_range
+        for pos in range(0, rng.length, _CHUNK):
+            buf = bytearray(min(_CHUNK, rng.length - pos))
+            reader.source.readinto(rng.start + pos, [memoryview(buf)])
+            yield bytes(buf)
+        return
+    value = reader.get_tensor(t.name)
+    dense = value if isinstance(value, np.ndarray) else value.to_dense()
+    yield np.ascontiguousarray(dense).tobytes()
