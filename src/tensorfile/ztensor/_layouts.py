@@ -61,8 +61,25 @@ def _shape(shape: Any) -> tuple[int, ...]:
     return dims
 
 
+class _Sparse:
+    """What CSR and COO tensors share: their values."""
+
+    values: NDArray
+
+    @property
+    def dtype(self) -> np.dtype[Any]:
+        """The values' dtype."""
+        found: np.dtype[Any] = self.values.dtype
+        return found
+
+    @property
+    def nnz(self) -> int:
+        """Number of stored values."""
+        return int(self.values.size)
+
+
 @dataclass(frozen=True, eq=False)
-class CSRTensor:
+class CSRTensor(_Sparse):
     """A 2-D compressed-sparse-row tensor: ``values``, column ``indices`` (uint64) and row
     pointers ``indptr`` (uint64, ``rows + 1`` of them)."""
 
@@ -82,17 +99,6 @@ class CSRTensor:
             check_csr(self.values, self.indices, self.indptr, self.shape)
         except ZTensorError as exc:
             raise InvalidArgumentError(str(exc)) from None
-
-    @property
-    def dtype(self) -> np.dtype[Any]:
-        """The values' dtype."""
-        found: np.dtype[Any] = self.values.dtype
-        return found
-
-    @property
-    def nnz(self) -> int:
-        """Number of stored values."""
-        return int(self.values.size)
 
     def to_dense(self) -> NDArray:
         """The dense 2-D array."""
@@ -157,7 +163,7 @@ class CSRTensor:
 
 
 @dataclass(frozen=True, eq=False)
-class COOTensor:
+class COOTensor(_Sparse):
     """A coordinate-list sparse tensor: ``values`` and ``coords`` of shape ``(ndim, nnz)``
     (uint64; row ``d`` holds every value's index along dimension ``d``)."""
 
@@ -178,17 +184,6 @@ class COOTensor:
             check_coo(values, coords, shape)
         except ZTensorError as exc:
             raise InvalidArgumentError(str(exc)) from None
-
-    @property
-    def dtype(self) -> np.dtype[Any]:
-        """The values' dtype."""
-        found: np.dtype[Any] = self.values.dtype
-        return found
-
-    @property
-    def nnz(self) -> int:
-        """Number of stored values."""
-        return int(self.values.size)
 
     def to_dense(self) -> NDArray:
         """The dense array (duplicate coordinates are summed, as torch and scipy do)."""
