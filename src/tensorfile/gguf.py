@@ -94,6 +94,8 @@ class GGUFValue:
     type: str
     value: Any
     element_type: str | None = None
+    bits: Any = None
+    """For float32 values: the stored bit pattern(s) (a NaN's payload survives no float)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,6 +195,9 @@ def _value(cur: _Cursor, type_id: int, key: str) -> GGUFValue:
             f"{cur.source.name}: metadata {key!r} has unknown value type {type_id}", offset=cur.pos
         )
     name, fmt = kind
+    if name == "float32":
+        bits = cur.unpack("<I", f"metadata {key!r}")
+        return GGUFValue(name, struct.unpack("<f", struct.pack("<I", bits))[0], bits=bits)
     if fmt is not None:
         raw = cur.unpack(fmt, f"metadata {key!r}")
         return GGUFValue(name, bool(raw) if name == "bool" else raw)
@@ -214,15 +219,18 @@ def _value(cur: _Cursor, type_id: int, key: str) -> GGUFValue:
             f"than the {cur.remaining():,} bytes left can hold",
             offset=cur.pos,
         )
+    bits = None
     if elem_fmt is not None:
         size = struct.calcsize(elem_fmt)
         raw = cur.take(count * size, f"metadata {key!r}")
         items = [v[0] for v in struct.iter_unpack(elem_fmt, raw)]
         if elem_name == "bool":
             items = [bool(v) for v in items]
+        elif elem_name == "float32":
+            bits = [v[0] for v in struct.iter_unpack("<I", raw)]
     else:
         items = [cur.string(f"metadata {key!r}[{i}]") for i in range(count)]
-    return GGUFValue("array", items, elem_name)
+    return GGUFValue("array", items, elem_name, bits)
 
 
 def read_header(source: Source) -> GGUFHeader:

@@ -9,6 +9,7 @@ from typing import Any
 from ..errors import InvalidArgumentError
 from ..ops import diff, edit_metadata, read_metadata
 from ..ops.diff import DiffResult
+from ._inspect import meta_text
 from ._output import Output
 
 __all__ = ["run_diff", "run_meta"]
@@ -101,7 +102,7 @@ def run_meta(args: argparse.Namespace, out: Output) -> int:
             out.json({"schema": 1, "path": args.path, "metadata": meta})
         else:
             for key in sorted(meta):
-                out.line(f"{key}: {meta[key]}")
+                out.line(f"{key}: {meta_text(meta[key])}")
         return 0
     r = edit_metadata(args.path, set=_pairs(args.set), delete=args.delete, clear=args.clear)
     if out.json_mode:
@@ -111,5 +112,5 @@ def run_meta(args: argparse.Namespace, out: Output) -> int:
         how = "in place" if r.in_place else "by rewriting the file"
         out.line(f"updated {len(r.paths)} file(s) {how}")
         for key in sorted(r.after):
-            out.line(f"{key}: {r.after[key]}")
+            out.line(f"{key}: {meta_text(r.after[key])}")
     return 0

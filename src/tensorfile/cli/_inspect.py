@@ -7,6 +7,7 @@ import json
 import os
 
 from rich.table import Table
+from rich.text import Text
 from rich.tree import Tree
 
 from ..ops import content_hash, inspect, load, structural_hash
@@ -23,11 +24,15 @@ def _shape(t: TensorEntry) -> str:
     return "[" + ", ".join(str(d) for d in t.shape) + "]"
 
 
-def _meta_text(value: object) -> str:
+def meta_text(value: object, limit: int | None = None) -> str:
+    """A metadata value for a terminal: control characters escaped (``\\n``, ``\\u007f``),
+    optionally cut to ``limit`` characters."""
     text = str(value)
     if any(c < " " or c == "\x7f" for c in text):
-        text = json.dumps(text, ensure_ascii=False)  # show control characters as escapes
-    return text if len(text) <= 120 else text[:117] + "..."
+        text = json.dumps(text, ensure_ascii=False)[1:-1]
+    if limit is not None and len(text) > limit:
+        text = text[: limit - 3] + "..."
+    return text
 
 
 def run_inspect(args: argparse.Namespace, out: Output) -> int:
@@ -59,13 +64,13 @@ def _header(r: InspectResult, out: Output) -> None:
     meta = json_metadata(r.metadata)
     out.line(f"metadata ({len(meta)})" + (":" if meta else ""))
     for key in sorted(meta):
-        out.line(f"  {key}: {_meta_text(meta[key])}")
+        out.line(f"  {key}: {meta_text(meta[key], 120)}")
     table = Table(title=None, show_edge=False)
     table.add_column("dtype")
     table.add_column("parameters", justify="right")
     table.add_column("bytes", justify="right")
     for dt, n in r.parameters_by_dtype.items():
-        table.add_row(dt, f"{n:,}", f"{r.bytes_by_dtype[dt]:,}")
+        table.add_row(Text(dt), f"{n:,}", f"{r.bytes_by_dtype[dt]:,}")
     out.render(table)
 
 
@@ -81,8 +86,8 @@ def _tensors(r: InspectResult, out: Output, *, verbose: bool) -> None:
         notes = [n for n in (t.layout, t.encoding) if n not in ("dense", "raw")]
         extra = f" ({', '.join(notes)})" if notes else ""
         table.add_row(
-            t.name, t.dtype + extra, _shape(t), f"{t.byte_length:,}",
-            f"[{t.data_offsets[0]}, {t.data_offsets[1]})",
+            Text(t.name), Text(t.dtype + extra), _shape(t), f"{t.byte_length:,}",
+            Text(f"[{t.data_offsets[0]}, {t.data_offsets[1]})"),
         )  # fmt: skip
     out.render(table)
     if len(shown) < len(r.tensors):
@@ -90,7 +95,7 @@ def _tensors(r: InspectResult, out: Output, *, verbose: bool) -> None:
 
 
 def _tree(root: ModuleGroup, r: InspectResult) -> Tree:
-    tree = Tree(f"{os.path.basename(r.path)}  {root.parameters:,} parameters", highlight=False)
+    tree = Tree(Text(f"{os.path.basename(r.path)}  {root.parameters:,} parameters"))
     _grow(tree, root)
     return tree
 
@@ -99,13 +104,14 @@ def _grow(node: Tree, group: ModuleGroup) -> None:
     cut = len(group.prefix) + 1 if group.prefix else 0
     for child in group.children:
         branch = node.add(
-            f"{child.prefix[cut:]}  {child.parameters:,} parameters, {human_bytes(child.bytes)}",
-            highlight=False,
+            Text(
+                f"{child.prefix[cut:]}  {child.parameters:,} parameters, {human_bytes(child.bytes)}"
+            )
         )
         _grow(branch, child)
     for t in group.tensors:
         leaf = t.name[len(group.prefix) + 1 :] if group.prefix else t.name
-        node.add(f"{leaf}  {t.dtype} {_shape(t)}  {t.parameters:,}", highlight=False)
+        node.add(Text(f"{leaf}  {t.dtype} {_shape(t)}  {t.parameters:,}"))
 
 
 def run_id(args: argparse.Namespace, out: Output) -> int:

@@ -21,12 +21,19 @@ __all__ = ["Output", "human_bytes"]
 
 
 def human_bytes(n: int) -> str:
-    """``1.5 MB``-style sizes (powers of 1000, as file managers and hubs show them)."""
+    """``1.5 MB``-style sizes (powers of 1000, as file managers and hubs show them).
+
+    Example:
+        >>> human_bytes(999), human_bytes(999_999), human_bytes(1_500_000)
+        ('999 B', '1.0 MB', '1.5 MB')
+    """
+    if n < 1000:
+        return f"{n} B"
     size = float(n)
-    for unit in ("B", "kB", "MB", "GB", "TB"):
-        if size < 1000 or unit == "TB":
-            return f"{int(size)} B" if unit == "B" else f"{size:.1f} {unit}"
+    for unit in ("kB", "MB", "GB", "TB"):
         size /= 1000
+        if round(size, 1) < 1000 or unit == "TB":
+            return f"{size:.1f} {unit}"
     return f"{n} B"  # pragma: no cover
 
 
@@ -60,6 +67,11 @@ class Output:
     def render(self, renderable: Any) -> None:
         """Print a rich renderable (table, tree...)."""
         self.console.print(renderable)
+
+    def warning(self, message: str) -> None:
+        """One line on stderr."""
+        self.stderr.write(f"tensorfile: warning: {' '.join(message.split())}\n")
+        self.stderr.flush()
 
     def error(self, message: str) -> None:
         """One line on stderr."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 from collections.abc import Callable, Sequence
 
 from .. import __version__
@@ -54,6 +55,16 @@ def _describe(exc: BaseException) -> str:
     if isinstance(exc, InvalidArgumentError):
         return message
     return message
+
+
+def _unique(caught: list[warnings.WarningMessage]) -> list[warnings.WarningMessage]:
+    seen: set[str] = set()
+    out = []
+    for w in caught:
+        if str(w.message) not in seen:
+            seen.add(str(w.message))
+            out.append(w)
+    return out
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -117,7 +128,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(exc.code) if isinstance(exc.code, int) else EXIT_USAGE
     out = Output(json_mode=bool(getattr(args, "json", False)))
     try:
-        status: int = args.run(args, out)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            status: int = args.run(args, out)
+        for w in _unique(caught):
+            out.warning(str(w.message))
         return status
     except KeyboardInterrupt:
         out.error("interrupted")

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from ._structure import Structure, TensorEntry, load
+from .hash import canonical_value
 from .inspect import json_metadata
 
 __all__ = ["DataDiff", "DiffResult", "TensorChange", "diff"]
@@ -105,12 +106,18 @@ class DiffResult:
                     {
                         "name": d.name,
                         "differing_elements": d.differing_elements,
-                        "max_abs_diff": d.max_abs_diff,
+                        "max_abs_diff": _json_number(d.max_abs_diff),
                     }
                     for d in self.data
                 ],
             }
         return doc
+
+
+def _json_number(x: float | None) -> float | str | None:
+    if x is None or np.isfinite(x):
+        return x
+    return "Infinity"
 
 
 def _fields(t: TensorEntry) -> dict[str, Any]:
@@ -130,6 +137,9 @@ def diff(a: str | Structure, b: str | Structure, *, data: bool = False) -> DiffR
             if fa[key] != fb[key]:
                 changed.append(TensorChange(name, key, fa[key], fb[key]))
     ma, mb = json_metadata(sa.metadata), json_metadata(sb.metadata)
+    # compare values by their canonical text: a NaN equals itself, 1 (uint8) differs from 1.0
+    ca = {k: canonical_value(v) for k, v in sa.metadata.items()}
+    cb = {k: canonical_value(v) for k, v in sb.metadata.items()}
     result = DiffResult(
         sa.path,
         sb.path,
@@ -138,7 +148,7 @@ def diff(a: str | Structure, b: str | Structure, *, data: bool = False) -> DiffR
         changed,
         {k: mb[k] for k in sorted(mb.keys() - ma.keys())},
         {k: ma[k] for k in sorted(ma.keys() - mb.keys())},
-        {k: (ma[k], mb[k]) for k in sorted(ma.keys() & mb.keys()) if ma[k] != mb[k]},
+        {k: (ma[k], mb[k]) for k in sorted(ma.keys() & mb.keys()) if ca[k] != cb[k]},
     )
     if not data:
         return result
@@ -192,22 +202,36 @@ def _compare_data(sa: Structure, sb: Structure, names: list[str]) -> list[DataDi
 
 
 def _dense(value: Any) -> np.ndarray[Any, Any]:
-    return value if isinstance(value, np.ndarray) else np.asarray(value.to_dense())
+    if isinstance(value, np.ndarray):
+        return value
+    if hasattr(value, "to_dense"):
+        return np.asarray(value.to_dense())
+    # an extension layout: compare its components' bytes, by role
+    parts = [
+        np.frombuffer(value.components[r].tobytes(), np.uint8) for r in sorted(value.components)
+    ]
+    return np.concatenate(parts) if parts else np.empty(0, np.uint8)
+
+
+def _is_float(dtype: np.dtype[Any]) -> bool:
+    return dtype.kind in "fc" or "float" in dtype.name
 
 
 def _compare(name: str, xa: np.ndarray[Any, Any], xb: np.ndarray[Any, Any]) -> DataDiff | None:
-    if xa.tobytes() == xb.tobytes():
+    if xa.shape == xb.shape and xa.tobytes() == xb.tobytes():
         return None
-    kind = xa.dtype.kind
-    if kind in "fcV" or xa.dtype.name in ("bfloat16",) or "float" in xa.dtype.name:
-        fa, fb = xa.astype(np.float64), xb.astype(np.float64)
+    if xa.shape != xb.shape:
+        return DataDiff(name, max(xa.size, xb.size), None)
+    if _is_float(xa.dtype):
+        wide = np.complex128 if xa.dtype.kind == "c" else np.float64
+        fa, fb = xa.astype(wide), xb.astype(wide)
         unequal = ~((fa == fb) | (np.isnan(fa) & np.isnan(fb)))
-        delta = np.abs(fa - fb)
-        finite = delta[np.isfinite(delta)]
-        max_abs = float(finite.max()) if finite.size else float("inf")
+        delta = np.abs(fa[unequal] - fb[unequal])
+        delta[np.isnan(delta)] = np.inf  # NaN against a number, or inf against -inf
+        max_abs = float(delta.max()) if delta.size else 0.0
         return DataDiff(name, int(unequal.sum()), max_abs)
     unequal = xa != xb
-    if kind in "iub":
+    if xa.dtype.kind in "iub":
         delta = np.abs(xa.astype(np.float64) - xb.astype(np.float64))
         return DataDiff(name, int(unequal.sum()), float(delta.max()))
     return DataDiff(name, int(unequal.sum()), None)

@@ -69,8 +69,12 @@ def canonical_value(value: Any) -> str:
         return f'"{_escape(value)}"'
     if isinstance(value, GGUFValue):
         if value.type == "array":
-            items = [GGUFValue(value.element_type or "", v) for v in value.value]
+            kind = value.element_type or ""
+            bits = value.bits if value.bits is not None else [None] * len(value.value)
+            items = [GGUFValue(kind, v, bits=b) for v, b in zip(value.value, bits, strict=True)]
             return "[" + ",".join(canonical_value(v) for v in items) + "]"
+        if value.type == "float32" and value.bits is not None:
+            return f"f32:{value.bits}"
         return _scalar(value.type, value.value)
     raise TypeError(f"cannot canonicalise {type(value).__name__}")
 
@@ -197,5 +201,10 @@ def _tensor_chunks(reader: Any, s: Structure, t: TensorEntry, starts: dict[str, 
             yield bytes(buf)
         return
     value = reader.get_tensor(t.name)
-    dense = value if isinstance(value, np.ndarray) else value.to_dense()
-    yield np.ascontiguousarray(dense).tobytes()
+    if isinstance(value, np.ndarray):
+        yield np.ascontiguousarray(value).tobytes()
+    elif hasattr(value, "to_dense"):
+        yield np.ascontiguousarray(value.to_dense()).tobytes()
+    else:  # an extension layout: its components, by role
+        for role in sorted(value.components):
+            yield role.encode() + b"\n" + value.components[role].tobytes()

@@ -14,6 +14,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 import os
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
@@ -86,8 +87,18 @@ class InspectResult:
 
 
 def json_metadata(metadata: Mapping[str, Any]) -> dict[str, Any]:
-    """Metadata as JSON values (GGUF values unwrapped to numbers, booleans, text, lists)."""
-    return {k: v.value if isinstance(v, GGUFValue) else v for k, v in metadata.items()}
+    """Metadata as JSON values (GGUF values unwrapped to numbers, booleans, text, lists;
+    NaN and infinities, which JSON cannot hold, as the strings ``"NaN"``, ``"Infinity"``,
+    ``"-Infinity"``)."""
+    return {k: _plain(v.value if isinstance(v, GGUFValue) else v) for k, v in metadata.items()}
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
 
 
 def inspect(path: str | Structure) -> InspectResult:

@@ -3,7 +3,9 @@
 safetensors: the ``__metadata__`` map. When the new header fits in the old header's space it
 is written in place (padded with spaces, one write, the tensor bytes untouched); otherwise
 the file is rewritten by a streaming copy into a temporary file that is renamed into place,
-with the data region keeping the alignment it had. zTensor: the manifest's ``attributes``;
+with the data region keeping the alignment it had. Every key is checked before any file is
+written; a sharded checkpoint is then edited shard by shard (each shard atomically, the
+checkpoint as a whole not). zTensor: the manifest's ``attributes``;
 the manifest (which ends the file) is rewritten in place when the new one is not longer,
 else the file is copied as above. A sharded checkpoint is edited shard by shard. GGUF
 metadata is read-only here.
@@ -54,11 +56,16 @@ def read_metadata(path: str) -> dict[str, Any]:
 
 
 def _apply(
-    before: Mapping[str, str], set: Mapping[str, str], delete: Iterable[str], clear: bool
+    before: Mapping[str, str],
+    set: Mapping[str, str],
+    delete: Iterable[str],
+    clear: bool,
+    *,
+    strict: bool = True,
 ) -> dict[str, str]:
     after = {} if clear else dict(before)
     for key in delete:
-        if key not in after and not clear:
+        if strict and key not in after and not clear:
             raise InvalidArgumentError(f"metadata has no key {key!r} to delete")
         after.pop(key, None)
     for key, value in set.items():
@@ -84,15 +91,20 @@ def edit_metadata(
     set = dict(set or {})
     delete = list(delete)
     before = {k: str(v) for k, v in s.metadata.items()}
-    after = _apply(before, set, delete, clear)
+    after = _apply(before, set, delete, clear)  # checks every key before any file changes
+
+    def change(meta: Mapping[str, str]) -> dict[str, str]:
+        # a shard of a checkpoint may lack a key another shard holds
+        return _apply(meta, set, delete, clear, strict=False)
+
     in_place = True
     for f in files:
         with open_source(f) as src:
             fmt = detect(src)
         if fmt == "ztensor":
-            in_place &= _edit_ztensor(f, lambda m: _apply(m, set, delete, clear))
+            in_place &= _edit_ztensor(f, change)
         else:
-            in_place &= _edit_safetensors(f, lambda m: _apply(m, set, delete, clear))
+            in_place &= _edit_safetensors(f, change)
     return MetadataEdit(tuple(files), before, after, in_place)
 
 

@@ -1,0 +1,301 @@
+"""``tensorfile id`` (structural hash, ``--content``) and ``tensorfile summary``: the hashes are
+recomputed here from the documented recipes and from what the files were written with."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import struct
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from cli_support import (
+    MODEL,
+    MODEL_META,
+    SAFETENSORS_DTYPE,
+    run,
+    run_json,
+    write_gguf,
+    write_safetensors,
+    write_sharded,
+    write_zt,
+)
+
+KNOWN_ID = "625a71753a42bd1b8b43e866dc9c8c0b4535394b9f54707a6dc13593b842a873"
+
+
+def _structural(
+    fmt: str,
+    metadata: dict[str, str],
+    tensors: dict[str, tuple[str, list[int], int]],
+    gguf_version: int | None = None,
+) -> str:
+    """weight-inspect's recipe: compact JSON, maps sorted by key, dtypes lower-cased, each
+    metadata value canonicalised to text (already done by the caller)."""
+    doc: dict[str, Any] = {"format": fmt}
+    if gguf_version is not None:
+        doc["gguf_version"] = gguf_version
+    doc["metadata"] = {k: metadata[k] for k in sorted(metadata)}
+    doc["tensors"] = {
+        name: {"name": name, "dtype": dt.lower(), "shape": shape, "byte_length": n}
+        for name, (dt, shape, n) in sorted(tensors.items())
+    }
+    text = json.dumps(doc, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _content(tensors: dict[str, tuple[str, list[int], bytes]]) -> str:
+    """The content id: names, common dtypes, shapes and dense bytes, in name order."""
+    h = hashlib.sha256(b"tensorfile-content-v1\n")
+    for name in sorted(tensors):
+        dt, shape, data = tensors[name]
+        head = {"name": name, "dtype": dt, "shape": shape}
+        h.update(json.dumps(head, separators=(",", ":"), ensure_ascii=False).encode() + b"\n")
+        h.update(data)
+    return h.hexdigest()
+
+
+def _model_content(model: dict[str, np.ndarray[Any, Any]]) -> str:
+    return _content(
+        {
+            n: (SAFETENSORS_DTYPE[a.dtype.name], list(a.shape), np.ascontiguousarray(a).tobytes())
+            for n, a in model.items()
+        }
+    )
+
+
+def _id(capsys: Any, *argv: Any) -> str:
+    r = run(capsys, "id", *argv)
+    assert r.code == 0, r
+    assert r.err == ""
+    assert r.out.endswith("\n")
+    assert r.out.count("\n") == 1
+    return r.out[:-1]
+
+
+# -- structural hash ---------------------------------------------------------------------------
+
+
+def test_id_known_structural_hash(tmp_path: Path, capsys: Any) -> None:
+    path = write_safetensors(
+        tmp_path / "one.safetensors", {"test.weight.0": np.zeros((64, 128), np.float32)}
+    )
+    assert _id(capsys, path) == KNOWN_ID
+    assert _structural("safetensors", {}, {"test.weight.0": ("F32", [64, 128], 32768)}) == KNOWN_ID
+
+
+def test_id_json(tmp_path: Path, capsys: Any) -> None:
+    path = write_safetensors(
+        tmp_path / "one.safetensors", {"test.weight.0": np.zeros((64, 128), np.float32)}
+    )
+    assert run_json(capsys, "id", path) == {
+        "schema": 1,
+        "format": "safetensors",
+        "structural_hash": KNOWN_ID,
+        "tensor_count": 1,
+        "metadata_count": 0,
+    }
+    path = write_zt(tmp_path / "m.zt", attributes=MODEL_META)
+    doc = run_json(capsys, "id", path)
+    assert doc == {
+        "schema": 1,
+        "format": "ztensor",
+        "structural_hash": _id(capsys, path),
+        "tensor_count": 7,
+        "metadata_count": 2,
+    }
+
+
+def test_id_structural_hash_with_metadata(tmp_path: Path, capsys: Any) -> None:
+    path = write_safetensors(tmp_path / "m.safetensors", metadata=MODEL_META)
+    tensors = {
+        n: (SAFETENSORS_DTYPE[a.dtype.name], list(a.shape), a.nbytes) for n, a in MODEL.items()
+    }
+    canonical_meta = {k: json.dumps(v) for k, v in MODEL_META.items()}  # "pt" -> "\"pt\""
+    assert _id(capsys, path) == _structural("safetensors", canonical_meta, tensors)
+    # metadata is part of the structure; tensor values are not
+    other = write_safetensors(tmp_path / "o.safetensors", metadata={**MODEL_META, "note": "x"})
+    assert _id(capsys, other) != _id(capsys, path)
+    changed = {**MODEL, "model.norm.scale": np.array([5, 6], np.int32)}
+    same_shape = write_safetensors(tmp_path / "v.safetensors", changed, MODEL_META)
+    assert _id(capsys, same_shape) == _id(capsys, path)
+
+
+def test_id_ztensor_structural_hash_ignores_compression(tmp_path: Path, capsys: Any) -> None:
+    raw = write_zt(tmp_path / "raw.zt", attributes=MODEL_META)
+    packed = write_zt(tmp_path / "z.zt", attributes=MODEL_META, compression="zstd")
+    tensors = {n: (a.dtype.name, list(a.shape), a.nbytes) for n, a in MODEL.items()}
+    canonical_meta = {k: json.dumps(v) for k, v in MODEL_META.items()}
+    want = _structural("ztensor", canonical_meta, tensors)
+    assert _id(capsys, raw) == want
+    assert _id(capsys, packed) == want
+
+
+def test_id_gguf_structural_hash(tmp_path: Path, capsys: Any) -> None:
+    path = write_gguf(
+        tmp_path / "m.gguf",
+        {"tok.weight": np.ones((4, 8), np.float32), "out.weight": np.ones(8, np.float16)},
+        [("add_uint32", "llama.block_count", 2), ("add_float32", "x.scale", 0.5)],
+    )
+    bits = struct.unpack("<I", struct.pack("<f", 0.5))[0]
+    meta = {"general.architecture": '"llama"', "llama.block_count": "2", "x.scale": f"f32:{bits}"}
+    tensors = {"tok.weight": ("f32", [8, 4], 128), "out.weight": ("f16", [8], 16)}
+    assert _id(capsys, path) == _structural("gguf", meta, tensors, gguf_version=3)
+
+
+def test_id_sharded_equals_single_file(tmp_path: Path, capsys: Any) -> None:
+    names = sorted(MODEL)
+    meta = {"format": "pt"}
+    index = write_sharded(
+        tmp_path / "ckpt",
+        [{n: MODEL[n] for n in names[:2]}, {n: MODEL[n] for n in names[2:]}],
+        [meta, meta],
+    )
+    single = write_safetensors(tmp_path / "single.safetensors", metadata=meta)
+    want = _id(capsys, single)
+    assert _id(capsys, index) == want
+    assert _id(capsys, index.parent) == want
+    assert _id(capsys, index.parent / "*.safetensors") == want
+    assert _id(capsys, single, "--content") == _id(capsys, index, "--content")
+    assert _id(capsys, index.parent / "model-0000?-of-00002.safetensors", "--content") == _id(
+        capsys, single, "--content"
+    )
+
+
+# -- content id --------------------------------------------------------------------------------
+
+
+def test_id_content_same_across_formats(tmp_path: Path, capsys: Any) -> None:
+    from safetensors.numpy import save_file as ref_save
+
+    ref = tmp_path / "ref.safetensors"
+    ref_save(dict(MODEL), str(ref), metadata={"who": "reference"})
+    files = [
+        write_safetensors(tmp_path / "m.safetensors", metadata=MODEL_META),
+        ref,
+        write_zt(tmp_path / "raw.zt", attributes=MODEL_META),
+        write_zt(tmp_path / "zstd.zt", compression="zstd"),
+        write_zt(tmp_path / "crc.zt", compression="zstd", checksum="crc32c"),
+    ]
+    want = _model_content(MODEL)
+    assert [_id(capsys, f, "--content") for f in files] == [want] * len(files)
+    # ...and it is not the structural hash
+    assert want != _id(capsys, files[0])
+
+
+@pytest.mark.parametrize(
+    "change",
+    ["value", "name", "dtype", "shape"],
+)
+def test_id_content_changes_with_the_tensors(tmp_path: Path, capsys: Any, change: str) -> None:
+    base = write_safetensors(tmp_path / "a.safetensors")
+    other = dict(MODEL)
+    if change == "value":
+        w = MODEL["lm_head.weight"].copy()
+        w[3, 5] += 1
+        other["lm_head.weight"] = w
+    elif change == "name":
+        other["lm_head.w"] = other.pop("lm_head.weight")
+    elif change == "dtype":  # the same bytes, read as int32
+        other["lm_head.weight"] = MODEL["lm_head.weight"].view(np.int32)
+    else:
+        other["lm_head.weight"] = MODEL["lm_head.weight"].reshape(6, 4)
+    for writer, name in ((write_safetensors, "b.safetensors"), (write_zt, "b.zt")):
+        path = writer(tmp_path / name, other)
+        got = _id(capsys, path, "--content")
+        assert got == _model_content(other)
+        assert got != _id(capsys, base, "--content")
+
+
+def test_id_content_ignores_metadata(tmp_path: Path, capsys: Any) -> None:
+    a = write_safetensors(tmp_path / "a.safetensors", metadata={"k": "1"})
+    b = write_safetensors(tmp_path / "b.safetensors", metadata={"k": "2"})
+    assert _id(capsys, a, "--content") == _id(capsys, b, "--content")
+    assert _id(capsys, a) != _id(capsys, b)
+
+
+def test_id_content_json(tmp_path: Path, capsys: Any) -> None:
+    path = write_zt(tmp_path / "m.zt", attributes=MODEL_META, compression="zstd")
+    assert run_json(capsys, "id", path, "--content") == {
+        "schema": 1,
+        "format": "ztensor",
+        "content_hash": _model_content(MODEL),
+        "tensor_count": 7,
+        "metadata_count": 2,
+    }
+
+
+def test_id_content_gguf(tmp_path: Path, capsys: Any) -> None:
+    tok = np.arange(32, dtype=np.float32).reshape(4, 8)
+    out = np.arange(8, dtype=np.float16)
+    path = write_gguf(tmp_path / "m.gguf", {"tok.weight": tok, "out.weight": out})
+    want = _content(
+        {"tok.weight": ("F32", [8, 4], tok.tobytes()), "out.weight": ("F16", [8], out.tobytes())}
+    )
+    assert _id(capsys, path, "--content") == want
+
+
+# -- summary -----------------------------------------------------------------------------------
+
+
+def _summary(capsys: Any, path: Any) -> str:
+    r = run(capsys, "summary", path)
+    assert r.code == 0, r
+    assert r.err == ""
+    assert r.out.count("\n") == 1
+    return r.out[:-1]
+
+
+def test_summary_safetensors_known(tmp_path: Path, capsys: Any) -> None:
+    path = write_safetensors(
+        tmp_path / "one.safetensors", {"test.weight.0": np.zeros((64, 128), np.float32)}
+    )
+    assert _summary(capsys, path) == f"safetensors,N/A,1,0,{KNOWN_ID}"
+
+
+def test_summary_each_format(tmp_path: Path, capsys: Any) -> None:
+    st = write_safetensors(tmp_path / "m.safetensors", metadata=MODEL_META)
+    assert _summary(capsys, st) == f"safetensors,N/A,7,2,{_id(capsys, st)}"
+    zt = write_zt(tmp_path / "m.zt", attributes={"a": "1", "b": "2", "c": "3"})
+    assert _summary(capsys, zt) == f"ztensor,1.0,7,3,{_id(capsys, zt)}"
+    gg = write_gguf(
+        tmp_path / "m.gguf",
+        {"tok.weight": np.ones((4, 8), np.float32), "out.weight": np.ones(8, np.float16)},
+        [("add_uint32", "llama.block_count", 2), ("add_string", "general.name", "tiny")],
+    )
+    assert _summary(capsys, gg) == f"gguf,3,2,3,{_id(capsys, gg)}"
+    # the hashes are those of the recipe, not just self-consistent
+    tensors = {"tok.weight": ("f32", [8, 4], 128), "out.weight": ("f16", [8], 16)}
+    meta = {"general.architecture": '"llama"', "general.name": '"tiny"', "llama.block_count": "2"}
+    assert _summary(capsys, gg).endswith("," + _structural("gguf", meta, tensors, 3))
+
+
+def test_summary_json(tmp_path: Path, capsys: Any) -> None:
+    zt = write_zt(tmp_path / "m.zt", attributes=MODEL_META)
+    assert run_json(capsys, "summary", zt) == {
+        "schema": 1,
+        "format": "ztensor",
+        "version": "1.0",
+        "tensor_count": 7,
+        "metadata_count": 2,
+        "structural_hash": _id(capsys, zt),
+    }
+    st = write_safetensors(tmp_path / "m.safetensors")
+    doc = run_json(capsys, "summary", st)
+    assert doc["version"] is None
+    assert (doc["format"], doc["tensor_count"], doc["metadata_count"]) == ("safetensors", 7, 0)
+
+
+@pytest.mark.parametrize("how", ["index", "folder", "glob"])
+def test_summary_sharded(tmp_path: Path, capsys: Any, how: str) -> None:
+    names = sorted(MODEL)
+    index = write_sharded(
+        tmp_path / "ckpt",
+        [{n: MODEL[n] for n in names[:4]}, {n: MODEL[n] for n in names[4:]}],
+        [{"format": "pt"}, {"format": "pt", "extra": "1"}],
+    )
+    target = {"index": index, "folder": index.parent, "glob": index.parent / "*.safetensors"}[how]
+    single = write_safetensors(tmp_path / "s.safetensors", metadata={"format": "pt", "extra": "1"})
+    assert _summary(capsys, target) == f"safetensors,N/A,7,2,{_id(capsys, single)}"

@@ -1,0 +1,307 @@
+"""``tensorfile meta``: printing metadata, and ``--set`` / ``--delete`` / ``--clear`` editing
+safetensors and zTensor files (in place or by rewriting) without touching their tensors, as
+the reference ``safetensors`` and ``ztensor`` packages see them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from cli_support import (
+    MODEL,
+    MODEL_META,
+    assert_one_error,
+    run,
+    run_json,
+    safetensors_header,
+    write_gguf,
+    write_safetensors,
+    write_sharded,
+    write_zt,
+    zt_manifest,
+)
+from safetensors import safe_open
+from safetensors.numpy import load_file as ref_load
+
+from tensorfile import ztensor
+
+LONG_META = {"format": "pt", "note": "a long note that the edit removes again"}
+
+
+def _ref_metadata(path: Path) -> dict[str, str]:
+    with safe_open(str(path), framework="np") as f:
+        return dict(f.metadata() or {})
+
+
+def _assert_tensors(path: Path, want: dict[str, np.ndarray[Any, Any]]) -> None:
+    """The reference safetensors loader reads exactly ``want``."""
+    got = ref_load(str(path))
+    assert sorted(got) == sorted(want)
+    for name, arr in want.items():
+        assert got[name].dtype == arr.dtype, name
+        assert got[name].shape == arr.shape, name
+        assert got[name].tobytes() == arr.tobytes(), name
+
+
+def _assert_zt_tensors(path: Path, want: dict[str, np.ndarray[Any, Any]]) -> None:
+    """Both tensorfile and the reference ``ztensor`` package read exactly ``want``."""
+    ref = pytest.importorskip("ztensor")
+    reader = ref.Reader(str(path))
+    assert sorted(reader.tensor_names) == sorted(want)
+    mine = ztensor.load_file(path)
+    for name, arr in want.items():
+        theirs = np.array(reader.read_tensor(name), copy=True).view(np.ndarray)
+        for got in (theirs, mine[name]):
+            assert got.dtype == arr.dtype, name
+            assert got.shape == arr.shape, name
+            assert got.tobytes() == arr.tobytes(), name
+
+
+# -- printing ------------------------------------------------------------------------------------
+
+
+def test_meta_prints_sorted_keys(tmp_path: Path, capsys: Any) -> None:
+    path = write_safetensors(tmp_path / "m.safetensors", metadata={"z": "last", **MODEL_META})
+    r = run(capsys, "meta", path)
+    assert r.code == 0
+    assert r.err == ""
+    assert r.out.splitlines() == ["format: pt", "note: hello world", "z: last"]
+    assert run_json(capsys, "meta", path) == {
+        "schema": 1,
+        "path": str(path),
+        "metadata": {"z": "last", **MODEL_META},
+    }
+    empty = write_safetensors(tmp_path / "e.safetensors")
+    r = run(capsys, "meta", empty)
+    assert (r.code, r.out, r.err) == (0, "", "")
+    assert run_json(capsys, "meta", empty)["metadata"] == {}
+
+
+def test_meta_prints_each_key_on_one_line(tmp_path: Path, capsys: Any) -> None:
+    meta = {"a": "first\nsecond", "b": "plain"}
+    path = write_safetensors(tmp_path / "m.safetensors", {"w": np.ones(1, np.float32)}, meta)
+    r = run(capsys, "meta", path)
+    assert r.code == 0
+    lines = r.out.splitlines()
+    assert len(lines) == 2, lines  # a value's newline must not start a line of its own
+    assert lines[0].startswith("a: first")
+    assert lines[1] == "b: plain"
+
+
+def test_meta_prints_ztensor_gguf_and_sharded(tmp_path: Path, capsys: Any) -> None:
+    zt = write_zt(tmp_path / "m.zt", attributes=MODEL_META, compression="zstd")
+    assert run(capsys, "meta", zt).out.splitlines() == ["format: pt", "note: hello world"]
+    gg = write_gguf(
+        tmp_path / "m.gguf",
+        {"t": np.ones(4, np.float32)},
+        [("add_uint32", "llama.block_count", 2), ("add_string", "general.name", "tiny")],
+    )
+    assert run_json(capsys, "meta", gg)["metadata"] == {
+        "general.architecture": "llama",
+        "llama.block_count": 2,
+        "general.name": "tiny",
+    }
+    assert run(capsys, "meta", gg).out.splitlines() == [
+        "general.architecture: llama",
+        "general.name: tiny",
+        "llama.block_count: 2",
+    ]
+    names = sorted(MODEL)
+    index = write_sharded(
+        tmp_path / "ckpt",
+        [{n: MODEL[n] for n in names[:3]}, {n: MODEL[n] for n in names[3:]}],
+        [{"format": "pt"}, {"format": "pt", "extra": "2"}],
+    )
+    for target in (index, index.parent, index.parent / "*.safetensors"):
+        assert run_json(capsys, "meta", target)["metadata"] == {"format": "pt", "extra": "2"}
+
+
+def test_meta_json_with_non_finite_gguf_value_is_valid_json(tmp_path: Path, capsys: Any) -> None:
+    gg = write_gguf(
+        tmp_path / "m.gguf", {"t": np.ones(4, np.float32)}, [("add_float32", "x", float("nan"))]
+    )
+    run_json(capsys, "meta", gg)  # strict: NaN is not JSON
+
+
+# -- editing safetensors -------------------------------------------------------------------------
+
+
+def test_meta_edit_safetensors_in_place(tmp_path: Path, capsys: Any) -> None:
+    path = write_safetensors(tmp_path / "m.safetensors", metadata=LONG_META)
+    before = path.read_bytes()
+    n, _ = safetensors_header(path)
+    r = run(capsys, "meta", path, "--delete", "note", "--set", "license=MIT")
+    assert r.code == 0
+    assert r.err == ""
+    assert r.out.splitlines() == ["updated 1 file(s) in place", "format: pt", "license: MIT"]
+    after = path.read_bytes()
+    assert len(after) == len(before)
+    assert after[8 + n :] == before[8 + n :]  # the data region is untouched
+    assert _ref_metadata(path) == {"format": "pt", "license": "MIT"}
+    _assert_tensors(path, MODEL)
+    assert run_json(capsys, "meta", path)["metadata"] == {"format": "pt", "license": "MIT"}
+
+
+def test_meta_edit_safetensors_by_rewrite(tmp_path: Path, capsys: Any) -> None:
+    path = write_safetensors(tmp_path / "m.safetensors", metadata=MODEL_META)
+    size = path.stat().st_size
+    text = "d" * 500
+    r = run(capsys, "meta", path, "--set", f"description={text}", "--set", "license=MIT")
+    assert r.code == 0
+    assert r.out.splitlines() == [
+        "updated 1 file(s) by rewriting the file",
+        f"description: {text}",
+        "format: pt",
+        "license: MIT",
+        "note: hello world",
+    ]
+    assert path.stat().st_size > size
+    assert _ref_metadata(path) == {**MODEL_META, "description": text, "license": "MIT"}
+    _assert_tensors(path, MODEL)
+
+
+def test_meta_edit_json(tmp_path: Path, capsys: Any) -> None:
+    path = write_safetensors(tmp_path / "m.safetensors", metadata=LONG_META)
+    doc = run_json(capsys, "meta", path, "--delete", "note", "--set", "k=a=b", "--set", "e=")
+    assert doc == {
+        "schema": 1,
+        "path": str(path),
+        "metadata": {"format": "pt", "k": "a=b", "e": ""},
+        "before": LONG_META,
+        "in_place": True,
+        "files": [str(path)],
+    }
+    assert _ref_metadata(path) == {"format": "pt", "k": "a=b", "e": ""}
+    doc = run_json(capsys, "meta", path, "--set", "big=" + "x" * 300)
+    assert doc["in_place"] is False
+    assert doc["before"] == {"format": "pt", "k": "a=b", "e": ""}
+    assert _ref_metadata(path)["big"] == "x" * 300
+    _assert_tensors(path, MODEL)
+
+
+def test_meta_clear(tmp_path: Path, capsys: Any) -> None:
+    path = write_safetensors(tmp_path / "m.safetensors", metadata=MODEL_META)
+    size = path.stat().st_size
+    r = run(capsys, "meta", path, "--clear")
+    assert r.code == 0
+    assert r.out.splitlines() == ["updated 1 file(s) in place"]
+    assert path.stat().st_size == size
+    assert _ref_metadata(path) == {}
+    _assert_tensors(path, MODEL)
+    assert run_json(capsys, "meta", path)["metadata"] == {}
+    # --clear first, then --set; --delete of an absent key is fine after --clear
+    doc = run_json(capsys, "meta", path, "--clear", "--set", "a=1", "--delete", "nothing")
+    assert doc["metadata"] == {"a": "1"}
+    assert _ref_metadata(path) == {"a": "1"}
+    _assert_tensors(path, MODEL)
+
+
+def test_meta_edit_reference_written_file(tmp_path: Path, capsys: Any) -> None:
+    from safetensors.numpy import save_file as ref_save
+
+    path = tmp_path / "ref.safetensors"
+    ref_save(dict(MODEL), str(path), metadata={"format": "np", "x": "123456789"})
+    size = path.stat().st_size
+    assert run(capsys, "meta", path, "--set", "x=1").code == 0
+    assert path.stat().st_size == size
+    assert _ref_metadata(path) == {"format": "np", "x": "1"}
+    _assert_tensors(path, MODEL)
+
+
+# -- editing zTensor -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("compression", [None, "zstd"])
+def test_meta_edit_ztensor(tmp_path: Path, capsys: Any, compression: str | None) -> None:
+    path = write_zt(tmp_path / "m.zt", attributes=LONG_META, compression=compression)
+    size = path.stat().st_size
+    r = run(capsys, "meta", path, "--delete", "note", "--set", "license=MIT")
+    assert r.code == 0
+    assert r.out.splitlines() == ["updated 1 file(s) in place", "format: pt", "license: MIT"]
+    assert path.stat().st_size == size
+    assert zt_manifest(path)[1]["attributes"] == {"format": "pt", "license": "MIT"}
+    _assert_zt_tensors(path, MODEL)
+    r = run(capsys, "meta", path, "--set", "description=" + "y" * 400)
+    assert r.code == 0
+    assert r.out.splitlines()[0] == "updated 1 file(s) by rewriting the file"
+    assert path.stat().st_size > size
+    assert zt_manifest(path)[1]["attributes"] == {
+        "description": "y" * 400,
+        "format": "pt",
+        "license": "MIT",
+    }
+    _assert_zt_tensors(path, MODEL)
+    assert run_json(capsys, "meta", path, "--clear")["metadata"] == {}
+    assert zt_manifest(path)[1].get("attributes", {}) == {}
+    _assert_zt_tensors(path, MODEL)
+
+
+# -- sharded checkpoints -------------------------------------------------------------------------
+
+
+def _shards(tmp_path: Path, metas: list[dict[str, str]]) -> tuple[Path, list[dict[str, Any]]]:
+    names = sorted(MODEL)
+    groups = [{n: MODEL[n] for n in names[:3]}, {n: MODEL[n] for n in names[3:]}]
+    return write_sharded(tmp_path / "ckpt", groups, list(metas)), groups
+
+
+def test_meta_edit_sharded_checkpoint(tmp_path: Path, capsys: Any) -> None:
+    index, groups = _shards(tmp_path, [{"format": "pt"}, {"format": "pt"}])
+    files = sorted(index.parent.glob("*.safetensors"))
+    doc = run_json(capsys, "meta", index, "--set", "license=MIT")
+    assert doc["files"] == [str(f) for f in files]
+    assert doc["metadata"] == {"format": "pt", "license": "MIT"}
+    for f, tensors in zip(files, groups, strict=True):
+        assert _ref_metadata(f) == {"format": "pt", "license": "MIT"}
+        _assert_tensors(f, tensors)
+    r = run(capsys, "meta", index.parent, "--delete", "license")
+    assert r.code == 0
+    assert r.out.splitlines()[0] == "updated 2 file(s) in place"
+    for f in files:
+        assert _ref_metadata(f) == {"format": "pt"}
+
+
+def test_meta_delete_key_of_one_shard_is_all_or_nothing(tmp_path: Path, capsys: Any) -> None:
+    # `meta ckpt` lists "only1" (it is in the first shard), so deleting it must either work
+    # everywhere or change nothing
+    index, _ = _shards(tmp_path, [{"format": "pt", "only1": "x"}, {"format": "pt"}])
+    files = sorted(index.parent.glob("*.safetensors"))
+    assert run_json(capsys, "meta", index)["metadata"] == {"format": "pt", "only1": "x"}
+    r = run(capsys, "meta", index, "--delete", "only1")
+    if r.code == 0:
+        assert [_ref_metadata(f) for f in files] == [{"format": "pt"}, {"format": "pt"}]
+    else:
+        assert_one_error(r)
+        assert _ref_metadata(files[0]) == {"format": "pt", "only1": "x"}, "half-done edit"
+
+
+# -- bad edits -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "contains"),
+    [
+        (("--set", "foo"), "KEY=VALUE"),
+        (("--set", "=v"), "KEY=VALUE"),
+        (("--set", "ok=1", "--set", "broken"), "broken"),
+        (("--delete", "missing"), "missing"),
+    ],
+)
+@pytest.mark.parametrize("json_flag", [(), ("--json",)])
+def test_meta_bad_edit_changes_nothing(
+    tmp_path: Path, capsys: Any, args: tuple[str, ...], contains: str, json_flag: tuple[str, ...]
+) -> None:
+    path = write_safetensors(tmp_path / "m.safetensors", metadata=MODEL_META)
+    before = path.read_bytes()
+    assert_one_error(run(capsys, "meta", path, *args, *json_flag), contains=contains)
+    assert path.read_bytes() == before
+
+
+def test_meta_edit_gguf_is_refused(tmp_path: Path, capsys: Any) -> None:
+    path = write_gguf(tmp_path / "m.gguf", {"t": np.ones(4, np.float32)})
+    before = path.read_bytes()
+    for args in (("--set", "a=b"), ("--clear",), ("--delete", "general.architecture")):
+        assert_one_error(run(capsys, "meta", path, *args), contains="GGUF")
+        assert path.read_bytes() == before
