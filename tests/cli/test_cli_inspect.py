@@ -102,7 +102,7 @@ def test_inspect_human_metadata_escapes_and_truncates(tmp_path: Path, capsys: An
     assert r.code == 0
     lines = r.out.splitlines()
     start = lines.index("metadata (3):")
-    assert lines[start + 1] == '  ctl: a\\nb\\tc'
+    assert lines[start + 1] == "  ctl: a\\nb\\tc"
     assert lines[start + 2] == "  long: " + "x" * 117 + "..."
     assert lines[start + 3] == "  plain: v"
 
