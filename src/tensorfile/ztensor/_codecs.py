@@ -134,7 +134,7 @@ def decompress_into(stored: Any, out: memoryview, *, what: str) -> None:
     want = target.nbytes
     try:
         reader = zstd.ZstdDecompressor().stream_reader(
-            memoryview(stored), read_across_frames=True, closefd=False
+            memoryview(stored), read_size=_CHUNK, read_across_frames=True, closefd=False
         )
         with reader:
             got = 0
@@ -166,7 +166,7 @@ def decompress_limited(stored: Any, limit: int, *, what: str) -> bytearray:
     total = 0
     try:
         reader = zstd.ZstdDecompressor().stream_reader(
-            memoryview(stored), read_across_frames=True, closefd=False
+            memoryview(stored), read_size=_CHUNK, read_across_frames=True, closefd=False
         )
         with reader:
             while True:

@@ -29,6 +29,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from .._parallel import workers
 from ..catalog import ByteRange, Catalog, Component, TensorInfo
 from ..errors import (
     SourceError,
@@ -149,13 +150,30 @@ class ZTensorReader(Reader):
             if info.data.encoding == "raw"
         ]
         self._read_ranges(raw)
+        packed: list[tuple[TensorInfo, memoryview]] = []
         for info, (view, _finish) in zip(infos, slots, strict=True):
-            comp = info.data
-            if comp.encoding == "raw":
+            if info.data.encoding == "raw":
                 self._check(info, "data", view)
             else:
-                self._decode_into(info, "data", view)
+                packed.append((info, view))
+        self._decode_all(packed)
         return [finish() for _, finish in slots]
+
+    def _decode_all(self, jobs: list[tuple[TensorInfo, memoryview]]) -> None:
+        """Decompress components into their buffers, on all cores when there is a lot."""
+        total = sum(view.nbytes for _, view in jobs)
+        threads = workers(total)
+        if len(jobs) < 2 or threads < 2:
+            for info, view in jobs:
+                self._decode_into(info, "data", view)
+            return
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(
+            min(threads, len(jobs)), thread_name_prefix="tensorfile-zstd"
+        ) as pool:
+            for future in [pool.submit(self._decode_into, i, "data", v) for i, v in jobs]:
+                future.result()
 
     def read_slice(self, name: str, key: Any) -> NDArray:
         """``tensor[key]``: raw tensors read only the rows the index needs; compressed ones
