@@ -8,11 +8,13 @@ transfers stay on the calling thread.
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable
 
-__all__ = ["PARALLEL_MIN_BYTES", "partition", "run_parallel", "workers"]
+__all__ = ["PARALLEL_MIN_BYTES", "PIECE_BYTES", "partition", "run_parallel", "workers"]
 
 PARALLEL_MIN_BYTES = 32 << 20
+PIECE_BYTES = 16 << 20
 _CHUNK_ALIGN = 1 << 20
 
 
@@ -47,8 +49,14 @@ def partition(buffers: list[memoryview], parts: int) -> list[list[memoryview]]:
 def run_parallel(
     offset: int, buffers: list[memoryview], job: Callable[[int, list[memoryview]], None]
 ) -> None:
-    """Call ``job(offset_of_run, run)`` for consecutive runs of ``buffers``, in threads when
-    the transfer is large. ``job`` must be safe to run concurrently on disjoint ranges."""
+    """Call ``job(offset_of_run, run)`` over consecutive runs of ``buffers``, in threads when
+    the transfer is large. ``job`` must be safe to run concurrently on disjoint ranges.
+
+    The transfer is cut into pieces of about :data:`PIECE_BYTES` that the threads take in
+    turn, so a thread the host deschedules holds up one piece, not half the transfer: on a
+    busy machine the copy degrades to single-threaded speed instead of waiting for the
+    slowest half.
+    """
     total = sum(b.nbytes for b in buffers)
     n = workers(total)
     if n == 1:
@@ -56,11 +64,27 @@ def run_parallel(
         return
     from concurrent.futures import ThreadPoolExecutor
 
-    runs = partition(buffers, n)
-    starts = []
+    runs = partition(buffers, max(n, -(-total // PIECE_BYTES)))
+    pieces = []
     for run in runs:
-        starts.append(offset)
+        pieces.append((offset, run))
         offset += sum(b.nbytes for b in run)
-    with ThreadPoolExecutor(len(runs), thread_name_prefix="tensorfile-io") as pool:
-        for future in [pool.submit(job, o, r) for o, r in zip(starts, runs, strict=True)]:
+    queue = iter(pieces)
+    lock = threading.Lock()
+    failed = threading.Event()
+
+    def worker() -> None:
+        while not failed.is_set():
+            with lock:
+                piece = next(queue, None)
+            if piece is None:
+                return
+            try:
+                job(*piece)
+            except BaseException:
+                failed.set()
+                raise
+
+    with ThreadPoolExecutor(n, thread_name_prefix="tensorfile-io") as pool:
+        for future in [pool.submit(worker) for _ in range(n)]:
             future.result()
