@@ -102,7 +102,8 @@ def from_numpy(arr: np.ndarray[Any, Any], dt: DType) -> torch.Tensor:
 
         packed = pack(np.ascontiguousarray(arr).reshape(-1).view(np.uint8), dt.bits)
         return torch.from_numpy(packed).view(tdt).reshape(_storage_shape(dt, arr.shape))
-    arr = np.ascontiguousarray(arr)
+    if not arr.flags.c_contiguous:
+        arr = arr.copy(order="C")  # (ascontiguousarray would turn a 0-d array into 1-d)
     if dt.kind == "bool":
         return torch.from_numpy(arr)
     ints = arr.view(_SAME_WIDTH_INT[arr.dtype.itemsize])

@@ -1,0 +1,38 @@
+"""Datasets of safetensors shards (the layout of the Spark spec), without Spark.
+
+* :func:`write` a pyarrow Table / RecordBatches, a pandas DataFrame or a dict of numpy
+  arrays, in batch mode (``batch_size``) or key-value mode (``name_col``), with the same
+  options as the Spark data source; shards, ``dataset_manifest.json`` and, with
+  ``generate_index=True``, ``_tensor_index.parquet``.
+* :func:`open` a dataset: schema, ``len``, random access, iteration over samples or batches,
+  ``to_torch()``.
+
+Example:
+    >>> import numpy as np, os, tempfile
+    >>> from tensorfile import dataset
+    >>> out = os.path.join(tempfile.mkdtemp(), "kv")
+    >>> _ = dataset.write({"name": ["a", "b"], "v": np.ones((2, 3), np.float32)}, out,
+    ...                   name_col="name")
+    >>> [s["key"] for s in dataset.open(out)]
+    ['a', 'b']
+"""
+
+from .manifest import Manifest, ShardEntry, read_manifest
+from .options import WriteOptions, parse_options
+from .reader import Dataset, open
+from .writer import TaskResult, abort, commit, write, write_task
+
+__all__ = [
+    "Dataset",
+    "Manifest",
+    "ShardEntry",
+    "TaskResult",
+    "WriteOptions",
+    "abort",
+    "commit",
+    "open",
+    "parse_options",
+    "read_manifest",
+    "write",
+    "write_task",
+]

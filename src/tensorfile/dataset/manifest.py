@@ -1,0 +1,157 @@
+"""``dataset_manifest.json`` and ``_tensor_index.parquet`` (§2.2 and §2.3 of the Spark spec).
+
+The manifest lists the shards (sorted by path) with their sample counts and file sizes, the
+totals, and the schema of every tensor key. tensorfile adds one field the schema allows, a
+``tensorfile`` object recording the write mode, the columns and the KV separator, so readers
+need not guess them. A dataset written from an empty input has an empty shard list, which the
+JSON schema's ``minItems: 1`` does not allow; tensorfile writes and reads it anyway.
+
+Example:
+    >>> m = Manifest([ShardEntry("part-00000-0000-x.safetensors", 4, 100)],
+    ...              {"x": {"dtype": "F32", "shape": [4, 2]}}, mode="batch", columns=["x"])
+    >>> Manifest.from_json(m.to_json()).total_samples
+    4
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from .._atomic import atomic_write, write_all
+from ..errors import FormatError, SourceError
+
+__all__ = ["INDEX_NAME", "MANIFEST_NAME", "Manifest", "ShardEntry", "read_manifest", "write_index"]
+
+MANIFEST_NAME = "dataset_manifest.json"
+INDEX_NAME = "_tensor_index.parquet"
+
+
+@dataclass(frozen=True)
+class ShardEntry:
+    """One shard: its file name (relative to the dataset folder), samples and bytes."""
+
+    shard_path: str
+    samples_count: int
+    bytes: int
+
+
+@dataclass
+class Manifest:
+    """The manifest of a dataset."""
+
+    shards: list[ShardEntry]
+    schema: dict[str, dict[str, Any]]
+    mode: str = "batch"
+    columns: list[str] = field(default_factory=list)
+    kv_separator: str = "__"
+
+    @property
+    def total_samples(self) -> int:
+        """Samples in all shards."""
+        return sum(s.samples_count for s in self.shards)
+
+    @property
+    def total_bytes(self) -> int:
+        """Bytes of all shard files."""
+        return sum(s.bytes for s in self.shards)
+
+    def to_json(self) -> dict[str, Any]:
+        """The manifest document."""
+        return {
+            "format_version": "1.0",
+            "safetensors_version": "1.0",
+            "total_samples": self.total_samples,
+            "total_bytes": self.total_bytes,
+            "shards": [
+                {"shard_path": s.shard_path, "samples_count": s.samples_count, "bytes": s.bytes}
+                for s in sorted(self.shards, key=lambda s: s.shard_path)
+            ],
+            "schema": self.schema,
+            "tensorfile": {
+                "mode": self.mode,
+                "columns": self.columns,
+                "kv_separator": self.kv_separator,
+            },
+        }
+
+    @classmethod
+    def from_json(cls, doc: Any, where: str = "the manifest") -> Manifest:
+        """Parse and check a manifest document."""
+        if not isinstance(doc, dict):
+            raise FormatError(f"{where} is not a JSON object")
+        for key in ("format_version", "total_samples", "total_bytes", "shards"):
+            if key not in doc:
+                raise FormatError(f"{where} has no {key!r}")
+        if doc["format_version"] != "1.0":
+            raise FormatError(f"{where}: format_version {doc['format_version']!r} is not 1.0")
+        shards = []
+        for i, s in enumerate(doc["shards"] if isinstance(doc["shards"], list) else []):
+            try:
+                entry = ShardEntry(str(s["shard_path"]), int(s["samples_count"]), int(s["bytes"]))
+            except (KeyError, TypeError, ValueError):
+                raise FormatError(f"{where}: shard {i} is malformed: {s!r}") from None
+            if os.path.isabs(entry.shard_path) or ".." in entry.shard_path.split("/"):
+                raise FormatError(f"{where}: shard path {entry.shard_path!r} leaves the dataset")
+            shards.append(entry)
+        extra_raw, schema_raw = doc.get("tensorfile"), doc.get("schema")
+        extra: dict[str, Any] = extra_raw if isinstance(extra_raw, dict) else {}
+        schema: dict[str, Any] = schema_raw if isinstance(schema_raw, dict) else {}
+        mode = extra.get("mode") or "batch"
+        return cls(
+            shards,
+            dict(schema),
+            mode=str(mode),
+            columns=[str(c) for c in extra.get("columns") or []],
+            kv_separator=str(extra.get("kv_separator", "__")),
+        )
+
+    def write(self, folder: str) -> None:
+        """Write ``dataset_manifest.json`` atomically (temporary file + rename)."""
+        text = json.dumps(self.to_json(), indent=2, ensure_ascii=False) + "\n"
+        with atomic_write(os.path.join(folder, MANIFEST_NAME), fsync=True) as fd:
+            write_all(fd, memoryview(text.encode()))
+
+
+def read_manifest(folder: str) -> Manifest | None:
+    """The manifest of the dataset in ``folder``, or None when there is none."""
+    path = os.path.join(folder, MANIFEST_NAME)
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise SourceError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    try:
+        doc = json.loads(raw)
+    except ValueError as exc:
+        raise FormatError(f"{path} is not valid JSON: {exc}") from exc
+    return Manifest.from_json(doc, path)
+
+
+def write_index(folder: str, rows: list[tuple[str, str, list[int], str]]) -> None:
+    """Write ``_tensor_index.parquet`` (one file): tensor_key, file_name, shape, dtype."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.table(
+        {
+            "tensor_key": pa.array([r[0] for r in rows], pa.string()),
+            "file_name": pa.array([r[1] for r in rows], pa.string()),
+            "shape": pa.array([r[2] for r in rows], pa.list_(pa.int32())),
+            "dtype": pa.array([r[3] for r in rows], pa.string()),
+        }
+    )
+    final = os.path.join(folder, INDEX_NAME)
+    tmp = os.path.join(folder, f".{INDEX_NAME}.{os.getpid()}.tmp")
+    try:
+        pq.write_table(table, tmp)
+        os.replace(tmp, final)
+    except OSError as exc:
+        raise SourceError(f"cannot write {final}: {exc.strerror or exc}") from exc
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)

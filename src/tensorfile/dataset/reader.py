@@ -1,0 +1,236 @@
+"""Read a dataset of safetensors shards: its schema, its length, samples and batches.
+
+The manifest says which shards belong to the dataset (files outside it are ignored) and how
+many samples each holds; without a manifest the folder's ``*.safetensors`` files are read in
+name order. Batch-mode datasets give one sample per row of the batch tensors; key-value
+datasets give one sample per key, as ``{"key": ..., column: tensor}``.
+
+Example:
+    >>> import numpy as np, os, tempfile
+    >>> from tensorfile import dataset
+    >>> out = os.path.join(tempfile.mkdtemp(), "ds")
+    >>> _ = dataset.write({"x": np.arange(6, dtype=np.int32).reshape(3, 2)}, out, batch_size=2)
+    >>> ds = dataset.open(out)
+    >>> len(ds), ds[2]["x"].tolist(), [b["x"].shape for b in ds.batches(2)]
+    (3, [4, 5], [(2, 2), (1, 2)])
+"""
+
+from __future__ import annotations
+
+import bisect
+import glob
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+import tensorfile
+
+from ..errors import FormatError, InvalidArgumentError
+from ..reader import Reader
+from .manifest import Manifest, ShardEntry, read_manifest
+
+__all__ = ["Dataset", "open"]
+
+NDArray = np.ndarray[Any, Any]
+
+
+class Dataset:
+    """A dataset folder, opened for reading (see :func:`open`)."""
+
+    def __init__(self, path: str, manifest: Manifest) -> None:
+        self.path = path
+        self.manifest = manifest
+        self._starts = [0]
+        for s in manifest.shards:
+            self._starts.append(self._starts[-1] + s.samples_count)
+        self._readers: dict[str, Reader] = {}
+        self._keys: dict[str, list[str]] = {}
+
+    # -- description --------------------------------------------------------------------
+
+    @property
+    def mode(self) -> str:
+        """``batch`` or ``kv``."""
+        return self.manifest.mode
+
+    @property
+    def shards(self) -> list[ShardEntry]:
+        """The shard files, in manifest order."""
+        return list(self.manifest.shards)
+
+    @property
+    def columns(self) -> list[str]:
+        """The tensor columns."""
+        if self.manifest.columns:
+            return list(self.manifest.columns)
+        if self.mode == "batch":
+            return sorted(self.manifest.schema)
+        sep = self.manifest.kv_separator
+        return sorted({k.rsplit(sep, 1)[-1] for k in self.manifest.schema})
+
+    @property
+    def schema(self) -> dict[str, dict[str, Any]]:
+        """Per column: dtype and the shape of one sample."""
+        out: dict[str, dict[str, Any]] = {}
+        for col in self.columns:
+            if self.mode == "batch":
+                info = self.manifest.schema.get(col)
+                if info is not None:
+                    out[col] = {"dtype": info["dtype"], "shape": list(info["shape"][1:])}
+            else:
+                sep = self.manifest.kv_separator
+                for key, info in self.manifest.schema.items():
+                    if key.endswith(sep + col):
+                        out[col] = {"dtype": info["dtype"], "shape": list(info["shape"])}
+                        break
+        return out
+
+    def __len__(self) -> int:
+        return self._starts[-1]
+
+    # -- access ---------------------------------------------------------------------------
+
+    def _reader(self, shard: ShardEntry) -> Reader:
+        r = self._readers.get(shard.shard_path)
+        if r is None:
+            if len(self._readers) >= 16:
+                self._readers.pop(next(iter(self._readers))).close()
+            r = tensorfile.open(os.path.join(self.path, shard.shard_path))
+            self._readers[shard.shard_path] = r
+        return r
+
+    def _locate(self, index: int) -> tuple[ShardEntry, int]:
+        n = len(self)
+        if index < 0:
+            index += n
+        if not 0 <= index < n:
+            raise IndexError(f"sample {index} is out of range for a dataset of {n}")
+        k = bisect.bisect_right(self._starts, index) - 1
+        return self.manifest.shards[k], index - self._starts[k]
+
+    def _shard_keys(self, shard: ShardEntry) -> list[str]:
+        keys = self._keys.get(shard.shard_path)
+        if keys is None:
+            sep = self.manifest.kv_separator
+            seen: dict[str, None] = {}
+            for name in self._reader(shard).keys():
+                seen.setdefault(name.rsplit(sep, 1)[0], None)
+            keys = sorted(seen)
+            self._keys[shard.shard_path] = keys
+        return keys
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        """Sample ``index``: ``{column: array}`` (and ``"key"`` in KV mode)."""
+        shard, row = self._locate(int(index))
+        reader = self._reader(shard)
+        if self.mode == "batch":
+            return {c: reader.read_slice(c, row) for c in self.columns if c in reader}
+        key = self._shard_keys(shard)[row]
+        sep = self.manifest.kv_separator
+        out: dict[str, Any] = {"key": key}
+        for c in self.columns:
+            name = f"{key}{sep}{c}"
+            if name in reader:
+                out[c] = reader.get_tensor(name)
+        return out
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        for shard in self.manifest.shards:
+            yield from self._shard_samples(shard)
+
+    def _shard_samples(self, shard: ShardEntry) -> Iterator[dict[str, Any]]:
+        reader = self._reader(shard)
+        if self.mode == "batch":
+            tensors = {c: reader.get_tensor(c) for c in self.columns if c in reader}
+            for i in range(shard.samples_count):
+                yield {c: t[i] for c, t in tensors.items()}
+            return
+        sep = self.manifest.kv_separator
+        for key in self._shard_keys(shard):
+            sample: dict[str, Any] = {"key": key}
+            for c in self.columns:
+                name = f"{key}{sep}{c}"
+                if name in reader:
+                    sample[c] = reader.get_tensor(name)
+            yield sample
+
+    def batches(self, batch_size: int) -> Iterator[dict[str, Any]]:
+        """Samples stacked ``batch_size`` at a time (the last batch may be short)."""
+        if batch_size <= 0:
+            raise InvalidArgumentError(f"batch_size must be positive, got {batch_size}")
+        pending: list[dict[str, Any]] = []
+        for sample in self:
+            pending.append(sample)
+            if len(pending) == batch_size:
+                yield _stack(pending)
+                pending = []
+        if pending:
+            yield _stack(pending)
+
+    def to_torch(self) -> Any:
+        """A ``torch.utils.data.IterableDataset`` over the samples, splitting the shards
+        across DataLoader workers and distributed ranks."""
+        from .torch import ShardedIterable
+
+        return ShardedIterable(self)
+
+    def close(self) -> None:
+        """Close the open shard files."""
+        for r in self._readers.values():
+            r.close()
+        self._readers.clear()
+
+    def __enter__(self) -> Dataset:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (
+            f"<tensorfile.dataset {self.mode} {self.path!r}: {len(self)} samples, "
+            f"{len(self.manifest.shards)} shards, columns {self.columns}>"
+        )
+
+
+def _stack(samples: list[dict[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key in samples[0]:
+        values = [s[key] for s in samples]
+        out[key] = values if key == "key" else np.stack(values)
+    return out
+
+
+def _scan(path: str) -> Manifest:
+    """A manifest built from the folder's shard files, for datasets written without one."""
+    shards = []
+    schema: dict[str, dict[str, Any]] = {}
+    for file in sorted(glob.glob(os.path.join(glob.escape(path), "*.safetensors"))):
+        with tensorfile.open(file) as r:
+            names = r.keys()
+            lead = {r.info(n).shape[0] for n in names if r.info(n).shape}
+            for n in names:
+                info = r.info(n)
+                schema.setdefault(n, {"dtype": info.dtype.name, "shape": list(info.shape)})
+        shards.append(
+            ShardEntry(
+                os.path.basename(file), lead.pop() if len(lead) == 1 else 1, os.path.getsize(file)
+            )
+        )
+    return Manifest(shards, schema, mode="batch", columns=sorted(schema))
+
+
+def open(path: str | os.PathLike[str]) -> Dataset:
+    """Open the dataset in folder ``path`` (manifest-aware; index not needed)."""
+    folder = os.fspath(path)
+    if not os.path.isdir(folder):
+        raise InvalidArgumentError(f"{folder} is not a dataset folder")
+    manifest = read_manifest(folder)
+    if manifest is None:
+        manifest = _scan(folder)
+    for s in manifest.shards:
+        if not os.path.exists(os.path.join(folder, s.shard_path)):
+            raise FormatError(f"{folder}: the manifest lists {s.shard_path}, which is missing")
+    return Dataset(folder, manifest)

@@ -1,0 +1,215 @@
+"""Write a table as a dataset of safetensors shards, with the commit protocol Spark uses too.
+
+Tasks write their shards into a staging folder under the output path and return a
+:class:`TaskResult` (the commit message: what they wrote). The job's :func:`commit` moves
+the committed shards into place, writes the manifest atomically and the index, and only
+then, for ``overwrite``, removes the previous dataset's files; :func:`abort` removes the
+staging folder. A task that fails, is retried or runs twice leaves nothing outside its own
+staging folder, so the previous dataset stays readable and no shard outside the manifest
+appears. :func:`write` runs the whole protocol locally, as one task.
+
+Example:
+    >>> import numpy as np, os, tempfile
+    >>> out = os.path.join(tempfile.mkdtemp(), "ds")
+    >>> m = write({"x": np.arange(10, dtype=np.float32).reshape(5, 2)}, out, batch_size=2)
+    >>> m.total_samples, [s.samples_count for s in m.shards]
+    (5, [2, 2, 1])
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import InvalidArgumentError, SourceError
+from ..safetensors.numpy import save_file
+from .convert import Column, columns_of, names_of
+from .manifest import INDEX_NAME, Manifest, ShardEntry, read_manifest, write_index
+from .options import WriteOptions, parse_options
+from .shards import batch_shards, kv_shards
+
+__all__ = ["STAGING", "TaskResult", "abort", "commit", "write", "write_task"]
+
+STAGING = "_staging"
+MODES = ("overwrite", "append")
+
+
+@dataclass(frozen=True)
+class TaskResult:
+    """What one task wrote (its commit message)."""
+
+    folder: str
+    shards: list[ShardEntry]
+    index: list[tuple[str, str, list[int], str]]
+    schema: dict[str, dict[str, Any]] = field(default_factory=dict)
+    columns: list[str] = field(default_factory=list)
+
+
+def shard_name(task_id: int, shard_index: int, run: str) -> str:
+    """``part-{taskId:05d}-{shardIndex:04d}-{uuid}.safetensors`` (§3.2)."""
+    return f"part-{task_id:05d}-{shard_index:04d}-{run}.safetensors"
+
+
+def staging_folder(path: str, job: str, task_id: int) -> str:
+    """A new staging folder for one attempt of one task."""
+    folder = os.path.join(path, STAGING, job, f"task-{task_id:05d}-{uuid.uuid4().hex[:12]}")
+    os.makedirs(folder, exist_ok=True)
+    return folder
+
+
+def write_task(
+    columns: Sequence[Column],
+    rows: int,
+    keys: Sequence[str] | None,
+    opts: WriteOptions,
+    folder: str,
+    task_id: int,
+) -> TaskResult:
+    """Write the shards of one task's rows into its staging ``folder``."""
+    run = str(uuid.uuid4())
+    shards = (
+        kv_shards(columns, keys or [], opts)
+        if opts.mode == "kv"
+        else batch_shards(columns, rows, opts)
+    )
+    entries: list[ShardEntry] = []
+    index: list[tuple[str, str, list[int], str]] = []
+    schema: dict[str, dict[str, Any]] = {}
+    dtype_of = {c.name: c.dtype for c in columns}
+    for k, shard in enumerate(shards):
+        name = shard_name(task_id, k, run)
+        target = os.path.join(folder, name)
+        save_file(shard.tensors, target)
+        entries.append(ShardEntry(name, shard.samples, os.path.getsize(target)))
+        for key, value in shard.tensors.items():
+            col = key.rsplit(opts.kv_separator, 1)[-1] if opts.mode == "kv" else key
+            dtype = dtype_of.get(col) or dtype_of.get(key) or "F32"
+            shape = (
+                [opts.batch_size or 1, *value.shape[1:]]
+                if opts.mode == "batch"
+                else list(value.shape)
+            )
+            index.append((key, name, list(value.shape), dtype))
+            schema.setdefault(key, {"dtype": dtype, "shape": shape})
+    return TaskResult(folder, entries, index, schema, [c.name for c in columns])
+
+
+def commit(path: str, results: Sequence[TaskResult], *, mode: str, opts: WriteOptions) -> Manifest:
+    """Move the committed shards into place, write the manifest and the index, and for
+    ``overwrite`` remove the previous dataset's files."""
+    if mode not in MODES:
+        raise InvalidArgumentError(f"save mode {mode!r} is not supported; use {' or '.join(MODES)}")
+    old = read_manifest(path)
+    shards = list(old.shards) if (old is not None and mode == "append") else []
+    schema = dict(old.schema) if (old is not None and mode == "append") else {}
+    index: list[tuple[str, str, list[int], str]] = []
+    # an existing index is kept current on append, even without generate_index
+    with_index = opts.generate_index or (
+        mode == "append" and os.path.exists(os.path.join(path, INDEX_NAME))
+    )
+    if old is not None and mode == "append" and with_index:
+        index += _index_of(path, old)
+    columns: list[str] = list(old.columns) if (old is not None and mode == "append") else []
+    for r in results:
+        for entry in r.shards:
+            try:
+                os.replace(
+                    os.path.join(r.folder, entry.shard_path), os.path.join(path, entry.shard_path)
+                )
+            except OSError as exc:
+                raise SourceError(f"cannot move {entry.shard_path} into {path}: {exc}") from exc
+        shards += r.shards
+        index += r.index
+        for key, info in r.schema.items():
+            schema.setdefault(key, info)
+        for c in r.columns:
+            if c not in columns:
+                columns.append(c)
+    manifest = Manifest(
+        shards, schema, mode=opts.mode, columns=columns, kv_separator=opts.kv_separator
+    )
+    manifest.write(path)
+    if with_index:
+        write_index(path, index)
+    if old is not None and mode == "overwrite":
+        keep = {s.shard_path for s in shards}
+        for s in old.shards:
+            if s.shard_path not in keep:
+                _remove(os.path.join(path, s.shard_path))
+    if mode == "overwrite" and not with_index:
+        _remove(os.path.join(path, INDEX_NAME))
+    _cleanup(path, results)
+    return manifest
+
+
+def _index_of(path: str, manifest: Manifest) -> list[tuple[str, str, list[int], str]]:
+    """Index rows of existing shards, read from their headers."""
+    from ..safetensors._reader import read_header
+    from ..sources import LocalSource
+
+    rows = []
+    for s in manifest.shards:
+        with LocalSource(os.path.join(path, s.shard_path)) as src:
+            h = read_header(src)
+        for pos, name in enumerate(h.names):
+            dt, shape, _a, _b = h.info(pos)
+            rows.append((name, s.shard_path, list(shape), dt.name))
+    return rows
+
+
+def _remove(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def _cleanup(path: str, results: Sequence[TaskResult]) -> None:
+    for r in results:
+        shutil.rmtree(r.folder, ignore_errors=True)
+    root = os.path.join(path, STAGING)
+    try:
+        for job in os.listdir(root):
+            if not os.listdir(os.path.join(root, job)):
+                os.rmdir(os.path.join(root, job))
+        os.rmdir(root)
+    except OSError:
+        pass  # another job's staging folder is still there
+
+
+def abort(path: str, job: str) -> None:
+    """Remove the staging folder of ``job``: nothing it wrote reaches the dataset."""
+    shutil.rmtree(os.path.join(path, STAGING, job), ignore_errors=True)
+    try:
+        os.rmdir(os.path.join(path, STAGING))
+    except OSError:
+        pass
+
+
+def write(
+    data: Any, path: str | os.PathLike[str], *, mode: str = "overwrite", **options: Any
+) -> Manifest:
+    """Write ``data`` (a pyarrow Table or RecordBatch(es), a pandas DataFrame or a dict of
+    numpy arrays) as a dataset at ``path``, with the Spark data source's options
+    (``batch_size`` or ``name_col``, ``columns``, ``shapes``, ``dtype``, ``tail_strategy``,
+    ``kv_separator``, ``target_shard_size_mb``, ``duplicatesStrategy``, ``generate_index``,
+    ``rounding``). ``mode`` is ``overwrite`` or ``append``."""
+    if mode not in MODES:
+        raise InvalidArgumentError(f"save mode {mode!r} is not supported; use {' or '.join(MODES)}")
+    out = os.fspath(path)
+    opts = parse_options(options)
+    cols, rows = columns_of(data, opts)
+    keys = names_of(data, opts.name_col) if opts.name_col else None
+    os.makedirs(out, exist_ok=True)
+    job = uuid.uuid4().hex
+    folder = staging_folder(out, job, 0)
+    try:
+        result = write_task(cols, rows, keys, opts, folder, 0)
+        return commit(out, [result], mode=mode, opts=opts)
+    except BaseException:
+        abort(out, job)
+        raise
