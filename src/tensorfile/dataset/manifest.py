@@ -47,6 +47,7 @@ class Manifest:
     mode: str = "batch"
     columns: list[str] = field(default_factory=list)
     kv_separator: str = "__"
+    name_col: str | None = None
 
     @property
     def total_samples(self) -> int:
@@ -74,6 +75,7 @@ class Manifest:
                 "mode": self.mode,
                 "columns": self.columns,
                 "kv_separator": self.kv_separator,
+                "name_col": self.name_col,
             },
         }
 
@@ -106,6 +108,7 @@ class Manifest:
             mode=str(mode),
             columns=[str(c) for c in extra.get("columns") or []],
             kv_separator=str(extra.get("kv_separator", "__")),
+            name_col=str(extra["name_col"]) if extra.get("name_col") else None,
         )
 
     def write(self, folder: str) -> None:

@@ -98,9 +98,17 @@ def write_task(
     return TaskResult(folder, entries, index, schema, [c.name for c in columns])
 
 
-def commit(path: str, results: Sequence[TaskResult], *, mode: str, opts: WriteOptions) -> Manifest:
+def commit(
+    path: str,
+    results: Sequence[TaskResult],
+    *,
+    mode: str,
+    opts: WriteOptions,
+    job: str | None = None,
+) -> Manifest:
     """Move the committed shards into place, write the manifest and the index, and for
-    ``overwrite`` remove the previous dataset's files."""
+    ``overwrite`` remove the previous dataset's files; then remove the job's staging folder
+    (with whatever failed or duplicate task attempts left there)."""
     if mode not in MODES:
         raise InvalidArgumentError(f"save mode {mode!r} is not supported; use {' or '.join(MODES)}")
     old = read_manifest(path)
@@ -130,7 +138,12 @@ def commit(path: str, results: Sequence[TaskResult], *, mode: str, opts: WriteOp
             if c not in columns:
                 columns.append(c)
     manifest = Manifest(
-        shards, schema, mode=opts.mode, columns=columns, kv_separator=opts.kv_separator
+        shards,
+        schema,
+        mode=opts.mode,
+        columns=columns,
+        kv_separator=opts.kv_separator,
+        name_col=opts.name_col,
     )
     manifest.write(path)
     if with_index:
@@ -143,6 +156,8 @@ def commit(path: str, results: Sequence[TaskResult], *, mode: str, opts: WriteOp
     if mode == "overwrite" and not with_index:
         _remove(os.path.join(path, INDEX_NAME))
     _cleanup(path, results)
+    if job is not None:
+        abort(path, job)
     return manifest
 
 
@@ -209,7 +224,7 @@ def write(
     folder = staging_folder(out, job, 0)
     try:
         result = write_task(cols, rows, keys, opts, folder, 0)
-        return commit(out, [result], mode=mode, opts=opts)
+        return commit(out, [result], mode=mode, opts=opts, job=job)
     except BaseException:
         abort(out, job)
         raise

@@ -1,0 +1,340 @@
+"""``SafetensorsDataSource``: write and read datasets of safetensors shards from Spark.
+
+Register it once per session, then use the format name ``safetensors``::
+
+    from tensorfile.spark import SafetensorsDataSource
+    spark.dataSource.register(SafetensorsDataSource)
+    (df.write.format("safetensors").mode("overwrite")
+       .option("batch_size", 1024).option("generate_index", "true").save("/data/ds"))
+    spark.read.format("safetensors").load("/data/ds")
+
+The writer is an Arrow writer (``DataSourceArrowWriter``): each task receives its partition
+as Arrow record batches and writes its shards with :mod:`tensorfile.dataset`, into a staging
+folder under the output path. The driver's ``commit`` moves the committed shards into place,
+writes the manifest atomically and the index, and only then, for ``overwrite``, removes the
+previous dataset's files; ``abort`` removes the staging folder. Python data sources support
+the ``append`` and ``overwrite`` save modes (Spark refuses the others itself).
+
+The reader returns one row per sample (batch mode) or per key (KV mode), one partition per
+shard; ``layout="files"`` returns one row per file whose columns are the spec's tensor
+structs ``{data: binary, shape: array<int>, dtype: string}``. Pass ``.schema(...)`` with a
+subset of the columns (or ``option("columns", "a,b")``) to read only those.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceArrowWriter,
+    DataSourceReader,
+    InputPartition,
+    WriterCommitMessage,
+)
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    BooleanType,
+    ByteType,
+    DataType,
+    DoubleType,
+    FloatType,
+    IntegerType,
+    LongType,
+    ShortType,
+    StringType,
+    StructField,
+    StructType,
+)
+
+from ..dataset import convert, writer
+from ..dataset.manifest import Manifest, ShardEntry, read_manifest
+from ..dataset.options import WriteOptions, parse_options
+from ..dataset.reader import open as open_dataset
+from ..errors import InvalidArgumentError
+
+__all__ = ["SafetensorsDataSource"]
+
+_READ_OPTIONS = {"path", "layout", "columns"}
+
+# safetensors dtype -> (Spark element type, numpy type the values are read as)
+_SPARK_TYPES: dict[str, tuple[DataType, Any]] = {
+    "F16": (FloatType(), np.float32),
+    "BF16": (FloatType(), np.float32),
+    "F32": (FloatType(), np.float32),
+    "F64": (DoubleType(), np.float64),
+    "I8": (ByteType(), np.int8),
+    "U8": (ShortType(), np.int16),
+    "I16": (ShortType(), np.int16),
+    "U16": (IntegerType(), np.int32),
+    "I32": (IntegerType(), np.int32),
+    "U32": (LongType(), np.int64),
+    "I64": (LongType(), np.int64),
+    "U64": (LongType(), np.int64),
+    "BOOL": (BooleanType(), np.bool_),
+    "F8_E5M2": (FloatType(), np.float32),
+    "F8_E4M3": (FloatType(), np.float32),
+}
+
+TENSOR_STRUCT = StructType(
+    [
+        StructField("data", BinaryType(), False),
+        StructField("shape", ArrayType(IntegerType(), False), False),
+        StructField("dtype", StringType(), False),
+    ]
+)
+
+
+@dataclass
+class _Commit(WriterCommitMessage):
+    """What one task attempt wrote: the commit message."""
+
+    result: writer.TaskResult
+
+
+class SafetensorsDataSource(DataSource):
+    """The ``safetensors`` format for ``spark.read`` and ``DataFrame.write``."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "safetensors"
+
+    def _path(self) -> str:
+        path = self.options.get("path")
+        if not path:
+            raise InvalidArgumentError("give the dataset folder: .save(path) or .load(path)")
+        return str(path)
+
+    def schema(self) -> StructType:
+        manifest = _manifest(self._path())
+        if str(self.options.get("layout", "rows")).lower() == "files":
+            return StructType(
+                [StructField(k, TENSOR_STRUCT, True) for k in sorted(manifest.schema)]
+            )
+        return _row_schema(manifest)
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return _Reader(self._path(), dict(self.options), schema)
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceArrowWriter:
+        options = {k: v for k, v in self.options.items() if k.lower() != "path"}
+        opts = parse_options(options)
+        return _Writer(self._path(), opts, "overwrite" if overwrite else "append")
+
+
+def _manifest(path: str) -> Manifest:
+    manifest = read_manifest(path)
+    if manifest is None:
+        return open_dataset(path).manifest
+    return manifest
+
+
+def _spark_type(dtype: str, shape: Sequence[int]) -> DataType:
+    element: DataType = _SPARK_TYPES[dtype][0]
+    for _ in shape:
+        element = ArrayType(element, False)
+    return element
+
+
+def _row_schema(manifest: Manifest) -> StructType:
+    ds_schema = _per_sample(manifest)
+    fields = []
+    if manifest.mode == "kv":
+        fields.append(StructField(manifest.name_col or "key", StringType(), False))
+    for col, info in ds_schema.items():
+        fields.append(StructField(col, _spark_type(info["dtype"], info["shape"]), True))
+    return StructType(fields)
+
+
+def _per_sample(manifest: Manifest) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    cols = manifest.columns or sorted(manifest.schema)
+    for col in cols:
+        if manifest.mode == "batch":
+            info = manifest.schema.get(col)
+            if info is not None:
+                out[col] = {"dtype": info["dtype"], "shape": list(info["shape"][1:])}
+        else:
+            suffix = manifest.kv_separator + col
+            for key, info in manifest.schema.items():
+                if key.endswith(suffix):
+                    out[col] = {"dtype": info["dtype"], "shape": list(info["shape"])}
+                    break
+    return out
+
+
+# -- writing ----------------------------------------------------------------------------
+
+
+class _Writer(DataSourceArrowWriter):
+    def __init__(self, path: str, opts: WriteOptions, mode: str) -> None:
+        self.path = path
+        self.opts = opts
+        self.mode = mode
+        self.job = uuid.uuid4().hex
+        os.makedirs(path, exist_ok=True)
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> _Commit:
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        task_id = ctx.partitionId() if ctx is not None else 0
+        batches = list(iterator)
+        folder = writer.staging_folder(self.path, self.job, task_id)
+        if not batches:
+            return _Commit(writer.TaskResult(folder, [], []))
+        table = pa.Table.from_batches(batches)
+        cols, rows = convert.columns_of(table, self.opts)
+        keys = convert.names_of(table, self.opts.name_col) if self.opts.name_col else None
+        return _Commit(writer.write_task(cols, rows, keys, self.opts, folder, task_id))
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        results = [m.result for m in messages if isinstance(m, _Commit)]
+        writer.commit(self.path, results, mode=self.mode, opts=self.opts, job=self.job)
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        writer.abort(self.path, self.job)
+
+
+# -- reading ----------------------------------------------------------------------------
+
+
+@dataclass
+class _Shard(InputPartition):
+    entry: ShardEntry
+
+
+class _Reader(DataSourceReader):
+    def __init__(self, path: str, options: dict[str, Any], schema: StructType) -> None:
+        unknown = sorted({k.lower() for k in options} - _READ_OPTIONS)
+        if unknown:
+            raise InvalidArgumentError(f"unknown read option(s): {', '.join(unknown)}")
+        self.path = path
+        self.layout = str(options.get("layout", "rows")).lower()
+        if self.layout not in ("rows", "files"):
+            raise InvalidArgumentError(f"layout must be rows or files, got {self.layout!r}")
+        wanted = [f.name for f in schema.fields]
+        if options.get("columns"):
+            keep = {c.strip() for c in str(options["columns"]).split(",")}
+            wanted = [w for w in wanted if w in keep]
+        self.columns = wanted
+        self.schema = schema
+
+    def partitions(self) -> Sequence[InputPartition]:
+        return [_Shard(s) for s in _manifest(self.path).shards]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        import tensorfile
+
+        if not isinstance(partition, _Shard):
+            raise InvalidArgumentError(f"unexpected partition {partition!r}")
+        manifest = _manifest(self.path)
+        file = os.path.join(self.path, partition.entry.shard_path)
+        with tensorfile.open(file) as r:
+            if self.layout == "files":
+                yield _files_batch(r, self.schema)
+            elif manifest.mode == "batch":
+                yield _batch_rows(r, partition.entry, self.schema)
+            else:
+                yield _kv_rows(r, manifest, self.schema)
+
+
+def _nested(
+    values: np.ndarray[Any, Any], rows: int, sample: tuple[int, ...], typ: pa.DataType
+) -> pa.Array:
+    """Arrow (nested) list arrays of ``rows`` samples of shape ``sample``: the leaf values,
+    then one level of lists per dimension, innermost first."""
+    arr = pa.array(values.reshape(-1), type=typ)
+    for depth in range(len(sample) - 1, -1, -1):
+        lists = rows * math.prod(sample[:depth])
+        offsets = pa.array(np.arange(lists + 1, dtype=np.int32) * sample[depth], pa.int32())
+        arr = pa.ListArray.from_arrays(offsets, arr)
+    return arr
+
+
+def _record_batch(arrays: list[pa.Array], names: list[str], schema: StructType) -> pa.RecordBatch:
+    """A record batch with exactly the Arrow schema Spark expects for ``schema``."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    fields = {f.name: f for f in schema.fields}
+    target = to_arrow_schema(StructType([fields[n] for n in names]))
+    return pa.RecordBatch.from_arrays(arrays, schema=target)
+
+
+def _arrow_type(dtype: DataType) -> pa.DataType:
+    from pyspark.sql.pandas.types import to_arrow_type
+
+    return to_arrow_type(dtype)
+
+
+def _element(dtype: DataType) -> DataType:
+    while isinstance(dtype, ArrayType):
+        dtype = dtype.elementType
+    return dtype
+
+
+def _column_array(tensor: np.ndarray[Any, Any], rows: int, field: StructField) -> pa.Array:
+    element = _element(field.dataType)
+    base = tensor
+    if tensor.dtype.kind == "f" or "float" in tensor.dtype.name or "bfloat" in tensor.dtype.name:
+        base = tensor.astype(np.float64 if isinstance(element, DoubleType) else np.float32)
+    elif tensor.dtype.kind in "iub":
+        base = tensor.astype(_arrow_type(element).to_pandas_dtype())
+    sample = tuple(tensor.shape[1:])
+    arr = _nested(np.ascontiguousarray(base), rows, sample, _arrow_type(element))
+    return arr.cast(_arrow_type(field.dataType))  # Spark's list field names and nullability
+
+
+def _batch_rows(r: Any, shard: ShardEntry, schema: StructType) -> pa.RecordBatch:
+    rows = shard.samples_count
+    arrays, names = [], []
+    for field in schema.fields:
+        tensor = r.get_tensor(field.name)[:rows]
+        arrays.append(_column_array(tensor, rows, field))
+        names.append(field.name)
+    return _record_batch(arrays, names, schema)
+
+
+def _kv_rows(r: Any, manifest: Manifest, schema: StructType) -> pa.RecordBatch:
+    sep = manifest.kv_separator
+    keys = sorted({n.rsplit(sep, 1)[0] for n in r.keys()})
+    arrays, names = [], []
+    for field in schema.fields:
+        if field.name == (manifest.name_col or "key"):
+            arrays.append(pa.array(keys, pa.string()))
+        else:
+            stacked = (
+                np.stack([r.get_tensor(f"{k}{sep}{field.name}") for k in keys])
+                if keys
+                else np.empty((0,))
+            )
+            arrays.append(_column_array(stacked, len(keys), field))
+        names.append(field.name)
+    return _record_batch(arrays, names, schema)
+
+
+def _files_batch(r: Any, schema: StructType) -> pa.RecordBatch:
+    arrays, names = [], []
+    struct_type = _arrow_type(TENSOR_STRUCT)
+    for field in schema.fields:
+        if field.name in r:
+            info = r.info(field.name)
+            raw = r.get_tensor(field.name)
+            value = {
+                "data": np.ascontiguousarray(raw).tobytes() if not info.dtype.is_subbyte else b"",
+                "shape": list(info.shape),
+                "dtype": info.dtype.name,
+            }
+            arrays.append(pa.array([value], struct_type))
+        else:
+            arrays.append(pa.array([None], struct_type))
+        names.append(field.name)
+    return _record_batch(arrays, names, schema)
