@@ -40,6 +40,7 @@ TARGETS: dict[str, tuple[float, bool]] = {
     "open_header": (1.0, True),
     "zt_save_raw_vs_st": (0.9, True),
     "zt_load_raw_vs_st": (0.9, True),
+    "spark_write": (1.0, True),
 }
 
 

@@ -89,7 +89,8 @@ from common import (
 from zt import ZT_BENCHMARKS
 from zt import runners as zt_runners
 
-ALL_BENCHMARKS = BENCHMARKS + ZT_BENCHMARKS
+SPARK_BENCHMARKS = ("spark_write", "spark_read")
+ALL_BENCHMARKS = BENCHMARKS + ZT_BENCHMARKS + SPARK_BENCHMARKS
 
 # --------------------------------------------------------------------------- benchmarks
 
@@ -326,7 +327,8 @@ def main(argv: list[str] | None = None) -> int:
     cfg.data.mkdir(parents=True, exist_ok=True)
 
     selected = args.only or list(ALL_BENCHMARKS)
-    if any(name not in ("open_header", "zt_open_manifest") for name in selected):
+    header_only = ("open_header", "zt_open_manifest", *SPARK_BENCHMARKS)
+    if any(name not in header_only for name in selected):
         make_big(cfg)
     if "open_header" in selected:
         make_header(cfg)
@@ -341,6 +343,10 @@ def main(argv: list[str] | None = None) -> int:
         "view_all": lambda: bench_view_all(cfg),
         **zt_runners(cfg),
     }
+    if any(name in SPARK_BENCHMARKS for name in selected):
+        from spark_bench import runners as spark_runners
+
+        runners.update(spark_runners(cfg, args.quick))
     results: list[Result] = []
     for name in ALL_BENCHMARKS:
         if name not in selected:
