@@ -119,7 +119,8 @@ def _from_numpy(name: str, arr: NDArray, options: Any) -> Column:
             )
         arr = arr.reshape((rows, *shape))
         sample = tuple(shape)
-    target = options.dtype or _own_dtype(arr, name)
+    # the dtype option converts array columns; a scalar column (an id) keeps its own type
+    target = (options.dtype if sample else None) or _own_dtype(arr, name)
     return Column(name, target, sample, convert_values(arr, target, options.rounding, name))
 
 

@@ -145,7 +145,7 @@ class Dataset:
         if self.mode == "batch":
             tensors = {c: reader.get_tensor(c) for c in self.columns if c in reader}
             for i in range(shard.samples_count):
-                yield {c: t[i] for c, t in tensors.items()}
+                yield {c: t[i, ...] for c, t in tensors.items()}
             return
         sep = self.manifest.kv_separator
         for key in self._shard_keys(shard):

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
@@ -28,7 +29,8 @@ def _rank() -> tuple[int, int]:
 def _to_torch(value: Any) -> Any:
     if isinstance(value, str):
         return value
-    return from_numpy(value.copy(), dtypes.from_numpy(value.dtype))
+    arr = np.array(value, copy=True)
+    return from_numpy(arr, dtypes.from_numpy(arr.dtype))
 
 
 class ShardedIterable(IterableDataset):  # type: ignore[type-arg]
