@@ -26,7 +26,7 @@ import numpy as np
 from .. import dtypes
 from ..errors import InvalidArgumentError
 
-__all__ = ["Column", "columns_of", "convert_values", "names_of"]
+__all__ = ["Column", "as_table", "columns_of", "convert_values", "names_of"]
 
 NDArray = np.ndarray[Any, Any]
 
@@ -124,6 +124,26 @@ def _from_numpy(name: str, arr: NDArray, options: Any) -> Column:
     return Column(name, target, sample, convert_values(arr, target, options.rounding, name))
 
 
+def _rows_array(name: str, items: Sequence[Any]) -> NDArray:
+    """One array of a column given as a list of rows (numbers, lists or arrays)."""
+    if any(item is None for item in items):
+        return _stack_rows(name, items)  # reports the null
+    if items and all(type(v) is int for v in items):  # exact, never through doubles
+        low, high = min(items), max(items)
+        if low >= -(1 << 63) and high < 1 << 63:
+            return np.array(items, np.int64)
+        if low >= 0 and high < 1 << 64:
+            return np.array(items, np.uint64)
+        raise InvalidArgumentError(f"column {name!r}: integers {low}..{high} do not fit 64 bits")
+    try:
+        arr = np.array(items)  # Python ints up to 2**64-1 become uint64, not floats
+    except (ValueError, OverflowError):
+        return _stack_rows(name, items)  # ragged rows: a clear error
+    if arr.dtype == object:
+        return _stack_rows(name, items)
+    return arr
+
+
 def _stack_rows(name: str, items: Sequence[Any]) -> NDArray:
     for i, item in enumerate(items):
         if item is None:
@@ -164,23 +184,27 @@ def _arrow_column(name: str, col: Any, options: Any) -> Column:
     flat = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
     rows = len(flat)
     dims: list[int] = []
+    level_type = typ
     for level in range(depth):
         if flat.null_count:
             raise InvalidArgumentError(f"column {name!r} has a null inside a sample")
-        offsets = np.asarray(flat.offsets) if hasattr(flat, "offsets") else None
-        if offsets is not None:
-            lengths = np.diff(offsets)
+        if pa.types.is_fixed_size_list(level_type):
+            width = level_type.list_size
+        else:
+            lengths = np.diff(np.asarray(flat.offsets))
             width = int(lengths[0]) if lengths.size else 0
             if lengths.size and not np.all(lengths == width):
                 bad = int(np.argmax(lengths != width))
                 raise InvalidArgumentError(
-                    f"column {name!r}: at nesting level {level}, row {bad} has {int(lengths[bad])} "
-                    f"values where the first row has {width}; samples must have one shape"
+                    f"column {name!r}: at nesting level {level}, row {bad} has "
+                    f"{int(lengths[bad])} values where the first row has {width}; samples "
+                    "must have one shape"
                 )
-        else:
-            width = typ.list_size
         dims.append(width)
         flat = flat.flatten()
+        level_type = level_type.value_type
+    if flat.null_count:
+        raise InvalidArgumentError(f"column {name!r} has a null inside a sample")
     values = np.asarray(flat.to_numpy(zero_copy_only=False))
     arr = values.reshape((rows, *dims))
     return _from_numpy(name, arr, options)
@@ -219,7 +243,7 @@ def _struct_column(name: str, items: list[Any], options: Any) -> Column:
 
 def names_of(data: Any, column: str) -> list[str]:
     """The key column of KV mode, as strings (no nulls)."""
-    values = _raw_column(data, column)
+    values = _raw_column(as_table(data), column)
     out = []
     for i, v in enumerate(values):
         if v is None:
@@ -252,8 +276,12 @@ def _raw_column(data: Any, column: str) -> list[Any]:
     raise InvalidArgumentError(f"cannot read columns from {type(data).__name__}")
 
 
-def _table(data: Any) -> Any:
+def as_table(data: Any) -> Any:
     """pyarrow Table for Arrow inputs (RecordBatch, list of batches), else ``data``."""
+    if isinstance(data, Mapping) or not (
+        isinstance(data, list | tuple) or type(data).__module__.startswith("pyarrow")
+    ):
+        return data
     import pyarrow as pa
 
     if isinstance(data, pa.RecordBatch):
@@ -269,8 +297,7 @@ def columns_of(data: Any, options: Any = None) -> tuple[list[Column], int]:
     from .options import WriteOptions
 
     opts = options if options is not None else WriteOptions(batch_size=1)
-    if not isinstance(data, Mapping):
-        data = _table(data)
+    data = as_table(data)
     if isinstance(data, Mapping):
         names = list(data)
     elif hasattr(data, "column_names"):
@@ -282,6 +309,8 @@ def columns_of(data: Any, options: Any = None) -> tuple[list[Column], int]:
             f"cannot write {type(data).__name__}: pass a pyarrow Table or RecordBatch(es), a "
             "pandas DataFrame or a dict of numpy arrays"
         )
+    if opts.name_col and opts.name_col not in names:
+        raise InvalidArgumentError(f"the key column {opts.name_col!r} does not exist; have {names}")
     wanted = list(opts.columns) if opts.columns else [n for n in names if n != opts.name_col]
     missing = [c for c in wanted if c not in names]
     if missing:
@@ -296,18 +325,14 @@ def columns_of(data: Any, options: Any = None) -> tuple[list[Column], int]:
     for name in wanted:
         if isinstance(data, Mapping):
             value = data[name]
-            arr = (
-                np.asarray(value)
-                if not isinstance(value, list) or not value or not isinstance(value[0], dict)
-                else None
-            )
-            if arr is None or arr.dtype == object:
-                items = list(value)
-                if items and isinstance(items[0], dict):
-                    cols.append(_struct_column(name, items, opts))
-                    continue
-                arr = _stack_rows(name, items)
-            cols.append(_from_numpy(name, arr, opts))
+            if isinstance(value, np.ndarray) and value.dtype != object:
+                cols.append(_from_numpy(name, value, opts))
+                continue
+            items = list(value)
+            if items and isinstance(items[0], dict):
+                cols.append(_struct_column(name, items, opts))
+                continue
+            cols.append(_from_numpy(name, _rows_array(name, items), opts))
         elif hasattr(data, "column_names"):
             cols.append(_arrow_column(name, data.column(name), opts))
         else:

@@ -23,7 +23,15 @@ from typing import Any
 from .._atomic import atomic_write, write_all
 from ..errors import FormatError, SourceError
 
-__all__ = ["INDEX_NAME", "MANIFEST_NAME", "Manifest", "ShardEntry", "read_manifest", "write_index"]
+__all__ = [
+    "INDEX_NAME",
+    "MANIFEST_NAME",
+    "Manifest",
+    "ShardEntry",
+    "read_manifest",
+    "split_key",
+    "write_index",
+]
 
 MANIFEST_NAME = "dataset_manifest.json"
 INDEX_NAME = "_tensor_index.parquet"
@@ -118,6 +126,16 @@ class Manifest:
             write_all(fd, memoryview(text.encode()))
 
 
+def split_key(name: str, separator: str, columns: list[str]) -> tuple[str, str]:
+    """``(key, column)`` of a KV tensor name ``{key}{separator}{column}``: the longest known
+    column that ends the name (a column may itself contain the separator)."""
+    for col in sorted(columns, key=len, reverse=True):
+        if name.endswith(separator + col):
+            return name[: -len(separator + col)], col
+    key, _, col = name.rpartition(separator)
+    return key, col
+
+
 def read_manifest(folder: str) -> Manifest | None:
     """The manifest of the dataset in ``folder``, or None when there is none."""
     path = os.path.join(folder, MANIFEST_NAME)
@@ -135,8 +153,13 @@ def read_manifest(folder: str) -> Manifest | None:
     return Manifest.from_json(doc, path)
 
 
-def write_index(folder: str, rows: list[tuple[str, str, list[int], str]]) -> None:
-    """Write ``_tensor_index.parquet`` (one file): tensor_key, file_name, shape, dtype."""
+def write_index(
+    folder: str, rows: list[tuple[str, str, list[int], str]], *, final: bool = True
+) -> str:
+    """Write ``_tensor_index.parquet`` (one file): tensor_key, file_name, shape, dtype.
+
+    With ``final=False`` the file is left under a temporary name (returned) for the caller to
+    rename once the manifest is committed."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -148,13 +171,17 @@ def write_index(folder: str, rows: list[tuple[str, str, list[int], str]]) -> Non
             "dtype": pa.array([r[3] for r in rows], pa.string()),
         }
     )
-    final = os.path.join(folder, INDEX_NAME)
-    tmp = os.path.join(folder, f".{INDEX_NAME}.{os.getpid()}.tmp")
+    target = os.path.join(folder, INDEX_NAME)
+    tmp = os.path.join(folder, f".{INDEX_NAME}.{os.getpid()}.{id(rows):x}.tmp")
     try:
         pq.write_table(table, tmp)
-        os.replace(tmp, final)
-    except OSError as exc:
-        raise SourceError(f"cannot write {final}: {exc.strerror or exc}") from exc
-    finally:
+        if final:
+            os.replace(tmp, target)
+            return target
+        return tmp
+    except BaseException as exc:
         if os.path.exists(tmp):
             os.unlink(tmp)
+        if isinstance(exc, OSError):
+            raise SourceError(f"cannot write {target}: {exc.strerror or exc}") from exc
+        raise

@@ -16,6 +16,7 @@ Example:
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -160,8 +161,13 @@ def parse_options(options: Mapping[str, Any]) -> WriteOptions:
         target = float(opts.get("target_shard_size_mb", 300))
     except (TypeError, ValueError):
         raise InvalidArgumentError("target_shard_size_mb must be a number") from None
-    if not target > 0:
-        raise InvalidArgumentError(f"target_shard_size_mb must be positive, got {target}")
+    if not (target > 0 and math.isfinite(target)):
+        raise InvalidArgumentError(
+            f"target_shard_size_mb must be positive and finite, got {target}"
+        )
+    separator = str(opts.get("kv_separator", "__"))
+    if not separator:
+        raise InvalidArgumentError("kv_separator must not be empty")
     rounding = str(opts.get("rounding", "nearest_even")).lower()
     if rounding not in ("nearest_even", "truncate"):
         raise InvalidArgumentError(f"rounding must be nearest_even or truncate, got {rounding!r}")
@@ -172,7 +178,7 @@ def parse_options(options: Mapping[str, Any]) -> WriteOptions:
         shapes=_shapes(opts["shapes"]) if "shapes" in opts else {},
         dtype=dtype,
         tail_strategy=tail,
-        kv_separator=str(opts.get("kv_separator", "__")),
+        kv_separator=separator,
         target_shard_size_mb=target,
         duplicates_strategy="lastWin" if dup.lower() == "lastwin" else "fail",
         generate_index=_bool(opts.get("generate_index", False), "generate_index"),

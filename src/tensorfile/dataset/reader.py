@@ -29,7 +29,7 @@ import tensorfile
 
 from ..errors import FormatError, InvalidArgumentError
 from ..reader import Reader
-from .manifest import Manifest, ShardEntry, read_manifest
+from .manifest import Manifest, ShardEntry, read_manifest, split_key
 
 __all__ = ["Dataset", "open"]
 
@@ -68,7 +68,7 @@ class Dataset:
         if self.mode == "batch":
             return sorted(self.manifest.schema)
         sep = self.manifest.kv_separator
-        return sorted({k.rsplit(sep, 1)[-1] for k in self.manifest.schema})
+        return sorted({k.rpartition(sep)[2] for k in self.manifest.schema})
 
     @property
     def schema(self) -> dict[str, dict[str, Any]]:
@@ -116,7 +116,7 @@ class Dataset:
             sep = self.manifest.kv_separator
             seen: dict[str, None] = {}
             for name in self._reader(shard).keys():
-                seen.setdefault(name.rsplit(sep, 1)[0], None)
+                seen.setdefault(split_key(name, sep, self.columns)[0], None)
             keys = sorted(seen)
             self._keys[shard.shard_path] = keys
         return keys

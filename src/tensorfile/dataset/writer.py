@@ -27,8 +27,15 @@ from typing import Any
 
 from ..errors import InvalidArgumentError, SourceError
 from ..safetensors.numpy import save_file
-from .convert import Column, columns_of, names_of
-from .manifest import INDEX_NAME, Manifest, ShardEntry, read_manifest, write_index
+from .convert import Column, as_table, columns_of, names_of
+from .manifest import (
+    INDEX_NAME,
+    Manifest,
+    ShardEntry,
+    read_manifest,
+    split_key,
+    write_index,
+)
 from .options import WriteOptions, parse_options
 from .shards import batch_shards, kv_shards
 
@@ -86,7 +93,7 @@ def write_task(
         save_file(shard.tensors, target)
         entries.append(ShardEntry(name, shard.samples, os.path.getsize(target)))
         for key, value in shard.tensors.items():
-            col = key.rsplit(opts.kv_separator, 1)[-1] if opts.mode == "kv" else key
+            col = split_key(key, opts.kv_separator, list(dtype_of))[1] if opts.mode == "kv" else key
             dtype = dtype_of.get(col) or dtype_of.get(key) or "F32"
             shape = (
                 [opts.batch_size or 1, *value.shape[1:]]
@@ -122,32 +129,42 @@ def commit(
     if old is not None and mode == "append" and with_index:
         index += _index_of(path, old)
     columns: list[str] = list(old.columns) if (old is not None and mode == "append") else []
-    for r in results:
-        for entry in r.shards:
-            try:
-                os.replace(
-                    os.path.join(r.folder, entry.shard_path), os.path.join(path, entry.shard_path)
-                )
-            except OSError as exc:
-                raise SourceError(f"cannot move {entry.shard_path} into {path}: {exc}") from exc
-        shards += r.shards
-        index += r.index
-        for key, info in r.schema.items():
-            schema.setdefault(key, info)
-        for c in r.columns:
-            if c not in columns:
-                columns.append(c)
-    manifest = Manifest(
-        shards,
-        schema,
-        mode=opts.mode,
-        columns=columns,
-        kv_separator=opts.kv_separator,
-        name_col=opts.name_col,
-    )
-    manifest.write(path)
-    if with_index:
-        write_index(path, index)
+    moved: list[str] = []
+    staged_index: str | None = None
+    try:
+        for r in results:
+            for entry in r.shards:
+                target = os.path.join(path, entry.shard_path)
+                try:
+                    os.replace(os.path.join(r.folder, entry.shard_path), target)
+                except OSError as exc:
+                    raise SourceError(f"cannot move {entry.shard_path} into {path}: {exc}") from exc
+                moved.append(target)
+            shards += r.shards
+            index += r.index
+            for key, info in r.schema.items():
+                schema.setdefault(key, info)
+            for c in r.columns:
+                if c not in columns:
+                    columns.append(c)
+        manifest = Manifest(
+            shards,
+            schema,
+            mode=opts.mode,
+            columns=columns,
+            kv_separator=opts.kv_separator,
+            name_col=opts.name_col,
+        )
+        staged_index = write_index(path, index, final=False) if with_index else None
+        manifest.write(path)  # the commit point: the new dataset exists from here on
+    except BaseException:
+        for target in moved:  # the previous dataset stays as it was
+            _remove(target)
+        if staged_index is not None:
+            _remove(staged_index)
+        raise
+    if staged_index is not None:
+        os.replace(staged_index, os.path.join(path, INDEX_NAME))
     if old is not None and mode == "overwrite":
         keep = {s.shard_path for s in shards}
         for s in old.shards:
@@ -217,6 +234,7 @@ def write(
         raise InvalidArgumentError(f"save mode {mode!r} is not supported; use {' or '.join(MODES)}")
     out = os.fspath(path)
     opts = parse_options(options)
+    data = as_table(data)
     cols, rows = columns_of(data, opts)
     keys = names_of(data, opts.name_col) if opts.name_col else None
     os.makedirs(out, exist_ok=True)

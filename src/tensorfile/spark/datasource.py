@@ -56,7 +56,7 @@ from pyspark.sql.types import (
 )
 
 from ..dataset import convert, writer
-from ..dataset.manifest import Manifest, ShardEntry, read_manifest
+from ..dataset.manifest import Manifest, ShardEntry, read_manifest, split_key
 from ..dataset.options import WriteOptions, parse_options
 from ..dataset.reader import open as open_dataset
 from ..errors import InvalidArgumentError
@@ -305,7 +305,7 @@ def _batch_rows(r: Any, shard: ShardEntry, schema: StructType) -> pa.RecordBatch
 
 def _kv_rows(r: Any, manifest: Manifest, schema: StructType) -> pa.RecordBatch:
     sep = manifest.kv_separator
-    keys = sorted({n.rsplit(sep, 1)[0] for n in r.keys()})
+    keys = sorted({split_key(n, sep, manifest.columns)[0] for n in r.keys()})
     arrays, names = [], []
     for field in schema.fields:
         if field.name == (manifest.name_col or "key"):
