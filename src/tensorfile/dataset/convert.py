@@ -216,7 +216,7 @@ def _struct_column(name: str, items: list[Any], options: Any) -> Column:
     for i, item in enumerate(items):
         if item is None or item.get("data") is None or item.get("shape") is None:
             raise InvalidArgumentError(f"column {name!r}: row {i} has a null tensor")
-        dt_name = options.dtype or item.get("dtype")
+        dt_name = item.get("dtype")
         try:
             dt = dtypes.from_safetensors(dt_name)
         except (KeyError, TypeError):
@@ -238,7 +238,10 @@ def _struct_column(name: str, items: list[Any], options: Any) -> Column:
     if len(shapes) > 1:
         raise InvalidArgumentError(f"column {name!r}: tensors of different shapes {sorted(shapes)}")
     sample = rows[0].shape if rows else ()
-    return Column(name, dtype or (options.dtype or "F32"), tuple(sample), rows=rows)
+    target = options.dtype or dtype or "F32"
+    if dtype is not None and target != dtype:  # the dtype option converts values, never bytes
+        rows = [convert_values(r, target, options.rounding, name) for r in rows]
+    return Column(name, target, tuple(sample), rows=rows)
 
 
 def names_of(data: Any, column: str) -> list[str]:

@@ -129,6 +129,8 @@ def commit(
     if old is not None and mode == "append" and with_index:
         index += _index_of(path, old)
     columns: list[str] = list(old.columns) if (old is not None and mode == "append") else []
+    _check_schema(schema, results, opts)
+    results = _resolve_duplicates(results, opts, set(schema) if opts.mode == "kv" else set())
     moved: list[str] = []
     staged_index: str | None = None
     try:
@@ -176,6 +178,92 @@ def commit(
     if job is not None:
         abort(path, job)
     return manifest
+
+
+def _sample_info(
+    key: str, info: dict[str, Any], opts: WriteOptions
+) -> tuple[str, str, tuple[int, ...]]:
+    """(column, dtype, per-sample shape) of a schema entry."""
+    if opts.mode == "batch":
+        return key, info["dtype"], tuple(info["shape"][1:])
+    return key.rpartition(opts.kv_separator)[2], info["dtype"], tuple(info["shape"])
+
+
+def _check_schema(
+    existing: dict[str, dict[str, Any]], results: Sequence[TaskResult], opts: WriteOptions
+) -> None:
+    """Every task (and, on append, the dataset) must agree on each column's dtype and
+    sample shape: a partition of different arrays is refused, not written."""
+    seen: dict[str, tuple[str, tuple[int, ...]]] = {}
+    sources = [("the existing dataset", existing)] + [
+        (f"task {i}", r.schema) for i, r in enumerate(results)
+    ]
+    for where, schema in sources:
+        columns = [c for r in results for c in r.columns] or None
+        for key, info in schema.items():
+            col, dtype, shape = _sample_info(key, info, opts)
+            if columns and opts.mode == "kv":
+                col = split_key(key, opts.kv_separator, columns)[1]
+            got = seen.setdefault(col, (dtype, shape))
+            if got != (dtype, shape):
+                raise InvalidArgumentError(
+                    f"column {col!r}: {where} has {dtype} samples of shape {list(shape)}, "
+                    f"elsewhere they are {got[0]} of shape {list(got[1])}; every sample of a "
+                    "column must have one dtype and shape"
+                )
+
+
+def _resolve_duplicates(
+    results: Sequence[TaskResult], opts: WriteOptions, existing: set[str]
+) -> list[TaskResult]:
+    """KV keys written by several tasks: an error with ``fail``; with ``lastWin`` the task
+    with the highest partition id wins and the others' shards are rewritten without them."""
+    if opts.mode != "kv":
+        return list(results)
+    owner: dict[str, int] = {}
+    for i, r in enumerate(results):
+        for key in {row[0] for row in r.index}:
+            if key in existing:
+                raise InvalidArgumentError(
+                    f"tensor key {key!r} is already in the dataset; appending a key twice is "
+                    "refused (write the dataset again with mode overwrite)"
+                )
+            if key in owner and opts.duplicates_strategy == "fail":
+                raise InvalidArgumentError(
+                    f"duplicate tensor key {key!r} written by two tasks; use "
+                    "duplicatesStrategy=lastWin to keep the last"
+                )
+            owner[key] = i
+    out = []
+    for i, r in enumerate(results):
+        drop = {row[0] for row in r.index if owner.get(row[0]) != i}
+        out.append(_without(r, drop, opts) if drop else r)
+    return out
+
+
+def _without(result: TaskResult, drop: set[str], opts: WriteOptions) -> TaskResult:
+    """``result`` with the tensors ``drop`` removed from its (staged) shard files."""
+    from ..safetensors.numpy import load_file
+
+    shards: list[ShardEntry] = []
+    for entry in result.shards:
+        file = os.path.join(result.folder, entry.shard_path)
+        tensors = load_file(file)
+        kept = {k: v for k, v in tensors.items() if k not in drop}
+        if len(kept) == len(tensors):
+            shards.append(entry)
+            continue
+        os.unlink(file)
+        if not kept:
+            continue
+        save_file(kept, file)
+        columns = result.columns
+        names = {split_key(k, opts.kv_separator, columns)[0] for k in kept}
+        shards.append(ShardEntry(entry.shard_path, len(names), os.path.getsize(file)))
+    live = {s.shard_path for s in shards}
+    index = [row for row in result.index if row[0] not in drop and row[1] in live]
+    schema = {k: v for k, v in result.schema.items() if k not in drop}
+    return TaskResult(result.folder, shards, index, schema, result.columns)
 
 
 def _index_of(path: str, manifest: Manifest) -> list[tuple[str, str, list[int], str]]:

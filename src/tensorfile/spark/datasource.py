@@ -116,10 +116,20 @@ class SafetensorsDataSource(DataSource):
     def schema(self) -> StructType:
         manifest = _manifest(self._path())
         if str(self.options.get("layout", "rows")).lower() == "files":
-            return StructType(
+            full = StructType(
                 [StructField(k, TENSOR_STRUCT, True) for k in sorted(manifest.schema)]
             )
-        return _row_schema(manifest)
+        else:
+            full = _row_schema(manifest)
+        wanted = self.options.get("columns")
+        if not wanted:
+            return full
+        keep = [c.strip() for c in str(wanted).split(",") if c.strip()]
+        names = {f.name for f in full.fields}
+        missing = [c for c in keep if c not in names]
+        if missing:
+            raise InvalidArgumentError(f"column(s) {', '.join(missing)} are not in the dataset")
+        return StructType([f for f in full.fields if f.name in keep])
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return _Reader(self._path(), dict(self.options), schema)
@@ -235,7 +245,7 @@ class _Reader(DataSourceReader):
         import tensorfile
 
         if not isinstance(partition, _Shard):
-            raise InvalidArgumentError(f"unexpected partition {partition!r}")
+            return  # Spark's placeholder partition for a dataset without shards
         manifest = _manifest(self.path)
         file = os.path.join(self.path, partition.entry.shard_path)
         with tensorfile.open(file) as r:
