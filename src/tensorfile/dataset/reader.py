@@ -13,6 +13,11 @@ Example:
     >>> ds = dataset.open(out)
     >>> len(ds), ds[2]["x"].tolist(), [b["x"].shape for b in ds.batches(2)]
     (3, [4, 5], [(2, 2), (1, 2)])
+    >>> kv = os.path.join(tempfile.mkdtemp(), "kv")
+    >>> _ = dataset.write({"id": ["a", "b"], "v": np.eye(2, dtype=np.float32)}, kv,
+    ...                   name_col="id", generate_index=True)
+    >>> dataset.open(kv).get("b")["v"].tolist()  # the index says which shard holds "b"
+    [0.0, 1.0]
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ import tensorfile
 
 from ..errors import FormatError, InvalidArgumentError
 from ..reader import Reader
-from .manifest import Manifest, ShardEntry, read_manifest, split_key
+from .manifest import INDEX_NAME, Manifest, ShardEntry, read_manifest, split_key
 
 __all__ = ["Dataset", "open"]
 
@@ -47,6 +52,7 @@ class Dataset:
             self._starts.append(self._starts[-1] + s.samples_count)
         self._readers: dict[str, Reader] = {}
         self._keys: dict[str, list[str]] = {}
+        self._index: dict[str, str] | None = None
 
     # -- description --------------------------------------------------------------------
 
@@ -135,6 +141,51 @@ class Dataset:
             if name in reader:
                 out[c] = reader.get_tensor(name)
         return out
+
+    def get(self, key: str) -> dict[str, Any]:
+        """The sample of KV key ``key``. With ``_tensor_index.parquet`` the shard is found from
+        the index; without it, from the shards' headers."""
+        if self.mode != "kv":
+            raise InvalidArgumentError("get(key) is for key-value datasets; use ds[i]")
+        shard = self._shard_of_key(key)
+        if shard is None:
+            raise KeyError(key)
+        reader = self._reader(shard)
+        sep = self.manifest.kv_separator
+        out: dict[str, Any] = {"key": key}
+        for c in self.columns:
+            if f"{key}{sep}{c}" in reader:
+                out[c] = reader.get_tensor(f"{key}{sep}{c}")
+        return out
+
+    def _shard_of_key(self, key: str) -> ShardEntry | None:
+        by_path = {s.shard_path: s for s in self.manifest.shards}
+        if self._index is None:
+            self._index = self._load_index()
+        names = [f"{key}{self.manifest.kv_separator}{c}" for c in self.columns]
+        if self._index:
+            for name in names:
+                file = self._index.get(name)
+                if file in by_path:
+                    return by_path[file]
+            return None
+        for shard in self.manifest.shards:
+            reader = self._reader(shard)
+            if any(n in reader for n in names):
+                return shard
+        return None
+
+    def _load_index(self) -> dict[str, str]:
+        """tensor_key -> file_name from ``_tensor_index.parquet``, or {} without one."""
+        path = os.path.join(self.path, INDEX_NAME)
+        if not os.path.exists(path):
+            return {}
+        import pyarrow.parquet as pq
+
+        table = pq.read_table(path, columns=["tensor_key", "file_name"])
+        keys = table.column("tensor_key").to_pylist()
+        files = table.column("file_name").to_pylist()
+        return dict(zip(keys, files, strict=True))
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         for shard in self.manifest.shards:
