@@ -6,7 +6,7 @@ import os
 
 from .errors import InvalidArgumentError
 from .reader import Reader
-from .sources import LocalSource, MemorySource
+from .sources import MemorySource, open_path
 from .sources.base import Source
 
 __all__ = ["detect_format", "open"]
@@ -28,7 +28,9 @@ def open(
     *,
     format: str | None = None,
 ) -> Reader:
-    """Open a tensor file (a path, or its bytes) and return a :class:`~tensorfile.reader.Reader`.
+    """Open a tensor file (a path, an ``http(s)://`` or fsspec URL, or its bytes) and return
+    a :class:`~tensorfile.reader.Reader`. Over HTTP, the header costs one range request when
+    it fits in the first 100,000 bytes, and each tensor one more.
 
     The format is detected from the first bytes unless ``format`` names it. The reader has
     ``keys()``, ``metadata``, ``info(name)``, ``view(name)`` (zero-copy, read-only),
@@ -48,7 +50,9 @@ def open(
     if isinstance(path_or_data, bytes | bytearray | memoryview):
         source = MemorySource(path_or_data)
     else:
-        source = LocalSource(path_or_data)
+        text = os.fspath(path_or_data)
+        tail = format == "ztensor" or (format is None and text.endswith(".zt"))
+        source = open_path(text, tail_first=tail)
     try:
         fmt = format or detect_format(source)
         if fmt == "safetensors":

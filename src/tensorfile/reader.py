@@ -204,6 +204,7 @@ class Reader:
     def _read_ranges(self, jobs: list[tuple[str, ByteRange, memoryview]]) -> None:
         """Fill each buffer from its byte range; adjacent ranges share one read call."""
         jobs = sorted(jobs, key=lambda job: job[1].start)
+        gap_limit = int(getattr(self.source, "coalesce_gap", 0))
         run: list[memoryview] = []
         run_start = run_stop = -1
         for name, rng, view in jobs:
@@ -214,6 +215,12 @@ class Reader:
             if rng.length == 0:
                 continue
             if run and rng.start == run_stop:
+                run.append(view)
+                run_stop = rng.stop
+                continue
+            if run and run_stop < rng.start <= run_stop + gap_limit:
+                # a remote source: one request over a small gap beats two requests
+                run.append(memoryview(bytearray(rng.start - run_stop)))
                 run.append(view)
                 run_stop = rng.stop
                 continue

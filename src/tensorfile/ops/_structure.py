@@ -30,7 +30,7 @@ from typing import Any
 
 from .. import dtypes
 from ..errors import InvalidArgumentError, SourceError
-from ..sources import LocalSource
+from ..sources import is_url, open_path
 from ..sources.base import ReadStats, Source
 
 __all__ = ["ShardInfo", "Structure", "TensorEntry", "detect", "load", "open_source"]
@@ -144,8 +144,8 @@ class Structure:
 
 @contextmanager
 def open_source(path: str) -> Iterator[Source]:
-    """A source for ``path`` (a local file), closed afterwards."""
-    source = LocalSource(path)
+    """A source for ``path`` (a local file or a URL), closed afterwards."""
+    source = open_path(path, tail_first=path.endswith(".zt"))
     try:
         yield source
     finally:
@@ -325,6 +325,8 @@ def _load_many(files: list[str]) -> list[Structure]:
 def load(path: str | os.PathLike[str]) -> Structure:
     """The structure of a file, a sharded checkpoint (index or folder) or a glob of files."""
     target = os.fspath(path)
+    if is_url(target):
+        return _load_url(target)
     index = _index_path(target)
     if index is not None:
         weight_map, _meta = _read_index(index)
@@ -342,3 +344,24 @@ def load(path: str | os.PathLike[str]) -> Structure:
     if len(matches) == 1:
         return load_file(matches[0])
     return _merge(target, _load_many(matches), None)
+
+
+def _load_url(url: str) -> Structure:
+    """A remote file, or a remote sharded checkpoint (its index, then the shards' headers,
+    read concurrently)."""
+    if not url.endswith(INDEX_SUFFIX):
+        return load_file(url)
+    import urllib.parse
+
+    with open_source(url) as src:
+        raw = src.read(0, src.size)
+    try:
+        doc = json.loads(raw)
+    except ValueError as exc:
+        raise InvalidArgumentError(f"{url} is not valid JSON: {exc}") from exc
+    weight_map = doc.get("weight_map") if isinstance(doc, dict) else None
+    if not isinstance(weight_map, dict):
+        raise InvalidArgumentError(f"{url} has no 'weight_map' of tensor names to shard files")
+    files = sorted({str(v) for v in weight_map.values()})
+    urls = [urllib.parse.urljoin(url, f) for f in files]
+    return _merge(url, _load_many(urls), {str(k): str(v) for k, v in weight_map.items()})

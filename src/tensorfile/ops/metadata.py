@@ -84,6 +84,10 @@ def edit_metadata(
 ) -> MetadataEdit:
     """Set, delete or clear metadata keys of a safetensors or zTensor file (or every shard of
     a checkpoint); tensor bytes never change, and a failure leaves the file as it was."""
+    from ..sources import is_url
+
+    if is_url(path):
+        raise UnsupportedError(f"{path}: metadata of a remote file is read-only")
     s = load(path)
     if s.format == "gguf":
         raise UnsupportedError(f"{path}: editing GGUF metadata is not supported (read-only)")

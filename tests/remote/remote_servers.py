@@ -1,0 +1,177 @@
+"""Real HTTP servers on 127.0.0.1 for the remote tests (fixtures: import them by name).
+
+* ``nginx``: honours Range requests; installed from Debian's packages when missing. Its access
+  log records each request's Range header, status and body bytes, so tests can assert how
+  many requests a read cost and how much it transferred.
+* ``plain``: Python's ``http.server``, which ignores Range and always sends the whole file;
+  it counts the bytes it managed to send.
+"""
+
+from __future__ import annotations
+
+import http.server
+import os
+import shutil
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def _nginx_binary() -> str:
+    found = shutil.which("nginx") or (
+        "/usr/sbin/nginx" if os.path.exists("/usr/sbin/nginx") else None
+    )
+    if found:
+        return found
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    subprocess.run(["apt-get", "install", "-y", "-q", "nginx-light"], check=False, env=env,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=600)  # fmt: skip
+    found = shutil.which("nginx") or (
+        "/usr/sbin/nginx" if os.path.exists("/usr/sbin/nginx") else None
+    )
+    if not found:
+        pytest.fail("nginx is not installed and apt-get could not install it")
+    return found
+
+
+@dataclass
+class Logged:
+    method: str
+    uri: str
+    range: str
+    status: int
+    body_bytes: int
+
+
+@dataclass
+class Server:
+    url: str
+    root: Path
+    log: Path | None = None
+    sent: list[int] | None = None
+
+    def requests(self) -> list[Logged]:
+        """Requests since the last ``reset()`` (nginx only)."""
+        assert self.log is not None
+        time.sleep(0.05)  # nginx writes its log line right after the response
+        out = []
+        for line in self.log.read_text().splitlines():
+            method, uri, rng, status, body = line.split("\t")
+            out.append(Logged(method, uri, rng, int(status), int(body)))
+        return out
+
+    def reset(self) -> None:
+        if self.log is not None:
+            self.log.write_text("")
+        if self.sent is not None:
+            self.sent.clear()
+
+
+NGINX_CONF = """
+worker_processes 1;
+daemon off;
+user root;
+pid {tmp}/nginx.pid;
+error_log {tmp}/error.log warn;
+events {{ worker_connections 64; }}
+http {{
+    log_format tf '$request_method\\t$uri\\t$http_range\\t$status\\t$body_bytes_sent';
+    access_log {tmp}/access.log tf;
+    client_body_temp_path {tmp}/body;
+    proxy_temp_path {tmp}/proxy;
+    fastcgi_temp_path {tmp}/fastcgi;
+    uwsgi_temp_path {tmp}/uwsgi;
+    scgi_temp_path {tmp}/scgi;
+    types {{ }}
+    default_type application/octet-stream;
+    server {{
+        listen 127.0.0.1:{port};
+        root {root};
+        location /moved/ {{ rewrite ^/moved/(.*)$ /$1 redirect; }}
+    }}
+}}
+"""
+
+
+@pytest.fixture(scope="session")
+def nginx(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    binary = _nginx_binary()
+    tmp = tmp_path_factory.mktemp("nginx")
+    root = tmp / "www"
+    root.mkdir()
+    port = _free_port()
+    conf = tmp / "nginx.conf"
+    conf.write_text(NGINX_CONF.format(tmp=tmp, port=port, root=root))
+    log = tmp / "access.log"
+    log.write_text("")
+    proc = subprocess.Popen([binary, "-c", str(conf), "-p", str(tmp)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
+    deadline = time.time() + 10
+    while time.time() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            break
+        except OSError:
+            if proc.poll() is not None:
+                pytest.fail(
+                    f"nginx did not start: {proc.stderr.read().decode() if proc.stderr else ''}"
+                )
+            time.sleep(0.05)
+    server = Server(f"http://127.0.0.1:{port}", root, log=log)
+    yield server
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+class _NoRangeHandler(http.server.SimpleHTTPRequestHandler):
+    """http.server ignores Range: it always answers 200 with the whole file."""
+
+    sent: list[int]
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def copyfile(self, source: Any, outputfile: Any) -> None:
+        total = 0
+        try:
+            while True:
+                chunk = source.read(64 * 1024)
+                if not chunk:
+                    break
+                outputfile.write(chunk)
+                total += len(chunk)
+        except OSError:
+            pass  # the client closed the connection
+        finally:
+            self.sent.append(total)
+
+
+@pytest.fixture(scope="session")
+def plain(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    root = tmp_path_factory.mktemp("plain")
+    sent: list[int] = []
+
+    class Handler(_NoRangeHandler):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, directory=str(root), **kwargs)
+
+    Handler.sent = sent
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield Server(f"http://127.0.0.1:{httpd.server_address[1]}", root, sent=sent)
+    httpd.shutdown()
