@@ -90,7 +90,8 @@ from zt import ZT_BENCHMARKS
 from zt import runners as zt_runners
 
 SPARK_BENCHMARKS = ("spark_write", "spark_read")
-ALL_BENCHMARKS = BENCHMARKS + ZT_BENCHMARKS + SPARK_BENCHMARKS
+REMOTE_BENCHMARKS = ("remote_header_small", "remote_header_big")
+ALL_BENCHMARKS = BENCHMARKS + ZT_BENCHMARKS + SPARK_BENCHMARKS + REMOTE_BENCHMARKS
 
 # --------------------------------------------------------------------------- benchmarks
 
@@ -327,7 +328,7 @@ def main(argv: list[str] | None = None) -> int:
     cfg.data.mkdir(parents=True, exist_ok=True)
 
     selected = args.only or list(ALL_BENCHMARKS)
-    header_only = ("open_header", "zt_open_manifest", *SPARK_BENCHMARKS)
+    header_only = ("open_header", "zt_open_manifest", *SPARK_BENCHMARKS, *REMOTE_BENCHMARKS)
     if any(name not in header_only for name in selected):
         make_big(cfg)
     if "open_header" in selected:
@@ -347,6 +348,10 @@ def main(argv: list[str] | None = None) -> int:
         from spark_bench import runners as spark_runners
 
         runners.update(spark_runners(cfg, args.quick))
+    if any(name in REMOTE_BENCHMARKS for name in selected):
+        from remote_bench import runners as remote_runners
+
+        runners.update(remote_runners(cfg))
     results: list[Result] = []
     for name in ALL_BENCHMARKS:
         if name not in selected:

@@ -44,7 +44,7 @@ def _nginx_binary() -> str:
         "/usr/sbin/nginx" if os.path.exists("/usr/sbin/nginx") else None
     )
     if not found:
-        pytest.fail("nginx is not installed and apt-get could not install it")
+        raise RuntimeError("nginx is not installed and apt-get could not install it")
     return found
 
 
@@ -107,12 +107,11 @@ http {{
 """
 
 
-@pytest.fixture(scope="session")
-def nginx(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+def start_nginx(tmp: Path) -> tuple[Server, subprocess.Popen[bytes]]:
+    """Start nginx serving ``tmp/www`` on a free port (also used by the benchmark runner)."""
     binary = _nginx_binary()
-    tmp = tmp_path_factory.mktemp("nginx")
     root = tmp / "www"
-    root.mkdir()
+    root.mkdir(exist_ok=True)
     port = _free_port()
     conf = tmp / "nginx.conf"
     conf.write_text(NGINX_CONF.format(tmp=tmp, port=port, root=root))
@@ -127,11 +126,15 @@ def nginx(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
             break
         except OSError:
             if proc.poll() is not None:
-                pytest.fail(
-                    f"nginx did not start: {proc.stderr.read().decode() if proc.stderr else ''}"
-                )
+                err = proc.stderr.read().decode() if proc.stderr else ""
+                raise RuntimeError(f"nginx did not start: {err}") from None
             time.sleep(0.05)
-    server = Server(f"http://127.0.0.1:{port}", root, log=log)
+    return Server(f"http://127.0.0.1:{port}", root, log=log), proc
+
+
+@pytest.fixture(scope="session")
+def nginx(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    server, proc = start_nginx(tmp_path_factory.mktemp("nginx"))
     yield server
     proc.terminate()
     proc.wait(timeout=10)
