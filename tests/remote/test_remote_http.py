@@ -243,3 +243,50 @@ def test_fsspec_urls(tmp_path: Path) -> None:
         assert np.array_equal(f.get_tensor("layers.2.weight"), arrays["layers.2.weight"])
         assert f.source.stats.requests >= 1
     assert ops.inspect("memory://tf-test/m.safetensors").tensor_count == 3
+
+
+def test_every_command_reads_urls(nginx: Any, small: Any, capsys: Any) -> None:
+    path, url = small
+    for args in (["summary"], ["id"], ["id", "--content"]):
+        assert main([*args, str(path)]) == 0
+        local = capsys.readouterr().out
+        assert main([*args, url]) == 0
+        assert capsys.readouterr().out == local
+    assert main(["diff", str(path), url, "--json", "--data"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["identical"] is True and doc["data"]["compared"] == 5
+
+
+def test_transient_failures_are_retried(tmp_path: Path) -> None:
+    import http.server
+    import threading
+
+    save_file({"a": np.arange(4, dtype=np.int32)}, str(tmp_path / "m.safetensors"))
+    failures = [2]  # the first two requests get 503
+
+    class Flaky(http.server.SimpleHTTPRequestHandler):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, directory=str(tmp_path), **kwargs)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            if failures[0] > 0:
+                failures[0] -= 1
+                self.send_error(503, "busy")
+                return
+            super().do_GET()
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Flaky)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{httpd.server_address[1]}/m.safetensors"
+        with tensorfile.open(url) as f:
+            assert f.get_tensor("a").tolist() == [0, 1, 2, 3]
+            assert f.source.stats.requests == 3  # two 503s, then the file
+        failures[0] = 10
+        with pytest.raises(SourceError, match="503"):
+            HTTPSource(url, retries=2, backoff=0.01)
+    finally:
+        httpd.shutdown()
