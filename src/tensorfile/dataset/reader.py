@@ -133,7 +133,10 @@ class Dataset:
         reader = self._reader(shard)
         if self.mode == "batch":
             return {c: reader.read_slice(c, row) for c in self.columns if c in reader}
-        key = self._shard_keys(shard)[row]
+        return self._kv_sample(reader, self._shard_keys(shard)[row])
+
+    def _kv_sample(self, reader: Reader, key: str) -> dict[str, Any]:
+        """``{"key": key, column: tensor}`` from the shard ``reader``."""
         sep = self.manifest.kv_separator
         out: dict[str, Any] = {"key": key}
         for c in self.columns:
@@ -150,13 +153,7 @@ class Dataset:
         shard = self._shard_of_key(key)
         if shard is None:
             raise KeyError(key)
-        reader = self._reader(shard)
-        sep = self.manifest.kv_separator
-        out: dict[str, Any] = {"key": key}
-        for c in self.columns:
-            if f"{key}{sep}{c}" in reader:
-                out[c] = reader.get_tensor(f"{key}{sep}{c}")
-        return out
+        return self._kv_sample(self._reader(shard), key)
 
     def _shard_of_key(self, key: str) -> ShardEntry | None:
         by_path = {s.shard_path: s for s in self.manifest.shards}
@@ -198,14 +195,8 @@ class Dataset:
             for i in range(shard.samples_count):
                 yield {c: t[i, ...] for c, t in tensors.items()}
             return
-        sep = self.manifest.kv_separator
         for key in self._shard_keys(shard):
-            sample: dict[str, Any] = {"key": key}
-            for c in self.columns:
-                name = f"{key}{sep}{c}"
-                if name in reader:
-                    sample[c] = reader.get_tensor(name)
-            yield sample
+            yield self._kv_sample(reader, key)
 
     def batches(self, batch_size: int) -> Iterator[dict[str, Any]]:
         """Samples stacked ``batch_size`` at a time (the last batch may be short)."""

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-__all__ = ["ReadStats", "Source"]
+__all__ = ["ReadStats", "Source", "scatter"]
 
 
 @dataclass(slots=True)
@@ -65,3 +65,11 @@ class Source(Protocol):
     def close(self) -> None:
         """Release the file or buffer; views already handed out stay valid."""
         ...
+
+
+def scatter(data: bytes, buffers: list[memoryview]) -> None:
+    """Copy consecutive ``data`` into ``buffers`` (for sources that read into one bytes)."""
+    pos = 0
+    for b in buffers:
+        b.cast("B")[:] = data[pos : pos + b.nbytes]
+        pos += b.nbytes

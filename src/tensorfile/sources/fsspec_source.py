@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import SourceError, UnsupportedError
-from .base import ReadStats
+from .base import ReadStats, scatter
 
 __all__ = ["FsspecSource"]
 
@@ -63,10 +63,7 @@ class FsspecSource:
     def readinto(self, offset: int, buffers: list[memoryview]) -> None:
         """Fill ``buffers`` from consecutive bytes at ``offset`` in one read."""
         data = self.read(offset, sum(b.nbytes for b in buffers))
-        pos = 0
-        for b in buffers:
-            b.cast("B")[:] = data[pos : pos + b.nbytes]
-            pos += b.nbytes
+        scatter(data, buffers)
 
     def buffer(self) -> memoryview | None:
         """Not mappable."""

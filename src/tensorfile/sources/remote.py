@@ -30,7 +30,7 @@ import time
 import urllib.parse
 
 from ..errors import InvalidArgumentError, SourceError
-from .base import ReadStats
+from .base import ReadStats, scatter
 
 __all__ = ["SPECULATIVE_BYTES", "HTTPSource", "is_url"]
 
@@ -135,10 +135,7 @@ class HTTPSource:
         data = self._from_cache(offset, total)
         if data is None:
             data = self._fetch(offset, offset + total)
-        pos = 0
-        for b in buffers:
-            b.cast("B")[:] = data[pos : pos + b.nbytes]
-            pos += b.nbytes
+        scatter(data, buffers)
 
     def buffer(self) -> memoryview | None:
         """Remote files cannot be mapped."""
