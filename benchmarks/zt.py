@@ -191,7 +191,7 @@ def bench_view(cfg: Config) -> Result:
     )
     return Result(
         "zt_view_raw",
-        f"zTensor zero-copy views of all {N_BIG} tensors (1 GiB raw file)",
+        f"zTensor zero-copy views of all {N_BIG} tensors ({cfg.big_bytes >> 20} MiB raw file)",
         cfg.big_bytes,
         tf_times,
         ref_times,
