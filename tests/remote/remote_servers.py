@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import http.server
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -31,21 +32,36 @@ def _free_port() -> int:
         return port
 
 
-def _nginx_binary() -> str:
-    found = shutil.which("nginx") or (
-        "/usr/sbin/nginx" if os.path.exists("/usr/sbin/nginx") else None
-    )
+def _which_nginx() -> str | None:
+    found = shutil.which("nginx")
+    if found:
+        return found
+    return "/usr/sbin/nginx" if os.path.exists("/usr/sbin/nginx") else None
+
+
+def _nginx_binary() -> str | None:
+    """nginx, installed from Debian's packages when missing (None when that fails, or when
+    ``TENSORFILE_TEST_NO_NGINX`` is set, to exercise the stand-in)."""
+    if os.environ.get("TENSORFILE_TEST_NO_NGINX"):
+        return None
+    found = _which_nginx()
     if found:
         return found
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    subprocess.run(["apt-get", "install", "-y", "-q", "nginx-light"], check=False, env=env,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=600)  # fmt: skip
-    found = shutil.which("nginx") or (
-        "/usr/sbin/nginx" if os.path.exists("/usr/sbin/nginx") else None
-    )
-    if not found:
-        raise RuntimeError("nginx is not installed and apt-get could not install it")
-    return found
+    for command in (
+        ["apt-get", "install", "-y", "-q", "nginx-light"],
+        ["apt-get", "update", "-q"],
+        ["apt-get", "install", "-y", "-q", "nginx-light"],
+    ):
+        try:
+            subprocess.run(command, check=False, env=env, timeout=600,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+        except (OSError, subprocess.SubprocessError):
+            return None
+        found = _which_nginx()
+        if found:
+            return found
+    return None
 
 
 @dataclass
@@ -107,16 +123,24 @@ http {{
 """
 
 
-def start_nginx(tmp: Path) -> tuple[Server, subprocess.Popen[bytes]]:
-    """Start nginx serving ``tmp/www`` on a free port (also used by the benchmark runner)."""
-    binary = _nginx_binary()
+def start_nginx(tmp: Path) -> tuple[Server, Any]:
+    """Start nginx serving ``tmp/www`` on a free port (also used by the benchmark runner).
+
+    Where nginx cannot be installed, a Range-honouring Python server with the same access
+    log stands in (and says so on stderr)."""
     root = tmp / "www"
     root.mkdir(exist_ok=True)
+    log = tmp / "access.log"
+    log.write_text("")
+    binary = _nginx_binary()
+    if binary is None:
+        import sys
+
+        print("nginx unavailable: using the Python range server", file=sys.stderr)
+        return _start_range_server(root, log)
     port = _free_port()
     conf = tmp / "nginx.conf"
     conf.write_text(NGINX_CONF.format(tmp=tmp, port=port, root=root))
-    log = tmp / "access.log"
-    log.write_text("")
     proc = subprocess.Popen([binary, "-c", str(conf), "-p", str(tmp)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
     deadline = time.time() + 10
@@ -130,6 +154,85 @@ def start_nginx(tmp: Path) -> tuple[Server, subprocess.Popen[bytes]]:
                 raise RuntimeError(f"nginx did not start: {err}") from None
             time.sleep(0.05)
     return Server(f"http://127.0.0.1:{port}", root, log=log), proc
+
+
+class _RangeHandler(http.server.SimpleHTTPRequestHandler):
+    """Serves single byte ranges (``bytes=a-b``, ``bytes=a-``, ``bytes=-n``) like nginx, and
+    logs each request in the nginx fixture's format."""
+
+    log_path: Path
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def _log(self, status: int, body: int) -> None:
+        rng = self.headers.get("Range") or "-"
+        with open(self.log_path, "a") as f:
+            f.write(f"{self.command}\t{self.path}\t{rng}\t{status}\t{body}\n")
+
+    def do_GET(self) -> None:
+        if self.path.startswith("/moved/"):
+            self.send_response(302)
+            self.send_header("Location", self.path[len("/moved") :])
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            self._log(302, 0)
+            return
+        path = self.translate_path(self.path.split("?")[0])
+        if not os.path.isfile(path):
+            self.send_error(404)
+            self._log(404, 0)
+            return
+        size = os.path.getsize(path)
+        start, stop, status = 0, size, 200
+        m = re.fullmatch(r"bytes=(\d*)-(\d*)", self.headers.get("Range") or "")
+        if m is not None and (m.group(1) or m.group(2)):
+            if m.group(1):
+                start = int(m.group(1))
+                stop = min(size, int(m.group(2)) + 1) if m.group(2) else size
+            else:
+                start = max(0, size - int(m.group(2)))
+            if start >= size:
+                self.send_response(416)
+                self.send_header("Content-Range", f"bytes */{size}")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                self._log(416, 0)
+                return
+            status = 206
+        self.send_response(status)
+        self.send_header("Content-Length", str(stop - start))
+        if status == 206:
+            self.send_header("Content-Range", f"bytes {start}-{stop - 1}/{size}")
+        self.end_headers()
+        with open(path, "rb") as f:
+            f.seek(start)
+            body = f.read(stop - start)
+        try:
+            self.wfile.write(body)
+        except OSError:
+            pass
+        self._log(status, len(body))
+
+
+def _start_range_server(root: Path, log: Path) -> tuple[Server, Any]:
+    class Handler(_RangeHandler):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, directory=str(root), **kwargs)
+
+    Handler.log_path = log
+    Handler.protocol_version = "HTTP/1.1"
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+
+    class Stopper:
+        def terminate(self) -> None:
+            httpd.shutdown()
+
+        def wait(self, timeout: float | None = None) -> None:
+            pass
+
+    return Server(f"http://127.0.0.1:{httpd.server_address[1]}", root, log=log), Stopper()
 
 
 @pytest.fixture(scope="session")
