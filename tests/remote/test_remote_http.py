@@ -290,3 +290,17 @@ def test_transient_failures_are_retried(tmp_path: Path) -> None:
             HTTPSource(url, retries=2, backoff=0.01)
     finally:
         httpd.shutdown()
+
+
+def test_big_ztensor_header_costs_two_requests(nginx: Any) -> None:
+    path = nginx.root / "big.zt"
+    tensors = {f"t{i}": np.full(20000, i, np.float32) for i in range(10)}  # 800 kB
+    ztensor.save_file(tensors, str(path))
+    nginx.reset()
+    with tensorfile.open(f"{nginx.url}/big.zt") as f:
+        assert len(f.keys()) == 10
+        ranges = [r.range for r in nginx.requests()]
+        # the tail (manifest and footer), then the magic, read once for detection and checks
+        assert ranges == [f"bytes=-{SPECULATIVE_BYTES}", "bytes=0-63"]
+        assert np.array_equal(f.get_tensor("t3"), tensors["t3"])
+    assert len(nginx.requests()) == 3

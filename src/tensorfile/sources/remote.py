@@ -37,6 +37,7 @@ __all__ = ["SPECULATIVE_BYTES", "HTTPSource", "is_url"]
 SPECULATIVE_BYTES = 100_000
 """The first read of a remote file: huggingface_hub's speculative header read."""
 
+_HEAD_BYTES = 64  # the first bytes, kept once read: format detection reads them twice
 _RECV_BUFFER = 256 << 10  # the socket buffer: the most a range-ignoring server can push ahead
 _CHUNK = 1 << 20
 _RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
@@ -107,6 +108,7 @@ class HTTPSource:
         self._cache_start = 0
         self._cache = b""
         self._size: int | None = None
+        self._head: bytes | None = None
         self._closed = False
         self._speculate(min(speculative, SPECULATIVE_BYTES) if speculative > 0 else 1, tail_first)
 
@@ -124,6 +126,11 @@ class HTTPSource:
         cached = self._from_cache(offset, length)
         if cached is not None:
             return cached
+        if offset + length <= _HEAD_BYTES:
+            # magic numbers: fetch the first bytes once (a tail-first read did not hold them)
+            if self._head is None:
+                self._head = self._fetch(0, min(self.size, _HEAD_BYTES))
+            return self._head[offset : offset + length]
         return self._fetch(offset, offset + length)
 
     def readinto(self, offset: int, buffers: list[memoryview]) -> None:
