@@ -92,6 +92,7 @@ class Server:
 
     def reset(self) -> None:
         if self.log is not None:
+            time.sleep(0.05)  # let the server log the last request before forgetting it
             self.log.write_text("")
         if self.sent is not None:
             self.sent.clear()
@@ -208,11 +209,11 @@ class _RangeHandler(http.server.SimpleHTTPRequestHandler):
         with open(path, "rb") as f:
             f.seek(start)
             body = f.read(stop - start)
+        self._log(status, len(body))  # before the reply: the client never sees it unlogged
         try:
             self.wfile.write(body)
         except OSError:
             pass
-        self._log(status, len(body))
 
 
 def _start_range_server(root: Path, log: Path) -> tuple[Server, Any]:

@@ -195,9 +195,10 @@ def test_range_ignoring_server_is_not_downloaded(plain: Any) -> None:
             f.get_tensor("big")
     os.sync()
     sent = sum(plain.sent)
-    # the speculative read plus what the socket buffers between the two ends let the server
-    # push ahead before the closed connection stopped it (measured: 0.13 to 1.5 MB of 1 GiB)
-    assert sent <= SPECULATIVE_BYTES + (4 << 20), sent
+    # the speculative read plus what the kernel's socket buffers between the two ends let the
+    # server push ahead before the closed connection stopped it (measured: 0.13 to 7.6 MB of
+    # the 1 GiB; tensorfile itself read 100,000 bytes)
+    assert sent <= SPECULATIVE_BYTES + (16 << 20), sent
 
 
 def test_range_ignoring_server_small_file_is_read(plain: Any) -> None:
