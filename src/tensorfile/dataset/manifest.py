@@ -57,6 +57,30 @@ class Manifest:
     kv_separator: str = "__"
     name_col: str | None = None
 
+    def tensor_columns(self) -> list[str]:
+        """The tensor columns (recorded by tensorfile, else derived from the schema)."""
+        if self.columns:
+            return list(self.columns)
+        if self.mode == "batch":
+            return sorted(self.schema)
+        return sorted({k.rpartition(self.kv_separator)[2] for k in self.schema})
+
+    def sample_schema(self) -> dict[str, dict[str, Any]]:
+        """Per column: dtype and the shape of one sample (batch mode drops the batch axis)."""
+        out: dict[str, dict[str, Any]] = {}
+        for col in self.tensor_columns():
+            if self.mode == "batch":
+                info = self.schema.get(col)
+                if info is not None:
+                    out[col] = {"dtype": info["dtype"], "shape": list(info["shape"][1:])}
+                continue
+            suffix = self.kv_separator + col
+            for key, info in self.schema.items():
+                if key.endswith(suffix):
+                    out[col] = {"dtype": info["dtype"], "shape": list(info["shape"])}
+                    break
+        return out
+
     @property
     def total_samples(self) -> int:
         """Samples in all shards."""

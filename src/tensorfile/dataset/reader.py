@@ -69,29 +69,12 @@ class Dataset:
     @property
     def columns(self) -> list[str]:
         """The tensor columns."""
-        if self.manifest.columns:
-            return list(self.manifest.columns)
-        if self.mode == "batch":
-            return sorted(self.manifest.schema)
-        sep = self.manifest.kv_separator
-        return sorted({k.rpartition(sep)[2] for k in self.manifest.schema})
+        return self.manifest.tensor_columns()
 
     @property
     def schema(self) -> dict[str, dict[str, Any]]:
         """Per column: dtype and the shape of one sample."""
-        out: dict[str, dict[str, Any]] = {}
-        for col in self.columns:
-            if self.mode == "batch":
-                info = self.manifest.schema.get(col)
-                if info is not None:
-                    out[col] = {"dtype": info["dtype"], "shape": list(info["shape"][1:])}
-            else:
-                sep = self.manifest.kv_separator
-                for key, info in self.manifest.schema.items():
-                    if key.endswith(sep + col):
-                        out[col] = {"dtype": info["dtype"], "shape": list(info["shape"])}
-                        break
-        return out
+        return self.manifest.sample_schema()
 
     def __len__(self) -> int:
         return self._starts[-1]

@@ -198,8 +198,8 @@ def _check_schema(
     sources = [("the existing dataset", existing)] + [
         (f"task {i}", r.schema) for i, r in enumerate(results)
     ]
+    columns = [c for r in results for c in r.columns] or None
     for where, schema in sources:
-        columns = [c for r in results for c in r.columns] or None
         for key, info in schema.items():
             col, dtype, shape = _sample_info(key, info, opts)
             if columns and opts.mode == "kv":

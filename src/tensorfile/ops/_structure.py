@@ -154,12 +154,11 @@ def open_source(path: str) -> Iterator[Source]:
 
 def detect(source: Source) -> str:
     """``safetensors``, ``ztensor`` or ``gguf`` from the first bytes of ``source``."""
-    head = source.read(0, min(4, source.size))
-    if head == b"GGUF":
+    from .._open import detect_format
+
+    if source.read(0, min(4, source.size)) == b"GGUF":
         return "gguf"
-    if head == b"ZTEN":
-        return "ztensor"
-    return "safetensors"
+    return detect_format(source)
 
 
 def _from_safetensors(source: Source, shard: str | None) -> Structure:
@@ -258,12 +257,12 @@ def _index_path(path: str) -> str | None:
     return None
 
 
-def _read_index(index: str) -> tuple[dict[str, str], dict[str, Any]]:
+def _read_index(index: str) -> dict[str, str]:
+    """The ``weight_map`` of a sharded checkpoint's index (a local path or a URL)."""
+    with open_source(index) as src:
+        raw = src.read(0, src.size)
     try:
-        with open(index, "rb") as f:
-            doc = json.loads(f.read())
-    except OSError as exc:
-        raise SourceError(f"cannot read {index}: {exc.strerror or exc}") from exc
+        doc = json.loads(raw)
     except ValueError as exc:
         raise InvalidArgumentError(f"{index} is not valid JSON: {exc}") from exc
     weight_map = doc.get("weight_map") if isinstance(doc, dict) else None
@@ -271,8 +270,7 @@ def _read_index(index: str) -> tuple[dict[str, str], dict[str, Any]]:
         isinstance(k, str) and isinstance(v, str) for k, v in weight_map.items()
     ):
         raise InvalidArgumentError(f"{index} has no 'weight_map' of tensor names to shard files")
-    meta = doc.get("metadata") if isinstance(doc.get("metadata"), dict) else {}
-    return weight_map, meta
+    return weight_map
 
 
 def _merge(path: str, parts: list[Structure], weight_map: dict[str, str] | None) -> Structure:
@@ -329,7 +327,7 @@ def load(path: str | os.PathLike[str]) -> Structure:
         return _load_url(target)
     index = _index_path(target)
     if index is not None:
-        weight_map, _meta = _read_index(index)
+        weight_map = _read_index(index)
         folder = os.path.dirname(index)
         files = sorted(set(weight_map.values()))
         for f in files:
@@ -353,15 +351,7 @@ def _load_url(url: str) -> Structure:
         return load_file(url)
     import urllib.parse
 
-    with open_source(url) as src:
-        raw = src.read(0, src.size)
-    try:
-        doc = json.loads(raw)
-    except ValueError as exc:
-        raise InvalidArgumentError(f"{url} is not valid JSON: {exc}") from exc
-    weight_map = doc.get("weight_map") if isinstance(doc, dict) else None
-    if not isinstance(weight_map, dict):
-        raise InvalidArgumentError(f"{url} has no 'weight_map' of tensor names to shard files")
-    files = sorted({str(v) for v in weight_map.values()})
+    weight_map = _read_index(url)
+    files = sorted(set(weight_map.values()))
     urls = [urllib.parse.urljoin(url, f) for f in files]
-    return _merge(url, _load_many(urls), {str(k): str(v) for k, v in weight_map.items()})
+    return _merge(url, _load_many(urls), weight_map)

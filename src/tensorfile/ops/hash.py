@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from ..gguf import GGUFValue
+from ..sources import open_path
 from ._structure import Structure, TensorEntry, load
 
 __all__ = ["canonical_json", "canonical_value", "content_hash", "structural_hash"]
@@ -99,12 +100,7 @@ def _byte_length(fmt: str, t: TensorEntry) -> int:
         n = math.prod(t.shape)
         return 0 if size is None or n >= 1 << 64 else (n * size) % (1 << 64)
     if fmt == "ztensor":
-        from .. import dtypes
-
-        try:
-            return math.prod(t.shape) * dtypes.from_name(t.dtype).itemsize
-        except KeyError:
-            return t.byte_length
+        return t.data_bytes  # decoded size: recompressing keeps the hash
     return t.byte_length
 
 
@@ -147,11 +143,11 @@ def content_hash(path: str, progress: Callable[[int, int], None] | None = None) 
     total = sum(t.parameters * _itemsize(t) for t in s.tensors)
     done = 0
     digest = hashlib.sha256(b"tensorfile-content-v1\n")
-    by_file: dict[str, Any] = {}
+    by_file: dict[str, Any] = {}  # a Reader per file (GGUF: its Source, read raw)
     starts: dict[str, int] = {}
     try:
         for f in files:
-            by_file[f] = tensorfile.open(f) if s.format != "gguf" else None
+            by_file[f] = tensorfile.open(f) if s.format != "gguf" else open_path(f)
         for t in s.tensors:
             head = {"name": t.name, "dtype": t.common_dtype, "shape": list(t.shape)}
             digest.update(json.dumps(head, separators=(",", ":"), ensure_ascii=False).encode())
@@ -164,8 +160,7 @@ def content_hash(path: str, progress: Callable[[int, int], None] | None = None) 
                     progress(done, total)
     finally:
         for r in by_file.values():
-            if r is not None:
-                r.close()
+            r.close()
     return digest.hexdigest()
 
 
@@ -180,17 +175,15 @@ def _itemsize(t: TensorEntry) -> int:
 
 def _tensor_chunks(reader: Any, s: Structure, t: TensorEntry, starts: dict[str, int]) -> Any:
     """The tensor's dense bytes, a chunk at a time."""
-    if reader is None:  # GGUF: the stored bytes
+    if s.format == "gguf":  # the stored bytes, read from the file's source
         from ..gguf import read_header
-        from ._structure import open_source
 
         path = t.shard or s.path
-        with open_source(path) as src:
-            if path not in starts:
-                starts[path] = read_header(src).data_start
-            start = starts[path] + t.data_offsets[0]
-            for pos in range(0, t.byte_length, _CHUNK):
-                yield src.read(start + pos, min(_CHUNK, t.byte_length - pos))
+        if path not in starts:
+            starts[path] = read_header(reader).data_start
+        start = starts[path] + t.data_offsets[0]
+        for pos in range(0, t.byte_length, _CHUNK):
+            yield reader.read(start + pos, min(_CHUNK, t.byte_length - pos))
         return
     info = reader.info(t.name)
     if info.layout == "dense" and all(c.encoding == "raw" for c in info.components.values()):

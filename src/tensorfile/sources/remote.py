@@ -218,7 +218,7 @@ class HTTPSource:
                 got_start, got_stop, _total = self._content_range(reply, (start, stop))
                 return self._read_body(reply, got_stop - got_start)
             if reply.status == 200:
-                if start == 0 and stop <= self._cache_limit():
+                if start == 0 and stop <= SPECULATIVE_BYTES:
                     return self._read_body(reply, stop, partial=True)
                 raise SourceError(
                     f"{self.name}: the server ignores Range requests (HTTP 200 for bytes "
@@ -232,9 +232,6 @@ class HTTPSource:
             raise SourceError(f"{self.name}: HTTP {reply.status} {reply.resp.reason}")
         finally:
             self._finish(reply)
-
-    def _cache_limit(self) -> int:
-        return SPECULATIVE_BYTES
 
     def _content_range(self, reply: _Reply, want: tuple[int, int] | None) -> tuple[int, int, int]:
         text = reply.header("Content-Range") or ""

@@ -155,30 +155,13 @@ def _spark_type(dtype: str, shape: Sequence[int]) -> DataType:
 
 
 def _row_schema(manifest: Manifest) -> StructType:
-    ds_schema = _per_sample(manifest)
+    ds_schema = manifest.sample_schema()
     fields = []
     if manifest.mode == "kv":
         fields.append(StructField(manifest.name_col or "key", StringType(), False))
     for col, info in ds_schema.items():
         fields.append(StructField(col, _spark_type(info["dtype"], info["shape"]), True))
     return StructType(fields)
-
-
-def _per_sample(manifest: Manifest) -> dict[str, dict[str, Any]]:
-    out: dict[str, dict[str, Any]] = {}
-    cols = manifest.columns or sorted(manifest.schema)
-    for col in cols:
-        if manifest.mode == "batch":
-            info = manifest.schema.get(col)
-            if info is not None:
-                out[col] = {"dtype": info["dtype"], "shape": list(info["shape"][1:])}
-        else:
-            suffix = manifest.kv_separator + col
-            for key, info in manifest.schema.items():
-                if key.endswith(suffix):
-                    out[col] = {"dtype": info["dtype"], "shape": list(info["shape"])}
-                    break
-    return out
 
 
 # -- writing ----------------------------------------------------------------------------
