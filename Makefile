@@ -41,7 +41,7 @@ pytest: $(VENV)/.dev
 test: lint typecheck pytest
 
 bench: $(VENV)/.dev
-	$(PY) benchmarks/run.py
+	$(PY) -m benchmarks.run
 
 clean:
 	rm -rf $(VENV) demo-output bench-data .pytest_cache .mypy_cache .ruff_cache

@@ -9,16 +9,13 @@ description gives each one's request count (from nginx's access log); times are 
 from __future__ import annotations
 
 import atexit
-import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
-from common import REPO, Config, Result, check
-
-sys.path.insert(0, str(REPO / "tests" / "remote"))
+from benchmarks.common import Config, Result, check
 
 
 def runners(cfg: Config) -> dict[str, Callable[[], Result]]:
@@ -27,7 +24,7 @@ def runners(cfg: Config) -> dict[str, Callable[[], Result]]:
 
     def server() -> object:
         if "server" not in state:
-            from remote_servers import start_nginx
+            from tests.helpers.servers import start_nginx
 
             tmp = Path(tempfile.mkdtemp(prefix="tf-bench-nginx-"))
             srv, proc = start_nginx(tmp)

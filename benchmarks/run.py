@@ -41,10 +41,10 @@ of tensorfile (tensor bytes for load/save/view, header bytes for open_header). T
 are shared and noisy: compare ratios rather than absolute times, and rerun before believing
 a small difference. Nothing here asserts on a time.
 
-Usage:
-    .venv/bin/python benchmarks/run.py                 # full size, a couple of minutes
-    .venv/bin/python benchmarks/run.py --quick         # 64 MiB / 10,000 tensors, repeat 3
-    .venv/bin/python benchmarks/run.py --only load_numpy --repeat 9 --json out.json
+Usage (from the repository root: ``benchmarks`` and ``tests`` are imported as packages):
+    .venv/bin/python -m benchmarks.run                 # full size, a couple of minutes
+    .venv/bin/python -m benchmarks.run --quick         # 64 MiB / 10,000 tensors, repeat 3
+    .venv/bin/python -m benchmarks.run --only load_numpy --repeat 9 --json out.json
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ import torch
 import tensorfile
 import tensorfile.safetensors.numpy
 import tensorfile.safetensors.torch
-from common import (
+from benchmarks.common import (
     BENCHMARKS,
     N_BIG,
     REPO,
@@ -86,8 +86,8 @@ from common import (
     page_in,
     timed,
 )
-from zt import ZT_BENCHMARKS
-from zt import runners as zt_runners
+from benchmarks.zt import ZT_BENCHMARKS
+from benchmarks.zt import runners as zt_runners
 
 SPARK_BENCHMARKS = ("spark_write", "spark_read")
 REMOTE_BENCHMARKS = ("remote_header_small", "remote_header_big")
@@ -345,11 +345,11 @@ def main(argv: list[str] | None = None) -> int:
         **zt_runners(cfg),
     }
     if any(name in SPARK_BENCHMARKS for name in selected):
-        from spark_bench import runners as spark_runners
+        from benchmarks.spark_bench import runners as spark_runners
 
         runners.update(spark_runners(cfg, args.quick))
     if any(name in REMOTE_BENCHMARKS for name in selected):
-        from remote_bench import runners as remote_runners
+        from benchmarks.remote_bench import runners as remote_runners
 
         runners.update(remote_runners(cfg))
     results: list[Result] = []

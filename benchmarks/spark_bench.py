@@ -18,7 +18,7 @@ import sys
 import time
 from collections.abc import Callable
 
-from common import Config, Result, check
+from benchmarks.common import Config, Result, check
 
 ROWS_FULL = 1_000_000
 ROWS_QUICK = 100_000

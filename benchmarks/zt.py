@@ -33,7 +33,7 @@ import ztensor as zref
 
 import tensorfile.safetensors.numpy
 import tensorfile.ztensor
-from common import N_BIG, Config, Result, alternate, check, page_in
+from benchmarks.common import N_BIG, Config, Result, alternate, check, page_in
 
 ZT_BENCHMARKS = (
     "zt_save_raw",

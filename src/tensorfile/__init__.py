@@ -12,9 +12,13 @@ Example:
     ['a']
 """
 
-from ._open import open
-from .catalog import ByteRange, Catalog, Component, TensorInfo
-from .dtypes import DType
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from ._version import __version__
+from .core.catalog import ByteRange, Catalog, Component, TensorInfo
+from .core.dtypes import DType
+from .core.reader import Reader
 from .errors import (
     ChecksumError,
     FormatError,
@@ -26,10 +30,29 @@ from .errors import (
     UnsupportedError,
     ZTensorError,
 )
-from .ops import diff, inspect, structural_hash
-from .reader import Reader
+from .formats import open_reader as open
 
-__version__ = "0.1.0"
+if TYPE_CHECKING:
+    from .ops.diff import diff
+    from .ops.hash import structural_hash
+    from .ops.inspect import inspect
+
+# the operations load on first use: `import tensorfile` stays light
+_LAZY = {
+    "diff": "tensorfile.ops.diff",
+    "inspect": "tensorfile.ops.inspect",
+    "structural_hash": "tensorfile.ops.hash",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'tensorfile' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "ByteRange",

@@ -8,7 +8,7 @@ layout tensorfile does not know have ``byte_length`` ``None``.
 Example:
     >>> import struct
     >>> def s(t): return struct.pack("<Q", len(t)) + t
-    >>> blob = (b"GGUF" + struct.pack("<IQQ", 3, 1, 1) + s(b"general.name") + struct.pack("<I", 8)
+    >>> blob = (MAGIC + struct.pack("<IQQ", 3, 1, 1) + s(b"general.name") + struct.pack("<I", 8)
     ...         + s(b"tiny") + s(b"w") + struct.pack("<I", 2) + struct.pack("<QQ", 4, 2)
     ...         + struct.pack("<IQ", 0, 0))
     >>> from tensorfile.sources import MemorySource
@@ -24,12 +24,26 @@ import struct
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import GGUFError, SourceError
-from .sources.base import Source
+from .core import dtypes
+from .core.catalog import ByteRange, Catalog, Component, TensorInfo
+from .core.errors import GGUFError, SourceError
+from .core.reader import Reader
+from .core.source import Source
+from .formats import GGUF
 
-__all__ = ["GGML_TYPES", "GGUFHeader", "GGUFTensor", "GGUFValue", "read_header"]
+__all__ = [
+    "GGML_TYPES",
+    "PLAIN_TYPES",
+    "GGUFHeader",
+    "GGUFTensor",
+    "GGUFValue",
+    "catalog_of",
+    "open_reader",
+    "read_catalog",
+    "read_header",
+]
 
-MAGIC = b"GGUF"
+MAGIC = GGUF.magic
 MAX_DIMS = 8
 _CHUNK = 1 << 20
 
@@ -68,6 +82,19 @@ GGML_TYPES: dict[int, tuple[str, int, int]] = {
     35: ("tq2_0", 256, 66),
     39: ("mxfp4", 32, 17),
 }
+
+PLAIN_TYPES: dict[str, str] = {
+    "f32": "F32",
+    "f16": "F16",
+    "bf16": "BF16",
+    "f64": "F64",
+    "i8": "I8",
+    "i16": "I16",
+    "i32": "I32",
+    "i64": "I64",
+}
+"""The ggml types that are plain element types, with tensorfile's name for each; the others
+are quantized blocks (read as bytes)."""
 
 # metadata value type id: (name, struct format or None)
 _VALUE_TYPES: dict[int, tuple[str, str | None]] = {
@@ -292,3 +319,47 @@ def read_header(source: Source) -> GGUFHeader:
                 tensor=t.name,
             )
     return GGUFHeader(version, metadata, tuple(tensors), header_size, alignment, data_start)
+
+
+def catalog_of(h: GGUFHeader) -> Catalog:
+    """The format-neutral catalog of a GGUF header: shapes row-major (the reverse of ggml's
+    order), plain types as their dtype, quantized blocks as bytes (layout ``quantized``)."""
+    tensors: dict[str, TensorInfo] = {}
+    for t in sorted(h.tensors, key=lambda t: t.offset):
+        plain = PLAIN_TYPES.get(t.type_name)
+        dt = dtypes.from_safetensors(plain or "U8")
+        start = h.data_start + t.offset
+        data = Component(ByteRange(start, start + (t.byte_length or 0)), dt)
+        layout = "dense" if plain else "quantized"
+        tensors[t.name] = TensorInfo(t.name, dt, t.shape[::-1], {"data": data}, layout, t.type_name)
+    return Catalog(
+        format="gguf",
+        metadata=h.metadata,
+        tensors=tensors,
+        header_size=h.header_size,
+        data_start=h.data_start,
+        version=str(h.version),
+    )
+
+
+def read_catalog(source: Source) -> Catalog:
+    """The catalog of the GGUF file in ``source`` (the registry's hook)."""
+    return catalog_of(read_header(source))
+
+
+def open_reader(source: Source) -> Reader:
+    """A read-only reader over a GGUF file: plain tensors as arrays; quantized ones are
+    described but not decoded.
+
+    Example:
+        >>> import struct
+        >>> from tensorfile.sources import MemorySource
+        >>> def s(t): return struct.pack("<Q", len(t)) + t
+        >>> head = (MAGIC + struct.pack("<IQQ", 3, 1, 0) + s(b"w") + struct.pack("<I", 2)
+        ...         + struct.pack("<QQ", 3, 2) + struct.pack("<IQ", 0, 0))
+        >>> pad = bytes(-len(head) % 32)
+        >>> data = struct.pack("<6f", *range(6))
+        >>> open_reader(MemorySource(head + pad + data)).get_tensor("w").tolist()
+        [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]]
+    """
+    return Reader(source, read_catalog(source))

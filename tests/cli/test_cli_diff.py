@@ -8,17 +8,16 @@ from typing import Any
 
 import numpy as np
 import pytest
-from cli_support import (
+
+from tests.helpers.checkpoints import (
     MODEL,
     MODEL_META,
-    assert_one_error,
-    run,
-    run_json,
     write_gguf,
     write_safetensors,
     write_sharded,
     write_zt,
 )
+from tests.helpers.cli import assert_one_error, run, run_json
 
 
 def _pair(tmp_path: Path) -> tuple[Path, Path]:

@@ -11,17 +11,17 @@ from typing import Any
 
 import numpy as np
 import pytest
-from cli_support import (
+
+from tests.helpers.checkpoints import (
     MODEL,
     MODEL_META,
     SAFETENSORS_DTYPE,
-    run,
-    run_json,
     write_gguf,
     write_safetensors,
     write_sharded,
     write_zt,
 )
+from tests.helpers.cli import run, run_json
 
 KNOWN_ID = "625a71753a42bd1b8b43e866dc9c8c0b4535394b9f54707a6dc13593b842a873"
 

@@ -10,24 +10,22 @@ from typing import Any
 import gguf
 import numpy as np
 import pytest
-from cli_support import (
+
+from tests.helpers.checkpoints import (
     MODEL,
     MODEL_BYTES_BY_DTYPE,
     MODEL_META,
     MODEL_PARAMS,
     MODEL_PARAMS_BY_DTYPE,
     MODEL_TOTAL_BYTES,
-    run,
-    run_json,
-    run_proc,
     safetensors_header,
-    table_rows,
     write_gguf,
     write_safetensors,
     write_sharded,
     write_zt,
     zt_manifest,
 )
+from tests.helpers.cli import run, run_json, run_proc, table_rows
 
 HEX64 = re.compile(r"[0-9a-f]{64}")
 ZT_DTYPES = {"F32": "float32", "F16": "float16", "I8": "int8", "I32": "int32"}

@@ -9,12 +9,13 @@ from typing import Any
 
 import numpy as np
 import pytest
-from cli_support import (
+from safetensors import safe_open
+from safetensors.numpy import load_file as ref_load
+
+from tensorfile import ztensor
+from tests.helpers.checkpoints import (
     MODEL,
     MODEL_META,
-    assert_one_error,
-    run,
-    run_json,
     safetensors_header,
     write_gguf,
     write_safetensors,
@@ -22,10 +23,7 @@ from cli_support import (
     write_zt,
     zt_manifest,
 )
-from safetensors import safe_open
-from safetensors.numpy import load_file as ref_load
-
-from tensorfile import ztensor
+from tests.helpers.cli import assert_one_error, run, run_json
 
 LONG_META = {"format": "pt", "note": "a long note that the edit removes again"}
 

@@ -12,23 +12,20 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from dshelpers import (
-    INDEX,
-    STAGING,
-    assert_samples,
-    assert_valid_manifest,
-    expected_rows,
-    listed_shards,
-    load_manifest,
-    reference_load,
-    shard_files,
-    snapshot,
-)
 
 import tensorfile.dataset.writer as writer_module
 from tensorfile import dataset
 from tensorfile.dataset.manifest import Manifest
 from tensorfile.errors import TensorFileError
+from tests.helpers.checkpoints import reference_load, shard_files, snapshot
+from tests.helpers.manifests import (
+    INDEX,
+    STAGING,
+    assert_valid_manifest,
+    listed_shards,
+    load_manifest,
+)
+from tests.helpers.samples import assert_samples, expected_rows
 
 NDArray = np.ndarray[Any, Any]
 

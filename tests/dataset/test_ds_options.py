@@ -9,11 +9,12 @@ from typing import Any
 
 import numpy as np
 import pytest
-from dshelpers import load_manifest, reference_load, shard_files
 
 from tensorfile import dataset
 from tensorfile.dataset import parse_options
 from tensorfile.errors import InvalidArgumentError
+from tests.helpers.checkpoints import reference_load, shard_files
+from tests.helpers.manifests import load_manifest
 
 
 def batch_data() -> dict[str, Any]:

@@ -12,12 +12,13 @@ import ml_dtypes
 import numpy as np
 import pytest
 import torch
-from dshelpers import assert_same, assert_samples, expected_rows, listed_shards, load_manifest
 from torch.utils.data import DataLoader, IterableDataset
 
 from tensorfile import dataset
 from tensorfile.errors import FormatError, InvalidArgumentError
 from tensorfile.safetensors.numpy import save_file
+from tests.helpers.manifests import listed_shards, load_manifest
+from tests.helpers.samples import assert_same, assert_samples, expected_rows
 
 NDArray = np.ndarray[Any, Any]
 

@@ -15,21 +15,18 @@ import pyarrow.parquet as pq
 import pytest
 import safetensors.torch
 import torch
-from dshelpers import (
-    INDEX,
-    SHARD_RE,
-    assert_same,
-    assert_samples,
-    assert_valid_manifest,
-    expected_rows,
-    load_manifest,
-    reference_load,
-    schema_errors,
-    shard_files,
-)
 
 from tensorfile import dataset
 from tensorfile.errors import InvalidArgumentError
+from tests.helpers.checkpoints import reference_load, shard_files
+from tests.helpers.manifests import (
+    INDEX,
+    SHARD_RE,
+    assert_valid_manifest,
+    load_manifest,
+    schema_errors,
+)
+from tests.helpers.samples import assert_same, assert_samples, expected_rows
 
 NDArray = np.ndarray[Any, Any]
 KINDS = ["dict", "table", "record_batch", "record_batches", "pandas"]

@@ -10,11 +10,11 @@ import gguf
 import ml_dtypes
 import numpy as np
 import pytest
-from opshelpers import write_sharded
 
 import tensorfile
 from tensorfile import ops, ztensor
 from tensorfile.safetensors.numpy import save_file
+from tests.helpers.checkpoints import write_sharded
 
 
 def _base() -> dict[str, np.ndarray[Any, Any]]:
@@ -202,8 +202,10 @@ def test_diff_sharded_against_single_file(tmp_path: Path) -> None:
     save_file(arrays, single)
     folder = tmp_path / "ckpt"
     folder.mkdir()
-    index = write_sharded(
-        folder, [{"a.w": arrays["a.w"]}, {"b.w": arrays["b.w"], "c.w": arrays["c.w"]}]
+    index = str(
+        write_sharded(
+            folder, [{"a.w": arrays["a.w"]}, {"b.w": arrays["b.w"], "c.w": arrays["c.w"]}]
+        )
     )
     r = ops.diff(single, index, data=True)
     assert r.identical

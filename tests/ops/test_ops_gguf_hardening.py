@@ -9,12 +9,12 @@ from pathlib import Path
 import gguf
 import numpy as np
 import pytest
-from opshelpers import gguf_blob, gguf_kv, gguf_tensor, gstr
 
 from tensorfile import ops
 from tensorfile.errors import GGUFError
 from tensorfile.gguf import read_header
 from tensorfile.sources import MemorySource
+from tests.helpers.checkpoints import gguf_blob, gguf_kv, gguf_tensor, gstr
 
 U64_MAX = 2**64 - 1
 

@@ -12,11 +12,12 @@ import ml_dtypes
 import numpy as np
 import pytest
 import safetensors.numpy as ref_st
-from opshelpers import expected_canonical, sha256_hex, wi_gguf, wi_text, write_sharded
 
 from tensorfile import ops, ztensor
 from tensorfile.ops.hash import canonical_json
 from tensorfile.safetensors.numpy import save_file
+from tests.helpers.checkpoints import write_sharded
+from tests.helpers.weight_inspect import expected_canonical, sha256_hex, wi_gguf, wi_text
 
 EXAMPLE_HASH = "625a71753a42bd1b8b43e866dc9c8c0b4535394b9f54707a6dc13593b842a873"
 
@@ -437,8 +438,10 @@ def test_content_hash_sharded_equals_single_file(tmp_path: Path) -> None:
     save_file(arrays, single)
     folder = tmp_path / "ckpt"
     folder.mkdir()
-    index = write_sharded(
-        folder, [{k: arrays[k] for k in names[:3]}, {k: arrays[k] for k in names[3:]}]
+    index = str(
+        write_sharded(
+            folder, [{k: arrays[k] for k in names[:3]}, {k: arrays[k] for k in names[3:]}]
+        )
     )
     assert ops.content_hash(index) == ops.content_hash(single)
     calls: list[int] = []

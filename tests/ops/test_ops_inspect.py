@@ -15,11 +15,11 @@ import ml_dtypes
 import numpy as np
 import pytest
 import safetensors.numpy as ref_st
-from opshelpers import header_len
 
 from tensorfile import ops, ztensor
 from tensorfile.ops.inspect import ModuleGroup
 from tensorfile.safetensors.numpy import save_file
+from tests.helpers.checkpoints import header_len
 
 
 def _model() -> dict[str, np.ndarray[Any, Any]]:

@@ -12,13 +12,13 @@ import numpy as np
 import pytest
 import safetensors.numpy as ref_st
 import ztensor as ref_zt
-from opshelpers import header_len, write_sharded
 from safetensors import safe_open
 
 import tensorfile
 from tensorfile import ops, ztensor
 from tensorfile.errors import InvalidArgumentError, UnsupportedError
 from tensorfile.safetensors.numpy import save_file
+from tests.helpers.checkpoints import header_len, write_sharded
 
 
 def _arrays() -> dict[str, np.ndarray[Any, Any]]:
@@ -247,7 +247,7 @@ def test_sharded_edit_every_shard(tmp_path: Path) -> None:
         {"b.w": np.arange(6, dtype=np.int32)},
         {"c.w": np.full(3, 2, np.float16)},
     ]
-    index = write_sharded(tmp_path, shards, {"format": "pt"})
+    index = str(write_sharded(tmp_path, shards, {"format": "pt"}))
     files = sorted(str(p) for p in tmp_path.glob("model-*.safetensors"))
     data = [_data_region(f) for f in files]
     r = ops.edit_metadata(index, set={"license": "MIT"})
@@ -285,10 +285,12 @@ def test_sharded_delete_of_key_held_by_some_shards_is_all_or_nothing(tmp_path: P
     """The checkpoint's metadata is the union of its shards'. Deleting a key only some shards
     hold must either succeed everywhere or fail leaving every shard as it was, never raise
     after editing some of them."""
-    index = write_sharded(
-        tmp_path,
-        [{"a.w": np.ones(4, np.float32)}, {"b.w": np.ones(4, np.float32)}],
-        {"format": "pt"},
+    index = str(
+        write_sharded(
+            tmp_path,
+            [{"a.w": np.ones(4, np.float32)}, {"b.w": np.ones(4, np.float32)}],
+            {"format": "pt"},
+        )
     )
     first = str(tmp_path / "model-00001-of-00002.safetensors")
     save_file({"a.w": np.ones(4, np.float32)}, first, {"format": "pt", "only_first": "x"})

@@ -10,11 +10,11 @@ from typing import Any
 import huggingface_hub
 import numpy as np
 import pytest
-from opshelpers import header_len, write_sharded
 
 import tensorfile
 from tensorfile import ops
 from tensorfile.safetensors.numpy import save_file
+from tests.helpers.checkpoints import header_len, write_sharded
 
 
 def _shards() -> list[dict[str, np.ndarray[Any, Any]]]:
@@ -36,7 +36,7 @@ def ckpt(tmp_path: Path) -> tuple[str, list[dict[str, Any]]]:
     shards = _shards()
     folder = tmp_path / "ckpt"
     folder.mkdir()
-    index = write_sharded(folder, shards, {"format": "pt"})
+    index = str(write_sharded(folder, shards, {"format": "pt"}))
     return index, shards
 
 
@@ -168,7 +168,7 @@ def test_thousand_shards_read_only_headers(tmp_path: Path) -> None:
     folder = tmp_path / "big"
     folder.mkdir()
     shards = [{f"model.layers.{i}.weight": np.full(per_shard, i, np.float32)} for i in range(n)]
-    index = write_sharded(folder, shards, {"format": "pt"})
+    index = str(write_sharded(folder, shards, {"format": "pt"}))
     files = sorted(str(p) for p in folder.glob("model-*.safetensors"))
     assert len(files) == n
     headers = sum(8 + header_len(f) for f in files)

@@ -1,4 +1,5 @@
-"""Reading over HTTP range requests, against nginx and a server that ignores Range."""
+"""Reading over HTTP range requests, against nginx and a server that ignores Range (the
+fixtures ``nginx`` and ``plain`` are in conftest.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-from remote_servers import nginx, plain  # noqa: F401  (the server fixtures)
 
 import tensorfile
 from tensorfile import ops, ztensor

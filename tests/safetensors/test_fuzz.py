@@ -28,12 +28,14 @@ from hypothesis import strategies as st
 import tensorfile
 from tensorfile.errors import (
     DuplicateTensorError,
+    GGUFError,
     HeaderSyntaxError,
     InvalidMetadataError,
     InvalidTensorEntryError,
     SafetensorError,
     ZTensorError,
 )
+from tensorfile.formats import FORMATS
 from tensorfile.safetensors import deserialize
 from tensorfile.safetensors import numpy as st_numpy
 
@@ -135,11 +137,13 @@ def check(blob: bytes) -> None:
     """Every entry point succeeds or raises a SafetensorError, consistently with the reference."""
     tf = _run("deserialize", blob, deserialize)
     np_load = _run("numpy.load", blob, st_numpy.load)
-    if blob[:4] == b"ZTEN":
-        # tensorfile.open detects zTensor files by this magic (no safetensors file can start
-        # with it: it would declare a header of over 1 GB) and reads them as zTensor, so a
-        # mutated safetensors file that starts with it is an invalid zTensor file.
-        with pytest.raises(ZTensorError):
+    other = next((f for f in FORMATS.values() if f.magic and blob.startswith(f.magic)), None)
+    if other is not None:
+        # tensorfile.open detects zTensor and GGUF files by their magic (no safetensors file
+        # can start with one: it would declare a header of over 1 GB) and reads them in their
+        # format, so a mutated safetensors file that starts with one is an invalid file of
+        # that format.
+        with pytest.raises(ZTensorError if other.name == "ztensor" else GGUFError):
             _open_all(blob)
         opened = Outcome(error=tf.error)
     else:

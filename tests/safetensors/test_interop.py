@@ -10,9 +10,9 @@ import safetensors
 import safetensors.numpy as ref_np
 
 import tensorfile
-from conftest import BYTE_DTYPES, REFERENCE_NUMPY_DTYPES, assert_same, sample
 from tensorfile.safetensors import deserialize, safe_open, serialize
 from tensorfile.safetensors import numpy as tf_np
+from tests.helpers.samples import BYTE_DTYPES, REFERENCE_NUMPY_DTYPES, assert_same, sample
 
 SHAPES = [(), (0,), (3,), (2, 0, 3), (4, 5), (2, 3, 4)]
 

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tensorfile
-from conftest import BYTE_DTYPES, SUBBYTE_DTYPES, assert_same, sample
+from tensorfile.core import dtypes
 from tensorfile.errors import (
     InvalidArgumentError,
     MissingTensorError,
@@ -21,6 +21,7 @@ from tensorfile.errors import (
 )
 from tensorfile.safetensors import numpy as tf_np
 from tensorfile.safetensors import safe_open
+from tests.helpers.samples import BYTE_DTYPES, SUBBYTE_DTYPES, assert_same, sample
 
 
 @pytest.mark.parametrize("name", BYTE_DTYPES + SUBBYTE_DTYPES)
@@ -41,8 +42,8 @@ def test_every_dtype_round_trips(tmp_file: str, name: str) -> None:
 
 def test_subbyte_files_are_bit_packed(tmp_file: str) -> None:
     codes = np.array([1, 2, 3, 4, 5, 6, 7, 8], np.uint8)
-    f4 = codes.view(tensorfile.dtypes.from_safetensors("F4").numpy)
-    f6 = codes[:4].view(tensorfile.dtypes.from_safetensors("F6_E2M3").numpy)
+    f4 = codes.view(dtypes.from_safetensors("F4").numpy)
+    f6 = codes[:4].view(dtypes.from_safetensors("F6_E2M3").numpy)
     tf_np.save_file({"f4": f4, "f6": f6}, tmp_file)
     with tensorfile.open(tmp_file) as r:
         assert r.info("f4").byte_range.length == 4

@@ -13,10 +13,10 @@ import safetensors.numpy as ref_np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import REFERENCE_NUMPY_DTYPES, assert_same, sample
 from tensorfile.errors import InvalidArgumentError, SourceError, UnsupportedError
 from tensorfile.safetensors import StreamWriter, serialize_file
 from tensorfile.safetensors import numpy as tf_np
+from tests.helpers.samples import REFERENCE_NUMPY_DTYPES, assert_same, sample
 
 
 def test_strided_transposed_fortran_and_big_endian_saved_by_value(tmp_file: str) -> None:
@@ -160,7 +160,7 @@ def test_round_trip_and_reference_agree(tensors: dict[str, np.ndarray], meta: An
 
 
 def _order(arr: np.ndarray) -> int:
-    from tensorfile import dtypes
+    from tensorfile.core import dtypes
 
     return dtypes.from_numpy(arr.dtype).order
 

@@ -7,7 +7,10 @@ import os
 from typing import Any
 
 import pytest
-from sparkhelpers import SPARK_ERRORS, STAGING, df_of, save, shard_files
+
+from tests.helpers.checkpoints import shard_files
+from tests.helpers.manifests import STAGING
+from tests.helpers.spark import SPARK_ERRORS, df_of, save
 
 
 @pytest.mark.parametrize(
@@ -37,7 +40,7 @@ def test_bad_options_fail_before_writing(
 def _assert_nothing_written(out: Any) -> None:
     if os.path.exists(out):
         assert not os.path.exists(out / "dataset_manifest.json")
-        assert shard_files(out) == set()
+        assert shard_files(out) == []
         assert not os.path.exists(out / STAGING)
 
 

@@ -21,20 +21,17 @@ from pyspark.sql.types import (
     StructType,
 )
 from safetensors.numpy import load_file
-from sparkhelpers import (
-    SPARK_ERRORS,
+
+from tensorfile import dataset
+from tests.helpers.checkpoints import read_shard
+from tests.helpers.manifests import (
     assert_consistent,
-    df_of,
     listed,
-    load,
     load_manifest,
-    read_shard,
-    save,
     schema_errors,
     shards_by_name,
 )
-
-from tensorfile import dataset
+from tests.helpers.spark import SPARK_ERRORS, df_of, load, save
 
 NDArray = np.ndarray[Any, Any]
 

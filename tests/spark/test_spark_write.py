@@ -1,7 +1,8 @@
 """Writing with the Spark data source: batch mode (every column kind, shapes, tails, dtypes),
 tensor-struct inputs, KV mode, the index, save modes and recovery from failed task attempts.
 
-Shards are checked by parsing their bytes (sparkhelpers.read_shard), not through tensorfile.
+Shards are checked by parsing their bytes (``tests.helpers.checkpoints.read_shard``), not
+through tensorfile.
 """
 
 from __future__ import annotations
@@ -13,26 +14,19 @@ from typing import Any
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from sparkhelpers import (
+
+from tests.helpers.checkpoints import read_shard, shard_files, snapshot
+from tests.helpers.manifests import (
     INDEX,
     SHARD_RE,
-    SPARK_ERRORS,
     STAGING,
-    TENSOR_STRUCT,
     assert_consistent,
-    bf16_nearest_even,
-    bf16_to_f32,
-    df_of,
-    f32_bits,
     listed,
-    load,
     load_manifest,
-    read_shard,
-    save,
-    shard_files,
     shards_by_name,
-    snapshot,
 )
+from tests.helpers.samples import bf16_nearest_even, bf16_to_f32, f32_bits
+from tests.helpers.spark import SPARK_ERRORS, TENSOR_STRUCT, df_of, load, save
 
 NDArray = np.ndarray[Any, Any]
 
@@ -224,7 +218,7 @@ def test_dtype_integer_overflow_is_an_error(spark: Any, tmp_path: Any) -> None:
         )
     assert "counts" in str(err.value)
     assert not os.path.exists(out / "dataset_manifest.json")
-    assert not os.path.exists(out) or shard_files(out) == set()
+    assert not os.path.exists(out) or shard_files(out) == []
 
 
 # -- tensor-struct input ------------------------------------------------------------------
@@ -331,9 +325,9 @@ def test_kv_duplicates_last_wins(spark: Any, tmp_path: Any) -> None:
     }
 
 
-def _existing(spark: Any, out: Any) -> dict[str, bytes]:
+def _existing(spark: Any, out: Any) -> dict[str, str]:
     save(df_of(spark, [("old", [9.0])], "k string, x array<float>", parts=1), out, name_col="k")
-    return snapshot(out)
+    return snapshot(out, dirs=False)
 
 
 def test_kv_duplicate_fails_and_keeps_previous_dataset(spark: Any, tmp_path: Any) -> None:
@@ -349,7 +343,7 @@ def test_kv_duplicate_fails_and_keeps_previous_dataset(spark: Any, tmp_path: Any
         )
     assert "dupkey7" in str(err.value)
     assert "duplicate" in str(err.value).lower()
-    assert snapshot(out) == before
+    assert snapshot(out, dirs=False) == before
     assert [(r.k, list(r.x)) for r in load(spark, out).collect()] == [("old", [9.0])]
 
 
@@ -362,7 +356,7 @@ def test_kv_duplicate_across_partitions_fails(spark: Any, tmp_path: Any) -> None
     with pytest.raises(SPARK_ERRORS) as err:
         save(df, out, name_col="k", duplicatesStrategy="fail")
     assert "dupkey8" in str(err.value)
-    assert snapshot(out) == before
+    assert snapshot(out, dirs=False) == before
 
 
 # -- index --------------------------------------------------------------------------------
@@ -441,7 +435,7 @@ def test_overwrite_replaces_dataset(spark: Any, tmp_path: Any) -> None:
         batch_size=3,
     )
     doc = assert_consistent(out)
-    assert shard_files(out).isdisjoint(old)
+    assert set(shard_files(out)).isdisjoint(old)
     assert len(doc["shards"]) == 1
     assert doc["total_samples"] == 3
     assert not (out / INDEX).exists()  # no stale index of the replaced shards
@@ -577,6 +571,6 @@ def test_writer_failure_after_staging_is_retried(spark: Any, tmp_path: Any) -> N
     with open(marker) as f:
         staged = json.load(f)
     assert staged  # attempt 0 of task 0 had written its shards into staging
-    assert not set(staged) & shard_files(out)  # ... and none of it reached the dataset
+    assert not set(staged) & set(shard_files(out))  # ... and none of it reached the dataset
     assert not os.path.exists(out / STAGING)
     _assert_recovered(spark, out, 10)

@@ -10,7 +10,6 @@ the handle that owns it is alive.
 
 from __future__ import annotations
 
-import importlib.util
 import struct
 from pathlib import Path
 from typing import Any
@@ -26,20 +25,12 @@ from hypothesis.extra import numpy as hnp
 
 import tensorfile
 from tensorfile import ztensor as zt
+from tests.helpers.samples import assert_same
+from tests.ztensor import make_fixtures
 
 HERE = Path(__file__).resolve().parent
 FIXTURES = HERE / "fixtures"
 
-
-def _load_make_fixtures() -> Any:
-    spec = importlib.util.spec_from_file_location("zt_make_fixtures", HERE / "make_fixtures.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-make_fixtures = _load_make_fixtures()
 
 SETTINGS = settings(
     max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
@@ -75,14 +66,6 @@ def arrays(name: str, shapes: Any) -> st.SearchStrategy[np.ndarray[Any, Any]]:
     if name in ("bfloat16", "float16"):
         return hnp.arrays(np.uint16, shapes).map(lambda a: a.view(np_dtype(name)))
     return hnp.arrays(np.dtype(name), shapes)
-
-
-def assert_same(got: Any, want: np.ndarray[Any, Any]) -> None:
-    """Same dtype, shape and bytes."""
-    got = np.asarray(got)
-    assert got.dtype == want.dtype, (got.dtype, want.dtype)
-    assert got.shape == want.shape, (got.shape, want.shape)
-    assert np.ascontiguousarray(got).tobytes() == np.ascontiguousarray(want).tobytes()
 
 
 def manifest_of(path: Path) -> tuple[dict[str, Any], int]:

@@ -28,6 +28,7 @@ from hypothesis.extra import numpy as hnp
 
 import tensorfile
 from tensorfile import ztensor as zt
+from tests.helpers.samples import assert_same_array
 
 SETTINGS = settings(
     max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
@@ -77,14 +78,6 @@ def sample(name: str, shape: tuple[int, ...], seed: int = 0) -> np.ndarray[Any, 
     dt = np.dtype(name)
     n = int(np.prod(shape, dtype=np.int64))
     return rng.integers(0, 256, size=n * dt.itemsize, dtype=np.uint8).view(dt).reshape(shape)
-
-
-def assert_same(got: Any, want: np.ndarray[Any, Any]) -> None:
-    """Same dtype, shape and bytes."""
-    assert isinstance(got, np.ndarray), type(got)
-    assert got.dtype == want.dtype, (got.dtype, want.dtype)
-    assert got.shape == want.shape, (got.shape, want.shape)
-    assert np.ascontiguousarray(got).tobytes() == np.ascontiguousarray(want).tobytes()
 
 
 def torch_bytes(t: torch.Tensor) -> bytes:
@@ -172,10 +165,10 @@ def test_dense_roundtrip(
         assert info.shape == arr.shape
         assert info.data.encoding == (compression or "raw")
         assert (info.data.digest is None) == (checksum is None)
-        assert_same(f.get_tensor("t"), arr)
-    assert_same(zt.load_file(path)["t"], arr)
+        assert_same_array(f.get_tensor("t"), arr)
+    assert_same_array(zt.load_file(path)["t"], arr)
     with zt.open(raw) as f:  # from bytes
-        assert_same(f.get_tensors()["t"], arr)
+        assert_same_array(f.get_tensors()["t"], arr)
 
 
 @pytest.mark.parametrize("checksum", CHECKSUMS)
@@ -203,12 +196,12 @@ def test_scalar_and_empty(
     got = zt.load_file(path)
     assert sorted(got) == sorted(tensors)
     for name, arr in tensors.items():
-        assert_same(got[name], arr)
+        assert_same_array(got[name], arr)
     with zt.open(path) as f:
         assert f.get_tensor("scalar").ndim == 0
         if compression is None:
-            assert_same(f.view("scalar"), tensors["scalar"])
-            assert_same(f.view("empty3"), tensors["empty3"])
+            assert_same_array(f.view("scalar"), tensors["scalar"])
+            assert_same_array(f.view("empty3"), tensors["empty3"])
 
 
 def test_big_endian_and_strided_inputs_are_stored_little_endian_row_major(tmp_path: Path) -> None:
@@ -273,7 +266,7 @@ def check_csr(got: Any, dense: np.ndarray[Any, Any]) -> None:
     assert got.indptr.dtype == np.uint64
     assert got.indptr.shape == (dense.shape[0] + 1,)
     assert got.nnz == np.count_nonzero(dense)
-    assert_same(got.to_dense(), dense)
+    assert_same_array(got.to_dense(), dense)
 
 
 def check_coo(got: Any, dense: np.ndarray[Any, Any]) -> None:
@@ -282,7 +275,7 @@ def check_coo(got: Any, dense: np.ndarray[Any, Any]) -> None:
     assert got.values.dtype == dense.dtype
     assert got.coords.dtype == np.uint64
     assert got.coords.shape == (dense.ndim, np.count_nonzero(dense))
-    assert_same(got.to_dense(), dense)
+    assert_same_array(got.to_dense(), dense)
 
 
 @given(
@@ -435,10 +428,10 @@ def test_scipy_sparse_roundtrip(tmp_path: Path, kind: str, dtype: str) -> None:
     assert isinstance(got, expected_type)
     assert got.dtype == np.dtype(dtype)
     want = matrix.toarray()
-    assert_same(got.to_dense(), want)
+    assert_same_array(got.to_dense(), want)
     back = got.to_scipy()
     assert back.format == kind[:3]
-    assert_same(back.toarray(), want)
+    assert_same_array(back.toarray(), want)
     if kind.startswith("csr"):
         assert got.indptr.tolist() == matrix.indptr.tolist()
         assert got.indices.tolist() == matrix.indices.tolist()
@@ -490,12 +483,12 @@ def test_sparse_conversions_from_layout_classes() -> None:
     csr = zt.CSRTensor.from_dense(dense)
     assert csr.indptr.tolist() == [0, 1, 3]
     assert csr.indices.tolist() == [1, 0, 2]
-    assert_same(zt.CSRTensor.from_scipy(csr.to_scipy()).to_dense(), dense)
-    assert_same(zt.CSRTensor.from_torch(csr.to_torch()).to_dense(), dense)
+    assert_same_array(zt.CSRTensor.from_scipy(csr.to_scipy()).to_dense(), dense)
+    assert_same_array(zt.CSRTensor.from_torch(csr.to_torch()).to_dense(), dense)
     coo = zt.COOTensor.from_dense(dense)
     assert coo.coords.tolist() == [[0, 1, 1], [1, 0, 2]]
-    assert_same(zt.COOTensor.from_scipy(coo.to_scipy()).to_dense(), dense)
-    assert_same(zt.COOTensor.from_torch(coo.to_torch()).to_dense(), dense)
+    assert_same_array(zt.COOTensor.from_scipy(coo.to_scipy()).to_dense(), dense)
+    assert_same_array(zt.COOTensor.from_torch(coo.to_torch()).to_dense(), dense)
 
 
 # -- attributes ----------------------------------------------------------------------------------
@@ -591,7 +584,7 @@ def test_alignment_and_zero_padding(tmp_path: Path, parts: list[Any]) -> None:
     check_layout(raw)
     got = zt.load_file(path)
     for name, arr in expected.items():
-        assert_same(got[name], arr)
+        assert_same_array(got[name], arr)
 
 
 def test_layout_is_in_order_given(tmp_path: Path) -> None:
@@ -630,7 +623,7 @@ def test_view_is_zero_copy_and_aligned(tmp_path: Path, dtype: str, data: Any) ->
     with zt.open(path) as f:
         for name, arr in tensors.items():
             v = f.view(name)
-            assert_same(v, arr)
+            assert_same_array(v, arr)
             assert v.flags.owndata is False
             assert v.flags.writeable is False
             assert v.ctypes.data % 64 == 0
@@ -664,7 +657,7 @@ def test_view_survives_close(tmp_path: Path) -> None:
     f = zt.open(path)
     v = f.view("a")
     f.close()
-    assert_same(v, arr)
+    assert_same_array(v, arr)
 
 
 # -- streaming writes ----------------------------------------------------------------------------
@@ -728,7 +721,7 @@ def test_add_stream_many_chunks(tmp_path: Path, checksum: str | None) -> None:
     assert comp["length"] < arr.nbytes
     check_digest(raw, comp, checksum)
     assert decoded(raw, comp) == arr.tobytes()
-    assert_same(zt.load_file(c)["w"], arr)
+    assert_same_array(zt.load_file(c)["w"], arr)
 
 
 @pytest.mark.parametrize("total", [-1, +1])
@@ -788,7 +781,7 @@ def test_per_tensor_overrides(tmp_path: Path) -> None:
         check_digest(raw, comp, "sha256")
     got = zt.load_file(path)
     for name in expect:
-        assert_same(got[name], arr)
+        assert_same_array(got[name], arr)
     check_layout(raw)
 
     path2 = tmp_path / "o2.zt"
@@ -833,7 +826,7 @@ def test_exception_in_writer_keeps_existing_file(tmp_path: Path) -> None:
             raise Boom
     assert path.read_bytes() == before
     assert tmp_files(tmp_path) == ["keep.zt"]
-    assert_same(zt.load_file(path)["old"], np.arange(5, dtype=np.int32))
+    assert_same_array(zt.load_file(path)["old"], np.arange(5, dtype=np.int32))
 
 
 def test_exception_in_writer_creates_nothing(tmp_path: Path) -> None:
@@ -869,7 +862,7 @@ def test_file_appears_on_close(tmp_path: Path) -> None:
     assert path.exists()
     assert tmp_files(tmp_path) == ["late.zt"]
     w.close()  # idempotent
-    assert_same(zt.load_file(path)["a"], np.arange(3, dtype=np.uint16))
+    assert_same_array(zt.load_file(path)["a"], np.arange(3, dtype=np.uint16))
     with pytest.raises(tensorfile.InvalidArgumentError):
         w.add("b", np.zeros(1, np.uint8))
 
@@ -948,7 +941,7 @@ def test_read_slice(
     want = np.asarray(arr[key])
     with zt.open(path) as f:
         got = f.read_slice("a", key)
-    assert_same(np.asarray(got), want)
+    assert_same_array(np.asarray(got), want)
 
 
 def test_read_slice_explicit(tmp_path: Path) -> None:
@@ -969,7 +962,7 @@ def test_read_slice_explicit(tmp_path: Path) -> None:
     with zt.open(path) as f:
         for name in ("raw", "z"):
             for key in keys:
-                assert_same(f.read_slice(name, key), arr[key])
+                assert_same_array(f.read_slice(name, key), arr[key])
 
 
 @pytest.mark.parametrize("compression", COMPRESSIONS)
@@ -978,8 +971,8 @@ def test_read_slice_to_scalar(tmp_path: Path, compression: str | None) -> None:
     path = tmp_path / "sc.zt"
     zt.save_file({"m": arr, "s": np.float32(7)}, path, compression=compression)
     with zt.open(path) as f:
-        assert_same(np.asarray(f.read_slice("m", (1, 2))), np.asarray(arr[1, 2]))  # shape ()
-        assert_same(np.asarray(f.read_slice("s", ())), np.asarray(np.float32(7)))
+        assert_same_array(np.asarray(f.read_slice("m", (1, 2))), np.asarray(arr[1, 2]))  # shape ()
+        assert_same_array(np.asarray(f.read_slice("s", ())), np.asarray(np.float32(7)))
 
 
 # -- tensorfile.open ------------------------------------------------------------------------------
@@ -997,10 +990,10 @@ def test_tensorfile_open_detects_ztensor(tmp_path: Path) -> None:
             assert f.keys() == ["w"]
             assert dict(f.metadata) == {"license": "MIT"}
             assert f.info("w").shape == (3, 4)
-            assert_same(f.get_tensor("w"), arr)
-            assert_same(f.read_slice("w", (slice(1, None),)), arr[1:])
+            assert_same_array(f.get_tensor("w"), arr)
+            assert_same_array(f.read_slice("w", (slice(1, None),)), arr[1:])
     with tensorfile.open(path, format="ztensor") as f:
-        assert_same(f.view("w"), arr)
+        assert_same_array(f.view("w"), arr)
 
 
 # -- digests -------------------------------------------------------------------------------------
@@ -1033,7 +1026,7 @@ def test_verify_detects_corruption(tmp_path: Path, checksum: str) -> None:
             f.read_slice("a", (slice(10, 12),))
         with pytest.raises(zt.ZTensorChecksumError):
             f.read_component("a", "data")
-        assert_same(f.get_tensor("ok"), arr)  # other tensors still read
+        assert_same_array(f.get_tensor("ok"), arr)  # other tensors still read
     with pytest.raises(zt.ZTensorChecksumError):
         zt.load_file(path)
     with pytest.raises(zt.ZTensorChecksumError):
@@ -1041,10 +1034,10 @@ def test_verify_detects_corruption(tmp_path: Path, checksum: str) -> None:
     assert issubclass(zt.ZTensorChecksumError, tensorfile.ChecksumError)
 
     with zt.open(path, verify=False) as f:
-        assert_same(f.get_tensor("a"), expected)
-        assert_same(f.view("a"), expected)
-        assert_same(f.read_slice("a", (slice(2, 5),)), expected[2:5])
-    assert_same(zt.load_file(path, verify=False)["a"], expected)
+        assert_same_array(f.get_tensor("a"), expected)
+        assert_same_array(f.view("a"), expected)
+        assert_same_array(f.read_slice("a", (slice(2, 5),)), expected[2:5])
+    assert_same_array(zt.load_file(path, verify=False)["a"], expected)
 
 
 @pytest.mark.parametrize("compression", COMPRESSIONS)

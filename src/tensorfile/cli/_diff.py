@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import Any
 
-from ..errors import InvalidArgumentError
+from ..core.errors import InvalidArgumentError
 from ..ops import diff, edit_metadata, read_metadata
 from ..ops.diff import DiffResult
 from ._inspect import meta_text

@@ -16,8 +16,8 @@ import sys
 import warnings
 from collections.abc import Callable, Sequence
 
-from .. import __version__
-from ..errors import (
+from .._version import __version__
+from ..core.errors import (
     FormatError,
     InvalidArgumentError,
     SourceError,

@@ -23,10 +23,10 @@ from typing import Any
 
 import numpy as np
 
-from .. import dtypes
-from ..errors import InvalidArgumentError
+from ..core import dtypes
+from ..core.errors import InvalidArgumentError
 
-__all__ = ["Column", "as_table", "columns_of", "convert_values", "names_of"]
+__all__ = ["Column", "as_table", "columns_and_keys", "columns_of", "convert_values", "names_of"]
 
 NDArray = np.ndarray[Any, Any]
 
@@ -355,3 +355,12 @@ def columns_of(data: Any, options: Any = None) -> tuple[list[Column], int]:
     if len(rows) > 1:
         raise InvalidArgumentError(f"columns have different lengths: {sorted(rows)}")
     return cols, rows.pop()
+
+
+def columns_and_keys(data: Any, options: Any) -> tuple[list[Column], int, list[str] | None]:
+    """The tensor columns of ``data``, its number of rows and, in KV mode (``name_col``), its
+    keys: what one task of a write turns its input into."""
+    data = as_table(data)
+    cols, rows = columns_of(data, options)
+    keys = names_of(data, options.name_col) if options.name_col else None
+    return cols, rows, keys

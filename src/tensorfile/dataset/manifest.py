@@ -4,7 +4,8 @@ The manifest lists the shards (sorted by path) with their sample counts and file
 totals, and the schema of every tensor key. tensorfile adds one field the schema allows, a
 ``tensorfile`` object recording the write mode, the columns and the KV separator, so readers
 need not guess them. A dataset written from an empty input has an empty shard list, which the
-JSON schema's ``minItems: 1`` does not allow; tensorfile writes and reads it anyway.
+JSON schema's ``minItems: 1`` does not allow; tensorfile writes and reads it anyway. A folder
+of shards without a manifest is read through one built from its files (:func:`load_manifest`).
 
 Example:
     >>> m = Manifest([ShardEntry("part-00000-0000-x.safetensors", 4, 100)],
@@ -15,20 +16,26 @@ Example:
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._atomic import atomic_write, write_all
-from ..errors import FormatError, SourceError
+from ..core.atomic import atomic_write, write_all
+from ..core.errors import FormatError, InvalidArgumentError, SourceError
+from ..formats import open_reader
 
 __all__ = [
     "INDEX_NAME",
     "MANIFEST_NAME",
     "Manifest",
     "ShardEntry",
+    "kv_name",
+    "load_manifest",
     "read_manifest",
+    "scan_folder",
+    "shard_file",
     "split_key",
     "write_index",
 ]
@@ -150,6 +157,17 @@ class Manifest:
             write_all(fd, memoryview(text.encode()))
 
 
+def shard_file(folder: str, shard: ShardEntry) -> str:
+    """The path of ``shard``'s file in the dataset folder ``folder``."""
+    return os.path.join(folder, shard.shard_path)
+
+
+def kv_name(key: str, separator: str, column: str) -> str:
+    """The tensor name of ``column`` of KV key ``key``: ``{key}{separator}{column}``
+    (:func:`split_key` takes it apart)."""
+    return f"{key}{separator}{column}"
+
+
 def split_key(name: str, separator: str, columns: list[str]) -> tuple[str, str]:
     """``(key, column)`` of a KV tensor name ``{key}{separator}{column}``: the longest known
     column that ends the name (a column may itself contain the separator)."""
@@ -175,6 +193,56 @@ def read_manifest(folder: str) -> Manifest | None:
     except ValueError as exc:
         raise FormatError(f"{path} is not valid JSON: {exc}") from exc
     return Manifest.from_json(doc, path)
+
+
+def scan_folder(folder: str) -> Manifest:
+    """A batch-mode manifest built from the ``*.safetensors`` files of ``folder`` (name order),
+    for datasets written without one: a shard's samples are the shared length of its tensors'
+    first axis (1 when they disagree)."""
+    shards = []
+    schema: dict[str, dict[str, Any]] = {}
+    for file in sorted(glob.glob(os.path.join(glob.escape(folder), "*.safetensors"))):
+        with open_reader(file) as r:
+            names = r.keys()
+            lead = {r.info(n).shape[0] for n in names if r.info(n).shape}
+            for n in names:
+                info = r.info(n)
+                schema.setdefault(n, {"dtype": info.dtype.name, "shape": list(info.shape)})
+        shards.append(
+            ShardEntry(
+                os.path.basename(file), lead.pop() if len(lead) == 1 else 1, os.path.getsize(file)
+            )
+        )
+    return Manifest(shards, schema, mode="batch", columns=sorted(schema))
+
+
+def load_manifest(folder: str, *, strict: bool = False) -> Manifest:
+    """The manifest of the dataset in ``folder``, or, without one, :func:`scan_folder`'s.
+
+    With ``strict`` (what :func:`tensorfile.dataset.open` does) the folder is checked first and
+    every shard the manifest lists must exist.
+
+    Example:
+        >>> import numpy as np, os, tempfile
+        >>> from tensorfile.safetensors.numpy import save_file
+        >>> folder = tempfile.mkdtemp()
+        >>> save_file({"x": np.zeros((3, 2), np.float32)}, os.path.join(folder, "a.safetensors"))
+        >>> m = load_manifest(folder, strict=True)
+        >>> m.mode, m.total_samples, m.sample_schema()
+        ('batch', 3, {'x': {'dtype': 'F32', 'shape': [2]}})
+    """
+    if strict and not os.path.isdir(folder):
+        raise InvalidArgumentError(f"{folder} is not a dataset folder")
+    manifest = read_manifest(folder)
+    if manifest is None:
+        if not os.path.isdir(folder):
+            raise InvalidArgumentError(f"{folder} is not a dataset folder")
+        manifest = scan_folder(folder)
+    if strict:
+        for s in manifest.shards:
+            if not os.path.exists(shard_file(folder, s)):
+                raise FormatError(f"{folder}: the manifest lists {s.shard_path}, which is missing")
+    return manifest
 
 
 def write_index(

@@ -21,10 +21,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import dtypes
-from ..errors import InvalidArgumentError
+from ..core import dtypes
+from ..core.errors import InvalidArgumentError
 
-__all__ = ["DATASET_DTYPES", "WriteOptions", "parse_options"]
+__all__ = ["DATASET_DTYPES", "WriteOptions", "column_list", "parse_options"]
 
 DATASET_DTYPES = ("F16", "F32", "F64", "BF16", "U8", "I8", "U16", "I16", "U32", "I32", "U64", "I64")
 """The dtypes of the manifest schema; BOOL and the F8 types are accepted too (an extension)."""
@@ -92,6 +92,17 @@ def _int(value: Any, name: str) -> int:
     return number
 
 
+def column_list(value: Any) -> tuple[str, ...]:
+    """The names of a ``columns`` option: a comma-separated string or a list, blanks dropped.
+
+    Example:
+        >>> column_list(" a, b,,c ")
+        ('a', 'b', 'c')
+    """
+    items = value.split(",") if isinstance(value, str) else list(value)
+    return tuple(c.strip() for c in items if str(c).strip())
+
+
 def _shapes(value: Any) -> dict[str, tuple[int, ...]]:
     if isinstance(value, Mapping):
         raw: Any = dict(value)
@@ -138,9 +149,7 @@ def parse_options(options: Mapping[str, Any]) -> WriteOptions:
             raise InvalidArgumentError(f"batch_size must be positive, got {batch_size}")
     columns = None
     if "columns" in opts:
-        raw = opts["columns"]
-        items = raw.split(",") if isinstance(raw, str) else list(raw)
-        columns = tuple(c.strip() for c in items if str(c).strip())
+        columns = column_list(opts["columns"])
         if not columns:
             raise InvalidArgumentError("option columns lists no column")
     dtype = opts.get("dtype")

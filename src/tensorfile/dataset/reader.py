@@ -23,18 +23,17 @@ Example:
 from __future__ import annotations
 
 import bisect
-import glob
 import os
 from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 
-import tensorfile
-
-from ..errors import FormatError, InvalidArgumentError
-from ..reader import Reader
-from .manifest import INDEX_NAME, Manifest, ShardEntry, read_manifest, split_key
+from ..core.errors import InvalidArgumentError
+from ..core.reader import Reader
+from ..formats import open_reader
+from .manifest import INDEX_NAME, Manifest, ShardEntry, kv_name, load_manifest, shard_file
+from .samples import kv_sample, shard_keys, shard_samples
 
 __all__ = ["Dataset", "open"]
 
@@ -86,7 +85,7 @@ class Dataset:
         if r is None:
             if len(self._readers) >= 16:
                 self._readers.pop(next(iter(self._readers))).close()
-            r = tensorfile.open(os.path.join(self.path, shard.shard_path))
+            r = open_reader(shard_file(self.path, shard))
             self._readers[shard.shard_path] = r
         return r
 
@@ -102,11 +101,7 @@ class Dataset:
     def _shard_keys(self, shard: ShardEntry) -> list[str]:
         keys = self._keys.get(shard.shard_path)
         if keys is None:
-            sep = self.manifest.kv_separator
-            seen: dict[str, None] = {}
-            for name in self._reader(shard).keys():
-                seen.setdefault(split_key(name, sep, self.columns)[0], None)
-            keys = sorted(seen)
+            keys = shard_keys(self._reader(shard), self.columns, self.manifest.kv_separator)
             self._keys[shard.shard_path] = keys
         return keys
 
@@ -120,13 +115,7 @@ class Dataset:
 
     def _kv_sample(self, reader: Reader, key: str) -> dict[str, Any]:
         """``{"key": key, column: tensor}`` from the shard ``reader``."""
-        sep = self.manifest.kv_separator
-        out: dict[str, Any] = {"key": key}
-        for c in self.columns:
-            name = f"{key}{sep}{c}"
-            if name in reader:
-                out[c] = reader.get_tensor(name)
-        return out
+        return kv_sample(reader, key, self.columns, self.manifest.kv_separator)
 
     def get(self, key: str) -> dict[str, Any]:
         """The sample of KV key ``key``. With ``_tensor_index.parquet`` the shard is found from
@@ -142,7 +131,7 @@ class Dataset:
         by_path = {s.shard_path: s for s in self.manifest.shards}
         if self._index is None:
             self._index = self._load_index()
-        names = [f"{key}{self.manifest.kv_separator}{c}" for c in self.columns]
+        names = [kv_name(key, self.manifest.kv_separator, c) for c in self.columns]
         if self._index:
             for name in names:
                 file = self._index.get(name)
@@ -169,17 +158,14 @@ class Dataset:
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         for shard in self.manifest.shards:
-            yield from self._shard_samples(shard)
+            yield from self.shard_samples(shard)
 
-    def _shard_samples(self, shard: ShardEntry) -> Iterator[dict[str, Any]]:
+    def shard_samples(self, shard: ShardEntry) -> Iterator[dict[str, Any]]:
+        """The samples of one of :attr:`shards`, in order (what iterating the dataset gives,
+        one shard at a time)."""
         reader = self._reader(shard)
-        if self.mode == "batch":
-            tensors = {c: reader.get_tensor(c) for c in self.columns if c in reader}
-            for i in range(shard.samples_count):
-                yield {c: t[i, ...] for c, t in tensors.items()}
-            return
-        for key in self._shard_keys(shard):
-            yield self._kv_sample(reader, key)
+        keys = self._shard_keys(shard) if self.mode == "kv" else None
+        yield from shard_samples(reader, shard, self.manifest, keys=keys)
 
     def batches(self, batch_size: int) -> Iterator[dict[str, Any]]:
         """Samples stacked ``batch_size`` at a time (the last batch may be short)."""
@@ -228,34 +214,7 @@ def _stack(samples: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def _scan(path: str) -> Manifest:
-    """A manifest built from the folder's shard files, for datasets written without one."""
-    shards = []
-    schema: dict[str, dict[str, Any]] = {}
-    for file in sorted(glob.glob(os.path.join(glob.escape(path), "*.safetensors"))):
-        with tensorfile.open(file) as r:
-            names = r.keys()
-            lead = {r.info(n).shape[0] for n in names if r.info(n).shape}
-            for n in names:
-                info = r.info(n)
-                schema.setdefault(n, {"dtype": info.dtype.name, "shape": list(info.shape)})
-        shards.append(
-            ShardEntry(
-                os.path.basename(file), lead.pop() if len(lead) == 1 else 1, os.path.getsize(file)
-            )
-        )
-    return Manifest(shards, schema, mode="batch", columns=sorted(schema))
-
-
 def open(path: str | os.PathLike[str]) -> Dataset:
     """Open the dataset in folder ``path`` (manifest-aware; index not needed)."""
     folder = os.fspath(path)
-    if not os.path.isdir(folder):
-        raise InvalidArgumentError(f"{folder} is not a dataset folder")
-    manifest = read_manifest(folder)
-    if manifest is None:
-        manifest = _scan(folder)
-    for s in manifest.shards:
-        if not os.path.exists(os.path.join(folder, s.shard_path)):
-            raise FormatError(f"{folder}: the manifest lists {s.shard_path}, which is missing")
-    return Dataset(folder, manifest)
+    return Dataset(folder, load_manifest(folder, strict=True))

@@ -26,8 +26,9 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InvalidArgumentError
+from ..core.errors import InvalidArgumentError
 from .convert import Column
+from .manifest import kv_name
 from .options import WriteOptions
 
 __all__ = ["Shard", "batch_shards", "kv_shards"]
@@ -72,7 +73,7 @@ def kv_shards(
     size = samples = 0
     for i in order:
         for col in columns:
-            name = f"{keys[i]}{opts.kv_separator}{col.name}"
+            name = kv_name(keys[i], opts.kv_separator, col.name)
             value = np.array(col.sample(i), order="C", copy=True)  # 0-d stays 0-d
             tensors[name] = value
             size += value.nbytes + len(name.encode()) + _HEADER_PER_TENSOR
@@ -98,7 +99,7 @@ def _dedupe(keys: Sequence[str], columns: Sequence[Column], opts: WriteOptions) 
     seen: dict[str, str] = {}
     for i in order:
         for col in columns:
-            name = f"{keys[i]}{opts.kv_separator}{col.name}"
+            name = kv_name(keys[i], opts.kv_separator, col.name)
             if name in seen:
                 raise InvalidArgumentError(
                     f"tensor key {name!r} comes from two rows ({seen[name]!r} and {keys[i]!r}); "

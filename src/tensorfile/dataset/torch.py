@@ -2,7 +2,17 @@
 
 Each DataLoader worker of each distributed rank reads a disjoint subset of the shards
 (shard ``i`` goes to reader ``i % (workers × ranks)``), so every sample is seen once per
-epoch across the whole job without any coordination. Only this module imports torch.
+epoch across the whole job without any coordination. Every iteration opens the dataset
+afresh from its folder (a worker process receives the folder, never open files). Only this
+module imports torch.
+
+Example:
+    >>> import numpy as np, os, tempfile
+    >>> from tensorfile import dataset
+    >>> out = os.path.join(tempfile.mkdtemp(), "ds")
+    >>> _ = dataset.write({"x": np.arange(3, dtype=np.float32)}, out, batch_size=2)
+    >>> [s["x"].item() for s in ShardedIterable(dataset.open(out))]
+    [0.0, 1.0, 2.0]
 """
 
 from __future__ import annotations
@@ -14,8 +24,11 @@ import numpy as np
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
-from .. import dtypes
-from .._torch import from_numpy
+from ..core import dtypes
+from ..formats import open_reader
+from ..frameworks.torch import from_numpy
+from .manifest import load_manifest, shard_file
+from .samples import shard_samples
 
 __all__ = ["ShardedIterable"]
 
@@ -37,18 +50,17 @@ class ShardedIterable(IterableDataset):  # type: ignore[type-arg]
     """Samples of a :class:`~tensorfile.dataset.reader.Dataset` as dicts of torch tensors."""
 
     def __init__(self, dataset: Any) -> None:
-        self.path = dataset.path
+        self.path: str = dataset.path
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        from .reader import open as open_dataset
-
         info = get_worker_info()
         worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
         rank, world = _rank()
         me, total = rank * workers + worker, workers * world
-        with open_dataset(self.path) as ds:
-            for i, shard in enumerate(ds.shards):
-                if i % total != me:
-                    continue
-                for sample in ds._shard_samples(shard):
+        manifest = load_manifest(self.path, strict=True)  # as dataset.open reads it
+        for i, shard in enumerate(manifest.shards):
+            if i % total != me:
+                continue
+            with open_reader(shard_file(self.path, shard)) as reader:
+                for sample in shard_samples(reader, shard, manifest):
                     yield {k: _to_torch(v) for k, v in sample.items()}

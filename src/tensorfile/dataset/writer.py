@@ -25,14 +25,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import InvalidArgumentError, SourceError
+from ..core.errors import InvalidArgumentError, SourceError
+from ..formats import read_catalog
 from ..safetensors.numpy import save_file
-from .convert import Column, as_table, columns_of, names_of
+from .convert import Column, columns_and_keys
 from .manifest import (
     INDEX_NAME,
     Manifest,
     ShardEntry,
     read_manifest,
+    shard_file,
     split_key,
     write_index,
 )
@@ -136,9 +138,9 @@ def commit(
     try:
         for r in results:
             for entry in r.shards:
-                target = os.path.join(path, entry.shard_path)
+                target = shard_file(path, entry)
                 try:
-                    os.replace(os.path.join(r.folder, entry.shard_path), target)
+                    os.replace(shard_file(r.folder, entry), target)
                 except OSError as exc:
                     raise SourceError(f"cannot move {entry.shard_path} into {path}: {exc}") from exc
                 moved.append(target)
@@ -171,7 +173,7 @@ def commit(
         keep = {s.shard_path for s in shards}
         for s in old.shards:
             if s.shard_path not in keep:
-                _remove(os.path.join(path, s.shard_path))
+                _remove(shard_file(path, s))
     if mode == "overwrite" and not with_index:
         _remove(os.path.join(path, INDEX_NAME))
     _cleanup(path, results)
@@ -247,7 +249,7 @@ def _without(result: TaskResult, drop: set[str], opts: WriteOptions) -> TaskResu
 
     shards: list[ShardEntry] = []
     for entry in result.shards:
-        file = os.path.join(result.folder, entry.shard_path)
+        file = shard_file(result.folder, entry)
         tensors = load_file(file)
         kept = {k: v for k, v in tensors.items() if k not in drop}
         if len(kept) == len(tensors):
@@ -268,16 +270,11 @@ def _without(result: TaskResult, drop: set[str], opts: WriteOptions) -> TaskResu
 
 def _index_of(path: str, manifest: Manifest) -> list[tuple[str, str, list[int], str]]:
     """Index rows of existing shards, read from their headers."""
-    from ..safetensors._reader import read_header
-    from ..sources import LocalSource
-
     rows = []
     for s in manifest.shards:
-        with LocalSource(os.path.join(path, s.shard_path)) as src:
-            h = read_header(src)
-        for pos, name in enumerate(h.names):
-            dt, shape, _a, _b = h.info(pos)
-            rows.append((name, s.shard_path, list(shape), dt.name))
+        cat = read_catalog(shard_file(path, s), format="safetensors")
+        for name, info in cat.tensors.items():
+            rows.append((name, s.shard_path, list(info.shape), info.dtype.name))
     return rows
 
 
@@ -322,9 +319,7 @@ def write(
         raise InvalidArgumentError(f"save mode {mode!r} is not supported; use {' or '.join(MODES)}")
     out = os.fspath(path)
     opts = parse_options(options)
-    data = as_table(data)
-    cols, rows = columns_of(data, opts)
-    keys = names_of(data, opts.name_col) if opts.name_col else None
+    cols, rows, keys = columns_and_keys(data, opts)
     os.makedirs(out, exist_ok=True)
     job = uuid.uuid4().hex
     folder = staging_folder(out, job, 0)

@@ -22,18 +22,21 @@ import glob as _glob
 import json
 import math
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import closing
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import dtypes
-from ..errors import InvalidArgumentError, SourceError
+from ..core import dtypes
+from ..core.catalog import Catalog, TensorInfo
+from ..core.errors import InvalidArgumentError, SourceError
+from ..core.source import ReadStats
+from ..formats import FORMATS, Format, detect, guess
+from ..gguf import PLAIN_TYPES
 from ..sources import is_url, open_path
-from ..sources.base import ReadStats, Source
 
-__all__ = ["ShardInfo", "Structure", "TensorEntry", "detect", "load", "open_source"]
+__all__ = ["ShardInfo", "Structure", "TensorEntry", "from_catalog", "load", "load_file"]
 
 INDEX_SUFFIX = ".index.json"
 
@@ -87,11 +90,7 @@ class TensorEntry:
         try:
             return dtypes.from_name(self.dtype).name
         except KeyError:
-            return _GGUF_COMMON.get(self.dtype, self.dtype.upper())
-
-
-_GGUF_COMMON = {"f32": "F32", "f16": "F16", "bf16": "BF16", "f64": "F64", "i8": "I8"}
-_GGUF_COMMON |= {"i16": "I16", "i32": "I32", "i64": "I64"}
+            return PLAIN_TYPES.get(self.dtype, self.dtype.upper())
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,102 +141,46 @@ class Structure:
         return sum(s.bytes_read for s in self.stats)
 
 
-@contextmanager
-def open_source(path: str) -> Iterator[Source]:
-    """A source for ``path`` (a local file or a URL), closed afterwards."""
-    source = open_path(path, tail_first=path.endswith(".zt"))
-    try:
-        yield source
-    finally:
-        source.close()
-
-
-def detect(source: Source) -> str:
-    """``safetensors``, ``ztensor`` or ``gguf`` from the first bytes of ``source``."""
-    from .._open import detect_format
-
-    if source.read(0, min(4, source.size)) == b"GGUF":
-        return "gguf"
-    return detect_format(source)
-
-
-def _from_safetensors(source: Source, shard: str | None) -> Structure:
-    from ..safetensors._reader import read_header
-
-    h = read_header(source)
-    tensors = []
-    for pos, name in enumerate(h.names):
-        dt, shape, start, end = h.info(pos)
-        tensors.append(TensorEntry(name, dt.name, shape, end - start, (start, end), shard))
-    return Structure(
-        "safetensors",
-        source.name,
-        None,
-        h.header_size,
-        dict(h.metadata or {}),
-        tuple(sorted(tensors, key=lambda t: t.name)),
-        stats=(source.stats,),
+def _entry(info: TensorInfo, fmt: Format, base: int) -> TensorEntry:
+    """A catalog entry as the file's header describes it."""
+    comps = sorted(info.components.values(), key=lambda c: c.range.start)
+    first = info.components.get("data") or info.components.get("values")
+    if first is None and comps:
+        first = comps[0]
+    offsets = (first.range.start - base, first.range.stop - base) if first else (0, 0)
+    return TensorEntry(
+        info.name,
+        info.stored_dtype,
+        info.shape[::-1] if fmt.reversed_shapes else info.shape,
+        info.nbytes,
+        offsets,
+        layout="dense" if info.layout == "quantized" else info.layout,
+        encoding=first.encoding if first else "raw",
     )
 
 
-def _from_ztensor(source: Source) -> Structure:
-    from ..ztensor._reader import read_catalog
-
-    cat = read_catalog(source)
-    tensors = []
-    for info in cat.tensors.values():
-        comps = sorted(info.components.values(), key=lambda c: c.range.start)
-        first = info.components.get("data") or info.components.get("values") or comps[0]
-        tensors.append(
-            TensorEntry(
-                info.name,
-                info.dtype.ztensor_name or info.dtype.name,
-                info.shape,
-                info.nbytes,
-                (first.range.start, first.range.stop) if comps else (0, 0),
-                layout=info.layout,
-                encoding=first.encoding if comps else "raw",
-            )
-        )
+def from_catalog(cat: Catalog, path: str, stats: tuple[ReadStats, ...] = ()) -> Structure:
+    """The structure of one file, from its catalog."""
+    fmt = FORMATS[cat.format]
+    base = cat.data_start if fmt.relative_offsets else 0
     return Structure(
-        "ztensor",
-        source.name,
+        cat.format,
+        path,
         cat.version,
         cat.header_size,
         dict(cat.metadata),
-        tuple(sorted(tensors, key=lambda t: t.name)),
-        stats=(source.stats,),
-    )
-
-
-def _from_gguf(source: Source) -> Structure:
-    from ..gguf import read_header
-
-    h = read_header(source)
-    tensors = []
-    for t in h.tensors:
-        n = t.byte_length or 0
-        tensors.append(TensorEntry(t.name, t.type_name, t.shape, n, (t.offset, t.offset + n)))
-    return Structure(
-        "gguf",
-        source.name,
-        str(h.version),
-        h.header_size,
-        dict(h.metadata),
-        tuple(sorted(tensors, key=lambda t: t.name)),
-        stats=(source.stats,),
+        tuple(sorted((_entry(i, fmt, base) for i in cat.tensors.values()), key=lambda t: t.name)),
+        stats=stats,
     )
 
 
 def load_file(path: str) -> Structure:
     """The structure of one file."""
-    with open_source(path) as source:
-        fmt = detect(source)
-        if fmt == "gguf":
-            return _from_gguf(source)
-        if fmt == "ztensor":
-            return _from_ztensor(source)
-        return _from_safetensors(source, None)
+    hint = guess(path)
+    source = open_path(path, first=hint.first_request() if hint else None)
+    with closing(source):
+        cat = detect(source).impl().read_catalog(source)
+    return from_catalog(cat, source.name, (source.stats,))
 
 
 def _index_path(path: str) -> str | None:
@@ -259,7 +202,7 @@ def _index_path(path: str) -> str | None:
 
 def _read_index(index: str) -> dict[str, str]:
     """The ``weight_map`` of a sharded checkpoint's index (a local path or a URL)."""
-    with open_source(index) as src:
+    with closing(open_path(index)) as src:
         raw = src.read(0, src.size)
     try:
         doc = json.loads(raw)

@@ -26,6 +26,9 @@ from typing import Any
 
 import numpy as np
 
+from ..core.reader import Reader
+from ..formats import open_reader
+from ._dense import dense_value
 from ._structure import Structure, TensorEntry, load
 from .hash import canonical_value
 from .inspect import json_metadata
@@ -172,16 +175,14 @@ def diff(a: str | Structure, b: str | Structure, *, data: bool = False) -> DiffR
     )
 
 
-def _readers(s: Structure) -> dict[str, Any]:
-    import tensorfile
-
+def _readers(s: Structure) -> dict[str, Reader]:
     files = [sh.path for sh in s.shards] if s.shards else [s.path]
-    return {f: tensorfile.open(f) for f in files}
+    return {f: open_reader(f) for f in files}
 
 
 def _compare_data(sa: Structure, sb: Structure, names: list[str]) -> list[DataDiff]:
     if sa.format == "gguf" or sb.format == "gguf":
-        from ..errors import UnsupportedError
+        from ..core.errors import UnsupportedError
 
         raise UnsupportedError("comparing GGUF tensor data is not supported; diff headers only")
     ra, rb = _readers(sa), _readers(sb)
@@ -202,14 +203,11 @@ def _compare_data(sa: Structure, sb: Structure, names: list[str]) -> list[DataDi
 
 
 def _dense(value: Any) -> np.ndarray[Any, Any]:
-    if isinstance(value, np.ndarray):
-        return value
-    if hasattr(value, "to_dense"):
-        return np.asarray(value.to_dense())
-    # an extension layout: compare its components' bytes, by role
-    parts = [
-        np.frombuffer(value.components[r].tobytes(), np.uint8) for r in sorted(value.components)
-    ]
+    """A tensor's values as one array (an extension layout: its components' bytes, by role)."""
+    found = dense_value(value)
+    if isinstance(found, np.ndarray):
+        return found
+    parts = [np.frombuffer(part.tobytes(), np.uint8) for part in found.values()]
     return np.concatenate(parts) if parts else np.empty(0, np.uint8)
 
 

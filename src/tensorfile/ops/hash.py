@@ -28,13 +28,15 @@ import hashlib
 import json
 import math
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 
+from ..core.reader import Reader
+from ..formats import open_reader
 from ..gguf import GGUFValue
-from ..sources import open_path
+from ._dense import dense_value
 from ._structure import Structure, TensorEntry, load
 
 __all__ = ["canonical_json", "canonical_value", "content_hash", "structural_hash"]
@@ -136,24 +138,21 @@ def content_hash(path: str, progress: Callable[[int, int], None] | None = None) 
 
     ``progress(done, total)`` is called as bytes are hashed (for a progress bar).
     """
-    import tensorfile
-
     s = load(path)
     files = [sh.path for sh in s.shards] if s.shards else [s.path]
     total = sum(t.parameters * _itemsize(t) for t in s.tensors)
     done = 0
     digest = hashlib.sha256(b"tensorfile-content-v1\n")
-    by_file: dict[str, Any] = {}  # a Reader per file (GGUF: its Source, read raw)
-    starts: dict[str, int] = {}
+    by_file: dict[str, Reader] = {}
     try:
         for f in files:
-            by_file[f] = tensorfile.open(f) if s.format != "gguf" else open_path(f)
+            by_file[f] = open_reader(f)
         for t in s.tensors:
             head = {"name": t.name, "dtype": t.common_dtype, "shape": list(t.shape)}
             digest.update(json.dumps(head, separators=(",", ":"), ensure_ascii=False).encode())
             digest.update(b"\n")
             reader = by_file[t.shard or files[0]]
-            for chunk in _tensor_chunks(reader, s, t, starts):
+            for chunk in _tensor_chunks(reader, t.name):
                 digest.update(chunk)
                 done += len(chunk)
                 if progress is not None:
@@ -165,7 +164,7 @@ def content_hash(path: str, progress: Callable[[int, int], None] | None = None) 
 
 
 def _itemsize(t: TensorEntry) -> int:
-    from .. import dtypes
+    from ..core import dtypes
 
     try:
         return dtypes.from_name(t.dtype).itemsize
@@ -173,31 +172,22 @@ def _itemsize(t: TensorEntry) -> int:
         return max(1, t.byte_length // max(1, t.parameters))
 
 
-def _tensor_chunks(reader: Any, s: Structure, t: TensorEntry, starts: dict[str, int]) -> Any:
-    """The tensor's dense bytes, a chunk at a time."""
-    if s.format == "gguf":  # the stored bytes, read from the file's source
-        from ..gguf import read_header
-
-        path = t.shard or s.path
-        if path not in starts:
-            starts[path] = read_header(reader).data_start
-        start = starts[path] + t.data_offsets[0]
-        for pos in range(0, t.byte_length, _CHUNK):
-            yield reader.read(start + pos, min(_CHUNK, t.byte_length - pos))
-        return
-    info = reader.info(t.name)
-    if info.layout == "dense" and all(c.encoding == "raw" for c in info.components.values()):
+def _tensor_chunks(reader: Reader, name: str) -> Iterator[bytes]:
+    """The tensor's dense bytes, a chunk at a time (stored bytes are streamed; GGUF's
+    quantized blocks as they are stored)."""
+    info = reader.info(name)
+    if info.layout in ("dense", "quantized") and all(
+        c.encoding == "raw" for c in info.components.values()
+    ):
         rng = info.byte_range
         for pos in range(0, rng.length, _CHUNK):
             buf = bytearray(min(_CHUNK, rng.length - pos))
             reader.source.readinto(rng.start + pos, [memoryview(buf)])
             yield bytes(buf)
         return
-    value = reader.get_tensor(t.name)
+    value = dense_value(reader.get_tensor(name))
     if isinstance(value, np.ndarray):
         yield np.ascontiguousarray(value).tobytes()
-    elif hasattr(value, "to_dense"):
-        yield np.ascontiguousarray(value.to_dense()).tobytes()
     else:  # an extension layout: its components, by role
-        for role in sorted(value.components):
-            yield role.encode() + b"\n" + value.components[role].tobytes()
+        for role, part in value.items():
+            yield role.encode() + b"\n" + part.tobytes()

@@ -4,17 +4,17 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 
-from ..catalog import ByteRange, Catalog, Component, TensorInfo
-from ..errors import (
+from ..core.catalog import ByteRange, Catalog, Component, TensorInfo
+from ..core.errors import (
     InvalidTensorEntryError,
     MissingTensorError,
     SafetensorIOError,
     SourceError,
     TensorFileError,
 )
-from ..reader import Reader
-from ..sources.base import Source
-from ._header import N_LEN, Header, parse_header, parse_header_length
+from ..core.reader import Reader
+from ..core.source import Source
+from ._parse import N_LEN, Header, parse_header, parse_header_length
 
 __all__ = ["SafetensorsReader", "catalog_of", "read_header"]
 

@@ -22,12 +22,12 @@ from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
-from .. import _packing, dtypes
-from .._atomic import atomic_write, preallocate, write_all
-from ..dtypes import DType
-from ..errors import InvalidArgumentError, SafetensorError, UnsupportedError
-from ..reader import bytes_view
-from ._header import check_name, encode_header
+from ..core import _packing, dtypes
+from ..core.atomic import AtomicFile, atomic_write, preallocate, write_all
+from ..core.dtypes import DType
+from ..core.errors import InvalidArgumentError, SafetensorError, SourceError, UnsupportedError
+from ..core.reader import bytes_view
+from ._encode import check_name, encode_header
 
 __all__ = ["Prepared", "StreamWriter", "order", "prepare_array", "to_bytes", "write_file"]
 
@@ -215,14 +215,17 @@ class StreamWriter:
             pos += spec.nbytes
         self._specs = {s.name: s for s in placeholders}
         self._written = dict.fromkeys(self._regions, 0)
-        self._ctx = atomic_write(path, fsync=fsync)
-        self._fd = self._ctx.__enter__()
+        self._file = AtomicFile(path, fsync=fsync)
+        self._fd = self._file.fd
         self._done = False
         try:
             write_all(self._fd, memoryview(header))
             preallocate(self._fd, pos)
-        except BaseException as exc:
-            self._finish(exc)
+        except OSError as exc:
+            self.abort()
+            raise SourceError(f"cannot write {path}: {exc.strerror or exc}") from exc
+        except BaseException:
+            self.abort()
             raise
 
     def write(self, name: str, data: Any) -> None:
@@ -273,23 +276,13 @@ class StreamWriter:
                 f"{len(missing)} tensor(s) were not completely written, so no file was "
                 f"created: {missing[:5]}"
             )
-        self._finish(None)
+        self._done = True
+        self._file.commit()
 
     def abort(self) -> None:
         """Discard everything written; the destination is left as it was."""
-        if not self._done:
-            self._finish(InvalidArgumentError("aborted"))
-
-    def _finish(self, exc: BaseException | None) -> None:
         self._done = True
-        if exc is None:
-            self._ctx.__exit__(None, None, None)
-        else:
-            try:
-                self._ctx.__exit__(type(exc), exc, exc.__traceback__)
-            except BaseException as raised:
-                if raised is not exc:
-                    raise
+        self._file.abort()
 
     def __enter__(self) -> StreamWriter:
         return self

@@ -1,5 +1,9 @@
 """``safetensors.numpy``, drop-in: ``save``, ``save_file``, ``load``, ``load_file``.
 
+As in the reference, loading goes through the public :class:`~tensorfile.safetensors.safe_open`
+(``framework="np"``); it reads every tensor at once with :meth:`safe_open.read_tensors
+<tensorfile.safetensors.safe_open.read_tensors>`, straight into new arrays.
+
 Example:
     >>> import numpy as np
     >>> from tensorfile.safetensors.numpy import load, save
@@ -14,11 +18,9 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InvalidArgumentError
-from ..reader import NDArray
-from ..sources import MemorySource
-from . import _BACKENDS, open_reader
-from ._reader import SafetensorsReader
+from ..core.errors import InvalidArgumentError
+from ..core.reader import NDArray
+from . import safe_open
 from ._writer import Prepared, prepare_array, to_bytes, write_file
 
 __all__ = ["load", "load_file", "save", "save_file"]
@@ -70,7 +72,8 @@ def load(data: bytes | bytearray | memoryview) -> dict[str, NDArray]:
         >>> load(save({"a": np.ones(1, np.uint8)}))["a"].tolist()
         [1]
     """
-    return SafetensorsReader(MemorySource(data)).get_tensors()
+    with safe_open._from_bytes(data, framework="np") as f:
+        return f.read_tensors()
 
 
 def load_file(
@@ -86,14 +89,5 @@ def load_file(
         >>> load_file("model.safetensors")["a"].tolist()
         [0.0, 0.0]
     """
-    if backend not in _BACKENDS:
-        raise InvalidArgumentError(f"backend must be one of {_BACKENDS}, got {backend!r}")
-    with open_reader(filename) as reader:
-        if copy:
-            return reader.get_tensors()
-        return {
-            name: reader.get_tensor(name)
-            if reader.info(name).dtype.is_subbyte
-            else reader.view(name)
-            for name in reader.keys()
-        }
+    with safe_open(filename, framework="np", backend=backend) as f:
+        return f.read_tensors(copy=copy)

@@ -3,7 +3,9 @@
 ``save``, ``save_file``, ``load``, ``load_file``, ``save_model``, ``load_model``,
 ``storage_ptr`` and ``storage_size``, with the reference's signatures and results. Tensors
 are read straight into new torch tensors (bf16, f8 and float4_e2m1fn_x2 included);
-non-contiguous tensors are saved by value.
+non-contiguous tensors are saved by value. As in the reference, loading goes through the
+public :class:`~tensorfile.safetensors.safe_open` (``framework="pt"``), reading every tensor
+at once with its :meth:`~tensorfile.safetensors.safe_open.read_tensors`.
 
 Example:
     >>> import torch
@@ -21,12 +23,9 @@ from typing import Any
 
 import torch
 
-from .._frameworks import TorchFramework
-from .._torch import prepare_tensor, torch_view
-from ..errors import InvalidArgumentError, SharedTensorsError
-from ..sources import MemorySource
-from . import _BACKENDS, open_reader
-from ._reader import SafetensorsReader
+from ..core.errors import InvalidArgumentError, SharedTensorsError
+from ..frameworks.torch import prepare_tensor
+from . import safe_open
 from ._writer import Prepared, to_bytes, write_file
 
 __all__ = [
@@ -188,9 +187,8 @@ def load(data: bytes | bytearray | memoryview) -> dict[str, torch.Tensor]:
         >>> load(save({"a": torch.ones(1)}))["a"].tolist()
         [1.0]
     """
-    reader = SafetensorsReader(MemorySource(data))
-    names = reader.keys()
-    return dict(zip(names, TorchFramework().read(reader, names), strict=True))
+    with safe_open._from_bytes(data, framework="pt") as f:
+        return f.read_tensors()
 
 
 def load_file(
@@ -214,17 +212,10 @@ def load_file(
         >>> lazy["a"].tolist(), owned["a"].tolist()
         ([1.0, 1.0], [1.0, 1.0])
     """
-    if backend not in _BACKENDS:
-        raise InvalidArgumentError(f"backend must be one of {_BACKENDS}, got {backend!r}")
     if copy is None:
         copy = backend == "pread" or str(device) != "cpu"
-    with open_reader(filename) as reader:
-        names = reader.keys()
-        if not copy:
-            if str(device) != "cpu":
-                raise InvalidArgumentError("copy=False maps the file: it needs device='cpu'")
-            return {name: torch_view(reader, name) for name in names}
-        return dict(zip(names, TorchFramework(device).read(reader, names), strict=True))
+    with safe_open(filename, framework="pt", device=device, backend=backend) as f:
+        return f.read_tensors(copy=copy)
 
 
 def save_model(

@@ -1,14 +1,22 @@
-"""Byte sources: local files, memory buffers, HTTP(S) URLs and fsspec URLs."""
+"""Byte sources: local files, memory buffers, HTTP(S) URLs and fsspec URLs.
+
+Every source implements :class:`~tensorfile.core.source.Source`. The remote ones load their
+transport (``http.client``, fsspec) only when a URL is opened.
+"""
 
 from __future__ import annotations
 
 import os
-from typing import Any
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
 
-from .base import ReadStats, Source
+from ..core.source import ByteRequest, ReadStats, Source
 from .local import LocalSource
 from .memory import MemorySource
-from .remote import HTTPSource, is_url
+
+if TYPE_CHECKING:
+    from .remote import HTTPSource
 
 __all__ = [
     "HTTPSource",
@@ -17,12 +25,29 @@ __all__ = [
     "ReadStats",
     "Source",
     "is_url",
+    "open_input",
     "open_path",
 ]
 
+PathOrData = str | os.PathLike[str] | bytes | bytearray | memoryview
+"""What the readers accept: a local path, a URL, or the file's bytes."""
 
-def open_path(path: str | os.PathLike[str], *, tail_first: bool = False, **options: Any) -> Source:
-    """A source for a local path, an ``http(s)://`` URL or any fsspec URL.
+
+def is_url(path: object) -> bool:
+    """Whether ``path`` is a URL (``scheme://...``) rather than a local path.
+
+    Example:
+        >>> is_url("https://host/m.safetensors"), is_url("model.zt")
+        (True, False)
+    """
+    return isinstance(path, str) and "://" in path and not os.path.exists(path)
+
+
+def open_path(
+    path: str | os.PathLike[str], *, first: ByteRequest | None = None, **options: Any
+) -> Source:
+    """A source for a local path, an ``http(s)://`` URL or any fsspec URL. ``first`` is the
+    first request of a remote source (the caller's format decides: the head or the tail).
 
     Example:
         >>> import tempfile, os
@@ -35,10 +60,42 @@ def open_path(path: str | os.PathLike[str], *, tail_first: bool = False, **optio
     if is_url(text):
         scheme = text.split("://", 1)[0].lower()
         if scheme in ("http", "https"):
-            return HTTPSource(text, tail_first=tail_first, **options)
+            from .remote import HTTPSource
+
+            return HTTPSource(text, first=first, **options)
         if scheme == "file":
             return LocalSource(text[len("file://") :])
         from .fsspec_source import FsspecSource
 
-        return FsspecSource(text, **options)
+        return FsspecSource(text, first=first, **options)
     return LocalSource(text)
+
+
+@contextmanager
+def open_input(path_or_data: PathOrData, *, first: ByteRequest | None = None) -> Iterator[Source]:
+    """A source for a path, URL or bytes, closed when the block fails (a reader built in the
+    block owns it on success).
+
+    Example:
+        >>> with open_input(b"abc") as src:
+        ...     src.read(0, 1)
+        b'a'
+    """
+    source: Source
+    if isinstance(path_or_data, bytes | bytearray | memoryview):
+        source = MemorySource(path_or_data)
+    else:
+        source = open_path(path_or_data, first=first)
+    try:
+        yield source
+    except BaseException:
+        source.close()
+        raise
+
+
+def __getattr__(name: str) -> Any:
+    if name == "HTTPSource":  # the HTTP stack loads when it is first asked for
+        from .remote import HTTPSource
+
+        return HTTPSource
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

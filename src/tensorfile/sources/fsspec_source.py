@@ -1,5 +1,6 @@
 """Any fsspec URL (``s3://``, ``gs://``, ``hf://``, ...) as a Source, when fsspec and the
-URL's filesystem package are installed. Reads are ``cat_file`` range reads, counted.
+URL's filesystem package are installed. Reads are counted ``cat_file`` range reads behind the
+same speculative first read as HTTP (:class:`~.remote.RemoteSource`).
 
 Example:
     >>> import fsspec
@@ -12,16 +13,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import SourceError, UnsupportedError
-from .base import ReadStats, scatter
+from ..core.errors import SourceError, UnsupportedError
+from ..core.source import ByteRequest, ReadStats, SuffixRequest
+from ._http import Fetched
+from .remote import RemoteSource
 
-__all__ = ["FsspecSource"]
+__all__ = ["FsspecFetcher", "FsspecSource"]
 
 
-class FsspecSource:
-    """A file on an fsspec filesystem, read with range requests."""
-
-    coalesce_gap = 1 << 20
+class FsspecFetcher:
+    """Range reads of one file of an fsspec filesystem."""
 
     def __init__(self, url: str, **storage_options: Any) -> None:
         try:
@@ -32,7 +33,7 @@ class FsspecSource:
             ) from exc
         try:
             self._fs, self._path = fsspec.core.url_to_fs(url, **storage_options)
-            self._size = int(self._fs.size(self._path))
+            self.size = int(self._fs.size(self._path))
         except ImportError as exc:
             raise UnsupportedError(f"{url}: the filesystem's package is missing: {exc}") from exc
         except (OSError, ValueError) as exc:
@@ -40,34 +41,29 @@ class FsspecSource:
         self.name = url
         self.stats = ReadStats()
 
-    @property
-    def size(self) -> int:
-        """File size in bytes."""
-        return self._size
-
-    def read(self, offset: int, length: int) -> bytes:
-        """Exactly ``length`` bytes at ``offset``."""
-        if offset < 0 or length < 0 or offset + length > self._size:
-            raise SourceError(f"{self.name}: read of {length} bytes at {offset} is past the end")
-        if length == 0:
-            return b""
+    def fetch(self, request: ByteRequest) -> Fetched:
+        """The bytes of ``request`` (clipped to the file)."""
+        if isinstance(request, SuffixRequest):
+            start, stop = max(0, self.size - request.length), self.size
+        else:
+            start, stop = request.start, min(request.stop, self.size)
+        if stop <= start:
+            return Fetched(start, b"", self.size)
         try:
-            data: bytes = self._fs.cat_file(self._path, start=offset, end=offset + length)
+            data: bytes = self._fs.cat_file(self._path, start=start, end=stop)
         except (OSError, ValueError) as exc:
             raise SourceError(f"{self.name}: read failed: {exc}") from exc
-        if len(data) != length:
-            raise SourceError(f"{self.name}: short read: {len(data)} of {length} bytes")
-        self.stats.add(length)
-        return data
+        if len(data) != stop - start:
+            raise SourceError(f"{self.name}: short read: {len(data)} of {stop - start} bytes")
+        self.stats.add(len(data))
+        return Fetched(start, data, self.size)
 
-    def readinto(self, offset: int, buffers: list[memoryview]) -> None:
-        """Fill ``buffers`` from consecutive bytes at ``offset`` in one read."""
-        data = self.read(offset, sum(b.nbytes for b in buffers))
-        scatter(data, buffers)
 
-    def buffer(self) -> memoryview | None:
-        """Not mappable."""
-        return None
+class FsspecSource(RemoteSource):
+    """A file on an fsspec filesystem, read with range requests."""
 
-    def close(self) -> None:
-        """Nothing to release."""
+    def __init__(
+        self, url: str, *, first: ByteRequest | None = None, **storage_options: Any
+    ) -> None:
+        fetcher = FsspecFetcher(url, **storage_options)
+        super().__init__(fetcher, fetcher.name, fetcher.stats, first)

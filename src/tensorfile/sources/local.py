@@ -7,9 +7,9 @@ import os
 import stat
 from collections.abc import Iterator
 
-from .._parallel import run_parallel
-from ..errors import SourceError
-from .base import ReadStats
+from ..core.errors import SourceError
+from ..core.parallel import run_parallel
+from ..core.source import SourceBase
 
 __all__ = ["LocalSource"]
 
@@ -36,7 +36,7 @@ def _split(buffers: list[memoryview]) -> Iterator[list[memoryview]]:
         yield batch
 
 
-class LocalSource:
+class LocalSource(SourceBase):
     """Read a local file with ``pread``/``preadv``; map it privately for zero-copy views.
 
     The mapping is copy-on-write (``MAP_PRIVATE``): arrays built on it may even be written
@@ -52,6 +52,8 @@ class LocalSource:
     """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
+        super().__init__()
+        self._closed = True  # until the file is open
         self.name = os.fspath(path)
         try:
             self._fd = os.open(self.name, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
@@ -68,25 +70,13 @@ class LocalSource:
         self._size = st.st_size
         self._map: mmap.mmap | None = None
         self._closed = False
-        self.stats = ReadStats()
 
     @property
     def size(self) -> int:
         """File size in bytes, as it was when the source was opened."""
         return self._size
 
-    def _check(self, offset: int, length: int) -> None:
-        if self._closed:
-            raise SourceError(f"{self.name}: the file is closed")
-        if offset < 0 or length < 0 or offset + length > self._size:
-            raise SourceError(
-                f"{self.name}: read of {length} bytes at offset {offset} is past the end "
-                f"of the {self._size}-byte file"
-            )
-
-    def read(self, offset: int, length: int) -> bytes:
-        """Exactly ``length`` bytes at ``offset``."""
-        self._check(offset, length)
+    def _read(self, offset: int, length: int) -> bytes:
         out = bytearray(length)
         self._preadv_exact([memoryview(out)], offset)
         self.stats.add(length)
@@ -94,10 +84,11 @@ class LocalSource:
 
     def readinto(self, offset: int, buffers: list[memoryview]) -> None:
         """Fill ``buffers`` from consecutive bytes at ``offset`` (scatter read, no copies)."""
-        total = sum(b.nbytes for b in buffers)
-        self._check(offset, total)
-        run_parallel(offset, buffers, self._readinto_serial)
-        self.stats.add(total)
+        flat = self.byte_buffers(offset, buffers)
+        total = sum(b.nbytes for b in flat)
+        if total:
+            run_parallel(offset, flat, self._readinto_serial)
+            self.stats.add(total)
 
     def _readinto_serial(self, offset: int, buffers: list[memoryview]) -> None:
         for batch in _split(buffers):
@@ -127,8 +118,7 @@ class LocalSource:
 
     def buffer(self) -> memoryview:
         """The whole file, privately mapped (zero-copy, copy-on-write)."""
-        if self._closed:
-            raise SourceError(f"{self.name}: the file is closed")
+        super().buffer()  # refuses when closed
         if self._size == 0:
             return memoryview(b"")
         if self._map is None:
@@ -150,12 +140,6 @@ class LocalSource:
                 pass  # arrays still use the mapping; it is released when they are
             self._map = None
         os.close(self._fd)
-
-    def __enter__(self) -> LocalSource:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def __del__(self) -> None:
         if not getattr(self, "_closed", True):

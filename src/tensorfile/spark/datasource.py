@@ -55,11 +55,13 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from ..core.errors import InvalidArgumentError
+from ..core.reader import Reader
 from ..dataset import convert, writer
-from ..dataset.manifest import Manifest, ShardEntry, read_manifest, split_key
-from ..dataset.options import WriteOptions, parse_options
-from ..dataset.reader import open as open_dataset
-from ..errors import InvalidArgumentError
+from ..dataset.manifest import Manifest, ShardEntry, load_manifest, shard_file
+from ..dataset.options import WriteOptions, column_list, parse_options
+from ..dataset.samples import kv_sample, shard_keys
+from ..formats import open_reader
 
 __all__ = ["SafetensorsDataSource"]
 
@@ -114,7 +116,7 @@ class SafetensorsDataSource(DataSource):
         return str(path)
 
     def schema(self) -> StructType:
-        manifest = _manifest(self._path())
+        manifest = load_manifest(self._path())
         if str(self.options.get("layout", "rows")).lower() == "files":
             full = StructType(
                 [StructField(k, TENSOR_STRUCT, True) for k in sorted(manifest.schema)]
@@ -124,7 +126,7 @@ class SafetensorsDataSource(DataSource):
         wanted = self.options.get("columns")
         if not wanted:
             return full
-        keep = [c.strip() for c in str(wanted).split(",") if c.strip()]
+        keep = column_list(str(wanted))
         names = {f.name for f in full.fields}
         missing = [c for c in keep if c not in names]
         if missing:
@@ -140,11 +142,9 @@ class SafetensorsDataSource(DataSource):
         return _Writer(self._path(), opts, "overwrite" if overwrite else "append")
 
 
-def _manifest(path: str) -> Manifest:
-    manifest = read_manifest(path)
-    if manifest is None:
-        return open_dataset(path).manifest
-    return manifest
+def _key_field(manifest: Manifest) -> str:
+    """The column of a KV dataset's rows that holds the keys."""
+    return manifest.name_col or "key"
 
 
 def _spark_type(dtype: str, shape: Sequence[int]) -> DataType:
@@ -158,7 +158,7 @@ def _row_schema(manifest: Manifest) -> StructType:
     ds_schema = manifest.sample_schema()
     fields = []
     if manifest.mode == "kv":
-        fields.append(StructField(manifest.name_col or "key", StringType(), False))
+        fields.append(StructField(_key_field(manifest), StringType(), False))
     for col, info in ds_schema.items():
         fields.append(StructField(col, _spark_type(info["dtype"], info["shape"]), True))
     return StructType(fields)
@@ -185,8 +185,7 @@ class _Writer(DataSourceArrowWriter):
         if not batches:
             return _Commit(writer.TaskResult(folder, [], []))
         table = pa.Table.from_batches(batches)
-        cols, rows = convert.columns_of(table, self.opts)
-        keys = convert.names_of(table, self.opts.name_col) if self.opts.name_col else None
+        cols, rows, keys = convert.columns_and_keys(table, self.opts)
         return _Commit(writer.write_task(cols, rows, keys, self.opts, folder, task_id))
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
@@ -216,22 +215,19 @@ class _Reader(DataSourceReader):
             raise InvalidArgumentError(f"layout must be rows or files, got {self.layout!r}")
         wanted = [f.name for f in schema.fields]
         if options.get("columns"):
-            keep = {c.strip() for c in str(options["columns"]).split(",")}
+            keep = set(column_list(str(options["columns"])))
             wanted = [w for w in wanted if w in keep]
         self.columns = wanted
         self.schema = schema
 
     def partitions(self) -> Sequence[InputPartition]:
-        return [_Shard(s) for s in _manifest(self.path).shards]
+        return [_Shard(s) for s in load_manifest(self.path).shards]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        import tensorfile
-
         if not isinstance(partition, _Shard):
             return  # Spark's placeholder partition for a dataset without shards
-        manifest = _manifest(self.path)
-        file = os.path.join(self.path, partition.entry.shard_path)
-        with tensorfile.open(file) as r:
+        manifest = load_manifest(self.path)
+        with open_reader(shard_file(self.path, partition.entry)) as r:
             if self.layout == "files":
                 yield _files_batch(r, self.schema)
             elif manifest.mode == "batch":
@@ -286,7 +282,7 @@ def _column_array(tensor: np.ndarray[Any, Any], rows: int, field: StructField) -
     return arr.cast(_arrow_type(field.dataType))  # Spark's list field names and nullability
 
 
-def _batch_rows(r: Any, shard: ShardEntry, schema: StructType) -> pa.RecordBatch:
+def _batch_rows(r: Reader, shard: ShardEntry, schema: StructType) -> pa.RecordBatch:
     rows = shard.samples_count
     arrays, names = [], []
     for field in schema.fields:
@@ -296,25 +292,24 @@ def _batch_rows(r: Any, shard: ShardEntry, schema: StructType) -> pa.RecordBatch
     return _record_batch(arrays, names, schema)
 
 
-def _kv_rows(r: Any, manifest: Manifest, schema: StructType) -> pa.RecordBatch:
-    sep = manifest.kv_separator
-    keys = sorted({split_key(n, sep, manifest.columns)[0] for n in r.keys()})
+def _kv_rows(r: Reader, manifest: Manifest, schema: StructType) -> pa.RecordBatch:
+    sep, key_field = manifest.kv_separator, _key_field(manifest)
+    keys = shard_keys(r, manifest.columns, sep)
+    wanted = [f.name for f in schema.fields if f.name != key_field]
+    samples = [kv_sample(r, k, wanted, sep, strict=True) for k in keys]
     arrays, names = [], []
     for field in schema.fields:
-        if field.name == (manifest.name_col or "key"):
+        if field.name == key_field:
             arrays.append(pa.array(keys, pa.string()))
         else:
-            stacked = (
-                np.stack([r.get_tensor(f"{k}{sep}{field.name}") for k in keys])
-                if keys
-                else np.empty((0,))
-            )
+            # popped: a column's tensors are freed once stacked
+            stacked = np.stack([s.pop(field.name) for s in samples]) if keys else np.empty((0,))
             arrays.append(_column_array(stacked, len(keys), field))
         names.append(field.name)
     return _record_batch(arrays, names, schema)
 
 
-def _files_batch(r: Any, schema: StructType) -> pa.RecordBatch:
+def _files_batch(r: Reader, schema: StructType) -> pa.RecordBatch:
     arrays, names = [], []
     struct_type = _arrow_type(TENSOR_STRUCT)
     for field in schema.fields:

@@ -22,7 +22,7 @@ Example:
     (dtype('float16'), np.float32(3.0))
 """
 
-from ..errors import (
+from ..core.errors import (
     ZTensorChecksumError,
     ZTensorError,
     ZTensorIOError,

@@ -19,7 +19,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from ..errors import ZTensorChecksumError, ZTensorError, ZTensorUnsupportedError
+from ..core.errors import ZTensorChecksumError, ZTensorError, ZTensorUnsupportedError
 
 __all__ = [
     "CHECKSUMS",

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InvalidArgumentError, ZTensorError
+from ..core.errors import InvalidArgumentError, ZTensorError
 
 __all__ = ["COOTensor", "CSRTensor", "ExtensionTensor", "check_coo", "check_csr"]
 
@@ -41,8 +41,8 @@ def _index_array(values: Any, what: str) -> NDArray:
 
 
 def _torch_values(values: NDArray) -> Any:
-    from .. import dtypes
-    from .._torch import from_numpy
+    from ..core import dtypes
+    from ..frameworks.torch import from_numpy
 
     try:
         dt = dtypes.from_numpy(values.dtype)
@@ -151,7 +151,7 @@ class CSRTensor(_Sparse):
     @classmethod
     def from_torch(cls, tensor: Any) -> CSRTensor:
         """From a torch sparse CSR tensor."""
-        from .._torch import to_numpy
+        from ..frameworks.torch import to_numpy
 
         t = tensor.cpu()
         return cls(
@@ -234,7 +234,7 @@ class COOTensor(_Sparse):
     @classmethod
     def from_torch(cls, tensor: Any) -> COOTensor:
         """From a torch sparse COO tensor (coalesced first)."""
-        from .._torch import to_numpy
+        from ..frameworks.torch import to_numpy
 
         t = tensor.cpu().coalesce()
         return cls(to_numpy(t.values()), t.indices().numpy(), tuple(t.shape))

@@ -8,7 +8,7 @@ shape × itemsize bytes, and the components a known layout requires must be ther
 negotiation: the same major proceeds (a warning for a newer minor), another major fails.
 
 Example:
-    >>> from tensorfile.dtypes import from_ztensor
+    >>> from tensorfile.core.dtypes import from_ztensor
     >>> blob = encode_manifest({"w": {"dtype": "float32", "shape": [2], "format": "dense",
     ...     "components": {"data": {"offset": 64, "length": 8}}}}, {}, "doc")
     >>> cat = parse_manifest(blob, manifest_start=72, file_size=72 + len(blob) + 8, name="f")
@@ -23,10 +23,11 @@ import warnings
 from collections.abc import Mapping
 from typing import Any
 
-from .. import dtypes
-from ..catalog import ByteRange, Catalog, Component, TensorInfo
-from ..dtypes import DType
-from ..errors import ZTensorError, ZTensorUnsupportedError, ZTensorWarning
+from ..core import dtypes
+from ..core.catalog import ByteRange, Catalog, Component, TensorInfo
+from ..core.dtypes import DType
+from ..core.errors import ZTensorError, ZTensorUnsupportedError, ZTensorWarning
+from ..formats import ZTENSOR
 from . import _cbor
 from ._codecs import ENCODINGS, MAX_ZSTD_RATIO, check_digest
 
@@ -43,7 +44,7 @@ __all__ = [
     "parse_manifest",
 ]
 
-MAGIC = b"ZTEN1000"
+MAGIC = ZTENSOR.magic + b"1000"
 ALIGNMENT = 64
 FOOTER_SIZE = 8
 READER_VERSION = (1, 0)
@@ -211,7 +212,7 @@ def _tensor(tname: Any, raw: Any, limit: int, name: str) -> TensorInfo:
         if not isinstance(role, str):
             raise _fail(f"{where}: a component role is not text: {role!r}", tensor=tname)
         components[role] = _component(role, craw, dtype, tname, limit, name)
-    info = TensorInfo(tname, dtype, shape, components, layout)
+    info = TensorInfo(tname, dtype, shape, components, layout, dtype_name)
     _check_layout(info, where)
     return info
 

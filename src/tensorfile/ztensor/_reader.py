@@ -29,19 +29,22 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from .._parallel import workers
-from ..catalog import ByteRange, Catalog, Component, TensorInfo
-from ..errors import (
+from ..core.catalog import ByteRange, Catalog, Component, TensorInfo
+from ..core.errors import (
     SourceError,
     TensorFileError,
+    UnsupportedError,
     ZTensorError,
     ZTensorIOError,
     ZTensorMissingError,
     ZTensorUnsupportedError,
 )
-from ..reader import Allocator, Reader, _index, bytes_view, numpy_allocator
-from ..sources import LocalSource, MemorySource
-from ..sources.base import Source
+from ..core.parallel import workers
+from ..core.reader import Allocator, Reader, bytes_view, index_copy, numpy_allocator
+from ..core.source import Source
+from ..formats import ZTENSOR
+from ..frameworks import framework_name
+from ..sources import PathOrData, open_input
 from ._codecs import MAX_ZSTD_RATIO, decompress_into, decompress_limited, verify_digest
 from ._layouts import COOTensor, CSRTensor, ExtensionTensor, check_coo, check_csr
 from ._manifest import FOOTER_SIZE, MAGIC, MAX_MANIFEST_SIZE, parse_manifest
@@ -63,7 +66,7 @@ def read_catalog(source: Source) -> Catalog:
             )
         magic = source.read(0, len(MAGIC))
         if magic != MAGIC:
-            if magic.startswith(b"ZTEN"):
+            if magic.startswith(ZTENSOR.magic):
                 raise ZTensorUnsupportedError(
                     f"{name}: container {magic!r} is not zTensor v1.0 ({MAGIC!r})", offset=0
                 )
@@ -90,7 +93,7 @@ def read_catalog(source: Source) -> Catalog:
 
 
 class ZTensorReader(Reader):
-    """A :class:`~tensorfile.reader.Reader` for zTensor files.
+    """A :class:`~tensorfile.core.reader.Reader` for zTensor files.
 
     Args:
         source: the file.
@@ -181,7 +184,7 @@ class ZTensorReader(Reader):
         info = self.info(name)
         self._dense(info)
         if info.data.encoding != "raw":
-            return _index(self.get_tensor(name), key)
+            return index_copy(self.get_tensor(name), key)
         self._ensure_verified(info, "data")
         return super().read_slice(name, key)
 
@@ -321,7 +324,7 @@ def _decoded(info: TensorInfo) -> TensorInfo:
 
 
 def open(
-    path_or_data: str | os.PathLike[str] | bytes | bytearray | memoryview,
+    path_or_data: PathOrData,
     *,
     verify: bool = True,
 ) -> ZTensorReader:
@@ -336,19 +339,13 @@ def open(
         ...     f.view("a").tolist()
         [[1.0, 0.0], [0.0, 1.0]]
     """
-    source: Source
     try:
-        if isinstance(path_or_data, bytes | bytearray | memoryview):
-            source = MemorySource(path_or_data)
-        else:
-            source = LocalSource(path_or_data)
+        with open_input(path_or_data, first=ZTENSOR.first_request()) as source:
+            return ZTensorReader(source, verify=verify)
+    except ZTensorError:
+        raise
     except SourceError as exc:
         raise ZTensorIOError(str(exc)) from exc
-    try:
-        return ZTensorReader(source, verify=verify)
-    except BaseException:
-        source.close()
-        raise
 
 
 def load_file(
@@ -370,12 +367,16 @@ def load_file(
         >>> ztensor.load_file(path)["a"].tolist()
         [0, 1, 2]
     """
-    if framework not in ("numpy", "np", "pt", "torch"):
+    try:
+        kind = framework_name(framework)
+    except UnsupportedError:
+        kind = "unknown"
+    if kind not in ("numpy", "torch"):
         raise ZTensorUnsupportedError(f"unknown framework {framework!r}; use 'numpy' or 'pt'")
     with open(path, verify=verify) as reader:
-        if framework in ("numpy", "np"):
+        if kind == "numpy":
             return reader.get_tensors()
-        from .._torch import torch_allocator
+        from ..frameworks.torch import torch_allocator
 
         names = reader.keys()
         dense = [n for n in names if reader.info(n).layout == "dense"]

@@ -26,20 +26,19 @@ from typing import Any
 
 import numpy as np
 
-from .. import __version__ as _version
-from .. import dtypes
-from .._atomic import atomic_write, preallocate, write_all
-from ..catalog import ByteRange, Component, TensorInfo
-from ..dtypes import DType
-from ..errors import (
+from .._version import __version__ as _version
+from ..core import dtypes
+from ..core.atomic import AtomicFile, preallocate, write_all
+from ..core.catalog import ByteRange, Component, TensorInfo
+from ..core.dtypes import DType
+from ..core.errors import (
     InvalidArgumentError,
     SourceError,
     TensorFileError,
-    ZTensorError,
     ZTensorIOError,
     ZTensorUnsupportedError,
 )
-from ..reader import bytes_view
+from ..core.reader import bytes_view
 from ._codecs import CHECKSUMS, Digester, StreamCompressor, compress, make_digest
 from ._layouts import COOTensor, CSRTensor
 from ._manifest import ALIGNMENT, MAGIC, component_dtype, encode_manifest
@@ -82,7 +81,7 @@ def _ztensor_dtype(name: str, dt: DType) -> DType:
 def _dense_array(name: str, arr: Any) -> tuple[DType, tuple[int, ...], memoryview, Any]:
     """``(dtype, shape, bytes, keep-alive)`` of a dense numpy array or torch tensor."""
     if type(arr).__module__.startswith("torch"):
-        from .._torch import prepare_tensor
+        from ..frameworks.torch import prepare_tensor
 
         dt, shape, view, keep = prepare_tensor(name, arr)
         return _ztensor_dtype(name, dt), shape, view, keep
@@ -171,11 +170,11 @@ class Writer:
         self._level = int(level)
         self._checksum = _checksum(checksum)
         self._tensors: dict[str, TensorInfo] = {}
-        self._ctx = atomic_write(self.path, fsync=fsync)
         try:
-            self._fd = self._ctx.__enter__()
+            self._file = AtomicFile(self.path, fsync=fsync)
         except SourceError as exc:
             raise ZTensorIOError(str(exc)) from exc
+        self._fd = self._file.fd
         self._pos = 0
         self._done = False
         self._guard(lambda: self._write(memoryview(MAGIC)))
@@ -362,7 +361,7 @@ class Writer:
         self._guard(lambda: self._write(memoryview(manifest + footer)))
         self._done = True
         try:
-            self._ctx.__exit__(None, None, None)
+            self._file.commit()
         except SourceError as exc:
             raise ZTensorIOError(str(exc)) from exc
 
@@ -371,11 +370,7 @@ class Writer:
         if self._done:
             return
         self._done = True
-        exc = ZTensorError("aborted")
-        try:
-            self._ctx.__exit__(type(exc), exc, None)
-        except ZTensorError:
-            pass
+        self._file.abort()
 
     def __enter__(self) -> Writer:
         return self

@@ -1,10 +1,15 @@
-"""Real HTTP servers on 127.0.0.1 for the remote tests (fixtures: import them by name).
+"""Real HTTP servers on 127.0.0.1 for the tests and the benchmarks (no pytest needed here;
+the fixtures that wrap them are in tests/remote/conftest.py and tests/sources/conftest.py).
 
-* ``nginx``: honours Range requests; installed from Debian's packages when missing. Its access
-  log records each request's Range header, status and body bytes, so tests can assert how
-  many requests a read cost and how much it transferred.
-* ``plain``: Python's ``http.server``, which ignores Range and always sends the whole file;
-  it counts the bytes it managed to send.
+* :func:`start_nginx`: nginx, which honours Range requests; installed from Debian's packages
+  when missing. Its access log records each request's Range header, status and body bytes,
+  so tests can assert how many requests a read cost and how much it transferred.
+* :func:`start_range_server`: a Python server that honours single byte ranges like nginx and
+  writes the same access log (nginx's stand-in where it cannot be installed).
+* :func:`start_plain_server`: Python's ``http.server``, which ignores Range and always sends
+  the whole file; it counts the bytes it managed to send.
+
+Each returns the :class:`Server` and a handle with ``terminate()`` and ``wait(timeout)``.
 """
 
 from __future__ import annotations
@@ -15,14 +20,12 @@ import re
 import shutil
 import socket
 import subprocess
+import sys
 import threading
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 
 def _free_port() -> int:
@@ -98,6 +101,20 @@ class Server:
             self.sent.clear()
 
 
+class _Stopper:
+    """Stops a Python server the way ``terminate()``/``wait()`` stop nginx's process."""
+
+    def __init__(self, httpd: http.server.ThreadingHTTPServer) -> None:
+        self._httpd = httpd
+
+    def terminate(self) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+
+    def wait(self, timeout: float | None = None) -> None:
+        pass
+
+
 NGINX_CONF = """
 worker_processes 1;
 daemon off;
@@ -135,10 +152,8 @@ def start_nginx(tmp: Path) -> tuple[Server, Any]:
     log.write_text("")
     binary = _nginx_binary()
     if binary is None:
-        import sys
-
         print("nginx unavailable: using the Python range server", file=sys.stderr)
-        return _start_range_server(root, log)
+        return start_range_server(root, log)
     port = _free_port()
     conf = tmp / "nginx.conf"
     conf.write_text(NGINX_CONF.format(tmp=tmp, port=port, root=root))
@@ -216,7 +231,9 @@ class _RangeHandler(http.server.SimpleHTTPRequestHandler):
             pass
 
 
-def _start_range_server(root: Path, log: Path) -> tuple[Server, Any]:
+def start_range_server(root: Path, log: Path) -> tuple[Server, _Stopper]:
+    """Serve ``root`` with Range support on a free port, logging to ``log`` as nginx does."""
+
     class Handler(_RangeHandler):
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, directory=str(root), **kwargs)
@@ -225,23 +242,7 @@ def _start_range_server(root: Path, log: Path) -> tuple[Server, Any]:
     Handler.protocol_version = "HTTP/1.1"
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
-
-    class Stopper:
-        def terminate(self) -> None:
-            httpd.shutdown()
-
-        def wait(self, timeout: float | None = None) -> None:
-            pass
-
-    return Server(f"http://127.0.0.1:{httpd.server_address[1]}", root, log=log), Stopper()
-
-
-@pytest.fixture(scope="session")
-def nginx(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    server, proc = start_nginx(tmp_path_factory.mktemp("nginx"))
-    yield server
-    proc.terminate()
-    proc.wait(timeout=10)
+    return Server(f"http://127.0.0.1:{httpd.server_address[1]}", root, log=log), _Stopper(httpd)
 
 
 class _NoRangeHandler(http.server.SimpleHTTPRequestHandler):
@@ -267,9 +268,9 @@ class _NoRangeHandler(http.server.SimpleHTTPRequestHandler):
             self.sent.append(total)
 
 
-@pytest.fixture(scope="session")
-def plain(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    root = tmp_path_factory.mktemp("plain")
+def start_plain_server(root: Path) -> tuple[Server, _Stopper]:
+    """Serve ``root`` with Python's ``http.server`` (Range ignored) on a free port; the
+    server's ``sent`` list records the bytes sent per reply."""
     sent: list[int] = []
 
     class Handler(_NoRangeHandler):
@@ -278,7 +279,6 @@ def plain(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 
     Handler.sent = sent
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    yield Server(f"http://127.0.0.1:{httpd.server_address[1]}", root, sent=sent)
-    httpd.shutdown()
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    server = Server(f"http://127.0.0.1:{httpd.server_address[1]}", root, sent=sent)
+    return server, _Stopper(httpd)

@@ -1,4 +1,4 @@
-"""Parse, validate and encode safetensors headers.
+"""Parse and validate safetensors headers (the reading side).
 
 Layout: an 8-byte little-endian length N, then N bytes of UTF-8 JSON (an object that begins
 with ``{`` and may be padded with spaces), then the data region.
@@ -14,12 +14,13 @@ values (``msgspec.Raw``), (2) decodes all tensor entries at once into small type
 whose types msgspec checks in C, and (3) checks offsets with numpy. The cyclic garbage
 collector is paused while the objects are built; it would otherwise rescan them repeatedly.
 
+Headers are encoded by :mod:`tensorfile.safetensors._encode`.
+
 Example:
-    >>> from tensorfile import dtypes
-    >>> blob = encode_header([("w", dtypes.from_safetensors("F32"), (2,), 0, 8)], None)
-    >>> h = parse_header(blob[8:], len(blob) + 8)
-    >>> h.names, h.info(0)[1:]
-    (['w'], ((2,), 0, 8))
+    >>> blob = b'{"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}'
+    >>> h = parse_header(blob, N_LEN + len(blob) + 8)
+    >>> h.names, h.info(0)[1:], h.data_start
+    (['w'], ((2,), 0, 8), 62)
 """
 
 from __future__ import annotations
@@ -29,29 +30,27 @@ import json
 import math
 import re
 import struct
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Annotated, Any
 
 import msgspec
 import numpy as np
 
-from .. import dtypes
-from ..dtypes import DType
-from ..errors import (
+from ..core import dtypes
+from ..core.dtypes import DType
+from ..core.errors import (
     DuplicateTensorError,
     HeaderEncodingError,
     HeaderSyntaxError,
     HeaderTooLargeError,
     HeaderTooSmallError,
     IncompleteBufferError,
-    InvalidArgumentError,
     InvalidHeaderLengthError,
     InvalidMetadataError,
     InvalidOffsetsError,
     InvalidTensorEntryError,
     MisalignedSubByteError,
-    SafetensorError,
     TensorSizeMismatchError,
     UnknownDtypeError,
     ValidationOverflowError,
@@ -60,8 +59,9 @@ from ..errors import (
 __all__ = [
     "MAX_HEADER_SIZE",
     "MAX_SIZE",
+    "META_KEY",
+    "N_LEN",
     "Header",
-    "encode_header",
     "parse_header",
     "parse_header_length",
 ]
@@ -73,9 +73,13 @@ MAX_SIZE = 2**48 - 1
 """Largest dimension or offset the JSON schema allows (``size_t``: 48 bits)."""
 
 N_LEN = 8
+"""Bytes of the little-endian header length that starts every file."""
+
+META_KEY = "__metadata__"
+"""The reserved top-level key of the file's string metadata."""
+
 _U64_MAX = 2**64 - 1
 _WHITESPACE = b" \t\n\r"
-_META_KEY = "__metadata__"
 
 _Size = Annotated[int, msgspec.Meta(ge=0, le=MAX_SIZE)]
 
@@ -219,7 +223,7 @@ def parse_header(data: bytes, file_size: int) -> Header:
         names_all = list(top)
         raws_all = list(top.values())
         _check_unique(data, names_all, raws_all)
-        meta_raw = top.pop(_META_KEY, None)
+        meta_raw = top.pop(META_KEY, None)
         metadata = None if meta_raw is None else _decode_metadata(data, bytes(meta_raw))
         names = names_all if meta_raw is None else list(top)
         raws = raws_all if meta_raw is None else list(top.values())
@@ -333,7 +337,7 @@ def _key_offset(data: bytes, name: str) -> int | None:
 
 
 def _decode_metadata(data: bytes, raw: bytes) -> dict[str, str] | None:
-    offset = _key_offset(data, _META_KEY)
+    offset = _key_offset(data, META_KEY)
     pairs_dup: list[str] = []
 
     def hook(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -570,71 +574,3 @@ def _offset_error(data: bytes, name: str, detail: str) -> None:
     raise InvalidOffsetsError(
         f"tensor {name!r}: {detail}", tensor=name, offset=_key_offset(data, name)
     )
-
-
-def _pad_to(length: int, align: int) -> int:
-    return -(-length // align) * align
-
-
-def encode_header(
-    items: Sequence[tuple[str, DType, Sequence[int], int, int]],
-    metadata: Mapping[str, str] | None,
-    *,
-    align: int = 8,
-) -> bytes:
-    """Encode the length prefix and JSON header for ``items`` in the order given.
-
-    ``items`` are ``(name, dtype, shape, start, end)`` with data-relative offsets. Metadata
-    keys are written sorted. The JSON is padded with spaces so that the data region starts
-    on a multiple of ``align`` bytes (8, as the reference does, or e.g. 64 or 4096).
-
-    Example:
-        >>> encode_header([], {"a": "b"})[8:]
-        b'{"__metadata__":{"a":"b"}}      '
-    """
-    if align < 8 or align % 8:
-        raise InvalidArgumentError(f"align must be a positive multiple of 8, got {align}")
-    header: dict[str, object] = {}
-    if metadata is not None:
-        header[_META_KEY] = dict(sorted(check_metadata(metadata).items()))
-    for name, dt, shape, start, end in items:
-        header[name] = {"dtype": dt.name, "shape": list(shape), "data_offsets": [start, end]}
-    try:
-        body = msgspec.json.encode(header)
-    except UnicodeEncodeError as exc:
-        raise InvalidArgumentError(
-            f"a tensor name or metadata string is not valid Unicode: {exc}"
-        ) from exc
-    total = _pad_to(N_LEN + len(body), align) if align > 8 else N_LEN + _pad_to(len(body), 8)
-    n = total - N_LEN
-    if n > MAX_HEADER_SIZE:
-        raise SafetensorError(
-            f"the header would be {n} bytes, over the {MAX_HEADER_SIZE}-byte limit readers accept"
-        )
-    return struct.pack("<Q", n) + body + b" " * (n - len(body))
-
-
-def check_metadata(metadata: Mapping[str, str]) -> Mapping[str, str]:
-    """Check that metadata is a map of strings to strings (for writers)."""
-    if not isinstance(metadata, Mapping):
-        raise InvalidArgumentError(
-            f"metadata must be a dict of strings to strings, got {type(metadata).__name__}"
-        )
-    for key, value in metadata.items():
-        if not isinstance(key, str) or not isinstance(value, str):
-            raise InvalidArgumentError(
-                f"metadata must map strings to strings; {key!r}: {value!r} is "
-                f"{type(key).__name__} -> {type(value).__name__}"
-            )
-    return metadata
-
-
-def check_name(name: object) -> str:
-    """Check a tensor name for writing."""
-    if not isinstance(name, str):
-        raise InvalidArgumentError(f"tensor names must be strings, got {name!r}")
-    if name == _META_KEY:
-        raise InvalidArgumentError(
-            f"{_META_KEY!r} is reserved for metadata; it cannot name a tensor"
-        )
-    return name

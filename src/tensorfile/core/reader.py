@@ -25,9 +25,9 @@ import numpy as np
 from . import _packing, _slicing
 from .catalog import ByteRange, Catalog, TensorInfo
 from .errors import InvalidArgumentError, TensorFileError, TensorNotFoundError, UnsupportedError
-from .sources.base import Source
+from .source import Source
 
-__all__ = ["Allocator", "Reader", "bytes_view", "numpy_allocator"]
+__all__ = ["Allocator", "Reader", "bytes_view", "index_copy", "numpy_allocator"]
 
 T = TypeVar("T")
 NDArray = np.ndarray[Any, Any]
@@ -92,7 +92,7 @@ class Reader:
         return self.catalog.format
 
     @property
-    def metadata(self) -> Mapping[str, str]:
+    def metadata(self) -> Mapping[str, Any]:
         """File-level string metadata (empty when the file has none)."""
         return self.catalog.metadata
 
@@ -204,7 +204,7 @@ class Reader:
     def _read_ranges(self, jobs: list[tuple[str, ByteRange, memoryview]]) -> None:
         """Fill each buffer from its byte range; adjacent ranges share one read call."""
         jobs = sorted(jobs, key=lambda job: job[1].start)
-        gap_limit = int(getattr(self.source, "coalesce_gap", 0))
+        gap_limit = self.source.coalesce_gap
         run: list[memoryview] = []
         run_start = run_stop = -1
         for name, rng, view in jobs:
@@ -244,11 +244,11 @@ class Reader:
         self._dense(info)
         dt = info.dtype
         if dt.is_subbyte:
-            return _index(self.get_tensor(name), key)
+            return index_copy(self.get_tensor(name), key)
         try:
             p = _slicing.plan(info.shape, key, dt.itemsize)
         except TypeError:
-            return _index(self.get_tensor(name), key)
+            return index_copy(self.get_tensor(name), key)
         except InvalidArgumentError:
             raise
         except ValueError as exc:  # numpy cannot even describe the shape
@@ -293,7 +293,8 @@ def _shape_text(shape: tuple[int, ...]) -> str:
     return f"[{', '.join(map(str, shape[:4]))}, ...] ({len(shape)} dimensions)"
 
 
-def _index(arr: NDArray, key: Any) -> NDArray:
+def index_copy(arr: NDArray, key: Any) -> NDArray:
+    """``arr[key]`` as an owned C-contiguous array; a bad index is an InvalidArgumentError."""
     try:
         return np.array(arr[key], order="C", copy=True)  # (ascontiguousarray makes 0-d 1-d)
     except (IndexError, TypeError, ValueError) as exc:

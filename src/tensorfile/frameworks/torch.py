@@ -1,6 +1,17 @@
 """The torch bridge: dtypes, in-place reads into torch tensors, and tensors to write.
 
-Only this module (and ``tensorfile.safetensors.torch``) imports torch.
+Only this module (and ``tensorfile.safetensors.torch``) imports torch. F4 tensors are torch
+``float4_e2m1fn_x2`` tensors with half the last dimension: the rule is :func:`f4_shape`
+(also importable from :mod:`tensorfile.frameworks`, without torch).
+
+Example:
+    >>> import torch
+    >>> from tensorfile.core import dtypes
+    >>> dt, shape, data, _ = prepare_tensor("w", torch.ones(2, 3, dtype=torch.bfloat16))
+    >>> dt.name, shape, data.nbytes, torch_dtype(dt)
+    ('BF16', (2, 3), 12, torch.bfloat16)
+    >>> f4_shape(dtypes.from_safetensors("F4"), (2, 8), to="torch")
+    (2, 4)
 """
 
 from __future__ import annotations
@@ -13,13 +24,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from . import dtypes
-from .catalog import TensorInfo
-from .dtypes import DType
-from .errors import InvalidArgumentError, UnsupportedError
-from .reader import Reader, bytes_view
+from ..core import dtypes
+from ..core.catalog import TensorInfo
+from ..core.dtypes import DType
+from ..core.errors import InvalidArgumentError, UnsupportedError
+from ..core.reader import Reader, bytes_view
+from ._f4 import f4_shape
 
 __all__ = [
+    "f4_shape",
     "from_numpy",
     "prepare_tensor",
     "to_numpy",
@@ -39,18 +52,6 @@ def torch_dtype(dt: DType) -> torch.dtype:
     return found
 
 
-def _storage_shape(dt: DType, shape: tuple[int, ...]) -> tuple[int, ...]:
-    """torch's shape for ``shape``: F4 is stored as float4_e2m1fn_x2, two per element."""
-    if dt.name != "F4":
-        return shape
-    if not shape or shape[-1] % 2:
-        raise UnsupportedError(
-            f"an F4 tensor of shape {list(shape)} cannot be a torch float4_e2m1fn_x2 tensor: "
-            "its last dimension must be even"
-        )
-    return (*shape[:-1], shape[-1] // 2)
-
-
 def torch_allocator(
     device: str | int | torch.device = "cpu",
 ) -> Callable[[TensorInfo], tuple[memoryview, Callable[[], torch.Tensor]]]:
@@ -58,7 +59,7 @@ def torch_allocator(
 
     def alloc(info: TensorInfo) -> tuple[memoryview, Callable[[], torch.Tensor]]:
         tdt = torch_dtype(info.dtype)
-        shape = _storage_shape(info.dtype, info.shape)
+        shape = f4_shape(info.dtype, info.shape, to="torch")
         nbytes = info.byte_range.length
         if nbytes == 0:
             empty = torch.empty(shape, dtype=tdt)
@@ -78,7 +79,7 @@ def torch_view(reader: Reader, name: str) -> torch.Tensor:
     the tensor never reach the file). Falls back to a copy where the bytes are misaligned."""
     info = reader.info(name)
     tdt = torch_dtype(info.dtype)
-    shape = _storage_shape(info.dtype, info.shape)
+    shape = f4_shape(info.dtype, info.shape, to="torch")
     rng = info.byte_range
     buf = reader.source.buffer() if rng.length else None
     itemsize = torch.empty((), dtype=tdt).element_size()
@@ -98,10 +99,10 @@ def from_numpy(arr: np.ndarray[Any, Any], dt: DType) -> torch.Tensor:
     """A torch tensor sharing ``arr``'s memory (bf16/f8 through a same-width int view)."""
     tdt = torch_dtype(dt)
     if dt.is_subbyte:
-        from ._packing import pack
+        from ..core._packing import pack
 
         packed = pack(np.ascontiguousarray(arr).reshape(-1).view(np.uint8), dt.bits)
-        return torch.from_numpy(packed).view(tdt).reshape(_storage_shape(dt, arr.shape))
+        return torch.from_numpy(packed).view(tdt).reshape(f4_shape(dt, arr.shape, to="torch"))
     if not arr.flags.c_contiguous:
         arr = arr.copy(order="C")  # (ascontiguousarray would turn a 0-d array into 1-d)
     if dt.kind == "bool":
@@ -131,9 +132,7 @@ def prepare_tensor(name: str, tensor: Any) -> tuple[DType, tuple[int, ...], memo
     if t.device.type != "cpu":
         t = t.to("cpu")
     t = t.resolve_conj().resolve_neg().contiguous()
-    shape = tuple(t.shape)
-    if dt.name == "F4":
-        shape = (*shape[:-1], shape[-1] * 2) if shape else (2,)
+    shape = f4_shape(dt, t.shape, to="file")
     if t.numel() == 0:
         return dt, shape, memoryview(bytearray()), t
     raw = t.reshape(-1).view(torch.uint8)

@@ -5,7 +5,7 @@ Each tensor is stored as one or more :class:`Component` byte ranges (a dense ten
 ``"data"``; sparse zTensor layouts have several). Byte ranges are absolute file offsets.
 
 Example:
-    >>> from tensorfile.catalog import ByteRange
+    >>> from tensorfile.core.catalog import ByteRange
     >>> ByteRange(8, 24).length
     16
 """
@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from .dtypes import DType
 
@@ -60,7 +61,10 @@ class TensorInfo:
         dtype: element type.
         shape: logical shape.
         components: the stored pieces, by role (``"data"`` for dense tensors).
-        layout: ``"dense"``, ``"sparse_csr"``, ``"sparse_coo"`` or a format extension.
+        layout: ``"dense"``, ``"sparse_csr"``, ``"sparse_coo"``, ``"quantized"`` (GGUF's
+            block types, stored as bytes) or a format extension.
+        dtype_name: the element type as the file names it, when that is not ``dtype.name``
+            (zTensor's ``float32``, GGUF's ``q4_k``).
     """
 
     name: str
@@ -68,6 +72,12 @@ class TensorInfo:
     shape: tuple[int, ...]
     components: Mapping[str, Component]
     layout: str = "dense"
+    dtype_name: str | None = None
+
+    @property
+    def stored_dtype(self) -> str:
+        """The element type as the file names it."""
+        return self.dtype_name or self.dtype.name
 
     @property
     def numel(self) -> int:
@@ -95,8 +105,9 @@ class Catalog:
     """Everything a format reader learned from a header or manifest.
 
     Attributes:
-        format: ``"safetensors"`` or ``"ztensor"``.
-        metadata: the file-level string metadata (empty when there is none).
+        format: the format's name (``"safetensors"``, ``"ztensor"``, ``"gguf"``).
+        metadata: the file-level metadata (empty when there is none): text for safetensors
+            and zTensor, typed :class:`~tensorfile.gguf.GGUFValue` values for GGUF.
         tensors: the tensors by name, in file order (by offset).
         header_size: bytes of the header or manifest, without length prefixes.
         data_start: absolute offset where the data region starts.
@@ -104,7 +115,7 @@ class Catalog:
     """
 
     format: str
-    metadata: Mapping[str, str]
+    metadata: Mapping[str, Any]
     tensors: Mapping[str, TensorInfo]
     header_size: int
     data_start: int

@@ -1,23 +1,17 @@
-"""Helpers for tests/ops: an independent reference of weight-inspect's structural hash,
-a tiny GGUF byte builder, and a sharded-checkpoint writer.
+"""An independent reference of weight-inspect's structural hash (``tensorfile id``).
 
-The reference below is written from weight-inspect's rules (its Rust source), not from
-tensorfile's code: ``serde_json::to_string`` of BTreeMaps (keys sorted bytewise), metadata
-values canonicalised to text first.
+Written from weight-inspect's rules (its Rust source), not from tensorfile's code:
+``serde_json::to_string`` of BTreeMaps (keys sorted bytewise), metadata values canonicalised
+to text first.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
-import os
-import struct
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
-
-from tensorfile.safetensors.numpy import save_file
 
 # -- weight-inspect's canonical strings -----------------------------------------------------
 
@@ -152,78 +146,3 @@ def expected_canonical(
 
 def sha256_hex(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-# -- GGUF bytes by hand --------------------------------------------------------------------
-
-
-def gstr(text: str | bytes) -> bytes:
-    raw = text.encode("utf-8") if isinstance(text, str) else text
-    return struct.pack("<Q", len(raw)) + raw
-
-
-def gguf_blob(
-    *,
-    kvs: Sequence[bytes] = (),
-    tensors: Sequence[bytes] = (),
-    version: int = 3,
-    n_kv: int | None = None,
-    n_tensors: int | None = None,
-    data: bytes = b"",
-    alignment: int = 32,
-    magic: bytes = b"GGUF",
-) -> bytes:
-    """A GGUF file from pre-encoded key-value and tensor-info records, padded to the
-    alignment, then ``data``."""
-    head = magic + struct.pack("<I", version)
-    head += struct.pack("<QQ", len(tensors) if n_tensors is None else n_tensors,
-                        len(kvs) if n_kv is None else n_kv)  # fmt: skip
-    head += b"".join(kvs) + b"".join(tensors)
-    head += bytes(-len(head) % alignment)
-    return head + data
-
-
-def gguf_kv(key: str | bytes, type_id: int, payload: bytes) -> bytes:
-    return gstr(key) + struct.pack("<I", type_id) + payload
-
-
-def gguf_tensor(name: str, dims: Sequence[int], type_id: int = 0, offset: int = 0) -> bytes:
-    return (
-        gstr(name)
-        + struct.pack("<I", len(dims))
-        + struct.pack(f"<{len(dims)}Q", *dims)
-        + struct.pack("<IQ", type_id, offset)
-    )
-
-
-# -- sharded checkpoints -------------------------------------------------------------------
-
-
-def write_sharded(
-    folder: str | os.PathLike[str],
-    shards: Sequence[Mapping[str, np.ndarray[Any, Any]]],
-    metadata: Mapping[str, str] | None = None,
-    prefix: str = "model",
-) -> str:
-    """Write shards ``{prefix}-0000i-of-0000n.safetensors`` plus
-    ``{prefix}.safetensors.index.json``; returns the index path."""
-    folder = os.fspath(folder)
-    n = len(shards)
-    weight_map: dict[str, str] = {}
-    total = 0
-    for i, tensors in enumerate(shards):
-        fname = f"{prefix}-{i + 1:05d}-of-{n:05d}.safetensors"
-        save_file(dict(tensors), os.path.join(folder, fname), dict(metadata or {}) or None)
-        for name, arr in tensors.items():
-            weight_map[name] = fname
-            total += arr.nbytes
-    index = os.path.join(folder, f"{prefix}.safetensors.index.json")
-    with open(index, "w") as f:
-        json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f)
-    return index
-
-
-def header_len(path: str | os.PathLike[str]) -> int:
-    """The safetensors header length prefix of a file."""
-    with open(path, "rb") as f:
-        return int.from_bytes(f.read(8), "little")

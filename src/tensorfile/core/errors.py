@@ -1,0 +1,253 @@
+"""The exceptions tensorfile raises, as one tree.
+
+Every error raised on bad input or a failed operation derives from :class:`TensorFileError`.
+An exception from a dependency (``OSError``, ``msgspec``, ``UnicodeDecodeError``, ...) is
+translated where it crosses into tensorfile and chained with ``from``::
+
+    TensorFileError
+    ├── FormatError                 a header or manifest is invalid (format, offset, tensor)
+    │   ├── SafetensorError         anything wrong while reading or writing safetensors
+    │   │   ├── HeaderTooSmallError         file shorter than the 8-byte length prefix
+    │   │   ├── HeaderTooLargeError         declared header length over 100,000,000 bytes
+    │   │   ├── InvalidHeaderLengthError    declared header length runs past the end of file
+    │   │   ├── HeaderEncodingError         header bytes are not UTF-8
+    │   │   ├── HeaderSyntaxError           not JSON, not an object, or not starting with '{'
+    │   │   ├── DuplicateTensorError        the same tensor name twice
+    │   │   ├── InvalidTensorEntryError     dtype/shape/data_offsets missing or malformed
+    │   │   ├── UnknownDtypeError           a dtype the format does not define (+ UnsupportedError)
+    │   │   ├── InvalidMetadataError        __metadata__ is not a map of strings to strings
+    │   │   ├── InvalidOffsetsError         offsets overlap, leave a hole or do not start at 0
+    │   │   ├── IncompleteBufferError       offsets do not end at the end of the file
+    │   │   ├── ValidationOverflowError     shape x bits does not fit in 64 bits
+    │   │   ├── TensorSizeMismatchError     shape x bits disagrees with the byte length
+    │   │   ├── MisalignedSubByteError      a sub-byte tensor whose bits are not a multiple of 8
+    │   │   ├── MissingTensorError          no tensor of that name (+ TensorNotFoundError)
+    │   │   └── SafetensorIOError           the file could not be read (+ SourceError)
+    │   ├── ZTensorError            anything wrong while reading or writing zTensor
+    │   │   ├── ZTensorChecksumError        a component's digest does not match (+ ChecksumError)
+    │   │   ├── ZTensorUnsupportedError     unknown dtype, encoding, digest, major version
+    │   │   │                               (+ UnsupportedError)
+    │   │   ├── ZTensorMissingError         no tensor or component of that name
+    │   │   │                               (+ TensorNotFoundError)
+    │   │   └── ZTensorIOError              the file could not be read (+ SourceError)
+    │   └── GGUFError               a GGUF header is invalid or cannot be read
+    ├── ChecksumError               a stored digest does not match the bytes
+    ├── UnsupportedError            a dtype, codec, framework or version tensorfile cannot handle
+    ├── SourceError                 I/O failed: a file, an HTTP server, a range not honoured
+    ├── TensorNotFoundError         no tensor of that name (also a KeyError)
+    ├── InvalidArgumentError        a caller passed something unusable (also a ValueError)
+    └── SharedTensorsError          tensors to save share memory (also a RuntimeError)
+
+A format error's message says what is wrong and where: the tensor name and the byte offset
+in the file when they are known. The same facts are attributes (``format``, ``offset``,
+``tensor``) so that programs need not parse messages.
+
+Example:
+    >>> from tensorfile.errors import FormatError, TensorFileError
+    >>> issubclass(FormatError, TensorFileError)
+    True
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ChecksumError",
+    "DuplicateTensorError",
+    "FormatError",
+    "GGUFError",
+    "HeaderEncodingError",
+    "HeaderSyntaxError",
+    "HeaderTooLargeError",
+    "HeaderTooSmallError",
+    "IncompleteBufferError",
+    "InvalidArgumentError",
+    "InvalidHeaderLengthError",
+    "InvalidMetadataError",
+    "InvalidOffsetsError",
+    "InvalidTensorEntryError",
+    "MisalignedSubByteError",
+    "MissingTensorError",
+    "SafetensorError",
+    "SafetensorIOError",
+    "SharedTensorsError",
+    "SourceError",
+    "TensorFileError",
+    "TensorNotFoundError",
+    "TensorSizeMismatchError",
+    "UnknownDtypeError",
+    "UnsupportedError",
+    "ValidationOverflowError",
+    "ZTensorChecksumError",
+    "ZTensorError",
+    "ZTensorIOError",
+    "ZTensorMissingError",
+    "ZTensorUnsupportedError",
+    "ZTensorWarning",
+]
+
+
+class TensorFileError(Exception):
+    """Base of every error tensorfile raises on bad input or a failed operation."""
+
+
+class FormatError(TensorFileError):
+    """A header or manifest is invalid.
+
+    Attributes:
+        format: ``"safetensors"``, ``"ztensor"``, ... or ``None`` when unknown.
+        offset: byte offset in the file where the problem is, when known.
+        tensor: the tensor the problem concerns, when known.
+    """
+
+    format: str | None = None
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        offset: int | None = None,
+        tensor: str | None = None,
+        format: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.offset = offset
+        self.tensor = tensor
+        if format is not None:
+            self.format = format
+
+
+class ChecksumError(TensorFileError):
+    """A stored digest does not match the bytes it covers."""
+
+
+class UnsupportedError(TensorFileError):
+    """A dtype, codec, framework or format version that tensorfile cannot handle."""
+
+
+class SourceError(TensorFileError):
+    """Reading or writing the underlying file, buffer or URL failed."""
+
+
+class TensorNotFoundError(TensorFileError, KeyError):
+    """No tensor of the requested name. Also a ``KeyError``, so ``except KeyError`` works."""
+
+    def __str__(self) -> str:
+        # KeyError quotes its argument; a message reads better as plain text.
+        return str(self.args[0]) if self.args else ""
+
+
+class InvalidArgumentError(TensorFileError, ValueError):
+    """A caller passed an argument tensorfile cannot use. Also a ``ValueError``."""
+
+
+class SharedTensorsError(TensorFileError, RuntimeError):
+    """Tensors to be saved share memory (use ``save_model``). Also a ``RuntimeError``."""
+
+
+class SafetensorError(FormatError):
+    """Anything wrong while reading or writing a safetensors file."""
+
+    format = "safetensors"
+
+
+class HeaderTooSmallError(SafetensorError):
+    """The file is shorter than the 8-byte header-length prefix."""
+
+
+class HeaderTooLargeError(SafetensorError):
+    """The declared header length is over the 100,000,000-byte limit."""
+
+
+class InvalidHeaderLengthError(SafetensorError):
+    """The declared header length runs past the end of the file."""
+
+
+class HeaderEncodingError(SafetensorError):
+    """The header bytes are not valid UTF-8."""
+
+
+class HeaderSyntaxError(SafetensorError):
+    """The header is not JSON, not a JSON object, or does not begin with ``{``."""
+
+
+class DuplicateTensorError(SafetensorError):
+    """The header names the same tensor twice."""
+
+
+class InvalidTensorEntryError(SafetensorError):
+    """A tensor entry lacks ``dtype``/``shape``/``data_offsets`` or has malformed values."""
+
+
+class UnknownDtypeError(SafetensorError, UnsupportedError):
+    """A tensor entry names a dtype the format does not define."""
+
+
+class InvalidMetadataError(SafetensorError):
+    """``__metadata__`` is not a map of strings to strings."""
+
+
+class InvalidOffsetsError(SafetensorError):
+    """Tensor byte ranges overlap, leave a hole, run backwards or do not start at 0."""
+
+
+class IncompleteBufferError(SafetensorError):
+    """The tensor byte ranges do not end exactly at the end of the file."""
+
+
+class ValidationOverflowError(SafetensorError):
+    """The element count times the dtype's bits does not fit in 64 bits."""
+
+
+class TensorSizeMismatchError(SafetensorError):
+    """The shape and dtype disagree with the tensor's byte length."""
+
+
+class MisalignedSubByteError(SafetensorError):
+    """A sub-byte tensor (F4, F6) whose total bits are not a multiple of 8."""
+
+
+class MissingTensorError(SafetensorError, TensorNotFoundError):
+    """The safetensors file has no tensor of the requested name."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+class SafetensorIOError(SafetensorError, SourceError):
+    """Reading the safetensors file failed (it was truncated, removed, unreadable)."""
+
+
+class ZTensorError(FormatError):
+    """Anything wrong while reading or writing a zTensor file."""
+
+    format = "ztensor"
+
+
+class ZTensorChecksumError(ZTensorError, ChecksumError):
+    """A zTensor component's stored digest does not match its stored bytes."""
+
+
+class ZTensorUnsupportedError(ZTensorError, UnsupportedError):
+    """A zTensor dtype, encoding, digest algorithm or major version tensorfile cannot read."""
+
+
+class ZTensorMissingError(ZTensorError, TensorNotFoundError):
+    """The zTensor file has no tensor (or component) of the requested name."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+class ZTensorIOError(ZTensorError, SourceError):
+    """Reading or writing the zTensor file failed (truncated, removed, unreadable)."""
+
+
+class ZTensorWarning(UserWarning):
+    """A zTensor file is readable but not as the spec recommends (a newer minor version, a
+    component offset that is not 64-byte aligned)."""
+
+
+class GGUFError(FormatError):
+    """A GGUF header is invalid, truncated, or claims more than the file holds."""
+
+    format = "gguf"

@@ -1,0 +1,95 @@
+"""Encode safetensors headers, and check tensor names and metadata for writing.
+
+The writing side of :mod:`tensorfile.safetensors._parse`: the length prefix, then compact
+JSON (metadata first, keys sorted; tensors in the order given) padded with spaces so the data
+region starts on an aligned offset.
+
+Example:
+    >>> from tensorfile.core import dtypes
+    >>> blob = encode_header([("w", dtypes.from_safetensors("F32"), (2,), 0, 8)], None)
+    >>> blob[8:].rstrip()
+    b'{"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}'
+    >>> len(blob) % 8, check_name("w")
+    (0, 'w')
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Mapping, Sequence
+
+import msgspec
+
+from ..core.dtypes import DType
+from ..core.errors import InvalidArgumentError, SafetensorError
+from ._parse import MAX_HEADER_SIZE, META_KEY, N_LEN
+
+__all__ = ["check_metadata", "check_name", "encode_header"]
+
+
+def _pad_to(length: int, align: int) -> int:
+    return -(-length // align) * align
+
+
+def encode_header(
+    items: Sequence[tuple[str, DType, Sequence[int], int, int]],
+    metadata: Mapping[str, str] | None,
+    *,
+    align: int = 8,
+) -> bytes:
+    """Encode the length prefix and JSON header for ``items`` in the order given.
+
+    ``items`` are ``(name, dtype, shape, start, end)`` with data-relative offsets. Metadata
+    keys are written sorted. The JSON is padded with spaces so that the data region starts
+    on a multiple of ``align`` bytes (8, as the reference does, or e.g. 64 or 4096).
+
+    Example:
+        >>> encode_header([], {"a": "b"})[8:]
+        b'{"__metadata__":{"a":"b"}}      '
+    """
+    if align < 8 or align % 8:
+        raise InvalidArgumentError(f"align must be a positive multiple of 8, got {align}")
+    header: dict[str, object] = {}
+    if metadata is not None:
+        header[META_KEY] = dict(sorted(check_metadata(metadata).items()))
+    for name, dt, shape, start, end in items:
+        header[name] = {"dtype": dt.name, "shape": list(shape), "data_offsets": [start, end]}
+    try:
+        body = msgspec.json.encode(header)
+    except UnicodeEncodeError as exc:
+        raise InvalidArgumentError(
+            f"a tensor name or metadata string is not valid Unicode: {exc}"
+        ) from exc
+    total = _pad_to(N_LEN + len(body), align) if align > 8 else N_LEN + _pad_to(len(body), 8)
+    n = total - N_LEN
+    if n > MAX_HEADER_SIZE:
+        raise SafetensorError(
+            f"the header would be {n} bytes, over the {MAX_HEADER_SIZE}-byte limit readers accept"
+        )
+    return struct.pack("<Q", n) + body + b" " * (n - len(body))
+
+
+def check_metadata(metadata: Mapping[str, str]) -> Mapping[str, str]:
+    """Check that metadata is a map of strings to strings (for writers)."""
+    if not isinstance(metadata, Mapping):
+        raise InvalidArgumentError(
+            f"metadata must be a dict of strings to strings, got {type(metadata).__name__}"
+        )
+    for key, value in metadata.items():
+        if not isinstance(key, str) or not isinstance(value, str):
+            raise InvalidArgumentError(
+                f"metadata must map strings to strings; {key!r}: {value!r} is "
+                f"{type(key).__name__} -> {type(value).__name__}"
+            )
+    return metadata
+
+
+def check_name(name: object) -> str:
+    """Check a tensor name for writing."""
+    if not isinstance(name, str):
+        raise InvalidArgumentError(f"tensor names must be strings, got {name!r}")
+    if name == META_KEY:
+        raise InvalidArgumentError(
+            f"{META_KEY!r} is reserved for metadata; it cannot name a tensor"
+        )
+    return name

@@ -1,0 +1,91 @@
+"""A dataset folder's ``dataset_manifest.json``, checked against the spec.
+
+The manifest is read as plain JSON and validated with ``jsonschema`` against
+``manifest-jsonschema.json`` next to this module, a verbatim copy of the spec's schema (the
+only copy under tests/); the folder is checked against what the manifest lists. Used by both
+tests/dataset (the Python writer) and tests/spark (the Spark data source): one layout.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+
+from .checkpoints import PathLike, RawTensor, read_shard, shard_files
+
+SCHEMA_FILE = Path(__file__).with_name("manifest-jsonschema.json")
+MANIFEST = "dataset_manifest.json"
+INDEX = "_tensor_index.parquet"
+STAGING = "_staging"
+SHARD_RE = re.compile(
+    r"^part-(\d{5})-(\d{4})-"
+    r"([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})\.safetensors$"
+)
+
+
+def manifest_schema() -> dict[str, Any]:
+    """The manifest JSON schema of the spec."""
+    doc: dict[str, Any] = json.loads(SCHEMA_FILE.read_text())
+    return doc
+
+
+def load_manifest(folder: PathLike) -> dict[str, Any]:
+    """``dataset_manifest.json`` as plain JSON."""
+    doc: dict[str, Any] = json.loads((Path(folder) / MANIFEST).read_text())
+    return doc
+
+
+def schema_errors(doc: dict[str, Any]) -> list[str]:
+    """Messages of every JSON-schema violation of a manifest document, sorted."""
+    validator = jsonschema.Draft202012Validator(manifest_schema())
+    return sorted(
+        f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in validator.iter_errors(doc)
+    )
+
+
+def listed(doc: dict[str, Any]) -> list[str]:
+    """Shard paths listed by a manifest document, in manifest order."""
+    return [s["shard_path"] for s in doc["shards"]]
+
+
+def listed_shards(folder: PathLike) -> list[str]:
+    """The shard paths the manifest of ``folder`` lists, sorted."""
+    return sorted(listed(load_manifest(folder)))
+
+
+def assert_valid_manifest(folder: PathLike) -> dict[str, Any]:
+    """The manifest of ``folder``, after checking it against the schema and the folder: its
+    totals add up, each shard is named per §3.2 and has its listed size."""
+    doc = load_manifest(folder)
+    assert schema_errors(doc) == []
+    assert doc["total_samples"] == sum(s["samples_count"] for s in doc["shards"])
+    assert doc["total_bytes"] == sum(s["bytes"] for s in doc["shards"])
+    for s in doc["shards"]:
+        assert SHARD_RE.match(s["shard_path"]), s["shard_path"]
+        assert os.path.getsize(Path(folder) / s["shard_path"]) == s["bytes"]
+    return doc
+
+
+def assert_consistent(folder: PathLike) -> dict[str, Any]:
+    """The dataset in ``folder`` is complete and self-consistent; returns its manifest.
+
+    :func:`assert_valid_manifest`, and besides: the manifest lists exactly the shard files
+    present, each once, and no staging folder or temporary file remains."""
+    doc = assert_valid_manifest(folder)
+    names = listed(doc)
+    assert len(names) == len(set(names))
+    assert set(names) == set(shard_files(folder))
+    assert not os.path.exists(os.path.join(folder, STAGING))
+    leftovers = [f for f in os.listdir(folder) if f.endswith((".tmp", ".partial"))]
+    assert leftovers == []
+    return doc
+
+
+def shards_by_name(folder: PathLike) -> dict[str, dict[str, RawTensor]]:
+    """Every listed shard of the dataset, parsed by hand, keyed by file name (sorted)."""
+    return {p: read_shard(os.path.join(folder, p)) for p in listed_shards(folder)}

@@ -1,0 +1,105 @@
+"""The shape of the code, checked: small modules, one door, a core that stands alone, and no
+import cycle (module-level or inside functions)."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parent.parent / "src"
+
+
+def _modules() -> dict[str, tuple[Path, bool]]:
+    found = {}
+    for f in SRC.rglob("*.py"):
+        parts = list(f.relative_to(SRC).with_suffix("").parts)
+        is_pkg = parts[-1] == "__init__"
+        found[".".join(parts[:-1] if is_pkg else parts)] = (f, is_pkg)
+    return found
+
+
+MODULES = _modules()
+
+
+def _imports(name: str) -> set[str]:
+    """Every tensorfile module ``name`` imports, anywhere in its body."""
+    path, is_pkg = MODULES[name]
+    here = name.split(".") if is_pkg else name.split(".")[:-1]
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = here[: len(here) - (node.level - 1)] if node.level else []
+            target = ".".join(base + ([node.module] if node.module else []))
+            for a in node.names:
+                sub = f"{target}.{a.name}"
+                out.add(sub if sub in MODULES else target)
+    return {m for m in out if m.split(".")[0] == "tensorfile"}
+
+
+GRAPH = {name: _imports(name) & MODULES.keys() for name in MODULES}
+
+
+def test_no_module_is_over_600_lines() -> None:
+    long = {n: len(p.read_text().splitlines()) for n, (p, _) in MODULES.items()}
+    assert {n: k for n, k in long.items() if k > 600} == {}
+
+
+def test_no_part_imports_the_package_face() -> None:
+    assert (
+        sorted(n for n, deps in GRAPH.items() if "tensorfile" in deps and n != "tensorfile") == []
+    )
+
+
+def test_core_imports_nothing_else_of_tensorfile() -> None:
+    outside = {
+        n: sorted(d for d in deps if not d.startswith("tensorfile.core"))
+        for n, deps in GRAPH.items()
+        if n.startswith("tensorfile.core")
+    }
+    assert {n: d for n, d in outside.items() if d} == {}
+
+
+def test_no_import_cycle() -> None:
+    cycles = []
+    state: dict[str, int] = {}
+
+    def visit(node: str, path: list[str]) -> None:
+        state[node] = 1
+        for dep in sorted(GRAPH[node]):
+            if state.get(dep) == 1:
+                cycles.append([*path[path.index(dep) :], dep])
+            elif dep not in state:
+                visit(dep, [*path, dep])
+        state[node] = 2
+
+    for name in sorted(GRAPH):
+        if name not in state:
+            visit(name, [name])
+    assert cycles == []
+
+
+def test_format_knowledge_is_written_once() -> None:
+    """Magic numbers and suffixes live in the registry; other modules refer to them."""
+    registry = MODULES["tensorfile.formats"][0]
+    for literal in ('b"ZTEN', 'b"GGUF"', '".zt"', '".gguf"'):
+        holders = [n for n, (p, _) in MODULES.items() if literal in p.read_text()]
+        assert holders == ["tensorfile.formats"], (literal, holders)
+    assert registry.exists()
+
+
+def _loaded(statement: str) -> list[str]:
+    code = f"import sys; {statement}; print('\\n'.join(sorted(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return out.stdout.split()
+
+
+def test_import_tensorfile_loads_only_what_it_needs() -> None:
+    loaded = _loaded("import tensorfile")
+    for heavy in ("http.client", "ssl", "tensorfile.ops", "tensorfile.sources.remote", "torch"):
+        assert heavy not in loaded, heavy
+    assert "http.client" not in _loaded("import tensorfile.safetensors.numpy")
+    assert "ssl" not in _loaded("import tensorfile.core.source")
