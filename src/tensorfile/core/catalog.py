@@ -3,6 +3,8 @@
 A :class:`Catalog` lists the file's tensors as :class:`TensorInfo` records and its metadata.
 Each tensor is stored as one or more :class:`Component` byte ranges (a dense tensor has one,
 ``"data"``; sparse zTensor layouts have several). Byte ranges are absolute file offsets.
+The per-tensor records are named tuples: immutable, and about three times cheaper to build
+than frozen dataclasses, which a header of 100,000 tensors notices.
 
 Example:
     >>> from tensorfile.core.catalog import ByteRange
@@ -15,15 +17,14 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from .dtypes import DType
 
 __all__ = ["ByteRange", "Catalog", "Component", "TensorInfo"]
 
 
-@dataclass(frozen=True, slots=True)
-class ByteRange:
+class ByteRange(NamedTuple):
     """A half-open range ``[start, stop)`` of absolute byte offsets in a file."""
 
     start: int
@@ -35,8 +36,7 @@ class ByteRange:
         return self.stop - self.start
 
 
-@dataclass(frozen=True, slots=True)
-class Component:
+class Component(NamedTuple):
     """One stored piece of a tensor.
 
     Attributes:
@@ -52,8 +52,7 @@ class Component:
     digest: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class TensorInfo:
+class TensorInfo(NamedTuple):
     """One tensor of a file.
 
     Attributes:

@@ -26,10 +26,10 @@ from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import closing
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..core import dtypes
-from ..core.catalog import Catalog, TensorInfo
+from ..core.catalog import Catalog, Component, TensorInfo
 from ..core.errors import InvalidArgumentError, SourceError
 from ..core.source import ReadStats
 from ..formats import FORMATS, Format, detect, guess
@@ -41,8 +41,7 @@ __all__ = ["ShardInfo", "Structure", "TensorEntry", "from_catalog", "load", "loa
 INDEX_SUFFIX = ".index.json"
 
 
-@dataclass(frozen=True, slots=True)
-class TensorEntry:
+class TensorEntry(NamedTuple):
     """One tensor as a header describes it.
 
     Attributes:
@@ -143,20 +142,33 @@ class Structure:
 
 def _entry(info: TensorInfo, fmt: Format, base: int) -> TensorEntry:
     """A catalog entry as the file's header describes it."""
-    comps = sorted(info.components.values(), key=lambda c: c.range.start)
-    first = info.components.get("data") or info.components.get("values")
-    if first is None and comps:
-        first = comps[0]
-    offsets = (first.range.start - base, first.range.stop - base) if first else (0, 0)
+    comps = info.components
+    first: Component | None
+    if len(comps) == 1:  # the common case: one stored piece
+        (first,) = comps.values()
+        nbytes = first.range.stop - first.range.start
+    else:
+        first = (
+            comps.get("data")
+            or comps.get("values")
+            or min(comps.values(), key=lambda c: c.range.start, default=None)
+        )
+        nbytes = info.nbytes
+    start, stop = (first.range.start - base, first.range.stop - base) if first else (0, 0)
     return TensorEntry(
         info.name,
-        info.stored_dtype,
+        info.dtype_name or info.dtype.name,
         info.shape[::-1] if fmt.reversed_shapes else info.shape,
-        info.nbytes,
-        offsets,
-        layout="dense" if info.layout == "quantized" else info.layout,
-        encoding=first.encoding if first else "raw",
+        nbytes,
+        (start, stop),
+        None,
+        "dense" if info.layout == "quantized" else info.layout,
+        first.encoding if first else "raw",
     )
+
+
+def _by_name(t: TensorEntry) -> str:
+    return t.name
 
 
 def from_catalog(cat: Catalog, path: str, stats: tuple[ReadStats, ...] = ()) -> Structure:
@@ -169,7 +181,7 @@ def from_catalog(cat: Catalog, path: str, stats: tuple[ReadStats, ...] = ()) -> 
         cat.version,
         cat.header_size,
         dict(cat.metadata),
-        tuple(sorted((_entry(i, fmt, base) for i in cat.tensors.values()), key=lambda t: t.name)),
+        tuple(sorted([_entry(i, fmt, base) for i in cat.tensors.values()], key=_by_name)),
         stats=stats,
     )
 

@@ -40,16 +40,32 @@ class _Tensors(Mapping[str, TensorInfo]):
         self._header = header
         self._cache: dict[str, TensorInfo] = {}
 
+    def _build(self, name: str, pos: int) -> TensorInfo:
+        h = self._header
+        dt, shape, start, end = h.info(pos)
+        base = h.data_start
+        info = TensorInfo(
+            name, dt, shape, {"data": Component(ByteRange(base + start, base + end), dt)}
+        )
+        self._cache[name] = info
+        return info
+
     def __getitem__(self, name: str) -> TensorInfo:
         info = self._cache.get(name)
-        if info is None:
-            h = self._header
-            dt, shape, start, end = h.info(h.position(name))
-            base = h.data_start
-            data = Component(ByteRange(base + start, base + end), dt)
-            info = TensorInfo(name, dt, shape, {"data": data})
-            self._cache[name] = info
-        return info
+        return info if info is not None else self._build(name, self._header.position(name))
+
+    def values(self) -> Iterator[TensorInfo]:  # type: ignore[override]
+        """Every tensor, in file order (built without name lookups)."""
+        names, cache = self._header.names, self._cache
+        for pos in self._header.order:
+            name = names[pos]
+            info = cache.get(name)
+            yield info if info is not None else self._build(name, pos)
+
+    def items(self) -> Iterator[tuple[str, TensorInfo]]:  # type: ignore[override]
+        """``(name, info)`` pairs, in file order."""
+        for info in self.values():
+            yield info.name, info
 
     def __contains__(self, name: object) -> bool:
         return name in self._header

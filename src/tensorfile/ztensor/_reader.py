@@ -20,7 +20,6 @@ Example:
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import os
 import struct
@@ -319,8 +318,8 @@ def _decoded(info: TensorInfo) -> TensorInfo:
     if comp.encoding == "raw":
         return info
     size = info.dtype.nbytes(math.prod(info.shape))
-    data = dataclasses.replace(comp, range=ByteRange(comp.range.start, comp.range.start + size))
-    return dataclasses.replace(info, components={"data": data})
+    data = comp._replace(range=ByteRange(comp.range.start, comp.range.start + size))
+    return info._replace(components={"data": data})
 
 
 def open(
