@@ -27,12 +27,15 @@ from typing import Any
 from .core import dtypes
 from .core.catalog import ByteRange, Catalog, Component, TensorInfo
 from .core.errors import GGUFError, SourceError
-from .core.reader import Reader
+from .core.reader import Reader, brief
 from .core.source import Source
 from .formats import GGUF
 
 __all__ = [
     "GGML_TYPES",
+    "MAX_ARRAY_ITEMS",
+    "MAX_HEADER_BYTES",
+    "MAX_STRING_BYTES",
     "PLAIN_TYPES",
     "GGUFHeader",
     "GGUFTensor",
@@ -45,7 +48,20 @@ __all__ = [
 
 MAGIC = GGUF.magic
 MAX_DIMS = 8
+"""Most dimensions a tensor may have (ggml has 4)."""
+MAX_STRING_BYTES = 64 << 20
+"""Longest metadata string tensorfile reads (64 MiB): chat templates are kilobytes, a whole
+tokenizer JSON a few megabytes."""
+MAX_NAME_BYTES = 1 << 16
+"""Longest metadata key or tensor name (64 KiB; the spec caps keys at 65,535 bytes and ggml
+tensor names at 64)."""
+MAX_ARRAY_ITEMS = 1 << 24
+"""Most items of one metadata array, and of all of a header's arrays together (16,777,216;
+the largest vocabularies have a few hundred thousand tokens and merges)."""
+MAX_HEADER_BYTES = 256 << 20
+"""Longest header tensorfile reads (256 MiB; a header with a large vocabulary is ~20 MB)."""
 _CHUNK = 1 << 20
+_MAX_I64 = (1 << 63) - 1
 
 # ggml type id: (name, block size in elements, bytes per block)
 GGML_TYPES: dict[int, tuple[str, int, int]] = {
@@ -168,43 +184,72 @@ class GGUFHeader:
 
 
 class _Cursor:
-    """Sequential reads over a source, fetched in chunks, bounded by the file size."""
+    """Sequential reads over a source, fetched in chunks, bounded by the file size and by
+    :data:`MAX_HEADER_BYTES`. A read of a chunk or more is one exact read, never a copy of
+    a copy: the memory a header costs is the bytes it really has."""
 
     def __init__(self, source: Source) -> None:
         self.source = source
         self.size = source.size
+        self.limit = min(self.size, MAX_HEADER_BYTES)
         self.pos = 0
         self._buf = b""
         self._buf_start = 0
 
     def remaining(self) -> int:
-        return self.size - self.pos
+        """Bytes the header may still take (to the end of the file or the header limit)."""
+        return self.limit - self.pos
 
-    def take(self, n: int, what: str) -> bytes:
-        if n > self.size - self.pos:
-            raise GGUFError(
+    def _fail_past(self, n: int, what: str) -> GGUFError:
+        if self.pos + n > self.size:
+            return GGUFError(
                 f"{self.source.name}: {what} needs {n:,} bytes at offset {self.pos:,}, but the "
                 f"file ends at {self.size:,}",
                 offset=self.pos,
             )
+        return GGUFError(
+            f"{self.source.name}: {what} at offset {self.pos:,} runs the header past "
+            f"tensorfile's limit of {MAX_HEADER_BYTES:,} bytes",
+            offset=self.pos,
+        )
+
+    def _read(self, offset: int, n: int) -> bytes:
+        try:
+            return self.source.read(offset, n)
+        except SourceError as exc:
+            raise GGUFError(f"{self.source.name}: {exc}", offset=offset) from exc
+
+    def take(self, n: int, what: str) -> bytes:
+        """The next ``n`` bytes."""
+        if n > self.limit - self.pos:
+            raise self._fail_past(n, what)
         start = self.pos - self._buf_start
-        if start + n > len(self._buf):
+        if start + n <= len(self._buf):
+            out = self._buf[start : start + n]
+        elif n >= _CHUNK:
+            out = self._read(self.pos, n)
+            self._buf, self._buf_start = b"", self.pos + n
+        else:
             keep = self._buf[start:]
-            need = max(n - len(keep), min(_CHUNK, self.size - self.pos - len(keep)))
-            try:
-                more = self.source.read(self.pos + len(keep), need)
-            except SourceError as exc:
-                raise GGUFError(f"{self.source.name}: {exc}", offset=self.pos) from exc
-            self._buf, self._buf_start, start = keep + more, self.pos, 0
-        out = self._buf[start : start + n]
+            want = max(n - len(keep), min(_CHUNK, self.limit - self.pos - len(keep)))
+            self._buf = keep + self._read(self.pos + len(keep), want)
+            self._buf_start = self.pos
+            out = self._buf[:n]
         self.pos += n
         return out
 
     def unpack(self, fmt: str, what: str) -> Any:
         return struct.unpack(fmt, self.take(struct.calcsize(fmt), what))[0]
 
-    def string(self, what: str) -> str:
+    def string(self, what: str, limit: int = MAX_STRING_BYTES) -> str:
+        """A GGUF string (u64 length, UTF-8 bytes) of at most ``limit`` bytes."""
         n = self.unpack("<Q", what)
+        if n > limit:
+            raise GGUFError(
+                f"{self.source.name}: {what} claims a {n:,}-byte string at offset "
+                f"{self.pos - 8:,}; tensorfile reads strings of at most {limit:,} bytes",
+                offset=self.pos - 8,
+            )
         raw = self.take(n, what)
         try:
             return raw.decode("utf-8")
@@ -214,8 +259,37 @@ class _Cursor:
                 offset=self.pos - n + exc.start,
             ) from None
 
+    def strings(self, count: int, what: str) -> list[str]:
+        """``count`` strings in a row (a vocabulary: hundreds of thousands of them), parsed
+        straight out of the chunk in hand."""
+        out: list[str] = []
+        append = out.append
+        unpack_from = _U64.unpack_from
+        done = 0
+        while done < count:
+            buf, start = self._buf, self.pos - self._buf_start
+            end = len(buf)
+            try:
+                while done < count and start + 8 <= end:
+                    stop = start + 8 + unpack_from(buf, start)[0]
+                    if stop > end:
+                        break
+                    append(buf[start + 8 : stop].decode("utf-8"))
+                    start = stop
+                    done += 1
+            except UnicodeDecodeError:
+                pass  # string() reports it, with its offset
+            self.pos = self._buf_start + start
+            if done < count:  # the next string crosses the chunk, or is bad
+                append(self.string(f"{what}[{done}]"))
+                done += 1
+        return out
 
-def _value(cur: _Cursor, type_id: int, key: str) -> GGUFValue:
+
+_U64 = struct.Struct("<Q")
+
+
+def _value(cur: _Cursor, type_id: int, key: str, budget: list[int]) -> GGUFValue:
     kind = _VALUE_TYPES.get(type_id)
     if kind is None:
         raise GGUFError(
@@ -239,6 +313,14 @@ def _value(cur: _Cursor, type_id: int, key: str) -> GGUFValue:
             offset=cur.pos,
         )
     elem_name, elem_fmt = elem
+    if count > MAX_ARRAY_ITEMS or count > budget[0]:
+        raise GGUFError(
+            f"{cur.source.name}: metadata {key!r} declares {count:,} {elem_name} items; "
+            f"tensorfile reads arrays of at most {MAX_ARRAY_ITEMS:,} items, and "
+            f"{MAX_ARRAY_ITEMS:,} in all the arrays of a header",
+            offset=cur.pos,
+        )
+    budget[0] -= count
     least = struct.calcsize(elem_fmt) if elem_fmt else 8
     if count * least > cur.remaining():
         raise GGUFError(
@@ -256,8 +338,32 @@ def _value(cur: _Cursor, type_id: int, key: str) -> GGUFValue:
         elif elem_name == "float32":
             bits = [v[0] for v in struct.iter_unpack("<I", raw)]
     else:
-        items = [cur.string(f"metadata {key!r}[{i}]") for i in range(count)]
+        items = cur.strings(count, f"metadata {key!r}")
     return GGUFValue("array", items, elem_name, bits)
+
+
+def _check_shape(t: GGUFTensor, name: str, at: int) -> None:
+    """ggml's rules for a tensor's shape: its element count (zero dimensions aside) is a
+    64-bit signed integer, and a row of a block type holds whole blocks."""
+    count = 1
+    for d in t.shape:
+        if d:
+            count *= d
+    if count > _MAX_I64:
+        raise GGUFError(
+            f"{name}: tensor {t.name!r} of shape {list(t.shape)} has more elements than ggml's "
+            "64-bit count holds" + (" (not counting its zero dimensions)" if 0 in t.shape else ""),
+            offset=at,
+            tensor=t.name,
+        )
+    known = GGML_TYPES.get(t.type_id)
+    if known is not None and t.shape and t.shape[0] % known[1]:
+        raise GGUFError(
+            f"{name}: tensor {t.name!r} is {known[0]}, whose rows are blocks of {known[1]} "
+            f"elements, but its rows have {t.shape[0]:,}",
+            offset=at,
+            tensor=t.name,
+        )
 
 
 def read_header(source: Source) -> GGUFHeader:
@@ -280,15 +386,16 @@ def read_header(source: Source) -> GGUFHeader:
             offset=8,
         )
     metadata: dict[str, GGUFValue] = {}
+    budget = [MAX_ARRAY_ITEMS]  # array items left for the whole header
     for _ in range(n_kv):
-        key = cur.string("a metadata key")
+        key = cur.string("a metadata key", MAX_NAME_BYTES)
         if key in metadata:
             raise GGUFError(f"{name}: metadata key {key!r} appears twice", offset=cur.pos)
-        metadata[key] = _value(cur, cur.unpack("<I", f"metadata {key!r}"), key)
+        metadata[key] = _value(cur, cur.unpack("<I", f"metadata {key!r}"), key, budget)
     tensors: list[GGUFTensor] = []
     seen: set[str] = set()
     for _ in range(n_tensors):
-        tname = cur.string("a tensor name")
+        tname = cur.string("a tensor name", MAX_NAME_BYTES)
         if tname in seen:
             raise GGUFError(f"{name}: tensor {tname!r} appears twice", offset=cur.pos)
         seen.add(tname)
@@ -298,15 +405,21 @@ def read_header(source: Source) -> GGUFHeader:
                 f"{name}: tensor {tname!r} has {n_dims} dimensions (at most {MAX_DIMS})",
                 offset=cur.pos,
             )
+        at = cur.pos
         shape = struct.unpack(f"<{n_dims}Q", cur.take(8 * n_dims, f"tensor {tname!r}"))
         type_id = cur.unpack("<I", f"tensor {tname!r}")
         offset = cur.unpack("<Q", f"tensor {tname!r}")
-        tensors.append(GGUFTensor(tname, tuple(shape), type_id, offset))
+        tensor = GGUFTensor(tname, tuple(shape), type_id, offset)
+        _check_shape(tensor, name, at)
+        tensors.append(tensor)
     align_value = metadata.get("general.alignment")
     alignment = 32
     if align_value is not None:
         if align_value.type != "uint32" or align_value.value <= 0 or align_value.value % 8:
-            raise GGUFError(f"{name}: general.alignment {align_value.value!r} is not usable")
+            raise GGUFError(
+                f"{name}: general.alignment {brief(align_value.value)} is not usable (a uint32, "
+                "a positive multiple of 8)"
+            )
         alignment = int(align_value.value)
     header_size = cur.pos
     data_start = -(-header_size // alignment) * alignment

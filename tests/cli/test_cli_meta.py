@@ -1,12 +1,18 @@
 """``tensorfile meta``: printing metadata, and ``--set`` / ``--delete`` / ``--clear`` editing
-safetensors and zTensor files (in place or by rewriting) without touching their tensors, as
-the reference ``safetensors`` and ``ztensor`` packages see them."""
+safetensors and zTensor files (atomically: a new file renamed into place) without touching
+their tensors, as the reference ``safetensors`` and ``ztensor`` packages see them."""
 
 from __future__ import annotations
 
+import os
+import resource
+import signal
+import struct
+import subprocess
 from pathlib import Path
 from typing import Any
 
+import cbor2
 import numpy as np
 import pytest
 from safetensors import safe_open
@@ -23,9 +29,21 @@ from tests.helpers.checkpoints import (
     write_zt,
     zt_manifest,
 )
-from tests.helpers.cli import assert_one_error, run, run_json
+from tests.helpers.cli import (
+    SCRIPT,
+    Result,
+    assert_one_error,
+    run,
+    run_json,
+    run_proc,
+    strict_json,
+)
 
 LONG_META = {"format": "pt", "note": "a long note that the edit removes again"}
+UPDATED = (
+    "updated 1 file(s) atomically (tensor bytes copied)",
+    "updated 1 file(s) atomically (tensor bytes cloned)",
+)
 
 
 def _ref_metadata(path: Path) -> dict[str, str]:
@@ -126,14 +144,15 @@ def test_meta_json_with_non_finite_gguf_value_is_valid_json(tmp_path: Path, caps
 # -- editing safetensors -------------------------------------------------------------------------
 
 
-def test_meta_edit_safetensors_in_place(tmp_path: Path, capsys: Any) -> None:
+def test_meta_short_edit_safetensors(tmp_path: Path, capsys: Any) -> None:
     path = write_safetensors(tmp_path / "m.safetensors", metadata=LONG_META)
     before = path.read_bytes()
     n, _ = safetensors_header(path)
     r = run(capsys, "meta", path, "--delete", "note", "--set", "license=MIT")
     assert r.code == 0
     assert r.err == ""
-    assert r.out.splitlines() == ["updated 1 file(s) in place", "format: pt", "license: MIT"]
+    assert r.out.splitlines()[0] in UPDATED
+    assert r.out.splitlines()[1:] == ["format: pt", "license: MIT"]
     after = path.read_bytes()
     assert len(after) == len(before)
     assert after[8 + n :] == before[8 + n :]  # the data region is untouched
@@ -148,8 +167,8 @@ def test_meta_edit_safetensors_by_rewrite(tmp_path: Path, capsys: Any) -> None:
     text = "d" * 500
     r = run(capsys, "meta", path, "--set", f"description={text}", "--set", "license=MIT")
     assert r.code == 0
-    assert r.out.splitlines() == [
-        "updated 1 file(s) by rewriting the file",
+    assert r.out.splitlines()[0] in UPDATED
+    assert r.out.splitlines()[1:] == [
         f"description: {text}",
         "format: pt",
         "license: MIT",
@@ -168,12 +187,13 @@ def test_meta_edit_json(tmp_path: Path, capsys: Any) -> None:
         "path": str(path),
         "metadata": {"format": "pt", "k": "a=b", "e": ""},
         "before": LONG_META,
-        "in_place": True,
+        "method": doc["method"],
         "files": [str(path)],
     }
+    assert doc["method"] in ("reflink", "copy")
     assert _ref_metadata(path) == {"format": "pt", "k": "a=b", "e": ""}
     doc = run_json(capsys, "meta", path, "--set", "big=" + "x" * 300)
-    assert doc["in_place"] is False
+    assert doc["method"] in ("reflink", "copy")
     assert doc["before"] == {"format": "pt", "k": "a=b", "e": ""}
     assert _ref_metadata(path)["big"] == "x" * 300
     _assert_tensors(path, MODEL)
@@ -184,7 +204,8 @@ def test_meta_clear(tmp_path: Path, capsys: Any) -> None:
     size = path.stat().st_size
     r = run(capsys, "meta", path, "--clear")
     assert r.code == 0
-    assert r.out.splitlines() == ["updated 1 file(s) in place"]
+    assert r.out.splitlines()[0] in UPDATED
+    assert len(r.out.splitlines()) == 1
     assert path.stat().st_size == size
     assert _ref_metadata(path) == {}
     _assert_tensors(path, MODEL)
@@ -217,13 +238,14 @@ def test_meta_edit_ztensor(tmp_path: Path, capsys: Any, compression: str | None)
     size = path.stat().st_size
     r = run(capsys, "meta", path, "--delete", "note", "--set", "license=MIT")
     assert r.code == 0
-    assert r.out.splitlines() == ["updated 1 file(s) in place", "format: pt", "license: MIT"]
-    assert path.stat().st_size == size
+    assert r.out.splitlines()[0] in UPDATED
+    assert r.out.splitlines()[1:] == ["format: pt", "license: MIT"]
+    assert path.stat().st_size < size  # the manifest ends the file: no padding is left
     assert zt_manifest(path)[1]["attributes"] == {"format": "pt", "license": "MIT"}
     _assert_zt_tensors(path, MODEL)
     r = run(capsys, "meta", path, "--set", "description=" + "y" * 400)
     assert r.code == 0
-    assert r.out.splitlines()[0] == "updated 1 file(s) by rewriting the file"
+    assert r.out.splitlines()[0] in UPDATED
     assert path.stat().st_size > size
     assert zt_manifest(path)[1]["attributes"] == {
         "description": "y" * 400,
@@ -256,7 +278,7 @@ def test_meta_edit_sharded_checkpoint(tmp_path: Path, capsys: Any) -> None:
         _assert_tensors(f, tensors)
     r = run(capsys, "meta", index.parent, "--delete", "license")
     assert r.code == 0
-    assert r.out.splitlines()[0] == "updated 2 file(s) in place"
+    assert r.out.splitlines()[0].startswith("updated 2 file(s) atomically (tensor bytes ")
     for f in files:
         assert _ref_metadata(f) == {"format": "pt"}
 
@@ -303,3 +325,123 @@ def test_meta_edit_gguf_is_refused(tmp_path: Path, capsys: Any) -> None:
     for args in (("--set", "a=b"), ("--clear",), ("--delete", "general.architecture")):
         assert_one_error(run(capsys, "meta", path, *args), contains="GGUF")
         assert path.read_bytes() == before
+
+
+# -- links, permissions, failed writes, foreign text ---------------------------------------------
+
+
+@pytest.mark.parametrize("value", ["short", "l" * 20_000], ids=["short", "long"])
+@pytest.mark.parametrize("case", ["hard link", "read-only file"])
+def test_meta_refusals_are_one_line_that_names_the_edit(
+    tmp_path: Path, capsys: Any, value: str, case: str
+) -> None:
+    path = write_safetensors(tmp_path / "m.safetensors", metadata=LONG_META)
+    before = path.read_bytes()
+    if case == "hard link":
+        os.link(path, tmp_path / "same.safetensors")
+    else:
+        path.chmod(0o444)
+    message = assert_one_error(run(capsys, "meta", path, "--set", f"note={value}"))
+    assert message.startswith(f"cannot edit {path}: "), message
+    assert ("2 hard links" if case == "hard link" else "read-only (mode 0444)") in message
+    assert "cannot read" not in message
+    assert path.read_bytes() == before
+    assert sorted(os.listdir(tmp_path)) == sorted(
+        ["m.safetensors", *(["same.safetensors"] if case == "hard link" else [])]
+    )
+
+
+def test_meta_through_a_symlink_edits_its_target(tmp_path: Path, capsys: Any) -> None:
+    real = write_zt(tmp_path / "blob.zt", attributes=LONG_META)
+    link = tmp_path / "model.zt"
+    link.symlink_to("blob.zt")
+    for value in ("short", "l" * 20_000):
+        assert run(capsys, "meta", link, "--set", f"note={value}").code == 0
+        assert link.is_symlink() and os.readlink(link) == "blob.zt"
+        assert zt_manifest(real)[1]["attributes"]["note"] == value
+    assert sorted(os.listdir(tmp_path)) == ["blob.zt", "model.zt"]
+    _assert_zt_tensors(link, MODEL)
+
+
+def _limited_to(max_bytes: int) -> Any:
+    """A child's set-up: files larger than ``max_bytes`` cannot be written (EFBIG), as on a
+    file system that is full."""
+
+    def setup() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (max_bytes, max_bytes))
+
+    return setup
+
+
+def test_meta_a_failed_write_says_cannot_write_and_changes_nothing(tmp_path: Path) -> None:
+    big = {"w": np.zeros((512, 1024), np.float32)}  # 2 MiB
+    path = write_safetensors(tmp_path / "m.safetensors", big, LONG_META)
+    before = path.read_bytes()
+    proc = subprocess.run(
+        [str(SCRIPT), "meta", str(path), "--set", "license=MIT"],
+        capture_output=True,
+        text=True,
+        preexec_fn=_limited_to(1 << 20),
+        timeout=60,
+        check=False,
+    )
+    r = Result(proc.returncode, proc.stdout, proc.stderr)
+    message = assert_one_error(r, contains="cannot write")
+    assert "cannot read" not in message
+    assert "File too large" in message
+    assert path.read_bytes() == before
+    assert os.listdir(tmp_path) == ["m.safetensors"]  # the partial temporary file is gone
+
+
+@pytest.mark.parametrize(
+    ("args", "contains"),
+    [
+        (("--set", "\udcff=v"), "the metadata key '\\udcff' is not valid UTF-8"),
+        (("--set", "k=caf\udce9"), "the metadata value 'caf\\udce9' of key 'k' is not valid"),
+    ],
+)
+@pytest.mark.parametrize("suffix", [".safetensors", ".zt"])
+def test_meta_non_utf8_arguments_are_one_clear_error(
+    tmp_path: Path, args: tuple[str, ...], contains: str, suffix: str
+) -> None:
+    path = tmp_path / f"m{suffix}"
+    if suffix == ".zt":
+        write_zt(path, attributes=MODEL_META)
+    else:
+        write_safetensors(path, metadata=MODEL_META)
+    before = path.read_bytes()
+    for json_flag in ((), ("--json",)):
+        assert_one_error(run_proc("meta", path, *args, *json_flag), contains=contains)
+    assert path.read_bytes() == before
+    assert os.listdir(tmp_path) == [path.name]
+
+
+def test_meta_on_a_file_whose_name_is_not_utf8(tmp_path: Path) -> None:
+    path = tmp_path / os.fsdecode(b"mod\xe8le.safetensors")  # a Latin-1 file name
+    write_safetensors(path, metadata=MODEL_META)
+    r = run_proc("meta", path, "--set", "license=MIT", "--json")
+    assert (r.code, r.err) == (0, ""), r
+    doc = strict_json(r.out)
+    assert doc["metadata"] == {**MODEL_META, "license": "MIT"}
+    assert doc["path"].endswith("mod\\xe8le.safetensors")
+    r = run_proc("meta", path)
+    assert (r.code, r.err) == (0, ""), r
+    assert r.out.splitlines() == ["format: pt", "license: MIT", "note: hello world"]
+    assert _ref_metadata(path) == {**MODEL_META, "license": "MIT"}
+
+
+def test_meta_ztensor_with_cbor_tags_in_extra_keys(tmp_path: Path, capsys: Any) -> None:
+    path = write_zt(tmp_path / "m.zt", attributes=MODEL_META)
+    blob = path.read_bytes()
+    (n,) = struct.unpack("<Q", blob[-8:])
+    raw = blob[-8 - n : -8]
+    extra = cbor2.dumps("x-created") + b"\xc1" + cbor2.dumps(1_700_000_000)  # tag 1: a date
+    manifest = bytes([raw[0] + 1]) + raw[1:] + extra
+    path.write_bytes(blob[: -8 - n] + manifest + struct.pack("<Q", len(manifest)))
+    for value in ("x", "y" * 5000):
+        doc = run_json(capsys, "meta", path, "--set", f"license={value}")
+        assert doc["metadata"] == {**MODEL_META, "license": value}
+        (n,) = struct.unpack("<Q", path.read_bytes()[-8:])
+        assert extra in path.read_bytes()[-8 - n : -8]
+    _assert_zt_tensors(path, MODEL)

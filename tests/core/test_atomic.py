@@ -1,17 +1,36 @@
-"""``tensorfile.core.atomic.atomic_write``: a temporary file in the destination's folder,
-renamed into place only when the body succeeds; its mode follows the umask."""
+"""``tensorfile.core.atomic``: a temporary file in the destination's folder, renamed into
+place only when the body succeeds, its mode following the umask; temporary files that a
+killed writer left are recognisable and removed by the next write to the same destination,
+never one a live writer holds; ``rewrite`` (what metadata edits use) keeps mode and owner,
+follows symlinks, refuses hard links and read-only files, and clones where it can."""
 
 from __future__ import annotations
 
 import os
+import signal
 import stat
+import subprocess
+import sys
+import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from tensorfile.core.atomic import atomic_write
+from tensorfile.core.atomic import (
+    AtomicFile,
+    atomic_write,
+    check_editable,
+    is_temp_name,
+    remove_stale_temps,
+    rewrite,
+)
 from tensorfile.errors import SourceError
+from tensorfile.safetensors.numpy import load_file, save_file
+from tests.helpers.reflink import reflink_dir
+
+__all__ = ["reflink_dir"]  # a fixture
 
 
 @pytest.fixture
@@ -118,3 +137,232 @@ def test_a_missing_folder_is_a_source_error(tmp_path: Path) -> None:
         with atomic_write(tmp_path / "missing" / "x.bin"):
             pytest.fail("the body must not run")
     assert os.listdir(tmp_path) == []
+
+
+# -- temporary files: recognisable, cleaned up after a killed writer, never a live one's -------
+
+WRITER = textwrap.dedent(
+    """
+    import sys
+    import numpy as np
+    from tensorfile.safetensors import StreamWriter
+
+    w = StreamWriter(sys.argv[1], {"w": ("F32", (1024, 1024))})
+    w.write("w", np.full((512, 1024), 7, np.float32))
+    print("ready", flush=True)
+    sys.stdin.readline()
+    w.write("w", np.full((512, 1024), 7, np.float32))
+    w.close()
+    print("done", flush=True)
+    """
+)
+
+
+def _writer(dest: Path) -> subprocess.Popen[str]:
+    """A child process half-way through writing ``dest`` (it holds its temporary file)."""
+    child = subprocess.Popen(
+        [sys.executable, "-c", WRITER, str(dest)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert child.stdout is not None
+    assert child.stdout.readline() == "ready\n"
+    return child
+
+
+def _temps(folder: Path) -> list[str]:
+    return sorted(p for p in os.listdir(folder) if p.endswith(".tmp"))
+
+
+def test_temporary_files_have_a_recognisable_name(tmp_path: Path) -> None:
+    dest = tmp_path / "m.bin"
+    with atomic_write(dest) as fd:
+        os.write(fd, b"x")
+        (name,) = _temps(tmp_path)
+        assert name.startswith(".m.bin.tensorfile-")
+        assert is_temp_name(name, "m.bin")
+        assert not is_temp_name(name, "m.bi")
+    assert os.listdir(tmp_path) == ["m.bin"]
+
+
+@pytest.mark.parametrize("next_write", ["save_file", "edit_metadata"])
+def test_a_killed_writers_temporary_file_is_removed_by_the_next_write(
+    tmp_path: Path, next_write: str
+) -> None:
+    from tensorfile import ops
+
+    dest = tmp_path / "m.safetensors"
+    save_file({"w": np.zeros(4, np.float32)}, str(dest), {"k": "v"})
+    child = _writer(dest)
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    (left,) = _temps(tmp_path)
+    assert is_temp_name(left, dest.name)
+    assert (tmp_path / left).stat().st_size >= 2 << 20  # as large as what it had written
+    if next_write == "save_file":
+        save_file({"w": np.ones(4, np.float32)}, str(dest))
+        assert load_file(str(dest))["w"].tolist() == [1, 1, 1, 1]
+    else:
+        ops.edit_metadata(str(dest), set={"k": "w"})
+        assert ops.read_metadata(str(dest)) == {"k": "w"}
+    assert os.listdir(tmp_path) == [dest.name]
+
+
+def test_a_live_writers_temporary_file_survives_other_writes(tmp_path: Path) -> None:
+    from tensorfile import ops
+
+    dest = tmp_path / "m.safetensors"
+    save_file({"w": np.zeros(4, np.float32)}, str(dest), {"k": "v"})
+    child = _writer(dest)
+    try:
+        (live,) = _temps(tmp_path)
+        save_file({"w": np.ones(4, np.float32)}, str(dest), {"k": "v"})
+        ops.edit_metadata(str(dest), set={"k": "w"})
+        assert remove_stale_temps(dest) == []
+        assert _temps(tmp_path) == [live]
+        assert child.stdin is not None and child.stdout is not None
+        child.stdin.write("go\n")
+        child.stdin.flush()
+        assert child.stdout.readline() == "done\n"
+        assert child.wait(timeout=60) == 0
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    assert os.listdir(tmp_path) == [dest.name]
+    assert load_file(str(dest))["w"].shape == (1024, 1024)  # the live writer's file won
+
+
+def test_cleanup_touches_nothing_but_dead_writers_files(tmp_path: Path) -> None:
+    dest = tmp_path / "m.bin"
+    stale = tmp_path / ".m.bin.tensorfile-00000000000a.tmp"
+    stale.write_bytes(b"left by a killed writer")
+    outside = tmp_path / "outside"
+    outside.write_bytes(b"a symlink's target")
+    keep = {
+        ".m.bin.0123456789ab.tmp": "file",  # another naming (older versions, other tools)
+        ".other.bin.tensorfile-00000000000b.tmp": "file",  # another destination
+        ".m.bin.tensorfile-0000000000zz.tmp": "file",  # not hex
+        ".m.bin.tensorfile-00000000000c.tmp.part": "file",
+        "m.bin.tensorfile-00000000000d.tmp": "file",  # not hidden
+        ".m.bin.tensorfile-00000000000e.tmp": "fifo",
+        ".m.bin.tensorfile-00000000000f.tmp": "symlink",
+        ".m.bin.tensorfile-000000000010.tmp": "dir",
+    }
+    for name, kind in keep.items():
+        if kind == "file":
+            (tmp_path / name).write_bytes(b"keep")
+        elif kind == "fifo":
+            os.mkfifo(tmp_path / name)
+        elif kind == "symlink":
+            os.symlink(outside, tmp_path / name)
+        else:
+            (tmp_path / name).mkdir()
+    with atomic_write(dest) as fd:
+        os.write(fd, b"new")
+    assert not stale.exists()
+    assert sorted(os.listdir(tmp_path)) == sorted([*keep, "m.bin", "outside"])
+    assert outside.read_bytes() == b"a symlink's target"
+    assert dest.read_bytes() == b"new"
+
+
+def test_an_aborted_file_is_removed_and_a_committed_one_is_not_cleaned(tmp_path: Path) -> None:
+    f = AtomicFile(tmp_path / "a.bin")
+    os.write(f.fd, b"x")
+    f.abort()
+    assert os.listdir(tmp_path) == []
+    f = AtomicFile(tmp_path / "a.bin")
+    g = AtomicFile(tmp_path / "a.bin")  # the same process: its lock is still another file's
+    assert os.path.exists(f.tmp) and os.path.exists(g.tmp)
+    f.commit()
+    g.abort()
+    assert os.listdir(tmp_path) == ["a.bin"]
+
+
+# -- rewrite: the edit primitive ------------------------------------------------------------------
+
+
+def test_rewrite_keeps_mode_and_owner_and_replaces_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "f.bin"
+    path.write_bytes(b"HEADdata-data-dataTAIL")
+    path.chmod(0o640)
+    if os.geteuid() == 0:
+        os.chown(path, 1234, 5678)
+    old = path.stat()
+    assert rewrite(str(path), b"head!", 4, 14, b"tail!") == "copy"
+    assert path.read_bytes() == b"head!data-data-datatail!"
+    new = path.stat()
+    assert new.st_ino != old.st_ino
+    assert stat.S_IMODE(new.st_mode) == 0o640
+    assert (new.st_uid, new.st_gid) == (old.st_uid, old.st_gid)
+    assert os.listdir(tmp_path) == ["f.bin"]
+
+
+def test_rewrite_follows_a_symlink_into_another_folder(tmp_path: Path) -> None:
+    (tmp_path / "real").mkdir()
+    (tmp_path / "links").mkdir()
+    real = tmp_path / "real" / "f.bin"
+    real.write_bytes(b"0123456789")
+    link = tmp_path / "links" / "f.bin"
+    link.symlink_to(Path("..") / "real" / "f.bin")
+    rewrite(str(link), b"ab", 2, 8, b"")
+    assert link.is_symlink()
+    assert os.readlink(link) == os.path.join("..", "real", "f.bin")
+    assert real.read_bytes() == b"ab23456789"
+    assert os.listdir(tmp_path / "real") == ["f.bin"]
+    assert os.listdir(tmp_path / "links") == ["f.bin"]
+
+
+@pytest.mark.parametrize("case", ["hard link", "read-only file", "read-only folder", "fifo"])
+def test_rewrite_refuses_before_writing(tmp_path: Path, case: str) -> None:
+    folder = tmp_path / "d"
+    folder.mkdir()
+    path = folder / "f.bin"
+    if case == "fifo":
+        os.mkfifo(path)
+    else:
+        path.write_bytes(b"0123456789")
+    if case == "hard link":
+        os.link(path, tmp_path / "other-name.bin")
+    elif case == "read-only file":
+        path.chmod(0o444)
+    elif case == "read-only folder":
+        folder.chmod(0o555)
+    try:
+        want = {"hard link": "2 hard links", "fifo": "not a regular file"}.get(case, "read-only")
+        with pytest.raises(SourceError, match=want) as info:
+            rewrite(str(path), b"ab", 2, 8, b"")
+        assert str(info.value).startswith(f"cannot edit {path}")
+        with pytest.raises(SourceError, match=want):
+            check_editable(str(path))
+    finally:
+        folder.chmod(0o755)
+    if case != "fifo":
+        assert path.read_bytes() == b"0123456789"
+    assert os.listdir(folder) == ["f.bin"]
+
+
+def test_rewrite_refuses_a_file_that_changed_since_it_was_read(tmp_path: Path) -> None:
+    path = tmp_path / "f.bin"
+    path.write_bytes(b"0123456789")
+    seen = path.stat()
+    path.write_bytes(b"0123456789+")
+    with pytest.raises(SourceError, match="changed while it was being edited"):
+        rewrite(str(path), b"ab", 2, 8, b"", expect=seen)
+    assert path.read_bytes() == b"0123456789+"
+    assert os.listdir(tmp_path) == ["f.bin"]
+
+
+@pytest.mark.parametrize("delta", [0, 4096, 8192])
+def test_rewrite_clones_where_the_file_system_can(reflink_dir: Path, delta: int) -> None:
+    path = reflink_dir / "f.bin"
+    blob = os.urandom(3 * 4096 + 100)
+    path.write_bytes(blob)
+    head = b"H" * (10 + delta)
+    tail = b"the tail"
+    assert rewrite(str(path), head, 10, len(blob) - 10 - 50, tail) == "reflink"
+    assert path.read_bytes() == head + blob[10:-50] + tail
+    assert rewrite(str(path), b"x", 0, 5, b"") == "copy"  # moved by 1 byte: no clone
+    assert path.read_bytes() == b"x" + head[:5]
+    assert os.listdir(reflink_dir) == ["f.bin"]

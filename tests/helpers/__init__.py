@@ -10,6 +10,8 @@
 * :mod:`.cli`: running the ``tensorfile`` command and checking its output contract.
 * :mod:`.servers`: real HTTP servers on 127.0.0.1 (nginx, a Range-honouring Python server,
   a Range-ignoring one); pytest fixtures wrap them in the folders' ``conftest.py``.
+* :mod:`.hostile_http`: HTTP servers that lie, drip or stall on purpose, a forwarding
+  proxy (plain and CONNECT), a self-signed certificate for HTTPS on 127.0.0.1.
 * :mod:`.spark`: the Spark data source's reader and writer calls.
 
 Everything here is written from the specs and the peers' behaviour, not from tensorfile's

@@ -115,6 +115,23 @@ CASES: dict[str, Callable[[], bytes]] = {
     "tensor_shape_bytes_wrap_u64": lambda: _valid(tensors=[gguf_tensor("w", [2**62, 4], 0, 0)]),
     "quantized_tensor_past_eof": lambda: _valid(tensors=[gguf_tensor("w", [256], 12, 0)]),
     "tensor_misaligned_offset": lambda: _valid(tensors=[gguf_tensor("w", [2], 0, 4)]),
+    # claims over tensorfile's limits (refused before the bytes are looked for)
+    "string_value_over_64MiB": lambda: _valid(
+        kvs=[gstr("k") + struct.pack("<IQ", 8, 64 << 20 | 1)]
+    ),
+    "key_over_64KiB": lambda: _valid(kvs=[struct.pack("<Q", 1 << 16 | 1)]),
+    "tensor_name_over_64KiB": lambda: _valid(tensors=[struct.pack("<Q", 1 << 16 | 1)]),
+    "array_count_over_2_24": lambda: _valid(
+        kvs=[gstr("k") + struct.pack("<I", 9) + _arr(0, (1 << 24) + 1)]
+    ),
+    "string_array_element_over_64MiB": lambda: _valid(
+        kvs=[gstr("k") + struct.pack("<I", 9) + _arr(8, 1, struct.pack("<Q", 64 << 20 | 1))]
+    ),
+    # ggml's shape rules
+    "shape_elements_over_i64": lambda: _valid(tensors=[gguf_tensor("w", [2**62, 2, 0], 0, 0)]),
+    "dim_over_i64": lambda: _valid(tensors=[gguf_tensor("w", [2**63], 0, 0)]),
+    "q8_0_row_of_8": lambda: _valid(tensors=[gguf_tensor("w", [8], 8, 0)]),
+    "q4_k_row_of_32": lambda: _valid(tensors=[gguf_tensor("w", [32, 8], 12, 0)]),
     # alignment key
     "alignment_zero": lambda: _valid(kvs=[gguf_kv("general.alignment", 4, struct.pack("<I", 0))]),
     "alignment_not_multiple_of_8": lambda: _valid(
@@ -184,3 +201,32 @@ def test_every_truncation_raises_gguf_error(tmp_path: Path) -> None:
             cut_path.write_bytes(blob[:n])
             with pytest.raises(GGUFError):
                 ops.load(str(cut_path))
+
+
+def test_string_arrays_across_read_chunks_match_the_reference(tmp_path: Path) -> None:
+    # strings are parsed straight out of 1 MiB chunks: elements that cross a chunk's end,
+    # elements larger than a chunk, and multi-byte UTF-8 at the edges all come out whole
+    items = [f"t{i}" for i in range(150_000)]
+    items[40_000] = "b" * (3 << 20)  # larger than a chunk
+    items[70_000] = "é" * 600_000  # 1.2 MB of two-byte characters
+    items[90_000] = ""
+    path = tmp_path / "strings.gguf"
+    w = gguf.GGUFWriter(str(path), arch="llama")
+    w.add_array("tokenizer.ggml.tokens", items)
+    w.add_array("after", [1, 2, 3])
+    w.add_tensor("w", np.ones(4, np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    blob = path.read_bytes()
+    h = read_header(MemorySource(blob))
+    assert h.metadata["tokenizer.ggml.tokens"].value == items
+    assert h.metadata["after"].value == [1, 2, 3]
+    ref = gguf.GGUFReader(str(path)).fields["tokenizer.ggml.tokens"]
+    assert [bytes(ref.parts[i]).decode() for i in ref.data[:5]] == items[:5]
+    # a bad element deep in the array is reported at its own offset
+    at = blob.index(b"t120000")
+    bad = blob[:at] + b"\xff" + blob[at + 1 :]
+    with pytest.raises(GGUFError, match=r"tokenizer.ggml.tokens'\[120000\] is not UTF-8"):
+        read_header(MemorySource(bad))

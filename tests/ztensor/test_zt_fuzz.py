@@ -269,6 +269,9 @@ scalars = st.one_of(
     st.booleans(),
     st.integers(-(2**64), 2**64 - 1),
     st.sampled_from([0, 1, 8, 64, 128, 2**32, 2**63, 2**64 - 1, -1]),
+    # bignums (cbor2 writes tag 2 or 3), one past Python's 4,300-digit str() limit (as its
+    # tag, which even hypothesis can print)
+    st.sampled_from([2**64, -(2**64) - 1, 2**200, cbor2.CBORTag(2, b"\x01" + bytes(3000))]),
     st.floats(allow_nan=True, allow_infinity=True),
     st.text(max_size=12),
     st.binary(max_size=12),
@@ -328,7 +331,12 @@ FIELD_VALUES: dict[str, st.SearchStrategy[Any]] = {
     "dtype": st.sampled_from(
         ["float32", "float64", "float16", "bfloat16", "int64", "uint8", "bool", "float128", ""]
     ),
-    "shape": st.one_of(st.lists(st.integers(0, 6), max_size=4), st.lists(uint_like, max_size=3)),
+    "shape": st.one_of(
+        st.lists(st.integers(0, 6), max_size=4),
+        st.lists(uint_like, max_size=3),
+        # many dimensions: products over them must stay cheap
+        st.sampled_from([[1] * 5000, [2**31] * 5000, [0] + [2**64 - 1] * 3000, [2**64]]),
+    ),
     "format": st.sampled_from(["dense", "sparse_csr", "sparse_coo", "quantized_4bit", "Dense"]),
     "offset": uint_like,
     "length": uint_like,

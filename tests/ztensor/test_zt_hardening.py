@@ -419,8 +419,9 @@ def test_manifest_not_a_map(tmp_path: Path, value: Any) -> None:
 
 DEEP = 10_000
 DEEP_CBOR = {
-    "arrays": b"\x81" * DEEP + b"\x00",
-    "indefinite-arrays": b"\x9f" * DEEP + b"\x00" + b"\xff" * DEEP,
+    # (inside a map: a manifest that is not a map is refused before it is decoded)
+    "arrays": b"\xa1\x61k" + b"\x81" * DEEP + b"\x00",
+    "indefinite-arrays": b"\xa1\x61k" + b"\x9f" * DEEP + b"\x00" + b"\xff" * DEEP,
     "maps": b"\xa1\x61k" * DEEP + b"\x00",
     "tags": b"\xc6" * DEEP + b"\x00",
     # a valid root whose "tensors" value (the last item, {} = 0xa0) is the deep item
@@ -859,8 +860,33 @@ def test_shape_product_of_many_huge_dims_is_cheap(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     "shape",
-    [[1] * 65, [1] * 200, [2**64 - 1, 0], [2**63, 0], [2**62, 2**62, 0], [0, 2**64 - 1]],
-    ids=["65-dims", "200-dims", "u64max-x-0", "2**63-x-0", "2**62-x-2**62-x-0", "0-x-u64max"],
+    [[2**64 - 1, 0], [2**63, 0], [2**62, 2**62, 0], [0, 2**64 - 1], [0] + [2**64 - 1] * 40_000],
+    ids=["u64max-x-0", "2**63-x-0", "2**62-x-2**62-x-0", "0-x-u64max", "0-x-40000-u64max"],
+)
+@pytest.mark.parametrize("layout", ["dense", "quantized_4bit"])
+def test_empty_shape_whose_other_dims_overflow_is_refused(
+    tmp_path: Path, shape: list[int], layout: str
+) -> None:
+    # Zero elements, but the non-zero dimensions' bytes do not fit in 64 bits: refused at
+    # open (tensorfile's rule), so nothing later multiplies a huge shape out, in any layout.
+    tensors = {
+        "w": {
+            "dtype": "float32",
+            "shape": shape,
+            "format": layout,
+            "components": {"data": {"offset": 0, "length": 0}},
+        }
+    }
+    data = assemble(root(tensors), [])
+    start = time.perf_counter()
+    expect_error(tmp_path, data, ZTensorError, "64 bits", tensor="w", at_open=True)
+    assert time.perf_counter() - start < 5.0
+
+
+@pytest.mark.parametrize(
+    "shape",
+    [[1] * 65, [1] * 200, [2**61, 0], [0, 2**61], [2**31, 2**30, 0]],
+    ids=["65-dims", "200-dims", "2**61-x-0", "0-x-2**61", "2**31-x-2**30-x-0"],
 )
 def test_dense_shape_numpy_cannot_hold(tmp_path: Path, shape: list[int]) -> None:
     # Valid manifests (the byte count is right) whose shape no numpy array can have: the

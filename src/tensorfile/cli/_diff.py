@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from typing import Any
 
 from ..core.errors import InvalidArgumentError
@@ -57,28 +58,58 @@ def _text(r: DiffResult) -> list[str]:
     return lines
 
 
+def _code(text: str) -> str:
+    """``text`` as a markdown code span that a table survives: a fence longer than any run
+    of backticks in it, ``|`` escaped (GitHub's tables need that even in code).
+
+    Example:
+        >>> _code("a|b"), _code("x`y")
+        ('`a\\\\|b`', '`` x`y ``')
+    """
+    longest = max((len(run) for run in re.findall("`+", text)), default=0)
+    fence = "`" * (longest + 1)
+    pad = " " if longest else ""
+    body = text.replace("|", "\\|")
+    return f"{fence}{pad}{body}{pad}{fence}"
+
+
+_MD_SPECIAL = re.compile(r"([\\|<>`*_])")
+
+
+def _cell(text: str) -> str:
+    """A table cell's text with markdown's special characters escaped (no HTML, no table
+    break, no emphasis)."""
+    return _MD_SPECIAL.sub(r"\\\1", text)
+
+
 def _markdown(r: DiffResult) -> list[str]:
-    lines = [f"## diff `{r.a}` → `{r.b}`", ""]
+    lines = [f"## diff {_code(r.a)} → {_code(r.b)}", ""]
     if r.identical:
         return [*lines, "Identical."]
     if r.added or r.removed or r.changed:
         lines += ["| tensor | change | a | b |", "|---|---|---|---|"]
-        lines += [f"| `{n}` | added | | |" for n in r.added]
-        lines += [f"| `{n}` | removed | | |" for n in r.removed]
-        lines += [f"| `{c.name}` | {c.field} | {_v(c.a)} | {_v(c.b)} |" for c in r.changed]
+        lines += [f"| {_code(n)} | added | | |" for n in r.added]
+        lines += [f"| {_code(n)} | removed | | |" for n in r.removed]
+        lines += [
+            f"| {_code(c.name)} | {c.field} | {_cell(_v(c.a))} | {_cell(_v(c.b))} |"
+            for c in r.changed
+        ]
         lines.append("")
     if r.metadata_added or r.metadata_removed or r.metadata_changed:
         lines += ["| metadata key | change | a | b |", "|---|---|---|---|"]
-        lines += [f"| `{k}` | added | | {_v(v)} |" for k, v in r.metadata_added.items()]
-        lines += [f"| `{k}` | removed | {_v(v)} | |" for k, v in r.metadata_removed.items()]
+        lines += [f"| {_code(k)} | added | | {_cell(_v(v))} |" for k, v in r.metadata_added.items()]
         lines += [
-            f"| `{k}` | changed | {_v(a)} | {_v(b)} |" for k, (a, b) in r.metadata_changed.items()
+            f"| {_code(k)} | removed | {_cell(_v(v))} | |" for k, v in r.metadata_removed.items()
+        ]
+        lines += [
+            f"| {_code(k)} | changed | {_cell(_v(a))} | {_cell(_v(b))} |"
+            for k, (a, b) in r.metadata_changed.items()
         ]
         lines.append("")
     if r.data:
         lines += ["| tensor | differing elements | max abs diff |", "|---|---:|---:|"]
         lines += [
-            f"| `{d.name}` | {d.differing_elements:,} | "
+            f"| {_code(d.name)} | {d.differing_elements:,} | "
             f"{'' if d.max_abs_diff is None else f'{d.max_abs_diff:g}'} |"
             for d in r.data
         ]
@@ -95,22 +126,45 @@ def _pairs(items: list[str]) -> dict[str, str]:
     return out
 
 
+def _printable(value: Any) -> Any:
+    """``value`` with every string made printable: a file name's non-UTF-8 bytes (which
+    Python reads as lone surrogates) become ``\\xff`` escapes, any other lone surrogate a
+    ``\\udcff`` one, so that no output line fails to encode."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+            return value
+        except UnicodeEncodeError:
+            try:
+                raw = value.encode("utf-8", "surrogateescape")
+                return raw.decode("utf-8", "backslashreplace")
+            except UnicodeEncodeError:
+                return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    if isinstance(value, dict):
+        return {_printable(k): _printable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_printable(v) for v in value]
+    return value
+
+
 def run_meta(args: argparse.Namespace, out: Output) -> int:
+    path = _printable(args.path)
     if not (args.set or args.delete or args.clear):
-        meta = read_metadata(args.path)
+        meta = _printable(read_metadata(args.path))
         if out.json_mode:
-            out.json({"schema": 1, "path": args.path, "metadata": meta})
+            out.json({"schema": 1, "path": path, "metadata": meta})
         else:
             for key in sorted(meta):
                 out.line(f"{key}: {meta_text(meta[key])}")
         return 0
     r = edit_metadata(args.path, set=_pairs(args.set), delete=args.delete, clear=args.clear)
+    after = _printable(r.after)
     if out.json_mode:
-        out.json({"schema": 1, "path": args.path, "metadata": r.after, "before": r.before,
-                  "in_place": r.in_place, "files": list(r.paths)})  # fmt: skip
+        out.json({"schema": 1, "path": path, "metadata": after, "before": _printable(r.before),
+                  "method": r.method, "files": _printable(r.paths)})  # fmt: skip
     else:
-        how = "in place" if r.in_place else "by rewriting the file"
-        out.line(f"updated {len(r.paths)} file(s) {how}")
-        for key in sorted(r.after):
-            out.line(f"{key}: {meta_text(r.after[key])}")
+        how = "cloned" if r.method == "reflink" else "copied"
+        out.line(f"updated {len(r.paths)} file(s) atomically (tensor bytes {how})")
+        for key in sorted(after):
+            out.line(f"{key}: {meta_text(after[key])}")
     return 0

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 
 from rich.table import Table
@@ -13,7 +12,7 @@ from rich.tree import Tree
 from ..ops import content_hash, inspect, load, structural_hash
 from ..ops._structure import Structure, TensorEntry
 from ..ops.inspect import InspectResult, ModuleGroup, json_metadata, module_tree
-from ._output import Output, human_bytes
+from ._output import Output, human_bytes, printable
 
 __all__ = ["run_id", "run_inspect", "run_summary"]
 
@@ -25,14 +24,38 @@ def _shape(t: TensorEntry) -> str:
 
 
 def meta_text(value: object, limit: int | None = None) -> str:
-    """A metadata value for a terminal: control characters escaped (``\\n``, ``\\u007f``),
-    optionally cut to ``limit`` characters."""
-    text = str(value)
-    if any(c < " " or c == "\x7f" for c in text):
-        text = json.dumps(text, ensure_ascii=False)[1:-1]
+    """A metadata value for a terminal: made :func:`printable` (``\\n``, ``\\x7f``,
+    ``\\u202e``), optionally cut to ``limit`` characters.
+
+    Example:
+        >>> meta_text("a\\nb"), meta_text("x" * 10, 6)
+        ('a\\\\nb', 'xxx...')
+    """
+    text = printable(str(value))
     if limit is not None and len(text) > limit:
         text = text[: limit - 3] + "..."
     return text
+
+
+def cell(text: str) -> Text:
+    """A table cell: :func:`printable` text, never read as markup.
+
+    Example:
+        >>> cell("[bold]w\\x1b[2J").plain
+        '[bold]w\\\\x1b[2J'
+    """
+    return Text(printable(text))
+
+
+def label(text: str) -> Text:
+    """A tree label: :func:`printable` text, folded over lines rather than cut at the
+    terminal's width (a long module path keeps its dtype and counts).
+
+    Example:
+        >>> label("a.b\\u202e").plain, label("x").overflow
+        ('a.b\\\\u202e', 'fold')
+    """
+    return Text(printable(text), overflow="fold", no_wrap=False)
 
 
 def run_inspect(args: argparse.Namespace, out: Output) -> int:
@@ -42,7 +65,7 @@ def run_inspect(args: argparse.Namespace, out: Output) -> int:
         return 0
     _header(r, out)
     if args.tree:
-        out.render(_tree(module_tree(r.tensors), r))
+        out.render(_tree(module_tree(r.tensors), r, out.console.width))
         return 0
     _tensors(r, out, verbose=args.verbose)
     return 0
@@ -70,7 +93,7 @@ def _header(r: InspectResult, out: Output) -> None:
     table.add_column("parameters", justify="right")
     table.add_column("bytes", justify="right")
     for dt, n in r.parameters_by_dtype.items():
-        table.add_row(Text(dt), f"{n:,}", f"{r.bytes_by_dtype[dt]:,}")
+        table.add_row(cell(dt), f"{n:,}", f"{r.bytes_by_dtype[dt]:,}")
     out.render(table)
 
 
@@ -86,32 +109,50 @@ def _tensors(r: InspectResult, out: Output, *, verbose: bool) -> None:
         notes = [n for n in (t.layout, t.encoding) if n not in ("dense", "raw")]
         extra = f" ({', '.join(notes)})" if notes else ""
         table.add_row(
-            Text(t.name), Text(t.dtype + extra), _shape(t), f"{t.byte_length:,}",
-            Text(f"[{t.data_offsets[0]}, {t.data_offsets[1]})"),
+            cell(t.name), cell(t.dtype + extra), _shape(t), f"{t.byte_length:,}",
+            cell(f"[{t.data_offsets[0]}, {t.data_offsets[1]})"),
         )  # fmt: skip
     out.render(table)
     if len(shown) < len(r.tensors):
         out.line(f"... {len(r.tensors) - len(shown):,} more tensors (--verbose lists them all)")
 
 
-def _tree(root: ModuleGroup, r: InspectResult) -> Tree:
-    tree = Tree(Text(f"{os.path.basename(r.path)}  {root.parameters:,} parameters"))
-    _grow(tree, root)
+TREE_DEPTH = 16
+"""Module levels ``inspect --tree`` draws; deeper groups are listed flat under the last one
+drawn, with a note (each level takes 4 columns of guides)."""
+
+
+def _tree(root: ModuleGroup, r: InspectResult, width: int) -> Tree:
+    tree = Tree(label(f"{os.path.basename(r.path)}  {root.parameters:,} parameters"))
+    depth_limit = max(1, min(TREE_DEPTH, (width - 40) // 4))
+    stack: list[tuple[Tree, ModuleGroup, int]] = [(tree, root, 0)]
+    while stack:  # no recursion: a file can nest names as deep as it likes
+        node, group, depth = stack.pop()
+        cut = len(group.prefix) + 1 if group.prefix else 0
+        if depth >= depth_limit and group.children:
+            _flat(node, group, cut)
+            continue
+        for child in group.children:
+            text = (
+                f"{child.prefix[cut:]}  {child.parameters:,} parameters, {human_bytes(child.bytes)}"
+            )
+            stack.append((node.add(label(text)), child, depth + 1))
+        for t in group.tensors:
+            node.add(label(f"{t.name[cut:]}  {t.dtype} {_shape(t)}  {t.parameters:,}"))
     return tree
 
 
-def _grow(node: Tree, group: ModuleGroup) -> None:
-    cut = len(group.prefix) + 1 if group.prefix else 0
-    for child in group.children:
-        branch = node.add(
-            Text(
-                f"{child.prefix[cut:]}  {child.parameters:,} parameters, {human_bytes(child.bytes)}"
-            )
-        )
-        _grow(branch, child)
-    for t in group.tensors:
-        leaf = t.name[len(group.prefix) + 1 :] if group.prefix else t.name
-        node.add(Text(f"{leaf}  {t.dtype} {_shape(t)}  {t.parameters:,}"))
+def _flat(node: Tree, group: ModuleGroup, cut: int) -> None:
+    """Every tensor below ``group``, one line each, after a note saying why."""
+    tensors: list[TensorEntry] = []
+    pending = [group]
+    while pending:
+        g = pending.pop()
+        tensors.extend(g.tensors)
+        pending.extend(g.children)
+    node.add(label(f"({len(tensors):,} tensors in modules nested deeper, listed flat)"))
+    for t in sorted(tensors, key=lambda t: t.name):
+        node.add(label(f"{t.name[cut:]}  {t.dtype} {_shape(t)}  {t.parameters:,}"))
 
 
 def run_id(args: argparse.Namespace, out: Output) -> int:

@@ -12,9 +12,11 @@ Example:
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import warnings
 from collections.abc import Callable, Sequence
+from typing import NoReturn
 
 from .._version import __version__
 from ..core.errors import (
@@ -50,11 +52,30 @@ def _describe(exc: BaseException) -> str:
         return f"invalid {exc.format or 'tensor'} file: {message}"
     if isinstance(exc, UnsupportedError):
         return f"unsupported: {message}"
-    if isinstance(exc, SourceError | OSError):
+    if isinstance(exc, SourceError):
+        if message.startswith(("cannot edit", "cannot write")):  # a failed write says so
+            return message
         return f"cannot read: {message}"
+    if isinstance(exc, OSError):  # not tensorfile's: whether it read or wrote is unknown
+        return f"I/O error: {message}"
     if isinstance(exc, InvalidArgumentError):
         return message
     return message
+
+
+class _UsageError(Exception):
+    """A bad command line, as argparse describes it, with the usage of the (sub)command."""
+
+    def __init__(self, message: str, usage: str) -> None:
+        super().__init__(message)
+        self.usage = " ".join(usage.split())
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error becomes one line of tensorfile's (no usage block)."""
+
+    def error(self, message: str) -> NoReturn:
+        raise _UsageError(message, self.format_usage())
 
 
 def _unique(caught: list[warnings.WarningMessage]) -> list[warnings.WarningMessage]:
@@ -69,7 +90,7 @@ def _unique(caught: list[warnings.WarningMessage]) -> list[warnings.WarningMessa
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="tensorfile",
         description="Inspect, identify, diff and edit tensor files, reading headers only.",
     )
@@ -79,7 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
     def command(name: str, run: Command, help: str) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help, description=help)
         p.add_argument("--json", action="store_true", help="print JSON on stdout, nothing else")
-        p.set_defaults(run=run)
+        p.set_defaults(run=run, parser=p)
         return p
 
     p = command("inspect", run_inspect, "format, counts, sizes, metadata and tensors")
@@ -107,7 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--fail-on-diff", action="store_true", help="exit with status 1 when the files differ"
     )
 
-    p = command("meta", run_meta, "print the metadata, or edit it in place")
+    p = command("meta", run_meta, "print the metadata, or edit it (atomically: file + rename)")
     p.add_argument("path", help=PATH_HELP)
     p.add_argument(
         "--set", action="append", default=[], metavar="K=V", help="set a key (repeatable)"
@@ -119,13 +140,50 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _lenient_streams() -> None:
+    """Text a terminal's legacy encoding (Latin-1...) cannot show is written as escapes,
+    not a crash (UTF-8 streams need nothing: every text is made printable first)."""
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        encoding = str(getattr(stream, "encoding", "utf-8") or "").lower().replace("-", "")
+        if reconfigure is not None and encoding != "utf8" and stream.errors == "strict":
+            try:
+                reconfigure(errors="backslashreplace")
+            except (OSError, ValueError):  # pragma: no cover - a closed or odd stream
+                pass
+
+
+def _drop_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's last flush has nowhere to fail."""
+    try:
+        fd = sys.stdout.fileno()
+        devnull = os.open(os.devnull, os.O_WRONLY)
+    except (AttributeError, OSError, ValueError):  # not a real file (captured, closed)
+        return
+    os.dup2(devnull, fd)
+    os.close(devnull)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; returns the exit status."""
+    """Run the command line; returns the exit status.
+
+    Bad input and bad arguments end with one ``tensorfile: error:`` line on stderr and
+    status 2, never a traceback (an unexpected exception too: it is reported as an internal
+    error on one line).
+    """
+    _lenient_streams()
     parser = build_parser()
     try:
-        args = parser.parse_args(argv)
-    except SystemExit as exc:  # --help, --version, or a usage error (already printed)
+        args, extra = parser.parse_known_args(argv)
+        if extra:  # told with the usage of the command they were given to
+            where: argparse.ArgumentParser = getattr(args, "parser", parser)
+            more = f" and {len(extra) - 5:,} more" if len(extra) > 5 else ""
+            where.error(f"unrecognized arguments: {' '.join(extra[:5])}{more}")
+    except SystemExit as exc:  # --help or --version (already printed)
         return int(exc.code) if isinstance(exc.code, int) else EXIT_USAGE
+    except _UsageError as exc:
+        Output(json_mode=False).error(f"{exc} ({exc.usage}; --help for more)")
+        return EXIT_USAGE
     out = Output(json_mode=bool(getattr(args, "json", False)))
     try:
         with warnings.catch_warnings(record=True) as caught:
@@ -137,10 +195,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         out.error("interrupted")
         return EXIT_INTERRUPTED
-    except BrokenPipeError:  # pragma: no cover - e.g. `tensorfile inspect ... | head`
+    except BrokenPipeError:  # e.g. `tensorfile inspect ... | head`: the reader has enough
+        _drop_stdout()
         return EXIT_OK
     except (TensorFileError, OSError) as exc:
         out.error(_describe(exc))
+        return EXIT_USAGE
+    except Exception as exc:  # a bug: still one line, never a traceback
+        out.error(f"internal error ({type(exc).__name__}): {_describe(exc)}; please report it")
         return EXIT_USAGE
 
 

@@ -1,8 +1,23 @@
 """Atomic file writes: a temporary file in the destination's folder, renamed into place.
 
-A reader never sees a partial file at the destination, and a failure at any point leaves
-whatever was there before untouched. The temporary file is created with mode 0666 minus the
-process umask (what ``open(path, "w")`` would give), not the 0600 of ``mkstemp``.
+A reader never sees a partial file at the destination, and a failure at any point, a
+``SIGKILL`` included, leaves whatever was there before untouched. The temporary file is
+created with mode 0666 minus the process umask (what ``open(path, "w")`` would give), not the
+0600 of ``mkstemp``.
+
+Temporary files are named ``.{name}.tensorfile-{12 hex digits}.tmp`` and their writer holds an
+exclusive ``flock`` on them until it renames or removes them. A writer killed on the way
+leaves its temporary file behind (as large as what it had written); the next
+:class:`AtomicFile` for the same destination removes such leftovers: files of exactly that
+name pattern whose lock it can take, i.e. whose writer is gone. A live writer's file, and
+any other file, is never touched.
+
+Edits of existing files (:func:`rewrite`) are built the same way: the new file is a clone of
+the old one (``FICLONE``/``FICLONERANGE``, no data copied, where the file system shares
+blocks: xfs, btrfs) or a kernel-side copy (``copy_file_range``), gets its new bytes, keeps
+the old file's mode and owner, and is renamed over it. :func:`check_editable` is what an edit
+refuses before anything is written: symlinks are followed (the real file is edited, in its
+own folder), files with several hard links and read-only files or folders are refused.
 
 Example:
     >>> import os, tempfile
@@ -11,26 +26,124 @@ Example:
     ...     _ = os.write(fd, b"data")
     >>> open(path, "rb").read()
     b'data'
+    >>> rewrite(path, b"new ", 0, 4, b"!")  # the 4 kept bytes move by 4: copied, not cloned
+    'copy'
+    >>> open(path, "rb").read()
+    b'new data!'
 """
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import os
 import secrets
+import stat
+import struct
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Literal
 
 from .errors import SourceError
 
 __all__ = [
+    "CLONE_BLOCK",
     "AtomicFile",
     "atomic_write",
+    "check_editable",
     "copy_range",
+    "is_temp_name",
     "preallocate",
+    "remove_stale_temps",
     "rewrite",
     "write_all",
-    "write_in_place",
 ]
+
+TEMP_TAG = "tensorfile"
+"""The word in every temporary file's name that says tensorfile wrote it."""
+
+CLONE_BLOCK = 4096
+"""Block size that a moved range must keep its offset modulo to be cloned, not copied (the
+block size of xfs, btrfs and ext4 on common systems)."""
+
+_HEX = 12
+_FICLONE = 0x40049409  # _IOW(0x94, 9, int)
+_FICLONERANGE = 0x4020940D  # _IOW(0x94, 13, struct file_clone_range)
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+
+Method = Literal["reflink", "copy"]
+
+
+def _temp_prefix(base: str) -> str:
+    return f".{base}.{TEMP_TAG}-"
+
+
+def is_temp_name(name: str, base: str) -> bool:
+    """Whether ``name`` is a tensorfile temporary file for the destination named ``base``.
+
+    Example:
+        >>> is_temp_name(".m.zt.tensorfile-0123456789ab.tmp", "m.zt")
+        True
+        >>> is_temp_name(".m.zt.0123456789ab.tmp", "m.zt"), is_temp_name(".m.zt.tmp", "m.zt")
+        (False, False)
+    """
+    prefix = _temp_prefix(base)
+    if not (name.startswith(prefix) and name.endswith(".tmp")):
+        return False
+    digits = name[len(prefix) : -4]
+    return len(digits) == _HEX and all(c in "0123456789abcdef" for c in digits)
+
+
+def remove_stale_temps(path: str | os.PathLike[str]) -> list[str]:
+    """Remove the temporary files that killed writers left for the destination ``path``.
+
+    Only regular files named like this module's temporary files for ``path`` are candidates,
+    and one is removed only while this call holds its ``flock``: a live writer holds it, so
+    its file survives. Returns the names removed. Nothing here raises: a file that cannot be
+    opened, locked or removed is left alone.
+
+    Example:
+        >>> import os, tempfile
+        >>> folder = tempfile.mkdtemp()
+        >>> _ = open(os.path.join(folder, ".x.bin.tensorfile-00000000000a.tmp"), "w")
+        >>> _ = open(os.path.join(folder, ".x.bin.other.tmp"), "w")
+        >>> remove_stale_temps(os.path.join(folder, "x.bin")), sorted(os.listdir(folder))
+        (['.x.bin.tensorfile-00000000000a.tmp'], ['.x.bin.other.tmp'])
+    """
+    dest = os.fspath(path)
+    folder, base = os.path.dirname(dest) or ".", os.path.basename(dest)
+    prefix = _temp_prefix(base)
+    removed: list[str] = []
+    try:
+        with os.scandir(folder) as entries:
+            names = [e.name for e in entries if e.name.startswith(prefix)]
+    except OSError:
+        return removed
+    for name in names:
+        if is_temp_name(name, base) and _remove_if_unlocked(os.path.join(folder, name)):
+            removed.append(name)
+    return removed
+
+
+def _remove_if_unlocked(tmp: str) -> bool:
+    try:  # O_NONBLOCK: a FIFO of that name must not block us; O_NOFOLLOW: nor a symlink lead us
+        fd = os.open(tmp, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | _CLOEXEC)
+    except OSError:
+        return False
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return False
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # fails while its writer lives
+        now = os.stat(tmp, follow_symlinks=False)
+        if (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino):
+            return False
+        os.unlink(tmp)  # names are never reused: this can only remove that same file
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 class AtomicFile:
@@ -38,40 +151,59 @@ class AtomicFile:
     :meth:`abort` removes. Writers that live longer than one ``with`` block (a streaming
     writer) hold one of these; :func:`atomic_write` is the ``with`` form.
 
+    The constructor first removes what killed writers left for the same destination
+    (:func:`remove_stale_temps`), then creates ``.{name}.tensorfile-{hex}.tmp`` and locks it
+    (``flock``) for as long as it lives.
+
     Example:
         >>> import os, tempfile
         >>> path = os.path.join(tempfile.mkdtemp(), "x.bin")
         >>> f = AtomicFile(path)
+        >>> os.path.basename(f.tmp).startswith(".x.bin.tensorfile-")
+        True
         >>> _ = os.write(f.fd, b"data")
         >>> f.commit()
-        >>> open(path, "rb").read()
-        b'data'
+        >>> open(path, "rb").read(), os.listdir(os.path.dirname(path))
+        (b'data', ['x.bin'])
     """
 
     def __init__(self, path: str | os.PathLike[str], *, fsync: bool = False) -> None:
         self.dest = os.fspath(path)
         self.fsync = fsync
         self.folder = os.path.dirname(self.dest) or "."
+        self.fd = -1
+        self.done = True
         if os.path.isdir(self.dest):
             raise SourceError(f"cannot write {self.dest}: it is a directory")
-        name = f".{os.path.basename(self.dest)}.{secrets.token_hex(6)}.tmp"
-        self.tmp = os.path.join(self.folder, name)
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
-        try:
-            self.fd = os.open(self.tmp, flags, 0o666)
-        except OSError as exc:
-            raise SourceError(f"cannot write {self.dest}: {exc.strerror or exc}") from exc
-        self.done = False
+        remove_stale_temps(self.dest)
+        base = os.path.basename(self.dest)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _CLOEXEC
+        for _ in range(100):
+            self.tmp = os.path.join(self.folder, f"{_temp_prefix(base)}{secrets.token_hex(6)}.tmp")
+            try:
+                fd = os.open(self.tmp, flags, 0o666)
+            except FileExistsError:
+                continue
+            except OSError as exc:
+                raise SourceError(f"cannot write {self.dest}: {exc.strerror or exc}") from exc
+            if _lock_own(fd, self.tmp):
+                self.fd = fd
+                self.done = False
+                return
+            os.close(fd)  # another writer's cleanup removed it before we locked it: again
+        raise SourceError(f"cannot write {self.dest}: no temporary file could be kept")
 
     def commit(self) -> None:
-        """Flush (with ``fsync``), close and rename the file over the destination."""
+        """Flush (with ``fsync``) and rename the file over the destination, then close it.
+
+        The rename happens while the lock is still held, so no cleanup can remove the file
+        between the end of the writing and the rename.
+        """
         if self.done:
             return
         try:
             if self.fsync:
                 os.fsync(self.fd)
-            os.close(self.fd)
-            self.fd = -1
             os.replace(self.tmp, self.dest)
         except OSError as exc:
             self.abort()
@@ -80,21 +212,38 @@ class AtomicFile:
             self.abort()
             raise
         self.done = True
+        os.close(self.fd)
+        self.fd = -1
         if self.fsync:
             _fsync_dir(self.folder)
 
     def abort(self) -> None:
-        """Close and remove the temporary file; the destination is untouched."""
+        """Remove and close the temporary file; the destination is untouched."""
         if self.done:
             return
         self.done = True
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
         try:
             os.unlink(self.tmp)
         except FileNotFoundError:
             pass
+        finally:
+            if self.fd >= 0:
+                os.close(self.fd)
+                self.fd = -1
+
+
+def _lock_own(fd: int, tmp: str) -> bool:
+    """Lock the file just created; False when a cleanup removed it before the lock."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    except OSError:  # no locks on this file system: nothing can clean it up either
+        return True
+    try:
+        now = os.stat(tmp, follow_symlinks=False)
+    except OSError:
+        return False
+    st = os.fstat(fd)
+    return (now.st_dev, now.st_ino) == (st.st_dev, st.st_ino)
 
 
 @contextmanager
@@ -155,40 +304,184 @@ def preallocate(fd: int, size: int, offset: int = 0) -> None:
         os.ftruncate(fd, max(offset + size, os.fstat(fd).st_size))
 
 
-def write_in_place(path: str, size: int, offset: int, data: bytes) -> None:
-    """One positional write of ``data`` at ``offset`` of the ``size``-byte file ``path``,
-    then fsync; refused when the file's size changed since it was read."""
-    try:
-        fd = os.open(path, os.O_RDWR | getattr(os, "O_CLOEXEC", 0))
-    except OSError as exc:
-        raise SourceError(f"cannot open {path} for writing: {exc.strerror or exc}") from exc
-    try:
-        if os.fstat(fd).st_size != size:
-            raise SourceError(f"{path} changed while it was being edited; nothing was written")
-        write_all(fd, memoryview(data), offset)
-        os.fsync(fd)
-    except OSError as exc:
-        raise SourceError(f"writing {path} failed: {exc.strerror or exc}") from exc
-    finally:
-        os.close(fd)
+# -- editing existing files -------------------------------------------------------------------
 
 
-def rewrite(path: str, head: bytes, copy_from: int, copy_len: int, tail: bytes) -> None:
-    """Replace ``path`` by ``head`` + ``copy_len`` of its bytes from ``copy_from`` + ``tail``,
-    written to a temporary file (keeping the file's mode) that is renamed over it."""
+def _can_write(st: os.stat_result) -> bool:
+    """What the mode bits allow this process (root: any write bit at all)."""
+    euid = os.geteuid()
+    if euid == 0:
+        return bool(st.st_mode & 0o222)
+    if st.st_uid == euid:
+        return bool(st.st_mode & stat.S_IWUSR)
+    if st.st_gid == os.getegid() or st.st_gid in os.getgroups():
+        return bool(st.st_mode & stat.S_IWGRP)
+    return bool(st.st_mode & stat.S_IWOTH)
+
+
+def check_editable(path: str) -> tuple[str, os.stat_result]:
+    """The real file behind ``path`` (symlinks followed) and its status, once it is known
+    that an edit by temporary file + rename may replace it; else a :class:`SourceError`
+    that says why not, before anything is written.
+
+    Refused: a file that is not a regular file, has several hard links (an edit makes a new
+    file: the other names would keep the old contents), or is read-only by its mode bits
+    (checked as bits, so that root is refused too), and a file whose folder or file system
+    is read-only.
+
+    Example:
+        >>> import os, tempfile
+        >>> path = os.path.join(tempfile.mkdtemp(), "x.bin")
+        >>> _ = open(path, "w").write("x")
+        >>> check_editable(path)[0] == os.path.realpath(path)
+        True
+        >>> os.chmod(path, 0o444)
+        >>> try:
+        ...     check_editable(path)
+        ... except SourceError as exc:
+        ...     print(str(exc).split(": ", 1)[1])
+        the file is read-only (mode 0444); nothing was written
+    """
+    real = os.path.realpath(path)
+    shown = path if real == os.path.abspath(path) else f"{path} (a link to {real})"
     try:
-        src = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        st = os.stat(real)
     except OSError as exc:
-        raise SourceError(f"cannot open {path}: {exc.strerror or exc}") from exc
+        raise SourceError(f"cannot edit {shown}: {exc.strerror or exc}") from exc
+    mode = stat.S_IMODE(st.st_mode)
+    if not stat.S_ISREG(st.st_mode):
+        raise SourceError(f"cannot edit {shown}: it is not a regular file")
+    if st.st_nlink > 1:
+        raise SourceError(
+            f"cannot edit {shown}: it has {st.st_nlink} hard links, and an atomic edit writes "
+            f"a new file, so the other {st.st_nlink - 1} name(s) would keep the old contents; "
+            "edit a copy, or remove the other links first; nothing was written"
+        )
+    if not _can_write(st) or (os.geteuid() != 0 and not os.access(real, os.W_OK)):
+        raise SourceError(
+            f"cannot edit {shown}: the file is read-only (mode {mode:04o}); nothing was written"
+        )
+    folder = os.path.dirname(real)
     try:
-        mode = os.fstat(src).st_mode & 0o7777
-        with atomic_write(path, fsync=True) as dst:
-            write_all(dst, memoryview(head))
-            copy_range(src, dst, copy_from, copy_len, len(head))
-            write_all(dst, memoryview(tail), len(head) + copy_len)
-            os.fchmod(dst, mode)
+        fst = os.stat(folder)
+        read_only_fs = bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
+    except OSError as exc:
+        raise SourceError(f"cannot edit {shown}: {folder}: {exc.strerror or exc}") from exc
+    if read_only_fs:
+        raise SourceError(f"cannot edit {shown}: its file system is mounted read-only")
+    if not _can_write(fst) or (os.geteuid() != 0 and not os.access(folder, os.W_OK | os.X_OK)):
+        raise SourceError(
+            f"cannot edit {shown}: its folder {folder} is read-only (mode "
+            f"{stat.S_IMODE(fst.st_mode):04o}), and the edited file is written there and "
+            "renamed into place; nothing was written"
+        )
+    return real, st
+
+
+def _identity(st: os.stat_result) -> tuple[int, int, int, int]:
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+
+
+def rewrite(
+    path: str,
+    head: bytes,
+    copy_from: int,
+    copy_len: int,
+    tail: bytes,
+    *,
+    expect: os.stat_result | None = None,
+) -> Method:
+    """Replace ``path`` by ``head`` + ``copy_len`` of its bytes from ``copy_from`` + ``tail``.
+
+    The new file is written beside the real file (symlinks followed; see
+    :func:`check_editable` for what is refused), keeps its mode and, where permitted, its
+    owner, is flushed, and renamed over it: a process killed at any instant leaves the old
+    file or the new one, and readers see one or the other. The kept bytes are cloned where
+    the file system can share blocks (``"reflink"``: nothing copied; it needs
+    ``len(head) - copy_from`` to be a multiple of :data:`CLONE_BLOCK`), else copied in the
+    kernel (``"copy"``). Returns which. ``expect`` is the status of the file when its header
+    was read: if the file changed since, nothing is written.
+    """
+    real, st = check_editable(path)
+    if expect is not None and _identity(st) != _identity(expect):
+        raise SourceError(f"cannot write {path}: it changed while it was being edited")
+    try:
+        src = os.open(real, os.O_RDONLY | _CLOEXEC)
+    except OSError as exc:
+        raise SourceError(f"cannot write {path}: {exc.strerror or exc}") from exc
+    try:
+        sst = os.fstat(src)
+        if _identity(sst) != _identity(st) or copy_from + copy_len > sst.st_size:
+            raise SourceError(f"cannot write {path}: it changed while it was being edited")
+        f = AtomicFile(real, fsync=True)
+        try:
+            method = _fill(src, f.fd, sst.st_size, head, copy_from, copy_len, tail)
+            _keep_owner_and_mode(f.fd, sst)
+            if _identity(os.stat(real)) != _identity(sst):  # another edit got there first
+                raise SourceError(f"cannot write {path}: it changed while it was being edited")
+            f.commit()
+        except OSError as exc:
+            f.abort()
+            raise SourceError(f"cannot write {path}: {exc.strerror or exc}") from exc
+        except BaseException:
+            f.abort()
+            raise
     finally:
         os.close(src)
+    return method
+
+
+def _fill(
+    src: int, dst: int, size: int, head: bytes, copy_from: int, copy_len: int, tail: bytes
+) -> Method:
+    """Write the new file's bytes into the empty ``dst``."""
+    end = copy_from + copy_len
+    out_len = len(head) + copy_len + len(tail)
+    delta = len(head) - copy_from
+    method: Method = "copy"
+    start = copy_from - copy_from % CLONE_BLOCK
+    if delta % CLONE_BLOCK == 0 and copy_len > 0 and start + delta >= 0:
+        stop = end if end == size else end - end % CLONE_BLOCK
+        if stop > start and _clone(src, dst, start, 0 if stop == size else stop - start, delta):
+            method = "reflink"
+            copy_range(src, dst, stop, end - stop, stop + delta)  # under a block, if any
+    if method == "copy":
+        os.ftruncate(dst, 0)
+        copy_range(src, dst, copy_from, copy_len, len(head))
+    write_all(dst, memoryview(head), 0)  # also covers cloned bytes of the old header
+    write_all(dst, memoryview(tail), len(head) + copy_len)
+    os.ftruncate(dst, out_len)
+    return method
+
+
+def _clone(src: int, dst: int, offset: int, length: int, delta: int) -> bool:
+    """Share ``length`` bytes (0: to the end) of ``src`` from ``offset`` with ``dst`` at
+    ``offset + delta``; False where the file system cannot."""
+    try:
+        if offset == 0 and length == 0 and delta == 0:
+            fcntl.ioctl(dst, _FICLONE, src)
+        else:
+            arg = struct.pack("=qQQQ", src, offset, length, offset + delta)
+            fcntl.ioctl(dst, _FICLONERANGE, arg)
+        return True
+    except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EIO):
+            raise
+        return False  # EOPNOTSUPP, EXDEV, EINVAL (alignment), ENOTTY, ...
+
+
+def _keep_owner_and_mode(fd: int, st: os.stat_result) -> None:
+    """Give the new file the old one's owner (where permitted) and permission bits."""
+    own = os.fstat(fd)
+    if (own.st_uid, own.st_gid) != (st.st_uid, st.st_gid):
+        try:
+            os.fchown(fd, st.st_uid, st.st_gid)
+        except PermissionError:
+            try:  # a member of the file's group may still keep that
+                os.fchown(fd, -1, st.st_gid)
+            except PermissionError:
+                pass
+    os.fchmod(fd, stat.S_IMODE(st.st_mode))  # after chown, which clears set-id bits
 
 
 def copy_range(src: int, dst: int, offset: int, length: int, out_offset: int) -> None:

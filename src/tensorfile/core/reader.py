@@ -17,6 +17,7 @@ Example:
 from __future__ import annotations
 
 import math
+import reprlib
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Self, TypeVar
 
@@ -27,7 +28,15 @@ from .catalog import ByteRange, Catalog, TensorInfo
 from .errors import InvalidArgumentError, TensorFileError, TensorNotFoundError, UnsupportedError
 from .source import Source
 
-__all__ = ["Allocator", "Reader", "bytes_view", "index_copy", "numpy_allocator"]
+__all__ = [
+    "Allocator",
+    "Reader",
+    "brief",
+    "bytes_view",
+    "index_copy",
+    "names_list",
+    "numpy_allocator",
+]
 
 T = TypeVar("T")
 NDArray = np.ndarray[Any, Any]
@@ -101,7 +110,10 @@ class Reader:
         return list(self.catalog.tensors)
 
     def __contains__(self, name: object) -> bool:
-        return name in self.catalog.tensors
+        try:
+            return name in self.catalog.tensors
+        except TypeError:  # unhashable
+            return False
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.keys())
@@ -115,7 +127,11 @@ class Reader:
             return self.catalog.tensors[name]
         except KeyError:
             raise self._not_found(
-                f"{self.source.name} does not contain a tensor named {name!r}"
+                f"{self.source.name} does not contain a tensor named {_name_text(name)}"
+            ) from None
+        except TypeError:  # unhashable: a list, a dict...
+            raise InvalidArgumentError(
+                f"a tensor name is a string, got {type(name).__name__}"
             ) from None
 
     # -- reading -------------------------------------------------------------------------
@@ -164,7 +180,7 @@ class Reader:
     def get_tensors(self, names: Iterable[str] | None = None) -> dict[str, NDArray]:
         """Owned numpy copies of ``names`` (all tensors by default), read in as few calls as
         the file layout allows."""
-        names = self.keys() if names is None else list(names)
+        names = self.keys() if names is None else names_list(names)
         return dict(zip(names, self.read_into(names, numpy_allocator), strict=True))
 
     def read_into(self, names: list[str], alloc: Allocator[T]) -> list[T]:
@@ -197,7 +213,7 @@ class Reader:
     def _unholdable(self, info: TensorInfo, exc: BaseException) -> TensorFileError:
         """The error for a tensor the file describes validly but memory cannot hold."""
         return UnsupportedError(
-            f"{self.source.name}: tensor {info.name!r} of shape {_shape_text(info.shape)} "
+            f"{self.source.name}: tensor {info.name!r} of shape {_slicing.shape_text(info.shape)} "
             f"cannot be held as an array: {exc}"
         )
 
@@ -253,16 +269,16 @@ class Reader:
             raise
         except ValueError as exc:  # numpy cannot even describe the shape
             raise self._unholdable(info, exc) from exc
-        if not p.rows:
+        if not p.span:
             return self._empty(info, p.result_shape)
         rest = info.shape[p.axis + 1 :]
         row_bytes = math.prod(rest) * dt.itemsize
         base = info.byte_range.start + p.prefix * dt.itemsize
-        arr = self._empty(info, (len(p.rows), *rest))
+        arr = self._empty(info, (len(p.span), *rest))
         if p.dense:
-            self._readinto(base + p.rows[0] * row_bytes, [bytes_view(arr)])
+            self._readinto(base + p.span[0] * row_bytes, [bytes_view(arr)])
         else:
-            for k, row in enumerate(p.rows):
+            for k, row in enumerate(p.span):
                 self._readinto(base + row * row_bytes, [bytes_view(arr[k])])
         ndim = len(info.shape)
         sub = arr.reshape((1,) * p.axis + arr.shape) if p.axis < ndim else arr.reshape((1,) * ndim)
@@ -286,18 +302,73 @@ class Reader:
         return f"<tensorfile.Reader {self.format} {self.source.name!r}: {len(self)} tensors>"
 
 
-def _shape_text(shape: tuple[int, ...]) -> str:
-    """A shape for a message: in full when short, else its rank and first dimensions."""
-    if len(shape) <= 8:
-        return str(list(shape))
-    return f"[{', '.join(map(str, shape[:4]))}, ...] ({len(shape)} dimensions)"
+def names_list(names: Iterable[str]) -> list[str]:
+    """``names`` as a list; an :class:`InvalidArgumentError` when it is not an iterable of
+    names (a lone string is one name).
+
+    Example:
+        >>> names_list("w"), names_list(("a", "b"))
+        (['w'], ['a', 'b'])
+    """
+    if isinstance(names, str):
+        return [names]
+    try:
+        return list(names)
+    except TypeError:
+        raise InvalidArgumentError(
+            f"expected an iterable of tensor names, got {type(names).__name__}"
+        ) from None
+
+
+def _name_text(name: object) -> str:
+    """A tensor name for a message: its repr, cut short when long (never the repr of an
+    arbitrary object, which can be huge or fail)."""
+    if isinstance(name, str):
+        if len(name) > 200:
+            return f"{name[:200]!r}... ({len(name):,} characters)"
+        return repr(name)
+    if isinstance(name, int) and name.bit_length() <= 64:
+        return repr(name)
+    return f"<{type(name).__name__}>"
 
 
 def index_copy(arr: NDArray, key: Any) -> NDArray:
     """``arr[key]`` as an owned C-contiguous array; a bad index is an InvalidArgumentError."""
     try:
         return np.array(arr[key], order="C", copy=True)  # (ascontiguousarray makes 0-d 1-d)
-    except (IndexError, TypeError, ValueError) as exc:
+    except (IndexError, TypeError, ValueError, OverflowError) as exc:
         raise InvalidArgumentError(
-            f"invalid index {key!r} for shape {list(arr.shape)}: {exc}"
+            f"invalid index {brief(key)} for shape {list(arr.shape)}: {exc}"
         ) from exc
+
+
+class _BriefRepr(reprlib.Repr):
+    """reprlib's bounded repr, with integers too long to print shown by their size."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.maxstring = self.maxother = 100
+        self.maxlong = 40
+
+    def repr_int(self, x: int, level: int) -> str:
+        if x.bit_length() > 128:
+            return f"<an integer of {x.bit_length():,} bits>"
+        return super().repr_int(x, level)
+
+
+_BRIEF = _BriefRepr()
+
+
+def brief(value: object) -> str:
+    """A short repr of any value, for an error message: bounded in length and time, and it
+    never fails (an integer past Python's 4,300-digit limit is shown by its size, an object
+    whose repr raises by its type).
+
+    Example:
+        >>> brief(10**5000), brief(list(range(100))), len(brief("x" * 10_000))
+        ('<an integer of 16,610 bits>', '[0, 1, 2, 3, 4, 5, ...]', 100)
+    """
+    try:
+        return _BRIEF.repr(value)
+    except Exception:
+        return f"<{type(value).__name__}>"

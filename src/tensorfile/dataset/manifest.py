@@ -7,6 +7,14 @@ need not guess them. A dataset written from an empty input has an empty shard li
 JSON schema's ``minItems: 1`` does not allow; tensorfile writes and reads it anyway. A folder
 of shards without a manifest is read through one built from its files (:func:`load_manifest`).
 
+A manifest is read as a lie until checked: at most :data:`MAX_MANIFEST_BYTES` bytes of a
+regular file (a FIFO is refused, never waited on), JSON without NaN, infinities or nesting
+deep enough to exhaust the stack, then every field's type and range (counts are integers
+from 0 to 2**63-1, totals add up, shard paths are relative ``.safetensors`` paths inside the
+folder, each listed once, the schema maps names to a known dtype and a shape of at most
+:data:`MAX_DIMS` dimensions). Anything else is a :class:`~tensorfile.errors.FormatError`
+saying what is wrong and where.
+
 Example:
     >>> m = Manifest([ShardEntry("part-00000-0000-x.safetensors", 4, 100)],
     ...              {"x": {"dtype": "F32", "shape": [4, 2]}}, mode="batch", columns=["x"])
@@ -18,30 +26,41 @@ from __future__ import annotations
 
 import glob
 import json
+import math
 import os
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
+from ..core import dtypes
 from ..core.atomic import atomic_write, write_all
-from ..core.errors import FormatError, InvalidArgumentError, SourceError
-from ..formats import open_reader
+from ..core.errors import FormatError, InvalidArgumentError, SourceError, TensorFileError
+from ..formats import read_catalog
+from .files import INDEX_NAME, MANIFEST_NAME, check_shard_file, read_bounded
 
 __all__ = [
     "INDEX_NAME",
     "MANIFEST_NAME",
+    "MAX_DIMS",
+    "MAX_MANIFEST_BYTES",
     "Manifest",
     "ShardEntry",
+    "check_capacity",
     "kv_name",
     "load_manifest",
+    "parse_json",
+    "previous_listing",
     "read_manifest",
     "scan_folder",
     "shard_file",
     "split_key",
-    "write_index",
 ]
 
-MANIFEST_NAME = "dataset_manifest.json"
-INDEX_NAME = "_tensor_index.parquet"
+MAX_MANIFEST_BYTES = 64 << 20
+"""The largest manifest read (64 MiB: some 400,000 shards)."""
+MAX_DIMS = 64
+"""The most dimensions a schema shape may have (numpy's limit)."""
+_MAX_COUNT = (1 << 63) - 1
+_MODES = ("batch", "kv")
 
 
 @dataclass(frozen=True)
@@ -120,34 +139,51 @@ class Manifest:
 
     @classmethod
     def from_json(cls, doc: Any, where: str = "the manifest") -> Manifest:
-        """Parse and check a manifest document."""
+        """Parse and check a manifest document (see the module docstring for the checks).
+
+        Example:
+            >>> doc = {"format_version": "1.0", "safetensors_version": "1.0",
+            ...        "total_samples": -1, "total_bytes": 0, "shards": []}
+            >>> try:
+            ...     Manifest.from_json(doc)
+            ... except FormatError as exc:
+            ...     print(exc)
+            the manifest: total_samples must be an integer from 0 to 2**63-1, got -1
+        """
         if not isinstance(doc, dict):
-            raise FormatError(f"{where} is not a JSON object")
-        for key in ("format_version", "total_samples", "total_bytes", "shards"):
+            _fail(where, f"the document is {_kind(doc)}, not a JSON object")
+        for key in ("format_version", "safetensors_version", "total_samples", "total_bytes"):
             if key not in doc:
-                raise FormatError(f"{where} has no {key!r}")
-        if doc["format_version"] != "1.0":
-            raise FormatError(f"{where}: format_version {doc['format_version']!r} is not 1.0")
-        shards = []
-        for i, s in enumerate(doc["shards"] if isinstance(doc["shards"], list) else []):
-            try:
-                entry = ShardEntry(str(s["shard_path"]), int(s["samples_count"]), int(s["bytes"]))
-            except (KeyError, TypeError, ValueError):
-                raise FormatError(f"{where}: shard {i} is malformed: {s!r}") from None
-            if os.path.isabs(entry.shard_path) or ".." in entry.shard_path.split("/"):
-                raise FormatError(f"{where}: shard path {entry.shard_path!r} leaves the dataset")
-            shards.append(entry)
-        extra_raw, schema_raw = doc.get("tensorfile"), doc.get("schema")
-        extra: dict[str, Any] = extra_raw if isinstance(extra_raw, dict) else {}
-        schema: dict[str, Any] = schema_raw if isinstance(schema_raw, dict) else {}
-        mode = extra.get("mode") or "batch"
+                _fail(where, f"there is no {key!r} field")
+        for key in ("format_version", "safetensors_version"):
+            if doc[key] != "1.0":
+                _fail(where, f"{key} {_show(doc[key])} is not '1.0'")
+        total_samples = _count(doc["total_samples"], "total_samples", where)
+        total_bytes = _count(doc["total_bytes"], "total_bytes", where)
+        extra = _extra(doc.get("tensorfile"), where)
+        mode = extra["mode"]
+        shards = _shards(doc.get("shards", _MISSING), where)
+        for name, total, got in (
+            ("total_samples", total_samples, sum(s.samples_count for s in shards)),
+            ("total_bytes", total_bytes, sum(s.bytes for s in shards)),
+        ):
+            if total != got:
+                _fail(where, f"{name} is {total}, but the shards add up to {got}")
+        schema = _schema(doc.get("schema"), where)
+        columns: list[str] = extra["columns"]
+        if mode == "batch" and shards:
+            missing = [c for c in columns if c not in schema]
+            if missing:
+                _fail(where, f"the schema does not describe column(s) {', '.join(missing)}")
+        if extra["name_col"] is not None and extra["name_col"] in columns:
+            _fail(where, f"the key column {extra['name_col']!r} is also a tensor column")
         return cls(
             shards,
-            dict(schema),
-            mode=str(mode),
-            columns=[str(c) for c in extra.get("columns") or []],
-            kv_separator=str(extra.get("kv_separator", "__")),
-            name_col=str(extra["name_col"]) if extra.get("name_col") else None,
+            schema,
+            mode=mode,
+            columns=columns,
+            kv_separator=extra["kv_separator"],
+            name_col=extra["name_col"],
         )
 
     def write(self, folder: str) -> None:
@@ -155,6 +191,157 @@ class Manifest:
         text = json.dumps(self.to_json(), indent=2, ensure_ascii=False) + "\n"
         with atomic_write(os.path.join(folder, MANIFEST_NAME), fsync=True) as fd:
             write_all(fd, memoryview(text.encode()))
+
+
+# -- checks -------------------------------------------------------------------------------
+
+_MISSING: Any = object()
+
+
+def _fail(where: str, what: str) -> NoReturn:
+    raise FormatError(f"{where}: {what}")
+
+
+def _kind(value: Any) -> str:
+    """What a JSON value is, for a message (never the value itself: it may be huge or deep)."""
+    names = {dict: "an object", list: "an array", str: "a string", bool: "a boolean"}
+    if value is None:
+        return "null"
+    if type(value) in (int, float):
+        return "a number"
+    return names.get(type(value), type(value).__name__)
+
+
+def _show(value: Any) -> str:
+    """A short rendering of a JSON scalar (containers by their kind)."""
+    if isinstance(value, str | int | float | bool) or value is None:
+        text = repr(value)
+        return text if len(text) <= 60 else text[:57] + "..."
+    return _kind(value)
+
+
+def _count(value: Any, what: str, where: str) -> int:
+    if type(value) is not int or not 0 <= value <= _MAX_COUNT:
+        _fail(where, f"{what} must be an integer from 0 to 2**63-1, got {_show(value)}")
+    return int(value)
+
+
+def _shard_path(value: Any, what: str, where: str) -> str:
+    if not isinstance(value, str) or not value:
+        _fail(where, f"{what} shard_path must be a non-empty string, got {_show(value)}")
+    if len(value) > 4096 or "\0" in value:
+        _fail(where, f"{what} shard_path {_show(value)} is not a file name")
+    if not value.endswith(".safetensors"):
+        _fail(where, f"{what} shard_path {_show(value)} does not end in .safetensors")
+    if os.path.isabs(value) or any(p in ("", ".", "..") for p in value.split("/")):
+        _fail(where, f"{what} shard_path {_show(value)} leaves the dataset folder")
+    return value
+
+
+def _shards(raw: Any, where: str) -> list[ShardEntry]:
+    if raw is _MISSING:
+        _fail(where, "there is no 'shards' field")
+    if not isinstance(raw, list):
+        _fail(where, f"shards is {_kind(raw)}, not an array")
+    out: list[ShardEntry] = []
+    seen: set[str] = set()
+    for i, s in enumerate(raw):
+        what = f"shard {i}"
+        if not isinstance(s, dict):
+            _fail(where, f"{what} is {_kind(s)}, not an object")
+        for key in ("shard_path", "samples_count", "bytes"):
+            if key not in s:
+                _fail(where, f"{what} has no {key!r}")
+        path = _shard_path(s["shard_path"], what, where)
+        if path in seen:
+            _fail(where, f"{path} is listed twice")
+        seen.add(path)
+        entry = ShardEntry(
+            path,
+            _count(s["samples_count"], f"{what} ({path}) samples_count", where),
+            _count(s["bytes"], f"{what} ({path}) bytes", where),
+        )
+        out.append(entry)
+    return out
+
+
+def _schema(raw: Any, where: str) -> dict[str, dict[str, Any]]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        _fail(where, f"schema is {_kind(raw)}, not an object")
+    out: dict[str, dict[str, Any]] = {}
+    for name, info in raw.items():
+        what = f"schema entry {_show(name)}"
+        if not isinstance(info, dict):
+            _fail(where, f"{what} is {_kind(info)}, not an object")
+        dtype, shape = info.get("dtype"), info.get("shape")
+        if not isinstance(dtype, str) or dtype not in dtypes.SAFETENSORS_NAMES:
+            _fail(where, f"{what} has dtype {_show(dtype)}, which safetensors does not define")
+        if not isinstance(shape, list) or len(shape) > MAX_DIMS:
+            _fail(where, f"{what} has shape {_kind(shape)}; want at most {MAX_DIMS} sizes")
+        for d in shape:
+            if type(d) is not int or not 0 <= d <= _MAX_COUNT:
+                _fail(where, f"{what} has a dimension {_show(d)}; want integers from 0 to 2**63-1")
+        out[name] = {"dtype": dtype, "shape": list(shape)}
+    return out
+
+
+def _extra(raw: Any, where: str) -> dict[str, Any]:
+    """The ``tensorfile`` object (every field optional; absent: a batch-mode dataset)."""
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        _fail(where, f"tensorfile is {_kind(raw)}, not an object")
+    mode = raw.get("mode") or "batch"
+    if mode not in _MODES:
+        _fail(where, f"tensorfile.mode {_show(mode)} is not 'batch' or 'kv'")
+    columns = raw.get("columns") or []
+    if not isinstance(columns, list) or not all(isinstance(c, str) and c for c in columns):
+        _fail(where, "tensorfile.columns must be an array of column names")
+    if len(set(columns)) != len(columns):
+        _fail(where, "tensorfile.columns names a column twice")
+    sep = raw.get("kv_separator", "__")
+    if not isinstance(sep, str) or not sep:
+        _fail(where, f"tensorfile.kv_separator {_show(sep)} is not a non-empty string")
+    name_col = raw.get("name_col")
+    if name_col is not None and not isinstance(name_col, str):
+        _fail(where, f"tensorfile.name_col {_show(name_col)} is not a string")
+    return {
+        "mode": mode,
+        "columns": list(columns),
+        "kv_separator": sep,
+        "name_col": name_col or None,
+    }
+
+
+def _no_constant(name: str) -> NoReturn:
+    raise FormatError(f"{name} is not a JSON number")
+
+
+def parse_json(raw: bytes, where: str) -> Any:
+    """``raw`` as JSON, with every failure (syntax, encoding, NaN or infinities, integers too
+    long to convert, nesting that would exhaust the stack) a
+    :class:`~tensorfile.errors.FormatError` naming ``where``.
+
+    Example:
+        >>> try:
+        ...     parse_json(b"[" * 100_000, "m.json")
+        ... except FormatError as exc:
+        ...     print(exc)
+        m.json nests too deeply to be a manifest
+    """
+    try:
+        return json.loads(raw, parse_constant=_no_constant)
+    except RecursionError:
+        raise FormatError(f"{where} nests too deeply to be a manifest") from None
+    except FormatError as exc:
+        raise FormatError(f"{where} is not valid JSON: {exc}") from None
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, int digits limit
+        raise FormatError(f"{where} is not valid JSON: {exc}") from None
+
+
+# -- files --------------------------------------------------------------------------------
 
 
 def shard_file(folder: str, shard: ShardEntry) -> str:
@@ -178,41 +365,80 @@ def split_key(name: str, separator: str, columns: list[str]) -> tuple[str, str]:
     return key, col
 
 
-def read_manifest(folder: str) -> Manifest | None:
-    """The manifest of the dataset in ``folder``, or None when there is none."""
+def _manifest_bytes(folder: str) -> tuple[str, bytes | None]:
     path = os.path.join(folder, MANIFEST_NAME)
-    try:
-        with open(path, "rb") as f:
-            raw = f.read()
-    except FileNotFoundError:
+    return path, read_bounded(path, "the manifest", MAX_MANIFEST_BYTES)
+
+
+def read_manifest(folder: str) -> Manifest | None:
+    """The manifest of the dataset in ``folder``, or None when there is none.
+
+    Example:
+        >>> import os, tempfile
+        >>> folder = tempfile.mkdtemp()
+        >>> read_manifest(folder) is None
+        True
+        >>> os.mkfifo(os.path.join(folder, MANIFEST_NAME))  # refused at once, not waited on
+        >>> try:
+        ...     read_manifest(folder)
+        ... except SourceError as exc:
+        ...     print(str(exc).endswith("is not a regular file"))
+        True
+    """
+    path, raw = _manifest_bytes(folder)
+    if raw is None:
         return None
-    except OSError as exc:
-        raise SourceError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    return Manifest.from_json(parse_json(raw, path), path)
+
+
+def previous_listing(folder: str) -> list[str]:
+    """The shard paths the manifest in ``folder`` lists, read leniently: whatever strings sit
+    at ``shards[i].shard_path`` of a readable JSON manifest, else none. This is what an
+    ``overwrite`` passes to :func:`~tensorfile.dataset.files.deletable`, which trusts none
+    of it.
+
+    Example:
+        >>> import os, tempfile
+        >>> folder = tempfile.mkdtemp()
+        >>> _ = open(os.path.join(folder, MANIFEST_NAME), "w").write(
+        ...     '{"shards": [{"shard_path": "../x"}, {"shard_path": 7}]}')
+        >>> previous_listing(folder)
+        ['../x']
+    """
     try:
-        doc = json.loads(raw)
-    except ValueError as exc:
-        raise FormatError(f"{path} is not valid JSON: {exc}") from exc
-    return Manifest.from_json(doc, path)
+        path, raw = _manifest_bytes(folder)
+        doc = parse_json(raw, path) if raw is not None else None
+    except TensorFileError:
+        return []
+    shards = doc.get("shards") if isinstance(doc, dict) else None
+    if not isinstance(shards, list):
+        return []
+    return [
+        s["shard_path"]
+        for s in shards
+        if isinstance(s, dict) and isinstance(s.get("shard_path"), str)
+    ]
 
 
 def scan_folder(folder: str) -> Manifest:
     """A batch-mode manifest built from the ``*.safetensors`` files of ``folder`` (name order),
     for datasets written without one: a shard's samples are the shared length of its tensors'
-    first axis (1 when they disagree)."""
+    first axis (1 when they disagree). A file that is not a regular file inside the folder
+    (a FIFO, a directory, a symlink out) is refused."""
     shards = []
     schema: dict[str, dict[str, Any]] = {}
     for file in sorted(glob.glob(os.path.join(glob.escape(folder), "*.safetensors"))):
-        with open_reader(file) as r:
-            names = r.keys()
-            lead = {r.info(n).shape[0] for n in names if r.info(n).shape}
-            for n in names:
-                info = r.info(n)
-                schema.setdefault(n, {"dtype": info.dtype.name, "shape": list(info.shape)})
-        shards.append(
-            ShardEntry(
-                os.path.basename(file), lead.pop() if len(lead) == 1 else 1, os.path.getsize(file)
-            )
-        )
+        name = os.path.basename(file)
+        try:
+            size = os.stat(file).st_size
+        except OSError as exc:
+            raise SourceError(f"cannot stat {file}: {exc.strerror or exc}") from exc
+        check_shard_file(folder, name, size)
+        cat = read_catalog(file, format="safetensors")
+        lead = {info.shape[0] for info in cat.tensors.values() if info.shape}
+        for n, info in cat.tensors.items():
+            schema.setdefault(n, {"dtype": info.dtype.name, "shape": list(info.shape)})
+        shards.append(ShardEntry(name, lead.pop() if len(lead) == 1 else 1, size))
     return Manifest(shards, schema, mode="batch", columns=sorted(schema))
 
 
@@ -220,7 +446,8 @@ def load_manifest(folder: str, *, strict: bool = False) -> Manifest:
     """The manifest of the dataset in ``folder``, or, without one, :func:`scan_folder`'s.
 
     With ``strict`` (what :func:`tensorfile.dataset.open` does) the folder is checked first and
-    every shard the manifest lists must exist.
+    every shard the manifest lists must be a regular file inside the folder of the listed size
+    (:func:`~tensorfile.dataset.files.check_shard_file`).
 
     Example:
         >>> import numpy as np, os, tempfile
@@ -240,40 +467,43 @@ def load_manifest(folder: str, *, strict: bool = False) -> Manifest:
         manifest = scan_folder(folder)
     if strict:
         for s in manifest.shards:
-            if not os.path.exists(shard_file(folder, s)):
-                raise FormatError(f"{folder}: the manifest lists {s.shard_path}, which is missing")
+            check_shard_file(folder, s.shard_path, s.bytes)
+        check_capacity(folder, manifest)
     return manifest
 
 
-def write_index(
-    folder: str, rows: list[tuple[str, str, list[int], str]], *, final: bool = True
-) -> str:
-    """Write ``_tensor_index.parquet`` (one file): tensor_key, file_name, shape, dtype.
+def check_capacity(folder: str, manifest: Manifest) -> None:
+    """Each shard's ``samples_count`` must fit its file, so that no count only the manifest
+    claims is reported as a length (``list(ds)`` allocates by ``len(ds)``): a KV sample takes
+    at least a byte (its header entry), a batch sample the bits of its columns. When samples
+    have no bits, the counts are checked against the shards' headers instead.
 
-    With ``final=False`` the file is left under a temporary name (returned) for the caller to
-    rename once the manifest is committed."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    table = pa.table(
-        {
-            "tensor_key": pa.array([r[0] for r in rows], pa.string()),
-            "file_name": pa.array([r[1] for r in rows], pa.string()),
-            "shape": pa.array([r[2] for r in rows], pa.list_(pa.int32())),
-            "dtype": pa.array([r[3] for r in rows], pa.string()),
-        }
+    Example:
+        >>> m = Manifest([ShardEntry("a.safetensors", 10**6, 100)],
+        ...              {"x": {"dtype": "F32", "shape": [4, 2]}})
+        >>> try:
+        ...     check_capacity("ds", m)
+        ... except FormatError as exc:
+        ...     print(str(exc).partition("; ")[2])
+        its 100 bytes hold at most 12
+    """
+    schema = manifest.sample_schema()
+    bits = sum(
+        dtypes.from_safetensors(info["dtype"]).bits * math.prod(info["shape"])
+        for info in schema.values()
     )
-    target = os.path.join(folder, INDEX_NAME)
-    tmp = os.path.join(folder, f".{INDEX_NAME}.{os.getpid()}.{id(rows):x}.tmp")
-    try:
-        pq.write_table(table, tmp)
-        if final:
-            os.replace(tmp, target)
-            return target
-        return tmp
-    except BaseException as exc:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        if isinstance(exc, OSError):
-            raise SourceError(f"cannot write {target}: {exc.strerror or exc}") from exc
-        raise
+    for s in manifest.shards:
+        room = f"its {s.bytes} bytes hold"
+        if manifest.mode == "kv":
+            most = s.bytes
+        elif bits:
+            most = s.bytes * 8 // bits
+        else:
+            cat = read_catalog(shard_file(folder, s), format="safetensors")
+            rows = [i.shape[0] for c, i in cat.tensors.items() if c in schema and i.shape]
+            most, room = min(rows, default=0), "its tensors hold"
+        if s.samples_count > most:
+            raise FormatError(
+                f"{folder}: the manifest says shard {s.shard_path} holds {s.samples_count} "
+                f"samples; {room} at most {most}"
+            )

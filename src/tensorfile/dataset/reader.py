@@ -5,6 +5,12 @@ many samples each holds; without a manifest the folder's ``*.safetensors`` files
 name order. Batch-mode datasets give one sample per row of the batch tensors; key-value
 datasets give one sample per key, as ``{"key": ..., column: tensor}``.
 
+Nothing read is trusted: the manifest is checked when the dataset is opened, each shard's
+header against the manifest when the shard is first used
+(:func:`~tensorfile.dataset.samples.open_shard`), and the index against the manifest and the
+headers: a stale index is set aside and the shard headers are searched instead
+(:mod:`tensorfile.dataset.index`).
+
 Example:
     >>> import numpy as np, os, tempfile
     >>> from tensorfile import dataset
@@ -23,17 +29,18 @@ Example:
 from __future__ import annotations
 
 import bisect
+import operator
 import os
 from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 
-from ..core.errors import InvalidArgumentError
+from ..core.errors import InvalidArgumentError, TensorNotFoundError
 from ..core.reader import Reader
-from ..formats import open_reader
-from .manifest import INDEX_NAME, Manifest, ShardEntry, kv_name, load_manifest, shard_file
-from .samples import kv_sample, shard_keys, shard_samples
+from .index import read_index
+from .manifest import Manifest, ShardEntry, kv_name, load_manifest
+from .samples import kv_sample, open_shard, shard_samples
 
 __all__ = ["Dataset", "open"]
 
@@ -49,9 +56,14 @@ class Dataset:
         self._starts = [0]
         for s in manifest.shards:
             self._starts.append(self._starts[-1] + s.samples_count)
+        self._columns = manifest.tensor_columns()
+        self._sample_schema = manifest.sample_schema()
         self._readers: dict[str, Reader] = {}
-        self._keys: dict[str, list[str]] = {}
-        self._index: dict[str, str] | None = None
+        self._keys: dict[str, list[str]] = {}  # per shard checked: its KV keys
+        self._index: dict[str, str] | None = None  # tensor_key -> shard, from the index file
+        self._index_read = False
+        self._by_key: dict[str, str] | None = None  # key -> shard, from the shard headers
+        self._by_path = {s.shard_path: s for s in manifest.shards}
 
     # -- description --------------------------------------------------------------------
 
@@ -68,12 +80,12 @@ class Dataset:
     @property
     def columns(self) -> list[str]:
         """The tensor columns."""
-        return self.manifest.tensor_columns()
+        return list(self._columns)
 
     @property
     def schema(self) -> dict[str, dict[str, Any]]:
         """Per column: dtype and the shape of one sample."""
-        return self.manifest.sample_schema()
+        return {c: {**v, "shape": list(v["shape"])} for c, v in self._sample_schema.items()}
 
     def __len__(self) -> int:
         return self._starts[-1]
@@ -81,12 +93,14 @@ class Dataset:
     # -- access ---------------------------------------------------------------------------
 
     def _reader(self, shard: ShardEntry) -> Reader:
+        """The open reader of ``shard``, its header checked against the manifest."""
         r = self._readers.get(shard.shard_path)
         if r is None:
             if len(self._readers) >= 16:
                 self._readers.pop(next(iter(self._readers))).close()
-            r = open_reader(shard_file(self.path, shard))
+            r, keys = open_shard(self.path, shard, self.manifest, self._sample_schema)
             self._readers[shard.shard_path] = r
+            self._keys[shard.shard_path] = keys
         return r
 
     def _locate(self, index: int) -> tuple[ShardEntry, int]:
@@ -99,62 +113,59 @@ class Dataset:
         return self.manifest.shards[k], index - self._starts[k]
 
     def _shard_keys(self, shard: ShardEntry) -> list[str]:
-        keys = self._keys.get(shard.shard_path)
-        if keys is None:
-            keys = shard_keys(self._reader(shard), self.columns, self.manifest.kv_separator)
-            self._keys[shard.shard_path] = keys
-        return keys
+        """The KV keys of ``shard`` (checked against the manifest when it was opened)."""
+        self._reader(shard)
+        return self._keys[shard.shard_path]
 
     def __getitem__(self, index: int) -> dict[str, Any]:
         """Sample ``index``: ``{column: array}`` (and ``"key"`` in KV mode)."""
-        shard, row = self._locate(int(index))
+        shard, row = self._locate(_as_int(index, "a sample index"))
         reader = self._reader(shard)
         if self.mode == "batch":
-            return {c: reader.read_slice(c, row) for c in self.columns if c in reader}
+            return {c: reader.read_slice(c, row) for c in self._columns}
         return self._kv_sample(reader, self._shard_keys(shard)[row])
 
     def _kv_sample(self, reader: Reader, key: str) -> dict[str, Any]:
         """``{"key": key, column: tensor}`` from the shard ``reader``."""
-        return kv_sample(reader, key, self.columns, self.manifest.kv_separator)
+        return kv_sample(reader, key, self._columns, self.manifest.kv_separator)
 
     def get(self, key: str) -> dict[str, Any]:
         """The sample of KV key ``key``. With ``_tensor_index.parquet`` the shard is found from
-        the index; without it, from the shards' headers."""
+        the index (and confirmed by its header); without one, when the index lacks the key or
+        disagrees with the manifest or a header, from the shards' headers. A key the dataset
+        does not hold raises :class:`~tensorfile.errors.TensorNotFoundError` (also a
+        ``KeyError``); a corrupt index a :class:`~tensorfile.errors.FormatError`."""
         if self.mode != "kv":
             raise InvalidArgumentError("get(key) is for key-value datasets; use ds[i]")
+        if not isinstance(key, str):
+            raise InvalidArgumentError(f"a key is a string, got {type(key).__name__}")
         shard = self._shard_of_key(key)
         if shard is None:
-            raise KeyError(key)
+            raise TensorNotFoundError(f"{self.path}: there is no sample with key {key!r}")
         return self._kv_sample(self._reader(shard), key)
 
     def _shard_of_key(self, key: str) -> ShardEntry | None:
-        by_path = {s.shard_path: s for s in self.manifest.shards}
-        if self._index is None:
-            self._index = self._load_index()
-        names = [kv_name(key, self.manifest.kv_separator, c) for c in self.columns]
-        if self._index:
-            for name in names:
-                file = self._index.get(name)
-                if file in by_path:
-                    return by_path[file]
-            return None
-        for shard in self.manifest.shards:
-            reader = self._reader(shard)
-            if any(n in reader for n in names):
-                return shard
-        return None
-
-    def _load_index(self) -> dict[str, str]:
-        """tensor_key -> file_name from ``_tensor_index.parquet``, or {} without one."""
-        path = os.path.join(self.path, INDEX_NAME)
-        if not os.path.exists(path):
-            return {}
-        import pyarrow.parquet as pq
-
-        table = pq.read_table(path, columns=["tensor_key", "file_name"])
-        keys = table.column("tensor_key").to_pylist()
-        files = table.column("file_name").to_pylist()
-        return dict(zip(keys, files, strict=True))
+        """The shard holding ``key``: the index's answer when the shard's header confirms it;
+        on a miss, or when the index is stale or wrong, the answer of the shard headers
+        (all read once, then kept)."""
+        by_path = self._by_path
+        if self._by_key is None:
+            if not self._index_read:
+                self._index = read_index(self.path, self.manifest)
+                self._index_read = True
+            if self._index is not None:
+                names = [kv_name(key, self.manifest.kv_separator, c) for c in self._columns]
+                files = {self._index[n] for n in names if n in self._index}
+                if len(files) == 1:
+                    shard = by_path[files.pop()]
+                    if names and names[0] in self._reader(shard):  # a checked shard: all or none
+                        return shard
+            self._by_key = {}
+            for shard in self.manifest.shards:
+                for k in self._shard_keys(shard):
+                    self._by_key.setdefault(k, shard.shard_path)
+        path = self._by_key.get(key)
+        return None if path is None else by_path[path]
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         for shard in self.manifest.shards:
@@ -169,6 +180,7 @@ class Dataset:
 
     def batches(self, batch_size: int) -> Iterator[dict[str, Any]]:
         """Samples stacked ``batch_size`` at a time (the last batch may be short)."""
+        batch_size = _as_int(batch_size, "batch_size")
         if batch_size <= 0:
             raise InvalidArgumentError(f"batch_size must be positive, got {batch_size}")
         pending: list[dict[str, Any]] = []
@@ -204,6 +216,18 @@ class Dataset:
             f"<tensorfile.dataset {self.mode} {self.path!r}: {len(self)} samples, "
             f"{len(self.manifest.shards)} shards, columns {self.columns}>"
         )
+
+
+def _as_int(value: Any, what: str) -> int:
+    """``value`` as an int (a Python or numpy integer, not a bool)."""
+    if isinstance(value, bool):
+        raise InvalidArgumentError(f"{what} must be an integer, got {value!r}")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise InvalidArgumentError(
+            f"{what} must be an integer, got {type(value).__name__}"
+        ) from None
 
 
 def _stack(samples: list[dict[str, Any]]) -> dict[str, Any]:

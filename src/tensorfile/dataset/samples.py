@@ -1,9 +1,13 @@
-"""The samples of one shard, from an open reader of its file.
+"""The samples of one shard, from an open reader of its file, after checking the file's header
+against what the manifest says of it.
 
 A batch shard holds one tensor per column whose first axis runs over the samples; a key-value
 (KV) shard holds one tensor per key and column, named ``{key}{kv_separator}{column}``, and a
 sample is ``{"key": key, column: tensor}``. :class:`~tensorfile.dataset.reader.Dataset`, its
-torch view and the Spark reader build their samples here.
+torch view and the Spark reader open shards with :func:`open_shard` and build their samples
+here, so a manifest that lies about a shard (more samples than its tensors hold, a column it
+lacks, a dtype or shape other than the schema's) fails the same way everywhere: with a
+:class:`~tensorfile.errors.FormatError` naming the shard, before a sample is read.
 
 Example:
     >>> import numpy as np, tensorfile
@@ -20,10 +24,13 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from ..core.errors import FormatError
 from ..core.reader import Reader
+from ..formats import open_reader
+from .files import check_shard_file
 from .manifest import Manifest, ShardEntry, kv_name, split_key
 
-__all__ = ["kv_sample", "shard_keys", "shard_samples"]
+__all__ = ["kv_sample", "open_shard", "shard_keys", "shard_samples", "verify_shard"]
 
 
 def shard_keys(reader: Reader, columns: Sequence[str], separator: str) -> list[str]:
@@ -34,6 +41,120 @@ def shard_keys(reader: Reader, columns: Sequence[str], separator: str) -> list[s
     for name in reader.keys():
         seen.setdefault(split_key(name, separator, known)[0], None)
     return sorted(seen)
+
+
+def verify_shard(
+    reader: Reader,
+    shard: ShardEntry,
+    manifest: Manifest,
+    schema: dict[str, dict[str, Any]] | None = None,
+) -> list[str]:
+    """Check the header of ``shard`` (open in ``reader``) against ``manifest`` and return its
+    sorted KV keys (``[]`` in batch mode). ``schema`` is ``manifest.sample_schema()`` when the
+    caller has it already.
+
+    Batch mode: every column is a tensor of the schema's dtype and sample shape with at least
+    ``samples_count`` rows. KV mode: every tensor is ``{key}{separator}{column}`` of a known
+    column, every key has every column, in the schema's dtype and shape, and there are
+    ``samples_count`` keys.
+
+    Example:
+        >>> import numpy as np, tensorfile
+        >>> from tensorfile.safetensors.numpy import save
+        >>> m = Manifest([ShardEntry("s.safetensors", 5, 0)],
+        ...              {"x": {"dtype": "F32", "shape": [4]}}, columns=["x"])
+        >>> try:
+        ...     verify_shard(tensorfile.open(save({"x": np.zeros(4, np.float32)})), m.shards[0], m)
+        ... except FormatError as exc:
+        ...     print(exc)
+        shard s.safetensors: the manifest says 5 samples, tensor 'x' holds 4
+    """
+    where = f"shard {shard.shard_path}"
+    columns = manifest.tensor_columns()
+    schema = manifest.sample_schema() if schema is None else schema
+    if manifest.mode == "batch":
+        for col in columns:
+            if col not in reader:
+                raise FormatError(f"{where} has no tensor {col!r}, a column of the dataset")
+            info = reader.info(col)
+            if not info.shape:
+                raise FormatError(f"{where}: tensor {col!r} is a scalar; it has no batch axis")
+            _check_type(where, col, info.dtype.name, list(info.shape[1:]), schema.get(col))
+            if info.shape[0] < shard.samples_count:
+                raise FormatError(
+                    f"{where}: the manifest says {shard.samples_count} samples, tensor "
+                    f"{col!r} holds {info.shape[0]}"
+                )
+        return []
+    separator = manifest.kv_separator
+    wanted = set(columns)
+    found: dict[str, set[str]] = {}
+    for name in reader.keys():
+        key, col = split_key(name, separator, columns)
+        if col not in wanted or not name.endswith(separator + col):
+            raise FormatError(
+                f"{where}: tensor {name!r} is not {{key}}{separator}{{column}} of a column "
+                f"of the dataset ({', '.join(columns)})"
+            )
+        info = reader.info(name)
+        _check_type(where, name, info.dtype.name, list(info.shape), schema.get(col))
+        found.setdefault(key, set()).add(col)
+    for key, cols in found.items():
+        if cols != wanted:
+            missing = sorted(wanted - cols)
+            raise FormatError(f"{where}: key {key!r} has no tensor of column(s) {missing}")
+    if len(found) != shard.samples_count:
+        raise FormatError(
+            f"{where}: the manifest says {shard.samples_count} samples, the shard holds "
+            f"{len(found)} keys"
+        )
+    return sorted(found)
+
+
+def _check_type(
+    where: str, name: str, dtype: str, shape: list[int], want: dict[str, Any] | None
+) -> None:
+    if want is None:
+        raise FormatError(f"{where}: the manifest's schema does not describe tensor {name!r}")
+    if (dtype, shape) != (want["dtype"], want["shape"]):
+        raise FormatError(
+            f"{where}: tensor {name!r} has {dtype} samples of shape {shape}, the manifest's "
+            f"schema says {want['dtype']} of shape {want['shape']}"
+        )
+
+
+def open_shard(
+    folder: str,
+    shard: ShardEntry,
+    manifest: Manifest,
+    schema: dict[str, dict[str, Any]] | None = None,
+) -> tuple[Reader, list[str]]:
+    """A reader of ``shard`` of the dataset in ``folder`` and its KV keys, after
+    :func:`~tensorfile.dataset.files.check_shard_file` and :func:`verify_shard`.
+
+    Example:
+        >>> import numpy as np, os, tempfile
+        >>> from tensorfile import dataset
+        >>> out = os.path.join(tempfile.mkdtemp(), "kv")
+        >>> m = dataset.write({"k": ["a", "b"], "v": np.eye(2)}, out, name_col="k")
+        >>> reader, keys = open_shard(out, m.shards[0], m)
+        >>> keys, reader.close()
+        (['a', 'b'], None)
+    """
+    path = check_shard_file(folder, shard.shard_path, shard.bytes)
+    try:
+        reader = open_reader(path, format="safetensors")
+    except FormatError as exc:
+        if path in str(exc):
+            raise
+        raise FormatError(
+            f"shard {path}: {exc}", offset=exc.offset, tensor=exc.tensor, format=exc.format
+        ) from exc
+    try:
+        return reader, verify_shard(reader, shard, manifest, schema)
+    except BaseException:
+        reader.close()
+        raise
 
 
 def kv_sample(
@@ -54,15 +175,16 @@ def kv_sample(
 def shard_samples(
     reader: Reader, shard: ShardEntry, manifest: Manifest, *, keys: Sequence[str] | None = None
 ) -> Iterator[dict[str, Any]]:
-    """The samples of ``shard`` (open in ``reader``), in order: ``{column: array}`` per row of
-    a batch shard (its ``samples_count`` rows; padding is not a sample), ``{"key": key,
-    column: tensor}`` per key of a KV shard (``keys`` when the caller has them already)."""
+    """The samples of ``shard`` (open in ``reader``, checked by :func:`verify_shard`), in
+    order: ``{column: array}`` per row of a batch shard (its ``samples_count`` rows; padding
+    is not a sample), ``{"key": key, column: tensor}`` per key of a KV shard (``keys`` when
+    the caller has them already)."""
     columns = manifest.tensor_columns()
     if manifest.mode == "batch":
-        tensors = {c: reader.get_tensor(c) for c in columns if c in reader}
+        tensors = {c: reader.get_tensor(c) for c in columns}
         for i in range(shard.samples_count):
             yield {c: t[i, ...] for c, t in tensors.items()}
         return
     separator = manifest.kv_separator
-    for key in keys if keys is not None else shard_keys(reader, columns, separator):
+    for key in keys if keys else shard_keys(reader, columns, separator):
         yield kv_sample(reader, key, columns, separator)

@@ -25,10 +25,9 @@ import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from ..core import dtypes
-from ..formats import open_reader
 from ..frameworks.torch import from_numpy
-from .manifest import load_manifest, shard_file
-from .samples import shard_samples
+from .manifest import load_manifest
+from .samples import open_shard, shard_samples
 
 __all__ = ["ShardedIterable"]
 
@@ -58,9 +57,11 @@ class ShardedIterable(IterableDataset):  # type: ignore[type-arg]
         rank, world = _rank()
         me, total = rank * workers + worker, workers * world
         manifest = load_manifest(self.path, strict=True)  # as dataset.open reads it
+        schema = manifest.sample_schema()
         for i, shard in enumerate(manifest.shards):
             if i % total != me:
                 continue
-            with open_reader(shard_file(self.path, shard)) as reader:
-                for sample in shard_samples(reader, shard, manifest):
+            reader, keys = open_shard(self.path, shard, manifest, schema)  # header checked
+            with reader:
+                for sample in shard_samples(reader, shard, manifest, keys=keys):
                     yield {k: _to_torch(v) for k, v in sample.items()}

@@ -3,10 +3,13 @@
 Tasks write their shards into a staging folder under the output path and return a
 :class:`TaskResult` (the commit message: what they wrote). The job's :func:`commit` moves
 the committed shards into place, writes the manifest atomically and the index, and only
-then, for ``overwrite``, removes the previous dataset's files; :func:`abort` removes the
-staging folder. A task that fails, is retried or runs twice leaves nothing outside its own
-staging folder, so the previous dataset stays readable and no shard outside the manifest
-appears. :func:`write` runs the whole protocol locally, as one task.
+then, for ``overwrite``, removes the previous dataset's files: only what
+:func:`~tensorfile.dataset.files.deletable` proves to be theirs (regular files in the folder,
+named like shards, listed by the previous manifest; never the new manifest or index, never
+through a symlink), so a lying manifest cannot make a commit delete anything else;
+:func:`abort` removes the staging folder. A task that fails, is retried or runs twice leaves
+nothing outside its own staging folder, so the previous dataset stays readable and no shard
+outside the manifest appears. :func:`write` runs the whole protocol locally, as one task.
 
 Example:
     >>> import numpy as np, os, tempfile
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -29,14 +33,16 @@ from ..core.errors import InvalidArgumentError, SourceError
 from ..formats import read_catalog
 from ..safetensors.numpy import save_file
 from .convert import Column, columns_and_keys
+from .files import INDEX_NAME, check_shard_file, delete_previous
+from .index import write_index
 from .manifest import (
-    INDEX_NAME,
     Manifest,
     ShardEntry,
+    check_capacity,
+    previous_listing,
     read_manifest,
     shard_file,
     split_key,
-    write_index,
 )
 from .options import WriteOptions, parse_options
 from .shards import batch_shards, kv_shards
@@ -63,10 +69,24 @@ def shard_name(task_id: int, shard_index: int, run: str) -> str:
     return f"part-{task_id:05d}-{shard_index:04d}-{run}.safetensors"
 
 
+def make_folder(path: str, what: str = "the dataset folder") -> None:
+    """Create the folder ``path`` (and its parents) if needed; a file in the way is a
+    :class:`~tensorfile.errors.SourceError`."""
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as exc:
+        raise SourceError(f"cannot create {what} {path}: {exc.strerror or exc}") from exc
+
+
 def staging_folder(path: str, job: str, task_id: int) -> str:
-    """A new staging folder for one attempt of one task."""
-    folder = os.path.join(path, STAGING, job, f"task-{task_id:05d}-{uuid.uuid4().hex[:12]}")
-    os.makedirs(folder, exist_ok=True)
+    """A new staging folder for one attempt of one task, under a real ``_staging`` folder of
+    the dataset (not a symlink to somewhere else: shards are staged beside the dataset)."""
+    root = os.path.join(path, STAGING)
+    make_folder(root, "the staging folder")
+    if not os.path.isdir(root) or os.path.islink(root):
+        raise SourceError(f"the staging folder {root} is not a folder of the dataset")
+    folder = os.path.join(root, job, f"task-{task_id:05d}-{uuid.uuid4().hex[:12]}")
+    make_folder(folder, "the staging folder")
     return folder
 
 
@@ -120,17 +140,27 @@ def commit(
     (with whatever failed or duplicate task attempts left there)."""
     if mode not in MODES:
         raise InvalidArgumentError(f"save mode {mode!r} is not supported; use {' or '.join(MODES)}")
-    old = read_manifest(path)
-    shards = list(old.shards) if (old is not None and mode == "append") else []
-    schema = dict(old.schema) if (old is not None and mode == "append") else {}
+    # append builds on the previous manifest, which must be valid; overwrite only needs the
+    # names it listed, and deletes none of them unless deletable() proves it may
+    old = read_manifest(path) if mode == "append" else None
+    if old is not None:  # what is appended to must be a dataset a reader accepts
+        for entry in old.shards:
+            check_shard_file(path, entry.shard_path, entry.bytes)
+        check_capacity(path, old)
+    previous = previous_listing(path) if mode == "overwrite" else []
+    shards = list(old.shards) if old is not None else []
+    schema = dict(old.schema) if old is not None else {}
     index: list[tuple[str, str, list[int], str]] = []
+    index_path = os.path.join(path, INDEX_NAME)
     # an existing index is kept current on append, even without generate_index
-    with_index = opts.generate_index or (
-        mode == "append" and os.path.exists(os.path.join(path, INDEX_NAME))
-    )
-    if old is not None and mode == "append" and with_index:
+    with_index = opts.generate_index or (mode == "append" and os.path.lexists(index_path))
+    if with_index and os.path.isdir(index_path):
+        raise SourceError(f"cannot write the index {index_path}: a folder is in the way")
+    if old is not None and with_index:
         index += _index_of(path, old)
-    columns: list[str] = list(old.columns) if (old is not None and mode == "append") else []
+    columns: list[str] = list(old.columns) if old is not None else []
+    if old is not None and old.shards:
+        _check_columns(old, results, opts)
     _check_schema(schema, results, opts)
     results = _resolve_duplicates(results, opts, set(schema) if opts.mode == "kv" else set())
     moved: list[str] = []
@@ -167,19 +197,42 @@ def commit(
         if staged_index is not None:
             _remove(staged_index)
         raise
+    failed: OSError | None = None
     if staged_index is not None:
-        os.replace(staged_index, os.path.join(path, INDEX_NAME))
-    if old is not None and mode == "overwrite":
-        keep = {s.shard_path for s in shards}
-        for s in old.shards:
-            if s.shard_path not in keep:
-                _remove(shard_file(path, s))
-    if mode == "overwrite" and not with_index:
-        _remove(os.path.join(path, INDEX_NAME))
+        try:
+            os.replace(staged_index, index_path)
+        except OSError as exc:  # the dataset is committed; its index is not
+            failed = exc
+            _remove(staged_index)
+    if mode == "overwrite":
+        delete_previous(path, previous, keep={s.shard_path for s in shards})
+        if not with_index:
+            _remove_index(index_path)
     _cleanup(path, results)
     if job is not None:
         abort(path, job)
+    if failed is not None:
+        raise SourceError(
+            f"the dataset in {path} is written, but its index {index_path} is not: "
+            f"{failed.strerror or failed}"
+        ) from failed
     return manifest
+
+
+def _check_columns(old: Manifest, results: Sequence[TaskResult], opts: WriteOptions) -> None:
+    """An append writes the dataset's mode and columns: shards of other columns would make
+    samples that differ from shard to shard."""
+    if old.mode != opts.mode:
+        raise InvalidArgumentError(
+            f"the dataset is in {old.mode} mode; appending in {opts.mode} mode is refused"
+        )
+    want = sorted(old.tensor_columns())
+    for r in results:
+        if r.shards and sorted(r.columns) != want:
+            raise InvalidArgumentError(
+                f"the dataset has columns {want}; appending columns {sorted(r.columns)} is "
+                "refused (write the dataset again with mode overwrite)"
+            )
 
 
 def _sample_info(
@@ -269,10 +322,10 @@ def _without(result: TaskResult, drop: set[str], opts: WriteOptions) -> TaskResu
 
 
 def _index_of(path: str, manifest: Manifest) -> list[tuple[str, str, list[int], str]]:
-    """Index rows of existing shards, read from their headers."""
+    """Index rows of existing shards, read from their headers (never from the old index)."""
     rows = []
     for s in manifest.shards:
-        cat = read_catalog(shard_file(path, s), format="safetensors")
+        cat = read_catalog(shard_file(path, s), format="safetensors")  # checked by commit
         for name, info in cat.tensors.items():
             rows.append((name, s.shard_path, list(info.shape), info.dtype.name))
     return rows
@@ -283,6 +336,17 @@ def _remove(path: str) -> None:
         os.unlink(path)
     except FileNotFoundError:
         pass
+
+
+def _remove_index(path: str) -> None:
+    """Remove the previous dataset's index: a regular file, or a symlink (only the link goes);
+    a folder or FIFO of that name is not the dataset's and stays."""
+    try:
+        mode = os.lstat(path).st_mode
+        if stat.S_ISREG(mode) or stat.S_ISLNK(mode):
+            os.unlink(path)
+    except OSError:
+        pass  # the new dataset is committed; a reader finds a stale index stale
 
 
 def _cleanup(path: str, results: Sequence[TaskResult]) -> None:
@@ -320,7 +384,7 @@ def write(
     out = os.fspath(path)
     opts = parse_options(options)
     cols, rows, keys = columns_and_keys(data, opts)
-    os.makedirs(out, exist_ok=True)
+    make_folder(out)
     job = uuid.uuid4().hex
     folder = staging_folder(out, job, 0)
     try:

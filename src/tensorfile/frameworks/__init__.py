@@ -27,10 +27,10 @@ import numpy as np
 
 from ..core.dtypes import DType
 from ..core.errors import InvalidArgumentError, UnsupportedError
-from ..core.reader import Reader, numpy_allocator
+from ..core.reader import Reader, brief, numpy_allocator
 from ._f4 import f4_shape
 
-__all__ = ["Framework", "f4_shape", "framework_name", "get_framework"]
+__all__ = ["Framework", "check_torch_device", "f4_shape", "framework_name", "get_framework"]
 
 _ALIASES = {
     "np": "numpy",
@@ -64,7 +64,7 @@ class Framework:
 
     def __init__(self, device: Any = "cpu") -> None:
         if str(device) != "cpu":
-            raise InvalidArgumentError(f"numpy arrays live on the cpu; device={device!r}")
+            raise InvalidArgumentError(f"numpy arrays live on the cpu; device={brief(device)}")
         self.device = device
 
     def read(self, reader: Reader, names: list[str]) -> list[Any]:
@@ -96,6 +96,7 @@ class TorchFramework(Framework):
             raise UnsupportedError(
                 "framework 'pt' needs torch: pip install tensorfile[torch]"
             ) from exc
+        check_torch_device(device)
         self.device = device
 
     def read(self, reader: Reader, names: list[str]) -> list[Any]:
@@ -145,6 +146,42 @@ class JaxFramework(Framework):
         import jax.numpy as jnp
 
         return jnp.asarray(arr)
+
+
+def check_torch_device(device: Any) -> None:
+    """Refuse a device torch does not know (:class:`InvalidArgumentError`) or that this
+    machine does not have (:class:`UnsupportedError`), before any tensor is made.
+
+    Example:
+        >>> check_torch_device("cpu")
+        >>> check_torch_device("nonsense")
+        Traceback (most recent call last):
+        ...
+        tensorfile.core.errors.InvalidArgumentError: device 'nonsense' is not a torch device...
+    """
+    import torch
+
+    shown = brief(device)
+    try:
+        dev = torch.device(device)
+    except RuntimeError as exc:
+        if isinstance(device, int) and not isinstance(device, bool) and device >= 0:
+            # an accelerator's index, on a machine without one
+            raise UnsupportedError(f"device {shown} is not available: {exc}") from None
+        raise InvalidArgumentError(f"device {shown} is not a torch device: {exc}") from None
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise InvalidArgumentError(f"device {shown} is not a torch device: {exc}") from None
+    if dev.type in ("cpu", "meta"):
+        return
+    backend: Any = getattr(torch, dev.type, None)
+    try:
+        available = backend is not None and bool(backend.is_available())
+        if available and dev.index is not None:
+            available = dev.index < int(backend.device_count())
+    except Exception:  # a backend module without these functions, or one that fails
+        available = False
+    if not available:
+        raise UnsupportedError(f"device {shown} is not available to this torch {torch.__version__}")
 
 
 _ADAPTERS: dict[str, type[Framework]] = {

@@ -7,6 +7,12 @@
 * :func:`diff`: tensors and metadata added, removed and changed (and data, on request).
 * :func:`read_metadata` / :func:`edit_metadata`: metadata without touching the tensors.
 
+What a file only claims is bounded before it is used: an ``*.index.json`` over
+:data:`MAX_INDEX_BYTES` (64 MiB) is refused unread, and a sparse tensor whose dense form is
+over :data:`MAX_DENSE_BYTES` (16 GiB) is refused by :func:`content_hash` and
+``diff(..., data=True)`` before any data is read (smaller ones are densified a 16 MiB piece
+at a time). An index names its shards by plain relative names, in its own folder.
+
 Example:
     >>> import numpy as np, os, tempfile
     >>> from tensorfile import ops
@@ -17,13 +23,16 @@ Example:
     4
 """
 
-from ._structure import ShardInfo, Structure, TensorEntry, load
+from ._dense import MAX_DENSE_BYTES
+from ._structure import MAX_INDEX_BYTES, ShardInfo, Structure, TensorEntry, load
 from .diff import DiffResult, diff
 from .hash import content_hash, structural_hash
 from .inspect import InspectResult, inspect, module_tree
 from .metadata import MetadataEdit, edit_metadata, read_metadata
 
 __all__ = [
+    "MAX_DENSE_BYTES",
+    "MAX_INDEX_BYTES",
     "DiffResult",
     "InspectResult",
     "MetadataEdit",

@@ -19,26 +19,45 @@ Example:
 from __future__ import annotations
 
 import glob as _glob
-import json
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import closing
-from dataclasses import dataclass, field
+from contextlib import closing, contextmanager
+from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
 from ..core import dtypes
 from ..core.catalog import Catalog, Component, TensorInfo
-from ..core.errors import InvalidArgumentError, SourceError
-from ..core.source import ReadStats
-from ..formats import FORMATS, Format, detect, guess
+from ..core.errors import InvalidArgumentError, SourceError, TensorFileError
+from ..core.reader import Reader
+from ..core.source import ReadStats, Source
+from ..formats import FORMATS, Format, detect, guess, open_reader
 from ..gguf import PLAIN_TYPES
-from ..sources import is_url, open_path
+from ..sources import LocalSource, is_url, open_path
+from ._index import (
+    MAX_INDEX_BYTES,
+    index_path,
+    is_index,
+    local_shards,
+    read_index,
+    regular_file,
+    remote_shards,
+    shard_name,
+)
 
-__all__ = ["ShardInfo", "Structure", "TensorEntry", "from_catalog", "load", "load_file"]
-
-INDEX_SUFFIX = ".index.json"
+__all__ = [
+    "MAX_INDEX_BYTES",
+    "ShardInfo",
+    "Structure",
+    "TensorEntry",
+    "from_catalog",
+    "load",
+    "load_file",
+    "naming",
+    "open_readers",
+    "shard_name",
+]
 
 
 class TensorEntry(NamedTuple):
@@ -116,6 +135,8 @@ class Structure:
         tensors: tensors sorted by name.
         shards: the files of a sharded checkpoint, else None.
         stats: what was read, per source.
+        opened_from: where a file named in ``path`` or ``shards`` is opened again, when its
+            name is not that (a URL's name hides its credentials and query string).
     """
 
     format: str
@@ -126,6 +147,7 @@ class Structure:
     tensors: tuple[TensorEntry, ...]
     shards: tuple[ShardInfo, ...] | None = None
     stats: tuple[ReadStats, ...] = field(default=(), compare=False)
+    opened_from: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     def tensor(self, name: str) -> TensorEntry | None:
         """The entry named ``name``, or None."""
@@ -186,56 +208,102 @@ def from_catalog(cat: Catalog, path: str, stats: tuple[ReadStats, ...] = ()) -> 
     )
 
 
-def load_file(path: str) -> Structure:
-    """The structure of one file."""
-    hint = guess(path)
-    source = open_path(path, first=hint.first_request() if hint else None)
-    with closing(source):
+def load_file(path: str, *, local: bool = False) -> Structure:
+    """The structure of one file; ``local=True`` opens ``path`` as a local file only (never
+    as a URL) and refuses anything but a regular file (a FIFO would block, a device never
+    end) before opening it."""
+    if local:
+        regular_file(path)
+        source: Source = LocalSource(path)
+    else:
+        hint = guess(path)
+        source = open_path(path, first=hint.first_request() if hint else None)
+    with closing(source), naming(source.name):
         cat = detect(source).impl().read_catalog(source)
-    return from_catalog(cat, source.name, (source.stats,))
+    found = from_catalog(cat, source.name, (source.stats,))
+    if source.name != path:  # a URL shown without its credentials: keep where it is
+        found = replace(found, opened_from={source.name: path})
+    return found
 
 
-def _index_path(path: str) -> str | None:
-    if path.endswith(INDEX_SUFFIX):
-        return path
-    if os.path.isdir(path):
-        found = sorted(_glob.glob(os.path.join(_glob.escape(path), "*.safetensors" + INDEX_SUFFIX)))
-        if not found:
-            found = sorted(_glob.glob(os.path.join(_glob.escape(path), "*" + INDEX_SUFFIX)))
-        if len(found) == 1:
-            return found[0]
-        if not found:
-            raise InvalidArgumentError(
-                f"{path} is a folder without a *.safetensors.index.json; pass a file or a glob"
-            )
-        raise InvalidArgumentError(f"{path} holds several index files: {found}")
-    return None
+@contextmanager
+def naming(name: str) -> Iterator[None]:
+    """Make sure an error of tensorfile's raised in the block names the file ``name`` (one
+    of a glob's thousand files, say), prefixing its message when it does not.
 
-
-def _read_index(index: str) -> dict[str, str]:
-    """The ``weight_map`` of a sharded checkpoint's index (a local path or a URL)."""
-    with closing(open_path(index)) as src:
-        raw = src.read(0, src.size)
+    Example:
+        >>> try:
+        ...     with naming("m.safetensors"):
+        ...         raise InvalidArgumentError("header too short")
+        ... except InvalidArgumentError as exc:
+        ...     print(exc)
+        m.safetensors: header too short
+    """
     try:
-        doc = json.loads(raw)
-    except ValueError as exc:
-        raise InvalidArgumentError(f"{index} is not valid JSON: {exc}") from exc
-    weight_map = doc.get("weight_map") if isinstance(doc, dict) else None
-    if not isinstance(weight_map, dict) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in weight_map.items()
-    ):
-        raise InvalidArgumentError(f"{index} has no 'weight_map' of tensor names to shard files")
-    return weight_map
+        yield
+    except TensorFileError as exc:
+        if exc.args and isinstance(exc.args[0], str) and name not in exc.args[0]:
+            exc.args = (f"{name}: {exc.args[0]}", *exc.args[1:])
+        raise
 
 
-def _merge(path: str, parts: list[Structure], weight_map: dict[str, str] | None) -> Structure:
+def open_readers(s: Structure) -> dict[str, Reader]:
+    """A reader per file of ``s`` (its shards, or the file itself), by path: local files are
+    opened as local files only, never dispatched as URLs. Close them when done.
+
+    Example:
+        >>> import numpy as np, os, tempfile
+        >>> from tensorfile.safetensors.numpy import save_file
+        >>> path = os.path.join(tempfile.mkdtemp(), "m.safetensors")
+        >>> save_file({"w": np.arange(3, dtype=np.int8)}, path)
+        >>> readers = open_readers(load(path))
+        >>> readers[path].get_tensor("w").tolist()
+        [0, 1, 2]
+        >>> for r in readers.values():
+        ...     r.close()
+    """
+    files = [sh.path for sh in s.shards] if s.shards else [s.path]
+    local = not is_url(s.path)
+    out: dict[str, Reader] = {}
+    try:
+        for f in files:
+            where = s.opened_from.get(f, f)
+            if local:
+                regular_file(f)
+                source = LocalSource(f)
+                try:
+                    with naming(f):
+                        out[f] = detect(source).impl().open_reader(source)
+                except BaseException:
+                    source.close()
+                    raise
+            else:
+                with naming(f):
+                    out[f] = open_reader(where)
+    except BaseException:
+        for reader in out.values():
+            reader.close()
+        raise
+    return out
+
+
+def _merge(
+    path: str,
+    parts: list[Structure],
+    files: list[str],
+    expected: dict[str, tuple[str, str]] | None = None,
+) -> Structure:
+    """One structure of ``parts`` (loaded from ``files``); ``expected`` (tensor -> one of
+    ``files`` and the shard name the index gave) is checked against where each tensor
+    really is."""
     tensors: dict[str, TensorEntry] = {}
+    holder: dict[str, str] = {}
     metadata: dict[str, Any] = {}
     shards = []
     formats = {p.format for p in parts}
     if len(formats) > 1:
         raise InvalidArgumentError(f"{path}: the files mix formats ({', '.join(sorted(formats))})")
-    for part in parts:
+    for part, file in zip(parts, files, strict=True):
         shard = part.path
         for t in part.tensors:
             if t.name in tensors:
@@ -245,68 +313,84 @@ def _merge(path: str, parts: list[Structure], weight_map: dict[str, str] | None)
             tensors[t.name] = TensorEntry(
                 t.name, t.dtype, t.shape, t.byte_length, t.data_offsets, shard, t.layout, t.encoding
             )
+            holder[t.name] = file
         for k, v in part.metadata.items():
             metadata.setdefault(k, v)
         shards.append(ShardInfo(shard, len(part.tensors), sum(t.byte_length for t in part.tensors)))
-    if weight_map is not None:
-        for name, shard_file in weight_map.items():
-            got = tensors.get(name)
-            if got is None or os.path.basename(got.shard or "") != os.path.basename(shard_file):
-                raise InvalidArgumentError(
-                    f"{path}: the index puts tensor {name!r} in {shard_file}, but that shard "
-                    "does not hold it"
-                )
+    for name, (shard_file, shard) in (expected or {}).items():
+        if holder.get(name) != shard_file:
+            raise InvalidArgumentError(
+                f"{path}: the index puts tensor {name!r} in {shard}, but that shard does not "
+                "hold it"
+            )
     return Structure(
         parts[0].format if parts else "safetensors",
         path,
         parts[0].version if parts else None,
         sum(p.header_size for p in parts),
         metadata,
-        tuple(sorted(tensors.values(), key=lambda t: t.name)),
+        tuple(sorted(tensors.values(), key=_by_name)),
         tuple(shards),
         tuple(s for p in parts for s in p.stats),
+        {k: v for p in parts for k, v in p.opened_from.items()},
     )
 
 
-def _load_many(files: list[str]) -> list[Structure]:
+def _load_many(files: list[str], *, local: bool) -> list[Structure]:
+    def one(f: str) -> Structure:
+        return load_file(f, local=local)
+
     if len(files) <= 1:
-        return [load_file(f) for f in files]
+        return [one(f) for f in files]
     with ThreadPoolExecutor(min(8, len(files)), thread_name_prefix="tensorfile-hdr") as pool:
-        return list(pool.map(load_file, files))
+        return list(pool.map(one, files))
 
 
 def load(path: str | os.PathLike[str]) -> Structure:
-    """The structure of a file, a sharded checkpoint (index or folder) or a glob of files."""
+    """The structure of a file, a sharded checkpoint (index or folder) or a glob of files.
+
+    A sharded checkpoint's index names its shards by plain relative names (see
+    :func:`shard_name`): local shards are opened as local files, and only inside the
+    index's folder; a remote index's shards are fetched from next to it. An index over
+    :data:`MAX_INDEX_BYTES` is refused unread.
+    """
     target = os.fspath(path)
+    if not isinstance(target, str):
+        raise InvalidArgumentError(f"expected a path or URL as text, got {target!r}")
+    if not target:
+        raise InvalidArgumentError("the path is empty")
+    if "\0" in target:
+        raise InvalidArgumentError(f"the path {target!r} holds a NUL character")
     if is_url(target):
         return _load_url(target)
-    index = _index_path(target)
+    index = index_path(target)
     if index is not None:
-        weight_map = _read_index(index)
-        folder = os.path.dirname(index)
-        files = sorted(set(weight_map.values()))
-        for f in files:
-            if os.path.isabs(f) or ".." in f.replace("\\", "/").split("/"):
-                raise InvalidArgumentError(f"{index}: shard path {f!r} leaves the folder")
-        return _merge(target, _load_many([os.path.join(folder, f) for f in files]), weight_map)
-    if os.path.exists(target):
-        return load_file(target)
+        weight_map, _ = read_index(index, local=True)
+        where = local_shards(index, sorted(set(weight_map.values())))
+        return _checkpoint(target, weight_map, where, local=True)
+    if os.path.lexists(target):
+        return load_file(target, local=True)
     matches = sorted(_glob.glob(target))
     if not matches:
-        raise SourceError(f"{target}: no such file")
+        raise SourceError(f"{target}: no such file, and no file matches it as a glob")
     if len(matches) == 1:
-        return load_file(matches[0])
-    return _merge(target, _load_many(matches), None)
+        return load_file(matches[0], local=True)
+    return _merge(target, _load_many(matches, local=True), matches)
+
+
+def _checkpoint(
+    target: str, weight_map: dict[str, str], where: dict[str, str], *, local: bool
+) -> Structure:
+    files = sorted(set(where.values()))
+    expected = {tensor: (where[shard], shard) for tensor, shard in weight_map.items()}
+    return _merge(target, _load_many(files, local=local), files, expected)
 
 
 def _load_url(url: str) -> Structure:
     """A remote file, or a remote sharded checkpoint (its index, then the shards' headers,
     read concurrently)."""
-    if not url.endswith(INDEX_SUFFIX):
+    if not is_index(url):
         return load_file(url)
-    import urllib.parse
-
-    weight_map = _read_index(url)
-    files = sorted(set(weight_map.values()))
-    urls = [urllib.parse.urljoin(url, f) for f in files]
-    return _merge(url, _load_many(urls), weight_map)
+    weight_map, shown = read_index(url, local=False)
+    where = remote_shards(url, shown, sorted(set(weight_map.values())))
+    return _checkpoint(shown, weight_map, where, local=False)

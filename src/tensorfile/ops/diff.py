@@ -21,15 +21,22 @@ Example:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from ..core.reader import Reader
-from ..formats import open_reader
-from ._dense import dense_value
-from ._structure import Structure, TensorEntry, load
+from ._dense import (
+    CHUNK_BYTES,
+    MAX_DENSE_BYTES,
+    check_densifiable,
+    components,
+    dense_chunks,
+    dense_value,
+    is_extension,
+)
+from ._structure import Structure, TensorEntry, load, naming, open_readers
 from .hash import canonical_value
 from .inspect import json_metadata
 
@@ -127,8 +134,16 @@ def _fields(t: TensorEntry) -> dict[str, Any]:
     return {"dtype": t.common_dtype, "shape": list(t.shape), "byte_length": t.data_bytes}
 
 
-def diff(a: str | Structure, b: str | Structure, *, data: bool = False) -> DiffResult:
-    """Compare two files, checkpoints or globs; ``data=True`` also compares tensor bytes."""
+def diff(
+    a: str | Structure,
+    b: str | Structure,
+    *,
+    data: bool = False,
+    max_dense_bytes: int = MAX_DENSE_BYTES,
+) -> DiffResult:
+    """Compare two files, checkpoints or globs; ``data=True`` also compares tensor bytes,
+    a bounded piece at a time (a sparse tensor whose dense form is over ``max_dense_bytes``
+    is refused with :class:`~tensorfile.errors.UnsupportedError` before any data is read)."""
     sa = load(a) if isinstance(a, str) else a
     sb = load(b) if isinstance(b, str) else b
     ta = {t.name: t for t in sa.tensors}
@@ -160,7 +175,7 @@ def diff(a: str | Structure, b: str | Structure, *, data: bool = False) -> DiffR
         for n in sorted(ta.keys() & tb.keys())
         if _fields(ta[n])["dtype"] == _fields(tb[n])["dtype"] and ta[n].shape == tb[n].shape
     ]
-    diffs = _compare_data(sa, sb, same)
+    diffs = _compare_data(sa, sb, same, max_dense_bytes)
     return DiffResult(
         result.a,
         result.b,
@@ -175,25 +190,34 @@ def diff(a: str | Structure, b: str | Structure, *, data: bool = False) -> DiffR
     )
 
 
-def _readers(s: Structure) -> dict[str, Reader]:
-    files = [sh.path for sh in s.shards] if s.shards else [s.path]
-    return {f: open_reader(f) for f in files}
-
-
-def _compare_data(sa: Structure, sb: Structure, names: list[str]) -> list[DataDiff]:
+def _compare_data(
+    sa: Structure, sb: Structure, names: list[str], limit: int = MAX_DENSE_BYTES
+) -> list[DataDiff]:
     if sa.format == "gguf" or sb.format == "gguf":
         from ..core.errors import UnsupportedError
 
         raise UnsupportedError("comparing GGUF tensor data is not supported; diff headers only")
-    ra, rb = _readers(sa), _readers(sb)
+    ra = open_readers(sa)
+    try:
+        rb = open_readers(sb)
+    except BaseException:
+        for r in ra.values():
+            r.close()
+        raise
     ea = {t.name: t for t in sa.tensors}
     eb = {t.name: t for t in sb.tensors}
     out: list[DataDiff] = []
     try:
-        for name in names:
-            xa = _dense(ra[ea[name].shard or sa.path].get_tensor(name))
-            xb = _dense(rb[eb[name].shard or sb.path].get_tensor(name))
-            found = _compare(name, xa, xb)
+        pairs = [(ra[ea[n].shard or sa.path], rb[eb[n].shard or sb.path], n) for n in names]
+        for a, b, name in pairs:  # every refusal before the first byte of data
+            check_densifiable(a.info(name), a.source.name, limit)
+            check_densifiable(b.info(name), b.source.name, limit)
+        for a, b, name in pairs:
+            with naming(a.source.name):
+                va = a.get_tensor(name)
+            with naming(b.source.name):
+                vb = b.get_tensor(name)
+            found = _compare_values(name, va, vb)
             if found is not None:
                 out.append(found)
     finally:
@@ -202,12 +226,56 @@ def _compare_data(sa: Structure, sb: Structure, names: list[str]) -> list[DataDi
     return out
 
 
-def _dense(value: Any) -> np.ndarray[Any, Any]:
-    """A tensor's values as one array (an extension layout: its components' bytes, by role)."""
-    found = dense_value(value)
-    if isinstance(found, np.ndarray):
-        return found
-    parts = [np.frombuffer(part.tobytes(), np.uint8) for part in found.values()]
+def _compare_values(name: str, va: Any, vb: Any) -> DataDiff | None:
+    """Compare two values of one dtype and shape, a bounded piece at a time (sparse ones
+    are densified piece by piece); an extension layout is compared by its components'
+    bytes."""
+    if is_extension(va) or is_extension(vb):
+        return _compare_extension(name, va, vb)
+    itemsize = max(1, np.dtype(_dtype(va)).itemsize)
+    step = CHUNK_BYTES // itemsize
+    found: list[DataDiff] = []
+    for xa, xb in zip(dense_chunks(va, step), dense_chunks(vb, step), strict=True):
+        d = _compare(name, xa, xb)
+        if d is not None:
+            found.append(d)
+    if not found:
+        return None
+    deltas = [d.max_abs_diff for d in found if d.max_abs_diff is not None]
+    return DataDiff(
+        name,
+        sum(d.differing_elements for d in found),
+        max(deltas) if len(deltas) == len(found) else None,
+    )
+
+
+def _dtype(value: Any) -> np.dtype[Any]:
+    found: np.dtype[Any] = value.dtype
+    return found
+
+
+def _compare_extension(name: str, va: Any, vb: Any) -> DataDiff | None:
+    """Compare by bytes when one side (or both) is an extension layout: its components'
+    bytes, by role, against the other side's (a plain tensor is densified only when it is
+    exactly as long as those bytes, which are in memory already)."""
+    xa, xb = _ext_bytes(va), _ext_bytes(vb)
+    if xa is None or xb is None:
+        known = xa if xa is not None else xb
+        other = va if xa is None else vb
+        assert known is not None
+        size = math.prod(other.shape) * np.dtype(_dtype(other)).itemsize
+        if size != known.size:
+            return DataDiff(name, max(size, known.size), None)
+        plain = np.frombuffer(np.ascontiguousarray(dense_value(other)).tobytes(), np.uint8)
+        xa, xb = (plain, known) if xa is None else (known, plain)
+    return _compare(name, xa, xb)
+
+
+def _ext_bytes(value: Any) -> np.ndarray[Any, Any] | None:
+    """An extension layout's components' bytes, by role, as one array (None for others)."""
+    if not is_extension(value):
+        return None
+    parts = [np.frombuffer(part.tobytes(), np.uint8) for part in components(value).values()]
     return np.concatenate(parts) if parts else np.empty(0, np.uint8)
 
 

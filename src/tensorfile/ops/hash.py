@@ -31,13 +31,17 @@ import struct
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import numpy as np
-
 from ..core.reader import Reader
-from ..formats import open_reader
 from ..gguf import GGUFValue
-from ._dense import dense_value
-from ._structure import Structure, TensorEntry, load
+from ._dense import (
+    CHUNK_BYTES,
+    MAX_DENSE_BYTES,
+    check_densifiable,
+    components,
+    dense_chunks,
+    is_extension,
+)
+from ._structure import Structure, TensorEntry, load, naming, open_readers
 
 __all__ = ["canonical_json", "canonical_value", "content_hash", "structural_hash"]
 
@@ -130,33 +134,43 @@ def structural_hash(structure: Structure | str) -> str:
     return hashlib.sha256(canonical_json(s).encode("utf-8")).hexdigest()
 
 
-_CHUNK = 64 << 20
+_CHUNK = CHUNK_BYTES
 
 
-def content_hash(path: str, progress: Callable[[int, int], None] | None = None) -> str:
+def content_hash(
+    path: str,
+    progress: Callable[[int, int], None] | None = None,
+    *,
+    max_dense_bytes: int = MAX_DENSE_BYTES,
+) -> str:
     """SHA-256 over every tensor's name, common dtype, shape and dense bytes, in name order.
 
-    ``progress(done, total)`` is called as bytes are hashed (for a progress bar).
+    ``progress(done, total)`` is called as bytes are hashed (for a progress bar). Memory
+    stays bounded: stored bytes are read a chunk at a time and sparse tensors are densified a
+    chunk at a time; a sparse tensor whose dense form is over ``max_dense_bytes`` is refused
+    with :class:`~tensorfile.errors.UnsupportedError` before any data is read.
     """
     s = load(path)
     files = [sh.path for sh in s.shards] if s.shards else [s.path]
     total = sum(t.parameters * _itemsize(t) for t in s.tensors)
     done = 0
     digest = hashlib.sha256(b"tensorfile-content-v1\n")
-    by_file: dict[str, Reader] = {}
+    by_file = open_readers(s)
     try:
-        for f in files:
-            by_file[f] = open_reader(f)
+        for t in s.tensors:  # every refusal before the first byte of data
+            reader = by_file[t.shard or files[0]]
+            check_densifiable(reader.info(t.name), reader.source.name, max_dense_bytes)
         for t in s.tensors:
             head = {"name": t.name, "dtype": t.common_dtype, "shape": list(t.shape)}
             digest.update(json.dumps(head, separators=(",", ":"), ensure_ascii=False).encode())
             digest.update(b"\n")
             reader = by_file[t.shard or files[0]]
-            for chunk in _tensor_chunks(reader, t.name):
-                digest.update(chunk)
-                done += len(chunk)
-                if progress is not None:
-                    progress(done, total)
+            with naming(reader.source.name):
+                for chunk in _tensor_chunks(reader, t.name):
+                    digest.update(chunk)
+                    done += len(chunk)
+                    if progress is not None:
+                        progress(done, total)
     finally:
         for r in by_file.values():
             r.close()
@@ -172,9 +186,9 @@ def _itemsize(t: TensorEntry) -> int:
         return max(1, t.byte_length // max(1, t.parameters))
 
 
-def _tensor_chunks(reader: Reader, name: str) -> Iterator[bytes]:
+def _tensor_chunks(reader: Reader, name: str) -> Iterator[bytes | bytearray]:
     """The tensor's dense bytes, a chunk at a time (stored bytes are streamed; GGUF's
-    quantized blocks as they are stored)."""
+    quantized blocks as they are stored; sparse tensors densified piece by piece)."""
     info = reader.info(name)
     if info.layout in ("dense", "quantized") and all(
         c.encoding == "raw" for c in info.components.values()
@@ -183,11 +197,12 @@ def _tensor_chunks(reader: Reader, name: str) -> Iterator[bytes]:
         for pos in range(0, rng.length, _CHUNK):
             buf = bytearray(min(_CHUNK, rng.length - pos))
             reader.source.readinto(rng.start + pos, [memoryview(buf)])
-            yield bytes(buf)
+            yield buf
         return
-    value = dense_value(reader.get_tensor(name))
-    if isinstance(value, np.ndarray):
-        yield np.ascontiguousarray(value).tobytes()
-    else:  # an extension layout: its components, by role
-        for role, part in value.items():
+    value = reader.get_tensor(name)
+    if is_extension(value):  # an extension layout: its components, by role
+        for role, part in components(value).items():
             yield role.encode() + b"\n" + part.tobytes()
+        return
+    for piece in dense_chunks(value, _CHUNK // max(1, info.dtype.itemsize)):
+        yield piece.tobytes()

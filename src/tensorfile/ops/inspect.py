@@ -142,31 +142,67 @@ def module_tree(tensors: Sequence[TensorEntry], prefix: str = "") -> ModuleGroup
     """Group tensors by dotted name components (``model.layers.0.attn.q.weight`` under
     ``model.layers.0`` → ``model.layers.0.attn``...), each group with parameter and byte
     subtotals. A chain of groups that all hold the same tensors is collapsed into one
-    (``model.layers.0`` rather than ``model`` → ``model.layers`` → ``model.layers.0``)."""
-    cut = len(prefix) + 1 if prefix else 0
-    groups: dict[str, list[TensorEntry]] = defaultdict(list)
-    leaves: list[TensorEntry] = []
-    for t in tensors:
-        head, dot, _tail = t.name[cut:].partition(".")
-        if dot:
-            groups[t.name[:cut] + head].append(t)
-        else:
-            leaves.append(t)
-    children = []
-    for key in sorted(groups):
-        members = groups[key]
-        while True:
-            rests = [m.name[len(key) + 1 :] for m in members]
-            heads = {r.partition(".")[0] for r in rests}
-            if len(heads) == 1 and all("." in r for r in rests):
-                key = f"{key}.{heads.pop()}"
+    (``model.layers.0`` rather than ``model`` → ``model.layers`` → ``model.layers.0``).
+
+    ``prefix`` is the group's own prefix: every tensor's name starts with ``prefix + "."``.
+    The tree is built without recursion and in time proportional to the names' total length,
+    so a name of 100,000 dots is one group, not 100,000 nested calls.
+
+    Example:
+        >>> from tensorfile.ops._structure import TensorEntry
+        >>> ts = [TensorEntry(n, "F32", (2,), 8, (0, 8)) for n in ("a.b.c.w", "a.b.c.v", "a.x")]
+        >>> root = module_tree(ts)
+        >>> [(g.prefix, g.parameters) for g in root.children[0].children]
+        [('a.b.c', 4)]
+    """
+    # one frame per group, in creation order: parents before their children
+    frames = [_Frame(prefix, len(prefix) + 1 if prefix else 0, list(tensors))]
+    pos = 0
+    while pos < len(frames):
+        frame = frames[pos]
+        pos += 1
+        cut = frame.cut  # where the names go on below the group's prefix
+        groups: dict[str, list[TensorEntry]] = defaultdict(list)
+        for t in frame.members:
+            dot = t.name.find(".", cut)
+            if dot < 0:
+                frame.leaves.append(t)
             else:
-                break
-        children.append(module_tree(members, key))
-    return ModuleGroup(
-        prefix,
-        sum(t.parameters for t in tensors),
-        sum(t.byte_length for t in tensors),
-        tuple(leaves),
-        tuple(children),
-    )
+                groups[t.name[cut:dot]].append(t)
+        for head in sorted(groups):
+            members = groups[head]
+            end = cut + len(head)  # the group's prefix is members[i].name[:end]
+            while True:  # collapse a chain of groups holding the same tensors
+                first = members[0].name
+                nxt = first.find(".", end + 1)
+                if nxt < 0:
+                    break
+                step = first[end : nxt + 1]  # ".component." shared by every member?
+                if not all(m.name.startswith(step, end) for m in members):
+                    break
+                end = nxt
+            child = _Frame(members[0].name[:end], end + 1, members)
+            frame.children.append(child)
+            frames.append(child)
+    built: dict[int, ModuleGroup] = {}
+    for frame in reversed(frames):  # children before their parents
+        kids = tuple(built.pop(id(c)) for c in frame.children)
+        built[id(frame)] = ModuleGroup(
+            frame.prefix,
+            sum(t.parameters for t in frame.leaves) + sum(k.parameters for k in kids),
+            sum(t.byte_length for t in frame.leaves) + sum(k.bytes for k in kids),
+            tuple(frame.leaves),
+            kids,
+        )
+    return built[id(frames[0])]
+
+
+@dataclass
+class _Frame:
+    """A group while the tree is built."""
+
+    prefix: str
+    cut: int
+    members: list[TensorEntry]
+    leaves: list[TensorEntry] = field(default_factory=list)
+    children: list[_Frame] = field(default_factory=list)

@@ -2,10 +2,17 @@
 
 safetensors files keep it in ``__metadata__``, zTensor files in the manifest's
 ``attributes``; GGUF metadata is read-only here. Every key is checked before any file is
-written; a sharded checkpoint is then edited shard by shard (each shard atomically, the
-checkpoint as a whole not). How the bytes change (in place when the new header fits, else
-an atomic rewrite) is each format's business: its ``edit_metadata`` hook in the registry
-(:mod:`tensorfile.formats`).
+written, and every file is checked for being editable (see
+:func:`tensorfile.core.atomic.check_editable`: a symlink's target is edited; a file with
+several hard links, or read-only, is refused); a sharded checkpoint is then edited shard by
+shard (each shard atomically, the checkpoint as a whole not).
+
+Every edit writes a new file beside the old one and renames it into place, so a process
+killed at any instant leaves the old file or the new one, and readers see one or the other.
+The tensor bytes are cloned where the file system shares blocks (``method == "reflink"``:
+xfs, btrfs; nothing copied) and copied in the kernel otherwise (``"copy"``). How the header
+or manifest is rebuilt is each format's business: its ``edit_metadata`` hook in the
+registry (:mod:`tensorfile.formats`).
 
 Example:
     >>> import numpy as np, os, tempfile
@@ -13,10 +20,13 @@ Example:
     >>> path = os.path.join(tempfile.mkdtemp(), "m.safetensors")
     >>> save_file({"w": np.zeros(2, np.float32)}, path, metadata={"note": "a long note"})
     >>> r = edit_metadata(path, set={"license": "MIT"}, delete=["note"])
-    >>> r.after, r.in_place  # the new header is shorter: written in place
+    >>> r.after, r.method in ("reflink", "copy")  # reflink: a clone (xfs, btrfs), else a copy
     ({'license': 'MIT'}, True)
-    >>> edit_metadata(path, set={"description": "a much longer text"}).in_place
-    False
+    >>> try:  # a lone surrogate: how Python reads a non-UTF-8 command-line argument
+    ...     edit_metadata(path, set={"note": chr(0xDCFF)})
+    ... except InvalidArgumentError as exc:
+    ...     print(exc)
+    the metadata value '\\udcff' of key 'note' is not valid UTF-8 text
 """
 
 from __future__ import annotations
@@ -24,8 +34,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from contextlib import closing
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
+from ..core.atomic import check_editable
 from ..core.errors import InvalidArgumentError, UnsupportedError
 from ..formats import FORMATS, detect
 from ..sources import is_url, open_path
@@ -36,12 +47,20 @@ __all__ = ["MetadataEdit", "edit_metadata", "read_metadata"]
 
 @dataclass(frozen=True)
 class MetadataEdit:
-    """What an edit did."""
+    """What an edit did.
+
+    Attributes:
+        paths: the files edited (every shard of a checkpoint).
+        before, after: the metadata before and after.
+        method: ``"reflink"`` when every new file shares its tensor bytes with the old one
+            (a clone: nothing copied), ``"copy"`` when the bytes of at least one were copied.
+            Either way each file was replaced atomically (temporary file + rename).
+    """
 
     paths: tuple[str, ...]
     before: dict[str, Any]
     after: dict[str, Any]
-    in_place: bool
+    method: Literal["reflink", "copy"]
 
 
 def read_metadata(path: str) -> dict[str, Any]:
@@ -67,8 +86,28 @@ def _apply(
     for key, value in set.items():
         if not isinstance(key, str) or not isinstance(value, str):
             raise InvalidArgumentError(f"metadata maps text to text; got {key!r}: {value!r}")
+        if not _is_utf8(key):
+            raise InvalidArgumentError(f"the metadata key {_short(key)} is not valid UTF-8 text")
+        if not _is_utf8(value):
+            raise InvalidArgumentError(
+                f"the metadata value {_short(value)} of key {_short(key)} is not valid UTF-8 text"
+            )
         after[key] = value
     return after
+
+
+def _is_utf8(text: str) -> bool:
+    """Files store UTF-8: a lone surrogate (how Python reads a non-UTF-8 byte of a
+    command-line argument) cannot be written."""
+    try:
+        text.encode("utf-8")
+        return True
+    except UnicodeEncodeError:
+        return False
+
+
+def _short(text: str, limit: int = 60) -> str:
+    return repr(text) if len(text) <= limit else repr(text[: limit - 3]) + "..."
 
 
 def edit_metadata(
@@ -96,9 +135,11 @@ def edit_metadata(
         # a shard of a checkpoint may lack a key another shard holds
         return _apply(meta, set, delete, clear, strict=False)
 
-    in_place = True
+    for f in files:  # links and permissions, before any file is written
+        check_editable(f)
+    cloned = True
     for f in files:
         with closing(open_path(f)) as src:
             fmt = detect(src)
-        in_place &= fmt.impl().edit_metadata(f, change)
-    return MetadataEdit(tuple(files), before, after, in_place)
+        cloned &= fmt.impl().edit_metadata(f, change)  # True: the tensor bytes were cloned
+    return MetadataEdit(tuple(files), before, after, "reflink" if cloned else "copy")

@@ -30,6 +30,8 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
 from ..core import dtypes
 from ..core.dtypes import DType
 from ..core.errors import (
@@ -39,11 +41,13 @@ from ..core.errors import (
     SourceError,
     UnsupportedError,
 )
+from ..core.reader import brief, names_list
 from ..frameworks import Framework, f4_shape, get_framework
 from ..sources import MemorySource, open_input
+from ._encode import check_name, check_shape
 from ._parse import MAX_HEADER_SIZE
 from ._reader import SafetensorsReader
-from ._writer import Prepared, StreamWriter, to_bytes, write_file
+from ._writer import Prepared, StreamWriter, check_size, to_bytes, write_file
 
 __all__ = [
     "MAX_HEADER_SIZE",
@@ -66,6 +70,10 @@ _BACKENDS = ("mmap", "pread")
 
 def _open_reader(filename: str | os.PathLike[str]) -> SafetensorsReader:
     """A :class:`~tensorfile.core.reader.Reader` over a safetensors file (a path or a URL)."""
+    if not isinstance(filename, str | os.PathLike):
+        raise InvalidArgumentError(
+            f"filename must be a str or os.PathLike, got {type(filename).__name__}"
+        )
     try:
         with open_input(filename) as source:
             return SafetensorsReader(source)
@@ -174,7 +182,7 @@ class safe_open:
             (['b', 'a'], [1.0, 1.0, 1.0], False)
         """
         reader = self.reader
-        names = self.offset_keys() if names is None else list(names)
+        names = self.offset_keys() if names is None else names_list(names)
         fw = self._framework
         tensors = fw.read(reader, names) if copy else fw.view(reader, names)
         return dict(zip(names, tensors, strict=True))
@@ -249,13 +257,13 @@ class TensorSpec:
 
     def __init__(self, *, dtype: str, shape: Sequence[int], data_ptr: int, data_len: int) -> None:
         dt = _spec_dtype(dtype)
-        shape_l = [int(d) for d in shape]
+        shape_l = list(check_shape("<TensorSpec>", shape))
         if dtype == "float4_e2m1fn_x2":
             shape_l = list(f4_shape(dt, shape_l, to="file"))
         self._dtype = dt
         self.shape = shape_l
-        self.data_ptr = int(data_ptr)
-        self.data_len = int(data_len)
+        self.data_ptr = _address("data_ptr", data_ptr)
+        self.data_len = _address("data_len", data_len)
 
     @property
     def dtype(self) -> str:
@@ -264,6 +272,7 @@ class TensorSpec:
 
     def prepared(self, name: str) -> Prepared:
         """The tensor's bytes, read in place at ``data_ptr``."""
+        check_size(name, self._dtype, self.shape, self.data_len)  # before touching memory
         if self.data_len == 0:
             buf = memoryview(bytearray())
         else:
@@ -277,10 +286,23 @@ class TensorSpec:
 
 
 def _spec_dtype(name: str) -> DType:
+    if not isinstance(name, str):
+        raise UnsupportedError(f"Unknown dtype {brief(name)}: a dtype is named by a string")
     try:
         return dtypes.from_name(name)
     except KeyError:
-        raise UnsupportedError(f"Unknown dtype {name!r}") from None
+        raise UnsupportedError(f"Unknown dtype {brief(name)}") from None
+
+
+def _address(what: str, value: object) -> int:
+    """``data_ptr`` or ``data_len``: a non-negative integer that fits a pointer."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | np.integer)
+        or not 0 <= int(value) < 1 << 63
+    ):
+        raise InvalidArgumentError(f"{what} must be a non-negative integer, got {brief(value)}")
+    return int(value)
 
 
 def _prepare_all(tensor_dict: Mapping[str, Any]) -> list[Prepared]:
@@ -291,11 +313,19 @@ def _prepare_all(tensor_dict: Mapping[str, Any]) -> list[Prepared]:
     out = []
     for name, spec in tensor_dict.items():
         if isinstance(spec, TensorSpec):
-            out.append(spec.prepared(name))
+            out.append(spec.prepared(check_name(name)))
         elif isinstance(spec, Mapping) and {"dtype", "shape", "data"} <= set(spec):
             # the pre-0.7 reference form: {"dtype": ..., "shape": [...], "data": bytes}
-            data = memoryview(spec["data"]).cast("B")
-            out.append(Prepared(name, _spec_dtype(spec["dtype"]), tuple(spec["shape"]), data))
+            check_name(name)
+            try:
+                data = memoryview(spec["data"]).cast("B")
+            except TypeError as exc:
+                raise InvalidArgumentError(
+                    f"tensor {name!r}: data must be a contiguous bytes-like object, got "
+                    f"{type(spec['data']).__name__}: {exc}"
+                ) from None
+            dt = _spec_dtype(spec["dtype"])
+            out.append(Prepared(name, dt, check_shape(name, spec["shape"]), data))
         else:
             raise InvalidArgumentError(
                 f"tensor {name!r}: expected a TensorSpec or a dict with dtype, shape and data"

@@ -19,12 +19,14 @@ import struct
 from collections.abc import Mapping, Sequence
 
 import msgspec
+import numpy as np
 
 from ..core.dtypes import DType
 from ..core.errors import InvalidArgumentError, SafetensorError
-from ._parse import MAX_HEADER_SIZE, META_KEY, N_LEN
+from ..core.reader import brief
+from ._parse import MAX_HEADER_SIZE, MAX_SIZE, META_KEY, N_LEN
 
-__all__ = ["check_metadata", "check_name", "encode_header"]
+__all__ = ["check_align", "check_metadata", "check_name", "check_shape", "encode_header"]
 
 
 def _pad_to(length: int, align: int) -> int:
@@ -47,8 +49,7 @@ def encode_header(
         >>> encode_header([], {"a": "b"})[8:]
         b'{"__metadata__":{"a":"b"}}      '
     """
-    if align < 8 or align % 8:
-        raise InvalidArgumentError(f"align must be a positive multiple of 8, got {align}")
+    align = check_align(align)
     header: dict[str, object] = {}
     if metadata is not None:
         header[META_KEY] = dict(sorted(check_metadata(metadata).items()))
@@ -69,8 +70,25 @@ def encode_header(
     return struct.pack("<Q", n) + body + b" " * (n - len(body))
 
 
+def check_align(align: object) -> int:
+    """Check a writer's ``align``: an integer, a positive multiple of 8.
+
+    Example:
+        >>> check_align(64)
+        64
+    """
+    if not isinstance(align, int) or isinstance(align, bool) or align < 8 or align % 8:
+        raise InvalidArgumentError(f"align must be a positive multiple of 8, got {brief(align)}")
+    if align > MAX_HEADER_SIZE:
+        raise InvalidArgumentError(
+            f"align {brief(align)} would pad the header past the {MAX_HEADER_SIZE:,}-byte "
+            "limit readers accept"
+        )
+    return align
+
+
 def check_metadata(metadata: Mapping[str, str]) -> Mapping[str, str]:
-    """Check that metadata is a map of strings to strings (for writers)."""
+    """Check that metadata is a map of strings to strings, all valid Unicode (for writers)."""
     if not isinstance(metadata, Mapping):
         raise InvalidArgumentError(
             f"metadata must be a dict of strings to strings, got {type(metadata).__name__}"
@@ -78,18 +96,61 @@ def check_metadata(metadata: Mapping[str, str]) -> Mapping[str, str]:
     for key, value in metadata.items():
         if not isinstance(key, str) or not isinstance(value, str):
             raise InvalidArgumentError(
-                f"metadata must map strings to strings; {key!r}: {value!r} is "
+                f"metadata must map strings to strings; {brief(key)}: {brief(value)} is "
                 f"{type(key).__name__} -> {type(value).__name__}"
             )
+        _check_text(key, f"metadata key {brief(key)}")
+        _check_text(value, f"the value of metadata key {brief(key)}")
     return metadata
 
 
 def check_name(name: object) -> str:
-    """Check a tensor name for writing."""
+    """Check a tensor name for writing: a string of valid Unicode, not ``__metadata__``."""
     if not isinstance(name, str):
-        raise InvalidArgumentError(f"tensor names must be strings, got {name!r}")
+        raise InvalidArgumentError(f"tensor names must be strings, got {brief(name)}")
     if name == META_KEY:
         raise InvalidArgumentError(
             f"{META_KEY!r} is reserved for metadata; it cannot name a tensor"
         )
+    _check_text(name, f"tensor name {brief(name)}")
     return name
+
+
+def check_shape(name: str, shape: object) -> tuple[int, ...]:
+    """A writer's shape as a tuple of ints: each an integer (numpy's too, never a bool, a
+    float or a string) from 0 to 2**48 - 1, the largest size the format's schema allows.
+
+    Example:
+        >>> check_shape("w", [2, 3])
+        (2, 3)
+    """
+    if isinstance(shape, str | bytes) or not hasattr(shape, "__iter__"):
+        raise InvalidArgumentError(
+            f"tensor {name!r}: a shape is a sequence of integers, got {type(shape).__name__}"
+        )
+    dims = []
+    for d in shape:
+        if isinstance(d, bool) or not isinstance(d, int | np.integer):
+            raise InvalidArgumentError(
+                f"tensor {name!r}: a dimension must be an integer, got {brief(d)}"
+            )
+        value = int(d)
+        if not 0 <= value <= MAX_SIZE:
+            raise InvalidArgumentError(
+                f"tensor {name!r}: dimension {brief(value)} is outside 0 to {MAX_SIZE:,} "
+                "(2**48 - 1, the largest size readers accept)"
+            )
+        dims.append(value)
+    return tuple(dims)
+
+
+def _check_text(text: str, what: str) -> None:
+    if text.isascii():
+        return
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidArgumentError(
+            f"{what} is not valid Unicode: {exc.reason} at position {exc.start} "
+            "(a lone surrogate cannot be written as UTF-8)"
+        ) from None

@@ -1,18 +1,19 @@
 """The safetensors format's hooks for the registry (:mod:`tensorfile.formats`): read the
 catalog, open a reader, and rewrite the ``__metadata__`` of a file.
 
-A metadata edit whose new header fits in the old header's space is written in place (padded
-with spaces, one write, the tensor bytes untouched); otherwise the file is rewritten by a
-streaming copy into a temporary file that is renamed into place, the data region keeping the
-alignment it had.
+A metadata edit writes a new file and renames it over the old one
+(:func:`tensorfile.core.atomic.rewrite`): a process killed at any instant leaves the old file
+or the new one, and readers see one or the other. The new header keeps the old one's size
+when it fits (padded with spaces); a longer one grows by whole 4096-byte blocks (spaces
+again), so the data region keeps its alignment and, on file systems that share blocks (xfs,
+btrfs), is cloned rather than copied.
 
 Example:
     >>> import numpy as np, os, tempfile
     >>> from tensorfile.safetensors.numpy import load_file, save_file
     >>> path = os.path.join(tempfile.mkdtemp(), "m.safetensors")
     >>> save_file({"w": np.zeros(2, np.float32)}, path, metadata={"a": "1"})
-    >>> edit_metadata(path, lambda m: {**m, "b": "2"})
-    False
+    >>> cloned = edit_metadata(path, lambda m: {**m, "b": "2"})  # True: the data was cloned
     >>> from tensorfile.safetensors import safe_open
     >>> safe_open(path, "np").metadata()
     {'a': '1', 'b': '2'}
@@ -20,13 +21,15 @@ Example:
 
 from __future__ import annotations
 
-from ..core.atomic import rewrite, write_in_place
+import struct
+
+from ..core.atomic import CLONE_BLOCK, check_editable, rewrite
 from ..core.catalog import Catalog
 from ..core.source import Source
 from ..formats import MetadataChange
 from ..sources import LocalSource
 from ._encode import encode_header
-from ._parse import N_LEN
+from ._parse import MAX_HEADER_SIZE, N_LEN
 from ._reader import SafetensorsReader, catalog_of, read_header
 
 __all__ = ["edit_metadata", "open_reader", "read_catalog"]
@@ -50,8 +53,11 @@ def _alignment(offset: int) -> int:
 
 
 def edit_metadata(path: str, change: MetadataChange) -> bool:
-    """Give the file at ``path`` the metadata ``change(old)``; True when written in place."""
-    with LocalSource(path) as src:
+    """Give the file at ``path`` the metadata ``change(old)`` by writing a new file renamed
+    into place; True when its tensor bytes are shared with the old file (a reflink clone),
+    False when they were copied."""
+    real, expect = check_editable(path)  # follows symlinks; refuses hard links, read-only
+    with LocalSource(real) as src:
         h = read_header(src)
         size = src.size
     items = []
@@ -60,9 +66,12 @@ def edit_metadata(path: str, change: MetadataChange) -> bool:
         items.append((name, dt, shape, start, end))
     meta_arg = change(dict(h.metadata or {})) or None
     body = encode_header(items, meta_arg, align=8)[N_LEN:].rstrip(b" ")
-    if len(body) <= h.header_size:
-        write_in_place(path, size, N_LEN, body + b" " * (h.header_size - len(body)))
-        return True
-    new = encode_header(items, meta_arg, align=_alignment(h.data_start))
-    rewrite(path, new, h.data_start, size - h.data_start, b"")
-    return False
+    n = h.header_size
+    if len(body) > n:  # grow by whole blocks: the data keeps its offset modulo a block
+        n += -(-(len(body) - n) // CLONE_BLOCK) * CLONE_BLOCK
+        if n > MAX_HEADER_SIZE:
+            new = encode_header(items, meta_arg, align=_alignment(h.data_start))
+            n = len(new) - N_LEN
+    head = struct.pack("<Q", n) + body + b" " * (n - len(body))
+    method = rewrite(path, head, h.data_start, size - h.data_start, b"", expect=expect)
+    return method == "reflink"

@@ -38,6 +38,7 @@ import msgspec
 import numpy as np
 
 from ..core import dtypes
+from ..core._slicing import shape_text
 from ..core.dtypes import DType
 from ..core.errors import (
     DuplicateTensorError,
@@ -55,6 +56,8 @@ from ..core.errors import (
     UnknownDtypeError,
     ValidationOverflowError,
 )
+from ..core.reader import brief
+from ._numbers import OutOfRange, exact_int, finite, json_int, json_type, no_number
 
 __all__ = [
     "MAX_HEADER_SIZE",
@@ -321,7 +324,9 @@ def _first_duplicate_key(data: bytes) -> str | None:
         calls.append(dup)
 
     try:
-        json.loads(data, object_pairs_hook=hook)  # already known to be valid JSON
+        # already known to be valid JSON; numbers are not needed (and one of over 4,300
+        # digits would make int() raise)
+        json.loads(data, object_pairs_hook=hook, parse_int=no_number, parse_float=no_number)
     except RecursionError as exc:
         raise HeaderSyntaxError("header JSON is nested too deeply") from exc
     return calls[-1] if calls else None
@@ -351,42 +356,28 @@ def _decode_metadata(data: bytes, raw: bytes) -> dict[str, str] | None:
         return result
 
     try:
-        value = json.loads(raw, object_pairs_hook=hook)
+        value = json.loads(raw, object_pairs_hook=hook, parse_int=json_int)
     except RecursionError as exc:
         raise InvalidMetadataError("__metadata__ is nested too deeply", offset=offset) from exc
     if value is None:  # the reference reads "__metadata__": null as no metadata
         return None
     if not isinstance(value, dict):
         raise InvalidMetadataError(
-            f"__metadata__ must be a map of strings to strings, found {_json_type(value)}",
+            f"__metadata__ must be a map of strings to strings, found {json_type(value)}",
             offset=offset,
         )
     if pairs_dup:
         raise InvalidMetadataError(
-            f"__metadata__ has the key {pairs_dup[0]!r} more than once", offset=offset
+            f"__metadata__ has the key {brief(pairs_dup[0])} more than once", offset=offset
         )
     for key, val in value.items():
         if not isinstance(val, str):
             raise InvalidMetadataError(
-                f"__metadata__[{key!r}] must be a string, found {_json_type(val)}: "
+                f"__metadata__[{brief(key)}] must be a string, found {json_type(val)}: "
                 f"metadata is a map of strings to strings",
                 offset=offset,
             )
     return value
-
-
-def _json_type(value: object) -> str:
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return f"the number {value}"
-    if isinstance(value, list):
-        return "an array"
-    if isinstance(value, dict):
-        return "an object"
-    if value is None:
-        return "null"
-    return "a string"
 
 
 def _decode_entries(data: bytes, names: list[str], raws: list[msgspec.Raw]) -> list[_Entry]:
@@ -425,10 +416,6 @@ def _decode_entries(data: bytes, names: list[str], raws: list[msgspec.Raw]) -> l
         ) from exc
 
 
-def _exact_int(text: str) -> int | float:
-    return -0.0 if text == "-0" else int(text)  # JSON -0 is a float to the reference
-
-
 def _check_entries_exactly(data: bytes, names: list[str], raws: list[msgspec.Raw]) -> None:
     """Reject repeated fields and ``-0`` sizes, which typed decoding cannot see."""
     for name, raw in zip(names, raws, strict=True):
@@ -445,7 +432,21 @@ def _check_entries_exactly(data: bytes, names: list[str], raws: list[msgspec.Raw
                     seen.add(key)
             return result
 
-        entry = json.loads(bytes(raw), object_pairs_hook=hook, parse_int=_exact_int)
+        try:
+            entry = json.loads(
+                bytes(raw), object_pairs_hook=hook, parse_int=exact_int, parse_float=finite
+            )
+        except OutOfRange as exc:
+            number = str(exc)
+            shown = (
+                number if len(number) <= 24 else f"{number[:12]}... ({len(number):,} characters)"
+            )
+            raise HeaderSyntaxError(
+                f"tensor {name!r} has the number {shown}, out of the range of a JSON number "
+                "(a double)",
+                tensor=name,
+                offset=_key_offset(data, name),
+            ) from None
         if repeated:
             raise InvalidTensorEntryError(
                 f"tensor {name!r} has the field {repeated[0]!r} more than once",
@@ -490,17 +491,28 @@ def _check_entries(
     if max(nbits) > _U64_MAX:
         i = next(k for k, v in enumerate(nbits) if v > _U64_MAX)
         raise ValidationOverflowError(
-            f"tensor {names[i]!r}: shape {entries[i].shape} x {bits[i]} bits per element does "
-            "not fit in 64 bits",
+            f"tensor {names[i]!r}: shape {shape_text(entries[i].shape)} x {bits[i]} bits per "
+            "element does not fit in 64 bits",
             tensor=names[i],
             offset=_key_offset(data, names[i]),
         )
     nbits_arr = np.array(nbits, dtype=np.uint64)
+    for i in np.flatnonzero(nbits_arr == 0).tolist():
+        # an empty tensor: its other dimensions must still multiply within 64 bits, so that
+        # no later product over a shape (of a million huge dimensions) is a huge number
+        if _long_prod([d for d in entries[i].shape if d]) * bits[i] > _U64_MAX:
+            raise ValidationOverflowError(
+                f"tensor {names[i]!r}: a {entries[i].dtype} shape of {len(entries[i].shape):,} "
+                "dimensions whose non-zero dimensions x bits per element do not fit in 64 bits "
+                "(tensorfile's rule: the tensor is empty, but its shape is not usable)",
+                tensor=names[i],
+                offset=_key_offset(data, names[i]),
+            )
     odd = np.flatnonzero(nbits_arr % 8)
     if odd.size:
         i = int(odd[0])
         raise MisalignedSubByteError(
-            f"tensor {names[i]!r}: {entries[i].dtype} shape {entries[i].shape} has "
+            f"tensor {names[i]!r}: {entries[i].dtype} shape {shape_text(entries[i].shape)} has "
             f"{nbits[i]} bits, not a whole number of bytes",
             tensor=names[i],
             offset=_key_offset(data, names[i]),
@@ -509,7 +521,7 @@ def _check_entries(
     if wrong.size:
         i = int(wrong[0])
         raise TensorSizeMismatchError(
-            f"tensor {names[i]!r}: {entries[i].dtype} shape {entries[i].shape} needs "
+            f"tensor {names[i]!r}: {entries[i].dtype} shape {shape_text(entries[i].shape)} needs "
             f"{nbits[i] // 8} bytes but data_offsets {list(entries[i].data_offsets)} span "
             f"{int(ends[i] - starts[i])}",
             tensor=names[i],

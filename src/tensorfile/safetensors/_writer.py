@@ -22,14 +22,24 @@ from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
-from ..core import _packing, dtypes
+from ..core import _packing, _slicing, dtypes
 from ..core.atomic import AtomicFile, atomic_write, preallocate, write_all
 from ..core.dtypes import DType
 from ..core.errors import InvalidArgumentError, SafetensorError, SourceError, UnsupportedError
 from ..core.reader import bytes_view
-from ._encode import check_name, encode_header
+from ._encode import check_align, check_name, check_shape, encode_header
 
-__all__ = ["Prepared", "StreamWriter", "order", "prepare_array", "to_bytes", "write_file"]
+__all__ = [
+    "Prepared",
+    "StreamWriter",
+    "check_size",
+    "order",
+    "prepare_array",
+    "to_bytes",
+    "write_file",
+]
+
+_MAX_STREAM_BITS = (1 << 64) * 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,23 +57,38 @@ class Prepared:
         return self.data.nbytes
 
     def __post_init__(self) -> None:
-        expected = self.dtype.nbytes(_numel(self.shape))
-        if self.data.nbytes != expected:
-            raise InvalidArgumentError(
-                f"tensor {self.name!r}: {self.dtype.name} shape {list(self.shape)} needs "
-                f"{expected} bytes, got {self.data.nbytes}"
-            )
-        if self.dtype.is_subbyte and (_numel(self.shape) * self.dtype.bits) % 8:
-            raise InvalidArgumentError(
-                f"tensor {self.name!r}: {_numel(self.shape)} {self.dtype.name} elements are "
-                f"{_numel(self.shape) * self.dtype.bits} bits, not a whole number of bytes"
-            )
+        check_name(self.name)
+        shape = check_size(self.name, self.dtype, self.shape, self.data.nbytes)
+        if shape != self.shape or type(self.shape) is not tuple:
+            object.__setattr__(self, "shape", shape)
 
 
-def _numel(shape: Sequence[int]) -> int:
+def check_size(name: str, dtype: DType, shape: object, nbytes: int) -> tuple[int, ...]:
+    """Check that ``shape`` (see :func:`check_shape`) of ``dtype`` is exactly ``nbytes``
+    bytes, in time linear in the number of dimensions; return the shape as a tuple."""
+    dims = check_shape(name, shape)
+    bits = dtype.bits
+    nbits = nbytes * 8
+    numel = _numel(dims, nbits // bits + 1)
+    if numel * bits != nbits:
+        need = "more" if numel * bits > nbits else f"{numel * bits / 8:,g}"
+        raise InvalidArgumentError(
+            f"tensor {name!r}: {dtype.name} shape {_slicing.shape_text(dims)} needs {need} "
+            f"bytes, got {nbytes:,}"
+        )
+    return dims
+
+
+def _numel(shape: Sequence[int], limit: int | None = None) -> int:
+    """The product of ``shape``, stopping early once it passes ``limit`` (then some number
+    over ``limit``): linear time however many dimensions a shape has."""
+    if 0 in shape:
+        return 0
     n = 1
     for d in shape:
         n *= d
+        if limit is not None and n > limit:
+            return n
     return n
 
 
@@ -199,14 +224,30 @@ class StreamWriter:
         align: int = 8,
         fsync: bool = False,
     ) -> None:
+        if not isinstance(specs, Mapping):
+            raise InvalidArgumentError(
+                f"specs must map names to (dtype, shape), got {type(specs).__name__}"
+            )
         placeholders = []
-        for name, (dtype, shape) in specs.items():
+        for name, declared in specs.items():
+            check_name(name)
+            if not isinstance(declared, tuple | list) or len(declared) != 2:
+                raise InvalidArgumentError(f"tensor {name!r}: a spec is (dtype, shape)")
+            dtype, shape = declared
             dt = _dtype_of(name, dtype)
-            shape_t = tuple(int(d) for d in shape)
-            if any(d < 0 for d in shape_t):
-                raise InvalidArgumentError(f"tensor {name!r}: negative dimension in {shape_t}")
-            size = dt.nbytes(_numel(shape_t))
-            placeholders.append(_Spec(check_name(name), dt, shape_t, size))
+            shape_t = check_shape(name, shape)
+            numel = _numel(shape_t, _MAX_STREAM_BITS // dt.bits)
+            if numel * dt.bits > _MAX_STREAM_BITS:
+                raise InvalidArgumentError(
+                    f"tensor {name!r}: shape {_slicing.shape_text(shape_t)} of {dt.name} is "
+                    "over 2**64 bytes"
+                )
+            if numel * dt.bits % 8:
+                raise InvalidArgumentError(
+                    f"tensor {name!r}: {numel} {dt.name} elements do not fill whole bytes"
+                )
+            placeholders.append(_Spec(name, dt, shape_t, dt.nbytes(numel)))
+        align = check_align(align)
         header, ordered = _layout(placeholders, metadata, align)
         self._regions: dict[str, tuple[int, int]] = {}
         pos = len(header)
@@ -246,7 +287,13 @@ class StreamWriter:
                     )
                 view = prepare_array(name, arr).data
         else:
-            view = memoryview(data).cast("B")
+            try:
+                view = memoryview(data).cast("B")
+            except TypeError as exc:
+                raise InvalidArgumentError(
+                    f"tensor {name!r}: expected an array or a contiguous bytes-like object, "
+                    f"got {type(data).__name__}: {exc}"
+                ) from None
         start, stop = self._regions[name]
         done = self._written[name]
         if start + done + view.nbytes > stop:

@@ -1,7 +1,8 @@
 """Byte sources: local files, memory buffers, HTTP(S) URLs and fsspec URLs.
 
 Every source implements :class:`~tensorfile.core.source.Source`. The remote ones load their
-transport (``http.client``, fsspec) only when a URL is opened.
+transport (``http.client``, fsspec) only when a URL is opened. :func:`redact` is how any
+message shows a URL: without ``user:password@``, query string or fragment.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from ..core.source import ByteRequest, ReadStats, Source
+from ._urls import redact
 from .local import LocalSource
 from .memory import MemorySource
 
@@ -27,6 +29,7 @@ __all__ = [
     "is_url",
     "open_input",
     "open_path",
+    "redact",
 ]
 
 PathOrData = str | os.PathLike[str] | bytes | bytearray | memoryview

@@ -23,15 +23,26 @@ Example:
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Protocol
 
+from ..core.errors import SourceError
 from ..core.source import ByteRequest, RangeRequest
-from ._http import Fetched
 
-__all__ = ["HEAD_BYTES", "Fetcher", "SpeculativeCache"]
+__all__ = ["HEAD_BYTES", "Fetched", "Fetcher", "SpeculativeCache"]
 
 HEAD_BYTES = 64
 """The first bytes of a file, fetched once and kept: format detection reads them twice."""
+
+
+@dataclass(frozen=True, slots=True)
+class Fetched:
+    """The bytes a fetch returned: ``data`` starts at offset ``start`` of a ``size``-byte
+    file."""
+
+    start: int
+    data: bytes
+    size: int
 
 
 class Fetcher(Protocol):
@@ -47,7 +58,13 @@ class SpeculativeCache:
 
     def __init__(self, fetcher: Fetcher, first: ByteRequest) -> None:
         self._fetcher = fetcher
+        self._name: str = getattr(fetcher, "name", "the remote file")
         got = fetcher.fetch(first)
+        if got.size < 0 or got.start < 0 or got.start + len(got.data) > got.size:
+            raise SourceError(
+                f"{self._name}: the transport returned bytes {got.start}+{len(got.data)} of a "
+                f"{got.size}-byte file"
+            )
         self.size = got.size
         self._start, self._data = got.start, got.data
         self._head: bytes | None = got.data[:HEAD_BYTES] if got.start == 0 else None
@@ -56,16 +73,28 @@ class SpeculativeCache:
         pos = offset - self._start
         if pos >= 0 and pos + length <= len(self._data):
             return self._data[pos : pos + length]
-        if self._head is not None and offset + length <= len(self._head):
-            return self._head[offset : offset + length]
+        head = self._head
+        if head is not None and offset + length <= len(head):
+            return head[offset : offset + length]
         return None
 
+    def _fetch(self, offset: int, length: int) -> bytes:
+        got = self._fetcher.fetch(RangeRequest(offset, offset + length))
+        if got.start != offset or len(got.data) != length:
+            raise SourceError(
+                f"{self._name}: asked for {length} bytes at {offset}, the transport returned "
+                f"{len(got.data)} at {got.start}"
+            )
+        return got.data
+
     def read(self, offset: int, length: int) -> bytes:
-        """``length`` bytes at ``offset`` (bounds already checked by the source)."""
+        """``length`` bytes at ``offset`` (bounds already checked by the source); safe to call
+        from several threads (the fetcher must be)."""
         found = self._cached(offset, length)
         if found is not None:
             return found
         if offset + length <= HEAD_BYTES:
-            self._head = self._fetcher.fetch(RangeRequest(0, min(self.size, HEAD_BYTES))).data
-            return self._head[offset : offset + length]
-        return self._fetcher.fetch(RangeRequest(offset, offset + length)).data
+            head = self._fetch(0, min(self.size, HEAD_BYTES))
+            self._head = head
+            return head[offset : offset + length]
+        return self._fetch(offset, length)

@@ -1,27 +1,48 @@
-"""The HTTP transport: one range request per call, checked strictly.
+"""The HTTP transport: one range request per call, checked before its body is read.
 
 :class:`HTTPFetcher` is all a remote source needs from HTTP: ``fetch(request)`` asks for a
 byte range (or the end of the file) and returns exactly those bytes with the file's size.
-It checks every reply: ``206`` with a ``Content-Range`` that matches what was asked, ``416``
-and short bodies are errors; redirects are followed (at most 5; the token goes to the
-original host only); transient failures (connection errors, 429, 5xx) are retried with
-exponential backoff; every socket operation has a timeout. A server that ignores ``Range``
-and answers ``200`` with the whole body is read only as far as needed and the connection is
-closed, so a 10 GB file never costs more than the bytes asked for plus one network buffer.
-Exceptions of ``http.client`` and ``socket`` are translated here, and only here, into
-:class:`~tensorfile.errors.SourceError`.
+A server can lie, so every reply is checked before its body is read, and no more body bytes
+are ever read than were asked for:
+
+* ``206``: the ``Content-Range`` must be exactly the range asked for (a range running past
+  the end clipped to the file's size; a suffix ``bytes=-N`` the last ``min(N, size)``
+  bytes), inside the file, with the size learnt earlier; a ``Content-Length`` must agree.
+* ``200`` (the server ignores ``Range``): only the head of the file is read, when that is
+  what was asked for; its ``Content-Length`` must be the file's size.
+* ``416`` only for a range past the end; a compressed body (``Content-Encoding``) or an
+  unknown ``Transfer-Encoding`` is refused; numbers in headers are strict ASCII.
+* Redirects: at most 5, never to another scheme than http(s) nor from https to http.
+  Credentials (the token, ``user:password@`` of the URL, ``Authorization`` and ``Cookie``
+  headers) go only to the origin (scheme, host and port) of the URL the caller gave.
+* Time: each socket operation has ``timeout``; each request (connecting, a proxy tunnel, the
+  TLS handshake, the headers and the body) has a deadline of ``deadline`` seconds plus the
+  bytes asked for at ``min_speed`` bytes per second.
+* Transient failures (connection errors, 429, 5xx) are retried with exponential backoff,
+  honouring ``Retry-After`` up to the timeout (at most 30 s).
+* Proxies from the environment (:mod:`._proxy`); a pool of connections (:mod:`._conn`)
+  lets threads share one fetcher.
+
+Exceptions of ``http.client``, ``ssl`` and ``socket`` are translated here, and only here,
+into :class:`~tensorfile.errors.SourceError`, their text scrubbed of the URL's secrets.
 
 Example:
     >>> redact("https://user:pw@host:8080/m.safetensors?sig=secret")
     'https://host:8080/m.safetensors'
+    >>> try:
+    ...     HTTPFetcher("http://user:pw@host:99999/m.safetensors?token=abc")
+    ... except InvalidArgumentError as exc:
+    ...     print(exc)
+    http://host:99999/m.safetensors: the port must be a number from 1 to 65535
 """
 
 from __future__ import annotations
 
+import base64
 import http.client
+import math
 import os
 import re
-import socket
 import ssl
 import threading
 import time
@@ -30,50 +51,122 @@ from dataclasses import dataclass
 
 from ..core.errors import InvalidArgumentError, SourceError
 from ..core.source import ByteRequest, RangeRequest, ReadStats, SuffixRequest
+from . import _headers as hdr
+from ._cache import Fetched
+from ._conn import Connection, DeadlineExceeded, Pool, clock_of, discard, new_connection
+from ._conn import ssl_context as _ssl_context
+from ._proxy import proxy_for
+from ._urls import HttpURL, parse_http_url, redact, scrub
 
-__all__ = ["Fetched", "HTTPFetcher", "redact"]
+__all__ = ["MIN_SPEED", "Fetched", "HTTPFetcher", "redact"]
 
-_RECV_BUFFER = 256 << 10  # the socket buffer: the most a range-ignoring server can push ahead
+MIN_SPEED = 100_000.0
+"""The slowest transfer (bytes per second) a request's deadline allows by default."""
+
 _CHUNK = 1 << 20
-_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
 _TRANSIENT = {429, 500, 502, 503, 504}
+_REDIRECTS = {301, 302, 303, 307, 308}
+_MAX_REDIRECTS = 5
+_MAX_WAIT = 30.0
+_STALE = (ConnectionResetError, BrokenPipeError, ConnectionAbortedError)
+_FOREIGN = (OSError, http.client.HTTPException, ValueError)
+_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+_BAD_VALUE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+_TOKEN = re.compile(r"[\x21-\x7e]+")
+_OURS = {"range", "host", "accept-encoding", "proxy-authorization"}
+_ORIGIN_ONLY = {"authorization", "cookie"}
 
 
 @dataclass(frozen=True, slots=True)
-class Fetched:
-    """The bytes a fetch returned: ``data`` starts at offset ``start`` of a ``size``-byte
-    file."""
+class _Want:
+    """A request and what a reply to it must hold."""
 
-    start: int
-    data: bytes
-    size: int
+    request: ByteRequest
+
+    @property
+    def spec(self) -> str:
+        r = self.request
+        if isinstance(r, SuffixRequest):
+            return f"bytes=-{r.length}"
+        return f"bytes={r.start}-{r.stop - 1}"
+
+    @property
+    def nbytes(self) -> int:
+        r = self.request
+        return r.length if isinstance(r, SuffixRequest) else r.stop - r.start
+
+    def expected(self, total: int) -> tuple[int, int] | None:
+        """``[start, stop)`` a reply must carry for a ``total``-byte file (None: no byte of
+        it exists, a 416)."""
+        r = self.request
+        if isinstance(r, SuffixRequest):
+            return (max(0, total - r.length), total) if total > 0 else None
+        return (r.start, min(r.stop, total)) if r.start < total else None
+
+
+def _check_request(request: ByteRequest) -> _Want:
+    ok = False
+    if isinstance(request, SuffixRequest):
+        ok = type(request.length) is int and request.length > 0
+    elif isinstance(request, RangeRequest):
+        ok = type(request.start) is int and type(request.stop) is int
+        ok = ok and 0 <= request.start < request.stop
+    if not ok:
+        raise InvalidArgumentError(f"not a non-empty byte range: {request!r}")
+    return _Want(request)
 
 
 class _Reply:
-    """A response being read: status, headers and the open connection."""
+    """A response being read: status, headers, the connection it holds and where it goes
+    back to."""
 
-    def __init__(self, conn: http.client.HTTPConnection, resp: http.client.HTTPResponse) -> None:
+    def __init__(
+        self,
+        conn: Connection,
+        resp: http.client.HTTPResponse,
+        key: object,
+        url: HttpURL,
+        nbytes: int,
+    ) -> None:
+        self.nbytes = nbytes  # what was asked for: the deadline's allowance
         self.conn = conn
         self.resp = resp
+        self.key = key
+        self.url = url
         self.status = resp.status
 
     def header(self, name: str) -> str | None:
         return self.resp.getheader(name)
 
 
+def _positive(name: str, value: float, *, zero: bool = False) -> float:
+    """``value`` as a float, when it is a finite number above 0 (or 0, with ``zero``)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidArgumentError(f"{name} must be a number, not {type(value).__name__}")
+    if not (math.isfinite(value) and (value > 0 or (zero and value == 0))):
+        raise InvalidArgumentError(f"{name} must be a positive number, not {value}")
+    return float(value)
+
+
 class HTTPFetcher:
-    """Range requests to one URL.
+    """Range requests to one URL; safe to share between threads.
 
     Args:
         url: ``http://`` or ``https://`` URL of the file.
-        token: bearer token (default: ``$TENSORFILE_TOKEN``, then ``$HF_TOKEN``); sent as
-            ``Authorization: Bearer ...`` to the URL's host only, never printed.
-        timeout: seconds for connecting and for each socket read.
+        token: bearer token (default: ``user:password@`` of the URL as basic auth, then
+            ``$TENSORFILE_TOKEN``, then ``$HF_TOKEN``); sent to the URL's origin (scheme,
+            host and port) only, never printed.
+        timeout: seconds for connecting and for each socket operation.
         retries: attempts after the first for transient failures.
         backoff: first wait between attempts, doubled each time.
-        headers: extra request headers.
+        headers: extra request headers (``Authorization`` and ``Cookie`` go to the origin
+            only).
         whole_file_limit: a server that ignores ``Range`` may send the whole body for a
             request that starts at 0 and asks for at most this many bytes.
+        deadline: seconds each request may take on top of its transfer time at
+            ``min_speed`` (default: ``timeout``).
+        min_speed: bytes per second: a request for ``n`` bytes fails after ``deadline + n /
+            min_speed`` seconds.
     """
 
     def __init__(
@@ -86,100 +179,206 @@ class HTTPFetcher:
         backoff: float = 0.25,
         headers: dict[str, str] | None = None,
         whole_file_limit: int = 0,
+        deadline: float | None = None,
+        min_speed: float = MIN_SPEED,
     ) -> None:
-        parsed = urllib.parse.urlsplit(url)
-        if parsed.scheme not in ("http", "https") or not parsed.hostname:
-            raise InvalidArgumentError(f"not an http(s) URL: {redact(url)}")
+        self._url = parse_http_url(url)
         self.url = url
-        self.name = redact(url)
+        self.name = self._url.name
         self.stats = ReadStats()
-        self._token = token or os.environ.get("TENSORFILE_TOKEN") or os.environ.get("HF_TOKEN")
-        self._timeout = timeout
+        self._timeout = _positive("timeout", timeout)
+        self._deadline = self._timeout if deadline is None else _positive("deadline", deadline)
+        self._min_speed = _positive("min_speed", min_speed)
+        if isinstance(retries, bool) or not isinstance(retries, int):
+            raise InvalidArgumentError(f"retries must be an int, not {type(retries).__name__}")
         self._retries = max(0, retries)
-        self._backoff = backoff
-        self._headers = dict(headers or {})
+        self._backoff = _positive("backoff", backoff, zero=True)
+        self._auth = self._authorization(token)
+        self._headers, self._origin_headers = self._check_headers(headers or {})
         self._whole_file_limit = whole_file_limit
         self._lock = threading.Lock()
-        self._conn: http.client.HTTPConnection | None = None
-        self._conn_key: tuple[str, str, int] | None = None
+        self._pool = Pool()
+        self._context: ssl.SSLContext | None = None
         self._size: int | None = None
+
+    def _authorization(self, token: str | None) -> str | None:
+        """The ``Authorization`` header for the origin, checked (never echoed)."""
+        if token is None and self._url.user is not None:
+            pair = f"{self._url.user}:{self._url.password or ''}".encode()
+            return "Basic " + base64.b64encode(pair).decode("ascii")
+        where = "the token"
+        if token is not None and not isinstance(token, str):
+            raise InvalidArgumentError(f"the token must be a str, not {type(token).__name__}")
+        if token is None:
+            for var in ("TENSORFILE_TOKEN", "HF_TOKEN"):
+                if os.environ.get(var):
+                    token, where = os.environ[var], f"${var}"
+                    break
+        if not token:
+            return None
+        token = token.strip()
+        if not _TOKEN.fullmatch(token):
+            raise InvalidArgumentError(f"{where} contains spaces or control characters")
+        return f"Bearer {token}"
+
+    def _check_headers(self, headers: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+        """The extra headers, split into those for every host and those for the origin only;
+        values are never echoed (they may be credentials)."""
+        anywhere: dict[str, str] = {}
+        origin: dict[str, str] = {}
+        for name, value in headers.items():
+            if not isinstance(name, str) or not _HEADER_NAME.fullmatch(name):
+                raise InvalidArgumentError(f"{self.name}: {hdr.show(str(name))} is no header name")
+            if name.lower() in _OURS:
+                raise InvalidArgumentError(f"{self.name}: tensorfile sets the {name} header")
+            if not isinstance(value, str) or _BAD_VALUE.search(value):
+                raise InvalidArgumentError(f"{self.name}: header {name} has an invalid value")
+            try:
+                value.encode("latin-1")
+            except UnicodeEncodeError:
+                raise InvalidArgumentError(
+                    f"{self.name}: header {name} has characters outside Latin-1"
+                ) from None
+            (origin if name.lower() in _ORIGIN_ONLY else anywhere)[name] = value
+        return anywhere, origin
 
     # -- one request -------------------------------------------------------------------------
 
     def fetch(self, request: ByteRequest) -> Fetched:
-        """The bytes of ``request``. The first fetch learns the file's size; a later reply
-        that disagrees with it is an error."""
-        if isinstance(request, SuffixRequest):
-            spec = f"bytes=-{request.length}"
-        else:
-            spec = f"bytes={request.start}-{request.stop - 1}"
-        reply = self._request(spec)
+        """The bytes of ``request`` (a range running past the end clipped to it). The first
+        fetch learns the file's size; a later reply that disagrees with it is an error."""
+        want = _check_request(request)
+        reply = self._request(want)
+        ok = False
         try:
             if reply.status == 206:
-                want = None if isinstance(request, SuffixRequest) else request
-                start, stop, total = self._content_range(reply, want)
-                return Fetched(start, self._read_body(reply, stop - start), total)
-            if reply.status == 200:
-                return self._whole_body(reply, request)
-            if reply.status == 416 and self._size is None:
-                self._size = 0  # an empty file: no range of it can be served
-                return Fetched(0, b"", 0)
-            if reply.status == 416:
-                raise SourceError(
-                    f"{self.name}: HTTP 416: the server cannot serve {spec} (the file may have "
-                    "changed since it was opened)"
-                )
-            raise SourceError(f"{self.name}: HTTP {reply.status} {reply.resp.reason}")
+                got = self._partial(reply, want)
+            elif reply.status == 200:
+                got = self._whole_body(reply, want)
+            elif reply.status == 416:
+                got = self._unsatisfiable(reply, want)
+            else:
+                raise SourceError(f"{self.name}: HTTP {reply.status} {hdr.show(reply.resp.reason)}")
+            ok = True
+            return got
         finally:
-            self._finish(reply)
+            self._finish(reply, ok)
 
-    def _whole_body(self, reply: _Reply, request: ByteRequest) -> Fetched:
+    def _framing(self, reply: _Reply) -> int | None:
+        """The body's ``Content-Length`` (None when absent), after refusing compressed
+        bodies and framings tensorfile does not read."""
+        encoding = reply.header("Content-Encoding")
+        if encoding is not None and encoding.strip(" \t").lower() not in ("", "identity"):
+            raise SourceError(
+                f"{self.name}: the server compressed the reply (Content-Encoding "
+                f"{hdr.show(encoding)}) although it was asked for the identity encoding"
+            )
+        transfer = reply.header("Transfer-Encoding")
+        text = reply.header("Content-Length")
+        if transfer is not None:
+            if transfer.strip(" \t").lower() != "chunked":
+                raise SourceError(
+                    f"{self.name}: unsupported Transfer-Encoding {hdr.show(transfer)}"
+                )
+            if text is not None:
+                raise SourceError(f"{self.name}: a reply with both Content-Length and chunks")
+        if text is None:
+            return None
+        length = hdr.number(text)
+        if length is None:
+            raise SourceError(f"{self.name}: malformed Content-Length {hdr.show(text)}")
+        return length
+
+    def _partial(self, reply: _Reply, want: _Want) -> Fetched:
+        """A ``206``: checked against what was asked before its body is read."""
+        length = self._framing(reply)
+        text = reply.header("Content-Range")
+        parsed = hdr.content_range(text)
+        if parsed is None:
+            raise SourceError(
+                f"{self.name}: a 206 reply with a malformed Content-Range {hdr.show(text)}"
+            )
+        first, last, claimed = parsed
+        with self._lock:
+            total = claimed if claimed is not None else self._size
+        if total is None:
+            raise SourceError(f"{self.name}: the server does not tell the file's size ({text!r})")
+        if last < first or last >= total:
+            raise SourceError(
+                f"{self.name}: Content-Range {hdr.show(text)} is not a range of a {total}-byte file"
+            )
+        if want.expected(total) != (first, last + 1):
+            raise SourceError(
+                f"{self.name}: asked for {want.spec}, the server sent bytes {first}-{last} of "
+                f"{total} (Content-Range disagrees)"
+            )
+        n = last + 1 - first
+        if length is not None and length != n:
+            raise SourceError(
+                f"{self.name}: Content-Length {length} disagrees with Content-Range {first}-{last}"
+            )
+        self._learn_size(total)
+        return Fetched(first, self._read_body(reply, n), total)
+
+    def _whole_body(self, reply: _Reply, want: _Want) -> Fetched:
         """A ``200``: the server ignored ``Range``. Read only the head that was asked for, when
         the request starts at 0; refuse anything else rather than download the whole file."""
-        length = reply.header("Content-Length")
-        if self._size is None:
-            if length is None or not length.isdigit():
+        length = self._framing(reply)
+        with self._lock:
+            size = self._size
+        if size is None:
+            if length is None:
                 raise SourceError(
                     f"{self.name}: the server ignores Range requests and sends no "
                     "Content-Length; refusing to download the whole file"
                 )
-            self._size = int(length)
+            size = length
+        elif length is not None and length != size:
+            raise SourceError(
+                f"{self.name}: the server sent the whole file as {length} bytes; it had "
+                f"{size} (the file changed, or the server lies)"
+            )
+        request = want.request
         if isinstance(request, SuffixRequest):
-            if self._size > request.length:
+            if size > request.length:
                 raise SourceError(
                     f"{self.name}: the server ignores Range requests; reading the end of "
-                    f"a {self._size:,}-byte file would download all of it"
+                    f"a {size:,}-byte file would download all of it"
                 )
-            request = RangeRequest(0, self._size)
+            request = RangeRequest(0, size)
         if request.start != 0 or request.stop > max(self._whole_file_limit, 0):
             raise SourceError(
                 f"{self.name}: the server ignores Range requests (HTTP 200 for bytes "
                 f"{request.start}-{request.stop - 1}); refusing to download the whole file"
             )
-        want = min(request.stop, self._size)
-        return Fetched(0, self._read_body(reply, want, partial=True), self._size)
+        self._learn_size(size)
+        return Fetched(0, self._read_body(reply, min(request.stop, size)), size)
 
-    def _content_range(self, reply: _Reply, want: RangeRequest | None) -> tuple[int, int, int]:
-        text = reply.header("Content-Range") or ""
-        m = _RANGE.fullmatch(text.strip())
-        if m is None:
-            raise SourceError(f"{self.name}: a 206 reply with a malformed Content-Range {text!r}")
-        start, last = int(m.group(1)), int(m.group(2))
-        total = int(m.group(3)) if m.group(3) != "*" else (self._size or last + 1)
-        # a range running past the end is served up to the end (the first, speculative read)
-        if want is not None and (start, last + 1) != (want.start, min(want.stop, total)):
+    def _unsatisfiable(self, reply: _Reply, want: _Want) -> Fetched:
+        """A ``416``: right only for a range that starts past the end of the file."""
+        claimed = hdr.unsatisfied_range(reply.header("Content-Range"))
+        with self._lock:
+            size = self._size
+        total = claimed if claimed is not None else (0 if size is None else size)
+        if want.expected(total) is not None:
             raise SourceError(
-                f"{self.name}: asked for bytes {want.start}-{want.stop - 1}, the server sent "
-                f"{start}-{last} (Content-Range disagrees)"
+                f"{self.name}: HTTP 416: the server cannot serve {want.spec} of a {total}-byte "
+                "file (the file may have changed since it was opened)"
             )
-        if self._size is not None and total != self._size:
-            raise SourceError(
-                f"{self.name}: the file's size changed from {self._size} to {total} bytes"
-            )
-        self._size = total
-        return start, last + 1, total
+        self._learn_size(total)
+        start = want.request.start if isinstance(want.request, RangeRequest) else 0
+        return Fetched(min(start, total), b"", total)
 
-    def _read_body(self, reply: _Reply, n: int, *, partial: bool = False) -> bytes:
+    def _learn_size(self, total: int) -> None:
+        with self._lock:
+            if self._size is not None and total != self._size:
+                raise SourceError(
+                    f"{self.name}: the file's size changed from {self._size} to {total} bytes"
+                )
+            self._size = total
+
+    def _read_body(self, reply: _Reply, n: int) -> bytes:
+        """Exactly ``n`` bytes of the body (never more), or a :class:`SourceError`."""
         chunks = []
         got = 0
         try:
@@ -189,136 +388,146 @@ class HTTPFetcher:
                     break
                 chunks.append(chunk)
                 got += len(chunk)
-        except (OSError, http.client.HTTPException) as exc:
-            self._drop_connection()
-            raise SourceError(f"{self.name}: the transfer failed: {exc}") from exc
+        except DeadlineExceeded:
+            raise self._late(reply.nbytes) from None
+        except _FOREIGN as exc:
+            raise SourceError(f"{self.name}: the transfer failed: {self._say(exc)}") from None
         if got < n:
-            self._drop_connection()
             raise SourceError(f"{self.name}: short read: expected {n} bytes, got {got}")
-        if partial:
-            self._drop_connection()  # do not let the rest of a whole-file reply come in
-        self.stats.bytes_read += got
+        with self._lock:
+            self.stats.bytes_read += got
         return b"".join(chunks)
 
-    def _finish(self, reply: _Reply) -> None:
-        if not reply.resp.isclosed():
-            self._drop_connection()  # leftover body: drop the connection rather than read it
+    def _finish(self, reply: _Reply, ok: bool) -> None:
+        """Give the connection back when its reply was read to the end; else close it rather
+        than read the rest."""
+        if ok and reply.resp.isclosed() and not reply.resp.will_close:
+            self._pool.give(reply.key, reply.conn)
+        else:
+            discard(reply.conn)
+
+    def _late(self, nbytes: int) -> SourceError:
+        budget = self._deadline + nbytes / self._min_speed
+        return SourceError(
+            f"{self.name}: no complete reply within {budget:.3g} s (the deadline of a request "
+            f"for {nbytes:,} bytes: {self._deadline:g} s plus {self._min_speed:,.0f} bytes/s)"
+        )
+
+    def _say(self, exc: BaseException) -> str:
+        """A foreign exception as text, scrubbed of the URL and its secrets."""
+        text = scrub(str(exc), self.url) or "(no details)"
+        return f"{type(exc).__name__}: {text}"
 
     # -- the retry and redirect loop ---------------------------------------------------------
 
-    def _request(self, byte_range: str) -> _Reply:
-        url = self.url
+    def _request(self, want: _Want) -> _Reply:
+        url = self._url
         attempt = 0
         redirects = 0
         while True:
             try:
-                reply = self._send(url, byte_range)
-            except (OSError, http.client.HTTPException) as exc:
-                self._drop_connection()
+                reply = self._exchange(url, want)
+            except DeadlineExceeded:
+                raise self._late(want.nbytes) from None
+            except _FOREIGN as exc:
                 if attempt < self._retries:
-                    time.sleep(self._backoff * (2**attempt))
+                    time.sleep(min(self._backoff * (2**attempt), _MAX_WAIT))
                     attempt += 1
                     continue
-                raise SourceError(f"{self.name}: {type(exc).__name__}: {exc}") from exc
-            if reply.status in (301, 302, 303, 307, 308):
+                raise SourceError(f"{self.name}: {self._say(exc)}") from None
+            if reply.status in _REDIRECTS:
                 location = reply.header("Location")
-                self._drop_connection()
-                if not location or redirects >= 5:
-                    raise SourceError(f"{self.name}: too many or broken redirects")
-                url = urllib.parse.urljoin(url, location)
-                if urllib.parse.urlsplit(url).scheme not in ("http", "https"):
-                    raise SourceError(f"{self.name}: redirected to a non-HTTP URL")
+                discard(reply.conn)
+                if redirects >= _MAX_REDIRECTS:
+                    raise SourceError(f"{self.name}: more than {_MAX_REDIRECTS} redirects")
+                url = self._redirect(url, location)
                 redirects += 1
                 continue
             if reply.status in _TRANSIENT and attempt < self._retries:
-                self._drop_connection()
-                wait = reply.header("Retry-After")
-                delay = float(wait) if wait and wait.isdigit() else self._backoff * (2**attempt)
-                time.sleep(min(delay, 30.0))
+                wait = hdr.retry_after(reply.header("Retry-After"))
+                discard(reply.conn)
+                if wait is None:
+                    wait = self._backoff * (2**attempt)
+                time.sleep(min(wait, self._timeout, _MAX_WAIT))
                 attempt += 1
                 continue
             return reply
 
-    def _send(self, url: str, byte_range: str) -> _Reply:
-        parts = urllib.parse.urlsplit(url)
-        host = parts.hostname or ""
-        port = parts.port or (443 if parts.scheme == "https" else 80)
-        key = (parts.scheme, host, port)
+    def _redirect(self, url: HttpURL, location: str | None) -> HttpURL:
+        """The next URL; credentials in ``location`` are never used nor shown."""
+        if location is None or not location.strip(" \t"):
+            raise SourceError(f"{self.name}: a redirect without a Location")
+        try:
+            joined = urllib.parse.urljoin(url.raw, location.strip(" \t"))
+            scheme = urllib.parse.urlsplit(joined).scheme if "://" in joined else ""
+        except ValueError:
+            raise SourceError(f"{self.name}: a redirect to a malformed URL") from None
+        if scheme not in ("http", "https"):
+            raise SourceError(f"{self.name}: redirected to a non-HTTP URL ({redact(joined)})")
+        if url.scheme == "https" and scheme == "http":
+            raise SourceError(f"{self.name}: redirected from https to plain http; refused")
+        try:
+            return parse_http_url(joined)
+        except InvalidArgumentError as exc:
+            raise SourceError(f"{self.name}: redirected to an unusable URL: {exc}") from None
+
+    def _ssl(self) -> ssl.SSLContext:
         with self._lock:
-            if self._conn is None or self._conn_key != key:
-                self._drop_connection()
-                self._conn = self._connect(parts.scheme, host, port)
-                self._conn_key = key
-            conn = self._conn
-        path = parts.path or "/"
-        if parts.query:
-            path += "?" + parts.query
-        headers = {"Range": byte_range, "Accept-Encoding": "identity", **self._headers}
-        origin = urllib.parse.urlsplit(self.url).hostname
-        if self._token and host == origin:
-            headers["Authorization"] = f"Bearer {self._token}"
-        conn.request("GET", path, headers=headers)
-        self.stats.requests += 1
-        return _Reply(conn, conn.getresponse())
+            if self._context is None:
+                self._context = _ssl_context()
+            return self._context
 
-    def _connect(self, scheme: str, host: str, port: int) -> http.client.HTTPConnection:
-        conn: http.client.HTTPConnection
-        if scheme == "https":
-            conn = _HTTPSConnection(
-                host, port, timeout=self._timeout, context=ssl.create_default_context()
-            )
-        else:
-            conn = _HTTPConnection(host, port, timeout=self._timeout)
-        conn.connect()
-        return conn
-
-    def _drop_connection(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None:
+    def _exchange(self, url: HttpURL, want: _Want) -> _Reply:
+        """Send one request and read the reply's headers, on a pooled connection (replayed
+        once on a new one when a kept-alive connection turns out closed)."""
+        proxy = proxy_for(url)
+        key = (url.origin, proxy.key if proxy is not None else None)
+        headers = dict(self._headers)
+        if url.origin == self._url.origin:
+            headers.update(self._origin_headers)
+            if self._auth is not None:
+                headers["Authorization"] = self._auth
+        target = url.target
+        if proxy is not None and url.scheme == "http":
+            target = url.absolute
+            if proxy.authorization is not None:
+                headers["Proxy-Authorization"] = proxy.authorization
+        headers |= {"Host": url.authority, "Range": want.spec, "Accept-Encoding": "identity"}
+        deadline = time.monotonic() + self._deadline + want.nbytes / self._min_speed
+        conn = self._pool.take(key)
+        while True:
+            reused = conn is not None and conn.sock is not None
+            if conn is None:
+                context = self._ssl() if url.scheme == "https" else None
+                conn = new_connection(url, proxy, self._timeout, context)
+            clock_of(conn).deadline = deadline
             try:
-                conn.close()
-            except OSError:
-                pass
+                conn.request("GET", target, headers=headers)
+                resp = conn.getresponse()
+            except _STALE:
+                discard(conn)
+                if reused:
+                    conn = None
+                    continue
+                self._count()
+                raise
+            except TimeoutError:  # the TLS handshake's timeout, set to the time left
+                discard(conn)
+                self._count()
+                if time.monotonic() >= deadline:
+                    raise DeadlineExceeded("the request's deadline passed") from None
+                raise
+            except BaseException:
+                discard(conn)
+                self._count()
+                raise
+            self._count()
+            return _Reply(conn, resp, key, url, want.nbytes)
+
+    def _count(self) -> None:
+        with self._lock:
+            self.stats.requests += 1
 
     def close(self) -> None:
-        """Close the connection."""
-        self._drop_connection()
-
-
-def _small_buffer_socket(host: str, port: int, timeout: float) -> socket.socket:
-    """A connected socket whose receive buffer is set before connecting, so the TCP window
-    (what a server can push before we read) stays small."""
-    error: OSError | None = None
-    for family, kind, proto, _name, address in socket.getaddrinfo(
-        host, port, 0, socket.SOCK_STREAM
-    ):
-        sock = socket.socket(family, kind, proto)
-        try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, _RECV_BUFFER)
-            sock.settimeout(timeout)
-            sock.connect(address)
-            return sock
-        except OSError as exc:
-            sock.close()
-            error = exc
-    raise error or OSError(f"cannot resolve {host}")
-
-
-class _HTTPConnection(http.client.HTTPConnection):
-    def connect(self) -> None:
-        self.sock = _small_buffer_socket(self.host, self.port, float(self.timeout or 30))
-
-
-class _HTTPSConnection(http.client.HTTPSConnection):
-    def connect(self) -> None:
-        sock = _small_buffer_socket(self.host, self.port, float(self.timeout or 30))
-        self.sock = self._context.wrap_socket(sock, server_hostname=self.host)  # type: ignore[attr-defined]
-
-
-def redact(url: str) -> str:
-    """``url`` without credentials or query string (which may hold tokens)."""
-    parts = urllib.parse.urlsplit(url)
-    netloc = parts.hostname or ""
-    if parts.port:
-        netloc += f":{parts.port}"
-    return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+        """Close the idle connections (and those of requests in flight, when they end)."""
+        self._pool.close()

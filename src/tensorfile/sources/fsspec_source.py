@@ -2,44 +2,75 @@
 URL's filesystem package are installed. Reads are counted ``cat_file`` range reads behind the
 same speculative first read as HTTP (:class:`~.remote.RemoteSource`).
 
+fsspec and its backends raise whatever they raise (``FileNotFoundError``, ``ValueError``,
+``TypeError``, botocore's and aiohttp's own errors, ...), often with the URL in the text.
+Every such exception is translated here into tensorfile's own, naming the redacted URL
+(:func:`~._urls.redact`) with the foreign text scrubbed of the URL's secrets.
+
 Example:
     >>> import fsspec
     >>> fsspec.filesystem("memory").pipe("/doc/x.bin", b"0123456789")
     >>> FsspecSource("memory://doc/x.bin").read(3, 4)
     b'3456'
+    >>> try:
+    ...     FsspecSource("memory://doc/none.bin?token=abcd1234")
+    ... except SourceError as exc:
+    ...     print(exc)
+    cannot open memory://doc/none.bin: FileNotFoundError: /doc/none.bin?***
 """
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
-from ..core.errors import SourceError, UnsupportedError
+from ..core.errors import InvalidArgumentError, SourceError, UnsupportedError
 from ..core.source import ByteRequest, ReadStats, SuffixRequest
-from ._http import Fetched
+from ._cache import Fetched
+from ._urls import redact, scrub
 from .remote import RemoteSource
 
 __all__ = ["FsspecFetcher", "FsspecSource"]
 
 
 class FsspecFetcher:
-    """Range reads of one file of an fsspec filesystem."""
+    """Range reads of one file of an fsspec filesystem; safe to share between threads as far
+    as the filesystem is."""
 
     def __init__(self, url: str, **storage_options: Any) -> None:
+        self.name = redact(url)
+        self._url = url
+        self.stats = ReadStats()
+        self._lock = threading.Lock()
         try:
             import fsspec
-        except ImportError as exc:
+        except ImportError:
             raise UnsupportedError(
-                f"{url}: reading this URL needs fsspec: pip install 'tensorfile[remote]'"
-            ) from exc
+                f"{self.name}: reading this URL needs fsspec: pip install 'tensorfile[remote]'"
+            ) from None
         try:
             self._fs, self._path = fsspec.core.url_to_fs(url, **storage_options)
-            self.size = int(self._fs.size(self._path))
         except ImportError as exc:
-            raise UnsupportedError(f"{url}: the filesystem's package is missing: {exc}") from exc
-        except (OSError, ValueError) as exc:
-            raise SourceError(f"cannot open {url}: {exc}") from exc
-        self.name = url
-        self.stats = ReadStats()
+            raise UnsupportedError(
+                f"{self.name}: the filesystem's package is missing: {self._say(exc)}"
+            ) from None
+        except TypeError as exc:
+            raise InvalidArgumentError(
+                f"{self.name}: bad storage options: {self._say(exc)}"
+            ) from None
+        except Exception as exc:
+            raise SourceError(f"cannot open {self.name}: {self._say(exc)}") from None
+        try:
+            size = self._fs.size(self._path)
+        except Exception as exc:
+            raise SourceError(f"cannot open {self.name}: {self._say(exc)}") from None
+        if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+            raise SourceError(f"cannot open {self.name}: the filesystem gives no usable size")
+        self.size = size
+
+    def _say(self, exc: BaseException) -> str:
+        """A foreign exception as text, scrubbed of the URL and its secrets."""
+        return f"{type(exc).__name__}: {scrub(str(exc), self._url) or '(no details)'}"
 
     def fetch(self, request: ByteRequest) -> Fetched:
         """The bytes of ``request`` (clipped to the file)."""
@@ -50,12 +81,14 @@ class FsspecFetcher:
         if stop <= start:
             return Fetched(start, b"", self.size)
         try:
-            data: bytes = self._fs.cat_file(self._path, start=start, end=stop)
-        except (OSError, ValueError) as exc:
-            raise SourceError(f"{self.name}: read failed: {exc}") from exc
-        if len(data) != stop - start:
-            raise SourceError(f"{self.name}: short read: {len(data)} of {stop - start} bytes")
-        self.stats.add(len(data))
+            data = self._fs.cat_file(self._path, start=start, end=stop)
+        except Exception as exc:
+            raise SourceError(f"{self.name}: read failed: {self._say(exc)}") from None
+        if not isinstance(data, bytes) or len(data) != stop - start:
+            got = len(data) if isinstance(data, bytes) else type(data).__name__
+            raise SourceError(f"{self.name}: asked for {stop - start} bytes, got {got}")
+        with self._lock:
+            self.stats.add(len(data))
         return Fetched(start, data, self.size)
 
 

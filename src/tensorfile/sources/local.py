@@ -7,7 +7,7 @@ import os
 import stat
 from collections.abc import Iterator
 
-from ..core.errors import SourceError
+from ..core.errors import InvalidArgumentError, SourceError
 from ..core.parallel import run_parallel
 from ..core.source import SourceBase
 
@@ -16,6 +16,32 @@ __all__ = ["LocalSource"]
 # Linux moves at most ~2 GiB per read call and takes at most IOV_MAX buffers per preadv.
 _MAX_CALL_BYTES = 1 << 30
 _MAX_IOV = 1024
+
+_OPEN_FLAGS = (
+    os.O_RDONLY
+    | getattr(os, "O_CLOEXEC", 0)
+    | getattr(os, "O_NONBLOCK", 0)
+    | getattr(os, "O_NOCTTY", 0)
+)
+
+_SPECIAL_KINDS = (
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def _refuse_special(name: str, mode: int) -> None:
+    """Raise SourceError unless ``mode`` is a regular file's, saying what the path is."""
+    if stat.S_ISREG(mode):
+        return
+    kind = next((text for test, text in _SPECIAL_KINDS if test(mode)), None)
+    raise SourceError(
+        f"{name} is {kind + ', not' if kind else 'not'} a regular file; tensorfile reads "
+        "tensor files from regular files only"
+    )
 
 
 def _split(buffers: list[memoryview]) -> Iterator[list[memoryview]]:
@@ -42,6 +68,12 @@ class LocalSource(SourceBase):
     The mapping is copy-on-write (``MAP_PRIVATE``): arrays built on it may even be written
     to without ever touching the file.
 
+    Only a regular file is read: a FIFO, a device, a directory or a socket is refused with a
+    :class:`~tensorfile.errors.SourceError` that says what it is, before anything can block
+    (it is checked before the open, and the open itself is non-blocking); a path of the wrong
+    type, or one the OS cannot take (a NUL byte), is an
+    :class:`~tensorfile.errors.InvalidArgumentError`.
+
     Example:
         >>> import tempfile, os
         >>> path = os.path.join(tempfile.mkdtemp(), "f.bin")
@@ -49,24 +81,42 @@ class LocalSource(SourceBase):
         >>> with LocalSource(path) as src:
         ...     src.read(6, 5)
         b'world'
+        >>> LocalSource(os.path.dirname(path))
+        Traceback (most recent call last):
+        ...
+        tensorfile.core.errors.SourceError: ... is a directory, not a regular file; ...
     """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         super().__init__()
         self._closed = True  # until the file is open
-        self.name = os.fspath(path)
         try:
-            self._fd = os.open(self.name, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+            target = os.fspath(path)
+        except TypeError:
+            raise InvalidArgumentError(
+                f"a path must be a str or os.PathLike, got {type(path).__name__}"
+            ) from None
+        self.name = os.fsdecode(target)
+        try:
+            # refuse a FIFO, device or directory before opening it: opening can block (a FIFO
+            # waits for a writer) or have effects (a tape rewinds)
+            _refuse_special(self.name, os.stat(target).st_mode)
+            # O_NONBLOCK: if the path was swapped for a FIFO since, the open cannot block
+            fd = os.open(target, _OPEN_FLAGS)
         except OSError as exc:
             raise SourceError(f"cannot open {self.name}: {exc.strerror or exc}") from exc
+        except (ValueError, UnicodeError) as exc:  # a NUL byte, an unencodable name
+            raise InvalidArgumentError(f"cannot open {self.name!r}: {exc}") from None
         try:
-            st = os.fstat(self._fd)
-        except OSError as exc:
-            os.close(self._fd)
-            raise SourceError(f"cannot stat {self.name}: {exc.strerror or exc}") from exc
-        if not stat.S_ISREG(st.st_mode):
-            os.close(self._fd)
-            raise SourceError(f"{self.name} is not a regular file")
+            st = os.fstat(fd)
+            _refuse_special(self.name, st.st_mode)
+            os.set_blocking(fd, True)  # regular files ignore it; clear it all the same
+        except BaseException as exc:
+            os.close(fd)
+            if isinstance(exc, OSError):
+                raise SourceError(f"cannot stat {self.name}: {exc.strerror or exc}") from exc
+            raise
+        self._fd = fd
         self._size = st.st_size
         self._map: mmap.mmap | None = None
         self._closed = False
@@ -77,10 +127,20 @@ class LocalSource(SourceBase):
         return self._size
 
     def _read(self, offset: int, length: int) -> bytes:
-        out = bytearray(length)
-        self._preadv_exact([memoryview(out)], offset)
+        # one pread straight into a new bytes object (no second copy of a large header)
+        try:
+            data = os.pread(self._fd, min(length, _MAX_CALL_BYTES), offset)
+        except OSError as exc:
+            raise SourceError(
+                f"{self.name}: read at offset {offset} failed: {exc.strerror or exc}"
+            ) from exc
+        if len(data) < length:  # a short read: the rest by the exact loop
+            out = bytearray(length)
+            out[: len(data)] = data
+            self._preadv_exact([memoryview(out)[len(data) :]], offset + len(data))
+            data = bytes(out)
         self.stats.add(length)
-        return bytes(out)
+        return data
 
     def readinto(self, offset: int, buffers: list[memoryview]) -> None:
         """Fill ``buffers`` from consecutive bytes at ``offset`` (scatter read, no copies)."""

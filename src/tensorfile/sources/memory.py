@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..core.errors import InvalidArgumentError
 from ..core.source import SourceBase
 
 __all__ = ["MemorySource"]
@@ -10,6 +11,9 @@ __all__ = ["MemorySource"]
 class MemorySource(SourceBase):
     """Serve ranges of a bytes-like object without copying it.
 
+    ``data`` is any C-contiguous buffer (bytes, bytearray, memoryview, numpy array...);
+    anything else is an :class:`~tensorfile.errors.InvalidArgumentError`.
+
     Example:
         >>> MemorySource(b"abcdef").read(1, 2)
         b'bc'
@@ -17,7 +21,16 @@ class MemorySource(SourceBase):
 
     def __init__(self, data: bytes | bytearray | memoryview, name: str = "<memory>") -> None:
         super().__init__()
-        self._view = memoryview(data).cast("B")
+        try:
+            view = memoryview(data)
+            if not view.c_contiguous:
+                raise TypeError("the buffer is strided")
+            self._view = view if view.format == "B" and view.ndim == 1 else view.cast("B")
+        except TypeError as exc:  # not a buffer, or a strided one
+            raise InvalidArgumentError(
+                f"expected the bytes of a file as one contiguous buffer (bytes, bytearray, "
+                f"memoryview), got {type(data).__name__}: {exc}"
+            ) from None
         self.name = name
 
     @property

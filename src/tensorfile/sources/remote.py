@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from ..core.source import ByteRequest, RangeRequest, ReadStats, SourceBase
 from ._cache import Fetcher, SpeculativeCache
-from ._http import HTTPFetcher
+from ._http import MIN_SPEED, HTTPFetcher
 
 __all__ = ["SPECULATIVE_BYTES", "HTTPSource", "RemoteSource"]
 
@@ -25,7 +25,8 @@ SPECULATIVE_BYTES = 100_000
 
 
 class RemoteSource(SourceBase):
-    """A remote file: reads go through ``fetcher`` behind a speculative first read.
+    """A remote file: reads go through ``fetcher`` behind a speculative first read. Safe to
+    read from several threads when the fetcher is (the HTTP one is).
 
     Args:
         fetcher: the transport.
@@ -59,19 +60,34 @@ class RemoteSource(SourceBase):
 
 
 class HTTPSource(RemoteSource):
-    """A file read with HTTP range requests (see :class:`~._http.HTTPFetcher` for the checks).
+    """A file read with HTTP range requests (see :class:`~._http.HTTPFetcher` for the checks),
+    through the proxy the environment names (``https_proxy``, ``no_proxy``, ...). One source
+    may be read from several threads: each request has a connection of its own.
 
     Args:
         url: ``http://`` or ``https://`` URL of the file.
-        token: bearer token (default: ``$TENSORFILE_TOKEN``, then ``$HF_TOKEN``); sent as
-            ``Authorization: Bearer ...`` to the URL's host only, never printed.
-        timeout: seconds for connecting and for each socket read.
+        token: bearer token (default: ``user:password@`` of the URL as basic auth, then
+            ``$TENSORFILE_TOKEN``, then ``$HF_TOKEN``); sent to the URL's origin (scheme,
+            host and port) only, not after a redirect elsewhere; never printed.
+        timeout: seconds for connecting and for each socket operation.
         retries: attempts after the first for transient failures.
         backoff: first wait between attempts, doubled each time.
         speculative: bytes of the default first read (at most 100,000).
         first: the first request instead (a format whose index is at the end asks for a
             :class:`~tensorfile.core.source.SuffixRequest`).
-        headers: extra request headers.
+        headers: extra request headers (``Authorization`` and ``Cookie`` to the origin only).
+        deadline: seconds each request may take on top of its transfer time at
+            ``min_speed`` (default: ``timeout``).
+        min_speed: bytes per second: a request for ``n`` bytes fails after ``deadline + n /
+            min_speed`` seconds, however the server drips its reply.
+
+    Example:
+        >>> from tensorfile.errors import InvalidArgumentError
+        >>> try:
+        ...     HTTPSource("http://user:pw@127.0.0.1:0/m.safetensors", deadline=10)
+        ... except InvalidArgumentError as exc:
+        ...     print(exc)
+        http://127.0.0.1:0/m.safetensors: the port must be a number from 1 to 65535
     """
 
     def __init__(
@@ -85,6 +101,8 @@ class HTTPSource(RemoteSource):
         speculative: int = SPECULATIVE_BYTES,
         first: ByteRequest | None = None,
         headers: dict[str, str] | None = None,
+        deadline: float | None = None,
+        min_speed: float = MIN_SPEED,
     ) -> None:
         fetcher = HTTPFetcher(
             url,
@@ -94,6 +112,8 @@ class HTTPSource(RemoteSource):
             backoff=backoff,
             headers=headers,
             whole_file_limit=SPECULATIVE_BYTES,
+            deadline=deadline,
+            min_speed=min_speed,
         )
         self.url = url
         n = min(speculative, SPECULATIVE_BYTES) if speculative > 0 else 1

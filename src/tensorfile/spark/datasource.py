@@ -19,12 +19,18 @@ The reader returns one row per sample (batch mode) or per key (KV mode), one par
 shard; ``layout="files"`` returns one row per file whose columns are the spec's tensor
 structs ``{data: binary, shape: array<int>, dtype: string}``. Pass ``.schema(...)`` with a
 subset of the columns (or ``option("columns", "a,b")``) to read only those.
+
+Both sides trust the dataset folder no more than :mod:`tensorfile.dataset` does: the driver
+checks the manifest and every listed shard file before planning partitions, each task checks
+its shard's header against the manifest (:func:`~tensorfile.dataset.samples.open_shard`), and
+an overwrite deletes only what :func:`~tensorfile.dataset.files.deletable` allows. A lying
+manifest or shard fails the query with tensorfile's error (``FormatError: ...``) in the
+message Spark raises in the driver.
 """
 
 from __future__ import annotations
 
 import math
-import os
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -55,13 +61,12 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from ..core.errors import InvalidArgumentError
+from ..core.errors import InvalidArgumentError, SourceError, UnsupportedError
 from ..core.reader import Reader
 from ..dataset import convert, writer
-from ..dataset.manifest import Manifest, ShardEntry, load_manifest, shard_file
+from ..dataset.manifest import Manifest, ShardEntry, load_manifest
 from ..dataset.options import WriteOptions, column_list, parse_options
-from ..dataset.samples import kv_sample, shard_keys
-from ..formats import open_reader
+from ..dataset.samples import kv_sample, open_shard
 
 __all__ = ["SafetensorsDataSource"]
 
@@ -148,6 +153,11 @@ def _key_field(manifest: Manifest) -> str:
 
 
 def _spark_type(dtype: str, shape: Sequence[int]) -> DataType:
+    if dtype not in _SPARK_TYPES:
+        raise UnsupportedError(
+            f"{dtype} tensors cannot be read as Spark columns; the reader handles "
+            f"{', '.join(_SPARK_TYPES)} (layout=files reads any dtype as bytes)"
+        )
     element: DataType = _SPARK_TYPES[dtype][0]
     for _ in shape:
         element = ArrayType(element, False)
@@ -173,7 +183,7 @@ class _Writer(DataSourceArrowWriter):
         self.opts = opts
         self.mode = mode
         self.job = uuid.uuid4().hex
-        os.makedirs(path, exist_ok=True)
+        writer.make_folder(path)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> _Commit:
         from pyspark import TaskContext
@@ -221,19 +231,26 @@ class _Reader(DataSourceReader):
         self.schema = schema
 
     def partitions(self) -> Sequence[InputPartition]:
-        return [_Shard(s) for s in load_manifest(self.path).shards]
+        # strict: the folder, and every listed shard a regular file inside it of its size
+        return [_Shard(s) for s in load_manifest(self.path, strict=True).shards]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, _Shard):
             return  # Spark's placeholder partition for a dataset without shards
         manifest = load_manifest(self.path)
-        with open_reader(shard_file(self.path, partition.entry)) as r:
+        if partition.entry not in manifest.shards:
+            raise SourceError(
+                f"{self.path}: shard {partition.entry.shard_path} is no longer in the manifest "
+                "(the dataset was rewritten during the query)"
+            )
+        r, keys = open_shard(self.path, partition.entry, manifest)  # header checked
+        with r:
             if self.layout == "files":
                 yield _files_batch(r, self.schema)
             elif manifest.mode == "batch":
                 yield _batch_rows(r, partition.entry, self.schema)
             else:
-                yield _kv_rows(r, manifest, self.schema)
+                yield _kv_rows(r, manifest, keys, self.schema)
 
 
 def _nested(
@@ -292,9 +309,8 @@ def _batch_rows(r: Reader, shard: ShardEntry, schema: StructType) -> pa.RecordBa
     return _record_batch(arrays, names, schema)
 
 
-def _kv_rows(r: Reader, manifest: Manifest, schema: StructType) -> pa.RecordBatch:
+def _kv_rows(r: Reader, manifest: Manifest, keys: list[str], schema: StructType) -> pa.RecordBatch:
     sep, key_field = manifest.kv_separator, _key_field(manifest)
-    keys = shard_keys(r, manifest.columns, sep)
     wanted = [f.name for f in schema.fields if f.name != key_field]
     samples = [kv_sample(r, k, wanted, sep, strict=True) for k in keys]
     arrays, names = [], []

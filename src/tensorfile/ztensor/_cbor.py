@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import math
 import struct
+from collections.abc import Iterator, Mapping
 from typing import Any
 
-__all__ = ["MAX_DEPTH", "CBORDecodeError", "decode", "encode"]
+__all__ = ["MAX_DEPTH", "CBORDecodeError", "CBOREncodeError", "decode", "encode"]
 
 MAX_DEPTH = 64
 """Deepest nesting of arrays, maps and tags the decoder accepts."""
@@ -39,6 +40,14 @@ class CBORDecodeError(ValueError):
     def __init__(self, message: str, offset: int) -> None:
         super().__init__(f"{message} (CBOR byte {offset})")
         self.offset = offset
+
+
+class CBOREncodeError(ValueError):
+    """A value cannot be encoded as CBOR (an unsupported type, text that is not Unicode)."""
+
+
+def _brief(text: str) -> str:
+    return repr(text) if len(text) <= 40 else f"{text[:40]!r}..."
 
 
 class _Decoder:
@@ -112,7 +121,11 @@ class _Decoder:
         if major == 5:
             return self._map(arg, pos, nxt, depth + 1)
         if major == 6:
-            return self.item(nxt, depth + 1)  # tags carry no meaning in a manifest
+            value, end = self.item(nxt, depth + 1)
+            if arg in (2, 3) and isinstance(value, bytes):  # a bignum (RFC 8949 3.4.3)
+                n = int.from_bytes(value, "big")
+                return (n if arg == 2 else -1 - n), end
+            return value, end  # other tags carry no meaning in a manifest
         return self._simple(info, arg, pos, nxt)
 
     def _chunked(self, major: int, start: int, pos: int) -> tuple[Any, int]:
@@ -194,23 +207,62 @@ class _Decoder:
         raise CBORDecodeError(f"unassigned simple value {arg}", start)
 
 
+class _AnyTag(Mapping[int, Any]):
+    """cbor2's ``semantic_decoders`` for every tag: each stops the fast path, so tagged items
+    (dates, decimals, sets, ...) never become objects the encoder cannot write back."""
+
+    def __getitem__(self, tag: int) -> Any:
+        return _refuse_tag
+
+    def __contains__(self, tag: object) -> bool:
+        return True
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(())
+
+    def __len__(self) -> int:
+        return 0
+
+
+class _TagFound(Exception):
+    pass
+
+
+def _refuse_tag(*_args: Any) -> Any:
+    raise _TagFound
+
+
+_ANY_TAG = _AnyTag()
+
+
 def _fast_decode(raw: bytes) -> Any:
     """Decode with the ``cbor2`` C extension, and keep the result only when encoding it again
     gives back exactly ``raw``: then the input was in the deterministic form (what zTensor
     writers produce) and had no duplicate keys, which ``cbor2`` would silently merge. Anything
-    else, an error included, returns ``_BREAK`` and the strict decoder takes over and reports
-    precisely. ``cbor2`` never pre-allocates for a claimed length and caps nesting."""
+    else, an error or a tag included, returns ``_BREAK`` and the strict decoder takes over and
+    reports precisely. ``cbor2`` never pre-allocates for a claimed length; nesting is capped
+    at :data:`MAX_DEPTH` here too."""
     try:
         import cbor2
     except ImportError:  # pragma: no cover - cbor2 is a core dependency
         return _BREAK
     try:
-        value = cbor2.loads(raw)
+        value = cbor2.loads(
+            raw, semantic_decoders=_ANY_TAG, tag_hook=_refuse_tag, max_depth=MAX_DEPTH
+        )
         if cbor2.dumps(value) == raw:
             return value
+    except MemoryError:
+        raise _too_big(len(raw)) from None  # (the strict decoder would only fail slower)
     except Exception:  # the strict decoder explains what is wrong
         return _BREAK
     return _BREAK
+
+
+def _too_big(size: int) -> CBORDecodeError:
+    return CBORDecodeError(
+        f"the {size:,}-byte manifest decodes to more items than memory can hold", 0
+    )
 
 
 def decode(data: bytes | bytearray | memoryview) -> Any:
@@ -224,7 +276,10 @@ def decode(data: bytes | bytearray | memoryview) -> Any:
     if fast is not _BREAK:
         return fast
     dec = _Decoder(raw)
-    value, pos = dec.item(0, 0)
+    try:
+        value, pos = dec.item(0, 0)
+    except MemoryError:
+        raise _too_big(len(raw)) from None
     if value is _BREAK:
         raise CBORDecodeError("unexpected break", 0)
     if pos != len(raw):
@@ -241,9 +296,7 @@ def _head(major: int, arg: int) -> bytes:
         return bytes([major << 5 | 25]) + arg.to_bytes(2, "big")
     if arg < 1 << 32:
         return bytes([major << 5 | 26]) + arg.to_bytes(4, "big")
-    if arg < 1 << 64:
-        return bytes([major << 5 | 27]) + arg.to_bytes(8, "big")
-    raise ValueError(f"integer {arg} does not fit in 64 bits")
+    return bytes([major << 5 | 27]) + arg.to_bytes(8, "big")
 
 
 def _float(value: float) -> bytes:
@@ -268,9 +321,19 @@ def _encode(obj: Any, out: list[bytes]) -> None:
     elif obj is False:
         out.append(b"\xf4")
     elif isinstance(obj, int):
-        out.append(_head(0, obj) if obj >= 0 else _head(1, -1 - obj))
+        major, arg = (0, obj) if obj >= 0 else (1, -1 - obj)
+        if arg < 1 << 64:
+            out.append(_head(major, arg))
+        else:  # a bignum: tag 2 (or 3) and its big-endian bytes
+            raw = arg.to_bytes((arg.bit_length() + 7) // 8, "big")
+            out += [_head(6, 2 + major), _head(2, len(raw)), raw]
     elif isinstance(obj, str):
-        raw = obj.encode("utf-8")
+        try:
+            raw = obj.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise CBOREncodeError(
+                f"text {_brief(obj)} is not valid Unicode: {exc.reason}"
+            ) from None
         out.append(_head(3, len(raw)))
         out.append(raw)
     elif isinstance(obj, bytes | bytearray | memoryview):
@@ -289,15 +352,19 @@ def _encode(obj: Any, out: list[bytes]) -> None:
             _encode(key, out)
             _encode(value, out)
     else:
-        raise TypeError(f"cannot encode {type(obj).__name__} as CBOR")
+        raise CBOREncodeError(f"cannot encode {type(obj).__name__} as CBOR")
 
 
 def encode(obj: Any) -> bytes:
-    """Encode ``obj`` (None, bool, int, float, str, bytes, list, tuple, dict) as CBOR.
+    """Encode ``obj`` (None, bool, int, float, str, bytes, list, tuple, dict) as CBOR: what
+    :func:`decode` returns always encodes (integers past 64 bits as bignums); anything else
+    (an object, a lone surrogate in a string) is a :class:`CBOREncodeError`.
 
     Example:
         >>> encode({"n": 500}).hex()
         'a1616e1901f4'
+        >>> decode(encode([2**70, -(2**70)])) == [2**70, -(2**70)]
+        True
     """
     out: list[bytes] = []
     _encode(obj, out)

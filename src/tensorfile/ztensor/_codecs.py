@@ -24,7 +24,9 @@ from ..core.errors import ZTensorChecksumError, ZTensorError, ZTensorUnsupported
 __all__ = [
     "CHECKSUMS",
     "ENCODINGS",
+    "MAX_LEVEL",
     "MAX_ZSTD_RATIO",
+    "MIN_LEVEL",
     "Digester",
     "StreamCompressor",
     "check_digest",
@@ -38,6 +40,11 @@ __all__ = [
 
 ENCODINGS = ("raw", "zstd")
 CHECKSUMS = ("crc32c", "sha256")
+
+MIN_LEVEL = -(1 << 17)
+"""zstd's fastest level (``ZSTD_minCLevel``)."""
+MAX_LEVEL = 22
+"""zstd's strongest level (``ZSTD_maxCLevel``)."""
 
 MAX_ZSTD_RATIO = 1 << 15
 """The most a zstd stream can expand: a 4-byte RLE block yields at most one 128 KiB block.

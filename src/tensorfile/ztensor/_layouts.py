@@ -24,11 +24,24 @@ from typing import Any
 
 import numpy as np
 
-from ..core.errors import InvalidArgumentError, ZTensorError
+from ..core._slicing import shape_text
+from ..core.errors import InvalidArgumentError, UnsupportedError, ZTensorError
+from ..core.reader import brief
 
-__all__ = ["COOTensor", "CSRTensor", "ExtensionTensor", "check_coo", "check_csr"]
+__all__ = ["COOTensor", "CSRTensor", "ExtensionTensor", "check_coo", "check_csr", "shape_of"]
 
 NDArray = np.ndarray[Any, Any]
+_MAX_U64 = (1 << 64) - 1
+
+
+def _zeros(shape: tuple[int, ...], dtype: np.dtype[Any]) -> NDArray:
+    """A dense array of zeros, or an UnsupportedError when numpy cannot hold the shape."""
+    try:
+        return np.zeros(shape, dtype)
+    except (ValueError, MemoryError, OverflowError) as exc:
+        raise UnsupportedError(
+            f"a dense array of shape {shape_text(shape)} cannot be held: {exc}"
+        ) from None
 
 
 def _index_array(values: Any, what: str) -> NDArray:
@@ -51,14 +64,26 @@ def _torch_values(values: NDArray) -> Any:
     return from_numpy(values, dt)
 
 
-def _shape(shape: Any) -> tuple[int, ...]:
-    try:
-        dims = tuple(int(d) for d in shape)
-    except TypeError:
-        raise InvalidArgumentError(f"shape must be a sequence of integers, got {shape!r}") from None
-    if any(d < 0 for d in dims):
-        raise InvalidArgumentError(f"shape {list(dims)} has a negative dimension")
-    return dims
+def shape_of(shape: Any, what: str = "a tensor") -> tuple[int, ...]:
+    """``shape`` as a tuple of ints: each an integer (numpy's too; never a bool, a float or a
+    string) from 0 to 2**64 - 1.
+
+    Example:
+        >>> shape_of([2, np.int64(3)])
+        (2, 3)
+    """
+    if isinstance(shape, str | bytes) or not hasattr(shape, "__iter__"):
+        raise InvalidArgumentError(
+            f"{what}: a shape is a sequence of integers, got {type(shape).__name__}"
+        )
+    dims = []
+    for d in shape:
+        if isinstance(d, bool) or not isinstance(d, int | np.integer) or not 0 <= d <= _MAX_U64:
+            raise InvalidArgumentError(
+                f"{what}: a dimension must be an integer from 0 to 2**64 - 1, got {brief(d)}"
+            )
+        dims.append(int(d))
+    return tuple(dims)
 
 
 class _Sparse:
@@ -94,7 +119,7 @@ class CSRTensor(_Sparse):
         )
         object.__setattr__(self, "indices", _index_array(self.indices, "CSR indices").reshape(-1))
         object.__setattr__(self, "indptr", _index_array(self.indptr, "CSR indptr").reshape(-1))
-        object.__setattr__(self, "shape", _shape(self.shape))
+        object.__setattr__(self, "shape", shape_of(self.shape, "a CSR tensor"))
         try:
             check_csr(self.values, self.indices, self.indptr, self.shape)
         except ZTensorError as exc:
@@ -103,7 +128,7 @@ class CSRTensor(_Sparse):
     def to_dense(self) -> NDArray:
         """The dense 2-D array."""
         rows, cols = self.shape
-        out = np.zeros((rows, cols), self.values.dtype)
+        out = _zeros((rows, cols), self.values.dtype)
         row_of = np.repeat(np.arange(rows), np.diff(self.indptr.astype(np.int64)).astype(np.int64))
         out[row_of, self.indices.astype(np.int64)] = self.values
         return out
@@ -173,7 +198,7 @@ class COOTensor(_Sparse):
 
     def __post_init__(self) -> None:
         values = np.ascontiguousarray(np.asarray(self.values).reshape(-1))
-        shape = _shape(self.shape)
+        shape = shape_of(self.shape, "a COO tensor")
         coords = _index_array(self.coords, "COO coords")
         if coords.size == 0 or coords.ndim != 2:
             coords = coords.reshape(len(shape), values.size)
@@ -187,7 +212,7 @@ class COOTensor(_Sparse):
 
     def to_dense(self) -> NDArray:
         """The dense array (duplicate coordinates are summed, as torch and scipy do)."""
-        out = np.zeros(self.shape, self.values.dtype)
+        out = _zeros(self.shape, self.values.dtype)
         if not self.values.size:
             return out
         if not self.shape:

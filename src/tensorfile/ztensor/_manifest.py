@@ -27,6 +27,7 @@ from ..core import dtypes
 from ..core.catalog import ByteRange, Catalog, Component, TensorInfo
 from ..core.dtypes import DType
 from ..core.errors import ZTensorError, ZTensorUnsupportedError, ZTensorWarning
+from ..core.reader import brief
 from ..formats import ZTENSOR
 from . import _cbor
 from ._codecs import ENCODINGS, MAX_ZSTD_RATIO, check_digest
@@ -41,6 +42,7 @@ __all__ = [
     "REQUIRED_COMPONENTS",
     "component_dtype",
     "encode_manifest",
+    "numel_within",
     "parse_manifest",
 ]
 
@@ -82,19 +84,20 @@ def _fail(message: str, *, tensor: str | None = None, offset: int | None = None)
 def _check_version(root: Mapping[str, Any], name: str) -> str:
     version = root.get("version")
     if not isinstance(version, str):
-        raise _fail(f"{name}: the manifest's 'version' must be a text string, got {version!r}")
+        raise _fail(f"{name}: the manifest's 'version' must be a text string, got {brief(version)}")
     parts = version.split(".")
     if not 2 <= len(parts) <= 3 or not all(p.isdigit() and p.isascii() for p in parts):
-        raise _fail(f"{name}: the manifest's version {version!r} is not MAJOR.MINOR")
-    major, minor = int(parts[0]), int(parts[1])
+        raise _fail(f"{name}: the manifest's version {brief(version)} is not MAJOR.MINOR")
+    # (a part of thousands of digits is only a large number: int() would refuse it)
+    major, minor = (int(p) if len(p) <= 18 else 10**18 for p in parts[:2])
     if major != READER_VERSION[0]:
         raise ZTensorUnsupportedError(
-            f"{name}: zTensor version {version} is not supported; tensorfile reads "
+            f"{name}: zTensor version {_clip(version)} is not supported; tensorfile reads "
             f"{READER_VERSION[0]}.x files"
         )
     if minor > READER_VERSION[1]:
         warnings.warn(
-            f"{name}: zTensor version {version} is newer than the "
+            f"{name}: zTensor version {_clip(version)} is newer than the "
             f"{READER_VERSION[0]}.{READER_VERSION[1]} tensorfile reads; features it adds "
             "are ignored",
             ZTensorWarning,
@@ -103,12 +106,17 @@ def _check_version(root: Mapping[str, Any], name: str) -> str:
     return version
 
 
+def _clip(text: str, limit: int = 40) -> str:
+    """``text`` for a message, cut when longer than ``limit`` characters."""
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} characters)"
+
+
 def _text_map(value: Any, what: str) -> dict[str, str]:
     if not isinstance(value, dict):
         raise _fail(f"{what} must be a map of text to text, got {type(value).__name__}")
     for k, v in value.items():
         if not isinstance(k, str) or not isinstance(v, str):
-            raise _fail(f"{what} must map text to text; entry {k!r}: {v!r} does not")
+            raise _fail(f"{what} must map text to text; entry {brief(k)}: {brief(v)} does not")
     return value
 
 
@@ -121,8 +129,8 @@ class _Where:
         self.file, self.tensor, self.role = file, tensor, role
 
     def __str__(self) -> str:
-        text = f"{self.file}: tensor {self.tensor!r}"
-        return text if self.role is None else f"{text} component {self.role!r}"
+        text = f"{self.file}: tensor {brief(self.tensor)}"
+        return text if self.role is None else f"{text} component {brief(self.role)}"
 
     def __format__(self, spec: str) -> str:
         return format(str(self), spec)
@@ -131,7 +139,7 @@ class _Where:
 def _uint(value: Any, where: _Where, what: str) -> int:
     if type(value) is not int or not 0 <= value <= _MAX_U64:
         raise _fail(
-            f"{where}: {what} must be an unsigned 64-bit integer, got {value!r}",
+            f"{where}: {what} must be an unsigned 64-bit integer, got {brief(value)}",
             tensor=where.tensor,
         )
     return value
@@ -157,14 +165,14 @@ def _component(role: str, raw: Any, dtype: DType, tensor: str, limit: int, name:
         encoding = "raw"
     if encoding not in ENCODINGS:
         raise ZTensorUnsupportedError(
-            f"{where}: unknown encoding {encoding!r} (zTensor defines raw and zstd)",
+            f"{where}: unknown encoding {brief(encoding)} (zTensor defines raw and zstd)",
             tensor=tensor,
             offset=offset,
         )
     digest = raw.get("digest")
     if digest is not None:
         if not isinstance(digest, str):
-            raise _fail(f"{where}: digest must be text, got {digest!r}", tensor=tensor)
+            raise _fail(f"{where}: digest must be text, got {brief(digest)}", tensor=tensor)
         check_digest(digest, what=str(where))
     if offset % ALIGNMENT and length:
         warnings.warn(
@@ -179,7 +187,7 @@ def _component(role: str, raw: Any, dtype: DType, tensor: str, limit: int, name:
 
 def _tensor(tname: Any, raw: Any, limit: int, name: str) -> TensorInfo:
     if not isinstance(tname, str):
-        raise _fail(f"{name}: a tensor name is not text: {tname!r}")
+        raise _fail(f"{name}: a tensor name is not text: {brief(tname)}")
     where = _Where(name, tname)
     if not isinstance(raw, dict):
         raise _fail(f"{where} must be a map, got {type(raw).__name__}", tensor=tname)
@@ -193,24 +201,24 @@ def _tensor(tname: Any, raw: Any, limit: int, name: str) -> TensorInfo:
         raw["components"],
     )
     if not isinstance(dtype_name, str):
-        raise _fail(f"{where}: dtype must be text, got {dtype_name!r}", tensor=tname)
+        raise _fail(f"{where}: dtype must be text, got {brief(dtype_name)}", tensor=tname)
     try:
         dtype = dtypes.from_ztensor(dtype_name)
     except KeyError:
         raise ZTensorUnsupportedError(
-            f"{where}: unknown dtype {dtype_name!r}", tensor=tname
+            f"{where}: unknown dtype {brief(dtype_name)}", tensor=tname
         ) from None
     if not isinstance(shape_raw, list):
-        raise _fail(f"{where}: shape must be an array, got {shape_raw!r}", tensor=tname)
+        raise _fail(f"{where}: shape must be an array, got {brief(shape_raw)}", tensor=tname)
     shape = tuple([_uint(d, where, "a shape dimension") for d in shape_raw])
     if not isinstance(layout, str):
-        raise _fail(f"{where}: format must be text, got {layout!r}", tensor=tname)
+        raise _fail(f"{where}: format must be text, got {brief(layout)}", tensor=tname)
     if not isinstance(comps, dict):
         raise _fail(f"{where}: components must be a map", tensor=tname)
     components: dict[str, Component] = {}
     for role, craw in comps.items():
         if not isinstance(role, str):
-            raise _fail(f"{where}: a component role is not text: {role!r}", tensor=tname)
+            raise _fail(f"{where}: a component role is not text: {brief(role)}", tensor=tname)
         components[role] = _component(role, craw, dtype, tname, limit, name)
     info = TensorInfo(tname, dtype, shape, components, layout, dtype_name)
     _check_layout(info, where)
@@ -218,6 +226,18 @@ def _tensor(tname: Any, raw: Any, limit: int, name: str) -> TensorInfo:
 
 
 def _check_layout(info: TensorInfo, where: _Where) -> None:
+    itemsize = info.dtype.itemsize
+    # every layout's shape, extension layouts' too: its bytes must fit in 64 bits, and so
+    # must those of its non-zero dimensions, so that no later product over the shape (of
+    # 100,000 dimensions, say) is ever a huge number
+    numel = numel_within(info.shape, _MAX_U64 // itemsize)
+    if numel is None:
+        raise _fail(
+            f"{where}: a shape of {len(info.shape):,} dimensions whose "
+            f"{info.dtype.ztensor_name} bytes overflow 64 bits"
+            + (" (not counting its zero dimensions)" if 0 in info.shape else ""),
+            tensor=info.name,
+        )
     required = REQUIRED_COMPONENTS.get(info.layout)
     if required is None:
         return  # an extension layout: listed, readable component by component
@@ -227,14 +247,8 @@ def _check_layout(info: TensorInfo, where: _Where) -> None:
             f"{where}: a {info.layout} tensor needs the component(s) {', '.join(missing)}",
             tensor=info.name,
         )
-    itemsize = info.dtype.itemsize
-    numel = _numel_within(info.shape, _MAX_U64 // itemsize)
-    if numel is None:
-        raise _fail(
-            f"{where}: a shape of {len(info.shape)} dimensions whose {info.dtype.ztensor_name} "
-            "bytes overflow 64 bits",
-            tensor=info.name,
-        )
+    if 0 in info.shape:
+        numel = 0
     if info.layout == "dense":
         _check_size(info.data, numel * itemsize, where, "data")
     elif info.layout == "sparse_csr":
@@ -249,16 +263,15 @@ def _check_layout(info: TensorInfo, where: _Where) -> None:
         _check_sparse_counts(info, "coords", len(info.shape), where)
 
 
-def _numel_within(shape: tuple[int, ...], limit: int) -> int | None:
-    """The product of ``shape``, or None as soon as it passes ``limit`` (linear time even for
-    thousands of huge dimensions)."""
-    if 0 in shape:
-        return 0
+def numel_within(shape: tuple[int, ...], limit: int) -> int | None:
+    """The product of the non-zero dimensions of ``shape``, or None as soon as it passes
+    ``limit`` (linear time even for thousands of huge dimensions)."""
     n = 1
     for d in shape:
-        n *= d
-        if n > limit:
-            return None
+        if d:
+            n *= d
+            if n > limit:
+                return None
     return n
 
 
@@ -267,15 +280,15 @@ def _check_size(comp: Component, expected: int, where: _Where, role: str) -> Non
     stored = comp.range.length
     if comp.encoding == "raw" and stored != expected:
         raise _fail(
-            f"{where}: shape and dtype need {expected:,} bytes of {role!r} but the component "
+            f"{where}: shape and dtype need {expected:,} bytes of {brief(role)} but the component "
             f"holds {stored:,}",
             tensor=where.tensor,
             offset=comp.range.start,
         )
     if comp.encoding == "zstd" and expected > MAX_ZSTD_RATIO * stored + (1 << 20):
         raise _fail(
-            f"{where}: {stored:,} zstd bytes of {role!r} cannot decompress to the {expected:,} "
-            "bytes the shape declares",
+            f"{where}: {stored:,} zstd bytes of {brief(role)} cannot decompress to the "
+            f"{expected:,} bytes the shape declares",
             tensor=where.tensor,
             offset=comp.range.start,
         )
@@ -312,8 +325,8 @@ def _check_overlaps(tensors: Mapping[str, TensorInfo], name: str) -> None:
     for (_s0, e0, t0, r0), (s1, _e1, t1, r1) in itertools.pairwise(spans):
         if s1 < e0:
             raise _fail(
-                f"{name}: component {r1!r} of tensor {t1!r} overlaps component {r0!r} of "
-                f"tensor {t0!r} at byte {s1}",
+                f"{name}: component {brief(r1)} of tensor {brief(t1)} overlaps component "
+                f"{brief(r0)} of tensor {brief(t0)} at byte {s1}",
                 tensor=t1,
                 offset=s1,
             )
@@ -321,6 +334,11 @@ def _check_overlaps(tensors: Mapping[str, TensorInfo], name: str) -> None:
 
 def parse_manifest(data: bytes, *, manifest_start: int, file_size: int, name: str) -> Catalog:
     """Decode and validate a manifest found at ``manifest_start`` of a ``file_size`` file."""
+    if data and data[0] >> 5 not in (5, 6):  # not a map (or a tag): refused before decoding
+        raise _fail(
+            f"{name}: the manifest must be a CBOR map, but its first byte is 0x{data[0]:02x}",
+            offset=manifest_start,
+        )
     try:
         root = _cbor.decode(data)
     except _cbor.CBORDecodeError as exc:

@@ -30,6 +30,7 @@ import numpy as np
 
 from ..core.catalog import ByteRange, Catalog, Component, TensorInfo
 from ..core.errors import (
+    InvalidArgumentError,
     SourceError,
     TensorFileError,
     UnsupportedError,
@@ -39,7 +40,15 @@ from ..core.errors import (
     ZTensorUnsupportedError,
 )
 from ..core.parallel import workers
-from ..core.reader import Allocator, Reader, bytes_view, index_copy, numpy_allocator
+from ..core.reader import (
+    Allocator,
+    Reader,
+    brief,
+    bytes_view,
+    index_copy,
+    names_list,
+    numpy_allocator,
+)
 from ..core.source import Source
 from ..formats import ZTENSOR
 from ..frameworks import framework_name
@@ -200,6 +209,10 @@ class ZTensorReader(Reader):
         info = self.info(name)
         try:
             return info.components[role]
+        except TypeError:  # unhashable
+            raise InvalidArgumentError(
+                f"a component role is a string, got {type(role).__name__}"
+            ) from None
         except KeyError:
             raise ZTensorMissingError(
                 f"tensor {name!r} has no component {role!r} (it has "
@@ -213,7 +226,14 @@ class ZTensorReader(Reader):
         uint8 for roles of unknown layouts)."""
         comp = self.component(name, role)
         info = self.info(name)
-        dt = np.dtype(dtype) if dtype is not None else comp.dtype.numpy
+        try:
+            dt = np.dtype(dtype) if dtype is not None else comp.dtype.numpy
+        except (TypeError, ValueError) as exc:
+            raise InvalidArgumentError(
+                f"dtype {brief(dtype)} is not a numpy dtype: {exc}"
+            ) from None
+        if dt.hasobject or dt.itemsize == 0:
+            raise InvalidArgumentError(f"component bytes cannot be viewed as {dt}")
         if comp.encoding == "raw":
             out = np.empty(comp.range.length, np.uint8)
             self._read_ranges([(name, comp.range, bytes_view(out))])
@@ -258,7 +278,7 @@ class ZTensorReader(Reader):
 
     def get_tensors(self, names: Any = None) -> dict[str, Any]:
         """Owned values of ``names`` (all tensors by default); see :meth:`get_tensor`."""
-        names = self.keys() if names is None else list(names)
+        names = self.keys() if names is None else names_list(names)
         dense = [n for n in names if self.info(n).layout == "dense"]
         got = dict(zip(dense, self.read_into(dense, numpy_allocator), strict=True))
         return {n: got[n] if n in got else self.get_tensor(n) for n in names}
@@ -338,6 +358,10 @@ def open(
         ...     f.view("a").tolist()
         [[1.0, 0.0], [0.0, 1.0]]
     """
+    if not isinstance(path_or_data, str | os.PathLike | bytes | bytearray | memoryview):
+        raise InvalidArgumentError(
+            f"expected a path, a URL or the bytes of a file, got {type(path_or_data).__name__}"
+        )
     try:
         with open_input(path_or_data, first=ZTENSOR.first_request()) as source:
             return ZTensorReader(source, verify=verify)

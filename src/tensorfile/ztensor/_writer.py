@@ -38,34 +38,70 @@ from ..core.errors import (
     ZTensorIOError,
     ZTensorUnsupportedError,
 )
-from ..core.reader import bytes_view
-from ._codecs import CHECKSUMS, Digester, StreamCompressor, compress, make_digest
-from ._layouts import COOTensor, CSRTensor
-from ._manifest import ALIGNMENT, MAGIC, component_dtype, encode_manifest
+from ..core.reader import brief, bytes_view
+from ._codecs import (
+    CHECKSUMS,
+    MAX_LEVEL,
+    MIN_LEVEL,
+    Digester,
+    StreamCompressor,
+    compress,
+    make_digest,
+)
+from ._layouts import COOTensor, CSRTensor, shape_of
+from ._manifest import ALIGNMENT, MAGIC, component_dtype, encode_manifest, numel_within
 
 __all__ = ["GENERATOR", "Writer", "save_file"]
 
 GENERATOR = f"tensorfile {_version}"
 _ZEROS = bytes(ALIGNMENT)
 _UNSET: Any = object()
+_MAX_U64 = (1 << 64) - 1
 
 
 def _compression(value: Any) -> str | None:
-    if value in (None, False, "raw", "none"):
+    # (compared by type first: `in` on an array would compare element-wise)
+    if value is None or value is False or (isinstance(value, str) and value in ("raw", "none")):
         return None
-    if value in (True, "zstd"):
+    if value is True or (isinstance(value, str) and value == "zstd"):
         return "zstd"
-    raise ZTensorUnsupportedError(f"unknown compression {value!r}; use None or 'zstd'")
+    raise ZTensorUnsupportedError(f"unknown compression {brief(value)}; use None or 'zstd'")
 
 
 def _checksum(value: Any) -> str | None:
-    if value in (None, False, "none"):
+    if value is None or value is False or (isinstance(value, str) and value == "none"):
         return None
-    if value in CHECKSUMS:
-        return str(value)
+    if isinstance(value, str) and value in CHECKSUMS:
+        return value
     raise ZTensorUnsupportedError(
-        f"unknown checksum {value!r}; use None, {', '.join(repr(c) for c in CHECKSUMS)}"
+        f"unknown checksum {brief(value)}; use None, {', '.join(repr(c) for c in CHECKSUMS)}"
     )
+
+
+def _level(value: Any) -> int:
+    """A zstd level: an integer from zstd's fastest (-131072) to its strongest (22)."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | np.integer)
+        or not MIN_LEVEL <= int(value) <= MAX_LEVEL
+    ):
+        raise InvalidArgumentError(
+            f"zstd level must be an integer from {MIN_LEVEL} to {MAX_LEVEL}, got {brief(value)}"
+        )
+    return int(value)
+
+
+def _text(value: str, what: str) -> str:
+    """``value``, checked to be writable as UTF-8 (no lone surrogates)."""
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise InvalidArgumentError(
+                f"{what} {brief(value)} is not valid Unicode: {exc.reason} at position "
+                f"{exc.start} (a lone surrogate cannot be written as UTF-8)"
+            ) from None
+    return value
 
 
 def _ztensor_dtype(name: str, dt: DType) -> DType:
@@ -158,22 +194,35 @@ class Writer:
         checksum: str | None = None,
         fsync: bool = False,
     ) -> None:
-        self.path = os.fspath(path)
+        try:
+            self.path = os.fsdecode(os.fspath(path))
+        except TypeError:
+            raise InvalidArgumentError(
+                f"path must be a str or os.PathLike, got {type(path).__name__}"
+            ) from None
+        if attributes is not None and not isinstance(attributes, Mapping):
+            raise InvalidArgumentError(
+                f"attributes must map text to text, got {type(attributes).__name__}"
+            )
         self._attributes = dict(attributes or {})
         for key, value in self._attributes.items():
             if not isinstance(key, str) or not isinstance(value, str):
                 raise InvalidArgumentError(
-                    f"attribute {key!r}: zTensor attributes map text to text, got "
-                    f"{type(value).__name__}"
+                    f"attribute {brief(key)}: zTensor attributes map text to text, got "
+                    f"{type(key).__name__} -> {type(value).__name__}"
                 )
+            _text(key, "attribute")
+            _text(value, f"the value of attribute {brief(key)}")
         self._compression = _compression(compression)
-        self._level = int(level)
+        self._level = _level(level)
         self._checksum = _checksum(checksum)
         self._tensors: dict[str, TensorInfo] = {}
         try:
             self._file = AtomicFile(self.path, fsync=fsync)
         except SourceError as exc:
             raise ZTensorIOError(str(exc)) from exc
+        except (ValueError, UnicodeError) as exc:  # a NUL byte, a name the OS cannot encode
+            raise InvalidArgumentError(f"cannot write {brief(self.path)}: {exc}") from None
         self._fd = self._file.fd
         self._pos = 0
         self._done = False
@@ -241,11 +290,20 @@ class Writer:
         except (KeyError, TypeError):
             raise ZTensorUnsupportedError(f"tensor {name!r}: unknown dtype {dtype!r}") from None
         _ztensor_dtype(name, dt)
-        dims = tuple(int(d) for d in shape)
-        if any(d < 0 for d in dims):
-            raise InvalidArgumentError(f"tensor {name!r}: negative dimension in {list(dims)}")
-        total = dt.nbytes(int(np.prod(dims, dtype=object)))
-        views = (_chunk_view(name, dt, c) for c in chunks)
+        dims = shape_of(shape, f"tensor {name!r}")
+        numel = numel_within(dims, _MAX_U64 // dt.itemsize)
+        if numel is None:
+            raise InvalidArgumentError(
+                f"tensor {name!r}: a shape of {len(dims):,} dimensions whose bytes overflow 64 bits"
+            )
+        total = dt.nbytes(0 if 0 in dims else numel)
+        try:
+            views = (_chunk_view(name, dt, c) for c in iter(chunks))
+        except TypeError:
+            raise InvalidArgumentError(
+                f"tensor {name!r}: chunks must be an iterable of arrays or byte buffers, got "
+                f"{type(chunks).__name__}"
+            ) from None
         comp = self._component_stream(
             views, total, dt, *self._options(compression, level, checksum), name
         )
@@ -257,7 +315,8 @@ class Writer:
         if self._done:
             raise InvalidArgumentError(f"the writer for {self.path} is closed")
         if not isinstance(name, str):
-            raise InvalidArgumentError(f"tensor names are text, got {name!r}")
+            raise InvalidArgumentError(f"tensor names are text, got {brief(name)}")
+        _text(name, "tensor name")
         if name in self._tensors:
             raise InvalidArgumentError(f"tensor {name!r} was already added")
 
@@ -266,11 +325,17 @@ class Writer:
     ) -> tuple[str | None, int, str | None]:
         return (
             self._compression if compression is _UNSET else _compression(compression),
-            self._level if level is _UNSET else int(level),
+            self._level if level is _UNSET else _level(level),
             self._checksum if checksum is _UNSET else _checksum(checksum),
         )
 
     def _record(self, info: TensorInfo) -> None:
+        if numel_within(info.shape, _MAX_U64 // info.dtype.itemsize) is None:
+            self.abort()
+            raise InvalidArgumentError(
+                f"tensor {info.name!r}: a shape of {len(info.shape):,} dimensions whose bytes "
+                "overflow 64 bits (readers refuse it)"
+            )
         self._tensors[info.name] = info
 
     def _component(
@@ -390,7 +455,13 @@ def _chunk_view(name: str, dt: DType, chunk: Any) -> memoryview:
                 f"tensor {name!r} is {dt.ztensor_name}; a chunk is an array of {arr.dtype}"
             )
         return bytes_view(np.ascontiguousarray(arr, dtype=dt.numpy))
-    return memoryview(chunk).cast("B")
+    try:
+        return memoryview(chunk).cast("B")
+    except TypeError as exc:  # not a buffer, or a strided one
+        raise InvalidArgumentError(
+            f"tensor {name!r}: a chunk must be an array or a contiguous byte buffer, got "
+            f"{type(chunk).__name__}: {exc}"
+        ) from None
 
 
 def save_file(

@@ -1,0 +1,254 @@
+"""The files of a dataset folder, touched without trusting them: reads that cannot block on a
+FIFO or grow past a bound, shard paths that must stay inside the folder, and the one decision
+of what a commit may delete.
+
+A manifest, an index and the folder itself can lie: a name can be a FIFO, a directory or a
+symlink to somewhere else, and a manifest can list any path at all. So:
+
+* :func:`open_regular` opens with ``O_NONBLOCK`` (a FIFO opens at once instead of waiting
+  for a writer) and refuses anything but a regular file; :func:`read_bounded` reads at most
+  a given number of bytes.
+* :func:`check_shard_file` refuses a listed shard that resolves outside the folder, is not a
+  regular file, or does not have the size the manifest gives.
+* :func:`deletable` decides what a commit may delete of the previous dataset: regular files
+  (not symlinks) directly inside the folder, named like shards (§3.2 of the Spark spec),
+  listed by the previous manifest, and never the manifest, the index or a file the new
+  dataset lists. :func:`delete_previous` deletes exactly those, through a descriptor of the
+  folder so that a path cannot be redirected on the way.
+
+Example:
+    >>> import os, tempfile
+    >>> folder = tempfile.mkdtemp()
+    >>> shard = "part-00000-0000-123e4567-e89b-12d3-a456-426614174000.safetensors"
+    >>> _ = open(os.path.join(folder, shard), "wb").write(b"x")
+    >>> os.symlink("/etc/hostname", os.path.join(folder, "part-00001-" + shard[11:]))
+    >>> deletable(folder, [shard, "part-00001-" + shard[11:], "dataset_manifest.json", "../x"])
+    ['part-00000-0000-123e4567-e89b-12d3-a456-426614174000.safetensors']
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+from collections.abc import Collection, Iterable
+from typing import TypeGuard
+
+from ..core.errors import FormatError, SourceError
+
+__all__ = [
+    "INDEX_NAME",
+    "MANIFEST_NAME",
+    "SHARD_NAME",
+    "check_shard_file",
+    "deletable",
+    "delete_previous",
+    "open_regular",
+    "read_bounded",
+]
+
+MANIFEST_NAME = "dataset_manifest.json"
+INDEX_NAME = "_tensor_index.parquet"
+_HEX = "[0-9a-fA-F]"
+SHARD_NAME = re.compile(
+    rf"part-[0-9]{{5,}}-[0-9]{{4,}}-{_HEX}{{8}}-{_HEX}{{4}}-{_HEX}{{4}}-{_HEX}{{4}}-{_HEX}{{12}}"
+    r"\.safetensors"
+)
+"""``part-{taskId:05d}-{shardIndex:04d}-{uuid}.safetensors`` (§3.2; wider ids have more
+digits): the only names a commit deletes."""
+
+_FLAGS = (
+    os.O_RDONLY
+    | getattr(os, "O_NONBLOCK", 0)
+    | getattr(os, "O_CLOEXEC", 0)
+    | getattr(os, "O_NOCTTY", 0)
+)
+
+
+def open_regular(path: str, what: str) -> int | None:
+    """A descriptor of the regular file ``path``, or None when nothing is there.
+
+    Opens without blocking (a FIFO has no writer to wait for) and refuses a FIFO, a
+    directory or a device with :class:`~tensorfile.errors.SourceError` naming ``what``.
+
+    Example:
+        >>> import os, tempfile
+        >>> fifo = os.path.join(tempfile.mkdtemp(), "dataset_manifest.json")
+        >>> os.mkfifo(fifo)
+        >>> try:
+        ...     open_regular(fifo, "the manifest")
+        ... except SourceError as exc:
+        ...     print(str(exc).endswith("is not a regular file"))
+        True
+    """
+    try:
+        fd = os.open(path, _FLAGS)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise SourceError(f"cannot open {what} {path}: {exc.strerror or exc}") from exc
+    try:
+        mode = os.fstat(fd).st_mode
+    except OSError as exc:
+        os.close(fd)
+        raise SourceError(f"cannot stat {what} {path}: {exc.strerror or exc}") from exc
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise SourceError(f"{what} {path} is not a regular file")
+    return fd
+
+
+def read_bounded(path: str, what: str, limit: int) -> bytes | None:
+    """The bytes of the regular file ``path`` (None when it does not exist), refusing a file
+    of more than ``limit`` bytes with :class:`~tensorfile.errors.FormatError` before reading
+    past the bound.
+
+    Example:
+        >>> import os, tempfile
+        >>> path = os.path.join(tempfile.mkdtemp(), "m.json")
+        >>> _ = open(path, "wb").write(b"{}")
+        >>> read_bounded(path, "the manifest", 10), read_bounded(path + "x", "the manifest", 10)
+        (b'{}', None)
+    """
+    fd = open_regular(path, what)
+    if fd is None:
+        return None
+    chunks: list[bytes] = []
+    size = 0
+    try:
+        while size <= limit:
+            chunk = os.read(fd, min(1 << 20, limit + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    except OSError as exc:
+        raise SourceError(f"cannot read {what} {path}: {exc.strerror or exc}") from exc
+    finally:
+        os.close(fd)
+    if size > limit:
+        raise FormatError(f"{what} {path} is over {limit} bytes; it is not a dataset's {what}")
+    return b"".join(chunks)
+
+
+def _inside(folder: str, path: str) -> bool:
+    root = os.path.realpath(folder)
+    real = os.path.realpath(path)
+    return real != root and os.path.commonpath([root, real]) == root
+
+
+def check_shard_file(folder: str, shard_path: str, size: int) -> str:
+    """The path of the listed shard ``shard_path`` of the dataset in ``folder``, after checking
+    that it resolves inside the folder (symlinks followed), is a regular file and has the
+    ``size`` the manifest gives; a :class:`~tensorfile.errors.FormatError` (a lie) or
+    :class:`~tensorfile.errors.SourceError` (not a file) says which shard is wrong.
+
+    Example:
+        >>> import os, tempfile
+        >>> folder = tempfile.mkdtemp()
+        >>> os.symlink("/etc/hostname", os.path.join(folder, "a.safetensors"))
+        >>> try:
+        ...     check_shard_file(folder, "a.safetensors", 1)
+        ... except FormatError as exc:
+        ...     print(str(exc).partition(": ")[2])
+        shard a.safetensors resolves outside the dataset folder
+    """
+    path = os.path.join(folder, shard_path)
+    if not _inside(folder, path):
+        raise FormatError(f"{folder}: shard {shard_path} resolves outside the dataset folder")
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise FormatError(f"{folder}: the manifest lists {shard_path}, which is missing") from None
+    except OSError as exc:
+        raise SourceError(f"cannot stat shard {path}: {exc.strerror or exc}") from exc
+    if not stat.S_ISREG(st.st_mode):
+        raise SourceError(f"shard {path} is not a regular file")
+    if st.st_size != size:
+        raise FormatError(
+            f"{folder}: the manifest says shard {shard_path} has {size} bytes, the file has "
+            f"{st.st_size}"
+        )
+    return path
+
+
+def _is_shard_name(name: object) -> TypeGuard[str]:
+    return isinstance(name, str) and SHARD_NAME.fullmatch(name) is not None
+
+
+def deletable(
+    folder: str, listed: Iterable[object], keep: Collection[str] = (), *, dir_fd: int | None = None
+) -> list[str]:
+    """The names, of those the previous manifest ``listed``, that a commit may delete from
+    the dataset folder ``folder``: named like shards (a plain file name, so nothing outside
+    the folder or under another folder), not in ``keep`` (the new dataset's shards), never
+    the manifest or the index, and a regular file right now (not a symlink, directory or
+    FIFO). Anything else is not provably the previous dataset's and is left alone.
+
+    Example:
+        >>> import tempfile
+        >>> deletable(tempfile.mkdtemp(), ["dataset_manifest.json", "/etc/passwd", "../x"])
+        []
+    """
+    protected = {MANIFEST_NAME, INDEX_NAME, *keep}
+    # shard names hold no "/", so they name entries of the folder itself
+    names = list(dict.fromkeys(n for n in listed if _is_shard_name(n) and n not in protected))
+    if not names:
+        return []
+    own_fd = dir_fd is None
+    try:
+        fd = _open_folder(folder) if dir_fd is None else dir_fd
+    except OSError:
+        return []
+    out = []
+    try:
+        for name in names:
+            try:
+                mode = os.lstat(name, dir_fd=fd).st_mode
+            except OSError:
+                continue
+            if stat.S_ISREG(mode):
+                out.append(name)
+    finally:
+        if own_fd:
+            os.close(fd)
+    return out
+
+
+def _open_folder(folder: str) -> int:
+    return os.open(
+        folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0)
+    )
+
+
+def delete_previous(folder: str, listed: Iterable[object], keep: Collection[str] = ()) -> list[str]:
+    """Delete what :func:`deletable` allows, and return the names deleted.
+
+    The work is done through one descriptor of the folder, so a renamed or swapped folder
+    path cannot redirect it; a name swapped for a symlink after the check loses only the link,
+    and one swapped for a directory is not unlinked. A file that cannot be deleted is left
+    (the new dataset is already committed; an unlisted shard is ignored by readers).
+
+    Example:
+        >>> import os, tempfile
+        >>> folder = tempfile.mkdtemp()
+        >>> os.mkdir(os.path.join(folder, "part-00000-0000-" + "0" * 8 + "-0000-0000-0000-"
+        ...                       + "0" * 12 + ".safetensors"))
+        >>> delete_previous(folder, os.listdir(folder))  # a directory is not a shard
+        []
+    """
+    try:
+        fd = _open_folder(folder)
+    except OSError:
+        return []
+    removed = []
+    try:
+        for name in deletable(folder, listed, keep, dir_fd=fd):
+            try:
+                os.unlink(name, dir_fd=fd)
+            except OSError:
+                continue
+            removed.append(name)
+    finally:
+        os.close(fd)
+    return removed

@@ -1,0 +1,150 @@
+"""``_tensor_index.parquet`` (§2.3 of the Spark spec): which shard holds each tensor key.
+
+:func:`write_index` writes it (tensor_key, file_name, shape, dtype). :func:`read_index` reads
+the two columns a lookup needs, trusting nothing: the file must be a regular file (a FIFO is
+refused at once), its footer's row counts must be possible for its size before pyarrow
+allocates anything for them, the two columns must be non-null strings, and any pyarrow error
+becomes a :class:`~tensorfile.errors.FormatError` naming the file. An index that does not
+describe the manifest's shards (a shard it names is not listed, a listed shard is missing
+from it, a key is in two shards) is *stale*: :func:`read_index` returns None and the caller
+reads the shard headers instead.
+
+Example:
+    >>> import os, tempfile
+    >>> from tensorfile.dataset.manifest import Manifest, ShardEntry
+    >>> folder = tempfile.mkdtemp()
+    >>> _ = write_index(folder, [("a__v", "s.safetensors", [2], "F32")])
+    >>> m = Manifest([ShardEntry("s.safetensors", 1, 10)], {}, mode="kv")
+    >>> read_index(folder, m)
+    {'a__v': 's.safetensors'}
+    >>> read_index(folder, Manifest([ShardEntry("t.safetensors", 1, 10)], {}, mode="kv")) is None
+    True
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+from typing import Any
+
+from ..core.errors import FormatError, SourceError, TensorFileError
+from .files import INDEX_NAME, open_regular
+from .manifest import Manifest
+
+__all__ = ["INDEX_NAME", "read_index", "write_index"]
+
+_COLUMNS = ("tensor_key", "file_name")
+_ROWS_PER_BYTE = 8  # a unique tensor key costs at least a few bits of the file
+
+
+def write_index(
+    folder: str, rows: list[tuple[str, str, list[int], str]], *, final: bool = True
+) -> str:
+    """Write ``_tensor_index.parquet`` (one file): tensor_key, file_name, shape, dtype.
+
+    With ``final=False`` the file is left under a temporary name (returned) for the caller to
+    rename once the manifest is committed."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.table(
+        {
+            "tensor_key": pa.array([r[0] for r in rows], pa.string()),
+            "file_name": pa.array([r[1] for r in rows], pa.string()),
+            "shape": pa.array([r[2] for r in rows], pa.list_(pa.int32())),
+            "dtype": pa.array([r[3] for r in rows], pa.string()),
+        }
+    )
+    target = os.path.join(folder, INDEX_NAME)
+    # a fresh name, created exclusively: nothing planted in the folder (a FIFO, a symlink)
+    # is ever opened for writing
+    tmp = os.path.join(folder, f".{INDEX_NAME}.{secrets.token_hex(8)}.tmp")
+    created = False
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0))
+        created = True
+        with os.fdopen(fd, "wb") as f:
+            pq.write_table(table, f)
+        if final:
+            os.replace(tmp, target)
+            return target
+        return tmp
+    except BaseException as exc:
+        if created:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+        if isinstance(exc, OSError):
+            raise SourceError(f"cannot write {target}: {exc.strerror or exc}") from exc
+        raise
+
+
+def read_index(folder: str, manifest: Manifest) -> dict[str, str] | None:
+    """tensor_key -> file_name of the index in ``folder``; None without an index or when it
+    is stale for ``manifest`` (see the module docstring)."""
+    path = os.path.join(folder, INDEX_NAME)
+    fd = open_regular(path, "the index")
+    if fd is None:
+        return None
+    with os.fdopen(fd, "rb") as f:
+        keys, files = _columns(f, path, os.fstat(fd).st_size)
+    listed = {s.shard_path for s in manifest.shards}
+    out: dict[str, str] = {}
+    for key, file in zip(keys, files, strict=True):
+        if file not in listed or out.setdefault(key, file) != file:
+            return None
+    if {s.shard_path for s in manifest.shards if s.samples_count} - set(out.values()):
+        return None
+    return out
+
+
+def _columns(f: Any, path: str, size: int) -> tuple[list[str], list[str]]:
+    """The tensor_key and file_name columns of the parquet file ``f`` of ``size`` bytes."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        pf = pq.ParquetFile(f)
+        _check_footer(pf, path, size)
+        table = pf.read(columns=list(_COLUMNS))
+        columns = [table.column(c) for c in _COLUMNS]
+        if any(c.null_count for c in columns):
+            raise FormatError(f"{path}: the index has a null tensor_key or file_name")
+        keys, files = (c.to_pylist() for c in columns)
+    except TensorFileError:
+        raise
+    except (
+        pa.ArrowException,  # ArrowInvalid, ArrowMemoryError (a claimed size), ...
+        OSError,  # corrupt thrift, snappy or pages
+        ValueError,  # bytes that are not UTF-8
+        LookupError,
+        TypeError,
+        MemoryError,
+        NotImplementedError,
+    ) as exc:
+        raise FormatError(f"{path} is not a valid tensor index: {exc}") from exc
+    return keys, files
+
+
+def _check_footer(pf: Any, path: str, size: int) -> None:
+    """The columns a lookup reads are strings, and the row counts the footer claims are
+    consistent and possible for a file of ``size`` bytes (pyarrow allocates by them)."""
+    import pyarrow as pa
+
+    schema = pf.schema_arrow
+    for name in _COLUMNS:
+        i = schema.get_field_index(name)
+        if i < 0:
+            raise FormatError(f"{path}: the index has no (single) {name} column")
+        typ = schema.field(i).type
+        if not (pa.types.is_string(typ) or pa.types.is_large_string(typ)):
+            raise FormatError(f"{path}: the index's {name} column is {typ}, not string")
+    md = pf.metadata
+    rows = md.num_rows
+    if not 0 <= rows <= _ROWS_PER_BYTE * size:
+        raise FormatError(f"{path}: the index claims {rows} rows in {size} bytes")
+    groups = [md.row_group(g).num_rows for g in range(md.num_row_groups)]
+    if any(n < 0 for n in groups) or sum(groups) != rows:
+        raise FormatError(
+            f"{path}: the index's row groups hold {sum(groups)} rows, its footer says {rows}"
+        )
