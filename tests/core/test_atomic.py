@@ -366,3 +366,25 @@ def test_rewrite_clones_where_the_file_system_can(reflink_dir: Path, delta: int)
     assert rewrite(str(path), b"x", 0, 5, b"") == "copy"  # moved by 1 byte: no clone
     assert path.read_bytes() == b"x" + head[:5]
     assert os.listdir(reflink_dir) == ["f.bin"]
+
+
+def test_a_destination_that_is_not_a_regular_file_is_never_replaced(tmp_path: Path) -> None:
+    """Renaming over /dev/null or a FIFO would replace the node itself: refused, untouched."""
+    from tensorfile.safetensors.numpy import save_file
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    targets = [fifo]
+    if os.geteuid() == 0:  # making a device node needs root; the FIFO covers the rest
+        dev = tmp_path / "null"
+        os.mknod(dev, stat.S_IFCHR | 0o666, os.makedev(1, 3))
+        targets.append(dev)
+    for target in targets:
+        kind = stat.S_IFMT(os.lstat(target).st_mode)
+        with pytest.raises(SourceError, match="not a regular file"):
+            save_file({"a": np.zeros(2, np.float32)}, str(target))
+        with pytest.raises(SourceError, match="not a regular file"):
+            with atomic_write(target) as fd:
+                os.write(fd, b"x")
+        assert stat.S_IFMT(os.lstat(target).st_mode) == kind
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(t.name for t in targets)

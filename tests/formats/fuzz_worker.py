@@ -1,11 +1,12 @@
 """The child side of the resource-limited fuzz run (:mod:`tests.formats.test_fuzz_limited`).
 
 :func:`main` reads every mutant in a folder every way tensorfile offers (``tensorfile.open``
-with ``get_tensors``, ``get_tensor``, ``view`` and ``read_slice``; the safetensors drop-in;
-``tensorfile.ztensor``) and prints one line per problem: ``FOREIGN`` for an exception that is
-not a :class:`~tensorfile.errors.TensorFileError`, ``SLOW`` for a file that took longer than
-its budget (an alarm interrupts it). It runs under the address-space and CPU limits the
-parent set, so a runaway allocation is a ``MemoryError`` here, reported as ``FOREIGN``.
+with ``get_tensors``, ``get_tensor``, ``view`` and ``read_slice``; the safetensors drop-in,
+numpy and torch; ``tensorfile.ztensor``) and prints one line per problem: ``FOREIGN`` for an
+exception that is not a :class:`~tensorfile.errors.TensorFileError`, ``SLOW`` for a file
+that took longer than its budget (an alarm interrupts it). It runs under the address-space
+and CPU limits the parent set, so a runaway allocation is a ``MemoryError`` here, reported as
+``FOREIGN``.
 """
 
 from __future__ import annotations
@@ -48,14 +49,22 @@ def _generic(path: str) -> None:
                 _attempt(lambda n=name, k=key: r.read_slice(n, k))
 
 
-def _dropin(path: str) -> None:
-    with safe_open(path, framework="np") as f:
+def _dropin(path: str, framework: str = "np") -> None:
+    with safe_open(path, framework=framework) as f:
         f.metadata()
         _attempt(f.get_tensors)
         for name in f.keys():
             sl = f.get_slice(name)
             _attempt(lambda s=sl: s[...])
             _attempt(lambda s=sl: s[0])
+
+
+def _torch() -> Any:
+    try:
+        from tensorfile.safetensors import torch as st_torch
+    except ImportError:  # no torch here: the numpy entry points only
+        return None
+    return st_torch
 
 
 def _zt(path: str) -> None:
@@ -75,14 +84,21 @@ def _attempt(fn: Callable[[], Any]) -> None:
 
 def _readers(fmt: str, path: str, data: bytes) -> dict[str, Callable[[], Any]]:
     out: dict[str, Callable[[], Any]] = {"tensorfile.open": lambda: _generic(path)}
+    st_torch = _torch()
     if fmt == "safetensors":
         out["safe_open"] = lambda: _dropin(path)
         out["numpy.load_file"] = lambda: st_numpy.load_file(path)
         out["numpy.load"] = lambda: st_numpy.load(data)
         out["deserialize"] = lambda: deserialize(data)
+        if st_torch is not None:
+            out["safe_open pt"] = lambda: _dropin(path, "pt")
+            out["torch.load"] = lambda: st_torch.load(data)
+            out["torch.load_file"] = lambda: st_torch.load_file(path)
     elif fmt == "ztensor":
         out["ztensor.open"] = lambda: _zt(path)
         out["ztensor.load_file"] = lambda: ztensor.load_file(path)
+        if st_torch is not None:
+            out["ztensor.load_file pt"] = lambda: ztensor.load_file(path, framework="pt")
     return out
 
 

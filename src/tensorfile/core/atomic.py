@@ -146,6 +146,31 @@ def _remove_if_unlocked(tmp: str) -> bool:
         os.close(fd)
 
 
+_NOT_FILES = {
+    stat.S_IFDIR: "a directory",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+    stat.S_IFIFO: "a FIFO",
+    stat.S_IFSOCK: "a socket",
+}
+
+
+def _check_destination(dest: str) -> None:
+    """Refuse a destination that exists and is not a regular file (or a symlink): renaming a
+    file over ``/dev/null`` or a FIFO would replace the node itself."""
+    try:
+        kind = stat.S_IFMT(os.lstat(dest).st_mode)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise SourceError(f"cannot write {dest}: {exc.strerror or exc}") from exc
+    if kind in _NOT_FILES:
+        raise SourceError(
+            f"cannot write {dest}: it is {_NOT_FILES[kind]}, not a regular file; tensorfile "
+            "writes files by renaming a new file into place and will not replace it"
+        )
+
+
 class AtomicFile:
     """A temporary file beside ``path`` that :meth:`commit` renames into place and
     :meth:`abort` removes. Writers that live longer than one ``with`` block (a streaming
@@ -173,8 +198,7 @@ class AtomicFile:
         self.folder = os.path.dirname(self.dest) or "."
         self.fd = -1
         self.done = True
-        if os.path.isdir(self.dest):
-            raise SourceError(f"cannot write {self.dest}: it is a directory")
+        _check_destination(self.dest)
         remove_stale_temps(self.dest)
         base = os.path.basename(self.dest)
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _CLOEXEC
@@ -204,6 +228,7 @@ class AtomicFile:
         try:
             if self.fsync:
                 os.fsync(self.fd)
+            _check_destination(self.dest)  # again: a node may have appeared meanwhile
             os.replace(self.tmp, self.dest)
         except OSError as exc:
             self.abort()

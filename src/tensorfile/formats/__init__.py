@@ -25,7 +25,6 @@ Example:
 from __future__ import annotations
 
 import importlib
-import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol, cast
@@ -34,7 +33,7 @@ from ..core.catalog import Catalog
 from ..core.errors import InvalidArgumentError
 from ..core.reader import Reader
 from ..core.source import ByteRequest, RangeRequest, Source, SuffixRequest
-from ..sources import PathOrData, open_input
+from ..sources import PathOrData, open_input, path_text
 
 __all__ = [
     "FORMATS",
@@ -180,7 +179,7 @@ def detect(source: Source) -> Format:
 def _first(path_or_data: PathOrData, fmt: Format | None) -> ByteRequest | None:
     if isinstance(path_or_data, bytes | bytearray | memoryview):
         return None
-    hint = fmt or guess(os.fspath(path_or_data))
+    hint = fmt or guess(path_text(path_or_data))
     return hint.first_request() if hint is not None else None
 
 

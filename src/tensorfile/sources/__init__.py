@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
+from ..core.errors import InvalidArgumentError
 from ..core.source import ByteRequest, ReadStats, Source
 from ._urls import redact
 from .local import LocalSource
@@ -46,6 +47,24 @@ def is_url(path: object) -> bool:
     return isinstance(path, str) and "://" in path and not os.path.exists(path)
 
 
+def path_text(path: object) -> str:
+    """``path`` (a ``str`` or ``os.PathLike``) as text; anything else is an
+    :class:`~tensorfile.errors.InvalidArgumentError`.
+
+    Example:
+        >>> import pathlib
+        >>> path_text(pathlib.PurePath("a/b"))
+        'a/b'
+    """
+    try:
+        text = os.fspath(path)  # type: ignore[call-overload]
+    except TypeError:
+        text = None
+    if not isinstance(text, str):
+        raise InvalidArgumentError(f"expected a path, a URL or bytes, got {type(path).__name__}")
+    return text
+
+
 def open_path(
     path: str | os.PathLike[str], *, first: ByteRequest | None = None, **options: Any
 ) -> Source:
@@ -59,7 +78,7 @@ def open_path(
         >>> open_path(p).read(1, 2)
         b'bc'
     """
-    text = os.fspath(path)
+    text = path_text(path)
     if is_url(text):
         scheme = text.split("://", 1)[0].lower()
         if scheme in ("http", "https"):
