@@ -467,3 +467,21 @@ def test_credentials_in_a_location_are_neither_used_nor_shown() -> None:
             assert src.read(0, 10) == MB[:10]
             assert "hunter2pw" not in src.name and "hunter2pw" not in repr(src)
         assert b.requests and all("authorization" not in r.headers for r in b.requests)
+
+
+def test_retries_are_bounded_by_the_fetch_deadline() -> None:
+    """A refused port with many retries, or a server that never answers: the whole read ends
+    within twice one attempt's deadline, retries included."""
+    import time as _time
+
+    from tensorfile.errors import InvalidArgumentError as _Bad
+    from tensorfile.sources import HTTPSource as _Source
+
+    with pytest.raises(_Bad, match="retries"):
+        _Source("http://127.0.0.1:1/x.safetensors", retries=10**9)
+    with pytest.raises(_Bad, match="retries"):
+        _Source("http://127.0.0.1:1/x.safetensors", retries=-1)
+    start = _time.monotonic()
+    with pytest.raises(SourceError):
+        _Source("http://127.0.0.1:1/x.safetensors", retries=10, backoff=0.5, timeout=1, deadline=1)
+    assert _time.monotonic() - start < 2 * (1 + 100_000 / 100_000) + 1.5

@@ -44,7 +44,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Literal
 
-from .errors import SourceError
+from .errors import InvalidArgumentError, SourceError
 
 __all__ = [
     "CLONE_BLOCK",
@@ -155,6 +155,19 @@ _NOT_FILES = {
 }
 
 
+def _dest_text(path: object) -> str:
+    """A destination path as text: a ``str`` or ``os.PathLike`` of text, without NUL."""
+    try:
+        dest = os.fspath(path)  # type: ignore[call-overload]
+    except TypeError:
+        dest = None
+    if not isinstance(dest, str):
+        raise InvalidArgumentError(f"a file name must be text, not {type(path).__name__}")
+    if "\0" in dest or not dest:
+        raise InvalidArgumentError(f"not a usable file name: {dest!r}")
+    return dest
+
+
 def _check_destination(dest: str) -> None:
     """Refuse a destination that exists and is not a regular file (or a symlink): renaming a
     file over ``/dev/null`` or a FIFO would replace the node itself."""
@@ -193,7 +206,7 @@ class AtomicFile:
     """
 
     def __init__(self, path: str | os.PathLike[str], *, fsync: bool = False) -> None:
-        self.dest = os.fspath(path)
+        self.dest = _dest_text(path)
         self.fsync = fsync
         self.folder = os.path.dirname(self.dest) or "."
         self.fd = -1

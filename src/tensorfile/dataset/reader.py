@@ -38,6 +38,7 @@ import numpy as np
 
 from ..core.errors import InvalidArgumentError, TensorNotFoundError
 from ..core.reader import Reader
+from ..sources import path_text
 from .index import read_index
 from .manifest import Manifest, ShardEntry, kv_name, load_manifest
 from .samples import kv_sample, open_shard, shard_samples
@@ -240,5 +241,5 @@ def _stack(samples: list[dict[str, Any]]) -> dict[str, Any]:
 
 def open(path: str | os.PathLike[str]) -> Dataset:
     """Open the dataset in folder ``path`` (manifest-aware; index not needed)."""
-    folder = os.fspath(path)
+    folder = path_text(path)
     return Dataset(folder, load_manifest(folder, strict=True))

@@ -128,10 +128,16 @@ def prepare_tensor(name: str, tensor: Any) -> tuple[DType, tuple[int, ...], memo
         raise UnsupportedError(
             f"tensor {name!r}: torch dtype {tensor.dtype} has no safetensors equivalent"
         ) from None
-    t = tensor.detach()
-    if t.device.type != "cpu":
-        t = t.to("cpu")
-    t = t.resolve_conj().resolve_neg().contiguous()
+    if tensor.is_nested or tensor.device.type == "meta":
+        kind = "a nested tensor" if tensor.is_nested else "on the meta device (no data)"
+        raise InvalidArgumentError(f"tensor {name!r} is {kind}: it cannot be saved")
+    try:
+        t = tensor.detach()
+        if t.device.type != "cpu":
+            t = t.to("cpu")
+        t = t.resolve_conj().resolve_neg().contiguous()
+    except (RuntimeError, NotImplementedError) as exc:
+        raise InvalidArgumentError(f"tensor {name!r} cannot be read for saving: {exc}") from exc
     shape = f4_shape(dt, t.shape, to="file")
     if t.numel() == 0:
         return dt, shape, memoryview(bytearray()), t

@@ -101,6 +101,8 @@ def check_metadata(metadata: Mapping[str, str]) -> Mapping[str, str]:
             )
         _check_text(key, f"metadata key {brief(key)}")
         _check_text(value, f"the value of metadata key {brief(key)}")
+    if any(type(k) is not str or type(v) is not str for k, v in metadata.items()):
+        return {str.__str__(k): str.__str__(v) for k, v in metadata.items()}  # plain str
     return metadata
 
 

@@ -68,6 +68,14 @@ _TRANSIENT = {429, 500, 502, 503, 504}
 _REDIRECTS = {301, 302, 303, 307, 308}
 _MAX_REDIRECTS = 5
 _MAX_WAIT = 30.0
+_MAX_RETRIES = 10
+
+
+def _wait(seconds: float, stop_at: float) -> float:
+    """A wait before a retry: capped, and never past the end of the fetch."""
+    return max(0.0, min(seconds, _MAX_WAIT, stop_at - time.monotonic()))
+
+
 _STALE = (ConnectionResetError, BrokenPipeError, ConnectionAbortedError)
 _FOREIGN = (OSError, http.client.HTTPException, ValueError)
 _HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
@@ -191,7 +199,9 @@ class HTTPFetcher:
         self._min_speed = _positive("min_speed", min_speed)
         if isinstance(retries, bool) or not isinstance(retries, int):
             raise InvalidArgumentError(f"retries must be an int, not {type(retries).__name__}")
-        self._retries = max(0, retries)
+        if not 0 <= retries <= _MAX_RETRIES:
+            raise InvalidArgumentError(f"retries must be from 0 to {_MAX_RETRIES}, not {retries}")
+        self._retries = retries
         self._backoff = _positive("backoff", backoff, zero=True)
         self._auth = self._authorization(token)
         self._headers, self._origin_headers = self._check_headers(headers or {})
@@ -424,14 +434,20 @@ class HTTPFetcher:
         url = self._url
         attempt = 0
         redirects = 0
+        # the whole fetch, retries and redirects included, ends within twice one attempt's
+        # deadline: retries use what is left, never more
+        budget = self._deadline + want.nbytes / self._min_speed
+        stop_at = time.monotonic() + 2 * budget
         while True:
+            if attempt and time.monotonic() >= stop_at:
+                raise self._late(want.nbytes)
             try:
-                reply = self._exchange(url, want)
+                reply = self._exchange(url, want, stop_at)
             except DeadlineExceeded:
                 raise self._late(want.nbytes) from None
             except _FOREIGN as exc:
                 if attempt < self._retries:
-                    time.sleep(min(self._backoff * (2**attempt), _MAX_WAIT))
+                    time.sleep(_wait(self._backoff * (2**attempt), stop_at))
                     attempt += 1
                     continue
                 raise SourceError(f"{self.name}: {self._say(exc)}") from None
@@ -448,7 +464,7 @@ class HTTPFetcher:
                 discard(reply.conn)
                 if wait is None:
                     wait = self._backoff * (2**attempt)
-                time.sleep(min(wait, self._timeout, _MAX_WAIT))
+                time.sleep(_wait(min(wait, self._timeout), stop_at))
                 attempt += 1
                 continue
             return reply
@@ -477,7 +493,7 @@ class HTTPFetcher:
                 self._context = _ssl_context()
             return self._context
 
-    def _exchange(self, url: HttpURL, want: _Want) -> _Reply:
+    def _exchange(self, url: HttpURL, want: _Want, stop_at: float) -> _Reply:
         """Send one request and read the reply's headers, on a pooled connection (replayed
         once on a new one when a kept-alive connection turns out closed)."""
         proxy = proxy_for(url)
@@ -493,7 +509,7 @@ class HTTPFetcher:
             if proxy.authorization is not None:
                 headers["Proxy-Authorization"] = proxy.authorization
         headers |= {"Host": url.authority, "Range": want.spec, "Accept-Encoding": "identity"}
-        deadline = time.monotonic() + self._deadline + want.nbytes / self._min_speed
+        deadline = min(time.monotonic() + self._deadline + want.nbytes / self._min_speed, stop_at)
         conn = self._pool.take(key)
         while True:
             reused = conn is not None and conn.sock is not None

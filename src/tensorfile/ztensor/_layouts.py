@@ -201,6 +201,11 @@ class COOTensor(_Sparse):
         shape = shape_of(self.shape, "a COO tensor")
         coords = _index_array(self.coords, "COO coords")
         if coords.size == 0 or coords.ndim != 2:
+            if coords.size != len(shape) * values.size:
+                raise InvalidArgumentError(
+                    f"a COO tensor of shape {list(shape)} with {values.size} values needs "
+                    f"{len(shape)} x {values.size} coordinates, got {coords.size}"
+                )
             coords = coords.reshape(len(shape), values.size)
         object.__setattr__(self, "values", values)
         object.__setattr__(self, "coords", coords)
