@@ -2,21 +2,11 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 
 import pytest
 
 from tests.helpers.servers import Server, start_nginx, start_plain_server
-
-
-@pytest.fixture(autouse=True)
-def _no_proxy_settings(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Tests contact 127.0.0.1 only: proxy settings of the machine are cleared (a test that
-    wants a proxy sets its own)."""
-    for name in list(os.environ):
-        if name.lower().endswith("_proxy"):
-            monkeypatch.delenv(name)
 
 
 @pytest.fixture(scope="session")
