@@ -268,7 +268,8 @@ class HTTPFetcher:
             elif reply.status == 416:
                 got = self._unsatisfiable(reply, want)
             else:
-                raise SourceError(f"{self.name}: HTTP {reply.status} {hdr.show(reply.resp.reason)}")
+                reason = hdr.show(scrub(reply.resp.reason, self.url))  # a server may echo
+                raise SourceError(f"{self.name}: HTTP {reply.status} {reason}")
             ok = True
             return got
         finally:
