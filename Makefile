@@ -11,7 +11,7 @@ PIP := $(PY) -m pip --disable-pip-version-check -q
 # torch is pinned here: 2.13.0 is the CPU build on these machines (see constraints.txt).
 INSTALL := $(PIP) install -c constraints.txt
 
-.PHONY: demo test lint typecheck pytest bench clean
+.PHONY: demo test lint typecheck pytest bench reference-suite clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -29,8 +29,8 @@ demo: $(VENV)/.core
 	$(PY) examples/demo.py demo-output
 
 lint: $(VENV)/.dev
-	$(PY) -m ruff check src tests benchmarks examples conftest.py
-	$(PY) -m ruff format --check src tests benchmarks examples conftest.py
+	$(PY) -m ruff check src tests benchmarks examples tools conftest.py
+	$(PY) -m ruff format --check src tests benchmarks examples tools conftest.py
 
 typecheck: $(VENV)/.dev
 	$(PY) -m mypy
@@ -42,6 +42,10 @@ test: lint typecheck pytest
 
 bench: $(VENV)/.dev
 	$(PY) -m benchmarks.run
+
+# The reference's own tests through an import swap: make reference-suite REF=/path/to/safetensors
+reference-suite: $(VENV)/.dev
+	$(PY) tools/reference_suite.py $(REF)
 
 clean:
 	rm -rf $(VENV) demo-output bench-data .pytest_cache .mypy_cache .ruff_cache

@@ -1,5 +1,7 @@
 """Run the doctests of ``src/tensorfile`` in a fresh temporary folder, so examples that
-write ``model.safetensors`` never touch the checkout."""
+write ``model.safetensors`` never touch the checkout, and skip those of a module whose
+``__doctest_requires__`` names a framework that is not installed (the optional frameworks:
+jax, tensorflow, mlx, paddle)."""
 
 from pathlib import Path
 
@@ -13,3 +15,9 @@ def _doctests_in_tmp(
 ) -> None:
     if isinstance(request.node, DoctestItem):
         monkeypatch.chdir(tmp_path)
+        needs = request.node.dtest.globs.get("__doctest_requires__", ())
+        if needs:
+            from tests.helpers.frameworks import require
+
+            for module in needs:
+                require(module)

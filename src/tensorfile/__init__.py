@@ -1,7 +1,8 @@
 """tensorfile: fast, strict readers and writers for tensor files.
 
-* :func:`tensorfile.open` reads safetensors files (a path or bytes): zero-copy views,
-  owned copies, partial slices.
+* :func:`tensorfile.open` reads safetensors, zTensor and GGUF files (a path, a URL or
+  bytes; the format is detected from the content): zero-copy views, owned copies, partial
+  slices. Bytes of no format it knows are an :class:`UnknownFormatError`.
 * :mod:`tensorfile.safetensors` is a drop-in for the ``safetensors`` package.
 * Every error is a :class:`TensorFileError` (see :mod:`tensorfile.errors`).
 
@@ -27,6 +28,7 @@ from .errors import (
     SourceError,
     TensorFileError,
     TensorNotFoundError,
+    UnknownFormatError,
     UnsupportedError,
     ZTensorError,
 )
@@ -68,6 +70,7 @@ __all__ = [
     "TensorFileError",
     "TensorInfo",
     "TensorNotFoundError",
+    "UnknownFormatError",
     "UnsupportedError",
     "ZTensorError",
     "__version__",

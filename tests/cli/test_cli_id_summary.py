@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tests.helpers import weight_inspect as wi
 from tests.helpers.checkpoints import (
     MODEL,
     MODEL_META,
@@ -21,7 +22,7 @@ from tests.helpers.checkpoints import (
     write_sharded,
     write_zt,
 )
-from tests.helpers.cli import run, run_json
+from tests.helpers.cli import run, run_json, run_proc
 
 KNOWN_ID = "625a71753a42bd1b8b43e866dc9c8c0b4535394b9f54707a6dc13593b842a873"
 
@@ -121,6 +122,35 @@ def test_id_structural_hash_with_metadata(tmp_path: Path, capsys: Any) -> None:
     changed = {**MODEL, "model.norm.scale": np.array([5, 6], np.int32)}
     same_shape = write_safetensors(tmp_path / "v.safetensors", changed, MODEL_META)
     assert _id(capsys, same_shape) == _id(capsys, path)
+
+
+@pytest.mark.parametrize("name", sorted(wi.KNOWN_ANSWERS))
+def test_id_and_summary_of_non_ascii_metadata(tmp_path: Path, capsys: Any, name: str) -> None:
+    """Metadata with non-ASCII text (kept raw by weight-inspect), ASCII controls (escaped):
+    ``id`` and ``summary``, human and --json, print the hash the real weight-inspect prints."""
+    metadata, want = wi.KNOWN_ANSWERS[name]
+    path = wi.write_vector(tmp_path / "m.safetensors", metadata)
+    assert _id(capsys, path) == want
+    doc = run_json(capsys, "id", path)
+    assert (doc["structural_hash"], doc["metadata_count"]) == (want, len(metadata))
+    assert _summary(capsys, path) == f"safetensors,N/A,2,{len(metadata)},{want}"
+    assert run_json(capsys, "summary", path)["structural_hash"] == want
+    assert run_json(capsys, "inspect", path)["structural_hash"] == want
+
+
+def test_id_of_non_ascii_metadata_as_a_process(tmp_path: Path) -> None:
+    """The installed command, whatever the locale: the hash line is ASCII, and equal to the
+    real weight-inspect's for every known-answer file and the GGUF one."""
+    files = {
+        wi.write_vector(tmp_path / f"{name}.safetensors", metadata): want
+        for name, (metadata, want) in wi.KNOWN_ANSWERS.items()
+    }
+    files[wi.write_gguf_vector(tmp_path / "m.gguf")] = wi.GGUF_ANSWER
+    for path, want in files.items():
+        r = run_proc("id", path)
+        assert (r.code, r.out, r.err) == (0, want + "\n", ""), path
+    r = run_proc("summary", next(iter(files)))
+    assert r.code == 0 and r.out.endswith("," + next(iter(files.values())) + "\n")
 
 
 def test_id_ztensor_structural_hash_ignores_compression(tmp_path: Path, capsys: Any) -> None:

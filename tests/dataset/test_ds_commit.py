@@ -143,7 +143,8 @@ def test_append_adds_shards_and_keeps_totals(tmp_path: Path) -> None:
     m2 = dataset.write(cols_b(5), tmp_path, batch_size=2, mode="append")
     m3 = dataset.write(cols_b(1), tmp_path, batch_size=2, mode="append", tail_strategy="pad")
     doc = assert_valid_manifest(tmp_path)
-    assert doc["total_samples"] == 7 + 5 + 1 == m3.total_samples
+    assert doc["total_samples"] == 7 + 5 + 2 == m3.total_samples  # the padded shard stores 2
+    assert m3.real_total == 13
     assert len(doc["shards"]) == 3 + 3 + 1
     assert m1.total_samples == 7 and m2.total_samples == 12
     for name, digest in first.items():  # the first dataset's shards are untouched

@@ -118,6 +118,18 @@ OPEN_LIES: dict[str, tuple[Lie, list[str]]] = {
     "extra-separator": (lambda d: d["tensorfile"].update(kv_separator=""), ["kv_separator"]),
     "extra-name-col": (lambda d: d["tensorfile"].update(name_col=5), ["name_col", "5"]),
     "name-col-is-column": (lambda d: d["tensorfile"].update(name_col="x"), ["key column"]),
+    "extra-real-samples": (
+        lambda d: d["tensorfile"].update(real_samples={d["shards"][0]["shard_path"]: 5}),
+        ["tensorfile.real_samples", "samples_count (4)", "5"],
+    ),
+    "extra-real-samples-bool": (
+        lambda d: d["tensorfile"].update(real_samples={d["shards"][2]["shard_path"]: True}),
+        ["tensorfile.real_samples", "True"],
+    ),
+    "extra-real-samples-stranger": (
+        lambda d: d["tensorfile"].update(real_samples={"part-x.safetensors": 1}),
+        ["tensorfile.real_samples", "'part-x.safetensors'", "not a shard"],
+    ),
     "bytes-lie": (_shard(1, bytes=1), ["bytes", "has"]),  # counts fixed below
 }
 

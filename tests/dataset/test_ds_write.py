@@ -129,15 +129,15 @@ def listed_sorted(folder: Path) -> list[str]:
 
 
 @pytest.mark.parametrize(
-    ("tail", "counts", "tensor_rows", "total"),
+    ("tail", "counts", "tensor_rows", "total", "real"),
     [
-        ("write", [4, 4, 2], [4, 4, 2], 10),
-        ("pad", [4, 4, 2], [4, 4, 4], 10),
-        ("drop", [4, 4], [4, 4], 8),
+        ("write", [4, 4, 2], [4, 4, 2], 10, 10),
+        ("pad", [4, 4, 4], [4, 4, 4], 12, 10),  # samples_count: the rows stored, as the reference
+        ("drop", [4, 4], [4, 4], 8, 8),
     ],
 )
 def test_tail_strategies(
-    tmp_path: Path, tail: str, counts: list[int], tensor_rows: list[int], total: int
+    tmp_path: Path, tail: str, counts: list[int], tensor_rows: list[int], total: int, real: int
 ) -> None:
     cols = {
         "x": np.arange(1, 31, dtype=np.float64).reshape(10, 3),
@@ -156,9 +156,12 @@ def test_tail_strategies(
         assert np.all(last["x"][2:] == 0)
         assert np.all(last["k"][2:] == 0)
         assert last["k"].dtype == np.uint8
+        assert doc["tensorfile"]["real_samples"] == {doc["shards"][-1]["shard_path"]: 2}
+    else:
+        assert "real_samples" not in doc["tensorfile"]
     ds = dataset.open(tmp_path)
-    assert len(ds) == total
-    assert_samples(list(ds), expected_rows(cols, total))  # padding is never a sample
+    assert len(ds) == real
+    assert_samples(list(ds), expected_rows(cols, real))  # padding is never a sample
 
 
 @pytest.mark.parametrize("tail", ["write", "pad", "drop"])
@@ -177,7 +180,8 @@ def test_pad_when_all_rows_fit_in_one_short_batch(tmp_path: Path) -> None:
     cols = {"x": np.array([1.5, 2.5], np.float32)}
     dataset.write(cols, tmp_path, batch_size=5, tail_strategy="pad")
     doc = assert_valid_manifest(tmp_path)
-    assert [s["samples_count"] for s in doc["shards"]] == [2]
+    assert [s["samples_count"] for s in doc["shards"]] == [5]
+    assert doc["tensorfile"]["real_samples"] == {doc["shards"][0]["shard_path"]: 2}
     t = reference_load(tmp_path, doc["shards"][0]["shard_path"])["x"]
     assert t.tolist() == [1.5, 2.5, 0, 0, 0]
     assert [float(s["x"]) for s in dataset.open(tmp_path)] == [1.5, 2.5]

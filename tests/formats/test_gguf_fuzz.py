@@ -43,7 +43,7 @@ def _read_all(blob: bytes) -> bool:
     except GGUFError:
         return False
     except TensorFileError:
-        # a mutated magic makes it a file of no known format, read as safetensors
+        # a mutated magic makes it a file of no known format (UnknownFormatError)
         if blob.startswith(b"GGUF"):
             raise
         return False

@@ -9,7 +9,12 @@ import pytest
 
 import tensorfile
 from tensorfile.core.source import RangeRequest, SuffixRequest
-from tensorfile.errors import GGUFError, InvalidArgumentError, UnsupportedError
+from tensorfile.errors import (
+    GGUFError,
+    InvalidArgumentError,
+    UnknownFormatError,
+    UnsupportedError,
+)
 from tensorfile.formats import FORMATS, GGUF, SAFETENSORS, ZTENSOR, detect, get, guess, read_catalog
 from tensorfile.safetensors.numpy import save
 from tensorfile.sources import MemorySource
@@ -24,11 +29,12 @@ def test_every_format_is_declared_once_with_its_module() -> None:
         assert callable(getattr(impl, "edit_metadata", None)) == fmt.editable
 
 
-def test_detect_by_magic_and_fallback() -> None:
+def test_detect_by_magic_and_header() -> None:
     assert detect(MemorySource(b"GGUF" + bytes(60))) is GGUF
     assert detect(MemorySource(b"ZTEN1000" + bytes(60))) is ZTENSOR
     assert detect(MemorySource(save({"a": np.zeros(1, np.int8)}))) is SAFETENSORS
-    assert detect(MemorySource(b"")) is SAFETENSORS  # then the safetensors reader says why
+    with pytest.raises(UnknownFormatError, match="is empty"):  # no fallback: says what it is
+        detect(MemorySource(b""))
 
 
 def test_guess_and_first_request_follow_the_format() -> None:

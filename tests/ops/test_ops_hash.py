@@ -111,13 +111,19 @@ def test_safetensors_metadata_canonicalisation(tmp_path: Path, writer: str) -> N
     [
         ("\b", '"\\u0008"'),
         ("\f", '"\\u000c"'),
+        ("\x00", '"\\u0000"'),
+        ("\x1f", '"\\u001f"'),
         ("\x7f", '"\\u007f"'),
-        ("é", '"\\u00e9"'),
         ('"', '"\\""'),
         ("\\", '"\\\\"'),
         ("\n\r\t", '"\\n\\r\\t"'),
         ("~ ", '"~ "'),
-        ("😀", '"\\u1f600"'),
+        # non-ASCII is kept as it is: Latin-1, C1 controls, separators, CJK, astral
+        ("é", '"é"'),
+        ("\x80\x85\x9f", '"\x80\x85\x9f"'),
+        ("\u2028\u2029", '"\u2028\u2029"'),
+        ("–日本語", '"–日本語"'),
+        ("😀", '"😀"'),
     ],
 )
 def test_single_value_canonical_form(tmp_path: Path, text: str, canonical: str) -> None:

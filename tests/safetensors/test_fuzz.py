@@ -33,6 +33,7 @@ from tensorfile.errors import (
     InvalidMetadataError,
     InvalidTensorEntryError,
     SafetensorError,
+    UnknownFormatError,
     ValidationOverflowError,
     ZTensorError,
 )
@@ -118,6 +119,12 @@ def _open_all(blob: bytes) -> dict[str, np.ndarray]:
         return reader.get_tensors()
 
 
+def _open_as_safetensors(blob: bytes) -> dict[str, np.ndarray]:
+    with tensorfile.open(blob, format="safetensors") as reader:
+        dict(reader.metadata)
+        return reader.get_tensors()
+
+
 def _tensors_of(items: list[tuple[str, dict[str, Any]]]) -> dict[str, tuple[str, list[int], bytes]]:
     return {name: (d["dtype"], list(d["shape"]), bytes(d["data"])) for name, d in items}
 
@@ -150,7 +157,14 @@ def check(blob: bytes) -> None:
             _open_all(blob)
         opened = Outcome(error=tf.error)
     else:
-        opened = _run("tensorfile.open(bytes).get_tensors()", blob, _open_all)
+        opened = _run("tensorfile.open(bytes).get_tensors()", blob, _open_as_safetensors)
+        # detection: what it cannot name is an UnknownFormatError, and it names no file that
+        # the safetensors reader accepts as anything but safetensors
+        try:
+            detected: Outcome = Outcome(value=_open_all(blob))
+        except (SafetensorError, UnknownFormatError) as exc:
+            detected = Outcome(error=exc)
+        assert (detected.error is None) == (opened.error is None), (detected, opened, blob)
 
     # the three entry points share one parser: they agree
     kinds = [type(o.error) for o in (tf, np_load, opened)]

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import importlib
+import os
 from typing import Any
 
 import pytest
 import torch
 
-from tensorfile.errors import SharedTensorsError
+from tensorfile.errors import InvalidArgumentError, SharedTensorsError
 
 MODULES = ["safetensors", "tensorfile.safetensors"]
 
@@ -154,13 +155,21 @@ def test_storage_helpers_match_reference() -> None:
     assert ours.storage_size(t) == ref.storage_size(t) == 40
 
 
-def test_non_contiguous_tensors_are_saved_by_value(tmp_path: Any) -> None:
-    from tensorfile.safetensors.torch import load_file, save_file
+def test_non_contiguous_tensors_are_refused_as_the_reference_does(tmp_path: Any) -> None:
+    import safetensors.torch as ref
+
+    from tensorfile.safetensors.torch import save, save_file
 
     t = torch.arange(12, dtype=torch.float32).reshape(3, 4).t()
     path = str(tmp_path / "t.safetensors")
-    save_file({"t": t}, path)  # the reference refuses non-contiguous tensors
-    assert torch.equal(load_file(path)["t"], t)
+    with pytest.raises(ValueError) as theirs:
+        ref.save({"t": t})
+    for call in (lambda: save({"t": t}), lambda: save_file({"t": t}, path)):
+        with pytest.raises(InvalidArgumentError) as ours:
+            call()
+        assert str(ours.value) == str(theirs.value)
+    assert not os.path.exists(path)
+    save_file({"t": t.contiguous()}, path)  # what the message advises
 
 
 def test_zero_copy_torch_load(tmp_path: Any) -> None:

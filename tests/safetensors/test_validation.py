@@ -125,14 +125,15 @@ def _via_safe_open(tmp_path: Path) -> Loader:
 
 def _via_tensorfile_open_path(tmp_path: Path) -> Loader:
     def load(blob: bytes) -> dict[str, tuple[tuple[int, ...], bytes]]:
-        with tensorfile.open(_write(tmp_path, blob)) as reader:
+        # format= names it: these are the safetensors rules (detection has its own tests)
+        with tensorfile.open(_write(tmp_path, blob), format="safetensors") as reader:
             return normalized(reader.get_tensors())
 
     return load
 
 
 def _via_tensorfile_open_bytes(blob: bytes) -> dict[str, tuple[tuple[int, ...], bytes]]:
-    with tensorfile.open(blob) as reader:
+    with tensorfile.open(blob, format="safetensors") as reader:
         return normalized(reader.get_tensors())
 
 

@@ -68,6 +68,10 @@ MANIFEST_LIES: dict[str, tuple[Callable[[Doc], Any], list[str]]] = {
     "schema-list": (lambda d: d.update(schema=[1]), ["schema", "an array"]),
     "outside": (lambda d: d["shards"][0].update(shard_path="../x.safetensors"), ["leaves"]),
     "huge": (lambda d: _count(d, 0, 2**63 - 1 - 6), ["hold at most"]),
+    "real-samples": (
+        lambda d: d["tensorfile"].update(real_samples={d["shards"][2]["shard_path"]: 3}),
+        ["tensorfile.real_samples", "samples_count (2)", "got 3"],
+    ),
 }
 
 

@@ -180,13 +180,20 @@ def test_bad_layout_is_an_error(spark: Any, batch_ds: Any) -> None:
 # -- interchange with the local writer and reader -----------------------------------------
 
 
-def test_local_batch_dataset_reads_in_spark(spark: Any, tmp_path: Any) -> None:
+@pytest.mark.parametrize("tail", ["write", "pad"])
+def test_local_batch_dataset_reads_in_spark(spark: Any, tmp_path: Any, tail: str) -> None:
+    """With pad the last shard stores 4 rows, 2 of them zero padding: Spark returns the 6
+    real rows only (layout=files returns the tensors as stored)."""
     x = np.arange(24, dtype=np.float32).reshape(6, 2, 2) / 8
     ids = np.array([2**55 + i for i in range(6)], np.int64)
     out = tmp_path / "local"
-    dataset.write({"id": ids, "x": x}, out, batch_size=4)
+    dataset.write({"id": ids, "x": x}, out, batch_size=4, tail_strategy=tail)
     got = _rows(load(spark, out))
     assert got == sorted((int(i), v.tolist()) for i, v in zip(ids, x, strict=True))
+    if tail == "pad":
+        assert load_manifest(out)["total_samples"] == 8
+        files = load(spark, out, layout="files").collect()
+        assert sorted(list(r.id.shape) for r in files) == [[4], [4]]
 
 
 def test_local_kv_dataset_reads_in_spark(spark: Any, tmp_path: Any) -> None:

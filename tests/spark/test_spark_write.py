@@ -100,6 +100,9 @@ def test_batch_mode_column_kinds_shapes_and_values(spark: Any, tmp_path: Any) ->
 def test_tail_strategies_per_partition(
     spark: Any, tmp_path: Any, strategy: str, samples: list[int], leading: list[int]
 ) -> None:
+    """``samples`` are the real rows of each shard, ``leading`` the rows it stores; the
+    manifest's samples_count is the rows stored (as the reference writes it), the real rows of
+    a padded shard are in tensorfile.real_samples, and reading gives the real rows only."""
     out = tmp_path / strategy
     rows = [(i, [float(i), i + 0.5]) for i in range(1, 11)]  # ids 1..10: padding shows as 0
     save(df_of(spark, rows, "id long, x array<float>"), out, batch_size=3, tail_strategy=strategy)
@@ -109,8 +112,11 @@ def test_tail_strategies_per_partition(
         ["00000", "00000", "00001", "00001"] if strategy != "drop" else ["00000", "00001"]
     )
     by_path = {s["shard_path"]: s["samples_count"] for s in doc["shards"]}
-    assert [by_path[p] for p in order] == samples
-    assert doc["total_samples"] == sum(samples)
+    assert [by_path[p] for p in order] == leading
+    assert doc["total_samples"] == sum(leading)
+    real = doc["tensorfile"].get("real_samples", {})
+    assert real == {p: n for p, n, lead in zip(order, samples, leading, strict=True) if n < lead}
+    assert bool(real) == (strategy == "pad")
     starts = [1, 4, 6, 9] if strategy != "drop" else [1, 6]
     for path, lead, n, start in zip(order, leading, samples, starts, strict=True):
         t = read_shard(out / path)

@@ -24,6 +24,7 @@ from ..core.errors import (
     InvalidArgumentError,
     SourceError,
     TensorFileError,
+    UnknownFormatError,
     UnsupportedError,
 )
 from ._diff import run_diff, run_meta
@@ -48,6 +49,8 @@ Command = Callable[[argparse.Namespace, Output], int]
 def _describe(exc: BaseException) -> str:
     """One line for an error: its kind when the message does not already say it."""
     message = " ".join(str(exc).split()) or type(exc).__name__
+    if isinstance(exc, UnknownFormatError):  # "x is not a tensor file tensorfile knows ..."
+        return message
     if isinstance(exc, FormatError):
         return f"invalid {exc.format or 'tensor'} file: {message}"
     if isinstance(exc, UnsupportedError):

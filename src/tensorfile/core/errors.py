@@ -22,7 +22,10 @@ translated where it crosses into tensorfile and chained with ``from``::
     │   │   ├── TensorSizeMismatchError     shape x bits disagrees with the byte length
     │   │   ├── MisalignedSubByteError      a sub-byte tensor whose bits are not a multiple of 8
     │   │   ├── MissingTensorError          no tensor of that name (+ TensorNotFoundError)
+    │   │   ├── SafetensorSliceError        a get_slice index the reference refuses
+    │   │   │                               (+ InvalidArgumentError)
     │   │   └── SafetensorIOError           the file could not be read (+ SourceError)
+    │   │       └── SafetensorNotFoundError     no such file (+ FileNotFoundError)
     │   ├── ZTensorError            anything wrong while reading or writing zTensor
     │   │   ├── ZTensorChecksumError        a component's digest does not match (+ ChecksumError)
     │   │   ├── ZTensorUnsupportedError     unknown dtype, encoding, digest, major version
@@ -30,12 +33,18 @@ translated where it crosses into tensorfile and chained with ``from``::
     │   │   ├── ZTensorMissingError         no tensor or component of that name
     │   │   │                               (+ TensorNotFoundError)
     │   │   └── ZTensorIOError              the file could not be read (+ SourceError)
-    │   └── GGUFError               a GGUF header is invalid or cannot be read
+    │   ├── GGUFError               a GGUF header is invalid or cannot be read
+    │   └── UnknownFormatError      not a tensor file tensorfile knows (an HTML page, a JSON
+    │                               document, random bytes, an empty file)
     ├── ChecksumError               a stored digest does not match the bytes
     ├── UnsupportedError            a dtype, codec, framework or version tensorfile cannot handle
     ├── SourceError                 I/O failed: a file, an HTTP server, a range not honoured
+    │                               (also an OSError)
+    │   └── SourceNotFoundError     no such file or URL (also a FileNotFoundError)
     ├── TensorNotFoundError         no tensor of that name (also a KeyError)
     ├── InvalidArgumentError        a caller passed something unusable (also a ValueError)
+    │   ├── InvalidTypeError        ... of the wrong type (also a TypeError)
+    │   └── UnsavableTensorError    a tensor with no bytes to save (also a RuntimeError)
     └── SharedTensorsError          tensors to save share memory (also a RuntimeError)
 
 A format error's message says what is wrong and where: the tensor name and the byte offset
@@ -65,16 +74,22 @@ __all__ = [
     "InvalidMetadataError",
     "InvalidOffsetsError",
     "InvalidTensorEntryError",
+    "InvalidTypeError",
     "MisalignedSubByteError",
     "MissingTensorError",
     "SafetensorError",
     "SafetensorIOError",
+    "SafetensorNotFoundError",
+    "SafetensorSliceError",
     "SharedTensorsError",
     "SourceError",
+    "SourceNotFoundError",
     "TensorFileError",
     "TensorNotFoundError",
     "TensorSizeMismatchError",
     "UnknownDtypeError",
+    "UnknownFormatError",
+    "UnsavableTensorError",
     "UnsupportedError",
     "ValidationOverflowError",
     "ZTensorChecksumError",
@@ -124,8 +139,13 @@ class UnsupportedError(TensorFileError):
     """A dtype, codec, framework or format version that tensorfile cannot handle."""
 
 
-class SourceError(TensorFileError):
-    """Reading or writing the underlying file, buffer or URL failed."""
+class SourceError(TensorFileError, OSError):
+    """Reading or writing the underlying file, buffer or URL failed. Also an ``OSError``, as
+    the reference's I/O errors are, so ``except OSError`` works."""
+
+
+class SourceNotFoundError(SourceError, FileNotFoundError):
+    """The file (or URL) does not exist. Also a ``FileNotFoundError``."""
 
 
 class TensorNotFoundError(TensorFileError, KeyError):
@@ -138,6 +158,16 @@ class TensorNotFoundError(TensorFileError, KeyError):
 
 class InvalidArgumentError(TensorFileError, ValueError):
     """A caller passed an argument tensorfile cannot use. Also a ``ValueError``."""
+
+
+class InvalidTypeError(InvalidArgumentError, TypeError):
+    """A caller passed an argument of a type tensorfile cannot use. Also a ``TypeError``
+    (and, as every :class:`InvalidArgumentError`, a ``ValueError``)."""
+
+
+class UnsavableTensorError(InvalidArgumentError, RuntimeError):
+    """A tensor that has no bytes to save (on torch's meta device, nested). Also a
+    ``RuntimeError``, which is what the reference raises there."""
 
 
 class SharedTensorsError(TensorFileError, RuntimeError):
@@ -217,6 +247,14 @@ class SafetensorIOError(SafetensorError, SourceError):
     """Reading the safetensors file failed (it was truncated, removed, unreadable)."""
 
 
+class SafetensorNotFoundError(SafetensorIOError, SourceNotFoundError):
+    """The safetensors file does not exist. Also a ``FileNotFoundError``."""
+
+
+class SafetensorSliceError(SafetensorError, InvalidArgumentError):
+    """A ``get_slice`` index the reference refuses (out of range, a non-empty list)."""
+
+
 class ZTensorError(FormatError):
     """Anything wrong while reading or writing a zTensor file."""
 
@@ -251,3 +289,25 @@ class GGUFError(FormatError):
     """A GGUF header is invalid, truncated, or claims more than the file holds."""
 
     format = "gguf"
+
+
+class UnknownFormatError(FormatError):
+    """The bytes are not a tensor file tensorfile knows: no known magic number and no
+    safetensors header (an HTML page, a JSON document, random bytes, an empty file).
+
+    Raised by format detection (``tensorfile.open``, the operations, the CLI); an explicit
+    ``format=`` skips detection, and the format's reader then says what is wrong.
+
+    Attributes:
+        path: what messages call the file (a URL without its credentials).
+        head: the first bytes of the file (at most 16).
+        size: the file's size in bytes.
+    """
+
+    def __init__(
+        self, message: str, *, path: str | None = None, head: bytes = b"", size: int = 0
+    ) -> None:
+        super().__init__(message, offset=0)
+        self.path = path
+        self.head = head
+        self.size = size

@@ -1,25 +1,43 @@
 """``dataset_manifest.json`` and ``_tensor_index.parquet`` (§2.2 and §2.3 of the Spark spec).
 
 The manifest lists the shards (sorted by path) with their sample counts and file sizes, the
-totals, and the schema of every tensor key. tensorfile adds one field the schema allows, a
-``tensorfile`` object recording the write mode, the columns and the KV separator, so readers
-need not guess them. A dataset written from an empty input has an empty shard list, which the
-JSON schema's ``minItems: 1`` does not allow; tensorfile writes and reads it anyway. A folder
-of shards without a manifest is read through one built from its files (:func:`load_manifest`).
+totals, and the schema of every tensor key. A shard's ``samples_count`` is the number of rows
+it stores, as the reference connector writes it: a shard zero-padded to a full batch
+(``tail_strategy="pad"``) counts its padding rows too, and so does ``total_samples``.
+tensorfile adds one field the schema allows (its top level takes any other property), a
+``tensorfile`` object recording the write mode, the columns, the KV separator and, for padded
+shards, how many of their rows are real::
+
+    "tensorfile": {"mode": "batch", "columns": ["x"], "kv_separator": "__", "name_col": null,
+                   "real_samples": {"part-00000-0002-<uuid>.safetensors": 3}}
+
+``real_samples`` maps the file name of each padded shard to its number of real rows, which
+come first; a shard it does not name (every shard, in a manifest without the field, such as
+the reference's) holds real rows only. Readers (:func:`tensorfile.dataset.open`, the torch
+view, the Spark reader) give the real rows only: :attr:`ShardEntry.samples`. A dataset
+written from an empty input has an empty shard list, which the JSON schema's ``minItems: 1``
+does not allow; tensorfile writes and reads it anyway. A folder of shards without a manifest
+is read through one built from its files (:func:`load_manifest`).
 
 A manifest is read as a lie until checked: at most :data:`MAX_MANIFEST_BYTES` bytes of a
 regular file (a FIFO is refused, never waited on), JSON without NaN, infinities or nesting
 deep enough to exhaust the stack, then every field's type and range (counts are integers
 from 0 to 2**63-1, totals add up, shard paths are relative ``.safetensors`` paths inside the
 folder, each listed once, the schema maps names to a known dtype and a shape of at most
-:data:`MAX_DIMS` dimensions). Anything else is a :class:`~tensorfile.errors.FormatError`
-saying what is wrong and where.
+:data:`MAX_DIMS` dimensions, ``tensorfile.real_samples`` is an object naming listed shards of
+a batch-mode dataset, each with an integer (not a boolean) from 0 to its ``samples_count``).
+Anything else is a :class:`~tensorfile.errors.FormatError` saying what is wrong and where.
 
 Example:
-    >>> m = Manifest([ShardEntry("part-00000-0000-x.safetensors", 4, 100)],
+    >>> m = Manifest([ShardEntry("part-00000-0000-x.safetensors", 4, 100),
+    ...               ShardEntry("part-00000-0001-x.safetensors", 4, 100, real_samples=1)],
     ...              {"x": {"dtype": "F32", "shape": [4, 2]}}, mode="batch", columns=["x"])
-    >>> Manifest.from_json(m.to_json()).total_samples
-    4
+    >>> doc = m.to_json()
+    >>> doc["total_samples"], doc["tensorfile"]["real_samples"]
+    (8, {'part-00000-0001-x.safetensors': 1})
+    >>> back = Manifest.from_json(doc)
+    >>> back.total_samples, back.real_total, [s.samples for s in back.shards]
+    (8, 5, [4, 1])
 """
 
 from __future__ import annotations
@@ -29,12 +47,19 @@ import json
 import math
 import os
 from dataclasses import dataclass, field
-from typing import Any, NoReturn
+from typing import Any
 
 from ..core import dtypes
 from ..core.atomic import atomic_write, write_all
 from ..core.errors import FormatError, InvalidArgumentError, SourceError, TensorFileError
 from ..formats import read_catalog
+from ._json import MAX_COUNT as _MAX_COUNT
+from ._json import count as _count
+from ._json import fail as _fail
+from ._json import kind as _kind
+from ._json import parse_json
+from ._json import shard_path as _shard_path
+from ._json import show as _show
 from .files import INDEX_NAME, MANIFEST_NAME, check_shard_file, read_bounded
 
 __all__ = [
@@ -59,17 +84,54 @@ MAX_MANIFEST_BYTES = 64 << 20
 """The largest manifest read (64 MiB: some 400,000 shards)."""
 MAX_DIMS = 64
 """The most dimensions a schema shape may have (numpy's limit)."""
-_MAX_COUNT = (1 << 63) - 1
 _MODES = ("batch", "kv")
 
 
 @dataclass(frozen=True)
 class ShardEntry:
-    """One shard: its file name (relative to the dataset folder), samples and bytes."""
+    """One shard: its file name (relative to the dataset folder), rows and bytes.
+
+    Attributes:
+        shard_path: the file name, relative to the dataset folder.
+        samples_count: the rows the shard stores (the manifest's ``samples_count``), padding
+            rows included.
+        bytes: the size of the file.
+        real_samples: how many of the rows are real (they come first; the rest is zero
+            padding), or None when every row is.
+
+    Example:
+        >>> s = ShardEntry("part-00000-0001-x.safetensors", 4, 100, real_samples=3)
+        >>> s.samples, s.padding
+        (3, 1)
+        >>> try:
+        ...     ShardEntry("a.safetensors", 4, 100, real_samples=5)
+        ... except InvalidArgumentError as exc:
+        ...     print(exc)
+        shard a.safetensors: real_samples must be an integer from 0 to its samples_count (4), got 5
+    """
 
     shard_path: str
     samples_count: int
     bytes: int
+    real_samples: int | None = None
+
+    def __post_init__(self) -> None:
+        real = self.real_samples
+        if real is not None and (type(real) is not int or not 0 <= real <= self.samples_count):
+            raise InvalidArgumentError(
+                f"shard {self.shard_path}: real_samples must be an integer from 0 to its "
+                f"samples_count ({self.samples_count}), got {real!r}"
+            )
+
+    @property
+    def samples(self) -> int:
+        """The samples a reader gives: the real rows (``samples_count`` less the padding)."""
+        return self.samples_count if self.real_samples is None else self.real_samples
+
+    @property
+    def padding(self) -> int:
+        """The zero rows after the real ones (``tail_strategy="pad"``), else 0."""
+        return self.samples_count - self.samples
 
 
 @dataclass
@@ -109,8 +171,13 @@ class Manifest:
 
     @property
     def total_samples(self) -> int:
-        """Samples in all shards."""
+        """Rows stored in all shards, padding included (the manifest's ``total_samples``)."""
         return sum(s.samples_count for s in self.shards)
+
+    @property
+    def real_total(self) -> int:
+        """Samples in all shards, padding rows not counted (what ``len`` of the dataset is)."""
+        return sum(s.samples for s in self.shards)
 
     @property
     def total_bytes(self) -> int:
@@ -118,7 +185,17 @@ class Manifest:
         return sum(s.bytes for s in self.shards)
 
     def to_json(self) -> dict[str, Any]:
-        """The manifest document."""
+        """The manifest document (``tensorfile.real_samples`` only when a shard is padded)."""
+        shards = sorted(self.shards, key=lambda s: s.shard_path)
+        extra: dict[str, Any] = {
+            "mode": self.mode,
+            "columns": self.columns,
+            "kv_separator": self.kv_separator,
+            "name_col": self.name_col,
+        }
+        real = {s.shard_path: s.real_samples for s in shards if s.real_samples is not None}
+        if real:
+            extra["real_samples"] = real
         return {
             "format_version": "1.0",
             "safetensors_version": "1.0",
@@ -126,15 +203,10 @@ class Manifest:
             "total_bytes": self.total_bytes,
             "shards": [
                 {"shard_path": s.shard_path, "samples_count": s.samples_count, "bytes": s.bytes}
-                for s in sorted(self.shards, key=lambda s: s.shard_path)
+                for s in shards
             ],
             "schema": self.schema,
-            "tensorfile": {
-                "mode": self.mode,
-                "columns": self.columns,
-                "kv_separator": self.kv_separator,
-                "name_col": self.name_col,
-            },
+            "tensorfile": extra,
         }
 
     @classmethod
@@ -163,6 +235,7 @@ class Manifest:
         extra = _extra(doc.get("tensorfile"), where)
         mode = extra["mode"]
         shards = _shards(doc.get("shards", _MISSING), where)
+        shards = _real_samples(extra["real_samples"], shards, mode, where)
         for name, total, got in (
             ("total_samples", total_samples, sum(s.samples_count for s in shards)),
             ("total_bytes", total_bytes, sum(s.bytes for s in shards)),
@@ -196,46 +269,6 @@ class Manifest:
 # -- checks -------------------------------------------------------------------------------
 
 _MISSING: Any = object()
-
-
-def _fail(where: str, what: str) -> NoReturn:
-    raise FormatError(f"{where}: {what}")
-
-
-def _kind(value: Any) -> str:
-    """What a JSON value is, for a message (never the value itself: it may be huge or deep)."""
-    names = {dict: "an object", list: "an array", str: "a string", bool: "a boolean"}
-    if value is None:
-        return "null"
-    if type(value) in (int, float):
-        return "a number"
-    return names.get(type(value), type(value).__name__)
-
-
-def _show(value: Any) -> str:
-    """A short rendering of a JSON scalar (containers by their kind)."""
-    if isinstance(value, str | int | float | bool) or value is None:
-        text = repr(value)
-        return text if len(text) <= 60 else text[:57] + "..."
-    return _kind(value)
-
-
-def _count(value: Any, what: str, where: str) -> int:
-    if type(value) is not int or not 0 <= value <= _MAX_COUNT:
-        _fail(where, f"{what} must be an integer from 0 to 2**63-1, got {_show(value)}")
-    return int(value)
-
-
-def _shard_path(value: Any, what: str, where: str) -> str:
-    if not isinstance(value, str) or not value:
-        _fail(where, f"{what} shard_path must be a non-empty string, got {_show(value)}")
-    if len(value) > 4096 or "\0" in value:
-        _fail(where, f"{what} shard_path {_show(value)} is not a file name")
-    if not value.endswith(".safetensors"):
-        _fail(where, f"{what} shard_path {_show(value)} does not end in .safetensors")
-    if os.path.isabs(value) or any(p in ("", ".", "..") for p in value.split("/")):
-        _fail(where, f"{what} shard_path {_show(value)} leaves the dataset folder")
-    return value
 
 
 def _shards(raw: Any, where: str) -> list[ShardEntry]:
@@ -312,33 +345,37 @@ def _extra(raw: Any, where: str) -> dict[str, Any]:
         "columns": list(columns),
         "kv_separator": sep,
         "name_col": name_col or None,
+        "real_samples": raw.get("real_samples"),
     }
 
 
-def _no_constant(name: str) -> NoReturn:
-    raise FormatError(f"{name} is not a JSON number")
-
-
-def parse_json(raw: bytes, where: str) -> Any:
-    """``raw`` as JSON, with every failure (syntax, encoding, NaN or infinities, integers too
-    long to convert, nesting that would exhaust the stack) a
-    :class:`~tensorfile.errors.FormatError` naming ``where``.
-
-    Example:
-        >>> try:
-        ...     parse_json(b"[" * 100_000, "m.json")
-        ... except FormatError as exc:
-        ...     print(exc)
-        m.json nests too deeply to be a manifest
-    """
-    try:
-        return json.loads(raw, parse_constant=_no_constant)
-    except RecursionError:
-        raise FormatError(f"{where} nests too deeply to be a manifest") from None
-    except FormatError as exc:
-        raise FormatError(f"{where} is not valid JSON: {exc}") from None
-    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, int digits limit
-        raise FormatError(f"{where} is not valid JSON: {exc}") from None
+def _real_samples(raw: Any, shards: list[ShardEntry], mode: str, where: str) -> list[ShardEntry]:
+    """``shards`` with the real row counts of ``tensorfile.real_samples`` (absent or null:
+    every row of every shard is real). A count must be an integer (not a boolean) from 0 to
+    the shard's ``samples_count``, for a listed shard of a batch-mode dataset: a count that
+    lies is refused here, never read as a number of samples."""
+    if raw is None:
+        return shards
+    what = "tensorfile.real_samples"
+    if not isinstance(raw, dict):
+        _fail(where, f"{what} is {_kind(raw)}, not an object of shard paths and row counts")
+    if raw and mode != "batch":
+        _fail(where, f"{what} is for batch-mode datasets (padded batches); this one is {mode}")
+    by_path = {s.shard_path: i for i, s in enumerate(shards)}
+    out = list(shards)
+    for path, real in raw.items():
+        i = by_path.get(path)
+        if i is None:
+            _fail(where, f"{what} names {_show(path)}, which is not a shard the manifest lists")
+        count = shards[i].samples_count
+        if type(real) is not int or not 0 <= real <= count:
+            _fail(
+                where,
+                f"{what} of shard {path} must be an integer from 0 to its samples_count "
+                f"({count}), got {_show(real)}",
+            )
+        out[i] = ShardEntry(path, count, shards[i].bytes, real_samples=real)
+    return out
 
 
 # -- files --------------------------------------------------------------------------------

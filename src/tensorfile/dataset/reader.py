@@ -2,8 +2,11 @@
 
 The manifest says which shards belong to the dataset (files outside it are ignored) and how
 many samples each holds; without a manifest the folder's ``*.safetensors`` files are read in
-name order. Batch-mode datasets give one sample per row of the batch tensors; key-value
-datasets give one sample per key, as ``{"key": ..., column: tensor}``.
+name order. Batch-mode datasets give one sample per real row of the batch tensors: the zero
+rows of a shard padded to a full batch (``tail_strategy="pad"``; the manifest's
+``samples_count`` counts them, its ``tensorfile.real_samples`` says how many rows are real)
+are not samples, so ``len``, indexing, iteration, batches and ``to_torch()`` never see them.
+Key-value datasets give one sample per key, as ``{"key": ..., column: tensor}``.
 
 Nothing read is trusted: the manifest is checked when the dataset is opened, each shard's
 header against the manifest when the shard is first used
@@ -19,6 +22,11 @@ Example:
     >>> ds = dataset.open(out)
     >>> len(ds), ds[2]["x"].tolist(), [b["x"].shape for b in ds.batches(2)]
     (3, [4, 5], [(2, 2), (1, 2)])
+    >>> _ = dataset.write({"x": np.arange(6, dtype=np.int32).reshape(3, 2)}, out, batch_size=2,
+    ...                   tail_strategy="pad")
+    >>> ds = dataset.open(out)
+    >>> len(ds), ds.manifest.total_samples, [s["x"].tolist() for s in ds][-1]
+    (3, 4, [4, 5])
     >>> kv = os.path.join(tempfile.mkdtemp(), "kv")
     >>> _ = dataset.write({"id": ["a", "b"], "v": np.eye(2, dtype=np.float32)}, kv,
     ...                   name_col="id", generate_index=True)
@@ -56,7 +64,7 @@ class Dataset:
         self.manifest = manifest
         self._starts = [0]
         for s in manifest.shards:
-            self._starts.append(self._starts[-1] + s.samples_count)
+            self._starts.append(self._starts[-1] + s.samples)  # real rows only
         self._columns = manifest.tensor_columns()
         self._sample_schema = manifest.sample_schema()
         self._readers: dict[str, Reader] = {}
@@ -89,6 +97,7 @@ class Dataset:
         return {c: {**v, "shape": list(v["shape"])} for c, v in self._sample_schema.items()}
 
     def __len__(self) -> int:
+        """The samples: real rows only (padding rows are not counted)."""
         return self._starts[-1]
 
     # -- access ---------------------------------------------------------------------------

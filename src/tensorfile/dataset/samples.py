@@ -54,9 +54,10 @@ def verify_shard(
     caller has it already.
 
     Batch mode: every column is a tensor of the schema's dtype and sample shape with at least
-    ``samples_count`` rows. KV mode: every tensor is ``{key}{separator}{column}`` of a known
-    column, every key has every column, in the schema's dtype and shape, and there are
-    ``samples_count`` keys.
+    ``samples_count`` rows (padding included; the real ones are the first
+    :attr:`~tensorfile.dataset.manifest.ShardEntry.samples`). KV mode: every tensor is
+    ``{key}{separator}{column}`` of a known column, every key has every column, in the
+    schema's dtype and shape, and there are ``samples_count`` keys.
 
     Example:
         >>> import numpy as np, tensorfile
@@ -176,13 +177,27 @@ def shard_samples(
     reader: Reader, shard: ShardEntry, manifest: Manifest, *, keys: Sequence[str] | None = None
 ) -> Iterator[dict[str, Any]]:
     """The samples of ``shard`` (open in ``reader``, checked by :func:`verify_shard`), in
-    order: ``{column: array}`` per row of a batch shard (its ``samples_count`` rows; padding
-    is not a sample), ``{"key": key, column: tensor}`` per key of a KV shard (``keys`` when
-    the caller has them already)."""
+    order: ``{column: array}`` per real row of a batch shard (its first
+    :attr:`~tensorfile.dataset.manifest.ShardEntry.samples` rows; the zero rows of a padded
+    shard are not samples), ``{"key": key, column: tensor}`` per key of a KV shard (``keys``
+    when the caller has them already).
+
+    Example:
+        >>> import numpy as np, os, tempfile
+        >>> from tensorfile import dataset
+        >>> out = os.path.join(tempfile.mkdtemp(), "ds")
+        >>> m = dataset.write({"x": np.arange(1, 4, dtype=np.int8)}, out, batch_size=2,
+        ...                   tail_strategy="pad")
+        >>> reader, _ = open_shard(out, m.shards[1], m)
+        >>> samples = shard_samples(reader, m.shards[1], m)
+        >>> reader.get_tensor("x").tolist(), [s["x"].item() for s in samples]
+        ([3, 0], [3])
+        >>> reader.close()
+    """
     columns = manifest.tensor_columns()
     if manifest.mode == "batch":
         tensors = {c: reader.get_tensor(c) for c in columns}
-        for i in range(shard.samples_count):
+        for i in range(shard.samples):
             yield {c: t[i, ...] for c, t in tensors.items()}
         return
     separator = manifest.kv_separator

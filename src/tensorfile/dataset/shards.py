@@ -2,11 +2,14 @@
 
 Batch mode (§4.1 of the Spark spec): every ``batch_size`` rows make one shard holding one
 tensor per column, of shape ``[batch_size, *sample_shape]``; the tail is dropped, zero-padded
-to a full batch, or written short. A shard's ``samples_count`` is the number of real rows it
-holds (padding rows are not samples). KV mode (§4.2): each row becomes one tensor per column
-named ``{key}{kv_separator}{column}``; a shard is sealed once its tensors reach the target
-size; duplicate keys fail or the last one wins. A KV shard's ``samples_count`` is the number
-of keys (rows) it holds.
+to a full batch, or written short. A padded shard stores ``batch_size`` rows, and its
+manifest entry says so (``samples_count`` is ``batch_size``, as the reference connector
+writes it); :attr:`Shard.samples` is the number of real rows, which come first, and
+:attr:`Shard.padding` the zero rows after them, recorded in the manifest's ``tensorfile``
+field so that readers skip them (:mod:`tensorfile.dataset.manifest`). KV mode (§4.2): each
+row becomes one tensor per column named ``{key}{kv_separator}{column}``; a shard is sealed
+once its tensors reach the target size; duplicate keys fail or the last one wins. A KV
+shard's ``samples_count`` is the number of keys (rows) it holds; it is never padded.
 
 Example:
     >>> import numpy as np
@@ -14,8 +17,8 @@ Example:
     >>> from tensorfile.dataset.options import parse_options
     >>> opts = parse_options({"batch_size": 2, "tail_strategy": "pad"})
     >>> cols, n = columns_of({"x": np.arange(3, dtype=np.int32)}, opts)
-    >>> [(s.tensors["x"].tolist(), s.samples) for s in batch_shards(cols, n, opts)]
-    [([0, 1], 2), ([2, 0], 1)]
+    >>> [(s.tensors["x"].tolist(), s.rows, s.samples) for s in batch_shards(cols, n, opts)]
+    [([0, 1], 2, 2), ([2, 0], 2, 1)]
 """
 
 from __future__ import annotations
@@ -39,10 +42,17 @@ _HEADER_PER_TENSOR = 64  # JSON bytes a header spends per tensor, besides its na
 
 @dataclass(frozen=True)
 class Shard:
-    """The tensors of one shard file and how many samples they hold."""
+    """The tensors of one shard file, how many real samples they hold (the first rows) and
+    how many zero rows follow them (``tail_strategy="pad"``)."""
 
     tensors: dict[str, NDArray]
     samples: int
+    padding: int = 0
+
+    @property
+    def rows(self) -> int:
+        """The rows stored: the manifest's ``samples_count``."""
+        return self.samples + self.padding
 
 
 def batch_shards(columns: Sequence[Column], rows: int, opts: WriteOptions) -> Iterator[Shard]:
@@ -53,14 +63,15 @@ def batch_shards(columns: Sequence[Column], rows: int, opts: WriteOptions) -> It
         count = stop - start
         if count < size and opts.tail_strategy == "drop":
             return
+        padding = size - count if opts.tail_strategy == "pad" else 0
         tensors = {}
         for col in columns:
             block = col.take(start, stop)
-            if count < size and opts.tail_strategy == "pad":
-                pad = np.zeros((size - count, *block.shape[1:]), block.dtype)
+            if padding:
+                pad = np.zeros((padding, *block.shape[1:]), block.dtype)
                 block = np.concatenate([block, pad])
             tensors[col.name] = np.ascontiguousarray(block)
-        yield Shard(tensors, count)
+        yield Shard(tensors, count, padding)
 
 
 def kv_shards(

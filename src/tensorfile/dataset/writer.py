@@ -17,6 +17,9 @@ Example:
     >>> m = write({"x": np.arange(10, dtype=np.float32).reshape(5, 2)}, out, batch_size=2)
     >>> m.total_samples, [s.samples_count for s in m.shards]
     (5, [2, 2, 1])
+    >>> m = write({"x": np.arange(5, dtype=np.int8)}, out, batch_size=2, tail_strategy="pad")
+    >>> m.total_samples, [s.samples_count for s in m.shards], m.real_total
+    (6, [2, 2, 2], 5)
 """
 
 from __future__ import annotations
@@ -113,7 +116,8 @@ def write_task(
         name = shard_name(task_id, k, run)
         target = os.path.join(folder, name)
         save_file(shard.tensors, target)
-        entries.append(ShardEntry(name, shard.samples, os.path.getsize(target)))
+        real = shard.samples if shard.padding else None  # samples_count: the rows stored
+        entries.append(ShardEntry(name, shard.rows, os.path.getsize(target), real_samples=real))
         for key, value in shard.tensors.items():
             col = split_key(key, opts.kv_separator, list(dtype_of))[1] if opts.mode == "kv" else key
             dtype = dtype_of.get(col) or dtype_of.get(key) or "F32"

@@ -10,6 +10,14 @@ That module is imported only when a file of the format is opened, and provides
 :func:`open_reader` (``tensorfile.open``), :func:`read_catalog`, the operations, the dataset
 reader, the Spark data source and the CLI all go through :func:`detect` and :func:`get`.
 
+The content decides the format, never the name (a GGUF file named ``*.safetensors`` is
+read as GGUF): a file name only chooses a remote file's first request (:func:`guess`).
+Bytes of no known format are an :class:`~tensorfile.errors.UnknownFormatError` that says
+what they look like; zTensor v2 and sharded checkpoint indexes are recognised and refused
+with an :class:`~tensorfile.errors.UnsupportedError` naming them. ``format=`` skips
+detection. The drop-in :func:`tensorfile.safetensors.safe_open` reads safetensors only and
+never detects.
+
 Example:
     >>> import numpy as np
     >>> from tensorfile.formats import detect, open_reader
@@ -30,16 +38,24 @@ from dataclasses import dataclass
 from typing import Protocol, cast
 
 from ..core.catalog import Catalog
-from ..core.errors import InvalidArgumentError
+from ..core.errors import (
+    InvalidArgumentError,
+    TensorFileError,
+    UnknownFormatError,
+    UnsupportedError,
+)
 from ..core.reader import Reader
 from ..core.source import ByteRequest, RangeRequest, Source, SuffixRequest
 from ..sources import PathOrData, open_input, path_text
+from . import _sniff
 
 __all__ = [
+    "DETECT_BYTES",
     "FORMATS",
     "GGUF",
     "SAFETENSORS",
     "ZTENSOR",
+    "ZTENSOR_V2_MAGIC",
     "Format",
     "FormatModule",
     "MetadataChange",
@@ -144,9 +160,22 @@ GGUF = Format(
 )
 
 FORMATS: dict[str, Format] = {f.name: f for f in (SAFETENSORS, ZTENSOR, GGUF)}
-"""Every format, by name. safetensors, which has no magic number, is the fallback."""
+"""Every format tensorfile reads, by name. safetensors, which has no magic number, is
+recognised by its header (:func:`detect`)."""
 
-_MAGIC_BYTES = max(len(f.magic) for f in FORMATS.values())
+ZTENSOR_V2_MAGIC = b"\x89ZT2\r\n\x1a\n"
+"""zTensor v2's magic (PNG-style: a high-bit byte, CR LF, SUB, LF). Recognised, so that
+:func:`detect` can say such a file is not supported yet rather than unknown."""
+
+DETECT_BYTES = 9
+"""The bytes :func:`detect` reads to recognise a file: the magic numbers (four bytes) and
+safetensors' 8-byte length with the ``{`` after it (a remote source keeps its first 64
+bytes, so the reader that follows reads them again without a request)."""
+
+_SNIFF_BYTES = 4096  # read to say what an unknown file looks like
+_SMALL_JSON = 1 << 20  # a JSON file this small is parsed to see whether it is an index
+_MAX_INDEX_BYTES = 64 << 20  # the largest index parsed (as the operations' limit)
+_SHORTEST = 10  # no tensor file is shorter (safetensors: the length prefix and "{}")
 
 
 def get(name: str) -> Format:
@@ -168,12 +197,113 @@ def guess(path: str) -> Format | None:
 
 
 def detect(source: Source) -> Format:
-    """The format of the file in ``source``, from its first bytes."""
-    head = source.read(0, min(_MAGIC_BYTES, source.size))
+    """The format of the file in ``source``, from its content, never its name: a GGUF file
+    named ``*.safetensors`` is GGUF.
+
+    A format with a magic number is recognised by it; safetensors, which has none, by its
+    header: an 8-byte little-endian length under 2**32, then ``{``. A length that fits in
+    the file followed by JSON whitespace and then ``{`` or ``[`` is taken for safetensors
+    too, so that its reader says what is wrong (the reference's JSON parser skips leading
+    whitespace; tensorfile's reader, like the spec, wants ``{`` at byte 8). Reads the first
+    9 bytes (:data:`DETECT_BYTES`), more only on the way to an error.
+
+    Raises:
+        UnknownFormatError: the bytes are no format tensorfile knows (the message says what
+            they look like, an HTML page, a JSON document..., and shows the first ones).
+        UnsupportedError: a format tensorfile recognises but cannot read yet: zTensor v2,
+            a sharded checkpoint's index (``model.safetensors.index.json``).
+
+    Example:
+        >>> from tensorfile.sources import MemorySource
+        >>> detect(MemorySource(b"ZTEN1000" + bytes(60))).title
+        'zTensor'
+        >>> try:
+        ...     detect(MemorySource(b"<!DOCTYPE html><html>", name="ls.safetensors"))
+        ... except UnknownFormatError as exc:
+        ...     print(exc)
+        ls.safetensors looks like an HTML page, not a tensor file tensorfile knows \
+(safetensors, zTensor, GGUF): its first 16 of 21 bytes are b'<!DOCTYPE html><'...
+    """
+    size = source.size
+    head = source.read(0, min(DETECT_BYTES, size))
     for fmt in FORMATS.values():
         if fmt.magic and head.startswith(fmt.magic):
             return fmt
-    return SAFETENSORS
+    if head.startswith(ZTENSOR_V2_MAGIC[:4]):
+        raise UnsupportedError(
+            f"{source.name} is a zTensor v2 file (magic {ZTENSOR_V2_MAGIC.hex(' ').upper()}): "
+            "zTensor v2 files are not supported yet (tensorfile reads zTensor v1.0)"
+        )
+    if _is_safetensors(source, head):
+        return SAFETENSORS
+    raise _not_a_tensor_file(source, head)
+
+
+def _is_safetensors(source: Source, head: bytes) -> bool:
+    """Whether ``head`` (the first bytes of ``source``) starts a safetensors file."""
+    if len(head) <= 8:
+        return False
+    n = int.from_bytes(head[:8], "little")
+    if head[8:9] == b"{" and n < 1 << 32:  # the reader then checks n (limit, end of file)
+        return True
+    if not 0 < n <= source.size - 8:
+        return False
+    body = head[8 : 8 + n].lstrip(_sniff.JSON_WHITESPACE)
+    if not body and 8 + n > len(head):  # all whitespace so far: look a little further
+        more = source.read(8, min(n, _SNIFF_BYTES))
+        body = more.lstrip(_sniff.JSON_WHITESPACE)
+    return body[:1] in (b"{", b"[")
+
+
+def _not_a_tensor_file(source: Source, head: bytes) -> TensorFileError:
+    """The error for a file detection does not recognise, saying what it looks like."""
+    name, size = source.name, source.size
+    known = ", ".join(f.title for f in FORMATS.values())
+    if size == 0:
+        return UnknownFormatError(
+            f"{name} is empty (0 bytes), not a tensor file tensorfile knows ({known})",
+            path=name,
+        )
+    sniff = head if size <= len(head) else source.read(0, min(size, _SNIFF_BYTES))
+    if (
+        _sniff.looks_like_json(sniff)
+        and (b'"weight_map"' in sniff or size <= _SMALL_JSON)
+        and size <= _MAX_INDEX_BYTES
+    ):
+        data = sniff if size <= len(sniff) else source.read(0, size)
+        shards = _sniff.index_shards(data)
+        if shards is not None:
+            return UnsupportedError(_index_message(name, shards))
+    what = _sniff.looks_like(sniff)
+    prefix = f"{name} looks like {what}, not" if what else f"{name} is not"
+    first = sniff[: _sniff.SHOWN_BYTES]
+    if size < _SHORTEST:
+        detail = (
+            f"it is only {size} byte{'s' if size > 1 else ''} long ({_sniff.shown(sniff)}), "
+            "too short for any of them"
+        )
+    elif size <= len(first):
+        detail = f"its {size} bytes are {_sniff.shown(sniff)}"
+    else:
+        detail = f"its first {len(first)} of {size:,} bytes are {_sniff.shown(sniff)}"
+    return UnknownFormatError(
+        f"{prefix} a tensor file tensorfile knows ({known}): {detail}",
+        path=name,
+        head=first,
+        size=size,
+    )
+
+
+def _index_message(name: str, shards: list[str]) -> str:
+    listed = ", ".join(_sniff.printable(s) for s in shards[:3])
+    more = f" and {len(shards) - 3:,} more" if len(shards) > 3 else ""
+    which = f" ({listed}{more})" if shards else ""
+    return (
+        f"{name} is a sharded checkpoint index (like model.safetensors.index.json) naming "
+        f"{len(shards):,} shard{'' if len(shards) == 1 else 's'}{which}, not a tensor file: "
+        "open the shards themselves (reading a checkpoint through its index is not supported "
+        "yet)"
+    )
 
 
 def _first(path_or_data: PathOrData, fmt: Format | None) -> ByteRequest | None:

@@ -1,19 +1,22 @@
-"""Framework adapters: how a reader's tensors become numpy, torch or jax arrays.
+"""Framework adapters: how a reader's tensors become numpy, torch, jax, tensorflow, mlx or
+paddle arrays.
 
 This package is the one place that knows the frameworks. :data:`_ALIASES` is the only table
-of framework names (``"np"``, ``"pt"``, ``"flax"``...); :func:`get_framework` turns a name
-into an adapter; :func:`f4_shape` is the one statement of how torch shapes F4 tensors. Each
-adapter reads whole tensors with an allocator of its own (torch tensors are filled in
-place), hands out zero-copy views where the framework can, and converts numpy slices.
-Framework modules are imported only when asked for; the torch bridge itself is
-:mod:`tensorfile.frameworks.torch`.
+of framework names (``"np"``, ``"pt"``, ``"flax"``, ``"tf"``...); :func:`get_framework` turns
+a name into an adapter; :func:`f4_shape` is the one statement of how torch shapes F4
+tensors. Each adapter reads whole tensors (torch tensors are filled in place; the others are
+made from numpy arrays, see :class:`~tensorfile.frameworks._base.ArrayFramework`), hands out
+zero-copy views where the framework can, converts numpy slices, and refuses by name the
+dtypes its framework lacks. One module per framework bridges it both ways (``torch``,
+``jax``, ``tensorflow``, ``mlx``, ``paddle``); each, and its framework, is imported only
+when asked for.
 
 Example:
     >>> from tensorfile.safetensors.numpy import save
     >>> import numpy as np, tensorfile
     >>> fw = get_framework("numpy")
-    >>> fw.name, framework_name("pytorch"), framework_name("flax")
-    ('numpy', 'torch', 'jax')
+    >>> fw.name, framework_name("pytorch"), framework_name("flax"), framework_name("tf")
+    ('numpy', 'torch', 'jax', 'tensorflow')
     >>> with tensorfile.open(save({"a": np.arange(3, dtype=np.int8)})) as r:
     ...     fw.read(r, ["a"])[0].tolist()
     [0, 1, 2]
@@ -27,7 +30,8 @@ import numpy as np
 
 from ..core.dtypes import DType
 from ..core.errors import InvalidArgumentError, UnsupportedError
-from ..core.reader import Reader, brief, numpy_allocator
+from ..core.reader import Reader, brief
+from ._base import Framework
 from ._f4 import f4_shape
 
 __all__ = ["Framework", "check_torch_device", "f4_shape", "framework_name", "get_framework"]
@@ -40,48 +44,27 @@ _ALIASES = {
     "pytorch": "torch",
     "jax": "jax",
     "flax": "jax",
+    "tf": "tensorflow",
+    "tensorflow": "tensorflow",
+    "mlx": "mlx",
+    "paddle": "paddle",
 }
 """Every accepted framework name, mapped to its canonical name (the only such table)."""
 
 
 def framework_name(name: str) -> str:
-    """The canonical name (``"numpy"``, ``"torch"`` or ``"jax"``) of a framework alias.
+    """The canonical name (``"numpy"``, ``"torch"``, ``"jax"``, ``"tensorflow"``, ``"mlx"``
+    or ``"paddle"``) of a framework alias.
 
     Raises :class:`~tensorfile.errors.UnsupportedError` for an unknown name.
     """
     key = _ALIASES.get(str(name).lower())
     if key is None:
         raise UnsupportedError(
-            f"framework {name!r} is not supported; use one of: np (numpy), pt (torch), jax"
+            f"framework {brief(name)} is not supported; use one of: np (numpy), pt (torch), "
+            "jax/flax, tf (tensorflow), mlx, paddle"
         )
     return key
-
-
-class Framework:
-    """Read tensors as numpy arrays (the base adapter)."""
-
-    name = "numpy"
-
-    def __init__(self, device: Any = "cpu") -> None:
-        if str(device) != "cpu":
-            raise InvalidArgumentError(f"numpy arrays live on the cpu; device={brief(device)}")
-        self.device = device
-
-    def read(self, reader: Reader, names: list[str]) -> list[Any]:
-        """Owned arrays of ``names``, read in as few calls as the file layout allows."""
-        return reader.read_into(names, numpy_allocator)
-
-    def view(self, reader: Reader, names: list[str]) -> list[Any]:
-        """Read-only zero-copy arrays of ``names`` over the mapped file (bit-packed F4/F6
-        tensors are unpacked copies)."""
-        return [
-            reader.get_tensor(name) if reader.info(name).dtype.is_subbyte else reader.view(name)
-            for name in names
-        ]
-
-    def convert(self, arr: np.ndarray[Any, Any], dt: DType) -> Any:
-        """A numpy array (from a slice) in this framework."""
-        return arr
 
 
 class TorchFramework(Framework):
@@ -116,36 +99,6 @@ class TorchFramework(Framework):
         from .torch import _to, from_numpy
 
         return _to(from_numpy(arr, dt), self.device)
-
-
-class JaxFramework(Framework):
-    """Read tensors as jax arrays (through numpy)."""
-
-    name = "jax"
-
-    def __init__(self, device: Any = "cpu") -> None:
-        try:
-            import jax  # noqa: F401
-        except ImportError as exc:
-            raise UnsupportedError("framework 'jax' needs jax installed") from exc
-        self.device = device
-
-    def read(self, reader: Reader, names: list[str]) -> list[Any]:
-        import jax.numpy as jnp
-
-        return [jnp.asarray(a) for a in super().read(reader, names)]
-
-    def view(self, reader: Reader, names: list[str]) -> list[Any]:
-        """jax arrays made from views of the mapped file (jax copies them into its own
-        buffers, so this is one copy, not two)."""
-        import jax.numpy as jnp
-
-        return [jnp.asarray(a) for a in super().view(reader, names)]
-
-    def convert(self, arr: np.ndarray[Any, Any], dt: DType) -> Any:
-        import jax.numpy as jnp
-
-        return jnp.asarray(arr)
 
 
 def check_torch_device(device: Any) -> None:
@@ -184,13 +137,37 @@ def check_torch_device(device: Any) -> None:
         raise UnsupportedError(f"device {shown} is not available to this torch {torch.__version__}")
 
 
-_ADAPTERS: dict[str, type[Framework]] = {
-    "numpy": Framework,
-    "torch": TorchFramework,
-    "jax": JaxFramework,
-}
+def _adapter(name: str) -> type[Framework]:
+    """The adapter class of a canonical framework name; its module is imported now."""
+    if name == "torch":
+        return TorchFramework
+    if name == "jax":
+        from .jax import JaxFramework
+
+        return JaxFramework
+    if name == "tensorflow":
+        from .tensorflow import TensorflowFramework
+
+        return TensorflowFramework
+    if name == "mlx":
+        from .mlx import MlxFramework
+
+        return MlxFramework
+    if name == "paddle":
+        from .paddle import PaddleFramework
+
+        return PaddleFramework
+    return Framework
 
 
 def get_framework(name: str, device: Any = "cpu") -> Framework:
-    """The adapter for ``name`` (``np``, ``pt``, ``jax``, ...)."""
-    return _ADAPTERS[framework_name(name)](device)
+    """The adapter for ``name`` (``np``, ``pt``, ``jax``, ``tf``, ``mlx``, ``paddle``...).
+
+    :class:`~tensorfile.errors.UnsupportedError` when the name is unknown or its framework
+    is not installed; the device is checked here, before any file is opened.
+
+    Example:
+        >>> get_framework("np").name
+        'numpy'
+    """
+    return _adapter(framework_name(name))(device)

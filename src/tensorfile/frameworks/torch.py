@@ -27,7 +27,12 @@ import torch
 from ..core import dtypes
 from ..core.catalog import TensorInfo
 from ..core.dtypes import DType
-from ..core.errors import InvalidArgumentError, UnsupportedError
+from ..core.errors import (
+    InvalidArgumentError,
+    InvalidTypeError,
+    UnsavableTensorError,
+    UnsupportedError,
+)
 from ..core.reader import Reader, bytes_view
 from ._f4 import f4_shape
 
@@ -114,7 +119,7 @@ def from_numpy(arr: np.ndarray[Any, Any], dt: DType) -> torch.Tensor:
 def prepare_tensor(name: str, tensor: Any) -> tuple[DType, tuple[int, ...], memoryview, Any]:
     """``(dtype, logical shape, bytes, keep-alive)`` of a torch tensor, written by value."""
     if not isinstance(tensor, torch.Tensor):
-        raise InvalidArgumentError(
+        raise InvalidTypeError(
             f"Key `{name}` is invalid, expected torch.Tensor but received {type(tensor)}"
         )
     if tensor.layout != torch.strided:
@@ -128,9 +133,13 @@ def prepare_tensor(name: str, tensor: Any) -> tuple[DType, tuple[int, ...], memo
         raise UnsupportedError(
             f"tensor {name!r}: torch dtype {tensor.dtype} has no safetensors equivalent"
         ) from None
-    if tensor.is_nested or tensor.device.type == "meta":
-        kind = "a nested tensor" if tensor.is_nested else "on the meta device (no data)"
-        raise InvalidArgumentError(f"tensor {name!r} is {kind}: it cannot be saved")
+    if tensor.is_nested:
+        raise UnsavableTensorError(f"tensor {name!r} is a nested tensor: it cannot be saved")
+    if tensor.device.type == "meta":
+        raise UnsavableTensorError(
+            f"tensor {name!r} is on the meta device: Cannot copy out of meta tensor; no data! "
+            "It cannot be saved"
+        )
     try:
         t = tensor.detach()
         if t.device.type != "cpu":

@@ -4,11 +4,14 @@ The **structural hash** is SHA-256 (lower-case hex) of the compact JSON
 ``{"format":…,["gguf_version":…,]"metadata":{…},"tensors":{name:{"name","dtype","shape",
 "byte_length"}}}``: maps sorted by key, dtypes lower-cased, and each metadata value
 canonicalised as weight-inspect does (a string ``pt`` becomes the JSON string ``"\\"pt\\""``;
-inside it control characters, DEL and non-ASCII characters are written as ``\\uXXXX``; GGUF
-numbers keep their type: ``f32:<bits>`` for float32, the bit pattern for float64). For
-safetensors and GGUF it equals weight-inspect's hash; unlike weight-inspect, zero-size
-tensors are included (byte_length 0). zTensor files use the same recipe with
-``"format":"ztensor"`` and the decoded byte length, so recompressing a file keeps its hash.
+inside it only quotes, backslashes and the ASCII control characters are escaped: ``\\n``,
+``\\r`` and ``\\t`` by name, the rest of U+0000-U+001F and U+007F as ``\\u00xx``, lower-case
+hex, so ``\\b`` is ``\\u0008``; every other character, non-ASCII ones included, stays as it
+is in the UTF-8 JSON; GGUF numbers keep their type: ``f32:<bits>`` for float32, the bit
+pattern for float64). For safetensors and GGUF it equals weight-inspect's hash; unlike
+weight-inspect, zero-size tensors are included (byte_length 0). zTensor files use the same
+recipe with ``"format":"ztensor"`` and the decoded byte length, so recompressing a file keeps
+its hash.
 
 The **content id** covers names, dtypes (one vocabulary for every format), shapes and the
 tensor bytes (dense, row-major, little-endian), so a model converted between safetensors and
@@ -31,6 +34,7 @@ import struct
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from ..core.errors import InvalidArgumentError, InvalidTypeError
 from ..core.reader import Reader
 from ..gguf import GGUFValue
 from ._dense import (
@@ -50,28 +54,25 @@ _GGUF_PLAIN_SIZES = {"f32": 4, "i32": 4, "f16": 2, "i16": 2, "bf16": 2, "i8": 1,
 _GGUF_PLAIN_SIZES["f64"] = 8
 
 
+# weight-inspect's escape_string(): quotes, backslashes and the ASCII control characters
+# (Rust's char::is_ascii_control: U+0000-U+001F and U+007F); every other character is kept
+_ESCAPES: dict[int, str] = {cp: f"\\u{cp:04x}" for cp in (*range(0x20), 0x7F)}
+_ESCAPES.update({ord('"'): '\\"', ord("\\"): "\\\\", 10: "\\n", 13: "\\r", 9: "\\t"})
+
+
 def _escape(text: str) -> str:
-    out = []
-    for c in text:
-        if c == '"':
-            out.append('\\"')
-        elif c == "\\":
-            out.append("\\\\")
-        elif c == "\n":
-            out.append("\\n")
-        elif c == "\r":
-            out.append("\\r")
-        elif c == "\t":
-            out.append("\\t")
-        elif " " <= c <= "~":
-            out.append(c)
-        else:
-            out.append(f"\\u{ord(c):04x}")
-    return "".join(out)
+    return text.translate(_ESCAPES)
 
 
 def canonical_value(value: Any) -> str:
-    """weight-inspect's canonical text of a metadata value (a ``str`` or a GGUFValue)."""
+    r"""weight-inspect's canonical text of a metadata value (a ``str`` or a GGUFValue).
+
+    Example:
+        >>> print(canonical_value('café "x"\tend\x7f\b'))
+        "café \"x\"\tend\u007f\u0008"
+        >>> canonical_value("模型 🙂 \x85\u2028") == '"模型 🙂 \x85\u2028"'  # kept as they are
+        True
+    """
     if isinstance(value, str):
         return f'"{_escape(value)}"'
     if isinstance(value, GGUFValue):
@@ -83,7 +84,7 @@ def canonical_value(value: Any) -> str:
         if value.type == "float32" and value.bits is not None:
             return f"f32:{value.bits}"
         return _scalar(value.type, value.value)
-    raise TypeError(f"cannot canonicalise {type(value).__name__}")
+    raise InvalidTypeError(f"cannot canonicalise {type(value).__name__}")
 
 
 def _scalar(kind: str, value: Any) -> str:
@@ -129,9 +130,30 @@ def canonical_json(s: Structure) -> str:
 
 
 def structural_hash(structure: Structure | str) -> str:
-    """The structural hash of a :class:`Structure` (or of the file at a path)."""
+    r"""The structural hash of a :class:`Structure` (or of the file at a path).
+
+    Text the header holds that is not valid Unicode (a lone surrogate, possible only in a
+    :class:`Structure` built by hand: every format's reader refuses one) is an
+    :class:`~tensorfile.errors.InvalidArgumentError`.
+
+    Example:
+        >>> from tensorfile.ops._structure import Structure, TensorEntry
+        >>> s = Structure("safetensors", "m", None, 0, {"lang": "日本語"},
+        ...               (TensorEntry("w", "F32", (2,), 8, (0, 8)),))
+        >>> print(canonical_json(s).partition(',"tensors"')[0])
+        {"format":"safetensors","metadata":{"lang":"\"日本語\""}
+        >>> structural_hash(s) == hashlib.sha256(canonical_json(s).encode()).hexdigest()
+        True
+    """
     s = load(structure) if isinstance(structure, str) else structure
-    return hashlib.sha256(canonical_json(s).encode("utf-8")).hexdigest()
+    try:
+        data = canonical_json(s).encode("utf-8")
+    except UnicodeEncodeError as exc:
+        bad = exc.object[exc.start : exc.end]
+        raise InvalidArgumentError(
+            f"{s.path}: the header holds {bad!r}, which is not valid Unicode text"
+        ) from None
+    return hashlib.sha256(data).hexdigest()
 
 
 _CHUNK = CHUNK_BYTES

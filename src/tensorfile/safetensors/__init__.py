@@ -5,11 +5,19 @@ unchanged: ``safe_open``, ``serialize``, ``serialize_file``, ``deserialize``,
 ``SafetensorError`` and ``TensorSpec`` here; ``save``/``save_file``/``load``/``load_file``
 in :mod:`tensorfile.safetensors.numpy` and :mod:`tensorfile.safetensors.torch`.
 
+Code that reaches past the four functions works too: ``_safe_open_handle`` (``safe_open``
+over a file object you opened, including fsspec and object-store files, which the
+reference cannot read), the torch module's ``_find_shared_tensors``, ``_is_complete``,
+``_remove_duplicate_names`` and ``_end_ptr``, and the reference's exception types and words
+where code matches on them (a missing file is a ``FileNotFoundError`` saying "No such file
+or directory: ...", a bad type a ``TypeError``, a refused slice the reference's message).
+The reference's own test suite passes through an import swap (``tools/reference_suite.py``).
+
 What differs: headers are validated more strictly (duplicate names, a header that does not
 start with ``{``), every error is a :class:`SafetensorError` subclass that names the rule,
 the tensor and the byte offset; loading copies straight into new arrays (faster); writes are
-atomic; strided arrays are saved by value; metadata keys are written sorted; ``get_slice``
-accepts every numpy basic index (``None`` included).
+atomic; strided numpy arrays are saved by value; metadata keys are written sorted;
+``get_slice`` also takes steps, ``None`` and ``...`` (the reference ignores steps).
 
 Example:
     >>> import numpy as np
@@ -36,17 +44,24 @@ from ..core import dtypes
 from ..core.dtypes import DType
 from ..core.errors import (
     InvalidArgumentError,
+    InvalidTypeError,
     SafetensorError,
     SafetensorIOError,
+    SafetensorNotFoundError,
+    SafetensorSliceError,
     SourceError,
-    UnsupportedError,
+    SourceNotFoundError,
+    UnknownDtypeError,
 )
 from ..core.reader import brief, names_list
+from ..core.source import Source
 from ..frameworks import Framework, f4_shape, get_framework
 from ..sources import MemorySource, open_input
+from ..sources.fileobj import open_file_object
 from ._encode import check_name, check_shape
 from ._parse import MAX_HEADER_SIZE
 from ._reader import SafetensorsReader
+from ._slices import reference_index
 from ._writer import Prepared, StreamWriter, check_size, to_bytes, write_file
 
 __all__ = [
@@ -79,7 +94,24 @@ def _open_reader(filename: str | os.PathLike[str]) -> SafetensorsReader:
             return SafetensorsReader(source)
     except SafetensorError:
         raise
+    except SourceNotFoundError as exc:
+        # the reference's words: code matches on them
+        raise SafetensorNotFoundError(
+            f"No such file or directory: {os.fsdecode(filename)}"
+        ) from exc
     except SourceError as exc:
+        raise SafetensorIOError(str(exc)) from exc
+
+
+def _reader_over(source: Source) -> SafetensorsReader:
+    """A reader over ``source`` (which it then owns), with I/O errors as safetensors'."""
+    try:
+        return SafetensorsReader(source)
+    except SafetensorError:
+        source.close()
+        raise
+    except SourceError as exc:
+        source.close()
         raise SafetensorIOError(str(exc)) from exc
 
 
@@ -88,8 +120,10 @@ class safe_open:
 
     Args:
         filename: path of the file.
-        framework: ``"np"``/``"numpy"``, ``"pt"``/``"torch"`` or ``"jax"``/``"flax"``.
-        device: where tensors go (torch: any torch device; numpy: ``"cpu"``).
+        framework: ``"np"``/``"numpy"``, ``"pt"``/``"torch"``, ``"jax"``/``"flax"``,
+            ``"tf"``/``"tensorflow"``, ``"mlx"`` or ``"paddle"``.
+        device: where tensors go (torch and paddle: any device of theirs; the others:
+            ``"cpu"``).
         backend: ``"mmap"`` or ``"pread"``, accepted for compatibility; tensors are always
             copied with positional reads, which is the fastest way on every file system.
 
@@ -122,15 +156,20 @@ class safe_open:
         self._name = os.fspath(filename)
 
     @classmethod
+    def _over(cls, source: Source, framework: str, device: Any = "cpu") -> safe_open:
+        """(internal) A ``safe_open`` over an open source, which it then owns."""
+        f = cls.__new__(cls)
+        f._framework = get_framework(framework, device)
+        f._reader = _reader_over(source)
+        f._name = source.name
+        return f
+
+    @classmethod
     def _from_bytes(
         cls, data: bytes | bytearray | memoryview, framework: str, device: Any = "cpu"
     ) -> safe_open:
         """(internal) A ``safe_open`` over the bytes of a whole file, for ``load(bytes)``."""
-        f = cls.__new__(cls)
-        f._framework = get_framework(framework, device)
-        f._reader = SafetensorsReader(MemorySource(data))
-        f._name = f._reader.source.name
-        return f
+        return cls._over(MemorySource(data), framework, device)
 
     @property
     def reader(self) -> SafetensorsReader:
@@ -205,6 +244,38 @@ class safe_open:
         self.close()
 
 
+class _safe_open_handle(safe_open):
+    """``safe_open`` over a file object you already opened: the reference's
+    ``safetensors._safe_open_handle``, used to read from fsspec and object-store files.
+
+    Any object with an operating-system file behind it (``fileno()``, in any mode) is read
+    through a duplicate of its descriptor; any other seekable binary file object (an s3fs or
+    fsspec file, ``io.BytesIO``) through its ``seek`` and ``read``, which the reference
+    cannot do. The object stays the caller's: leaving the block does not close it.
+
+    Example:
+        >>> import io, numpy as np
+        >>> from tensorfile.safetensors.numpy import save
+        >>> blob = io.BytesIO(save({"w": np.arange(3, dtype=np.int16)}))
+        >>> with _safe_open_handle(blob, framework="np") as g:
+        ...     g.keys(), g.get_tensor("w").tolist()
+        (['w'], [0, 1, 2])
+    """
+
+    def __init__(
+        self, f: Any, framework: str, device: Any = "cpu", *, backend: str = "mmap"
+    ) -> None:
+        if backend not in _BACKENDS:
+            raise InvalidArgumentError(f"backend must be one of {_BACKENDS}, got {backend!r}")
+        self._framework = get_framework(framework, device)
+        try:
+            source = open_file_object(f)
+        except SourceError as exc:
+            raise SafetensorIOError(str(exc)) from exc
+        self._reader = _reader_over(source)
+        self._name = source.name
+
+
 class SafeSlice:
     """A tensor you can index (numpy basic indexing); returned by ``safe_open.get_slice``."""
 
@@ -234,7 +305,13 @@ class SafeSlice:
         return self._shape[0]
 
     def __getitem__(self, key: Any) -> Any:
-        arr = self._owner.reader.read_slice(self._name, key)
+        key = reference_index(self._shape, key)
+        try:
+            arr = self._owner.reader.read_slice(self._name, key)
+        except SafetensorError:
+            raise
+        except InvalidArgumentError as exc:  # an index beyond the reference's, refused
+            raise SafetensorSliceError(str(exc)) from exc
         return self._owner._framework.convert(arr, self._dtype)
 
 
@@ -287,11 +364,11 @@ class TensorSpec:
 
 def _spec_dtype(name: str) -> DType:
     if not isinstance(name, str):
-        raise UnsupportedError(f"Unknown dtype {brief(name)}: a dtype is named by a string")
+        raise UnknownDtypeError(f"Unknown dtype {brief(name)}: a dtype is named by a string")
     try:
         return dtypes.from_name(name)
     except KeyError:
-        raise UnsupportedError(f"Unknown dtype {brief(name)}") from None
+        raise UnknownDtypeError(f"Unknown dtype {brief(name)}") from None
 
 
 def _address(what: str, value: object) -> int:
@@ -307,9 +384,7 @@ def _address(what: str, value: object) -> int:
 
 def _prepare_all(tensor_dict: Mapping[str, Any]) -> list[Prepared]:
     if not isinstance(tensor_dict, Mapping):
-        raise InvalidArgumentError(
-            f"expected a dict of tensor specs, got {type(tensor_dict).__name__}"
-        )
+        raise InvalidTypeError(f"expected a dict of tensor specs, got {type(tensor_dict).__name__}")
     out = []
     for name, spec in tensor_dict.items():
         if isinstance(spec, TensorSpec):
@@ -327,8 +402,9 @@ def _prepare_all(tensor_dict: Mapping[str, Any]) -> list[Prepared]:
             dt = _spec_dtype(spec["dtype"])
             out.append(Prepared(name, dt, check_shape(name, spec["shape"]), data))
         else:
-            raise InvalidArgumentError(
-                f"tensor {name!r}: expected a TensorSpec or a dict with dtype, shape and data"
+            raise InvalidTypeError(
+                f"tensor {name!r}: expected a TensorSpec (or a dict with dtype, shape and "
+                f"data), got {type(spec).__name__}"
             )
     return out
 

@@ -2,8 +2,11 @@
 
 ``save``, ``save_file``, ``load``, ``load_file``, ``save_model``, ``load_model``,
 ``storage_ptr`` and ``storage_size``, with the reference's signatures and results. Tensors
-are read straight into new torch tensors (bf16, f8 and float4_e2m1fn_x2 included);
-non-contiguous tensors are saved by value. As in the reference, loading goes through the
+are read straight into new torch tensors (bf16, f8 and float4_e2m1fn_x2 included).
+Saving checks what the reference checks, in its order and with its words (sparse, shared
+and non-contiguous tensors are refused; ``save_model`` makes them contiguous). The
+reference's helpers ``_find_shared_tensors``, ``_is_complete``, ``_remove_duplicate_names``
+and ``_end_ptr`` are here, for code that imports them. As in the reference, loading goes through the
 public :class:`~tensorfile.safetensors.safe_open` (``framework="pt"``), reading every tensor
 at once with its :meth:`~tensorfile.safetensors.safe_open.read_tensors`.
 
@@ -23,7 +26,7 @@ from typing import Any
 
 import torch
 
-from ..core.errors import InvalidArgumentError, SharedTensorsError
+from ..core.errors import InvalidArgumentError, InvalidTypeError, SharedTensorsError
 from ..frameworks.torch import prepare_tensor
 from . import safe_open
 from ._writer import Prepared, to_bytes, write_file
@@ -63,19 +66,27 @@ def storage_size(tensor: torch.Tensor) -> int:
 
 
 def _end_ptr(tensor: torch.Tensor) -> int:
+    """Address just past ``tensor``'s last element (the reference's helper)."""
     if tensor.nelement():
         return int(tensor.view(-1)[-1].data_ptr()) + tensor.element_size()
     return int(tensor.data_ptr())
 
 
-def _shared_groups(state_dict: dict[str, torch.Tensor]) -> list[set[str]]:
-    """Names whose tensors overlap in memory, grouped (groups of one are unshared)."""
+def _find_shared_tensors(state_dict: dict[str, torch.Tensor]) -> list[set[str]]:
+    """Names whose tensors overlap in memory, grouped (groups of one are unshared), in the
+    order of the state dict, as the reference's helper of the same name returns them.
+
+    Example:
+        >>> w = torch.zeros(4)
+        >>> [sorted(g) for g in _find_shared_tensors({"a": w, "b": w[:2], "c": torch.ones(1)})]
+        [['a', 'b'], ['c']]
+    """
     by_storage: dict[tuple[Any, int, int], set[str]] = defaultdict(set)
     for name, t in state_dict.items():
         if t.device.type != "meta" and storage_ptr(t) and storage_size(t):
             by_storage[(t.device, storage_ptr(t), storage_size(t))].add(name)
     groups: list[set[str]] = []
-    for names in sorted(by_storage.values(), key=sorted):
+    for names in by_storage.values():
         if len(names) < 2:
             groups.append(names)
             continue
@@ -92,6 +103,13 @@ def _shared_groups(state_dict: dict[str, torch.Tensor]) -> list[set[str]]:
 
 
 def _is_complete(t: torch.Tensor) -> bool:
+    """True when ``t`` covers its whole storage, from its first byte (the reference's helper).
+
+    Example:
+        >>> w = torch.zeros(4)
+        >>> _is_complete(w), _is_complete(w[:2])
+        (True, False)
+    """
     return t.data_ptr() == storage_ptr(t) and t.nelement() * t.element_size() == storage_size(t)
 
 
@@ -101,13 +119,21 @@ def _remove_duplicate_names(
     preferred_names: Iterable[str] | None = None,
     discard_names: Iterable[str] | None = None,
 ) -> dict[str, list[str]]:
-    """For each group of shared tensors, the name to keep and the names to drop."""
+    """For each group of shared tensors, the name to keep and the names to drop (the
+    reference's helper, used by ``save_model`` and ``load_model``).
+
+    A tensor that shares nothing but covers only part of its storage has no name to keep
+    and is refused, as in the reference (:class:`SharedTensorsError`, a ``RuntimeError``).
+
+    Example:
+        >>> w = torch.zeros(3, 3)
+        >>> dict(_remove_duplicate_names({"A": w, "B": w[:1], "C": w}))
+        {'A': ['B', 'C']}
+    """
     preferred = set(preferred_names or ())
     discard = set(discard_names or ())
     to_remove: dict[str, list[str]] = defaultdict(list)
-    for group in _shared_groups(state_dict):
-        if len(group) < 2:
-            continue
+    for group in _find_shared_tensors(state_dict):
         complete = {n for n in group if _is_complete(state_dict[n])}
         if not complete:
             raise SharedTensorsError(
@@ -128,22 +154,42 @@ def _remove_duplicate_names(
 
 
 def _prepare(tensors: dict[str, torch.Tensor]) -> tuple[list[Prepared], list[Any]]:
+    """Check ``tensors`` as the reference does, in its order and with its messages, then
+    take each tensor's bytes."""
     if not isinstance(tensors, dict):
-        raise InvalidArgumentError(
+        raise InvalidTypeError(
             f"Expected a dict of [str, torch.Tensor] but received {type(tensors)}"
         )
+    sparse = []
     for name, t in tensors.items():
         if not isinstance(t, torch.Tensor):
-            raise InvalidArgumentError(
+            raise InvalidTypeError(
                 f"Key `{name}` is invalid, expected torch.Tensor but received {type(t)}"
             )
-    failing = [g for g in _shared_groups(tensors) if len(g) > 1]
+        if t.layout != torch.strided:
+            sparse.append(name)
+    if sparse:
+        raise InvalidArgumentError(
+            f"You are trying to save a sparse tensors: `{sparse}` which this library does not "
+            "support. You can make it a dense tensor before saving with `.to_dense()` but be "
+            "aware this might make a much larger file than needed."
+        )
+    failing = [g for g in _find_shared_tensors(tensors) if len(g) > 1]
     if failing:
         raise SharedTensorsError(
             f"Some tensors share memory, this will lead to duplicate memory on disk and "
             f"potential differences when loading them again: {failing}. A potential way to "
             "correctly save your model is to use `save_model`."
         )
+    for name, t in tensors.items():
+        if not t.is_nested and t.device.type != "meta" and not t.is_contiguous():
+            raise InvalidArgumentError(
+                f"You are trying to save a non contiguous tensor: `{name}` which is not "
+                "allowed. It either means you are trying to save tensors which are reference "
+                "of each other in which case it's recommended to save only the full tensors, "
+                "and reslice at load time, or simply call `.contiguous()` on your tensor to "
+                "pack it before saving."
+            )
     prepared, keep_alive = [], []
     for name, t in tensors.items():
         dt, shape, data, ref = prepare_tensor(name, t)
@@ -241,7 +287,15 @@ def save_model(
             del state_dict[name]
     if force_contiguous:
         state_dict = {k: v.contiguous() for k, v in state_dict.items()}
-    save_file(state_dict, filename, metadata=metadata)
+    try:
+        save_file(state_dict, filename, metadata=metadata)
+    except InvalidArgumentError as exc:
+        if force_contiguous or "non contiguous" not in str(exc):
+            raise
+        raise InvalidArgumentError(
+            f"{exc} Or use save_model(..., force_contiguous=True), read the docs for potential "
+            "caveats."
+        ) from exc
 
 
 def load_model(
@@ -278,10 +332,13 @@ def load_model(
     if strict and (missing or unexpected):
         error = f"Error(s) in loading state_dict for {model.__class__.__name__}:"
         if missing:
-            error += f"\n    Missing key(s) in state_dict: {', '.join(map(repr, sorted(missing)))}"
+            error += f"\n    Missing key(s) in state_dict: {_quoted(missing)}"
         if unexpected:
-            error += (
-                f"\n    Unexpected key(s) in state_dict: {', '.join(map(repr, sorted(unexpected)))}"
-            )
+            error += f"\n    Unexpected key(s) in state_dict: {_quoted(unexpected)}"
         raise RuntimeError(error)
     return missing, unexpected
+
+
+def _quoted(names: Iterable[str]) -> str:
+    """Names as the reference lists them in ``load_model``'s error: sorted, double-quoted."""
+    return ", ".join(f'"{name}"' for name in sorted(names))

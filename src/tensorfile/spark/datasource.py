@@ -16,8 +16,12 @@ previous dataset's files; ``abort`` removes the staging folder. Python data sour
 the ``append`` and ``overwrite`` save modes (Spark refuses the others itself).
 
 The reader returns one row per sample (batch mode) or per key (KV mode), one partition per
-shard; ``layout="files"`` returns one row per file whose columns are the spec's tensor
-structs ``{data: binary, shape: array<int>, dtype: string}``. Pass ``.schema(...)`` with a
+shard; the zero rows of a padded shard (``tail_strategy="pad"``: the manifest's
+``samples_count`` counts them, as the reference connector writes it, and tensorfile's
+``tensorfile.real_samples`` says how many rows are real) are not returned.
+``layout="files"`` returns one row per file whose columns are the spec's tensor structs
+``{data: binary, shape: array<int>, dtype: string}``, the tensors as stored (padding
+included). Pass ``.schema(...)`` with a
 subset of the columns (or ``option("columns", "a,b")``) to read only those.
 
 Both sides trust the dataset folder no more than :mod:`tensorfile.dataset` does: the driver
@@ -300,7 +304,7 @@ def _column_array(tensor: np.ndarray[Any, Any], rows: int, field: StructField) -
 
 
 def _batch_rows(r: Reader, shard: ShardEntry, schema: StructType) -> pa.RecordBatch:
-    rows = shard.samples_count
+    rows = shard.samples  # the real rows; padding rows after them are not returned
     arrays, names = [], []
     for field in schema.fields:
         tensor = r.get_tensor(field.name)[:rows]

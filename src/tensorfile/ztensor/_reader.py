@@ -395,7 +395,10 @@ def load_file(
     except UnsupportedError:
         kind = "unknown"
     if kind not in ("numpy", "torch"):
-        raise ZTensorUnsupportedError(f"unknown framework {framework!r}; use 'numpy' or 'pt'")
+        what = "an unknown framework" if kind == "unknown" else "not one this function loads into"
+        raise ZTensorUnsupportedError(
+            f"framework {framework!r} is {what}; ztensor.load_file takes 'numpy' or 'pt'"
+        )
     with open(path, verify=verify) as reader:
         if kind == "numpy":
             return reader.get_tensors()

@@ -1,0 +1,166 @@
+"""What a file that is not a tensor file looks like: the words format detection's errors use.
+
+Format detection (:func:`tensorfile.formats.detect`) recognises the tensor formats by their
+magic numbers and the safetensors header; everything here runs only after it has failed, to
+make the error say what the bytes are instead (an HTML page, a JSON document, a Git LFS
+pointer, a PyTorch checkpoint...) and show them. The functions take bytes already read and
+never read more, so nothing here can allocate according to a size a file claims.
+
+Example:
+    >>> looks_like(b"<!DOCTYPE html>\\n<html><head><title>Index of /models</title>")
+    'an HTML page'
+    >>> print(shown(b"\\x00\\x01hello, world, and more"))
+    b'\\x00\\x01hello, world, '...
+    >>> index_shards(b'{"weight_map": {"a": "m-1.safetensors", "b": "m-2.safetensors"}}')
+    ['m-1.safetensors', 'm-2.safetensors']
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+__all__ = [
+    "JSON_WHITESPACE",
+    "SHOWN_BYTES",
+    "index_shards",
+    "is_text",
+    "looks_like",
+    "looks_like_json",
+    "printable",
+    "shown",
+]
+
+SHOWN_BYTES = 16
+"""How many first bytes an error shows."""
+
+JSON_WHITESPACE = b" \t\n\r"
+"""The four bytes JSON allows between tokens."""
+
+_BOM = b"\xef\xbb\xbf"
+_TEXT = frozenset(range(0x20, 0x7F)) | frozenset(b"\t\n\r\f\v")
+
+# (prefix, what a file starting with it is); checked in order, first match wins
+_SIGNATURES: tuple[tuple[bytes, str], ...] = (
+    (b"version https://git-lfs.github.com/spec/", "a Git LFS pointer (run `git lfs pull`)"),
+    (b"PK\x03\x04", "a zip archive (torch.save writes one: a PyTorch .bin/.pt checkpoint?)"),
+    (b"\x80\x02", "a Python pickle (an old PyTorch checkpoint?)"),
+    (b"\x80\x03", "a Python pickle (an old PyTorch checkpoint?)"),
+    (b"\x80\x04", "a Python pickle"),
+    (b"\x80\x05", "a Python pickle"),
+    (b"\x93NUMPY", "a NumPy .npy array"),
+    (b"\x89HDF\r\n\x1a\n", "an HDF5 file"),
+    (b"\x1f\x8b", "a gzip-compressed file"),
+    (b"\x28\xb5\x2f\xfd", "a zstd-compressed file"),
+)
+
+
+def is_text(data: bytes) -> bool:
+    """Whether every byte of ``data`` is printable ASCII or whitespace (a safetensors length
+    prefix never is: its high bytes are zero).
+
+    Example:
+        >>> is_text(b'{"weight'), is_text((100).to_bytes(8, "little"))
+        (True, False)
+    """
+    return all(b in _TEXT for b in data)
+
+
+def _strip(head: bytes) -> bytes:
+    """``head`` without a UTF-8 byte order mark and leading whitespace."""
+    return head.removeprefix(_BOM).lstrip(JSON_WHITESPACE + b"\f\v")
+
+
+def looks_like_json(head: bytes) -> bool:
+    """Whether ``head`` starts like a JSON object or array written as text.
+
+    Example:
+        >>> looks_like_json(b'\\n  {"metadata": {}}'), looks_like_json(b"{\\x00\\x00")
+        (True, False)
+    """
+    text = _strip(head)
+    return text[:1] in (b"{", b"[") and is_text(text[:64])
+
+
+def looks_like(head: bytes) -> str | None:
+    """What the file starting with ``head`` seems to be, as words for a message, or None.
+
+    Example:
+        >>> looks_like(b"PK\\x03\\x04\\x00\\x00"), looks_like(b"\\x00\\x07\\xff")
+        ('a zip archive (torch.save writes one: a PyTorch .bin/.pt checkpoint?)', None)
+    """
+    for prefix, what in _SIGNATURES:
+        if head.startswith(prefix):
+            return what
+    text = _strip(head)
+    lower = text[:1024].lower()
+    if lower.startswith((b"<!doctype html", b"<html")) or (
+        lower.startswith(b"<") and (b"<html" in lower or b"<head" in lower or b"<body" in lower)
+    ):
+        return "an HTML page"
+    if lower.startswith(b"<?xml"):
+        return "an XML document"
+    if looks_like_json(head):
+        return "a JSON document"
+    if text and _is_utf8_text(head):
+        return "a text file"
+    return None
+
+
+def _is_utf8_text(head: bytes) -> bool:
+    """Whether ``head`` is UTF-8 text without control characters (a cut last character is
+    allowed: ``head`` is a prefix of the file)."""
+    text = head.decode("utf-8", errors="ignore")
+    if len(text.encode("utf-8")) < len(head) - 3:
+        return False
+    return all(c.isprintable() or c in "\t\n\r\f\v" for c in text)
+
+
+def shown(head: bytes) -> str:
+    """The first :data:`SHOWN_BYTES` of ``head`` as a Python bytes literal (printable, one
+    line), followed by ``...`` when there are more.
+
+    Example:
+        >>> shown(b"GGU")
+        "b'GGU'"
+    """
+    more = "..." if len(head) > SHOWN_BYTES else ""
+    return repr(bytes(head[:SHOWN_BYTES])) + more
+
+
+def printable(text: str, limit: int = 80) -> str:
+    """``text`` shortened to ``limit`` characters, quoted with escapes when it holds
+    characters a terminal should not be sent (control characters, line breaks).
+
+    Example:
+        >>> printable("model-00001.safetensors"), printable("a\\nb")
+        ('model-00001.safetensors', "'a\\\\nb'")
+    """
+    short = text if len(text) <= limit else text[: limit - 3] + "..."
+    return short if short.isprintable() else repr(short)
+
+
+def _no_number(text: str) -> None:
+    """Numbers are not needed (and ``int()`` refuses one of over 4,300 digits)."""
+
+
+def index_shards(data: bytes) -> list[str] | None:
+    """The shard files a sharded checkpoint's index names (each once, in order of first
+    mention), or None when ``data`` is not one: a JSON object with a ``weight_map`` object.
+
+    Example:
+        >>> index_shards(b'{"metadata": {"total_size": 8}, "weight_map": {}}')
+        []
+        >>> index_shards(b'{"model_type": "llama"}') is None
+        True
+    """
+    try:
+        doc: Any = json.loads(
+            data, parse_int=_no_number, parse_float=_no_number, parse_constant=_no_number
+        )
+    except (ValueError, RecursionError):  # not JSON, not UTF-8, nested absurdly deep
+        return None
+    weight_map = doc.get("weight_map") if isinstance(doc, dict) else None
+    if not isinstance(weight_map, dict):
+        return None
+    return list(dict.fromkeys(v for v in weight_map.values() if isinstance(v, str)))
