@@ -44,7 +44,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Literal
 
-from .errors import InvalidArgumentError, SourceError
+from .errors import InvalidArgumentError, InvalidTypeError, SourceError
 
 __all__ = [
     "CLONE_BLOCK",
@@ -162,7 +162,7 @@ def _dest_text(path: object) -> str:
     except TypeError:
         dest = None
     if not isinstance(dest, str):
-        raise InvalidArgumentError(f"a file name must be text, not {type(path).__name__}")
+        raise InvalidTypeError(f"a file name must be text, not {type(path).__name__}")
     if "\0" in dest or not dest:
         raise InvalidArgumentError(f"not a usable file name: {dest!r}")
     return dest

@@ -14,7 +14,10 @@ translated where it crosses into tensorfile and chained with ``from``::
     │   │   ├── HeaderSyntaxError           not JSON, not an object, or not starting with '{'
     │   │   ├── DuplicateTensorError        the same tensor name twice
     │   │   ├── InvalidTensorEntryError     dtype/shape/data_offsets missing or malformed
-    │   │   ├── UnknownDtypeError           a dtype the format does not define (+ UnsupportedError)
+    │   │   ├── SafetensorUnsupportedError  a framework or dtype the drop-in cannot handle
+    │   │   │   │                           (+ UnsupportedError)
+    │   │   │   └── UnknownDtypeError       a dtype the format does not define
+    │   │   ├── SafetensorArgumentError     an unusable device or argument (+ InvalidArgumentError)
     │   │   ├── InvalidMetadataError        __metadata__ is not a map of strings to strings
     │   │   ├── InvalidOffsetsError         offsets overlap, leave a hole or do not start at 0
     │   │   ├── IncompleteBufferError       offsets do not end at the end of the file
@@ -77,10 +80,12 @@ __all__ = [
     "InvalidTypeError",
     "MisalignedSubByteError",
     "MissingTensorError",
+    "SafetensorArgumentError",
     "SafetensorError",
     "SafetensorIOError",
     "SafetensorNotFoundError",
     "SafetensorSliceError",
+    "SafetensorUnsupportedError",
     "SharedTensorsError",
     "SourceError",
     "SourceNotFoundError",
@@ -208,7 +213,17 @@ class InvalidTensorEntryError(SafetensorError):
     """A tensor entry lacks ``dtype``/``shape``/``data_offsets`` or has malformed values."""
 
 
-class UnknownDtypeError(SafetensorError, UnsupportedError):
+class SafetensorUnsupportedError(SafetensorError, UnsupportedError):
+    """Something the drop-in cannot do: a framework it does not know, a dtype a framework
+    lacks (the reference raises ``SafetensorError`` there)."""
+
+
+class SafetensorArgumentError(SafetensorError, InvalidArgumentError):
+    """An unusable argument where the reference raises ``SafetensorError`` (a device the
+    framework does not know). Also a ``ValueError``."""
+
+
+class UnknownDtypeError(SafetensorUnsupportedError):
     """A tensor entry names a dtype the format does not define."""
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import reprlib
+import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Self, TypeVar
 
@@ -25,7 +26,13 @@ import numpy as np
 
 from . import _packing, _slicing
 from .catalog import ByteRange, Catalog, TensorInfo
-from .errors import InvalidArgumentError, TensorFileError, TensorNotFoundError, UnsupportedError
+from .errors import (
+    InvalidArgumentError,
+    InvalidTypeError,
+    TensorFileError,
+    TensorNotFoundError,
+    UnsupportedError,
+)
 from .source import Source
 
 __all__ = [
@@ -33,6 +40,7 @@ __all__ = [
     "Reader",
     "brief",
     "bytes_view",
+    "empty_for_reading",
     "index_copy",
     "names_list",
     "numpy_allocator",
@@ -44,6 +52,48 @@ NDArray = np.ndarray[Any, Any]
 Allocator = Callable[[TensorInfo], tuple[memoryview, Callable[[], T]]]
 """Given a tensor, return a writable byte view of its stored size and a function that turns
 the filled buffer into the result."""
+
+
+def _numpy_hugepage_switch() -> Callable[[bool], bool] | None:
+    """numpy's ``_set_madvise_hugepage`` (None where this numpy has none)."""
+    core = getattr(np, "_core", None) or getattr(np, "core", None)
+    switch = getattr(getattr(core, "multiarray", None), "_set_madvise_hugepage", None)
+    return switch if callable(switch) else None
+
+
+_SET_HUGEPAGE = _numpy_hugepage_switch()
+_HUGEPAGE_LOCK = threading.Lock()
+_HUGEPAGE_MIN_BYTES = 4 << 20  # numpy advises arrays from this size up
+
+
+def empty_for_reading(shape: tuple[int, ...], dtype: np.dtype[Any]) -> NDArray:
+    """``np.empty(shape, dtype)`` for an array a read is about to fill: without numpy's
+    transparent-huge-page advice.
+
+    numpy marks every array of 4 MiB or more ``MADV_HUGEPAGE``. In a fresh process on a
+    virtual machine whose host backs memory lazily that is a loss: the guest keeps its
+    already-backed free memory in pieces smaller than 2 MiB and hands whole 2 MiB blocks
+    back to the host, so a huge page is one the host must back on first touch (a 1 GiB
+    ``load_file`` in a fresh process took ~1.4-2.7 s with the advice, ~0.35-0.6 s without;
+    see the ``process_load_numpy`` benchmark). Without it the kernel's own policy applies,
+    as for ``malloc`` (the reference's buffers) and torch tensors: where that policy is
+    ``always``, the arrays still get huge pages. numpy's switch is global, so it is flipped
+    under a lock and restored; an array another thread allocates meanwhile just follows the
+    kernel's policy too.
+
+    Example:
+        >>> a = empty_for_reading((1024, 1024, 2), np.dtype(np.float32))
+        >>> a.shape, a.dtype.name, a.flags.owndata
+        ((1024, 1024, 2), 'float32', True)
+    """
+    if _SET_HUGEPAGE is None or math.prod(shape) * dtype.itemsize < _HUGEPAGE_MIN_BYTES:
+        return np.empty(shape, dtype)
+    with _HUGEPAGE_LOCK:
+        previous = _SET_HUGEPAGE(False)
+        try:
+            return np.empty(shape, dtype)
+        finally:
+            _SET_HUGEPAGE(previous)
 
 
 def bytes_view(arr: NDArray) -> memoryview:
@@ -58,7 +108,7 @@ def numpy_allocator(info: TensorInfo) -> tuple[memoryview, Callable[[], NDArray]
     """Allocate an owned numpy array for ``info`` (unpacking sub-byte types when filled)."""
     dt = info.dtype
     if dt.is_subbyte:
-        packed = np.empty(info.byte_range.length, np.uint8)
+        packed = empty_for_reading((info.byte_range.length,), np.dtype(np.uint8))
         shape = info.shape
         numel = math.prod(shape)
 
@@ -66,7 +116,7 @@ def numpy_allocator(info: TensorInfo) -> tuple[memoryview, Callable[[], NDArray]
             return _packing.unpack(packed, dt.bits, numel).view(dt.numpy).reshape(shape)
 
         return bytes_view(packed), unpacked
-    arr = np.empty(info.shape, dt.numpy)
+    arr = empty_for_reading(info.shape, dt.numpy)
     return bytes_view(arr), lambda: arr
 
 
@@ -123,15 +173,13 @@ class Reader:
 
     def info(self, name: str) -> TensorInfo:
         """The catalog entry of ``name``."""
+        if not isinstance(name, str):
+            raise InvalidTypeError(f"a tensor name is a string, got {type(name).__name__}")
         try:
             return self.catalog.tensors[name]
         except KeyError:
             raise self._not_found(
                 f"{self.source.name} does not contain a tensor named {_name_text(name)}"
-            ) from None
-        except TypeError:  # unhashable: a list, a dict...
-            raise InvalidArgumentError(
-                f"a tensor name is a string, got {type(name).__name__}"
             ) from None
 
     # -- reading -------------------------------------------------------------------------
@@ -206,7 +254,7 @@ class Reader:
 
     def _empty(self, info: TensorInfo, shape: tuple[int, ...]) -> NDArray:
         try:
-            return np.empty(shape, info.dtype.numpy)
+            return empty_for_reading(shape, info.dtype.numpy)
         except (ValueError, MemoryError, OverflowError) as exc:
             raise self._unholdable(info, exc) from exc
 

@@ -45,18 +45,21 @@ from ..core.dtypes import DType
 from ..core.errors import (
     InvalidArgumentError,
     InvalidTypeError,
+    SafetensorArgumentError,
     SafetensorError,
     SafetensorIOError,
     SafetensorNotFoundError,
     SafetensorSliceError,
+    SafetensorUnsupportedError,
     SourceError,
     SourceNotFoundError,
     UnknownDtypeError,
+    UnsupportedError,
 )
 from ..core.reader import brief, names_list
 from ..core.source import Source
 from ..frameworks import Framework, f4_shape, get_framework
-from ..sources import MemorySource, open_input
+from ..sources import MemorySource, is_url, open_input
 from ..sources.fileobj import open_file_object
 from ._encode import check_name, check_shape
 from ._parse import MAX_HEADER_SIZE
@@ -86,7 +89,7 @@ _BACKENDS = ("mmap", "pread")
 def _open_reader(filename: str | os.PathLike[str]) -> SafetensorsReader:
     """A :class:`~tensorfile.core.reader.Reader` over a safetensors file (a path or a URL)."""
     if not isinstance(filename, str | os.PathLike):
-        raise InvalidArgumentError(
+        raise InvalidTypeError(
             f"filename must be a str or os.PathLike, got {type(filename).__name__}"
         )
     try:
@@ -95,12 +98,29 @@ def _open_reader(filename: str | os.PathLike[str]) -> SafetensorsReader:
     except SafetensorError:
         raise
     except SourceNotFoundError as exc:
-        # the reference's words: code matches on them
+        if is_url(filename):  # the source's message: it names the URL without secrets
+            raise SafetensorNotFoundError(str(exc)) from exc
+        # the reference's words for a missing path: code matches on them
         raise SafetensorNotFoundError(
             f"No such file or directory: {os.fsdecode(filename)}"
         ) from exc
     except SourceError as exc:
         raise SafetensorIOError(str(exc)) from exc
+
+
+def _framework(framework: str, device: Any) -> Framework:
+    """The adapter for ``framework`` on ``device``; what cannot be had is a SafetensorError
+    (as in the reference) that is also tensorfile's UnsupportedError or InvalidArgumentError."""
+    try:
+        return get_framework(framework, device)
+    except SafetensorError:
+        raise
+    except UnsupportedError as exc:
+        raise SafetensorUnsupportedError(str(exc)) from exc
+    except InvalidTypeError:
+        raise
+    except InvalidArgumentError as exc:
+        raise SafetensorArgumentError(str(exc)) from exc
 
 
 def _reader_over(source: Source) -> SafetensorsReader:
@@ -151,7 +171,7 @@ class safe_open:
     ) -> None:
         if backend not in _BACKENDS:
             raise InvalidArgumentError(f"backend must be one of {_BACKENDS}, got {backend!r}")
-        self._framework: Framework = get_framework(framework, device)
+        self._framework: Framework = _framework(framework, device)
         self._reader: SafetensorsReader | None = _open_reader(filename)
         self._name = os.fspath(filename)
 
@@ -159,7 +179,7 @@ class safe_open:
     def _over(cls, source: Source, framework: str, device: Any = "cpu") -> safe_open:
         """(internal) A ``safe_open`` over an open source, which it then owns."""
         f = cls.__new__(cls)
-        f._framework = get_framework(framework, device)
+        f._framework = _framework(framework, device)
         f._reader = _reader_over(source)
         f._name = source.name
         return f
@@ -267,7 +287,7 @@ class _safe_open_handle(safe_open):
     ) -> None:
         if backend not in _BACKENDS:
             raise InvalidArgumentError(f"backend must be one of {_BACKENDS}, got {backend!r}")
-        self._framework = get_framework(framework, device)
+        self._framework = _framework(framework, device)
         try:
             source = open_file_object(f)
         except SourceError as exc:
@@ -442,7 +462,7 @@ def deserialize(data: bytes | bytearray | memoryview) -> list[tuple[str, dict[st
     try:
         source = MemorySource(data)
     except TypeError as exc:
-        raise InvalidArgumentError(f"expected bytes, got {type(data).__name__}") from exc
+        raise InvalidTypeError(f"expected bytes, got {type(data).__name__}") from exc
     reader = SafetensorsReader(source)
     view = source.buffer()
     out = []

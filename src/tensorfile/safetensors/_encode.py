@@ -22,7 +22,7 @@ import msgspec
 import numpy as np
 
 from ..core.dtypes import DType
-from ..core.errors import InvalidArgumentError, SafetensorError
+from ..core.errors import InvalidArgumentError, InvalidTypeError, SafetensorError
 from ..core.reader import brief
 from ._parse import MAX_HEADER_SIZE, MAX_SIZE, META_KEY, N_LEN
 
@@ -90,12 +90,12 @@ def check_align(align: object) -> int:
 def check_metadata(metadata: Mapping[str, str]) -> Mapping[str, str]:
     """Check that metadata is a map of strings to strings, all valid Unicode (for writers)."""
     if not isinstance(metadata, Mapping):
-        raise InvalidArgumentError(
+        raise InvalidTypeError(
             f"metadata must be a dict of strings to strings, got {type(metadata).__name__}"
         )
     for key, value in metadata.items():
         if not isinstance(key, str) or not isinstance(value, str):
-            raise InvalidArgumentError(
+            raise InvalidTypeError(
                 f"metadata must map strings to strings; {brief(key)}: {brief(value)} is "
                 f"{type(key).__name__} -> {type(value).__name__}"
             )
@@ -109,7 +109,7 @@ def check_metadata(metadata: Mapping[str, str]) -> Mapping[str, str]:
 def check_name(name: object) -> str:
     """Check a tensor name for writing: a string of valid Unicode, not ``__metadata__``."""
     if not isinstance(name, str):
-        raise InvalidArgumentError(f"tensor names must be strings, got {brief(name)}")
+        raise InvalidTypeError(f"tensor names must be strings, got {brief(name)}")
     if name == META_KEY:
         raise InvalidArgumentError(
             f"{META_KEY!r} is reserved for metadata; it cannot name a tensor"
@@ -127,13 +127,13 @@ def check_shape(name: str, shape: object) -> tuple[int, ...]:
         (2, 3)
     """
     if isinstance(shape, str | bytes) or not hasattr(shape, "__iter__"):
-        raise InvalidArgumentError(
+        raise InvalidTypeError(
             f"tensor {name!r}: a shape is a sequence of integers, got {type(shape).__name__}"
         )
     dims = []
     for d in shape:
         if isinstance(d, bool) or not isinstance(d, int | np.integer):
-            raise InvalidArgumentError(
+            raise InvalidTypeError(
                 f"tensor {name!r}: a dimension must be an integer, got {brief(d)}"
             )
         value = int(d)

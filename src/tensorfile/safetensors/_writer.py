@@ -24,8 +24,16 @@ import numpy as np
 
 from ..core import _packing, _slicing, dtypes
 from ..core.atomic import AtomicFile, atomic_write, preallocate, write_all
+from ..core.chunks import check_chunk
 from ..core.dtypes import DType
-from ..core.errors import InvalidArgumentError, SafetensorError, SourceError, UnsupportedError
+from ..core.errors import (
+    InvalidArgumentError,
+    InvalidTypeError,
+    SafetensorError,
+    SafetensorIOError,
+    SourceError,
+    UnknownDtypeError,
+)
 from ..core.reader import bytes_view
 from ._encode import check_align, check_name, check_shape, encode_header
 
@@ -98,13 +106,11 @@ def prepare_array(name: str, arr: Any) -> Prepared:
     if isinstance(arr, np.generic):
         arr = np.asarray(arr)
     if not isinstance(arr, np.ndarray):
-        raise InvalidArgumentError(
-            f"tensor {name!r}: expected a numpy array, got {type(arr).__name__}"
-        )
+        raise InvalidTypeError(f"tensor {name!r}: expected a numpy array, got {type(arr).__name__}")
     try:
         dt = dtypes.from_numpy(arr.dtype)
     except (KeyError, TypeError):
-        raise UnsupportedError(
+        raise UnknownDtypeError(
             f"tensor {name!r}: numpy dtype {arr.dtype} has no safetensors equivalent"
         ) from None
     if dt.is_subbyte:
@@ -183,14 +189,19 @@ def write_file(
 ) -> None:
     """Write the file atomically (temporary file in the same folder, then rename)."""
     header, ordered = _layout(tensors, metadata, align)
-    with atomic_write(path, fsync=fsync) as fd:
-        write_all(fd, memoryview(header))
-        # Buffered writes to one file serialize on its inode lock, so threads would not help;
-        # reserving the space first is what makes the writes fast.
-        preallocate(fd, len(header) + sum(p.nbytes for p in ordered))
-        for p in ordered:
-            if p.nbytes:
-                write_all(fd, p.data)
+    try:
+        with atomic_write(path, fsync=fsync) as fd:
+            write_all(fd, memoryview(header))
+            # Buffered writes to one file serialize on its inode lock, so threads would not
+            # help; reserving the space first is what makes the writes fast.
+            preallocate(fd, len(header) + sum(p.nbytes for p in ordered))
+            for p in ordered:
+                if p.nbytes:
+                    write_all(fd, p.data)
+    except SafetensorError:
+        raise
+    except SourceError as exc:  # the reference's write errors are SafetensorErrors
+        raise SafetensorIOError(str(exc)) from exc
 
 
 class StreamWriter:
@@ -256,6 +267,7 @@ class StreamWriter:
             pos += spec.nbytes
         self._specs = {s.name: s for s in placeholders}
         self._written = dict.fromkeys(self._regions, 0)
+        self._chunks = dict.fromkeys(self._regions, 0)
         self._file = AtomicFile(path, fsync=fsync)
         self._fd = self._file.fd
         self._done = False
@@ -276,14 +288,18 @@ class StreamWriter:
         if name not in self._regions:
             raise InvalidArgumentError(f"tensor {name!r} was not declared when the writer opened")
         spec = self._specs[name]
+        index = self._chunks[name]
         if isinstance(data, np.ndarray | np.generic):
             arr = np.asarray(data)
+            done = self._written[name] * 8 // spec.dtype.bits
+            check_chunk(name, spec.shape, arr.shape, index=index, done=done)
             if spec.dtype.is_subbyte:
                 view = prepare_array(name, arr).data
             else:
                 if arr.dtype != spec.dtype.numpy:
                     raise InvalidArgumentError(
-                        f"tensor {name!r} is {spec.dtype.name}; got an array of {arr.dtype}"
+                        f"tensor {name!r} is {spec.dtype.name}; chunk {index} is an array "
+                        f"of {arr.dtype}"
                     )
                 view = prepare_array(name, arr).data
         else:
@@ -307,6 +323,7 @@ class StreamWriter:
             self.abort()
             raise SafetensorError(f"writing tensor {name!r} failed: {exc}") from exc
         self._written[name] = done + view.nbytes
+        self._chunks[name] = index + 1
 
     def missing(self) -> list[str]:
         """Tensors not yet completely written."""
@@ -319,9 +336,14 @@ class StreamWriter:
         missing = self.missing()
         if missing:
             self.abort()
+            parts = [
+                f"{n!r} has {self._written[n]:,} of {self._regions[n][1] - self._regions[n][0]:,}"
+                " bytes"
+                for n in missing[:5]
+            ]
             raise InvalidArgumentError(
-                f"{len(missing)} tensor(s) were not completely written, so no file was "
-                f"created: {missing[:5]}"
+                f"{len(missing)} {'tensor was' if len(missing) == 1 else 'tensors were'} not "
+                f"completely written, so no file was created: {'; '.join(parts)}"
             )
         self._done = True
         self._file.commit()
@@ -361,4 +383,4 @@ def _dtype_of(name: str, dtype: Any) -> DType:
             return dtypes.from_torch(dtype)
         return dtypes.from_numpy(dtype)
     except (KeyError, TypeError):
-        raise UnsupportedError(f"tensor {name!r}: unknown dtype {dtype!r}") from None
+        raise UnknownDtypeError(f"tensor {name!r}: unknown dtype {dtype!r}") from None

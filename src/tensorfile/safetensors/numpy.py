@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from ..core.errors import InvalidArgumentError
+from ..core.errors import InvalidTypeError
 from ..core.reader import NDArray
 from . import safe_open
 from ._writer import Prepared, prepare_array, to_bytes, write_file
@@ -28,7 +28,7 @@ __all__ = ["load", "load_file", "save", "save_file"]
 
 def _prepare(tensor_dict: dict[str, Any]) -> list[Prepared]:
     if not isinstance(tensor_dict, dict):
-        raise InvalidArgumentError(
+        raise InvalidTypeError(
             f"expected a dict of [str, np.ndarray], got {type(tensor_dict).__name__}"
         )
     return [prepare_array(name, arr) for name, arr in tensor_dict.items()]

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from ..core.errors import InvalidArgumentError
+from ..core.errors import InvalidTypeError
 from ..core.source import ByteRequest, ReadStats, Source
 from ._urls import redact
 from .local import LocalSource
@@ -61,7 +61,7 @@ def path_text(path: object) -> str:
     except TypeError:
         text = None
     if not isinstance(text, str):
-        raise InvalidArgumentError(f"expected a path, a URL or bytes, got {type(path).__name__}")
+        raise InvalidTypeError(f"expected a path, a URL or bytes, got {type(path).__name__}")
     return text
 
 

@@ -49,7 +49,7 @@ import time
 import urllib.parse
 from dataclasses import dataclass
 
-from ..core.errors import InvalidArgumentError, SourceError
+from ..core.errors import InvalidArgumentError, SourceError, SourceNotFoundError
 from ..core.source import ByteRequest, RangeRequest, ReadStats, SuffixRequest
 from . import _headers as hdr
 from ._cache import Fetched
@@ -269,7 +269,9 @@ class HTTPFetcher:
                 got = self._unsatisfiable(reply, want)
             else:
                 reason = hdr.show(scrub(reply.resp.reason, self.url))  # a server may echo
-                raise SourceError(f"{self.name}: HTTP {reply.status} {reason}")
+                gone = reply.status in (404, 410)  # a FileNotFoundError, as a missing file
+                kind = SourceNotFoundError if gone else SourceError
+                raise kind(f"{self.name}: HTTP {reply.status} {reason}")
             ok = True
             return got
         finally:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..core.errors import InvalidArgumentError
+from ..core.errors import InvalidTypeError
 from ..core.source import SourceBase
 
 __all__ = ["MemorySource"]
@@ -27,7 +27,7 @@ class MemorySource(SourceBase):
                 raise TypeError("the buffer is strided")
             self._view = view if view.format == "B" and view.ndim == 1 else view.cast("B")
         except TypeError as exc:  # not a buffer, or a strided one
-            raise InvalidArgumentError(
+            raise InvalidTypeError(
                 f"expected the bytes of a file as one contiguous buffer (bytes, bytearray, "
                 f"memoryview), got {type(data).__name__}: {exc}"
             ) from None

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import os
 import struct
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -30,6 +30,7 @@ from .._version import __version__ as _version
 from ..core import dtypes
 from ..core.atomic import AtomicFile, preallocate, write_all
 from ..core.catalog import ByteRange, Component, TensorInfo
+from ..core.chunks import check_chunk
 from ..core.dtypes import DType
 from ..core.errors import (
     InvalidArgumentError,
@@ -298,7 +299,7 @@ class Writer:
             )
         total = dt.nbytes(0 if 0 in dims else numel)
         try:
-            views = (_chunk_view(name, dt, c) for c in iter(chunks))
+            views = _chunk_views(name, dt, dims, iter(chunks))
         except TypeError:
             raise InvalidArgumentError(
                 f"tensor {name!r}: chunks must be an iterable of arrays or byte buffers, got "
@@ -363,13 +364,21 @@ class Writer:
         if packer is None:
             self._guard(lambda: preallocate(self._fd, total, start))
         seen = 0
+        iter_views = iter(views)
 
         def emit(data: Any) -> None:
             if digester is not None:
                 digester.update(data)
             self._write(memoryview(data))
 
-        for view in views:
+        while True:
+            try:
+                view = next(iter_views)
+            except StopIteration:
+                break
+            except BaseException:  # a chunk refused: nothing is left half written
+                self.abort()
+                raise
             seen += view.nbytes
             if seen > total:
                 self.abort()
@@ -447,20 +456,35 @@ class Writer:
             self.close()
 
 
-def _chunk_view(name: str, dt: DType, chunk: Any) -> memoryview:
+def _chunk_views(
+    name: str, dt: DType, shape: Sequence[int], chunks: Iterator[Any]
+) -> Iterator[memoryview]:
+    """The bytes of each chunk, after checking an array chunk's dtype and shape
+    (:func:`~tensorfile.core.chunks.check_chunk`)."""
+    done = 0
+    for index, chunk in enumerate(chunks):
+        view = _chunk_view(name, dt, shape, chunk, index, done * 8 // dt.bits)
+        done += view.nbytes
+        yield view
+
+
+def _chunk_view(
+    name: str, dt: DType, shape: Sequence[int], chunk: Any, index: int, done: int
+) -> memoryview:
     if isinstance(chunk, np.ndarray | np.generic):
         arr = np.asarray(chunk)
         if arr.dtype != dt.numpy and arr.dtype.newbyteorder("<") != dt.numpy:
             raise InvalidArgumentError(
-                f"tensor {name!r} is {dt.ztensor_name}; a chunk is an array of {arr.dtype}"
+                f"tensor {name!r} is {dt.ztensor_name}; chunk {index} is an array of {arr.dtype}"
             )
+        check_chunk(name, shape, arr.shape, index=index, done=done)
         return bytes_view(np.ascontiguousarray(arr, dtype=dt.numpy))
     try:
         return memoryview(chunk).cast("B")
     except TypeError as exc:  # not a buffer, or a strided one
         raise InvalidArgumentError(
-            f"tensor {name!r}: a chunk must be an array or a contiguous byte buffer, got "
-            f"{type(chunk).__name__}: {exc}"
+            f"tensor {name!r}: chunk {index} must be an array or a contiguous byte buffer, "
+            f"got {type(chunk).__name__}: {exc}"
         ) from None
 
 
