@@ -14,6 +14,9 @@ What it measures (full size; ``--quick`` shrinks the files so a smoke test takes
 * ``open_header``: ``safe_open(path, "np")`` + ``keys()`` + ``metadata()`` (and closing the
   file) of a file with 100,000 tiny tensors, ``safetensors.safe_open`` against
   ``tensorfile.safetensors.safe_open``.
+* ``process_load_numpy`` / ``process_load_torch`` / ``process_load_torch_pread`` (``--only
+  load_process`` selects the three): the same loads, each in a fresh interpreter, as a user
+  sees them (wall time, load time and peak RSS); see ``benchmarks/process.py``.
 * ``view_all``: ``tensorfile.open(path)`` then ``.view(name)`` of every tensor of the 1 GiB
   file. The reference has no zero-copy equivalent, so only the absolute time is given. The
   views map the file without reading it, so its GB/s is "bytes made available per second",
@@ -45,6 +48,7 @@ Usage (from the repository root: ``benchmarks`` and ``tests`` are imported as pa
     .venv/bin/python -m benchmarks.run                 # full size, a couple of minutes
     .venv/bin/python -m benchmarks.run --quick         # 64 MiB / 10,000 tensors, repeat 3
     .venv/bin/python -m benchmarks.run --only load_numpy --repeat 9 --json out.json
+    .venv/bin/python -m benchmarks.run --only load_process     # fresh-process loads, ~2-3 min
 """
 
 from __future__ import annotations
@@ -86,12 +90,17 @@ from benchmarks.common import (
     page_in,
     timed,
 )
+from benchmarks.process import PROCESS_BENCHMARKS, PROCESS_GROUP, ProcessResult
+from benchmarks.process import markdown as process_markdown
+from benchmarks.process import runners as process_runners
 from benchmarks.zt import ZT_BENCHMARKS
 from benchmarks.zt import runners as zt_runners
 
 SPARK_BENCHMARKS = ("spark_write", "spark_read")
 REMOTE_BENCHMARKS = ("remote_header_small", "remote_header_big")
-ALL_BENCHMARKS = BENCHMARKS + ZT_BENCHMARKS + SPARK_BENCHMARKS + REMOTE_BENCHMARKS
+ALL_BENCHMARKS = (
+    BENCHMARKS + PROCESS_BENCHMARKS + ZT_BENCHMARKS + SPARK_BENCHMARKS + REMOTE_BENCHMARKS
+)
 
 # --------------------------------------------------------------------------- benchmarks
 
@@ -295,7 +304,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--repeat",
         type=int,
         default=None,
-        help="timed runs per implementation (default: 7 small, 5 for the 1 GiB file; 3 quick)",
+        help="timed runs per implementation (default: 7 small, 5 for the 1 GiB file, 7 for "
+        "the fresh-process rows; 3 quick)",
+    )
+    parser.add_argument(
+        "--settle",
+        type=float,
+        default=None,
+        help="seconds to wait before each fresh-process child, so the memory the previous "
+        "child freed goes back to the host (default: 3; 0 quick)",
     )
     parser.add_argument(
         "--quick",
@@ -305,14 +322,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--json", type=Path, default=None, help="also write the results here")
     parser.add_argument(
         "--only",
-        choices=ALL_BENCHMARKS,
+        choices=(*ALL_BENCHMARKS, PROCESS_GROUP),
         action="append",
         default=None,
-        help="run only this benchmark (may be given more than once)",
+        help=f"run only this benchmark (may be given more than once; {PROCESS_GROUP} selects "
+        "the fresh-process rows)",
     )
     args = parser.parse_args(argv)
     if args.repeat is not None and args.repeat < 1:
         parser.error("--repeat must be at least 1")
+    if args.settle is not None and args.settle < 0:
+        parser.error("--settle must not be negative")
+    if args.only is not None and PROCESS_GROUP in args.only:
+        args.only = [n for n in args.only if n != PROCESS_GROUP] + list(PROCESS_BENCHMARKS)
     return args
 
 
@@ -322,8 +344,11 @@ def main(argv: list[str] | None = None) -> int:
         big_numel, n_small, small, big = 1 << 20, 10_000, 3, 3
     else:
         big_numel, n_small, small, big = 1 << 24, 100_000, 7, 5
+    process_repeat, settle = (3, 0.0) if args.quick else (7, 3.0)
     if args.repeat is not None:
-        small = big = args.repeat
+        small = big = process_repeat = args.repeat
+    if args.settle is not None:
+        settle = args.settle
     cfg = Config(args.data.resolve(), big_numel, n_small, small, big)
     cfg.data.mkdir(parents=True, exist_ok=True)
 
@@ -352,12 +377,17 @@ def main(argv: list[str] | None = None) -> int:
         from benchmarks.remote_bench import runners as remote_runners
 
         runners.update(remote_runners(cfg))
+    process = process_runners(cfg, process_repeat, settle)
     results: list[Result] = []
+    process_results: list[ProcessResult] = []
     for name in ALL_BENCHMARKS:
         if name not in selected:
             continue
         print(f"running {name}...", file=sys.stderr, flush=True)
-        results.append(runners[name]())
+        if name in process:
+            process_results.append(process[name]())
+        else:
+            results.append(runners[name]())
         gc.collect()
 
     info = machine_info()
@@ -373,13 +403,30 @@ def main(argv: list[str] | None = None) -> int:
         f"{cfg.repeat_big} for the big file; medians; ratio = reference / tensorfile "
         f"(> 1: tensorfile faster); targets in parentheses are not in the issue"
     )
-    print()
-    print(markdown(results))
+    if results:
+        print()
+        print(markdown(results))
+    if process_results:
+        print()
+        print(
+            f"fresh processes: {process_repeat} children per library, alternated, "
+            f"{settle:g} s settle before each; medians; time ratios reference / tensorfile, "
+            "RSS ratio tensorfile / reference"
+        )
+        print()
+        print(process_markdown(process_results))
     if args.json is not None:
         payload = {
             "machine": info,
-            "config": {**asdict(cfg), "data": str(cfg.data), "quick": args.quick},
+            "config": {
+                **asdict(cfg),
+                "data": str(cfg.data),
+                "quick": args.quick,
+                "process_repeat": process_repeat,
+                "settle_s": settle,
+            },
             "results": [r.to_json() for r in results],
+            "process_results": [r.to_json() for r in process_results],
         }
         args.json.write_text(json.dumps(payload, indent=2) + "\n")
         print(f"\nwrote {args.json}", file=sys.stderr)
