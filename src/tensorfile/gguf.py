@@ -332,11 +332,11 @@ def _value(cur: _Cursor, type_id: int, key: str, budget: list[int]) -> GGUFValue
     if elem_fmt is not None:
         size = struct.calcsize(elem_fmt)
         raw = cur.take(count * size, f"metadata {key!r}")
-        items = [v[0] for v in struct.iter_unpack(elem_fmt, raw)]
+        items = list(struct.unpack(f"<{count}{elem_fmt[1:]}", raw))
         if elem_name == "bool":
             items = [bool(v) for v in items]
         elif elem_name == "float32":
-            bits = [v[0] for v in struct.iter_unpack("<I", raw)]
+            bits = list(struct.unpack(f"<{count}I", raw))
     else:
         items = cur.strings(count, f"metadata {key!r}")
     return GGUFValue("array", items, elem_name, bits)

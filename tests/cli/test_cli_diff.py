@@ -86,6 +86,7 @@ def test_diff_markdown(tmp_path: Path, capsys: Any) -> None:
 def test_diff_json(tmp_path: Path, capsys: Any) -> None:
     a, b = _pair(tmp_path)
     assert run_json(capsys, "diff", a, b) == {
+        "schema": 1,
         "identical": False,
         "a": str(a),
         "b": str(b),
@@ -194,8 +195,8 @@ def test_diff_data_text(tmp_path: Path, capsys: Any) -> None:
     assert "  ~ reshaped: shape [4] -> [2, 2]" in lines
     i = lines.index("data: 2 of 3 compared tensors differ")
     assert lines[i + 1 : i + 3] == [
-        "  ~ i: 1 elements differ, max |a - b| = 10",
-        "  ~ w: 2 elements differ, max |a - b| = 4",
+        "  ~ i: 1 element differs, max |a - b| = 10",
+        "  ~ w: 2 elements differ, max |a - b| = 4.0",
     ]
     assert lines[-1] == "the files differ"
 
@@ -218,7 +219,7 @@ def test_diff_data_json_and_markdown(tmp_path: Path, capsys: Any) -> None:
     assert r.code == 0
     lines = r.out.splitlines()
     i = lines.index("| tensor | differing elements | max abs diff |")
-    assert lines[i + 1 : i + 4] == ["|---|---:|---:|", "| `i` | 1 | 10 |", "| `w` | 2 | 4 |"]
+    assert lines[i + 1 : i + 4] == ["|---|---:|---:|", "| `i` | 1 | 10 |", "| `w` | 2 | 4.0 |"]
 
 
 def test_diff_data_only_difference_sets_exit_status(tmp_path: Path, capsys: Any) -> None:
@@ -234,7 +235,7 @@ def test_diff_data_only_difference_sets_exit_status(tmp_path: Path, capsys: Any)
     # ...the data does not
     r = run(capsys, "diff", a, b, "--data", "--fail-on-diff")
     assert r.code == 1
-    assert "  ~ model.embed.weight: 1 elements differ, max |a - b| = 4.5" in r.out.splitlines()
+    assert "  ~ model.embed.weight: 1 element differs, max |a - b| = 4.5" in r.out.splitlines()
     doc = run_json(capsys, "diff", a, b, "--data")
     assert doc["identical"] is False
     assert doc["data"]["differing"] == [
@@ -248,7 +249,7 @@ def test_diff_data_infinite_difference(tmp_path: Path, capsys: Any) -> None:
     r = run(capsys, "diff", a, b, "--data")
     assert r.code == 0
     # the one differing element differs by infinity, not by 0
-    assert "  ~ w: 1 elements differ, max |a - b| = inf" in r.out.splitlines(), r.out
+    assert "  ~ w: 1 element differs, max |a - b| = inf" in r.out.splitlines(), r.out
 
 
 # -- GGUF ----------------------------------------------------------------------------------------
@@ -276,7 +277,8 @@ def test_diff_gguf(tmp_path: Path, capsys: Any) -> None:
         "added": [],
         "removed": ["out.weight"],
         "changed": [
-            {"name": "tok.weight", "field": "shape", "a": [8, 4], "b": [16, 4]},
+            # row-major, as numpy wrote them (not ggml's innermost-first order)
+            {"name": "tok.weight", "field": "shape", "a": [4, 8], "b": [4, 16]},
             {"name": "tok.weight", "field": "byte_length", "a": 128, "b": 256},
         ],
     }

@@ -253,7 +253,7 @@ def test_glob_mixing_formats(tmp_path: Path, capsys: Any) -> None:
         ("bogus",),
         ("inspect",),
         ("inspect", "m.safetensors", "--bogus"),
-        ("inspect", "a", "b"),
+        ("diff", "a", "b", "c"),
         ("diff", "only-one"),
         ("diff", "a", "b", "--format", "xml"),
         ("meta", "m.safetensors", "--set"),

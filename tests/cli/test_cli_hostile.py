@@ -23,6 +23,7 @@ from tests.helpers.cli import (
     SCRIPT,
     Result,
     assert_one_error,
+    natural,
     run,
     run_proc,
     strict_json,
@@ -193,7 +194,7 @@ def test_json_output_is_exact(nasty: Any, capsys: Any, cmd: tuple[str, ...]) -> 
     _clean(r)  # escaped as JSON escapes...
     doc = strict_json(r.out)  # ...which decode to exactly the file's text
     if cmd[0] == "inspect":
-        assert [t["name"] for t in doc["tensors"]] == sorted(tensors)
+        assert [t["name"] for t in doc["tensors"]] == natural(tensors)
         assert doc["metadata"] == meta
     if cmd[0] == "meta":
         assert doc["metadata"] == meta
@@ -239,7 +240,7 @@ def test_error_and_warning_lines_are_escaped(tmp_path: Path, capsys: Any) -> Non
 
 def test_usage_errors_escape_the_arguments(tmp_path: Path, capsys: Any) -> None:
     for argv in (
-        ("inspect", "a", "\x1b[31m", "\u202e"),
+        ("diff", "a", "\x1b[31m", "\u202e"),
         ("diff", "a", "b", "--format", "\x1b]0;x\x07"),
         ("\x1b[2J",),
         ("meta", "m", "--\x1b"),
@@ -358,9 +359,21 @@ def test_globs_of_nothing_and_of_thousands(tmp_path: Path, capsys: Any) -> None:
 
 def test_unquoted_glob_expanded_by_the_shell_is_one_short_line(capsys: Any) -> None:
     extra = [f"file{i}.safetensors" for i in range(5000)]
-    r = run(capsys, "inspect", "a.safetensors", *extra)
+    r = run(capsys, "diff", "a.safetensors", "b.safetensors", *extra)
     message = assert_one_error(r, contains="unrecognized arguments")
     assert "and 4,995 more" in message and len(message) < 400
+
+
+def test_thousands_of_missing_files_end_with_one_short_line(capsys: Any) -> None:
+    # a glob the shell expanded for a command that takes several files: each is reported,
+    # and the closing line names a few, not all
+    paths = [f"missing{i}.safetensors" for i in range(3000)]
+    r = run(capsys, "summary", *paths)
+    assert r.code == 2 and r.out == ""
+    lines = r.err.splitlines()
+    assert len(lines) == 3001
+    assert lines[-1].startswith("tensorfile: error: 3,000 of 3,000 files could not be read: ")
+    assert lines[-1].endswith("and 2,995 more") and len(lines[-1]) < 400
 
 
 def test_sparse_tensor_claiming_terabytes(tmp_path: Path, capsys: Any) -> None:

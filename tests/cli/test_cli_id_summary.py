@@ -94,6 +94,7 @@ def test_id_json(tmp_path: Path, capsys: Any) -> None:
     assert run_json(capsys, "id", path) == {
         "schema": 1,
         "format": "safetensors",
+        "path": str(path),
         "structural_hash": KNOWN_ID,
         "tensor_count": 1,
         "metadata_count": 0,
@@ -103,6 +104,7 @@ def test_id_json(tmp_path: Path, capsys: Any) -> None:
     assert doc == {
         "schema": 1,
         "format": "ztensor",
+        "path": str(path),
         "structural_hash": _id(capsys, path),
         "tensor_count": 7,
         "metadata_count": 2,
@@ -251,6 +253,7 @@ def test_id_content_json(tmp_path: Path, capsys: Any) -> None:
     assert run_json(capsys, "id", path, "--content") == {
         "schema": 1,
         "format": "ztensor",
+        "path": str(path),
         "content_hash": _model_content(MODEL),
         "tensor_count": 7,
         "metadata_count": 2,
@@ -261,8 +264,9 @@ def test_id_content_gguf(tmp_path: Path, capsys: Any) -> None:
     tok = np.arange(32, dtype=np.float32).reshape(4, 8)
     out = np.arange(8, dtype=np.float16)
     path = write_gguf(tmp_path / "m.gguf", {"tok.weight": tok, "out.weight": out})
+    # shapes row-major, as in safetensors (not ggml's innermost-first order)
     want = _content(
-        {"tok.weight": ("F32", [8, 4], tok.tobytes()), "out.weight": ("F16", [8], out.tobytes())}
+        {"tok.weight": ("F32", [4, 8], tok.tobytes()), "out.weight": ("F16", [8], out.tobytes())}
     )
     assert _id(capsys, path, "--content") == want
 
@@ -307,6 +311,7 @@ def test_summary_json(tmp_path: Path, capsys: Any) -> None:
     assert run_json(capsys, "summary", zt) == {
         "schema": 1,
         "format": "ztensor",
+        "path": str(zt),
         "version": "1.0",
         "tensor_count": 7,
         "metadata_count": 2,

@@ -78,9 +78,9 @@ def test_inspect_human_thousands_and_sizes(tmp_path: Path, capsys: Any) -> None:
     assert r.code == 0
     lines = r.out.splitlines()
     assert lines[1] == (
-        f"header {header_size} bytes · 1 tensors · 8,192 parameters · 32.8 kB of tensor data"
+        f"header {header_size} bytes · 1 tensor · 8,192 parameters · 32.8 kB of tensor data"
     )
-    assert "metadata (0)" in lines
+    assert "no metadata" in lines
     assert table_rows(r.out, 3) == [["F32", "8,192", "32,768"]]
     assert table_rows(r.out, 5) == [["test.weight.0", "F32", "[64, 128]", "32,768", "[0, 32768)"]]
 
@@ -101,7 +101,7 @@ def test_inspect_human_metadata_escapes_and_truncates(tmp_path: Path, capsys: An
     lines = r.out.splitlines()
     start = lines.index("metadata (3):")
     assert lines[start + 1] == "  ctl: a\\nb\\tc"
-    assert lines[start + 2] == "  long: " + "x" * 117 + "..."
+    assert lines[start + 2] == "  long: " + "x" * 117 + "... (200 characters)"
     assert lines[start + 3] == "  plain: v"
 
 
@@ -138,14 +138,15 @@ def test_inspect_gguf_human(tmp_path: Path, capsys: Any) -> None:
         "  general.name: tiny",
         "  llama.block_count: 2",
     ]
-    assert table_rows(r.out, 3) == [["f16", "8", "16"], ["f32", "32", "128"]]
+    assert table_rows(r.out, 3) == [["F16", "8", "16"], ["F32", "32", "128"]]
     reader = gguf.GGUFReader(str(path))
     want = []
     for t in sorted(reader.tensors, key=lambda t: t.name):
         start = int(t.data_offset) - int(reader.data_offset)
-        shape = "[" + ", ".join(str(int(d)) for d in t.shape) + "]"
+        # row-major: the reverse of ggml's order, which the gguf reader keeps
+        shape = "[" + ", ".join(str(int(d)) for d in reversed(t.shape)) + "]"
         end = start + int(t.n_bytes)
-        dtype = t.tensor_type.name.lower()
+        dtype = t.tensor_type.name
         want.append([t.name, dtype, shape, f"{int(t.n_bytes):,}", f"[{start}, {end})"])
     assert table_rows(r.out, 5) == want
 
@@ -224,7 +225,7 @@ def test_inspect_shows_bracketed_names_verbatim(tmp_path: Path, capsys: Any) -> 
     r = run(capsys, "inspect", path, "--tree")
     assert r.code == 0
     assert "w[b]  F32 [2]  2" in r.out
-    assert "layers[bold]  1 parameters, 4 B" in r.out
+    assert "layers[bold]  1 parameter, 4 B" in r.out
 
 
 def test_inspect_bracket_closing_name_does_not_crash(tmp_path: Path) -> None:
@@ -344,8 +345,8 @@ def test_inspect_json_gguf(tmp_path: Path, capsys: Any) -> None:
     assert doc["version"] == "3"
     assert doc["tensor_count"] == 2
     assert doc["parameter_count"] == 40
-    assert doc["parameters_by_dtype"] == {"f16": 8, "f32": 32}
-    assert doc["bytes_by_dtype"] == {"f16": 16, "f32": 128}
+    assert doc["parameters_by_dtype"] == {"F16": 8, "F32": 32}
+    assert doc["bytes_by_dtype"] == {"F16": 16, "F32": 128}
     assert doc["total_bytes"] == 144
     assert doc["metadata"] == {
         "general.architecture": "llama",
@@ -363,8 +364,8 @@ def test_inspect_json_gguf(tmp_path: Path, capsys: Any) -> None:
         want.append(
             {
                 "name": t.name,
-                "dtype": t.tensor_type.name.lower(),
-                "shape": [int(d) for d in t.shape],
+                "dtype": t.tensor_type.name,
+                "shape": [int(d) for d in reversed(t.shape)],
                 "byte_length": int(t.n_bytes),
                 "data_offsets": [start, start + int(t.n_bytes)],
             }
@@ -449,4 +450,8 @@ def test_inspect_sharded_human(tmp_path: Path, capsys: Any) -> None:
         f"  model-00001-of-00002.safetensors  3 tensors, {b1} B",
         f"  model-00002-of-00002.safetensors  4 tensors, {b2} B",
     ]
-    assert [row[0] for row in table_rows(r.out, 5)] == sorted(MODEL)
+    rows = table_rows(r.out, 6)  # name, dtype, shape, bytes, offsets, shard
+    assert [row[0] for row in rows] == sorted(MODEL)
+    assert {row[0]: row[5] for row in rows} == {
+        n: f"model-0000{i}-of-00002.safetensors" for i, g in enumerate(groups, 1) for n in g
+    }

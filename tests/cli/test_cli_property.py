@@ -143,9 +143,16 @@ def test_any_argument_list_keeps_the_contract(corpus: dict[str, Any], data: Any)
     assert code in (0, 1, 2), (argv, code, err)
     assert "Traceback" not in err and "internal error" not in err, (argv, err)
     assert unsafe_chars(out) == [] and unsafe_chars(err) == [], (argv, out, err)
-    if code == 2:
+    errors = [line for line in err.splitlines() if line.startswith(ERROR_PREFIX)]
+    if code == 2 and len(errors) == 1:  # one path (or bad usage): one line, nothing else
         assert err.startswith(ERROR_PREFIX) and err.count("\n") == 1, (argv, err)
         assert out == "", (argv, out)
+    elif code == 2:  # several paths: one line per file that failed, then which ones
+        assert all(line.startswith(("tensorfile: error: ", "tensorfile: warning: "))
+                   for line in err.splitlines()), (argv, err)  # fmt: skip
+        assert errors[-1].split(": ")[2].endswith(("could not be read", "could not be edited"))
+        if "--json" in argv and out:
+            assert isinstance(strict_json(out), list), (argv, out)
     else:
         assert all(line.startswith("tensorfile: warning: ") for line in err.splitlines()), err
         json_mode = "--json" in argv and "--help" not in argv and "--version" not in argv

@@ -379,7 +379,7 @@ def test_no_manifest_and_a_fifo_shard(tmp_path: Path) -> None:
 def test_bad_arguments(batch: Path) -> None:
     ds = dataset.open(batch)
     for bad in ["1", 1.5, None, True]:
-        with pytest.raises(ValueError, match="integer"):
+        with pytest.raises(ValueError, match="integer"):  # "1": a key, on a batch dataset
             ds[bad]  # type: ignore[index]
         with pytest.raises(ValueError, match="integer"):
             next(ds.batches(bad))  # type: ignore[arg-type]

@@ -24,6 +24,7 @@ from tests.helpers.manifests import (
     SHARD_RE,
     assert_valid_manifest,
     load_manifest,
+    real_dtype,
     schema_errors,
 )
 from tests.helpers.samples import assert_same, assert_samples, expected_rows
@@ -327,10 +328,9 @@ def test_columns_keep_their_own_dtype(tmp_path: Path, np_type: Any, name: str) -
     values = (np.arange(12) % 5 > 1) if name == "BOOL" else np.arange(12).astype(np_type)
     values = values.reshape(4, 3)
     dataset.write({"v": values}, tmp_path, batch_size=4)
-    doc = load_manifest(tmp_path)
-    assert doc["schema"]["v"] == {"dtype": name, "shape": [4, 3]}
-    if name != "BOOL":  # BOOL is an extension the manifest schema does not list
-        assert_valid_manifest(tmp_path)
+    doc = assert_valid_manifest(tmp_path)  # BOOL: a U8 stand-in, the real dtype in tensorfile
+    assert doc["schema"]["v"] == {"dtype": "U8" if name == "BOOL" else name, "shape": [4, 3]}
+    assert real_dtype(doc, "v") == name
     assert_same(next(iter(ref_shards(tmp_path).values()))["v"], values)
     assert_samples(list(dataset.open(tmp_path)), expected_rows({"v": values}, 4))
 
@@ -359,8 +359,9 @@ def test_arrow_types_map_to_dtypes(tmp_path: Path, arrow_type: pa.DataType, name
         scalars = pa.array(np.array([1, 2, 3]).astype(arrow_type.to_pandas_dtype()), arrow_type)
     table = pa.table({"s": scalars})
     dataset.write(table, tmp_path, batch_size=3)
-    doc = load_manifest(tmp_path)
-    assert doc["schema"]["s"] == {"dtype": name, "shape": [3]}
+    doc = assert_valid_manifest(tmp_path)
+    assert doc["schema"]["s"] == {"dtype": "U8" if name == "BOOL" else name, "shape": [3]}
+    assert real_dtype(doc, "s") == name
     got = next(iter(ref_shards(tmp_path).values()))["s"]
     assert_same(got, scalars.to_numpy(zero_copy_only=False))
 
@@ -505,9 +506,10 @@ def test_bool_columns(tmp_path: Path, kind: str) -> None:
         "m": np.array([[True, False]] * 3 + [[False, True]] * 3),
     }
     dataset.write(make_input(kind, cols), tmp_path, batch_size=4)
-    doc = load_manifest(tmp_path)
-    assert doc["schema"]["b"]["dtype"] == "BOOL"
-    assert doc["schema"]["m"] == {"dtype": "BOOL", "shape": [4, 2]}
+    doc = assert_valid_manifest(tmp_path)  # the schema holds U8, tensorfile.dtypes BOOL
+    assert doc["schema"]["b"]["dtype"] == "U8"
+    assert doc["schema"]["m"] == {"dtype": "U8", "shape": [4, 2]}
+    assert doc["tensorfile"]["dtypes"] == {"b": "BOOL", "m": "BOOL"}
     shards = [reference_load(tmp_path, p) for p in listed_sorted(tmp_path)]
     assert_same(np.concatenate([s["b"] for s in shards]), cols["b"])
     assert_same(np.concatenate([s["m"] for s in shards]), cols["m"])
@@ -531,8 +533,9 @@ def test_bool_dtype_option(tmp_path: Path) -> None:
 def test_f8_dtype_option(tmp_path: Path, name: str, np_type: Any, torch_type: Any) -> None:
     x = np.linspace(-3, 3, 24, dtype=np.float32).reshape(8, 3)
     dataset.write({"v": x}, tmp_path, batch_size=8, dtype=name)
-    doc = load_manifest(tmp_path)
-    assert doc["schema"]["v"] == {"dtype": name, "shape": [8, 3]}
+    doc = assert_valid_manifest(tmp_path)
+    assert doc["schema"]["v"] == {"dtype": "U8", "shape": [8, 3]}
+    assert real_dtype(doc, "v") == name
     want = x.astype(np_type)
     # the reference numpy loader has no float8; its torch loader has
     ref = safetensors.torch.load_file(os.path.join(tmp_path, doc["shards"][0]["shard_path"]))

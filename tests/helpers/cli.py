@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -88,6 +89,16 @@ def assert_one_error(r: Result, *, code: int = 2, contains: str = "") -> str:
     assert message.strip(), "empty error message"
     assert contains in message, (contains, message)
     return message
+
+
+def natural(names: Any) -> list[str]:
+    """``names`` in natural order (``x.2`` before ``x.10``): runs of digits compare by
+    value. Written here independently of the command line's own key, as a test oracle."""
+
+    def key(name: str) -> list[Any]:
+        return [int(p) if i % 2 else p for i, p in enumerate(re.split(r"(\d+)", name))]
+
+    return sorted(names, key=lambda n: (key(n), n))
 
 
 def table_rows(text: str, columns: int) -> list[list[str]]:

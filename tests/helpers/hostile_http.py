@@ -11,8 +11,8 @@ the HTTP stack's defences (no pytest needed here).
   honest server, to combine with hostile ones).
 * :class:`ForwardProxy`: a threaded forwarding proxy: absolute-form ``GET`` requests are
   relayed to the target (127.0.0.1 only), ``CONNECT 127.0.0.1:port`` opens a tunnel; it
-  records every request line and ``Proxy-Authorization`` header, and can demand credentials
-  (407).
+  records every request line, ``Proxy-Authorization`` and ``User-Agent`` header, and can
+  demand credentials (407).
 * :func:`self_signed`: a certificate and key for 127.0.0.1 made with the ``openssl``
   command, and :func:`start_https_range_server`, the Range-honouring server of
   :mod:`.servers` behind TLS with it.
@@ -234,6 +234,7 @@ class ForwardProxy:
     require: str | None = None  # the Proxy-Authorization value demanded, if any
     lines: list[str] = field(default_factory=list)
     auth: list[str | None] = field(default_factory=list)
+    agents: list[str | None] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
@@ -246,6 +247,7 @@ class ForwardProxy:
         with self._lock:
             self.lines.append(f"{request.method} {request.target}")
             self.auth.append(given)
+            self.agents.append(request.headers.get("user-agent"))
         if self.require is not None and given != self.require:
             conn.sendall(reply(407, {"Proxy-Authenticate": "Basic", "Content-Length": "0"}))
             return False

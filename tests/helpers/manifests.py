@@ -48,6 +48,14 @@ def schema_errors(doc: dict[str, Any]) -> list[str]:
     )
 
 
+def real_dtype(doc: dict[str, Any], key: str, column: str | None = None) -> str:
+    """The dtype tensorfile's readers see for schema entry ``key`` (of ``column``, in KV
+    mode): the real one of ``tensorfile.dtypes`` when the schema's field holds a stand-in
+    (a dtype the JSON schema's pattern lacks, such as BOOL), else the schema's."""
+    real: dict[str, str] = (doc.get("tensorfile") or {}).get("dtypes") or {}
+    return real.get(column or key, doc["schema"][key]["dtype"])
+
+
 def listed(doc: dict[str, Any]) -> list[str]:
     """Shard paths listed by a manifest document, in manifest order."""
     return [s["shard_path"] for s in doc["shards"]]
@@ -89,3 +97,29 @@ def assert_consistent(folder: PathLike) -> dict[str, Any]:
 def shards_by_name(folder: PathLike) -> dict[str, dict[str, RawTensor]]:
     """Every listed shard of the dataset, parsed by hand, keyed by file name (sorted)."""
     return {p: read_shard(os.path.join(folder, p)) for p in listed_shards(folder)}
+
+
+# the bytes per element of each dtype the spec knows (§1.3), nothing else
+SPEC_BYTES = {"F16": 2, "F32": 4, "F64": 8, "BF16": 2, "U8": 1, "I8": 1}
+SPEC_BYTES |= {f"{s}{b}": b // 8 for s in "UI" for b in (16, 32, 64)}
+
+
+def reference_style_read(folder: PathLike) -> int:
+    """Read a dataset as a reader of the spec alone would: the manifest validated against the
+    JSON schema, its ``tensorfile`` field ignored, every schema dtype one of §1.3, and every
+    shard tensor the schema names as many bytes as its shape and the schema's dtype say.
+    Returns the number of tensors checked."""
+    doc = load_manifest(folder)
+    assert schema_errors(doc) == []
+    checked = 0
+    for s in doc["shards"]:
+        for name, tensor in read_shard(Path(folder) / s["shard_path"]).items():
+            info = doc["schema"].get(name)
+            if info is None:
+                continue
+            size = SPEC_BYTES[info["dtype"]]
+            for d in tensor.shape:
+                size *= d
+            assert len(tensor.data) == size, (name, info, tensor.dtype, tensor.shape)
+            checked += 1
+    return checked

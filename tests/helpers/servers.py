@@ -3,7 +3,9 @@ the fixtures that wrap them are in tests/remote/conftest.py and tests/sources/co
 
 * :func:`start_nginx`: nginx, which honours Range requests; installed from Debian's packages
   when missing. Its access log records each request's Range header, status and body bytes,
-  so tests can assert how many requests a read cost and how much it transferred.
+  so tests can assert how many requests a read cost and how much it transferred. Under
+  ``/moved/``, ``/permanent/``, ``/p308/`` and ``/t307/`` it redirects (302, 301, 308, 307:
+  :data:`REDIRECTS`) to the same path without the prefix.
 * :func:`start_range_server`: a Python server that honours single byte ranges like nginx and
   writes the same access log (nginx's stand-in where it cannot be installed).
 * :func:`start_plain_server`: Python's ``http.server``, which ignores Range and always sends
@@ -136,6 +138,9 @@ http {{
         listen 127.0.0.1:{port};
         root {root};
         location /moved/ {{ rewrite ^/moved/(.*)$ /$1 redirect; }}
+        location /permanent/ {{ rewrite ^/permanent/(.*)$ /$1 permanent; }}
+        location ~ ^/p308/(.*)$ {{ return 308 /$1; }}
+        location ~ ^/t307/(.*)$ {{ return 307 /$1; }}
     }}
 }}
 """
@@ -172,6 +177,10 @@ def start_nginx(tmp: Path) -> tuple[Server, Any]:
     return Server(f"http://127.0.0.1:{port}", root, log=log), proc
 
 
+REDIRECTS = {"/moved/": 302, "/permanent/": 301, "/p308/": 308, "/t307/": 307}
+"""Paths under which both servers redirect to the same path without the prefix, by status."""
+
+
 class _RangeHandler(http.server.SimpleHTTPRequestHandler):
     """Serves single byte ranges (``bytes=a-b``, ``bytes=a-``, ``bytes=-n``) like nginx, and
     logs each request in the nginx fixture's format."""
@@ -187,13 +196,14 @@ class _RangeHandler(http.server.SimpleHTTPRequestHandler):
             f.write(f"{self.command}\t{self.path}\t{rng}\t{status}\t{body}\n")
 
     def do_GET(self) -> None:
-        if self.path.startswith("/moved/"):
-            self.send_response(302)
-            self.send_header("Location", self.path[len("/moved") :])
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-            self._log(302, 0)
-            return
+        for prefix, status in REDIRECTS.items():
+            if self.path.startswith(prefix):
+                self.send_response(status)
+                self.send_header("Location", self.path[len(prefix) - 1 :])
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                self._log(status, 0)
+                return
         path = self.translate_path(self.path.split("?")[0])
         if not os.path.isfile(path):
             self.send_error(404)

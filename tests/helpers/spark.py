@@ -8,6 +8,7 @@ checks are in :mod:`tests.helpers.manifests`.
 from __future__ import annotations
 
 import os
+import sys
 from typing import Any
 
 from py4j.protocol import Py4JJavaError
@@ -38,3 +39,30 @@ def load(spark: Any, path: str | os.PathLike[str], **options: Any) -> Any:
     for k, v in options.items():
         r = r.option(k, v)
     return r.load(str(path))
+
+
+def python_without_tensorfile(folder: str | os.PathLike[str]) -> str:
+    """A ``python3`` in ``folder`` that runs this interpreter without its site-packages
+    (``-S``), so it cannot import tensorfile (or pyspark): the stand-in for a system Python
+    that Spark would find on ``PATH``. Returns its path."""
+    path = os.path.join(folder, "python3")
+    with open(path, "w") as f:
+        f.write(f'#!/bin/sh\nexec "{sys.executable}" -S "$@"\n')
+    os.chmod(path, 0o755)
+    return path
+
+
+def env_without_venv(first: str | os.PathLike[str]) -> dict[str, str]:
+    """This process's environment as a newcomer's shell has it: no ``PYSPARK_PYTHON``,
+    ``PYSPARK_DRIVER_PYTHON`` or ``PYTHONPATH``, and ``PATH`` without the directory of this
+    interpreter (the venv's ``bin``), with ``first`` in front."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "PYTHONPATH", "VIRTUAL_ENV")
+    }
+    venv_bin = os.path.dirname(os.path.abspath(sys.executable))
+    path = env.get("PATH", "").split(os.pathsep)
+    rest = [p for p in path if p and os.path.abspath(p) != venv_bin]
+    env["PATH"] = os.pathsep.join([os.fspath(first), *rest])
+    return env

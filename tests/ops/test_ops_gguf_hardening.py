@@ -42,7 +42,7 @@ def test_baseline_is_valid(tmp_path: Path) -> None:
     assert s.metadata["general.name"].value == "tiny"
     assert s.metadata["n"].value == 3
     assert [(t.name, t.dtype, t.shape, t.byte_length) for t in s.tensors] == [
-        ("w", "f32", (4, 2), 32)
+        ("w", "F32", (2, 4), 32)
     ]
     assert _load(tmp_path, _valid(version=2)).version == "2"
     aligned = _valid(kvs=[gguf_kv("general.alignment", 4, struct.pack("<I", 64))], alignment=64)

@@ -205,8 +205,9 @@ def test_inspect_gguf_against_gguf_reader(tmp_path: Path) -> None:
     assert r.version == "3"
     assert r.tensor_count == 3
     assert r.parameter_count == 80 + 64 + 4 * 32
-    assert r.parameters_by_dtype == {"f16": 64, "f32": 80, "q8_0": 128}
-    assert r.bytes_by_dtype == {"f16": 128, "f32": 320, "q8_0": 4 * 34}
+    # the gguf package's names of the types (upper-case), as safetensors names F32 and F16
+    assert r.parameters_by_dtype == {"F16": 64, "F32": 80, "Q8_0": 128}
+    assert r.bytes_by_dtype == {"F16": 128, "F32": 320, "Q8_0": 4 * 34}
     doc = r.to_json()
     assert json.loads(json.dumps(doc)) == doc
     assert doc["metadata"]["llama.block_count"] == 2
@@ -218,7 +219,9 @@ def test_inspect_gguf_against_gguf_reader(tmp_path: Path) -> None:
     assert r.header_size <= data_start
     for rt in reader.tensors:
         t = next(x for x in r.tensors if x.name == rt.name)
-        assert list(t.shape) == [int(d) for d in rt.shape]
+        # row-major: the reverse of ggml's order, which the gguf reader keeps
+        assert list(t.shape) == [int(d) for d in reversed(rt.shape)]
+        assert t.dtype == rt.tensor_type.name
         assert t.byte_length == int(rt.n_bytes)
         assert t.data_offsets[0] + data_start == int(rt.data_offset)
         assert t.parameters == int(rt.n_elements)

@@ -1,5 +1,6 @@
-"""The HTTP server of tests/sources: the Range-honouring Python server of
-:mod:`tests.helpers.servers` on 127.0.0.1, one per session."""
+"""The HTTP servers of tests/sources, one per session, on 127.0.0.1: the Range-honouring
+Python server of :mod:`tests.helpers.servers`, and Python's ``http.server``, which ignores
+Range."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.helpers.servers import Server, start_range_server
+from tests.helpers.servers import Server, start_plain_server, start_range_server
 
 
 @pytest.fixture(scope="session")
@@ -16,5 +17,12 @@ def range_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     root = tmp / "www"
     root.mkdir()
     server, stopper = start_range_server(root, tmp / "access.log")
+    yield server
+    stopper.terminate()
+
+
+@pytest.fixture(scope="session")
+def plain_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    server, stopper = start_plain_server(tmp_path_factory.mktemp("plain-server"))
     yield server
     stopper.terminate()

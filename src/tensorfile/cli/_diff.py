@@ -1,59 +1,160 @@
-"""``tensorfile diff`` and ``tensorfile meta``: render comparisons and metadata edits."""
+"""``tensorfile diff``: render a comparison as text, markdown or JSON.
+
+Names are listed in natural order (``layers.2`` before ``layers.10``); metadata values are
+cut to :data:`~._values.VALUE_LIMIT` characters as ``inspect`` cuts them (``--verbose``: whole);
+float32 values and statistics are shown at their own precision (``1e-05``).
+"""
 
 from __future__ import annotations
 
 import argparse
-import json
+import math
 import re
 from typing import Any
 
-from ..core.errors import InvalidArgumentError
-from ..ops import diff, edit_metadata, read_metadata
-from ..ops.diff import DiffResult
-from ._inspect import meta_text
+from ..core import dtypes
+from ..ops import diff, load
+from ..ops._structure import Structure
+from ..ops.diff import DataDiff, DiffResult
+from ._ident import SCHEMA
 from ._output import Output
+from ._progress import progress
+from ._text import natural_key, natural_sorted, plural, short_float, shortest32
+from ._values import VALUE_LIMIT, plain_metadata, value_text
 
-__all__ = ["run_diff", "run_meta"]
+__all__ = ["run_diff"]
 
 
-def _v(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False) if not isinstance(value, str) else repr(value)
+class _View:
+    """A :class:`DiffResult` as shown: names in natural order, metadata values as JSON
+    values (float32 at their own precision), statistics at their tensor's precision."""
+
+    def __init__(self, r: DiffResult, sa: Structure, sb: Structure, limit: int | None) -> None:
+        self.r = r
+        self.limit = limit  # None: values whole (JSON, --verbose)
+        a_keys = {*r.metadata_removed, *r.metadata_changed}  # only the values shown
+        b_keys = {*r.metadata_added, *r.metadata_changed}
+        ma = plain_metadata({k: sa.metadata[k] for k in a_keys}, limit)
+        mb = plain_metadata({k: sb.metadata[k] for k in b_keys}, limit)
+        self.added = natural_sorted(r.added)
+        self.removed = natural_sorted(r.removed)
+        self.changed = sorted(r.changed, key=lambda c: natural_key(c.name))  # stable
+        self.meta_added = {k: mb[k] for k in natural_sorted(r.metadata_added)}
+        self.meta_removed = {k: ma[k] for k in natural_sorted(r.metadata_removed)}
+        self.meta_changed = {k: (ma[k], mb[k]) for k in natural_sorted(r.metadata_changed)}
+        self.data = None if r.data is None else natural_sorted(r.data, key=_data_name)
+        self.kinds = {t.name: t.common_dtype for t in sa.tensors}
+
+    def v(self, value: Any) -> str:
+        """A value: strings quoted, others as JSON, cut to the limit."""
+        return value_text(value, self.limit, quoted=True)
+
+    def stat(self, d: DataDiff) -> float | int | None:
+        """``max |a - b|`` at the precision of the tensor's dtype: an integer for integer
+        tensors, the float32-shortest value for floats of 32 bits or less."""
+        x = d.max_abs_diff
+        if x is None or not math.isfinite(x):
+            return x
+        bits, kind = _precision(self.kinds.get(d.name, ""))
+        if kind in ("int", "uint", "bool"):
+            return int(x)
+        return shortest32(x) if bits <= 32 else x
+
+    def stat_text(self, d: DataDiff) -> str:
+        x = self.stat(d)
+        if x is None:
+            return ""
+        return str(x) if isinstance(x, int) else short_float(x)
+
+    def to_json(self) -> dict[str, Any]:
+        doc = self.r.to_json()
+        doc["tensors"] = {
+            "added": self.added,
+            "removed": self.removed,
+            "changed": [{"name": c.name, "field": c.field, "a": c.a, "b": c.b}
+                        for c in self.changed],
+        }  # fmt: skip
+        doc["metadata"] = {
+            "added": self.meta_added,
+            "removed": self.meta_removed,
+            "changed": {k: list(v) for k, v in self.meta_changed.items()},
+        }
+        if self.data is not None:
+            doc["data"]["differing"] = [
+                {"name": d.name, "differing_elements": d.differing_elements,
+                 "max_abs_diff": _json_number(self.stat(d))}
+                for d in self.data
+            ]  # fmt: skip
+        return {"schema": SCHEMA, **doc}
+
+
+def _data_name(d: DataDiff) -> str:
+    return d.name
+
+
+def _precision(common_dtype: str) -> tuple[int, str]:
+    """Bits of precision of a float dtype's components (complex64: 32) and its kind."""
+    try:
+        dt = dtypes.from_name(common_dtype)
+    except KeyError:
+        return 64, "float"
+    bits = dt.bits // 2 if dt.kind == "complex" else dt.bits
+    return bits, dt.kind
+
+
+def _json_number(x: float | int | None) -> float | int | str | None:
+    if isinstance(x, float) and not math.isfinite(x):
+        return "Infinity"  # |a - b|: never negative, and NaN is reported as infinite
+    return x
 
 
 def run_diff(args: argparse.Namespace, out: Output) -> int:
-    r = diff(args.a, args.b, data=args.data)
+    """``tensorfile diff A B``."""
+    sa, sb = load(args.a), load(args.b)
+    r = _diff(sa, sb, args.data, out)
+    whole = out.json_mode or args.verbose
+    view = _View(r, sa, sb, None if whole else VALUE_LIMIT)
     if out.json_mode:
-        out.json(r.to_json())
-    elif args.format == "md":
-        for line in _markdown(r):
-            out.line(line)
+        out.json(view.to_json())
     else:
-        for line in _text(r):
+        for line in _markdown(view) if args.format == "md" else _text(view):
             out.line(line)
     return 1 if args.fail_on_diff and not r.identical else 0
 
 
-def _text(r: DiffResult) -> list[str]:
+def _diff(sa: Structure, sb: Structure, data: bool, out: Output) -> DiffResult:
+    """:func:`tensorfile.ops.diff`, with a progress bar on a terminal's stderr while the
+    data is compared (``--data``)."""
+    if not data:
+        return diff(sa, sb)
+    with progress(out, "comparing") as report:
+        return diff(sa, sb, data=True, progress=report)
+
+
+def _text(w: _View) -> list[str]:
+    r = w.r
     lines = [f"a: {r.a}", f"b: {r.b}"]
-    n_changed = len({c.name for c in r.changed})
-    lines.append(f"tensors: {len(r.added)} added, {len(r.removed)} removed, {n_changed} changed")
-    lines += [f"  + {name}" for name in r.added]
-    lines += [f"  - {name}" for name in r.removed]
-    lines += [f"  ~ {c.name}: {c.field} {_v(c.a)} -> {_v(c.b)}" for c in r.changed]
-    n_meta = len(r.metadata_added) + len(r.metadata_removed) + len(r.metadata_changed)
+    n_changed = len({c.name for c in w.changed})
+    lines.append(f"tensors: {len(w.added)} added, {len(w.removed)} removed, {n_changed} changed")
+    lines += [f"  + {name}" for name in w.added]
+    lines += [f"  - {name}" for name in w.removed]
+    lines += [f"  ~ {c.name}: {c.field} {w.v(c.a)} -> {w.v(c.b)}" for c in w.changed]
     lines.append(
-        f"metadata: {len(r.metadata_added)} added, {len(r.metadata_removed)} removed, "
-        f"{len(r.metadata_changed)} changed"
+        f"metadata: {len(w.meta_added)} added, {len(w.meta_removed)} removed, "
+        f"{len(w.meta_changed)} changed"
     )
-    lines += [f"  + {k}: {_v(v)}" for k, v in r.metadata_added.items()]
-    lines += [f"  - {k}: {_v(v)}" for k, v in r.metadata_removed.items()]
-    lines += [f"  ~ {k}: {_v(a)} -> {_v(b)}" for k, (a, b) in r.metadata_changed.items()]
-    if r.data is not None:
-        lines.append(f"data: {len(r.data)} of {r.compared} compared tensors differ")
-        for d in r.data:
-            how = "" if d.max_abs_diff is None else f", max |a - b| = {d.max_abs_diff:g}"
-            lines.append(f"  ~ {d.name}: {d.differing_elements:,} elements differ{how}")
-    _ = n_meta
+    lines += [f"  + {k}: {w.v(v)}" for k, v in w.meta_added.items()]
+    lines += [f"  - {k}: {w.v(v)}" for k, v in w.meta_removed.items()]
+    lines += [f"  ~ {k}: {w.v(a)} -> {w.v(b)}" for k, (a, b) in w.meta_changed.items()]
+    if w.data is not None:
+        n = len(w.data)
+        verb = "differs" if n == 1 else "differ"
+        lines.append(f"data: {n:,} of {plural(r.compared, 'compared tensor')} {verb}")
+        for d in w.data:
+            stat = w.stat_text(d)
+            how = f", max |a - b| = {stat}" if stat else ""
+            verb = "differs" if d.differing_elements == 1 else "differ"
+            lines.append(f"  ~ {d.name}: {plural(d.differing_elements, 'element')} {verb}{how}")
     lines.append("identical" if r.identical else "the files differ")
     return lines
 
@@ -82,89 +183,34 @@ def _cell(text: str) -> str:
     return _MD_SPECIAL.sub(r"\\\1", text)
 
 
-def _markdown(r: DiffResult) -> list[str]:
+def _markdown(w: _View) -> list[str]:
+    r = w.r
     lines = [f"## diff {_code(r.a)} → {_code(r.b)}", ""]
     if r.identical:
         return [*lines, "Identical."]
-    if r.added or r.removed or r.changed:
+    if w.added or w.removed or w.changed:
         lines += ["| tensor | change | a | b |", "|---|---|---|---|"]
-        lines += [f"| {_code(n)} | added | | |" for n in r.added]
-        lines += [f"| {_code(n)} | removed | | |" for n in r.removed]
+        lines += [f"| {_code(n)} | added | | |" for n in w.added]
+        lines += [f"| {_code(n)} | removed | | |" for n in w.removed]
         lines += [
-            f"| {_code(c.name)} | {c.field} | {_cell(_v(c.a))} | {_cell(_v(c.b))} |"
-            for c in r.changed
+            f"| {_code(c.name)} | {c.field} | {_cell(w.v(c.a))} | {_cell(w.v(c.b))} |"
+            for c in w.changed
         ]
         lines.append("")
-    if r.metadata_added or r.metadata_removed or r.metadata_changed:
+    if w.meta_added or w.meta_removed or w.meta_changed:
         lines += ["| metadata key | change | a | b |", "|---|---|---|---|"]
-        lines += [f"| {_code(k)} | added | | {_cell(_v(v))} |" for k, v in r.metadata_added.items()]
+        lines += [f"| {_code(k)} | added | | {_cell(w.v(v))} |" for k, v in w.meta_added.items()]
         lines += [
-            f"| {_code(k)} | removed | {_cell(_v(v))} | |" for k, v in r.metadata_removed.items()
+            f"| {_code(k)} | removed | {_cell(w.v(v))} | |" for k, v in w.meta_removed.items()
         ]
         lines += [
-            f"| {_code(k)} | changed | {_cell(_v(a))} | {_cell(_v(b))} |"
-            for k, (a, b) in r.metadata_changed.items()
+            f"| {_code(k)} | changed | {_cell(w.v(a))} | {_cell(w.v(b))} |"
+            for k, (a, b) in w.meta_changed.items()
         ]
         lines.append("")
-    if r.data:
+    if w.data:
         lines += ["| tensor | differing elements | max abs diff |", "|---|---:|---:|"]
         lines += [
-            f"| {_code(d.name)} | {d.differing_elements:,} | "
-            f"{'' if d.max_abs_diff is None else f'{d.max_abs_diff:g}'} |"
-            for d in r.data
+            f"| {_code(d.name)} | {d.differing_elements:,} | {w.stat_text(d)} |" for d in w.data
         ]
     return lines
-
-
-def _pairs(items: list[str]) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for item in items:
-        key, eq, value = item.partition("=")
-        if not eq or not key:
-            raise InvalidArgumentError(f"--set expects KEY=VALUE, got {item!r}")
-        out[key] = value
-    return out
-
-
-def _printable(value: Any) -> Any:
-    """``value`` with every string made printable: a file name's non-UTF-8 bytes (which
-    Python reads as lone surrogates) become ``\\xff`` escapes, any other lone surrogate a
-    ``\\udcff`` one, so that no output line fails to encode."""
-    if isinstance(value, str):
-        try:
-            value.encode("utf-8")
-            return value
-        except UnicodeEncodeError:
-            try:
-                raw = value.encode("utf-8", "surrogateescape")
-                return raw.decode("utf-8", "backslashreplace")
-            except UnicodeEncodeError:
-                return value.encode("utf-8", "backslashreplace").decode("utf-8")
-    if isinstance(value, dict):
-        return {_printable(k): _printable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_printable(v) for v in value]
-    return value
-
-
-def run_meta(args: argparse.Namespace, out: Output) -> int:
-    path = _printable(args.path)
-    if not (args.set or args.delete or args.clear):
-        meta = _printable(read_metadata(args.path))
-        if out.json_mode:
-            out.json({"schema": 1, "path": path, "metadata": meta})
-        else:
-            for key in sorted(meta):
-                out.line(f"{key}: {meta_text(meta[key])}")
-        return 0
-    r = edit_metadata(args.path, set=_pairs(args.set), delete=args.delete, clear=args.clear)
-    after = _printable(r.after)
-    if out.json_mode:
-        out.json({"schema": 1, "path": path, "metadata": after, "before": _printable(r.before),
-                  "method": r.method, "files": _printable(r.paths)})  # fmt: skip
-    else:
-        how = "cloned" if r.method == "reflink" else "copied"
-        out.line(f"updated {len(r.paths)} file(s) atomically (tensor bytes {how})")
-        for key in sorted(after):
-            out.line(f"{key}: {meta_text(after[key])}")
-    return 0

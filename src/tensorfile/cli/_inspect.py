@@ -1,20 +1,30 @@
-"""``tensorfile inspect``, ``id`` and ``summary``: render what :mod:`tensorfile.ops` found."""
+"""``tensorfile inspect``: render what :func:`tensorfile.ops.inspect` found.
+
+Tensors are listed in natural order (``layers.2`` before ``layers.10``), in the table, the
+tree and ``--json`` alike; metadata values are cut to :data:`~._values.VALUE_LIMIT`
+characters unless ``--verbose``; a table with no rows is not drawn.
+"""
 
 from __future__ import annotations
 
 import argparse
 import os
+from typing import Any
 
 from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
-from ..ops import content_hash, inspect, load, structural_hash
-from ..ops._structure import Structure, TensorEntry
-from ..ops.inspect import InspectResult, ModuleGroup, json_metadata, module_tree
+from ..ops import inspect
+from ..ops._structure import TensorEntry
+from ..ops.inspect import InspectResult, ModuleGroup, module_tree
+from ._each import for_each
 from ._output import Output, human_bytes, printable
+from ._progress import HASH_DELAY, progress
+from ._text import natural_key, natural_sorted, plural
+from ._values import VALUE_LIMIT, plain_metadata, value_text
 
-__all__ = ["run_id", "run_inspect", "run_summary"]
+__all__ = ["cell", "inspect_json", "label", "run_inspect"]
 
 DEFAULT_ROWS = 200
 
@@ -23,18 +33,8 @@ def _shape(t: TensorEntry) -> str:
     return "[" + ", ".join(str(d) for d in t.shape) + "]"
 
 
-def meta_text(value: object, limit: int | None = None) -> str:
-    """A metadata value for a terminal: made :func:`printable` (``\\n``, ``\\x7f``,
-    ``\\u202e``), optionally cut to ``limit`` characters.
-
-    Example:
-        >>> meta_text("a\\nb"), meta_text("x" * 10, 6)
-        ('a\\\\nb', 'xxx...')
-    """
-    text = printable(str(value))
-    if limit is not None and len(text) > limit:
-        text = text[: limit - 3] + "..."
-    return text
+def _name(t: TensorEntry) -> str:
+    return t.name
 
 
 def cell(text: str) -> Text:
@@ -58,36 +58,64 @@ def label(text: str) -> Text:
     return Text(printable(text), overflow="fold", no_wrap=False)
 
 
+def inspect_json(r: InspectResult) -> dict[str, Any]:
+    """The ``--json`` document of one file: :meth:`InspectResult.to_json`, its tensors in
+    natural order and float32 metadata values at their own precision.
+
+    Example:
+        >>> import numpy as np, os, tempfile
+        >>> from tensorfile.safetensors.numpy import save_file
+        >>> path = os.path.join(tempfile.mkdtemp(), "m.safetensors")
+        >>> save_file({f"l.{i}": np.zeros(1, np.int8) for i in (10, 9)}, path)
+        >>> [t["name"] for t in inspect_json(inspect(path))["tensors"]]
+        ['l.9', 'l.10']
+    """
+    doc = r.to_json()
+    doc["metadata"] = plain_metadata(r.metadata)
+    doc["tensors"] = natural_sorted(doc["tensors"], key=lambda t: t["name"])
+    return doc
+
+
 def run_inspect(args: argparse.Namespace, out: Output) -> int:
-    r = inspect(args.path)
-    if out.json_mode:
-        out.json(r.to_json())
-        return 0
-    _header(r, out)
-    if args.tree:
-        out.render(_tree(module_tree(r.tensors), r, out.console.width))
-        return 0
-    _tensors(r, out, verbose=args.verbose)
-    return 0
+    """``tensorfile inspect PATH...``."""
+
+    def read(path: str) -> InspectResult:
+        with progress(out, "hashing the header", unit="items", delay=HASH_DELAY) as report:
+            return inspect(path, progress=report)
+
+    def show(r: InspectResult, _label: str | None) -> None:
+        _header(r, out, verbose=args.verbose)
+        if args.tree:
+            out.render(_tree(module_tree(r.tensors), r, out.console.width))
+        else:
+            _tensors(r, out, verbose=args.verbose)
+
+    return for_each(args.path, out, read, inspect_json, show)
 
 
-def _header(r: InspectResult, out: Output) -> None:
+def _header(r: InspectResult, out: Output, *, verbose: bool) -> None:
     version = f" {r.version}" if r.version else ""
     out.line(f"{r.format}{version}  {r.path}")
     out.line(
-        f"header {r.header_size:,} bytes · {r.tensor_count:,} tensors · "
-        f"{r.parameter_count:,} parameters · {human_bytes(r.total_bytes)} of tensor data"
+        f"header {plural(r.header_size, 'byte')} · {plural(r.tensor_count, 'tensor')} · "
+        f"{plural(r.parameter_count, 'parameter')} · {human_bytes(r.total_bytes)} of tensor data"
     )
     out.line(f"structural hash {r.structural_hash}")
     if r.shards:
-        out.line(f"{len(r.shards)} shards:")
+        out.line(f"{plural(len(r.shards), 'shard')}:")
         for s in r.shards:
-            out.line(f"  {os.path.basename(s.path)}  {s.tensor_count:,} tensors, "
+            out.line(f"  {os.path.basename(s.path)}  {plural(s.tensor_count, 'tensor')}, "
                      f"{human_bytes(s.total_bytes)}")  # fmt: skip
-    meta = json_metadata(r.metadata)
-    out.line(f"metadata ({len(meta)})" + (":" if meta else ""))
-    for key in sorted(meta):
-        out.line(f"  {key}: {meta_text(meta[key], 120)}")
+    limit = None if verbose else VALUE_LIMIT
+    meta = plain_metadata(r.metadata, limit)
+    if meta:
+        out.line(f"metadata ({len(meta):,}):")
+        for key in natural_sorted(meta):
+            out.line(f"  {key}: {value_text(meta[key], limit)}")
+    else:
+        out.line("no metadata")
+    if not r.parameters_by_dtype:  # no tensors: no table of nothing
+        return
     table = Table(title=None, show_edge=False)
     table.add_column("dtype")
     table.add_column("parameters", justify="right")
@@ -98,23 +126,32 @@ def _header(r: InspectResult, out: Output) -> None:
 
 
 def _tensors(r: InspectResult, out: Output, *, verbose: bool) -> None:
+    if not r.tensors:
+        return
     table = Table(show_edge=False)
     table.add_column("name", overflow="fold")
     table.add_column("dtype")
     table.add_column("shape")
     table.add_column("bytes", justify="right")
     table.add_column("offsets", justify="right", no_wrap=True)
-    shown = r.tensors if verbose or len(r.tensors) <= DEFAULT_ROWS else r.tensors[:DEFAULT_ROWS]
+    if r.shards:
+        table.add_column("shard", overflow="fold")
+    ordered = natural_sorted(r.tensors, key=_name)
+    shown = ordered if verbose or len(ordered) <= DEFAULT_ROWS else ordered[:DEFAULT_ROWS]
     for t in shown:
         notes = [n for n in (t.layout, t.encoding) if n not in ("dense", "raw")]
         extra = f" ({', '.join(notes)})" if notes else ""
-        table.add_row(
-            cell(t.name), cell(t.dtype + extra), _shape(t), f"{t.byte_length:,}",
+        row = [
+            cell(t.name), cell(t.dtype + extra), cell(_shape(t)), cell(f"{t.byte_length:,}"),
             cell(f"[{t.data_offsets[0]}, {t.data_offsets[1]})"),
-        )  # fmt: skip
+        ]  # fmt: skip
+        if r.shards:
+            row.append(cell(os.path.basename(t.shard) if t.shard else ""))
+        table.add_row(*row)
     out.render(table)
     if len(shown) < len(r.tensors):
-        out.line(f"... {len(r.tensors) - len(shown):,} more tensors (--verbose lists them all)")
+        more = plural(len(r.tensors) - len(shown), "more tensor")
+        out.line(f"... {more} (--verbose lists them all)")
 
 
 TREE_DEPTH = 16
@@ -122,8 +159,12 @@ TREE_DEPTH = 16
 drawn, with a note (each level takes 4 columns of guides)."""
 
 
+def _prefix(g: ModuleGroup) -> str:
+    return g.prefix
+
+
 def _tree(root: ModuleGroup, r: InspectResult, width: int) -> Tree:
-    tree = Tree(label(f"{os.path.basename(r.path)}  {root.parameters:,} parameters"))
+    tree = Tree(label(f"{os.path.basename(r.path)}  {plural(root.parameters, 'parameter')}"))
     depth_limit = max(1, min(TREE_DEPTH, (width - 40) // 4))
     stack: list[tuple[Tree, ModuleGroup, int]] = [(tree, root, 0)]
     while stack:  # no recursion: a file can nest names as deep as it likes
@@ -132,12 +173,13 @@ def _tree(root: ModuleGroup, r: InspectResult, width: int) -> Tree:
         if depth >= depth_limit and group.children:
             _flat(node, group, cut)
             continue
-        for child in group.children:
+        for child in natural_sorted(group.children, key=_prefix):
             text = (
-                f"{child.prefix[cut:]}  {child.parameters:,} parameters, {human_bytes(child.bytes)}"
+                f"{child.prefix[cut:]}  {plural(child.parameters, 'parameter')}, "
+                f"{human_bytes(child.bytes)}"
             )
             stack.append((node.add(label(text)), child, depth + 1))
-        for t in group.tensors:
+        for t in natural_sorted(group.tensors, key=_name):
             node.add(label(f"{t.name[cut:]}  {t.dtype} {_shape(t)}  {t.parameters:,}"))
     return tree
 
@@ -150,44 +192,6 @@ def _flat(node: Tree, group: ModuleGroup, cut: int) -> None:
         g = pending.pop()
         tensors.extend(g.tensors)
         pending.extend(g.children)
-    node.add(label(f"({len(tensors):,} tensors in modules nested deeper, listed flat)"))
-    for t in sorted(tensors, key=lambda t: t.name):
+    node.add(label(f"({plural(len(tensors), 'tensor')} in modules nested deeper, listed flat)"))
+    for t in sorted(tensors, key=lambda t: natural_key(t.name)):
         node.add(label(f"{t.name[cut:]}  {t.dtype} {_shape(t)}  {t.parameters:,}"))
-
-
-def run_id(args: argparse.Namespace, out: Output) -> int:
-    s = load(args.path)
-    key = "content_hash" if args.content else "structural_hash"
-    digest = _content(args.path, s, out) if args.content else structural_hash(s)
-    if out.json_mode:
-        counts = {"tensor_count": len(s.tensors), "metadata_count": len(s.metadata)}
-        out.json({"schema": 1, "format": s.format, key: digest, **counts})
-    else:
-        out.line(digest)
-    return 0
-
-
-def _content(path: str, s: Structure, out: Output) -> str:
-    total = sum(t.byte_length for t in s.tensors)
-    if total < 64 << 20 or not out.err_console.is_terminal:
-        return content_hash(path)
-    from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
-
-    columns = (BarColumn(), DownloadColumn(), TimeRemainingColumn())
-    with Progress(*columns, console=out.err_console, transient=True) as bar:
-        task = bar.add_task("hashing", total=total)
-        return content_hash(path, lambda done, _t: bar.update(task, completed=done))
-
-
-def run_summary(args: argparse.Namespace, out: Output) -> int:
-    s = load(args.path)
-    line = (
-        f"{s.format},{s.version or 'N/A'},{len(s.tensors)},{len(s.metadata)},{structural_hash(s)}"
-    )
-    if out.json_mode:
-        out.json({"schema": 1, "format": s.format, "version": s.version,
-                  "tensor_count": len(s.tensors), "metadata_count": len(s.metadata),
-                  "structural_hash": structural_hash(s)})  # fmt: skip
-    else:
-        out.line(line)
-    return 0

@@ -5,11 +5,17 @@ totals, and the schema of every tensor key. A shard's ``samples_count`` is the n
 it stores, as the reference connector writes it: a shard zero-padded to a full batch
 (``tail_strategy="pad"``) counts its padding rows too, and so does ``total_samples``.
 tensorfile adds one field the schema allows (its top level takes any other property), a
-``tensorfile`` object recording the write mode, the columns, the KV separator and, for padded
-shards, how many of their rows are real::
+``tensorfile`` object recording the write mode, the columns, the KV separator, for padded
+shards how many of their rows are real and, for columns of a dtype the schema's ``dtype``
+pattern lacks (BOOL, the F8 types, ...), the real dtype::
 
-    "tensorfile": {"mode": "batch", "columns": ["x"], "kv_separator": "__", "name_col": null,
+    "tensorfile": {"mode": "batch", "columns": ["x", "m"], "kv_separator": "__",
+                   "name_col": null, "dtypes": {"m": "BOOL"},
                    "real_samples": {"part-00000-0002-<uuid>.safetensors": 3}}
+
+The schema entry of such a column holds a stand-in the JSON schema allows (U8 for BOOL:
+:mod:`~tensorfile.dataset.spec_dtypes`), so the manifest validates; a :class:`Manifest`
+always holds the real dtypes, and ``tensorfile.dtypes`` is checked against the stand-ins.
 
 ``real_samples`` maps the file name of each padded shard to its number of real rows, which
 come first; a shard it does not name (every shard, in a manifest without the field, such as
@@ -25,7 +31,8 @@ deep enough to exhaust the stack, then every field's type and range (counts are 
 from 0 to 2**63-1, totals add up, shard paths are relative ``.safetensors`` paths inside the
 folder, each listed once, the schema maps names to a known dtype and a shape of at most
 :data:`MAX_DIMS` dimensions, ``tensorfile.real_samples`` is an object naming listed shards of
-a batch-mode dataset, each with an integer (not a boolean) from 0 to its ``samples_count``).
+a batch-mode dataset, each with an integer (not a boolean) from 0 to its ``samples_count``,
+``tensorfile.dtypes`` gives columns of the schema known dtypes whose stand-ins the schema holds).
 Anything else is a :class:`~tensorfile.errors.FormatError` saying what is wrong and where.
 
 Example:
@@ -38,6 +45,12 @@ Example:
     >>> back = Manifest.from_json(doc)
     >>> back.total_samples, back.real_total, [s.samples for s in back.shards]
     (8, 5, [4, 1])
+    >>> m = Manifest([], {"m": {"dtype": "BOOL", "shape": [4]}}, columns=["m"])
+    >>> doc = m.to_json()
+    >>> doc["schema"]["m"]["dtype"], doc["tensorfile"]["dtypes"]
+    ('U8', {'m': 'BOOL'})
+    >>> Manifest.from_json(doc).schema["m"]["dtype"]
+    'BOOL'
 """
 
 from __future__ import annotations
@@ -61,6 +74,8 @@ from ._json import parse_json
 from ._json import shard_path as _shard_path
 from ._json import show as _show
 from .files import INDEX_NAME, MANIFEST_NAME, check_shard_file, read_bounded
+from .spec_dtypes import decode as _decode_dtypes
+from .spec_dtypes import encode as _encode_dtypes
 
 __all__ = [
     "INDEX_NAME",
@@ -153,6 +168,19 @@ class Manifest:
             return sorted(self.schema)
         return sorted({k.rpartition(self.kv_separator)[2] for k in self.schema})
 
+    def column_of(self) -> dict[str, str]:
+        """The column of each schema key (itself in batch mode; KV: the name's column).
+
+        Example:
+            >>> Manifest([], {"a__v": {"dtype": "F32", "shape": [2]}}, mode="kv",
+            ...          columns=["v"]).column_of()
+            {'a__v': 'v'}
+        """
+        if self.mode == "batch":
+            return {k: k for k in self.schema}
+        columns = self.tensor_columns()
+        return {k: split_key(k, self.kv_separator, columns)[1] for k in self.schema}
+
     def sample_schema(self) -> dict[str, dict[str, Any]]:
         """Per column: dtype and the shape of one sample (batch mode drops the batch axis)."""
         out: dict[str, dict[str, Any]] = {}
@@ -185,14 +213,19 @@ class Manifest:
         return sum(s.bytes for s in self.shards)
 
     def to_json(self) -> dict[str, Any]:
-        """The manifest document (``tensorfile.real_samples`` only when a shard is padded)."""
+        """The manifest document: valid against the spec's JSON schema (stand-ins for the
+        dtypes its pattern lacks, whose real dtypes go to ``tensorfile.dtypes``);
+        ``tensorfile.real_samples`` only when a shard is padded."""
         shards = sorted(self.shards, key=lambda s: s.shard_path)
+        schema, real_dtypes = _encode_dtypes(self.schema, self.column_of())
         extra: dict[str, Any] = {
             "mode": self.mode,
             "columns": self.columns,
             "kv_separator": self.kv_separator,
             "name_col": self.name_col,
         }
+        if real_dtypes:
+            extra["dtypes"] = real_dtypes
         real = {s.shard_path: s.real_samples for s in shards if s.real_samples is not None}
         if real:
             extra["real_samples"] = real
@@ -205,7 +238,7 @@ class Manifest:
                 {"shard_path": s.shard_path, "samples_count": s.samples_count, "bytes": s.bytes}
                 for s in shards
             ],
-            "schema": self.schema,
+            "schema": schema,
             "tensorfile": extra,
         }
 
@@ -250,7 +283,7 @@ class Manifest:
                 _fail(where, f"the schema does not describe column(s) {', '.join(missing)}")
         if extra["name_col"] is not None and extra["name_col"] in columns:
             _fail(where, f"the key column {extra['name_col']!r} is also a tensor column")
-        return cls(
+        manifest = cls(
             shards,
             schema,
             mode=mode,
@@ -258,6 +291,8 @@ class Manifest:
             kv_separator=extra["kv_separator"],
             name_col=extra["name_col"],
         )
+        manifest.schema = _decode_dtypes(schema, extra["dtypes"], manifest.column_of(), where)
+        return manifest
 
     def write(self, folder: str) -> None:
         """Write ``dataset_manifest.json`` atomically (temporary file + rename)."""
@@ -346,6 +381,7 @@ def _extra(raw: Any, where: str) -> dict[str, Any]:
         "kv_separator": sep,
         "name_col": name_col or None,
         "real_samples": raw.get("real_samples"),
+        "dtypes": raw.get("dtypes"),
     }
 
 

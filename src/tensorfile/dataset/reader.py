@@ -44,7 +44,7 @@ from typing import Any
 
 import numpy as np
 
-from ..core.errors import InvalidArgumentError, TensorNotFoundError
+from ..core.errors import InvalidArgumentError, InvalidTypeError, TensorNotFoundError
 from ..core.reader import Reader
 from ..sources import path_text
 from .index import read_index
@@ -127,8 +127,39 @@ class Dataset:
         self._reader(shard)
         return self._keys[shard.shard_path]
 
-    def __getitem__(self, index: int) -> dict[str, Any]:
-        """Sample ``index``: ``{column: array}`` (and ``"key"`` in KV mode)."""
+    def __getitem__(self, index: int | str) -> dict[str, Any]:
+        """Sample ``index``: ``{column: array}`` (and ``"key"`` in KV mode).
+
+        An integer is a position (negative counts from the end), in either mode. On a
+        key-value dataset a string is a key: ``ds["doc7"]`` is ``ds.get("doc7")``, and a key
+        the dataset does not hold raises :class:`~tensorfile.errors.TensorNotFoundError`
+        (also a ``KeyError``). A batch dataset has no keys: a string, like any index that is
+        not an integer (a bool, a float, None), raises
+        :class:`~tensorfile.errors.InvalidTypeError` (also a ``TypeError``).
+
+        Example:
+            >>> import numpy as np, os, tempfile
+            >>> from tensorfile import dataset
+            >>> kv = os.path.join(tempfile.mkdtemp(), "kv")
+            >>> _ = dataset.write({"id": ["doc7", "doc8"], "v": np.eye(2, dtype=np.float32)},
+            ...                   kv, name_col="id")
+            >>> ds = dataset.open(kv)
+            >>> ds["doc7"]["v"].tolist(), ds[-1]["key"], "doc8" in ds, "doc9" in ds
+            ([1.0, 0.0], 'doc8', True, False)
+            >>> try:
+            ...     ds["doc9"]
+            ... except KeyError as exc:
+            ...     print(type(exc).__name__)
+            TensorNotFoundError
+        """
+        if isinstance(index, str):
+            if self.mode == "kv":
+                return self.get(index)
+            raise InvalidTypeError(
+                f"{self.path} is a batch dataset: its samples are indexed by position, an "
+                f"integer (ds[0] to ds[{len(self) - 1}]), not by a key like {index!r}; keys "
+                "are for key-value datasets (written with name_col)"
+            )
         shard, row = self._locate(_as_int(index, "a sample index"))
         reader = self._reader(shard)
         if self.mode == "batch":
@@ -148,11 +179,25 @@ class Dataset:
         if self.mode != "kv":
             raise InvalidArgumentError("get(key) is for key-value datasets; use ds[i]")
         if not isinstance(key, str):
-            raise InvalidArgumentError(f"a key is a string, got {type(key).__name__}")
+            raise InvalidTypeError(f"a key is a string, got {type(key).__name__}")
         shard = self._shard_of_key(key)
         if shard is None:
             raise TensorNotFoundError(f"{self.path}: there is no sample with key {key!r}")
         return self._kv_sample(self._reader(shard), key)
+
+    def __contains__(self, key: object) -> bool:
+        """Whether a key-value dataset holds a sample of key ``key`` (found as :meth:`get`
+        finds it). Membership is by key: on a batch dataset, or for a key that is not a
+        string, it raises :class:`~tensorfile.errors.InvalidTypeError` rather than search
+        the samples for one equal to ``key``."""
+        if self.mode != "kv":
+            raise InvalidTypeError(
+                f"{self.path} is a batch dataset: it has no keys to test with 'in' "
+                "(its samples are indexed by position)"
+            )
+        if not isinstance(key, str):
+            raise InvalidTypeError(f"a key is a string, got {type(key).__name__}")
+        return self._shard_of_key(key) is not None
 
     def _shard_of_key(self, key: str) -> ShardEntry | None:
         """The shard holding ``key``: the index's answer when the shard's header confirms it;
@@ -229,15 +274,15 @@ class Dataset:
 
 
 def _as_int(value: Any, what: str) -> int:
-    """``value`` as an int (a Python or numpy integer, not a bool)."""
-    if isinstance(value, bool):
-        raise InvalidArgumentError(f"{what} must be an integer, got {value!r}")
+    """``value`` as an int (a Python or numpy integer, not a bool); anything else raises
+    :class:`~tensorfile.errors.InvalidTypeError` (an ``InvalidArgumentError`` and a
+    ``TypeError``)."""
+    if isinstance(value, (bool, np.bool_)):
+        raise InvalidTypeError(f"{what} must be an integer, got {value!r}")
     try:
         return operator.index(value)
     except TypeError:
-        raise InvalidArgumentError(
-            f"{what} must be an integer, got {type(value).__name__}"
-        ) from None
+        raise InvalidTypeError(f"{what} must be an integer, got {type(value).__name__}") from None
 
 
 def _stack(samples: list[dict[str, Any]]) -> dict[str, Any]:

@@ -313,10 +313,16 @@ def _first(path_or_data: PathOrData, fmt: Format | None) -> ByteRequest | None:
     return hint.first_request() if hint is not None else None
 
 
-def open_reader(path_or_data: PathOrData, *, format: str | None = None) -> Reader:
+def open_reader(
+    path_or_data: PathOrData, *, format: str | None = None, allow_full_download: bool | None = None
+) -> Reader:
     """Open a tensor file (a path, an ``http(s)://`` or fsspec URL, or its bytes) and return
     a :class:`~tensorfile.core.reader.Reader`. Over HTTP, the header costs one range request
     when it fits in the first 100,000 bytes, and each tensor one more.
+
+    From a server that ignores ``Range`` (it sends the whole file for every request),
+    tensorfile reads only as far as each read needs, keeps what it read, and reads at most
+    64 MiB unless ``allow_full_download=True`` (or ``$TENSORFILE_ALLOW_FULL_DOWNLOAD=1``).
 
     The format is detected from the first bytes unless ``format`` names it. The reader has
     ``keys()``, ``metadata``, ``info(name)``, ``view(name)`` (zero-copy, read-only),
@@ -331,12 +337,16 @@ def open_reader(path_or_data: PathOrData, *, format: str | None = None) -> Reade
         ('safetensors', (2, 2), np.float32(4.0))
     """
     fmt = get(format) if format is not None else None
-    with open_input(path_or_data, first=_first(path_or_data, fmt)) as source:
+    first = _first(path_or_data, fmt)
+    with open_input(path_or_data, first=first, allow_full_download=allow_full_download) as source:
         return (fmt or detect(source)).impl().open_reader(source)
 
 
-def read_catalog(path_or_data: PathOrData, *, format: str | None = None) -> Catalog:
-    """The catalog of a tensor file, from its header alone (the source is closed after).
+def read_catalog(
+    path_or_data: PathOrData, *, format: str | None = None, allow_full_download: bool | None = None
+) -> Catalog:
+    """The catalog of a tensor file, from its header alone (the source is closed after);
+    ``allow_full_download`` as for :func:`open_reader`.
 
     Example:
         >>> import numpy as np
@@ -345,7 +355,8 @@ def read_catalog(path_or_data: PathOrData, *, format: str | None = None) -> Cata
         (3,)
     """
     fmt = get(format) if format is not None else None
-    with open_input(path_or_data, first=_first(path_or_data, fmt)) as source:
+    first = _first(path_or_data, fmt)
+    with open_input(path_or_data, first=first, allow_full_download=allow_full_download) as source:
         try:
             return (fmt or detect(source)).impl().read_catalog(source)
         finally:

@@ -7,6 +7,23 @@
 * :func:`diff`: tensors and metadata added, removed and changed (and data, on request).
 * :func:`read_metadata` / :func:`edit_metadata`: metadata without touching the tensors.
 
+Shapes are row-major for every format (a GGUF header's innermost-first dimensions are
+reversed; only the structural hash writes them in the file's order, as weight-inspect does)
+and dtypes keep one vocabulary (``F32`` in safetensors and GGUF alike; GGUF's quantized types
+by their names, ``Q4_K``). A file without tensors gives empty tuples, lists and dicts, never
+None. :func:`~tensorfile.ops.inspect.brief_value` shortens a metadata value (a 150,000-token
+vocabulary) the way ``inspect`` shows it; :class:`DiffResult` carries whole values for it.
+
+Progress: the operations that can take long take ``progress``, a callable
+``(done, total) -> None`` called from the calling thread as work advances (``done`` only
+grows and ends at ``total``; the units are the operation's own):
+
+* :func:`structural_hash` and :func:`inspect` (``progress=`` keyword): metadata items
+  canonicalised (each item of an array counts) and tensors, after the header is read;
+* :func:`content_hash` (``progress``, second argument): bytes of tensor data hashed;
+* :func:`diff` with ``data=True`` (``progress=`` keyword): bytes of the first file's
+  tensors compared.
+
 What a file only claims is bounded before it is used: an ``*.index.json`` over
 :data:`MAX_INDEX_BYTES` (64 MiB) is refused unread, and a sparse tensor whose dense form is
 over :data:`MAX_DENSE_BYTES` (16 GiB) is refused by :func:`content_hash` and

@@ -65,8 +65,12 @@ class TensorEntry(NamedTuple):
 
     Attributes:
         name: the tensor's name.
-        dtype: the dtype as the file names it (``F32``, ``float32``, ``q4_k``).
-        shape: the shape as the file stores it (GGUF: innermost dimension first).
+        dtype: the dtype as the file names it (``F32``, ``float32``), GGUF's upper-cased
+            (``F32``, ``Q4_K``: the names safetensors and the ``gguf`` package use).
+        shape: the shape in row-major order, outermost dimension first, for every format
+            (GGUF's header lists dimensions innermost first: they are reversed, so a tensor
+            of shape ``(8, 30)`` has that shape in safetensors and GGUF alike; the
+            structural hash writes them back in the file's order).
         byte_length: stored bytes (zTensor: all components; GGUF: from ggml's block sizes,
             0 for a type tensorfile does not know).
         data_offsets: ``[start, end)`` as the header gives it (safetensors: relative to the
@@ -163,7 +167,8 @@ class Structure:
 
 
 def _entry(info: TensorInfo, fmt: Format, base: int) -> TensorEntry:
-    """A catalog entry as the file's header describes it."""
+    """A catalog entry as the file's header describes it (shapes row-major, as the catalog
+    has them)."""
     comps = info.components
     first: Component | None
     if len(comps) == 1:  # the common case: one stored piece
@@ -177,10 +182,11 @@ def _entry(info: TensorInfo, fmt: Format, base: int) -> TensorEntry:
         )
         nbytes = info.nbytes
     start, stop = (first.range.start - base, first.range.stop - base) if first else (0, 0)
+    dtype = info.dtype_name or info.dtype.name
     return TensorEntry(
         info.name,
-        info.dtype_name or info.dtype.name,
-        info.shape[::-1] if fmt.reversed_shapes else info.shape,
+        dtype.upper() if fmt.name == "gguf" else dtype,
+        info.shape,
         nbytes,
         (start, stop),
         None,

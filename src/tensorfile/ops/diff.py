@@ -22,11 +22,13 @@ Example:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
+from ..gguf import GGUFValue
 from ._dense import (
     CHUNK_BYTES,
     MAX_DENSE_BYTES,
@@ -140,10 +142,33 @@ def diff(
     *,
     data: bool = False,
     max_dense_bytes: int = MAX_DENSE_BYTES,
+    progress: Callable[[int, int], None] | None = None,
 ) -> DiffResult:
     """Compare two files, checkpoints or globs; ``data=True`` also compares tensor bytes,
     a bounded piece at a time (a sparse tensor whose dense form is over ``max_dense_bytes``
-    is refused with :class:`~tensorfile.errors.UnsupportedError` before any data is read)."""
+    is refused with :class:`~tensorfile.errors.UnsupportedError` before any data is read).
+
+    Shapes are compared row-major and dtypes in one vocabulary, so a tensor saved to
+    safetensors and to GGUF compares equal. Metadata values are reported whole, as JSON
+    values (a GGUF vocabulary as its list of 150,000 tokens): a renderer shortens them
+    with :func:`~tensorfile.ops.inspect.brief_value`, as ``inspect`` does.
+
+    ``progress(done, total)``, with ``data=True``, is called as tensor data is compared:
+    bytes of the first file's tensors (reading the headers and comparing metadata come
+    before, without reports).
+
+    Example:
+        >>> import numpy as np, os, tempfile
+        >>> from tensorfile.safetensors.numpy import save_file
+        >>> d = tempfile.mkdtemp()
+        >>> a, b = os.path.join(d, "a.safetensors"), os.path.join(d, "b.safetensors")
+        >>> save_file({"w": np.zeros(4, np.float32)}, a)
+        >>> save_file({"w": np.ones(4, np.float32)}, b)
+        >>> seen = []
+        >>> r = diff(a, b, data=True, progress=lambda done, total: seen.append((done, total)))
+        >>> [(d.name, d.differing_elements) for d in r.data], seen[-1]
+        ([('w', 4)], (16, 16))
+    """
     sa = load(a) if isinstance(a, str) else a
     sb = load(b) if isinstance(b, str) else b
     ta = {t.name: t for t in sa.tensors}
@@ -154,19 +179,19 @@ def diff(
         for key in ("dtype", "shape", "byte_length"):
             if fa[key] != fb[key]:
                 changed.append(TensorChange(name, key, fa[key], fb[key]))
-    ma, mb = json_metadata(sa.metadata), json_metadata(sb.metadata)
-    # compare values by their canonical text: a NaN equals itself, 1 (uint8) differs from 1.0
-    ca = {k: canonical_value(v) for k, v in sa.metadata.items()}
-    cb = {k: canonical_value(v) for k, v in sb.metadata.items()}
+    both = sorted(sa.metadata.keys() & sb.metadata.keys())
+    differ = [k for k in both if not _same_value(sa.metadata[k], sb.metadata[k])]
+    ma = json_metadata({k: sa.metadata[k] for k in (*differ, *(sa.metadata.keys() - both))})
+    mb = json_metadata({k: sb.metadata[k] for k in (*differ, *(sb.metadata.keys() - both))})
     result = DiffResult(
         sa.path,
         sb.path,
         sorted(tb.keys() - ta.keys()),
         sorted(ta.keys() - tb.keys()),
         changed,
-        {k: mb[k] for k in sorted(mb.keys() - ma.keys())},
-        {k: ma[k] for k in sorted(ma.keys() - mb.keys())},
-        {k: (ma[k], mb[k]) for k in sorted(ma.keys() & mb.keys()) if ca[k] != cb[k]},
+        {k: mb[k] for k in sorted(sb.metadata.keys() - sa.metadata.keys())},
+        {k: ma[k] for k in sorted(sa.metadata.keys() - sb.metadata.keys())},
+        {k: (ma[k], mb[k]) for k in differ},
     )
     if not data:
         return result
@@ -175,23 +200,41 @@ def diff(
         for n in sorted(ta.keys() & tb.keys())
         if _fields(ta[n])["dtype"] == _fields(tb[n])["dtype"] and ta[n].shape == tb[n].shape
     ]
-    diffs = _compare_data(sa, sb, same, max_dense_bytes)
-    return DiffResult(
-        result.a,
-        result.b,
-        result.added,
-        result.removed,
-        result.changed,
-        result.metadata_added,
-        result.metadata_removed,
-        result.metadata_changed,
-        diffs,
-        len(same),
-    )
+    diffs = _compare_data(sa, sb, same, max_dense_bytes, progress)
+    return replace(result, data=diffs, compared=len(same))
+
+
+# kinds whose canonical text is a function of the Python value alone (not of a float's sign
+# or bits): equal values have equal canonical texts
+_EXACT_KINDS = frozenset(
+    ("string", "bool", "uint8", "int8", "uint16", "int16", "uint32", "int32", "uint64", "int64")
+)
+
+
+def _same_value(x: Any, y: Any) -> bool:
+    """Whether two metadata values are the same, by their canonical text: a NaN equals
+    itself, 1 (uint8) differs from 1.0. Equal text and integer values (a vocabulary against
+    itself) are known to be the same without writing their canonical text."""
+    if type(x) is str and type(y) is str:
+        return x == y
+    if (
+        isinstance(x, GGUFValue)
+        and isinstance(y, GGUFValue)
+        and x.type == y.type
+        and x.element_type == y.element_type
+        and (x.element_type if x.type == "array" else x.type) in _EXACT_KINDS
+        and x.value == y.value
+    ):
+        return True
+    return canonical_value(x) == canonical_value(y)
 
 
 def _compare_data(
-    sa: Structure, sb: Structure, names: list[str], limit: int = MAX_DENSE_BYTES
+    sa: Structure,
+    sb: Structure,
+    names: list[str],
+    limit: int = MAX_DENSE_BYTES,
+    progress: Callable[[int, int], None] | None = None,
 ) -> list[DataDiff]:
     if sa.format == "gguf" or sb.format == "gguf":
         from ..core.errors import UnsupportedError
@@ -212,24 +255,37 @@ def _compare_data(
         for a, b, name in pairs:  # every refusal before the first byte of data
             check_densifiable(a.info(name), a.source.name, limit)
             check_densifiable(b.info(name), b.source.name, limit)
+        total = sum(ea[n].data_bytes for n in names)
+        done = [0, 0]  # bytes compared: up to the current tensor, of the current tensor
+
+        def advance(nbytes: int) -> None:
+            if progress is not None:
+                done[1] += nbytes
+                progress(min(done[0] + done[1], total), total)
+
+        advance(0)
         for a, b, name in pairs:
             with naming(a.source.name):
                 va = a.get_tensor(name)
             with naming(b.source.name):
                 vb = b.get_tensor(name)
-            found = _compare_values(name, va, vb)
+            found = _compare_values(name, va, vb, advance)
             if found is not None:
                 out.append(found)
+            done[0], done[1] = done[0] + ea[name].data_bytes, 0
+            advance(0)
     finally:
         for r in (*ra.values(), *rb.values()):
             r.close()
     return out
 
 
-def _compare_values(name: str, va: Any, vb: Any) -> DataDiff | None:
+def _compare_values(
+    name: str, va: Any, vb: Any, advance: Callable[[int], None] | None = None
+) -> DataDiff | None:
     """Compare two values of one dtype and shape, a bounded piece at a time (sparse ones
-    are densified piece by piece); an extension layout is compared by its components'
-    bytes."""
+    are densified piece by piece), calling ``advance(nbytes)`` after each piece; an
+    extension layout is compared by its components' bytes."""
     if is_extension(va) or is_extension(vb):
         return _compare_extension(name, va, vb)
     itemsize = max(1, np.dtype(_dtype(va)).itemsize)
@@ -239,6 +295,8 @@ def _compare_values(name: str, va: Any, vb: Any) -> DataDiff | None:
         d = _compare(name, xa, xb)
         if d is not None:
             found.append(d)
+        if advance is not None:
+            advance(xa.nbytes)
     if not found:
         return None
     deltas = [d.max_abs_diff for d in found if d.max_abs_diff is not None]

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import os
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,7 +25,15 @@ from ..gguf import GGUFValue
 from ._structure import ShardInfo, Structure, TensorEntry, load
 from .hash import structural_hash
 
-__all__ = ["InspectResult", "ModuleGroup", "inspect", "json_metadata", "module_tree"]
+__all__ = [
+    "BRIEF_CHARS",
+    "InspectResult",
+    "ModuleGroup",
+    "brief_value",
+    "inspect",
+    "json_metadata",
+    "module_tree",
+]
 
 SCHEMA = 1
 
@@ -89,8 +97,25 @@ class InspectResult:
 def json_metadata(metadata: Mapping[str, Any]) -> dict[str, Any]:
     """Metadata as JSON values (GGUF values unwrapped to numbers, booleans, text, lists;
     NaN and infinities, which JSON cannot hold, as the strings ``"NaN"``, ``"Infinity"``,
-    ``"-Infinity"``)."""
-    return {k: _plain(v.value if isinstance(v, GGUFValue) else v) for k, v in metadata.items()}
+    ``"-Infinity"``).
+
+    Example:
+        >>> json_metadata({"n": GGUFValue("array", [1.5, float("nan")], "float32"), "s": "x"})
+        {'n': [1.5, 'NaN'], 's': 'x'}
+    """
+    return {k: _json_value(v) for k, v in metadata.items()}
+
+
+def _json_value(value: Any) -> Any:
+    if isinstance(value, GGUFValue):
+        items = value.value
+        if value.type == "array":  # a vocabulary's 150,000 items: no call per item
+            if value.element_type not in ("float32", "float64"):
+                return list(items)
+            if all(map(math.isfinite, items)):
+                return list(items)
+        value = items
+    return _plain(value)
 
 
 def _plain(value: Any) -> Any:
@@ -101,8 +126,71 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def inspect(path: str | Structure) -> InspectResult:
-    """Inspect a file, sharded checkpoint or glob (or an already loaded Structure)."""
+BRIEF_CHARS = 120
+"""How many characters of a metadata value ``inspect`` shows (:func:`brief_value`)."""
+
+
+def brief_value(value: Any, verbose: bool = False, *, limit: int = BRIEF_CHARS) -> str:
+    """A metadata value as ``inspect`` shows it: its text (``str(value)``: text as it is,
+    a list as Python writes one, a GGUF value by its JSON value as :func:`json_metadata`
+    gives it), cut to ``limit`` characters ending in ``...`` unless ``verbose``.
+
+    Only the head of a long list is turned into text, so a 150,000-token vocabulary costs
+    microseconds, not a 600 kB line. The cut is made before any escaping for a terminal:
+    escaping the result and cutting it to ``limit`` again gives what escaping the whole
+    text and cutting it would (escapes only lengthen text).
+
+    Example:
+        >>> brief_value("short")
+        'short'
+        >>> brief_value(["tok"] * 150_000)[-12:], len(brief_value(["tok"] * 150_000))
+        ("ok', 'tok...", 120)
+        >>> brief_value(list(range(5)), limit=10), brief_value(list(range(5)), verbose=True)
+        ('[0, 1, ...', '[0, 1, 2, 3, 4]')
+        >>> brief_value(GGUFValue("array", [0.5, float("inf")], "float32"))
+        "[0.5, 'Infinity']"
+    """
+    if isinstance(value, GGUFValue):
+        value = _json_value(value)
+    if verbose:
+        return str(value)
+    text = _head(value, limit) if type(value) is list else str(value)
+    return text if len(text) <= limit else text[: max(0, limit - 3)] + "..."
+
+
+def _head(items: list[Any], limit: int) -> str:
+    """``str(items)``, or a prefix of it longer than ``limit`` characters."""
+    parts: list[str] = []
+    n = 1
+    for v in items:
+        text = repr(v)
+        n += len(text) + (2 if parts else 0)
+        parts.append(text)
+        if n > limit:
+            return "[" + ", ".join(parts)
+    return "[" + ", ".join(parts) + "]"
+
+
+def inspect(
+    path: str | Structure, *, progress: Callable[[int, int], None] | None = None
+) -> InspectResult:
+    """Inspect a file, sharded checkpoint or glob (or an already loaded Structure).
+
+    Shapes are row-major for every format and dtypes in the file's names, GGUF's
+    upper-cased (``F32``, ``Q4_K``); a file without tensors has empty ``tensors``,
+    ``parameters_by_dtype`` and ``bytes_by_dtype``. ``progress(done, total)`` is passed to
+    :func:`~tensorfile.ops.hash.structural_hash` (the one step that can take long: a
+    vocabulary-sized GGUF header).
+
+    Example:
+        >>> import numpy as np, os, tempfile
+        >>> from tensorfile.safetensors.numpy import save_file
+        >>> path = os.path.join(tempfile.mkdtemp(), "m.safetensors")
+        >>> save_file({"w": np.zeros((2, 3), np.float32)}, path)
+        >>> r = inspect(path)
+        >>> [(t.name, t.dtype, t.shape) for t in r.tensors], r.parameters_by_dtype
+        ([('w', 'F32', (2, 3))], {'F32': 6})
+    """
     s = load(path) if isinstance(path, str) else path
     params: dict[str, int] = defaultdict(int)
     nbytes: dict[str, int] = defaultdict(int)
@@ -120,7 +208,7 @@ def inspect(path: str | Structure) -> InspectResult:
         bytes_by_dtype=dict(sorted(nbytes.items())),
         total_bytes=sum(nbytes.values()),
         metadata=s.metadata,
-        structural_hash=structural_hash(s),
+        structural_hash=structural_hash(s, progress=progress),
         tensors=s.tensors,
         shards=s.shards,
         bytes_read=s.bytes_read,

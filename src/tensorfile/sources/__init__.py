@@ -66,10 +66,16 @@ def path_text(path: object) -> str:
 
 
 def open_path(
-    path: str | os.PathLike[str], *, first: ByteRequest | None = None, **options: Any
+    path: str | os.PathLike[str],
+    *,
+    first: ByteRequest | None = None,
+    allow_full_download: bool | None = None,
+    **options: Any,
 ) -> Source:
     """A source for a local path, an ``http(s)://`` URL or any fsspec URL. ``first`` is the
     first request of a remote source (the caller's format decides: the head or the tail).
+    ``allow_full_download`` is :class:`HTTPSource`'s (for a server that ignores ``Range``;
+    other sources need no such permission).
 
     Example:
         >>> import tempfile, os
@@ -84,7 +90,7 @@ def open_path(
         if scheme in ("http", "https"):
             from .remote import HTTPSource
 
-            return HTTPSource(text, first=first, **options)
+            return HTTPSource(text, first=first, allow_full_download=allow_full_download, **options)
         if scheme == "file":
             return LocalSource(text[len("file://") :])
         from .fsspec_source import FsspecSource
@@ -94,9 +100,14 @@ def open_path(
 
 
 @contextmanager
-def open_input(path_or_data: PathOrData, *, first: ByteRequest | None = None) -> Iterator[Source]:
+def open_input(
+    path_or_data: PathOrData,
+    *,
+    first: ByteRequest | None = None,
+    allow_full_download: bool | None = None,
+) -> Iterator[Source]:
     """A source for a path, URL or bytes, closed when the block fails (a reader built in the
-    block owns it on success).
+    block owns it on success). ``allow_full_download``: see :func:`open_path`.
 
     Example:
         >>> with open_input(b"abc") as src:
@@ -107,7 +118,7 @@ def open_input(path_or_data: PathOrData, *, first: ByteRequest | None = None) ->
     if isinstance(path_or_data, bytes | bytearray | memoryview):
         source = MemorySource(path_or_data)
     else:
-        source = open_path(path_or_data, first=first)
+        source = open_path(path_or_data, first=first, allow_full_download=allow_full_download)
     try:
         yield source
     except BaseException:

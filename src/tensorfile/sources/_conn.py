@@ -33,6 +33,7 @@ from collections.abc import Callable, Hashable
 from typing import Any
 
 from ._proxy import Proxy
+from ._request import USER_AGENT
 from ._urls import HttpURL
 
 __all__ = ["RECV_BUFFER", "Clock", "DeadlineExceeded", "Pool", "new_connection", "ssl_context"]
@@ -195,7 +196,9 @@ def new_connection(
             conn = _HTTPSConnection(url.host, url.port, clock, context)
         else:
             conn = _HTTPSConnection(proxy.host, proxy.port, clock, context)
-            tunnel = {"Proxy-Authorization": proxy.authorization} if proxy.authorization else {}
+            tunnel = {"User-Agent": USER_AGENT}
+            if proxy.authorization:
+                tunnel["Proxy-Authorization"] = proxy.authorization
             conn.set_tunnel(url.host, url.port, headers=tunnel)
     elif proxy is None:
         conn = _HTTPConnection(url.host, url.port, clock)

@@ -3,16 +3,25 @@
 :class:`HTTPFetcher` is all a remote source needs from HTTP: ``fetch(request)`` asks for a
 byte range (or the end of the file) and returns exactly those bytes with the file's size.
 A server can lie, so every reply is checked before its body is read, and no more body bytes
-are ever read than were asked for:
+are ever read than were asked for (or, from a server that ignores ``Range``, than the head
+of the file up to the end of what was asked for); nothing is allocated according to a size a
+server claims:
 
 * ``206``: the ``Content-Range`` must be exactly the range asked for (a range running past
   the end clipped to the file's size; a suffix ``bytes=-N`` the last ``min(N, size)``
   bytes), inside the file, with the size learnt earlier; a ``Content-Length`` must agree.
-* ``200`` (the server ignores ``Range``): only the head of the file is read, when that is
-  what was asked for; its ``Content-Length`` must be the file's size.
+* ``200`` (the server ignores ``Range``): the body is the whole file, read only as far as
+  needed and kept for later reads (:mod:`._prefix`): at most
+  :data:`~._prefix.FULL_DOWNLOAD_LIMIT` bytes (64 MiB) unless ``allow_full_download``. Its
+  ``Content-Length`` must be the file's size; a body shorter than it, or longer, is refused.
+* A web page (``Content-Type: text/html`` and HTML bytes) where the file should start is a
+  :class:`~._prefix.NotATensorFileError`: a directory listing is not a tensor file.
 * ``416`` only for a range past the end; a compressed body (``Content-Encoding``) or an
   unknown ``Transfer-Encoding`` is refused; numbers in headers are strict ASCII.
-* Redirects: at most 5, never to another scheme than http(s) nor from https to http.
+* Every request says ``User-Agent: tensorfile/<version>``.
+* Redirects: at most 5, never to another scheme than http(s) nor from https to http. A
+  permanent one (``301``, ``308``) at the start of the chain is remembered: the fetcher's next
+  requests go straight to its target (``302``, ``303`` and ``307`` are followed every time).
   Credentials (the token, ``user:password@`` of the URL, ``Authorization`` and ``Cookie``
   headers) go only to the origin (scheme, host and port) of the URL the caller gave.
 * Time: each socket operation has ``timeout``; each request (connecting, a proxy tunnel, the
@@ -38,24 +47,30 @@ Example:
 
 from __future__ import annotations
 
-import base64
 import http.client
-import math
-import os
-import re
+import select
+import socket
 import ssl
 import threading
 import time
 import urllib.parse
-from dataclasses import dataclass
 
 from ..core.errors import InvalidArgumentError, SourceError, SourceNotFoundError
 from ..core.source import ByteRequest, RangeRequest, ReadStats, SuffixRequest
 from . import _headers as hdr
+from . import _prefix
 from ._cache import Fetched
 from ._conn import Connection, DeadlineExceeded, Pool, clock_of, discard, new_connection
 from ._conn import ssl_context as _ssl_context
 from ._proxy import proxy_for
+from ._request import (
+    USER_AGENT,
+    Want,
+    authorization,
+    check_headers,
+    check_request,
+    positive,
+)
 from ._urls import HttpURL, parse_http_url, redact, scrub
 
 __all__ = ["MIN_SPEED", "Fetched", "HTTPFetcher", "redact"]
@@ -78,50 +93,6 @@ def _wait(seconds: float, stop_at: float) -> float:
 
 _STALE = (ConnectionResetError, BrokenPipeError, ConnectionAbortedError)
 _FOREIGN = (OSError, http.client.HTTPException, ValueError)
-_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
-_BAD_VALUE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
-_TOKEN = re.compile(r"[\x21-\x7e]+")
-_OURS = {"range", "host", "accept-encoding", "proxy-authorization"}
-_ORIGIN_ONLY = {"authorization", "cookie"}
-
-
-@dataclass(frozen=True, slots=True)
-class _Want:
-    """A request and what a reply to it must hold."""
-
-    request: ByteRequest
-
-    @property
-    def spec(self) -> str:
-        r = self.request
-        if isinstance(r, SuffixRequest):
-            return f"bytes=-{r.length}"
-        return f"bytes={r.start}-{r.stop - 1}"
-
-    @property
-    def nbytes(self) -> int:
-        r = self.request
-        return r.length if isinstance(r, SuffixRequest) else r.stop - r.start
-
-    def expected(self, total: int) -> tuple[int, int] | None:
-        """``[start, stop)`` a reply must carry for a ``total``-byte file (None: no byte of
-        it exists, a 416)."""
-        r = self.request
-        if isinstance(r, SuffixRequest):
-            return (max(0, total - r.length), total) if total > 0 else None
-        return (r.start, min(r.stop, total)) if r.start < total else None
-
-
-def _check_request(request: ByteRequest) -> _Want:
-    ok = False
-    if isinstance(request, SuffixRequest):
-        ok = type(request.length) is int and request.length > 0
-    elif isinstance(request, RangeRequest):
-        ok = type(request.start) is int and type(request.stop) is int
-        ok = ok and 0 <= request.start < request.stop
-    if not ok:
-        raise InvalidArgumentError(f"not a non-empty byte range: {request!r}")
-    return _Want(request)
 
 
 class _Reply:
@@ -147,15 +118,6 @@ class _Reply:
         return self.resp.getheader(name)
 
 
-def _positive(name: str, value: float, *, zero: bool = False) -> float:
-    """``value`` as a float, when it is a finite number above 0 (or 0, with ``zero``)."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise InvalidArgumentError(f"{name} must be a number, not {type(value).__name__}")
-    if not (math.isfinite(value) and (value > 0 or (zero and value == 0))):
-        raise InvalidArgumentError(f"{name} must be a positive number, not {value}")
-    return float(value)
-
-
 class HTTPFetcher:
     """Range requests to one URL; safe to share between threads.
 
@@ -168,9 +130,11 @@ class HTTPFetcher:
         retries: attempts after the first for transient failures.
         backoff: first wait between attempts, doubled each time.
         headers: extra request headers (``Authorization`` and ``Cookie`` go to the origin
-            only).
-        whole_file_limit: a server that ignores ``Range`` may send the whole body for a
-            request that starts at 0 and asks for at most this many bytes.
+            only; a ``User-Agent`` replaces ``tensorfile/<version>``).
+        allow_full_download: a server that ignores ``Range`` sends the whole file for every
+            request; tensorfile reads it only up to the end of what is needed, and at most
+            :data:`~._prefix.FULL_DOWNLOAD_LIMIT` bytes (64 MiB) unless this is True (None:
+            ``$TENSORFILE_ALLOW_FULL_DOWNLOAD``).
         deadline: seconds each request may take on top of its transfer time at
             ``min_speed`` (default: ``timeout``).
         min_speed: bytes per second: a request for ``n`` bytes fails after ``deadline + n /
@@ -186,7 +150,7 @@ class HTTPFetcher:
         retries: int = 3,
         backoff: float = 0.25,
         headers: dict[str, str] | None = None,
-        whole_file_limit: int = 0,
+        allow_full_download: bool | None = None,
         deadline: float | None = None,
         min_speed: float = MIN_SPEED,
     ) -> None:
@@ -194,70 +158,36 @@ class HTTPFetcher:
         self.url = url
         self.name = self._url.name
         self.stats = ReadStats()
-        self._timeout = _positive("timeout", timeout)
-        self._deadline = self._timeout if deadline is None else _positive("deadline", deadline)
-        self._min_speed = _positive("min_speed", min_speed)
+        self._timeout = positive("timeout", timeout)
+        self._deadline = self._timeout if deadline is None else positive("deadline", deadline)
+        self._min_speed = positive("min_speed", min_speed)
         if isinstance(retries, bool) or not isinstance(retries, int):
             raise InvalidArgumentError(f"retries must be an int, not {type(retries).__name__}")
         if not 0 <= retries <= _MAX_RETRIES:
             raise InvalidArgumentError(f"retries must be from 0 to {_MAX_RETRIES}, not {retries}")
         self._retries = retries
-        self._backoff = _positive("backoff", backoff, zero=True)
-        self._auth = self._authorization(token)
-        self._headers, self._origin_headers = self._check_headers(headers or {})
-        self._whole_file_limit = whole_file_limit
+        self._backoff = positive("backoff", backoff, zero=True)
+        self._auth = authorization(self._url, token)
+        self._headers, self._origin_headers = check_headers(self.name, headers or {})
+        if not any(k.lower() == "user-agent" for k in self._headers):
+            self._headers = {"User-Agent": USER_AGENT, **self._headers}
+        self._allow_full = _prefix.allow_full_download(allow_full_download)
+        self._prefix = _prefix.Prefix()  # what a server that ignores Range sent
         self._lock = threading.Lock()
+        self._start = self._url  # where requests go: past the permanent redirects seen
         self._pool = Pool()
         self._context: ssl.SSLContext | None = None
         self._size: int | None = None
-
-    def _authorization(self, token: str | None) -> str | None:
-        """The ``Authorization`` header for the origin, checked (never echoed)."""
-        if token is None and self._url.user is not None:
-            pair = f"{self._url.user}:{self._url.password or ''}".encode()
-            return "Basic " + base64.b64encode(pair).decode("ascii")
-        where = "the token"
-        if token is not None and not isinstance(token, str):
-            raise InvalidArgumentError(f"the token must be a str, not {type(token).__name__}")
-        if token is None:
-            for var in ("TENSORFILE_TOKEN", "HF_TOKEN"):
-                if os.environ.get(var):
-                    token, where = os.environ[var], f"${var}"
-                    break
-        if not token:
-            return None
-        token = token.strip()
-        if not _TOKEN.fullmatch(token):
-            raise InvalidArgumentError(f"{where} contains spaces or control characters")
-        return f"Bearer {token}"
-
-    def _check_headers(self, headers: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:
-        """The extra headers, split into those for every host and those for the origin only;
-        values are never echoed (they may be credentials)."""
-        anywhere: dict[str, str] = {}
-        origin: dict[str, str] = {}
-        for name, value in headers.items():
-            if not isinstance(name, str) or not _HEADER_NAME.fullmatch(name):
-                raise InvalidArgumentError(f"{self.name}: {hdr.show(str(name))} is no header name")
-            if name.lower() in _OURS:
-                raise InvalidArgumentError(f"{self.name}: tensorfile sets the {name} header")
-            if not isinstance(value, str) or _BAD_VALUE.search(value):
-                raise InvalidArgumentError(f"{self.name}: header {name} has an invalid value")
-            try:
-                value.encode("latin-1")
-            except UnicodeEncodeError:
-                raise InvalidArgumentError(
-                    f"{self.name}: header {name} has characters outside Latin-1"
-                ) from None
-            (origin if name.lower() in _ORIGIN_ONLY else anywhere)[name] = value
-        return anywhere, origin
 
     # -- one request -------------------------------------------------------------------------
 
     def fetch(self, request: ByteRequest) -> Fetched:
         """The bytes of ``request`` (a range running past the end clipped to it). The first
         fetch learns the file's size; a later reply that disagrees with it is an error."""
-        want = _check_request(request)
+        want = check_request(request)
+        kept = self._prefix.serve(request)
+        if kept is not None:
+            return kept
         reply = self._request(want)
         ok = False
         try:
@@ -275,7 +205,7 @@ class HTTPFetcher:
             ok = True
             return got
         finally:
-            self._finish(reply, ok)
+            self._finish(reply, ok and reply.status != 200)  # see _trailing
 
     def _framing(self, reply: _Reply) -> int | None:
         """The body's ``Content-Length`` (None when absent), after refusing compressed
@@ -302,7 +232,7 @@ class HTTPFetcher:
             raise SourceError(f"{self.name}: malformed Content-Length {hdr.show(text)}")
         return length
 
-    def _partial(self, reply: _Reply, want: _Want) -> Fetched:
+    def _partial(self, reply: _Reply, want: Want) -> Fetched:
         """A ``206``: checked against what was asked before its body is read."""
         length = self._framing(reply)
         text = reply.header("Content-Range")
@@ -331,43 +261,118 @@ class HTTPFetcher:
                 f"{self.name}: Content-Length {length} disagrees with Content-Range {first}-{last}"
             )
         self._learn_size(total)
-        return Fetched(first, self._read_body(reply, n), total)
+        data = self._read_body(reply, n)
+        if first == 0:
+            self._check_page(reply, data, total)
+        return Fetched(first, data, total)
 
-    def _whole_body(self, reply: _Reply, want: _Want) -> Fetched:
-        """A ``200``: the server ignored ``Range``. Read only the head that was asked for, when
-        the request starts at 0; refuse anything else rather than download the whole file."""
+    def _whole_body(self, reply: _Reply, want: Want) -> Fetched:
+        """A ``200``: the server ignored ``Range`` and sends the whole file. Read it only as
+        far as needed (:func:`~._prefix.plan`: at most 64 MiB unless allowed), keep what was
+        read for later reads, and serve the request from it."""
         length = self._framing(reply)
         with self._lock:
             size = self._size
-        if size is None:
-            if length is None:
-                raise SourceError(
-                    f"{self.name}: the server ignores Range requests and sends no "
-                    "Content-Length; refusing to download the whole file"
-                )
-            size = length
-        elif length is not None and length != size:
+        if size is not None and length is not None and length != size:
             raise SourceError(
                 f"{self.name}: the server sent the whole file as {length} bytes; it had "
                 f"{size} (the file changed, or the server lies)"
             )
+        total = length if length is not None else size
         request = want.request
+        need = None
+        if total is not None:
+            need = total if isinstance(request, SuffixRequest) else min(request.stop, total)
+        kept = self._prefix.data
+        stop = _prefix.plan(
+            need=need, size=total, kept=len(kept), allow=self._allow_full, name=self.name
+        )
+        data = self._read_head(reply, kept, stop, length)
+        if total is None:  # no Content-Length: the body's end is the file's end
+            total = len(data)
+        self._learn_size(total)
+        self._check_page(reply, data, total)
+        self._prefix.keep(data, total)
         if isinstance(request, SuffixRequest):
-            if size > request.length:
-                raise SourceError(
-                    f"{self.name}: the server ignores Range requests; reading the end of "
-                    f"a {size:,}-byte file would download all of it"
-                )
-            request = RangeRequest(0, size)
-        if request.start != 0 or request.stop > max(self._whole_file_limit, 0):
-            raise SourceError(
-                f"{self.name}: the server ignores Range requests (HTTP 200 for bytes "
-                f"{request.start}-{request.stop - 1}); refusing to download the whole file"
-            )
-        self._learn_size(size)
-        return Fetched(0, self._read_body(reply, min(request.stop, size)), size)
+            return Fetched(max(0, total - request.length), data[-request.length :], total)
+        start = min(request.start, total)
+        return Fetched(start, data[start : min(request.stop, total)], total)
 
-    def _unsatisfiable(self, reply: _Reply, want: _Want) -> Fetched:
+    def _read_head(self, reply: _Reply, kept: bytes, stop: int | None, length: int | None) -> bytes:
+        """The first ``stop`` bytes of a whole-file body (None: all of it, refused past the
+        limit unless allowed), in chunks, never allocated ahead. The bytes already ``kept``
+        are compared, not kept twice; the deadline grows with the bytes read."""
+        cap = stop
+        if stop is None and not self._allow_full:
+            cap = _prefix.FULL_DOWNLOAD_LIMIT + 1
+        clock = clock_of(reply.conn)
+        t0 = time.monotonic()
+        chunks = [kept[: cap if cap is not None else len(kept)]]
+        pos = 0  # bytes of the body read
+        try:
+            while cap is None or pos < cap:
+                n = _CHUNK if cap is None else min(_CHUNK, cap - pos)
+                clock.deadline = t0 + self._deadline + (pos + n) / self._min_speed
+                if length is not None and pos + n == length:
+                    self._trailing(reply, n)  # the body's last bytes: anything after them?
+                chunk = reply.resp.read(n)
+                if not chunk:
+                    break
+                same = max(0, min(len(kept) - pos, len(chunk)))
+                if chunk[:same] != kept[pos : pos + same]:
+                    raise SourceError(
+                        f"{self.name}: the file changed while it was read (its first bytes "
+                        "differ from one reply to the next)"
+                    )
+                if same < len(chunk):
+                    chunks.append(chunk[same:])
+                pos += len(chunk)
+            if length is not None and stop == length == pos:
+                self._trailing(reply, 0)
+        except DeadlineExceeded:
+            raise self._late(pos) from None
+        except _FOREIGN as exc:
+            raise SourceError(f"{self.name}: the transfer failed: {self._say(exc)}") from None
+        with self._lock:
+            self.stats.bytes_read += pos
+        if cap is not None and stop is None and pos >= cap:
+            raise _prefix.over_limit(self.name, pos)
+        if stop is not None and pos < stop:
+            claim = f"its Content-Length is {length:,}" if length is not None else "it had more"
+            raise SourceError(
+                f"{self.name}: short read: the server ignores Range requests and its reply "
+                f"ended after {pos:,} bytes of the {stop:,} needed ({claim})"
+            )
+        return b"".join(chunks)
+
+    def _trailing(self, reply: _Reply, left: int) -> None:
+        """Refuse a body longer than its ``Content-Length``: with ``left`` bytes of it still
+        to read, the buffered bytes must be no more (and, once all are read, no byte may
+        wait on the socket). Bytes still in flight cannot be seen: a later reply on the
+        connection would be garbage, so connections of whole-file replies are never reused."""
+        extra = False
+        fp = reply.resp.fp
+        if left:
+            extra = fp is not None and len(fp.peek(left + 1)) > left
+        else:
+            sock = reply.conn.sock
+            if isinstance(sock, ssl.SSLSocket):
+                extra = sock.pending() > 0
+            elif sock is not None and select.select([sock], [], [], 0)[0]:
+                extra = bool(sock.recv(1, socket.MSG_PEEK))
+        if extra:
+            raise SourceError(
+                f"{self.name}: the server sent more than the {reply.header('Content-Length')} "
+                "bytes its Content-Length claims (the file's size is uncertain)"
+            )
+
+    def _check_page(self, reply: _Reply, head: bytes, total: int) -> None:
+        """Refuse a web page where the file should start (a directory listing...)."""
+        content_type = reply.header("Content-Type")
+        if content_type is not None and _prefix.html_page(content_type, head):
+            raise _prefix.not_a_tensor_file(self.name, content_type, head, total)
+
+    def _unsatisfiable(self, reply: _Reply, want: Want) -> Fetched:
         """A ``416``: right only for a range that starts past the end of the file."""
         claimed = hdr.unsatisfied_range(reply.header("Content-Range"))
         with self._lock:
@@ -433,8 +438,11 @@ class HTTPFetcher:
 
     # -- the retry and redirect loop ---------------------------------------------------------
 
-    def _request(self, want: _Want) -> _Reply:
-        url = self._url
+    def _request(self, want: Want) -> _Reply:
+        with self._lock:
+            url = self._start
+        start = url
+        permanent: HttpURL | None = url  # past the permanent redirects the chain began with
         attempt = 0
         redirects = 0
         # the whole fetch, retries and redirects included, ends within twice one attempt's
@@ -461,6 +469,7 @@ class HTTPFetcher:
                     raise SourceError(f"{self.name}: more than {_MAX_REDIRECTS} redirects")
                 url = self._redirect(url, location)
                 redirects += 1
+                permanent = url if permanent is not None and reply.status in (301, 308) else None
                 continue
             if reply.status in _TRANSIENT and attempt < self._retries:
                 wait = hdr.retry_after(reply.header("Retry-After"))
@@ -470,6 +479,9 @@ class HTTPFetcher:
                 time.sleep(_wait(min(wait, self._timeout), stop_at))
                 attempt += 1
                 continue
+            if permanent is not None and permanent != start:
+                with self._lock:
+                    self._start = permanent  # the next requests go straight there
             return reply
 
     def _redirect(self, url: HttpURL, location: str | None) -> HttpURL:
@@ -496,7 +508,7 @@ class HTTPFetcher:
                 self._context = _ssl_context()
             return self._context
 
-    def _exchange(self, url: HttpURL, want: _Want, stop_at: float) -> _Reply:
+    def _exchange(self, url: HttpURL, want: Want, stop_at: float) -> _Reply:
         """Send one request and read the reply's headers, on a pooled connection (replayed
         once on a new one when a kept-alive connection turns out closed)."""
         proxy = proxy_for(url)

@@ -80,6 +80,15 @@ class HTTPSource(RemoteSource):
             ``min_speed`` (default: ``timeout``).
         min_speed: bytes per second: a request for ``n`` bytes fails after ``deadline + n /
             min_speed`` seconds, however the server drips its reply.
+        allow_full_download: a server that ignores ``Range`` (``python -m http.server``)
+            sends the whole file for every request. tensorfile then reads each reply only up
+            to the end of what a read needs, keeps those first bytes for the reads that
+            follow, and reads at most :data:`~._prefix.FULL_DOWNLOAD_LIMIT` (64 MiB) of it:
+            a small file is read whole, a big one as far as its header. True lifts the
+            limit; None (the default) takes ``$TENSORFILE_ALLOW_FULL_DOWNLOAD`` (``1``).
+
+    Every request carries ``User-Agent: tensorfile/<version>``; a permanent redirect
+    (``301``, ``308``) is remembered for the source's next requests.
 
     Example:
         >>> from tensorfile.errors import InvalidArgumentError
@@ -103,6 +112,7 @@ class HTTPSource(RemoteSource):
         headers: dict[str, str] | None = None,
         deadline: float | None = None,
         min_speed: float = MIN_SPEED,
+        allow_full_download: bool | None = None,
     ) -> None:
         fetcher = HTTPFetcher(
             url,
@@ -111,7 +121,7 @@ class HTTPSource(RemoteSource):
             retries=retries,
             backoff=backoff,
             headers=headers,
-            whole_file_limit=SPECULATIVE_BYTES,
+            allow_full_download=allow_full_download,
             deadline=deadline,
             min_speed=min_speed,
         )

@@ -3,7 +3,7 @@
 Register it once per session, then use the format name ``safetensors``::
 
     from tensorfile.spark import SafetensorsDataSource
-    spark.dataSource.register(SafetensorsDataSource)
+    spark.dataSource.register(SafetensorsDataSource)  # or tensorfile.spark.configure(spark)
     (df.write.format("safetensors").mode("overwrite")
        .option("batch_size", 1024).option("generate_index", "true").save("/data/ds"))
     spark.read.format("safetensors").load("/data/ds")
@@ -71,6 +71,7 @@ from ..dataset import convert, writer
 from ..dataset.manifest import Manifest, ShardEntry, load_manifest
 from ..dataset.options import WriteOptions, column_list, parse_options
 from ..dataset.samples import kv_sample, open_shard
+from .workers import prepare_driver
 
 __all__ = ["SafetensorsDataSource"]
 
@@ -112,10 +113,19 @@ class _Commit(WriterCommitMessage):
 
 
 class SafetensorsDataSource(DataSource):
-    """The ``safetensors`` format for ``spark.read`` and ``DataFrame.write``."""
+    """The ``safetensors`` format for ``spark.read`` and ``DataFrame.write``.
+
+    Registering it (``spark.dataSource.register(SafetensorsDataSource)``) also settles which
+    Python interpreter Spark's workers run (:mod:`tensorfile.spark.workers`): with a local
+    master and no ``PYSPARK_PYTHON``, the driver's own; one that cannot import tensorfile is
+    an :class:`~tensorfile.errors.UnsupportedError` at registration, not a
+    ``ModuleNotFoundError`` in the workers."""
 
     @classmethod
     def name(cls) -> str:
+        # PySpark asks for the name in the driver just before it records the interpreter the
+        # workers will run (``sc.pythonExec``): the one moment to choose and check it
+        prepare_driver()
         return "safetensors"
 
     def _path(self) -> str:

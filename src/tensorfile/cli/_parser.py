@@ -1,0 +1,217 @@
+"""The command line's arguments: one parser per subcommand, each ``--help`` with examples,
+the exit statuses, and what a path may be (a URL too).
+
+Example:
+    >>> args = build_parser().parse_args(["summary", "a.zt", "b.zt", "--json"])
+    >>> args.path, args.json
+    (['a.zt', 'b.zt'], True)
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from typing import NoReturn
+
+from .._version import __version__
+from ._diff import run_diff
+from ._ident import run_id, run_summary
+from ._inspect import run_inspect
+from ._meta import run_meta
+from ._output import Output
+from ._text import plural
+from ._values import VALUE_LIMIT
+
+__all__ = ["Command", "UsageError", "build_parser"]
+
+Command = Callable[[argparse.Namespace, Output], int]
+
+PATH_HELP = (
+    "a safetensors, zTensor or GGUF file, a sharded checkpoint (*.safetensors.index.json or "
+    "a folder holding one), a quoted glob (one checkpoint), or a URL; several paths (as a "
+    "shell expands a glob): each file in turn"
+)
+
+PATHS = """\
+Paths:
+  A path is a local file, a sharded checkpoint (its *.safetensors.index.json, or the
+  folder holding it), a quoted glob read as one checkpoint ('shards/*.safetensors'), or a
+  URL: http(s)://... (only the header is fetched, with range requests), or any fsspec URL
+  (s3://, gs://, hf://...; pip install tensorfile[remote]). Credentials in a URL are never
+  printed."""
+
+
+def _several(cmd: str, shown: str = "under a heading (==> path <==)") -> str:
+    return f"""\
+Several paths (tensorfile {cmd} *.zt, as a shell expands it): each file in turn,
+  {shown}; --json prints a list of the one-file
+  objects, in the order given. A file that cannot be read is reported on stderr and
+  skipped; the others are still processed."""
+
+
+STATUS = """\
+Exit status:
+  0  success
+  2  bad usage, or a file could not be read or is not a valid tensor file (with several
+     paths: after the others were processed)
+  130  interrupted"""
+
+DIFF_STATUS = """\
+Exit status:
+  0  success (the files may differ: see --fail-on-diff)
+  1  the files differ, with --fail-on-diff
+  2  bad usage, or a file could not be read or is not a valid tensor file
+  130  interrupted"""
+
+TOP_STATUS = """\
+Exit status:
+  0  success
+  1  the files differ (diff --fail-on-diff)
+  2  bad usage, or a file could not be read or is not a valid tensor file
+  130  interrupted"""
+
+EPILOGS = {
+    "inspect": f"""\
+Examples:
+  tensorfile inspect model.safetensors
+  tensorfile inspect ./llama-checkpoint --tree
+  tensorfile inspect https://huggingface.co/org/model/resolve/main/model.safetensors
+  tensorfile inspect *.gguf --json
+
+{_several("inspect")}
+
+{PATHS}
+
+{STATUS}""",
+    "id": f"""\
+Examples:
+  tensorfile id model.safetensors
+  tensorfile id model.zt --content      # the same id for the same tensors in any format
+  tensorfile id shards/*.safetensors    # one line per file: <hash>  <path>
+
+{_several("id", "one line each: <hash>  <path>")}
+
+{PATHS}
+
+{STATUS}""",
+    "summary": f"""\
+Examples:
+  tensorfile summary model.gguf         # gguf,3,291,24,<hash>
+  tensorfile summary *.safetensors      # one line per file: <path>,safetensors,...
+
+{_several("summary", "one line each: <path>,<format>,...")}
+
+{PATHS}
+
+{STATUS}""",
+    "diff": f"""\
+Examples:
+  tensorfile diff a.safetensors b.zt
+  tensorfile diff a.safetensors b.safetensors --data --fail-on-diff
+  tensorfile diff ./ckpt-v1 https://host/ckpt-v2/model.safetensors.index.json --format md
+
+Metadata values are cut to {plural(VALUE_LIMIT, "character")} (with their full length);
+--verbose shows them whole. --data shows a progress bar on a terminal.
+
+{PATHS}
+
+{DIFF_STATUS}""",
+    "meta": f"""\
+Examples:
+  tensorfile meta model.safetensors
+  tensorfile meta model.safetensors --set license=MIT --delete note
+  tensorfile meta shards/*.safetensors --set version=2   # each file, atomically
+
+An edit writes a new file and renames it into place (each file atomically); the values
+it echoes are cut to {plural(VALUE_LIMIT, "character")}. GGUF files and URLs are read-only.
+
+{_several("meta")}
+
+{PATHS}
+
+{STATUS}""",
+}
+
+
+class UsageError(Exception):
+    """A bad command line, as argparse describes it, with the usage of the (sub)command."""
+
+    def __init__(self, message: str, usage: str) -> None:
+        super().__init__(message)
+        self.usage = " ".join(usage.split())
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error becomes one line of tensorfile's (no usage block)."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(message, self.format_usage())
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of every subcommand."""
+    parser = _Parser(
+        prog="tensorfile",
+        description="Inspect, identify, diff and edit tensor files, reading headers only.",
+        epilog=f"{PATHS}\n\n{TOP_STATUS}",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"tensorfile {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name: str, run: Command, help: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(
+            name,
+            help=help,
+            description=help,
+            epilog=EPILOGS[name],
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        p.add_argument("--json", action="store_true", help="print JSON on stdout, nothing else")
+        p.add_argument(
+            "--allow-full-download",
+            action="store_true",
+            help="read files of any size from servers that ignore Range requests (they send "
+            "the whole file; up to 64 MiB is read without this)",
+        )
+        p.set_defaults(run=run, parser=p)
+        return p
+
+    p = command("inspect", run_inspect, "format, counts, sizes, metadata and tensors")
+    p.add_argument("path", nargs="+", metavar="PATH", help=PATH_HELP)
+    p.add_argument("--tree", action="store_true", help="group tensors by module prefix")
+    p.add_argument(
+        "--verbose", action="store_true", help="list every tensor; show metadata values whole"
+    )
+
+    p = command("id", run_id, "the structural hash (weight-inspect's), or --content")
+    p.add_argument("path", nargs="+", metavar="PATH", help=PATH_HELP)
+    p.add_argument(
+        "--content",
+        action="store_true",
+        help="hash names, dtypes, shapes and tensor bytes (the same across formats)",
+    )
+
+    p = command("summary", run_summary, "one line: format,version,tensors,metadata,hash")
+    p.add_argument("path", nargs="+", metavar="PATH", help=PATH_HELP)
+
+    p = command("diff", run_diff, "tensors and metadata added, removed and changed")
+    p.add_argument("a", help=PATH_HELP.split("; several")[0])
+    p.add_argument("b", help="the file to compare with (any kind of path, a URL too)")
+    p.add_argument("--format", choices=("text", "md"), default="text", help="text or markdown")
+    p.add_argument("--data", action="store_true", help="also compare the tensor bytes")
+    p.add_argument("--verbose", action="store_true", help="show metadata values whole")
+    p.add_argument(
+        "--fail-on-diff", action="store_true", help="exit with status 1 when the files differ"
+    )
+
+    p = command("meta", run_meta, "print the metadata, or edit it (atomically: file + rename)")
+    p.add_argument("path", nargs="+", metavar="PATH", help=PATH_HELP)
+    p.add_argument(
+        "--set", action="append", default=[], metavar="K=V", help="set a key (repeatable)"
+    )
+    p.add_argument(
+        "--delete", action="append", default=[], metavar="K", help="delete a key (repeatable)"
+    )
+    p.add_argument("--clear", action="store_true", help="remove every key first")
+    return parser
