@@ -19,6 +19,7 @@ Example:
 from __future__ import annotations
 
 import importlib
+from abc import ABC, abstractmethod
 from types import ModuleType
 from typing import Any
 
@@ -79,7 +80,7 @@ def import_framework(module: str, framework: str, extra: str) -> ModuleType:
         ) from exc
 
 
-class ArrayFramework(Framework):
+class ArrayFramework(Framework, ABC):
     """A framework whose arrays are made from numpy arrays: tensors are read into numpy
     arrays, then copied into the framework's memory one by one (with ``copy=False``, from
     views of the mapped file: a single copy).
@@ -111,13 +112,13 @@ class ArrayFramework(Framework):
             )
         return device
 
+    @abstractmethod
     def lacks(self, dt: DType) -> str | None:
         """Why this framework cannot hold ``dt`` (``None`` when it can)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def from_numpy(self, arr: np.ndarray[Any, Any], dt: DType) -> Any:
         """An array of this framework with ``arr``'s values (``arr`` has ``dt.numpy``)."""
-        raise NotImplementedError
 
     def check(self, dt: DType, name: str | None = None) -> None:
         """Refuse ``dt`` by name (:class:`UnsupportedError`) when the framework lacks it."""
