@@ -10,6 +10,9 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check -q
 # torch is pinned here: 2.13.0 is the CPU build on these machines (see constraints.txt).
 INSTALL := $(PIP) install -c constraints.txt
+# ztensor 2.1.2 (zTensor v2) cannot share an environment with ztensor 1.0.1 (the v1.0 oracle
+# in .venv): the interoperability tests and the v2 benchmark rows run it from its own venv.
+ZT2 := .venv-zt2
 
 .PHONY: demo test lint typecheck pytest bench reference-suite clean
 
@@ -25,6 +28,16 @@ $(VENV)/.dev: $(PY) pyproject.toml constraints.txt
 	$(INSTALL) -e '.[dev]'
 	touch $@ $(VENV)/.core
 
+$(ZT2)/.ready: constraints.txt
+	$(PYTHON) -m venv $(ZT2)
+	$(ZT2)/bin/python -m pip --disable-pip-version-check -q install -c constraints.txt ztensor==2.1.2 numpy
+	touch $@
+
+# the v2 benchmark rows run tensorfile beside ztensor 2.1.2 in one process
+$(ZT2)/.bench: $(ZT2)/.ready pyproject.toml
+	$(ZT2)/bin/python -m pip --disable-pip-version-check -q install -c constraints.txt -e .
+	touch $@
+
 demo: $(VENV)/.core
 	$(PY) examples/demo.py demo-output
 
@@ -35,12 +48,12 @@ lint: $(VENV)/.dev
 typecheck: $(VENV)/.dev
 	$(PY) -m mypy
 
-pytest: $(VENV)/.dev
+pytest: $(VENV)/.dev $(ZT2)/.ready
 	$(PY) -m pytest -q tests --doctest-modules src/tensorfile
 
 test: lint typecheck pytest
 
-bench: $(VENV)/.dev
+bench: $(VENV)/.dev $(ZT2)/.bench
 	$(PY) -m benchmarks.run
 
 # The reference's own tests through an import swap: make reference-suite REF=/path/to/safetensors
@@ -48,4 +61,4 @@ reference-suite: $(VENV)/.dev
 	$(PY) tools/reference_suite.py $(REF)
 
 clean:
-	rm -rf $(VENV) demo-output bench-data .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(ZT2) demo-output bench-data .pytest_cache .mypy_cache .ruff_cache
