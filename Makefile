@@ -35,7 +35,7 @@ $(ZT2)/.ready: constraints.txt
 
 # the v2 benchmark rows run tensorfile beside ztensor 2.1.2 in one process
 $(ZT2)/.bench: $(ZT2)/.ready pyproject.toml
-	$(ZT2)/bin/python -m pip --disable-pip-version-check -q install -c constraints.txt -e .
+	$(ZT2)/bin/python -m pip --disable-pip-version-check -q install -c constraints.txt -e . safetensors==0.8.0
 	touch $@
 
 demo: $(VENV)/.core

@@ -41,6 +41,12 @@ TARGETS: dict[str, tuple[float, bool]] = {
     "zt_save_raw_vs_st": (0.9, True),
     "zt_load_raw_vs_st": (0.9, True),
     "spark_write": (1.0, True),
+    "zt_save_zstd": (1.0, True),
+    "zt_open_manifest": (1.0, True),
+    "zt2_save_raw": (1.0, True),
+    "zt2_save_zstd": (1.0, True),
+    "zt2_load_raw": (1.0, True),
+    "zt2_load_zstd": (1.0, True),
 }
 
 

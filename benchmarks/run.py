@@ -95,11 +95,17 @@ from benchmarks.process import markdown as process_markdown
 from benchmarks.process import runners as process_runners
 from benchmarks.zt import ZT_BENCHMARKS
 from benchmarks.zt import runners as zt_runners
+from benchmarks.zt2 import ZT2_BENCHMARKS
 
 SPARK_BENCHMARKS = ("spark_write", "spark_read")
 REMOTE_BENCHMARKS = ("remote_header_small", "remote_header_big")
 ALL_BENCHMARKS = (
-    BENCHMARKS + PROCESS_BENCHMARKS + ZT_BENCHMARKS + SPARK_BENCHMARKS + REMOTE_BENCHMARKS
+    BENCHMARKS
+    + PROCESS_BENCHMARKS
+    + ZT_BENCHMARKS
+    + ZT2_BENCHMARKS
+    + SPARK_BENCHMARKS
+    + REMOTE_BENCHMARKS
 )
 
 # --------------------------------------------------------------------------- benchmarks
@@ -373,6 +379,10 @@ def main(argv: list[str] | None = None) -> int:
         from benchmarks.spark_bench import runners as spark_runners
 
         runners.update(spark_runners(cfg, args.quick))
+    if any(name in ZT2_BENCHMARKS for name in selected):
+        from benchmarks.zt2 import runners as zt2_runners
+
+        runners.update(zt2_runners(cfg, selected))
     if any(name in REMOTE_BENCHMARKS for name in selected):
         from benchmarks.remote_bench import runners as remote_runners
 

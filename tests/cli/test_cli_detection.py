@@ -1,19 +1,16 @@
 """What the command line says about a file that is not a tensor file it reads: one line, exit
 status 2, naming the file and what it looks like (an HTML page, a sharded checkpoint's index,
-zTensor v2, an empty file, random bytes), for every command; the content decides, not the
-name."""
+an empty file, random bytes), for every command; the content decides, not the name."""
 
 from __future__ import annotations
 
 import json
-import struct
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
-from tensorfile.formats import ZTENSOR_V2_MAGIC
 from tests.helpers.checkpoints import write_gguf, write_safetensors
 from tests.helpers.cli import assert_one_error, run, run_json, run_proc
 
@@ -32,10 +29,6 @@ INDEX = {"weight_map": {"a": "m-00001-of-00002.safetensors", "b": "m-00002-of-00
 CASES: dict[str, tuple[bytes, str]] = {
     "html": (b"<!DOCTYPE html>\n<html><body>Index of /</body></html>\n", "looks like an HTML page"),
     "index": (json.dumps(INDEX).encode(), "unsupported: {path} is a sharded checkpoint index"),
-    "v2": (
-        ZTENSOR_V2_MAGIC + bytes(4096 + 24) + struct.pack("<II", 2, 0) + ZTENSOR_V2_MAGIC,
-        "unsupported: {path} is a zTensor v2 file",
-    ),
     "empty": (b"", "{path} is empty (0 bytes), " + KNOWN),
     "short": (b"\x01\x02\x03", "it is only 3 bytes long (b'\\x01\\x02\\x03')"),
     "random": (bytes(range(7, 107)), "{path} is " + KNOWN),

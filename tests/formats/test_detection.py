@@ -1,5 +1,5 @@
 """Format detection names what it finds: every format tensorfile reads is recognised by its
-content (not its name); zTensor v2 and sharded checkpoint indexes are recognised and refused
+content (not its name), zTensor v2 too; sharded checkpoint indexes are recognised and refused
 as not supported yet; anything else is an :class:`UnknownFormatError` that says what the
 bytes look like (an HTML page, JSON...), shows the first ones and names the file. Over HTTP
 too, whatever the first request was; ``format=`` skips detection; the drop-in ``safe_open``
@@ -156,23 +156,28 @@ def safe_open_bytes(blob: bytes) -> Any:
     return deserialize(blob)
 
 
-# -- recognised, not supported yet ------------------------------------------------------------
+# -- zTensor v2 -------------------------------------------------------------------------------
 
 
-def test_ztensor_v2_is_named_and_not_supported_yet(tmp_path: Path) -> None:
+def test_ztensor_v2_is_recognised_and_read(tmp_path: Path) -> None:
+    """A v2 file (here a data shard: a container with no manifest) is the ztensor format and
+    opens everywhere, with no tensors; only an edit of its (absent) attributes is refused."""
     path = tmp_path / "model.zt"
     path.write_bytes(V2)
+    assert detect(MemorySource(V2)) is ZTENSOR
     for name, fn in OPENERS.items():
-        err = _raises(lambda fn=fn: fn(path))
-        assert isinstance(err, UnsupportedError) and not isinstance(err, FormatError), name
-        assert "zTensor v2 files are not supported yet" in str(err), name
-        assert str(path) in str(err), name
-    # damaged after the first four bytes (a line-ending translation): still named
+        if name == "edit_metadata":
+            err = _raises(lambda fn=fn: fn(path))
+            assert isinstance(err, ZTensorError) and "data shard" in str(err), name
+            continue
+        fn(path)
+    with tensorfile.open(path) as f:
+        assert f.format == "ztensor" and f.keys() == [] and f.catalog.version == "2"
+    # damaged after the first four bytes (a line-ending translation): the v2 reader says so
     err = _raises(lambda: tensorfile.open(b"\x89ZT2\n\x1a\n" + bytes(64)))
-    assert "zTensor v2" in str(err)
-    # format= skips detection: the v1 reader says it is not its container
-    with pytest.raises(ZTensorError, match="not a zTensor file"):
-        tensorfile.open(path, format="ztensor")
+    assert isinstance(err, ZTensorError) and "not a zTensor v2 file" in str(err)
+    with tensorfile.open(path, format="ztensor") as f:
+        assert f.keys() == []
 
 
 @pytest.mark.parametrize("name", ["model.safetensors.index.json", "index.json", "weights"])
@@ -396,7 +401,7 @@ def test_what_detection_refuses_is_unknown_or_unsupported(blob: bytes) -> None:
     if isinstance(found, UnknownFormatError):
         assert (found.head, found.size) == (blob[:16], len(blob))
     elif isinstance(found, UnsupportedError):
-        assert "zTensor v2" in str(found) or "sharded checkpoint index" in str(found)
+        assert "sharded checkpoint index" in str(found)
     else:
         assert found in (SAFETENSORS, ZTENSOR, GGUF)
 
@@ -437,7 +442,7 @@ def test_over_http_each_case_is_named_whatever_the_name(server: Server, name: st
     assert isinstance(err, UnknownFormatError) and "looks like an HTML page" in str(err)
     assert html in str(err)
     assert "naming 2 shards" in str(_raises(lambda: tensorfile.open(index)))
-    assert "zTensor v2" in str(_raises(lambda: read_catalog(v2)))
+    assert read_catalog(v2).version == "2" and not read_catalog(v2).tensors  # a data shard
     err = _raises(lambda: tensorfile.open(empty))
     assert isinstance(err, UnknownFormatError) and f"{empty} is empty (0 bytes)" in str(err)
 

@@ -42,14 +42,29 @@ class Component(NamedTuple):
     Attributes:
         range: where the stored bytes are.
         dtype: element type of the decoded bytes.
-        encoding: ``"raw"`` or a codec name such as ``"zstd"``.
-        digest: ``"algorithm:hex"`` of the stored bytes, when the file carries one.
+        encoding: ``"raw"`` or a codec name such as ``"zstd"`` (zTensor v2: an encoding
+            profile id such as ``"zt.zstd-seekable/1"``).
+        digest: ``"algorithm:hex"``, when the file carries one, over the bytes
+            ``digest_over`` names.
+        digest_over: ``"stored"`` (zTensor v1.0: the bytes in the file, after compression)
+            or ``"decoded"`` (zTensor v2: the bytes the component denotes, after decoding).
+        decoded_length: the decoded size in bytes, when the file states it (zTensor v2's
+            ``decoded_length`` of an encoded part; None where it follows from the shape).
+        shard: the file the bytes are in, by the name the manifest's shard table gives it
+            (zTensor v2); None for this file. ``range`` is then a range of that file.
+        logical: the logical type the file declares (zTensor v2's ``type``), when it
+            declares one; for a type tensorfile does not know, ``dtype`` is the storage type
+            and the component can only be read as stored bytes.
     """
 
     range: ByteRange
     dtype: DType
     encoding: str = "raw"
     digest: str | None = None
+    digest_over: str = "stored"
+    decoded_length: int | None = None
+    shard: str | None = None
+    logical: str | None = None
 
 
 class TensorInfo(NamedTuple):

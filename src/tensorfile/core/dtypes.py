@@ -202,3 +202,60 @@ def numpy_dtype(dt: DType) -> np.dtype[Any]:
 
     found: np.dtype[Any] = np.dtype(getattr(ml_dtypes, dt.numpy_name))
     return found
+
+
+C128 = DType("C128", 128, "complex", len(_ROWS), "complex128", "complex128", None)
+"""complex128: a type of zTensor v2 (``f64`` storage, logical type ``complex128``) that
+safetensors and zTensor v1.0 lack, so it is not in :data:`ALL` (which is the safetensors
+enumeration): nothing but the zTensor v2 reader and writer ever hands it out."""
+
+ZTENSOR_V2: dict[str, tuple[str, str | None]] = {
+    "BOOL": ("u8", "bool"),
+    "F4": ("u8", "f4_e2m1"),
+    "U8": ("u8", None),
+    "I8": ("i8", None),
+    "F8_E5M2": ("u8", "f8_e5m2"),
+    "F8_E4M3": ("u8", "f8_e4m3fn"),
+    "F8_E8M0": ("u8", "f8_e8m0"),
+    "F8_E4M3FNUZ": ("u8", "f8_e4m3fnuz"),
+    "F8_E5M2FNUZ": ("u8", "f8_e5m2fnuz"),
+    "I16": ("i16", None),
+    "U16": ("u16", None),
+    "F16": ("f16", None),
+    "BF16": ("bf16", None),
+    "I32": ("i32", None),
+    "U32": ("u32", None),
+    "F32": ("f32", None),
+    "C64": ("f32", "complex64"),
+    "F64": ("f64", None),
+    "I64": ("i64", None),
+    "U64": ("u64", None),
+    "C128": ("f64", "complex128"),
+}
+"""zTensor v2's name of each dtype it has: ``(storage dtype, logical type or None)``, by
+tensorfile name (F6_E2M3 and F6_E3M2 have none)."""
+
+_BY_ZTENSOR_V2: dict[tuple[str, str | None], DType] = {
+    names: (C128 if name == "C128" else _BY_NAME[name]) for name, names in ZTENSOR_V2.items()
+}
+
+
+def from_ztensor_v2(dtype: str, logical: str | None = None) -> DType:
+    """The dtype of a zTensor v2 part of storage type ``dtype`` and logical type
+    ``logical``; ``KeyError`` when the pair names none.
+
+    Example:
+        >>> from_ztensor_v2("u8", "f8_e4m3fn").name, from_ztensor_v2("f64", "complex128").name
+        ('F8_E4M3', 'C128')
+    """
+    return _BY_ZTENSOR_V2[(dtype, logical)]
+
+
+def ztensor_v2_names(dt: DType) -> tuple[str, str | None]:
+    """``(storage dtype, logical type)`` of ``dt`` in zTensor v2; ``KeyError`` if none.
+
+    Example:
+        >>> ztensor_v2_names(from_safetensors("BOOL"))
+        ('u8', 'bool')
+    """
+    return ZTENSOR_V2[dt.name]

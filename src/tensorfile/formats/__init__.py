@@ -13,8 +13,9 @@ reader, the Spark data source and the CLI all go through :func:`detect` and :fun
 The content decides the format, never the name (a GGUF file named ``*.safetensors`` is
 read as GGUF): a file name only chooses a remote file's first request (:func:`guess`).
 Bytes of no known format are an :class:`~tensorfile.errors.UnknownFormatError` that says
-what they look like; zTensor v2 and sharded checkpoint indexes are recognised and refused
-with an :class:`~tensorfile.errors.UnsupportedError` naming them. ``format=`` skips
+what they look like; sharded checkpoint indexes are recognised and refused with an
+:class:`~tensorfile.errors.UnsupportedError` naming them. zTensor v1.0 and v2 files are both
+the ``ztensor`` format (their magic numbers tell the containers apart). ``format=`` skips
 detection. The drop-in :func:`tensorfile.safetensors.safe_open` reads safetensors only and
 never detects.
 
@@ -145,7 +146,7 @@ ZTENSOR = Format(
     relative_offsets=False,
     reversed_shapes=False,
     editable=True,
-    module="tensorfile.ztensor._format",
+    module="tensorfile.ztensor._v2_hooks",  # v1.0 (tensorfile.ztensor._format) and v2
 )
 GGUF = Format(
     name="gguf",
@@ -164,8 +165,9 @@ FORMATS: dict[str, Format] = {f.name: f for f in (SAFETENSORS, ZTENSOR, GGUF)}
 recognised by its header (:func:`detect`)."""
 
 ZTENSOR_V2_MAGIC = b"\x89ZT2\r\n\x1a\n"
-"""zTensor v2's magic (PNG-style: a high-bit byte, CR LF, SUB, LF). Recognised, so that
-:func:`detect` can say such a file is not supported yet rather than unknown."""
+"""zTensor v2's magic (PNG-style: a high-bit byte, CR LF, SUB, LF): :func:`detect` gives
+such a file (from its first four bytes) to the ``ztensor`` format, whose reader checks the
+rest."""
 
 DETECT_BYTES = 9
 """The bytes :func:`detect` reads to recognise a file: the magic numbers (four bytes) and
@@ -210,8 +212,8 @@ def detect(source: Source) -> Format:
     Raises:
         UnknownFormatError: the bytes are no format tensorfile knows (the message says what
             they look like, an HTML page, a JSON document..., and shows the first ones).
-        UnsupportedError: a format tensorfile recognises but cannot read yet: zTensor v2,
-            a sharded checkpoint's index (``model.safetensors.index.json``).
+        UnsupportedError: a format tensorfile recognises but cannot read yet: a sharded
+            checkpoint's index (``model.safetensors.index.json``).
 
     Example:
         >>> from tensorfile.sources import MemorySource
@@ -230,10 +232,7 @@ def detect(source: Source) -> Format:
         if fmt.magic and head.startswith(fmt.magic):
             return fmt
     if head.startswith(ZTENSOR_V2_MAGIC[:4]):
-        raise UnsupportedError(
-            f"{source.name} is a zTensor v2 file (magic {ZTENSOR_V2_MAGIC.hex(' ').upper()}): "
-            "zTensor v2 files are not supported yet (tensorfile reads zTensor v1.0)"
-        )
+        return ZTENSOR  # zTensor v2: the same format, its own container
     if _is_safetensors(source, head):
         return SAFETENSORS
     raise _not_a_tensor_file(source, head)

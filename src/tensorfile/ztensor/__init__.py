@@ -1,4 +1,31 @@
-"""zTensor v1.0: read and write the format of ``shared/seeds/004`` (magic ``ZTEN1000``).
+"""zTensor: read and write both containers, v1.0 (``shared/seeds/004``, magic ``ZTEN1000``)
+and v2 (the container ztensor 2.x writes, magic ``89 5A 54 32 0D 0A 1A 0A``).
+
+:func:`open`, :func:`load_file` and ``tensorfile.open`` read either, told apart by the
+magic. Writing is v1.0 by default; ``version=2`` writes v2 (:mod:`._v2_writer`).
+
+zTensor v2 (reading: :class:`ZTensor2Reader`):
+
+* a 40-byte footer points at a deterministic-CBOR manifest (XXH3-64 checked, at most
+  1 GiB); every rule of the spec's validation summary is checked on open;
+* storage dtypes and logical types (``bool``, the fp8 family, ``f4_e2m1``, ``complex64``,
+  ``complex128``) map onto tensorfile's dtypes; ``zt.sparse_csr/1`` and
+  ``zt.sparse_coo/1`` objects come back as :class:`CSRTensor`/:class:`COOTensor`;
+  unknown layouts, encodings and types are listed and readable as stored bytes, and
+  refused when decoded;
+* ``zt.zstd-seekable/1`` parts are decoded frame by frame, never past the declared size;
+  ``xxh3:``/``sha256:`` digests cover the decoded bytes (v1.0's cover the stored bytes:
+  ``Component.digest_over`` says which);
+* attributes are any CBOR values (:attr:`ZTensor2Reader.attributes`); ``metadata`` has
+  them as text (text as it is, anything else as JSON);
+* parts in other files (a shard table) are found next to a local root as
+  ``<stem>-<shard>.zt``; a data shard opens with no tensors.
+
+``save_file(tensors, path, version=2, checksum="xxh3")`` writes canonical form, the file
+ztensor 2.1.2 writes for the same tensors; ``compression="zstd"`` writes seekable zstd,
+``align`` any multiple of 4096.
+
+zTensor v1.0:
 
 * :func:`save_file` / :class:`Writer`: dense tensors of every zTensor dtype, sparse CSR and
   COO tensors, file attributes, per-component zstd compression and crc32c/sha256 digests.
@@ -20,6 +47,11 @@ Example:
     >>> loaded = ztensor.load_file(path)
     >>> loaded["w"].dtype, loaded["s"].to_dense().trace()
     (dtype('float16'), np.float32(3.0))
+    >>> ztensor.save_file({"w": np.arange(3, dtype=np.int8)}, path, version=2,
+    ...                   attributes={"epoch": 3}, checksum="xxh3")
+    >>> with ztensor.open(path) as f:
+    ...     f.catalog.version, f.get_tensor("w").tolist(), f.attributes
+    ('2', [0, 1, 2], {'epoch': 3})
 """
 
 from ..core.errors import (
@@ -32,6 +64,8 @@ from ..core.errors import (
 )
 from ._layouts import COOTensor, CSRTensor, ExtensionTensor
 from ._reader import ZTensorReader, load_file, open
+from ._v2_reader import ZTensor2Reader
+from ._v2_writer import Writer2
 from ._writer import Writer, save_file
 
 __all__ = [
@@ -39,6 +73,8 @@ __all__ = [
     "CSRTensor",
     "ExtensionTensor",
     "Writer",
+    "Writer2",
+    "ZTensor2Reader",
     "ZTensorChecksumError",
     "ZTensorError",
     "ZTensorIOError",

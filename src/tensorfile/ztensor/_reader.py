@@ -50,7 +50,7 @@ from ..core.reader import (
     numpy_allocator,
 )
 from ..core.source import Source
-from ..formats import ZTENSOR
+from ..formats import ZTENSOR, ZTENSOR_V2_MAGIC
 from ..frameworks import framework_name
 from ..sources import PathOrData, open_input
 from ._codecs import MAX_ZSTD_RATIO, decompress_into, decompress_limited, verify_digest
@@ -346,8 +346,9 @@ def open(
     path_or_data: PathOrData,
     *,
     verify: bool = True,
-) -> ZTensorReader:
-    """Open a zTensor file (a path or its bytes) for reading.
+) -> Any:
+    """Open a zTensor file (a path, a URL or its bytes), v1.0 or v2 (by its magic), for
+    reading; a v2 file gives a :class:`~tensorfile.ztensor.ZTensor2Reader`.
 
     Example:
         >>> import numpy as np, os, tempfile
@@ -364,6 +365,10 @@ def open(
         )
     try:
         with open_input(path_or_data, first=ZTENSOR.first_request()) as source:
+            if source.read(0, min(source.size, 4)) == ZTENSOR_V2_MAGIC[:4]:
+                from ._v2_reader import ZTensor2Reader
+
+                return ZTensor2Reader(source, verify=verify)
             return ZTensorReader(source, verify=verify)
     except ZTensorError:
         raise
@@ -401,7 +406,8 @@ def load_file(
         )
     with open(path, verify=verify) as reader:
         if kind == "numpy":
-            return reader.get_tensors()
+            tensors: dict[str, Any] = reader.get_tensors()
+            return tensors
         from ..frameworks.torch import torch_allocator
 
         names = reader.keys()

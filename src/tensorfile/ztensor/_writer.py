@@ -183,7 +183,19 @@ class Writer:
         level: zstd level (1-22; negative levels are faster still).
         checksum: ``None``, ``"crc32c"`` or ``"sha256"``: the default digest per component.
         fsync: flush the file and its folder entry to stable storage on close.
+        version: 1 (zTensor v1.0, the default) or 2: ``Writer(path, version=2, ...)`` is a
+            zTensor v2 writer (:class:`~tensorfile.ztensor._v2_writer.Writer2`, which also
+            takes ``align``).
     """
+
+    def __new__(cls, *args: Any, version: Any = 1, **kwargs: Any) -> Any:
+        from ._v2_writer import check_version
+
+        if check_version(version) == 2:
+            from ._v2_writer import Writer2
+
+            return Writer2(*args, **kwargs)  # (not a Writer: __init__ is not called)
+        return super().__new__(cls)
 
     def __init__(
         self,
@@ -194,7 +206,11 @@ class Writer:
         level: int = 3,
         checksum: str | None = None,
         fsync: bool = False,
+        version: int = 1,
+        align: int | None = None,
     ) -> None:
+        if align is not None:
+            raise InvalidArgumentError("align= is a zTensor v2 option (pass version=2)")
         try:
             self.path = os.fsdecode(os.fspath(path))
         except TypeError:
@@ -497,8 +513,12 @@ def save_file(
     level: int = 3,
     checksum: str | None = None,
     fsync: bool = False,
+    version: int = 1,
+    align: int | None = None,
 ) -> None:
-    """Write ``tensors`` (name → array, torch tensor or sparse tensor) to a zTensor file.
+    """Write ``tensors`` (name → array, torch tensor or sparse tensor) to a zTensor file:
+    zTensor v1.0, or v2 with ``version=2`` (see :func:`tensorfile.ztensor._v2_writer.save_file`,
+    which also takes ``align``; there ``checksum`` is ``"xxh3"`` or ``"sha256"``).
 
     Example:
         >>> import numpy as np, os, tempfile
@@ -508,6 +528,14 @@ def save_file(
         >>> ztensor.load_file(path)["w"].sum()
         np.float32(4.0)
     """
+    from ._v2_writer import check_version
+    from ._v2_writer import save_file as save_v2
+
+    if check_version(version) == 2:
+        return save_v2(
+            tensors, path, attributes=attributes, compression=compression, level=level,
+            checksum=checksum, align=align, fsync=fsync,
+        )  # fmt: skip
     if not isinstance(tensors, Mapping):
         raise InvalidArgumentError(
             f"expected a mapping of names to tensors, got {type(tensors).__name__}"
@@ -519,6 +547,7 @@ def save_file(
         level=level,
         checksum=checksum,
         fsync=fsync,
+        align=align,
     ) as writer:
         for name, tensor in tensors.items():
             writer.add(name, tensor)
