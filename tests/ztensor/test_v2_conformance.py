@@ -181,3 +181,16 @@ def test_parts_in_a_shard_are_read_from_the_sibling_file(tmp_path: Path) -> None
     (tmp_path / "model-base.zt").write_bytes(_data_shard(1 << 19, b""))  # not the named file
     with ztensor.open(root) as f, pytest.raises(ZTensorError, match="should be 1,048,576 bytes"):
         f.get_tensor("there")
+
+
+def test_the_content_id_reads_a_part_in_a_shard_from_the_shard(tmp_path: Path) -> None:
+    from tensorfile.ops import content_hash
+    from tensorfile.safetensors.numpy import save_file
+
+    root = tmp_path / "model.zt"
+    shutil.copy(CORPUS / "valid" / "local-and-foreign-parts-together.zt", root)
+    (tmp_path / "model-base.zt").write_bytes(_data_shard(1 << 20, bytes(range(8))))
+    with ztensor.open(root) as f:
+        same = {name: f.get_tensor(name) for name in f.keys()}
+    save_file(same, str(tmp_path / "same.safetensors"))
+    assert content_hash(str(root)) == content_hash(str(tmp_path / "same.safetensors"))

@@ -333,8 +333,8 @@ def _tensor_chunks(reader: Reader, name: str) -> Iterator[bytes | bytearray]:
     quantized blocks as they are stored; sparse tensors densified piece by piece)."""
     info = reader.info(name)
     if info.layout in ("dense", "quantized") and all(
-        c.encoding == "raw" for c in info.components.values()
-    ):
+        c.encoding == "raw" and c.shard is None for c in info.components.values()
+    ):  # stored bytes in this file are the tensor's bytes (a v2 part in a shard is elsewhere)
         rng = info.byte_range
         for pos in range(0, rng.length, _CHUNK):
             buf = bytearray(min(_CHUNK, rng.length - pos))
