@@ -38,12 +38,14 @@ if TYPE_CHECKING:
     from .ops.diff import diff
     from .ops.hash import structural_hash
     from .ops.inspect import inspect
+    from .ops.verify import verify
 
 # the operations load on first use: `import tensorfile` stays light
 _LAZY = {
     "diff": "tensorfile.ops.diff",
     "inspect": "tensorfile.ops.inspect",
     "structural_hash": "tensorfile.ops.hash",
+    "verify": "tensorfile.ops.verify",
 }
 
 
@@ -78,4 +80,5 @@ __all__ = [
     "inspect",
     "open",
     "structural_hash",
+    "verify",
 ]

@@ -21,6 +21,7 @@ from ._meta import run_meta
 from ._output import Output
 from ._text import plural
 from ._values import VALUE_LIMIT
+from ._verify import run_verify
 
 __all__ = ["Command", "UsageError", "build_parser"]
 
@@ -70,6 +71,13 @@ Exit status:
   2  bad usage, or a file could not be read or is not a valid tensor file
   130  interrupted"""
 
+VERIFY_STATUS = """\
+Exit status:
+  0  every rule holds
+  1  something fails: the first failing tensor and its rule on stderr (--json: all)
+  2  bad usage, or a file could not be read or is not a valid tensor file
+  130  interrupted"""
+
 EPILOGS = {
     "inspect": f"""\
 Examples:
@@ -116,6 +124,20 @@ Metadata values are cut to {plural(VALUE_LIMIT, "character")} (with their full l
 {PATHS}
 
 {DIFF_STATUS}""",
+    "verify": f"""\
+Examples:
+  tensorfile verify model.zt                 # structure, every digest, every tensor's bytes
+  tensorfile verify ./checkpoint --deep      # shards, total_size; NaN/Inf, BOOL bytes
+  tensorfile verify shards/*.zt --json
+
+Rules: the format's structure (opening the file), each digest (zTensor crc32c, sha256,
+xxh3), each tensor's bytes present; for a sharded checkpoint every shard present, every
+tensor in the shard the index names and nowhere else, metadata.total_size. --deep reads
+every value: NaN and Inf in float tensors and BOOL bytes other than 0/1 fail.
+
+{PATHS}
+
+{VERIFY_STATUS}""",
     "meta": f"""\
 Examples:
   tensorfile meta model.safetensors
@@ -214,4 +236,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--delete", action="append", default=[], metavar="K", help="delete a key (repeatable)"
     )
     p.add_argument("--clear", action="store_true", help="remove every key first")
+
+    p = command("verify", run_verify, "check structure, digests, shards (and values, --deep)")
+    p.add_argument("path", nargs="+", metavar="PATH", help=PATH_HELP)
+    p.add_argument("--deep", action="store_true", help="also read every value (NaN, Inf, BOOL)")
     return parser

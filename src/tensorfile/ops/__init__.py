@@ -6,6 +6,8 @@
   shapes and bytes, the same across formats).
 * :func:`diff`: tensors and metadata added, removed and changed (and data, on request).
 * :func:`read_metadata` / :func:`edit_metadata`: metadata without touching the tensors.
+* :func:`verify`: every structural rule, digest and shard of a file or checkpoint (and, deep,
+  every value: NaN, Inf, BOOL bytes).
 
 Shapes are row-major for every format (a GGUF header's innermost-first dimensions are
 reversed; only the structural hash writes them in the file's order, as weight-inspect does)
@@ -46,16 +48,20 @@ from .diff import DiffResult, diff
 from .hash import content_hash, structural_hash
 from .inspect import InspectResult, inspect, module_tree
 from .metadata import MetadataEdit, edit_metadata, read_metadata
+from .verify import Failure, TensorStats, VerifyReport, verify
 
 __all__ = [
     "MAX_DENSE_BYTES",
     "MAX_INDEX_BYTES",
     "DiffResult",
+    "Failure",
     "InspectResult",
     "MetadataEdit",
     "ShardInfo",
     "Structure",
     "TensorEntry",
+    "TensorStats",
+    "VerifyReport",
     "content_hash",
     "diff",
     "edit_metadata",
@@ -64,4 +70,5 @@ __all__ = [
     "module_tree",
     "read_metadata",
     "structural_hash",
+    "verify",
 ]

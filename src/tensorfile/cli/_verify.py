@@ -1,0 +1,72 @@
+"""``tensorfile verify``: check files and checkpoints, print what holds and what does not.
+
+Status 0 when every rule holds for every path, 1 when something fails (the first failing
+tensor and its rule on stderr; every failure in ``--json``), 2 when a path cannot be read
+at all (with several paths: after the others were verified).
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from ..ops.verify import VerifyReport, verify
+from ._each import EXIT_OK, for_each
+from ._output import Output
+from ._progress import progress
+from ._text import plural
+
+__all__ = ["run_verify"]
+
+EXIT_FAILED = 1
+
+
+def _json(r: VerifyReport) -> dict[str, Any]:
+    return {
+        "schema": "tensorfile.verify/1",
+        "path": r.path,
+        "format": r.format,
+        "ok": r.ok,
+        "deep": r.deep,
+        "tensors_checked": r.tensors_checked,
+        "failures": [
+            {"subject": f.subject, "rule": f.rule, "message": f.message} for f in r.failures
+        ],
+        "stats": [
+            {"name": s.name, "nan": s.nan, "inf": s.inf, "bad_bool": s.bad_bool} for s in r.stats
+        ],
+    }
+
+
+def run_verify(args: argparse.Namespace, out: Output) -> int:
+    """``tensorfile verify PATH... [--deep]``."""
+    reports: list[VerifyReport] = []
+
+    def read(path: str) -> VerifyReport:
+        with progress(out, "verifying", unit="items") as report:
+            r = verify(path, deep=args.deep, progress=report)
+        reports.append(r)
+        return r
+
+    def show(r: VerifyReport, label: str | None) -> None:
+        what = "values and bytes" if r.deep else "bytes"
+        if r.ok:
+            out.line(
+                f"{r.path}: OK ({r.format}, {plural(r.tensors_checked, 'tensor')}; {what} checked)"
+            )
+            return
+        out.line(
+            f"{r.path}: FAILED ({r.format}, {plural(len(r.failures), 'failure')}, "
+            f"{plural(r.tensors_checked, 'tensor')} read)"
+        )
+        for f in r.failures:
+            out.line(f"  {f.subject}: {f.rule}: {f.message}")
+
+    status = for_each(args.path, out, read, _json, show, headings=False)
+    bad = [r for r in reports if not r.ok]
+    for r in bad:
+        first = r.failures[0]
+        out.error(f"{r.path}: {first.subject} fails rule {first.rule}: {first.message}")
+    if status != EXIT_OK:
+        return status
+    return EXIT_FAILED if bad else EXIT_OK

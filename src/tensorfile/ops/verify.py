@@ -1,0 +1,377 @@
+"""Verify a tensor file or a sharded checkpoint: structure, digests, completeness, values.
+
+:func:`verify` opens the file (which runs every structural rule of its format: an invalid
+header or manifest is an error, not a report) and then reads every tensor's bytes, so that
+each digest is checked (zTensor v1.0 crc32c/sha256, zTensor v2 xxh3/sha256) and a file cut
+short is noticed, tensor by tensor. A sharded checkpoint (a ``*.safetensors.index.json`` or
+the folder holding it) is checked as a whole: every shard present and readable, every tensor
+of the index in the shard it names and in no other, no shard tensor the index does not
+list, and ``metadata.total_size`` equal to the sum of the tensors' sizes (the sum
+huggingface_hub writes). ``deep=True`` also reads every value: NaN and Inf counts of float
+tensors, BOOL bytes other than 0 and 1; each of those is a failure too.
+
+Memory: each tensor is read once, whole (a zTensor digest covers a whole component), so the
+peak is about the largest tensor; values are scanned 16 MiB at a time.
+
+Example:
+    >>> import numpy as np, os, tempfile
+    >>> from tensorfile import ztensor
+    >>> from tensorfile.ops import verify
+    >>> path = os.path.join(tempfile.mkdtemp(), "m.zt")
+    >>> ztensor.save_file({"w": np.array([1.0, np.nan], np.float32)}, path, checksum="crc32c")
+    >>> verify(path).ok
+    True
+    >>> report = verify(path, deep=True)
+    >>> report.ok, report.failures[0].rule, report.stats[0].nan
+    (False, 'nan', 1)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from contextlib import closing
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..core.errors import (
+    ChecksumError,
+    FormatError,
+    InvalidArgumentError,
+    SourceError,
+    TensorFileError,
+)
+from ..core.reader import Reader
+from ..formats import open_reader
+from ..sources import is_url
+from ._index import index_path, is_index, local_shards, read_index, remote_shards
+
+__all__ = ["Failure", "TensorStats", "VerifyReport", "verify"]
+
+_CHUNK = 16 << 20
+Progress = Callable[[int, int], None]
+
+
+@dataclass(frozen=True)
+class Failure:
+    """One rule that does not hold.
+
+    Attributes:
+        subject: the tensor (or, for a checkpoint, the shard or the index) it concerns.
+        rule: ``digest``, ``truncated``, ``unreadable``, ``missing-shard``,
+            ``unlisted-tensor``, ``misplaced-tensor``, ``duplicate-tensor``,
+            ``missing-tensor``, ``total-size``, ``nan``, ``inf`` or ``bool``.
+        message: what is wrong, in a sentence.
+    """
+
+    subject: str
+    rule: str
+    message: str
+
+
+@dataclass(frozen=True)
+class TensorStats:
+    """Value counts of one float or bool tensor, from a deep verification."""
+
+    name: str
+    nan: int = 0
+    inf: int = 0
+    bad_bool: int = 0
+
+
+@dataclass(frozen=True)
+class VerifyReport:
+    """What :func:`verify` found.
+
+    Attributes:
+        path: the file or checkpoint verified.
+        format: its format (``safetensors``, ``ztensor``, ``gguf``, or
+            ``sharded-safetensors`` for a checkpoint).
+        tensors_checked: tensors whose bytes were read.
+        failures: every rule that does not hold, in file order.
+        deep: whether values were read.
+        stats: per-tensor NaN/Inf/BOOL counts (deep only; tensors with something to count).
+    """
+
+    path: str
+    format: str
+    tensors_checked: int
+    failures: tuple[Failure, ...] = ()
+    deep: bool = False
+    stats: tuple[TensorStats, ...] = field(default=())
+
+    @property
+    def ok(self) -> bool:
+        """True when every rule holds."""
+        return not self.failures
+
+
+class _Run:
+    """The running state of one verification."""
+
+    def __init__(self, deep: bool, progress: Progress | None) -> None:
+        self.deep = deep
+        self.progress = progress
+        self.failures: list[Failure] = []
+        self.stats: list[TensorStats] = []
+        self.checked = 0
+        self.done = 0
+        self.total = 0
+
+    def fail(self, subject: str, rule: str, message: str) -> None:
+        self.failures.append(Failure(subject, rule, message))
+
+    def tensors(self, reader: Reader, names: list[str], where: str) -> None:
+        """Read every named tensor of ``reader``, recording what fails."""
+        for name in names:
+            try:
+                value = reader.get_tensor(name)
+            except ChecksumError as exc:
+                self.fail(name, "digest", _where(where, exc))
+                continue
+            except (SourceError, FormatError) as exc:
+                rule = "truncated" if _short_read(exc) else "unreadable"
+                self.fail(name, rule, _where(where, exc))
+                continue
+            self.checked += 1
+            array = value if isinstance(value, np.ndarray) else None
+            if array is None and hasattr(value, "to_dense"):
+                array = getattr(value, "values", None)  # sparse: the stored values
+            if self.deep and isinstance(array, np.ndarray):
+                self._values(name, array)
+            if self.progress is not None:
+                self.progress(self.checked, max(self.total, self.checked))
+
+    def _values(self, name: str, array: np.ndarray[Any, Any]) -> None:
+        flat = array.reshape(-1)
+        step = max(1, _CHUNK // max(1, flat.itemsize))
+        nan = inf = bad = 0
+        kind = _kind(flat.dtype)
+        if kind is None:
+            return
+        for start in range(0, flat.size, step):
+            piece = flat[start : start + step]
+            if kind == "bool":
+                bad += int(np.count_nonzero(piece.view(np.uint8) > 1))
+                continue
+            as32 = piece.astype(np.float64) if kind == "float-ml" else piece
+            nan += int(np.count_nonzero(np.isnan(as32)))
+            inf += int(np.count_nonzero(np.isinf(as32)))
+        if nan or inf or bad:
+            self.stats.append(TensorStats(name, nan, inf, bad))
+        if nan:
+            self.fail(name, "nan", f"{nan:,} of {flat.size:,} values are NaN")
+        if inf:
+            self.fail(name, "inf", f"{inf:,} of {flat.size:,} values are infinite")
+        if bad:
+            self.fail(name, "bool", f"{bad:,} BOOL bytes are neither 0 nor 1")
+
+
+def _where(where: str, exc: BaseException) -> str:
+    text = str(exc)
+    return text if text.startswith(where) else f"{where}: {text}"
+
+
+def _kind(dtype: np.dtype[Any]) -> str | None:
+    if dtype == np.bool_:
+        return "bool"
+    if dtype.kind in "fc":
+        return "float"
+    if dtype.kind == "V" or dtype.name in (
+        "bfloat16",
+        "float8_e4m3fn",
+        "float8_e5m2",
+        "float8_e4m3fnuz",
+        "float8_e5m2fnuz",
+        "float8_e8m0fnu",
+        "float4_e2m1fn",
+        "float6_e2m3fn",
+        "float6_e3m2fn",
+    ):
+        return "float-ml"  # ml_dtypes floats: numpy's isnan needs a cast
+    return None
+
+
+def _short_read(exc: BaseException) -> bool:
+    text = str(exc).lower()
+    return any(
+        w in text for w in ("truncat", "short", "past the end", "beyond", "ends at", "shorter")
+    )
+
+
+def verify(
+    path: str | os.PathLike[str], *, deep: bool = False, progress: Progress | None = None
+) -> VerifyReport:
+    """Check a tensor file, or a sharded checkpoint, against every rule it can be held to.
+
+    Raises the reader's error (a :class:`~tensorfile.errors.TensorFileError`) when the file
+    cannot be opened at all: a missing file, bytes of no format, an invalid header. Anything
+    found after that is a :class:`Failure` in the report.
+
+    Example:
+        >>> import numpy as np, os, tempfile
+        >>> from tensorfile.ops import verify
+        >>> from tensorfile.safetensors.numpy import save_file
+        >>> path = os.path.join(tempfile.mkdtemp(), "m.safetensors")
+        >>> save_file({"w": np.zeros(4, np.float32)}, path)
+        >>> verify(path).tensors_checked
+        1
+    """
+    target = os.fspath(path)
+    if not isinstance(target, str) or not target:
+        raise InvalidArgumentError(f"expected a path or URL, got {target!r}")
+    run = _Run(deep, progress)
+    index = target if is_url(target) and is_index(target) else None
+    if index is None and not is_url(target):
+        index = index_path(target)
+    if index is not None:
+        _checkpoint(run, index, local=not is_url(target))
+        fmt = "sharded-safetensors"
+    else:
+        fmt = _single(run, target)
+    return VerifyReport(target, fmt, run.checked, tuple(run.failures), deep, tuple(run.stats))
+
+
+def _single(run: _Run, target: str) -> str:
+    try:
+        reader = open_reader(target)
+    except FormatError as exc:
+        truncated = _truncated_safetensors(target)
+        if truncated is None:
+            raise
+        for name in truncated:
+            run.fail(name, "truncated", _where(target, exc))
+        return "safetensors"
+    with reader:
+        names = reader.keys()
+        run.total = len(names)
+        run.tensors(reader, names, target)
+        return reader.format
+
+
+def _truncated_safetensors(target: str) -> list[str] | None:
+    """The tensors of a local safetensors file whose bytes run past its end, when the file
+    is one whose header is whole but whose data was cut short; None otherwise."""
+    if is_url(target):
+        return None
+    try:
+        size = os.path.getsize(target)
+        with open(target, "rb") as f:
+            head = f.read(8)
+            if len(head) < 8:
+                return None
+            n = int.from_bytes(head, "little")
+            if n > min(size - 8, 100 << 20):
+                return None
+            doc = json.loads(f.read(n))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(doc, dict):
+        return None
+    out = []
+    for name, entry in doc.items():
+        if name == "__metadata__" or not isinstance(entry, dict):
+            continue
+        offsets = entry.get("data_offsets")
+        if isinstance(offsets, list) and len(offsets) == 2 and isinstance(offsets[1], int):
+            if 8 + n + offsets[1] > size:
+                out.append(name)
+    return out or None
+
+
+def _checkpoint(run: _Run, index: str, *, local: bool) -> None:
+    weight_map, shown = read_index(index, local=local)
+    shards = sorted(set(weight_map.values()))
+    where = local_shards(index, shards) if local else remote_shards(index, shown, shards)
+    run.total = len(weight_map)
+    held: dict[str, list[str]] = {}
+    total = 0
+    for shard in shards:
+        path = where[shard]
+        expected = [t for t, s in weight_map.items() if s == shard]
+        if local and not os.path.exists(path):
+            run.fail(
+                shard,
+                "missing-shard",
+                f"shard {shard} is missing; the index places {len(expected):,} tensors in it "
+                f"({', '.join(expected[:3])}{', ...' if len(expected) > 3 else ''})",
+            )
+            continue
+        try:
+            reader = open_reader(path)
+        except TensorFileError as exc:
+            truncated = _truncated_safetensors(path)
+            rule = "truncated" if truncated else "unreadable"
+            for name in truncated or [shard]:
+                run.fail(name, rule, f"shard {shard}: {exc}")
+            continue
+        with reader:
+            names = reader.keys()
+            for name in names:
+                held.setdefault(name, []).append(shard)
+                total += reader.info(name).nbytes
+            for name in names:
+                if name not in weight_map:
+                    run.fail(
+                        name,
+                        "unlisted-tensor",
+                        f"shard {shard} holds {name}, which the index does not list",
+                    )
+                elif weight_map[name] != shard:
+                    run.fail(
+                        name,
+                        "misplaced-tensor",
+                        f"the index places {name} in "
+                        f"{weight_map[name]}, but shard {shard} holds it",
+                    )
+            run.tensors(reader, [n for n in names if weight_map.get(n) == shard], f"shard {shard}")
+    for name, in_shards in held.items():
+        if len(in_shards) > 1:
+            run.fail(
+                name,
+                "duplicate-tensor",
+                f"{name} is in {len(in_shards)} shards: {', '.join(in_shards)}",
+            )
+    missing_shards = {f.subject for f in run.failures if f.rule in ("missing-shard",)}
+    for name, shard in weight_map.items():
+        if (
+            name not in held
+            and shard not in missing_shards
+            and not any(f.subject in (name, shard) for f in run.failures)
+        ):
+            run.fail(
+                name,
+                "missing-tensor",
+                f"the index places {name} in {shard}, which does not hold it",
+            )
+    claimed = _total_size(index, local)
+    if claimed is not None and not missing_shards and claimed != total:
+        run.fail(
+            os.path.basename(index),
+            "total-size",
+            f"metadata.total_size is {claimed:,} bytes; the tensors take {total:,}",
+        )
+
+
+def _total_size(index: str, local: bool) -> int | None:
+    """The index's ``metadata.total_size`` (None when it states none); the index has been
+    read and its size checked by :func:`read_index` already."""
+    try:
+        if local:
+            with open(index, "rb") as f:
+                doc = json.loads(f.read())
+        else:
+            from ..sources import open_path
+
+            with closing(open_path(index)) as source:
+                doc = json.loads(source.read(0, source.size))
+    except (OSError, ValueError, TensorFileError):
+        return None
+    meta = doc.get("metadata") if isinstance(doc, dict) else None
+    value = meta.get("total_size") if isinstance(meta, dict) else None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return int(value)
