@@ -35,6 +35,7 @@ from .errors import (
 from .formats import open_reader as open
 
 if TYPE_CHECKING:
+    from .ops.convert import convert
     from .ops.diff import diff
     from .ops.hash import structural_hash
     from .ops.inspect import inspect
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
 
 # the operations load on first use: `import tensorfile` stays light
 _LAZY = {
+    "convert": "tensorfile.ops.convert",
     "diff": "tensorfile.ops.diff",
     "inspect": "tensorfile.ops.inspect",
     "structural_hash": "tensorfile.ops.hash",
@@ -76,6 +78,7 @@ __all__ = [
     "UnsupportedError",
     "ZTensorError",
     "__version__",
+    "convert",
     "diff",
     "inspect",
     "open",

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import NoReturn
 
 from .._version import __version__
+from ._convert import run_convert
 from ._diff import run_diff
 from ._ident import run_id, run_summary
 from ._inspect import run_inspect
@@ -71,6 +72,13 @@ Exit status:
   2  bad usage, or a file could not be read or is not a valid tensor file
   130  interrupted"""
 
+CONVERT_STATUS = """\
+Exit status:
+  0  converted
+  2  bad usage (an option the output format does not have), or the source could not be
+     read or converted (nothing is left at DST)
+  130  interrupted"""
+
 VERIFY_STATUS = """\
 Exit status:
   0  every rule holds
@@ -124,6 +132,23 @@ Metadata values are cut to {plural(VALUE_LIMIT, "character")} (with their full l
 {PATHS}
 
 {DIFF_STATUS}""",
+    "convert": f"""\
+Examples:
+  tensorfile convert model.safetensors model.zt                  # zTensor v1.0
+  tensorfile convert model.safetensors model.zt --to zt2 --compression zstd --checksum xxh3
+  tensorfile convert model.zt model.safetensors
+  tensorfile convert ./checkpoint merged.safetensors            # a sharded checkpoint in
+  tensorfile convert big.safetensors ./ck --shard-size 5GB       # shards + index, like hf
+  tensorfile convert pytorch_model.bin model.safetensors         # torch.load(weights_only)
+  tensorfile convert model.gguf model.safetensors                # quantized: dequantized
+
+Sources: safetensors (a file or a sharded checkpoint), zTensor v1.0/v2, GGUF, .npz, .npy,
+PyTorch pickles (.pt, .pth, .bin; torch.load(weights_only=True) only: never a full
+unpickler). The output format comes from --to or DST's extension (.safetensors, .zt = v1.0,
+.npz). Tensor by tensor (memory: about the largest tensor), atomic, the content id kept
+(tensorfile id --content). Sparse tensors to safetensors/npz need --densify.
+
+{CONVERT_STATUS}""",
     "verify": f"""\
 Examples:
   tensorfile verify model.zt                 # structure, every digest, every tensor's bytes
@@ -236,6 +261,32 @@ def build_parser() -> argparse.ArgumentParser:
         "--delete", action="append", default=[], metavar="K", help="delete a key (repeatable)"
     )
     p.add_argument("--clear", action="store_true", help="remove every key first")
+
+    p = command("convert", run_convert, "convert between formats, tensor by tensor")
+    p.add_argument("src", metavar="SRC", help="the file or checkpoint to read")
+    p.add_argument("dst", metavar="DST", help="the file (or, with --shard-size, folder) to write")
+    p.add_argument(
+        "--to",
+        choices=("safetensors", "zt", "zt2", "npz"),
+        default=None,
+        help="the output format (default: from DST's extension)",
+    )
+    p.add_argument("--compression", choices=("zstd",), default=None, help="zTensor only")
+    p.add_argument("--level", type=int, default=None, help="zstd level (zTensor only)")
+    p.add_argument(
+        "--checksum",
+        choices=("crc32c", "sha256", "xxh3"),
+        default=None,
+        help="zTensor digests: crc32c or sha256 (v1.0), xxh3 or sha256 (v2)",
+    )
+    p.add_argument("--align", type=int, default=None, help="zTensor v2 blob alignment")
+    p.add_argument(
+        "--shard-size",
+        default=None,
+        metavar="SIZE",
+        help="write a sharded safetensors checkpoint into the folder DST (5GB...)",
+    )
+    p.add_argument("--densify", action="store_true", help="store sparse tensors dense")
 
     p = command("verify", run_verify, "check structure, digests, shards (and values, --deep)")
     p.add_argument("path", nargs="+", metavar="PATH", help=PATH_HELP)

@@ -6,6 +6,7 @@
   shapes and bytes, the same across formats).
 * :func:`diff`: tensors and metadata added, removed and changed (and data, on request).
 * :func:`read_metadata` / :func:`edit_metadata`: metadata without touching the tensors.
+* :func:`convert`: any format in, safetensors/zTensor v1.0/v2/npz out, tensor by tensor.
 * :func:`verify`: every structural rule, digest and shard of a file or checkpoint (and, deep,
   every value: NaN, Inf, BOOL bytes).
 
@@ -44,6 +45,7 @@ Example:
 
 from ._dense import MAX_DENSE_BYTES
 from ._structure import MAX_INDEX_BYTES, ShardInfo, Structure, TensorEntry, load
+from .convert import ConvertResult, convert
 from .diff import DiffResult, diff
 from .hash import content_hash, structural_hash
 from .inspect import InspectResult, inspect, module_tree
@@ -53,6 +55,7 @@ from .verify import Failure, TensorStats, VerifyReport, verify
 __all__ = [
     "MAX_DENSE_BYTES",
     "MAX_INDEX_BYTES",
+    "ConvertResult",
     "DiffResult",
     "Failure",
     "InspectResult",
@@ -63,6 +66,7 @@ __all__ = [
     "TensorStats",
     "VerifyReport",
     "content_hash",
+    "convert",
     "diff",
     "edit_metadata",
     "inspect",

@@ -1,0 +1,62 @@
+"""``tensorfile convert SRC DST``: any tensor file in, safetensors, zTensor v1.0/v2 or npz
+out (see :mod:`tensorfile.ops.convert`); a table, or ``--json``."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from ..ops.convert import ConvertResult, convert
+from ._output import Output, human_bytes
+from ._progress import progress
+from ._text import plural
+
+__all__ = ["run_convert"]
+
+
+def _json(r: ConvertResult) -> dict[str, Any]:
+    return {
+        "schema": "tensorfile.convert/1",
+        "src": r.src,
+        "dst": r.dst,
+        "source_format": r.source_format,
+        "destination_format": r.destination_format,
+        "tensors": r.tensors,
+        "bytes_in": r.bytes_in,
+        "bytes_out": r.bytes_out,
+        "files": list(r.files),
+        "densified": list(r.densified),
+        "notes": list(r.notes),
+    }
+
+
+def run_convert(args: argparse.Namespace, out: Output) -> int:
+    """``tensorfile convert SRC DST [options]``."""
+    with progress(out, "converting") as report:
+        r = convert(
+            args.src,
+            args.dst,
+            to=args.to,
+            compression=args.compression,
+            level=args.level,
+            checksum=args.checksum,
+            align=args.align,
+            shard_size=args.shard_size,
+            densify=args.densify,
+            progress=report,
+        )
+    if out.json_mode:
+        out.json(_json(r))
+        return 0
+    out.line(
+        f"{r.src} ({r.source_format}) -> {r.dst} ({r.destination_format}): "
+        f"{plural(r.tensors, 'tensor')}, {human_bytes(r.bytes_in)} of tensor data, "
+        f"{human_bytes(r.bytes_out)} written"
+    )
+    if len(r.files) > 1:
+        out.line(f"files: {', '.join(r.files)}")
+    if r.densified:
+        out.line(f"densified: {', '.join(r.densified)}")
+    for note in r.notes:
+        out.line(f"note: {note}")
+    return 0

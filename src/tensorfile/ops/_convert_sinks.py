@@ -1,0 +1,198 @@
+"""What :func:`tensorfile.convert` writes: safetensors (one file or shards), zTensor v1.0
+and v2, numpy ``.npz``. Each sink writes atomically (a temporary file renamed into place)
+and takes one tensor at a time."""
+
+from __future__ import annotations
+
+import json
+import os
+import zipfile
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+
+from ..core.atomic import AtomicFile
+from ..core.errors import InvalidArgumentError, SourceError, UnsupportedError
+from ._convert_sources import Item, iter_json
+
+__all__ = ["write_npz", "write_safetensors", "write_sharded", "write_ztensor"]
+
+Get = Callable[[str], Any]
+Tick = Callable[[Item], None]
+
+
+def _dense(item: Item, value: Any, densify: bool, dst_format: str) -> np.ndarray[Any, Any]:
+    if isinstance(value, np.ndarray):
+        return value
+    if hasattr(value, "to_dense"):
+        if not densify:
+            raise UnsupportedError(
+                f"tensor {item.name!r} is sparse ({item.layout}); {dst_format} has no sparse "
+                "layout: pass --densify (densify=True) to store it dense"
+            )
+        return np.ascontiguousarray(value.to_dense())
+    raise UnsupportedError(
+        f"tensor {item.name!r} ({item.layout}) cannot be written to {dst_format}"
+    )
+
+
+def _dense_items(items: list[Item]) -> list[Item]:
+    return [i if i.layout in ("dense",) else Item(i.name, i.dtype, i.shape) for i in items]
+
+
+def write_safetensors(
+    dst: str, items: list[Item], get: Get, metadata: Mapping[str, Any], densify: bool, tick: Tick
+) -> None:
+    """One safetensors file, header first (every tensor's place is known), then the data."""
+    from ..safetensors._writer import StreamWriter
+
+    specs = {i.name: (i.dtype.name, i.shape) for i in _dense_items(items)}
+    meta = dict(iter_json(metadata)) or None
+    with StreamWriter(dst, specs, meta) as w:
+        for item in items:
+            w.write(item.name, _dense(item, get(item.name), densify, "safetensors"))
+            tick(item)
+
+
+def plan_shards(items: list[Item], max_bytes: int) -> list[list[Item]]:
+    """huggingface_hub's split: tensors in order, a new shard when the next tensor would
+    take the current one over ``max_bytes``; a tensor bigger than that alone in its own."""
+    shards: list[list[Item]] = []
+    current: list[Item] = []
+    size = 0
+    for item in items:
+        n = item.nbytes
+        if n > max_bytes:
+            shards.append([item])
+            continue
+        if current and size + n > max_bytes:
+            shards.append(current)
+            current, size = [], 0
+        current.append(item)
+        size += n
+    if current:
+        shards.append(current)
+    return shards
+
+
+def write_sharded(
+    dst: str,
+    items: list[Item],
+    get: Get,
+    metadata: Mapping[str, Any],
+    densify: bool,
+    tick: Tick,
+    max_bytes: int,
+) -> list[str]:
+    """A sharded checkpoint in the folder ``dst``: ``model-0000i-of-0000N.safetensors`` and
+    ``model.safetensors.index.json`` (written last, so a failure leaves no index naming
+    missing shards), or a single ``model.safetensors`` when everything fits in one shard."""
+    os.makedirs(dst, exist_ok=True)
+    dense = _dense_items(items)
+    shards = plan_shards(dense, max_bytes)
+    by_name = {i.name: i for i in items}
+    if len(shards) <= 1:
+        write_safetensors(
+            os.path.join(dst, "model.safetensors"), items, get, metadata, densify, tick
+        )
+        return ["model.safetensors"]
+    names = [f"model-{k:05d}-of-{len(shards):05d}.safetensors" for k in range(1, len(shards) + 1)]
+    weight_map: dict[str, str] = {}
+    for fname, shard in zip(names, shards, strict=True):
+        write_safetensors(
+            os.path.join(dst, fname), [by_name[i.name] for i in shard], get, metadata, densify, tick
+        )
+        weight_map.update(dict.fromkeys((i.name for i in shard), fname))
+    index = {
+        "metadata": {"total_size": sum(i.nbytes for i in dense)},
+        "weight_map": dict(sorted(weight_map.items())),
+    }
+    out = AtomicFile(os.path.join(dst, "model.safetensors.index.json"))
+    try:
+        os.write(out.fd, (json.dumps(index, indent=2, sort_keys=True) + "\n").encode())
+        out.commit()
+    except BaseException:
+        out.abort()
+        raise
+    return [*names, "model.safetensors.index.json"]
+
+
+def write_ztensor(
+    dst: str,
+    items: list[Item],
+    get: Get,
+    metadata: Mapping[str, Any],
+    tick: Tick,
+    *,
+    version: int,
+    options: dict[str, Any],
+) -> None:
+    """A zTensor file (v1.0 or v2); sparse tensors keep their layout."""
+    from ..ztensor import Writer
+
+    if version == 1:
+        attributes: dict[str, Any] = dict(iter_json(metadata))
+    else:
+        attributes = {k: v for k, v in metadata.items() if _cbor_value(v)}
+        attributes.update({k: v for k, v in iter_json(metadata) if k not in attributes})
+    with Writer(dst, version=version, attributes=attributes, **options) as w:
+        for item in items:
+            w.add(item.name, get(item.name))
+            tick(item)
+
+
+def _cbor_value(value: Any) -> bool:
+    if isinstance(value, str | int | float | bool) or value is None:
+        return True
+    if isinstance(value, list):
+        return all(_cbor_value(v) for v in value)
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _cbor_value(v) for k, v in value.items())
+    return False
+
+
+def write_npz(dst: str, items: list[Item], get: Get, densify: bool, tick: Tick) -> None:
+    """A numpy ``.npz`` archive, member by member (not compressed, as ``np.savez``)."""
+    out = AtomicFile(dst)
+    try:
+        with os.fdopen(os.dup(out.fd), "wb") as f, zipfile.ZipFile(f, "w") as zf:
+            for item in items:
+                arr = _dense(item, get(item.name), densify, "npz")
+                if arr.dtype.kind == "V" or arr.dtype.type.__module__.startswith("ml_dtypes"):
+                    raise UnsupportedError(
+                        f"tensor {item.name!r} is {item.dtype.name}, which .npy cannot hold "
+                        "without pickle"
+                    )
+                with zf.open(item.name + ".npy", "w", force_zip64=True) as member:
+                    np.lib.format.write_array(member, np.ascontiguousarray(arr), allow_pickle=False)
+                tick(item)
+        out.commit()
+    except OSError as exc:
+        out.abort()
+        raise SourceError(f"cannot write {dst}: {exc}") from exc
+    except BaseException:
+        out.abort()
+        raise
+
+
+def check_options_for(fmt: str, options: Mapping[str, Any]) -> None:
+    """Refuse options that the output format does not have."""
+    allowed = {
+        "safetensors": {"shard_size"},
+        "npz": set(),
+        "zt": {"compression", "level", "checksum"},
+        "zt2": {"compression", "level", "checksum", "align"},
+    }[fmt]
+    for key, value in options.items():
+        if value is not None and key not in allowed:
+            raise InvalidArgumentError(f"{key.replace('_', '-')} does not apply to {fmt} output")
+    checksum = options.get("checksum")
+    if checksum is not None:
+        ok = {"zt": ("crc32c", "sha256"), "zt2": ("xxh3", "sha256")}[fmt]
+        if checksum not in ok:
+            raise InvalidArgumentError(
+                f"checksum {checksum!r} is not a {fmt} digest (choose {' or '.join(ok)})"
+            )
+    if options.get("compression") not in (None, "zstd"):
+        raise InvalidArgumentError(f"compression {options['compression']!r}: only zstd")

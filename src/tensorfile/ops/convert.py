@@ -1,0 +1,228 @@
+"""Convert between tensor formats, tensor by tensor: ``tensorfile.convert(src, dst)``.
+
+Sources: safetensors (one file or a sharded checkpoint), zTensor v1.0 and v2, GGUF
+(quantized types dequantized to float32 with the ``gguf`` package), numpy ``.npz``/``.npy``,
+PyTorch pickles through ``torch.load(weights_only=True)`` only. Destinations: safetensors
+(``shard_size``: a sharded checkpoint in a folder, as huggingface_hub lays it out),
+zTensor v1.0 (``.zt``), zTensor v2 (``to="zt2"``) and ``.npz``. The output format comes from
+``to`` or from ``dst``'s extension.
+
+Every write is atomic (a temporary file renamed into place; a sharded checkpoint's index is
+written last), the memory in use is about the largest tensor, and a lossless conversion keeps
+the content id (:func:`tensorfile.ops.content_hash`). A lone safetensors file converted to
+safetensors is copied byte for byte. Metadata goes across: text values as they are, others
+(GGUF arrays, zTensor v2 values) as JSON text where the destination holds only text.
+Sparse zTensor tensors go to formats without sparse layouts only with ``densify=True``.
+
+Example:
+    >>> import numpy as np, os, tempfile
+    >>> from tensorfile.ops import content_hash, convert
+    >>> from tensorfile.safetensors.numpy import save_file
+    >>> d = tempfile.mkdtemp()
+    >>> save_file({"w": np.eye(3, dtype=np.float32)}, os.path.join(d, "m.safetensors"))
+    >>> r = convert(os.path.join(d, "m.safetensors"), os.path.join(d, "m.zt"), to="zt2")
+    >>> r.destination_format, r.tensors
+    ('zt2', 1)
+    >>> content_hash(os.path.join(d, "m.zt")) == content_hash(os.path.join(d, "m.safetensors"))
+    True
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ..core.atomic import AtomicFile
+from ..core.errors import InvalidArgumentError, SourceError
+from ..formats import SAFETENSORS, ZTENSOR
+from ..sources import is_url
+from . import _convert_sinks as sinks
+from ._convert_sources import ConvertSource, Item, open_source
+
+__all__ = ["FORMATS", "ConvertResult", "convert"]
+
+FORMATS = ("safetensors", "zt", "zt2", "npz")
+_BY_SUFFIX = {
+    **dict.fromkeys(SAFETENSORS.suffixes, "safetensors"),
+    **dict.fromkeys(ZTENSOR.suffixes, "zt"),  # zTensor v1.0 unless to="zt2"
+    ".npz": "npz",
+}
+
+
+@dataclass(frozen=True)
+class ConvertResult:
+    """What :func:`convert` did.
+
+    Attributes:
+        src / dst: the paths.
+        source_format / destination_format: e.g. ``safetensors``, ``gguf``, ``pytorch``;
+            ``safetensors``, ``zt``, ``zt2``, ``npz``.
+        tensors: tensors written.
+        bytes_in: tensor bytes as the source describes them (dequantized, densified sizes).
+        files: the files written (one, or a checkpoint's shards and index).
+        densified: sparse tensors stored dense.
+        notes: anything worth knowing (dequantized tensors, copied bytes, metadata as JSON).
+    """
+
+    src: str
+    dst: str
+    source_format: str
+    destination_format: str
+    tensors: int
+    bytes_in: int
+    bytes_out: int
+    files: tuple[str, ...]
+    densified: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+
+
+def _destination(dst: str, to: str | None, shard_size: object) -> str:
+    if to is not None:
+        if to not in FORMATS:
+            raise InvalidArgumentError(f"to={to!r}: choose one of {', '.join(FORMATS)}")
+        return to
+    if shard_size is not None:
+        return "safetensors"
+    suffix = os.path.splitext(dst)[1].lower()
+    if suffix in _BY_SUFFIX:
+        return _BY_SUFFIX[suffix]
+    raise InvalidArgumentError(
+        f"cannot tell the output format from {dst!r}: name it .safetensors, .zt or .npz, or "
+        f"pass to= ({', '.join(FORMATS)})"
+    )
+
+
+def _same_file(a: str, b: str) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return os.path.abspath(a) == os.path.abspath(b)
+
+
+def convert(
+    src: str | os.PathLike[str],
+    dst: str | os.PathLike[str],
+    *,
+    to: str | None = None,
+    compression: str | None = None,
+    level: int | None = None,
+    checksum: str | None = None,
+    align: int | None = None,
+    shard_size: int | str | None = None,
+    densify: bool = False,
+    progress: Callable[[int, int], None] | None = None,
+) -> ConvertResult:
+    """Convert ``src`` to ``dst`` (see the module docstring for sources and destinations).
+
+    ``progress(done, total)`` is called with tensor bytes written, as the work advances.
+
+    Example:
+        >>> import numpy as np, os, tempfile
+        >>> from tensorfile.ops import convert
+        >>> d = tempfile.mkdtemp()
+        >>> np.savez(os.path.join(d, "a.npz"), w=np.ones(4, np.float16))
+        >>> convert(os.path.join(d, "a.npz"), os.path.join(d, "a.safetensors")).tensors
+        1
+    """
+    src_s, dst_s = os.fspath(src), os.fspath(dst)
+    if not isinstance(src_s, str) or not isinstance(dst_s, str) or not src_s or not dst_s:
+        raise InvalidArgumentError("src and dst must be non-empty paths")
+    if is_url(dst_s):
+        raise InvalidArgumentError(f"{dst_s}: convert writes local files only")
+    fmt = _destination(dst_s, to, shard_size)
+    options = {
+        "compression": compression,
+        "level": level,
+        "checksum": checksum,
+        "align": align,
+        "shard_size": shard_size,
+    }
+    sinks.check_options_for(fmt, options)
+    if not is_url(src_s) and _same_file(src_s, dst_s):
+        raise InvalidArgumentError(f"{src_s}: the source and the destination are the same file")
+    max_bytes = _shard_bytes(shard_size) if shard_size is not None else None
+    source = open_source(src_s)
+    try:
+        return _run(source, src_s, dst_s, fmt, options, max_bytes, densify, progress)
+    finally:
+        source.close()
+
+
+def _shard_bytes(value: int | str) -> int:
+    from ..core.sizes import parse_size
+
+    return parse_size(value)
+
+
+def _run(
+    source: ConvertSource,
+    src: str,
+    dst: str,
+    fmt: str,
+    options: dict[str, Any],
+    max_bytes: int | None,
+    densify: bool,
+    progress: Callable[[int, int], None] | None,
+) -> ConvertResult:
+    items = source.items
+    total = sum(i.nbytes for i in items)
+    done = 0
+    notes = [f"{i.name}: {i.note}" for i in items if i.note]
+    densified = tuple(
+        i.name for i in items if i.layout != "dense" and fmt in ("safetensors", "npz")
+    )
+
+    def tick(item: Item) -> None:
+        nonlocal done
+        done += item.nbytes
+        if progress is not None:
+            progress(done, total)
+
+    files: tuple[str, ...] = (dst,)
+    if fmt == "safetensors" and max_bytes is None and source.single_safetensors is not None:
+        _copy(source.single_safetensors, dst)
+        notes.append("a lone safetensors file: copied byte for byte")
+        done = total
+        if progress is not None:
+            progress(total, total)
+    elif fmt == "safetensors" and max_bytes is not None:
+        names = sinks.write_sharded(
+            dst, items, source.get, source.metadata, densify, tick, max_bytes
+        )
+        files = tuple(os.path.join(dst, n) for n in names)
+    elif fmt == "safetensors":
+        sinks.write_safetensors(dst, items, source.get, source.metadata, densify, tick)
+    elif fmt in ("zt", "zt2"):
+        chosen = {k: v for k, v in options.items() if v is not None and k != "shard_size"}
+        sinks.write_ztensor(
+            dst,
+            items,
+            source.get,
+            source.metadata,
+            tick,
+            version=2 if fmt == "zt2" else 1,
+            options=chosen,
+        )
+    else:
+        sinks.write_npz(dst, items, source.get, densify, tick)
+    bytes_out = sum(os.path.getsize(f) for f in files if os.path.isfile(f))
+    return ConvertResult(
+        src, dst, source.format, fmt, len(items), total, bytes_out, files, densified, tuple(notes)
+    )
+
+
+def _copy(src: str, dst: str) -> None:
+    out = AtomicFile(dst)
+    try:
+        with open(src, "rb") as f_in, os.fdopen(os.dup(out.fd), "wb") as f_out:
+            shutil.copyfileobj(f_in, f_out, 16 << 20)
+        out.commit()
+    except OSError as exc:
+        out.abort()
+        raise SourceError(f"cannot copy {src} to {dst}: {exc}") from exc
+    except BaseException:
+        out.abort()
+        raise
