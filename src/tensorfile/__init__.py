@@ -17,6 +17,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from ._version import __version__
+from .checkpoint import ShardedReader, open
 from .core.catalog import ByteRange, Catalog, Component, TensorInfo
 from .core.dtypes import DType
 from .core.reader import Reader
@@ -32,7 +33,6 @@ from .errors import (
     UnsupportedError,
     ZTensorError,
 )
-from .formats import open_reader as open
 
 if TYPE_CHECKING:
     from .ops.convert import convert
@@ -70,6 +70,7 @@ __all__ = [
     "InvalidArgumentError",
     "Reader",
     "SafetensorError",
+    "ShardedReader",
     "SourceError",
     "TensorFileError",
     "TensorInfo",

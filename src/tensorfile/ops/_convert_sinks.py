@@ -4,7 +4,6 @@ and takes one tensor at a time."""
 
 from __future__ import annotations
 
-import json
 import os
 import zipfile
 from collections.abc import Callable, Mapping
@@ -55,27 +54,6 @@ def write_safetensors(
             tick(item)
 
 
-def plan_shards(items: list[Item], max_bytes: int) -> list[list[Item]]:
-    """huggingface_hub's split: tensors in order, a new shard when the next tensor would
-    take the current one over ``max_bytes``; a tensor bigger than that alone in its own."""
-    shards: list[list[Item]] = []
-    current: list[Item] = []
-    size = 0
-    for item in items:
-        n = item.nbytes
-        if n > max_bytes:
-            shards.append([item])
-            continue
-        if current and size + n > max_bytes:
-            shards.append(current)
-            current, size = [], 0
-        current.append(item)
-        size += n
-    if current:
-        shards.append(current)
-    return shards
-
-
 def write_sharded(
     dst: str,
     items: list[Item],
@@ -85,37 +63,20 @@ def write_sharded(
     tick: Tick,
     max_bytes: int,
 ) -> list[str]:
-    """A sharded checkpoint in the folder ``dst``: ``model-0000i-of-0000N.safetensors`` and
-    ``model.safetensors.index.json`` (written last, so a failure leaves no index naming
-    missing shards), or a single ``model.safetensors`` when everything fits in one shard."""
-    os.makedirs(dst, exist_ok=True)
-    dense = _dense_items(items)
-    shards = plan_shards(dense, max_bytes)
+    """A sharded checkpoint in the folder ``dst``, as huggingface_hub lays it out (see
+    :mod:`tensorfile.safetensors._sharded`: the index written last)."""
+    from ..safetensors._sharded import write_sharded as write
+
     by_name = {i.name: i for i in items}
-    if len(shards) <= 1:
-        write_safetensors(
-            os.path.join(dst, "model.safetensors"), items, get, metadata, densify, tick
-        )
-        return ["model.safetensors"]
-    names = [f"model-{k:05d}-of-{len(shards):05d}.safetensors" for k in range(1, len(shards) + 1)]
-    weight_map: dict[str, str] = {}
-    for fname, shard in zip(names, shards, strict=True):
-        write_safetensors(
-            os.path.join(dst, fname), [by_name[i.name] for i in shard], get, metadata, densify, tick
-        )
-        weight_map.update(dict.fromkeys((i.name for i in shard), fname))
-    index = {
-        "metadata": {"total_size": sum(i.nbytes for i in dense)},
-        "weight_map": dict(sorted(weight_map.items())),
-    }
-    out = AtomicFile(os.path.join(dst, "model.safetensors.index.json"))
-    try:
-        os.write(out.fd, (json.dumps(index, indent=2, sort_keys=True) + "\n").encode())
-        out.commit()
-    except BaseException:
-        out.abort()
-        raise
-    return [*names, "model.safetensors.index.json"]
+    entries = [(i.name, i.dtype.name, i.shape) for i in _dense_items(items)]
+    return write(
+        entries,
+        lambda n: _dense(by_name[n], get(n), densify, "safetensors"),
+        dst,
+        max_shard_size=max_bytes,
+        metadata=dict(iter_json(metadata)),
+        tick=lambda n: tick(by_name[n]),
+    )
 
 
 def write_ztensor(

@@ -23,7 +23,7 @@ from ..core.reader import NDArray
 from . import safe_open
 from ._writer import Prepared, prepare_array, to_bytes, write_file
 
-__all__ = ["load", "load_file", "save", "save_file"]
+__all__ = ["load", "load_file", "save", "save_file", "save_sharded"]
 
 
 def _prepare(tensor_dict: dict[str, Any]) -> list[Prepared]:
@@ -91,3 +91,40 @@ def load_file(
     """
     with safe_open(filename, framework="np", backend=backend) as f:
         return f.read_tensors(copy=copy)
+
+
+def save_sharded(
+    tensors: dict[str, np.ndarray[Any, Any]],
+    directory: str | os.PathLike[str],
+    *,
+    max_shard_size: int | str = "5GB",
+    metadata: dict[str, str] | None = None,
+) -> list[str]:
+    """Save ``tensors`` as a sharded checkpoint in ``directory``, laid out as
+    huggingface_hub's ``save_torch_state_dict`` lays it out (``model-00001-of-0000N``
+    shards and ``model.safetensors.index.json``, or one ``model.safetensors``), atomically
+    as a whole. Returns the file names written, the index last.
+
+    Example:
+        >>> import tempfile
+        >>> save_sharded({"w": np.zeros(4, np.float32)}, tempfile.mkdtemp())
+        ['model.safetensors']
+    """
+    from ..core.dtypes import from_numpy
+    from ..core.errors import InvalidArgumentError
+    from ._sharded import parse_size, write_sharded
+
+    if not isinstance(tensors, dict):
+        raise InvalidArgumentError(f"expected a dict of arrays, got {type(tensors).__name__}")
+    entries = []
+    for name, arr in tensors.items():
+        if not isinstance(arr, np.ndarray):
+            raise InvalidTypeError(f"tensor {name!r}: expected a numpy array, got {type(arr)}")
+        entries.append((name, from_numpy(arr.dtype).name, tuple(arr.shape)))
+    return write_sharded(
+        entries,
+        lambda n: np.ascontiguousarray(tensors[n]),
+        directory,
+        max_shard_size=parse_size(max_shard_size),
+        metadata=metadata,
+    )

@@ -38,6 +38,7 @@ __all__ = [
     "save",
     "save_file",
     "save_model",
+    "save_sharded",
     "storage_ptr",
     "storage_size",
 ]
@@ -342,3 +343,48 @@ def load_model(
 def _quoted(names: Iterable[str]) -> str:
     """Names as the reference lists them in ``load_model``'s error: sorted, double-quoted."""
     return ", ".join(f'"{name}"' for name in sorted(names))
+
+
+def save_sharded(
+    tensors: dict[str, torch.Tensor],
+    directory: str | os.PathLike[str],
+    *,
+    max_shard_size: int | str = "5GB",
+    metadata: dict[str, str] | None = None,
+) -> list[str]:
+    """Save a state dict as huggingface_hub's ``save_torch_state_dict`` does: names that
+    share memory with a kept one are dropped (each recorded in the metadata as ``dropped
+    -> kept``, as :func:`save_model` does), tensors made contiguous, shards
+    ``model-00001-of-0000N.safetensors`` with ``{"format": "pt"}`` and
+    ``model.safetensors.index.json`` (or one ``model.safetensors``), atomically as a whole;
+    ``huggingface_hub.load_torch_model`` and ``transformers`` load the result. Returns the
+    file names written, the index last.
+
+    Example:
+        >>> import tempfile
+        >>> save_sharded(torch.nn.Linear(2, 2).state_dict(), tempfile.mkdtemp())
+        ['model.safetensors']
+    """
+    from ..frameworks.torch import prepare_tensor
+    from ._sharded import parse_size, write_sharded
+
+    if not isinstance(tensors, dict):
+        raise InvalidArgumentError(f"expected a dict of tensors, got {type(tensors).__name__}")
+    state = dict(tensors)
+    meta = dict(metadata) if metadata is not None else None
+    for kept, dropped in _remove_duplicate_names(state).items():
+        for name in dropped:
+            if meta is None:
+                meta = {}
+            meta.setdefault(name, kept)
+            del state[name]
+    prepared = {n: prepare_tensor(n, t.contiguous()) for n, t in state.items()}
+    entries = [(n, dt.name, shape) for n, (dt, shape, _view, _keep) in prepared.items()]
+    return write_sharded(
+        entries,
+        lambda n: prepared[n][2],
+        directory,
+        max_shard_size=parse_size(max_shard_size),
+        metadata=meta,
+        shard_metadata={"format": "pt"},
+    )
