@@ -273,3 +273,23 @@ def test_round_trips_keep_values(
     for k, v in tensors.items():
         assert back[k].dtype == v.dtype and back[k].shape == v.shape
         assert back[k].tobytes() == v.tobytes()
+
+
+def test_an_npz_member_that_claims_more_than_it_holds_is_refused_unallocated(
+    tmp_path: Path,
+) -> None:
+    import io
+    import zipfile
+
+    out = io.BytesIO()
+    np.lib.format.write_array_header_1_0(
+        out, {"descr": "<f4", "fortran_order": False, "shape": (10**12,)}
+    )
+    out.write(bytes(16))
+    with zipfile.ZipFile(tmp_path / "lie.npz", "w") as zf:
+        zf.writestr("w.npy", out.getvalue())
+    with pytest.raises(TensorFileError, match="claims 4,000,000,000,000 bytes"):
+        convert(tmp_path / "lie.npz", tmp_path / "lie.safetensors")
+    run = _cli("convert", str(tmp_path / "lie.npz"), str(tmp_path / "lie.safetensors"))
+    assert run.returncode == 2 and "claims" in run.stderr
+    assert not (tmp_path / "lie.safetensors").exists()

@@ -189,6 +189,7 @@ def _npz(src: str) -> ConvertSource:
         raise SourceError(f"{src}: cannot read as .npz: {exc}") from exc
     if not isinstance(npz, np.lib.npyio.NpzFile):
         raise InvalidArgumentError(f"{src} is not an .npz archive")
+    _check_npz_sizes(npz, src)
     items = []
     for name in npz.files:
         try:
@@ -200,6 +201,35 @@ def _npz(src: str) -> ConvertSource:
             ) from exc
         items.append(_numpy_item(name, arr, src))
     return ConvertSource("npz", items, {}, lambda n: np.ascontiguousarray(npz[n]), npz.close)
+
+
+def _check_npz_sizes(npz: Any, src: str) -> None:
+    """Refuse a member whose ``.npy`` header claims more bytes than the member holds, before
+    numpy allocates what the header claims."""
+    zf = npz.zip
+    for info in zf.infolist():
+        if not info.filename.endswith(".npy"):
+            continue
+        try:
+            with zf.open(info) as f:
+                major, _minor = np.lib.format.read_magic(f)
+                read_header = (
+                    np.lib.format.read_array_header_1_0
+                    if major == 1
+                    else np.lib.format.read_array_header_2_0
+                )
+                shape, _fortran, dtype = read_header(f, max_header_size=1 << 16)
+                header_end = f.tell()
+        except (ValueError, OSError, EOFError, SyntaxError, TypeError) as exc:
+            npz.close()
+            raise SourceError(f"{src}: member {info.filename} is not a valid .npy: {exc}") from exc
+        claimed = int(np.prod(shape, dtype=object)) * dtype.itemsize if dtype.itemsize else 0
+        if claimed > info.file_size - header_end:
+            npz.close()
+            raise SourceError(
+                f"{src}: member {info.filename} claims {claimed:,} bytes of data but holds "
+                f"{max(0, info.file_size - header_end):,}"
+            )
 
 
 def _npy(src: str) -> ConvertSource:
