@@ -1468,3 +1468,41 @@ def test_unknown_component_role(tmp_path: Path) -> None:
                 assert repr(role) in message
         with pytest.raises(ZTensorMissingError):
             reader.component("w", "indices")
+
+
+_FULL_DISK_CHILD = """
+import os, resource, signal, sys
+import numpy as np
+from tensorfile import ztensor
+from tensorfile.ztensor import ZTensorIOError
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG
+resource.setrlimit(resource.RLIMIT_FSIZE, (6 << 20, 6 << 20))
+rng = np.random.default_rng(0)
+tensors = {f"t{i}": rng.random(1 << 19) for i in range(4)}  # 4 x 4 MiB, incompressible
+try:
+    ztensor.save_file(tensors, sys.argv[1], compression="zstd")
+except ZTensorIOError as exc:
+    print("refused:", exc)
+    sys.exit(0)
+sys.exit(1)
+"""
+
+
+def test_a_failed_background_write_of_a_zstd_component_is_an_error_and_leaves_nothing(
+    tmp_path: Path,
+) -> None:
+    """zstd components are written by a background thread while the next one compresses:
+    its failure (here EFBIG under RLIMIT_FSIZE) still surfaces as a ZTensorIOError and the
+    destination keeps its old contents."""
+    import subprocess
+    import sys
+
+    dest = tmp_path / "m.zt"
+    dest.write_bytes(b"old")
+    run = subprocess.run(
+        [sys.executable, "-c", _FULL_DISK_CHILD, str(dest)], capture_output=True, text=True
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "refused:" in run.stdout
+    assert dest.read_bytes() == b"old"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.zt"]

@@ -242,6 +242,8 @@ class Writer:
             raise InvalidArgumentError(f"cannot write {brief(self.path)}: {exc}") from None
         self._fd = self._file.fd
         self._pos = 0
+        self._pool: Any = None  # the background writer of compressed components
+        self._pending: Any = None
         self._done = False
         self._guard(lambda: self._write(memoryview(MAGIC)))
 
@@ -360,9 +362,44 @@ class Writer:
     ) -> Component:
         stored: Any = view if encoding is None else self._guard(lambda: compress(view, level=level))
         digest = make_digest(checksum, stored) if checksum else None
+        self._guard(self._drain)  # one compressed component in flight at a time
         start = self._align()
-        self._guard(lambda: self._write(memoryview(stored), reserve=True))
+        if encoding is None:
+            self._guard(lambda: self._write(memoryview(stored), reserve=True))
+        else:  # written in the background while the next tensor is compressed
+            self._write_behind(memoryview(stored))
         return Component(ByteRange(start, self._pos), dt, encoding or "raw", digest)
+
+    def _write_behind(self, view: memoryview) -> None:
+        """Write ``view`` at the current end from a background thread (``pwrite`` and zstd
+        both release the GIL, so writing one component overlaps compressing the next)."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix="tensorfile-zt-write")
+        fd, pos = self._fd, self._pos
+
+        def job() -> None:
+            if view.nbytes >= 1 << 20:
+                preallocate(fd, view.nbytes, pos)
+            write_all(fd, view, pos)
+
+        self._pending = self._pool.submit(job)
+        self._pos += view.nbytes
+
+    def _drain(self) -> None:
+        """Wait for the background write (its error, if any, is raised here)."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.result()
+
+    def _stop_pool(self) -> None:
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.exception()  # wait; an error is moot once the file is discarded
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
 
     def _component_stream(
         self,
@@ -446,6 +483,8 @@ class Writer:
         """Append the manifest and footer, and move the file into place."""
         if self._done:
             return
+        self._guard(self._drain)
+        self._stop_pool()
         manifest = encode_manifest(self._tensors, self._attributes, GENERATOR)
         footer = struct.pack("<Q", len(manifest))
         self._guard(lambda: self._write(memoryview(manifest + footer)))
@@ -460,6 +499,7 @@ class Writer:
         if self._done:
             return
         self._done = True
+        self._stop_pool()
         self._file.abort()
 
     def __enter__(self) -> Writer:
