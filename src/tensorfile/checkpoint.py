@@ -25,13 +25,11 @@ Example:
 
 from __future__ import annotations
 
-import builtins
 import glob
 import json
 import os
 import threading
 from collections.abc import Iterable
-from contextlib import closing
 from typing import Any
 
 from .core.catalog import TensorInfo
@@ -39,12 +37,13 @@ from .core.errors import (
     FormatError,
     InvalidArgumentError,
     SafetensorError,
+    SourceError,
     TensorFileError,
     TensorNotFoundError,
 )
 from .core.reader import Reader
 from .formats import open_reader
-from .sources import PathOrData, is_url, open_path
+from .sources import PathOrData, is_url
 
 __all__ = ["ShardedReader", "open"]
 
@@ -163,36 +162,33 @@ class ShardedReader:
         return f"ShardedReader({self.index!r}, {len(self._map)} tensors, {len(self.shards)} shards)"
 
 
-def _index_doc(index: str, local: bool) -> dict[str, Any]:
-    """The index as JSON (already size-checked and parsed once by :func:`read_index`)."""
-    if local:
-        with builtins.open(index, "rb") as f:
-            data = f.read()
-    else:
-        with closing(open_path(index)) as source:
-            data = source.read(0, source.size)
-    doc = json.loads(data)
-    return doc if isinstance(doc, dict) else {}
-
-
 def open_checkpoint(target: str) -> ShardedReader:
     """A :class:`ShardedReader` over the checkpoint ``target`` (an index path or URL, or a
     local folder holding one)."""
-    from .ops._index import index_path, local_shards, read_index, remote_shards
+    from .ops._index import index_path, local_shards, read_index_doc, remote_shards
 
     local = not is_url(target)
     index = index_path(target) if local else target
     if index is None:
         raise InvalidArgumentError(f"{target} is not a sharded checkpoint index")
-    weight_map, shown = read_index(index, local=local)
+    weight_map, shown, doc = read_index_doc(index, local=local)  # read once
     shards = list(dict.fromkeys(weight_map.values()))
     where = local_shards(index, shards) if local else remote_shards(index, shown, shards)
-    return ShardedReader(shown, weight_map, where, _index_doc(index, local))
+    return ShardedReader(shown, weight_map, where, doc)
 
 
 def _lone_file(folder: str) -> str | None:
+    """The folder's one ``*.safetensors`` file; None when it has none; a
+    :class:`SourceError` naming them when it has several (which one is meant is unknown)."""
     found = sorted(glob.glob(os.path.join(glob.escape(folder), "*.safetensors")))
-    return found[0] if len(found) == 1 else None
+    if len(found) > 1:
+        names = ", ".join(os.path.basename(f) for f in found[:5])
+        more = f" and {len(found) - 5:,} more" if len(found) > 5 else ""
+        raise SourceError(
+            f"{folder} is a directory with no *.safetensors.index.json and {len(found):,} "
+            f".safetensors files ({names}{more}): pass one of them"
+        )
+    return found[0] if found else None
 
 
 def open(

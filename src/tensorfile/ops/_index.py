@@ -40,6 +40,7 @@ __all__ = [
     "is_index",
     "local_shards",
     "read_index",
+    "read_index_doc",
     "regular_file",
     "remote_shards",
     "shard_name",
@@ -99,6 +100,12 @@ def read_index(index: str, *, local: bool) -> tuple[dict[str, str], str]:
     """The ``weight_map`` of a sharded checkpoint's index (a local path or a URL) and the
     name messages give the index (a URL's without its credentials), refused unread when the
     file is over :data:`MAX_INDEX_BYTES`."""
+    weight_map, shown, _ = read_index_doc(index, local=local)
+    return weight_map, shown
+
+
+def read_index_doc(index: str, *, local: bool) -> tuple[dict[str, str], str, dict[str, object]]:
+    """:func:`read_index`, and the whole index document (read once: its ``metadata``)."""
     if local:
         _check_index_size(index, regular_file(index))
         source: Source = LocalSource(index)
@@ -117,7 +124,7 @@ def read_index(index: str, *, local: bool) -> tuple[dict[str, str], str]:
         isinstance(k, str) and isinstance(v, str) for k, v in weight_map.items()
     ):
         raise InvalidArgumentError(f"{shown} has no 'weight_map' of tensor names to shard files")
-    return weight_map, shown
+    return weight_map, shown, doc
 
 
 def _check_index_size(index: str, size: int) -> None:

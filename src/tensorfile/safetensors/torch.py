@@ -365,12 +365,13 @@ def save_sharded(
         >>> save_sharded(torch.nn.Linear(2, 2).state_dict(), tempfile.mkdtemp())
         ['model.safetensors']
     """
-    from ..frameworks.torch import prepare_tensor
     from ._sharded import parse_size, write_sharded
 
     if not isinstance(tensors, dict):
         raise InvalidArgumentError(f"expected a dict of tensors, got {type(tensors).__name__}")
+    size = parse_size(max_shard_size)
     state = dict(tensors)
+    specs = {n: _spec(n, t) for n, t in state.items()}  # every value checked first
     meta = dict(metadata) if metadata is not None else None
     for kept, dropped in _remove_duplicate_names(state).items():
         for name in dropped:
@@ -378,13 +379,43 @@ def save_sharded(
                 meta = {}
             meta.setdefault(name, kept)
             del state[name]
-    prepared = {n: prepare_tensor(n, t.contiguous()) for n, t in state.items()}
-    entries = [(n, dt.name, shape) for n, (dt, shape, _view, _keep) in prepared.items()]
+    entries = [(n, *specs[n]) for n in state]
     return write_sharded(
         entries,
-        lambda n: prepared[n][2],
+        lambda n: prepare_tensor(n, state[n])[2],  # one tensor's copy at a time, if any
         directory,
-        max_shard_size=parse_size(max_shard_size),
+        max_shard_size=size,
         metadata=meta,
         shard_metadata={"format": "pt"},
+        storages={n: _storage(n, t) for n, t in state.items()},
     )
+
+
+def _spec(name: str, tensor: Any) -> tuple[str, tuple[int, ...]]:
+    """``(safetensors dtype, file shape)`` of a tensor about to be saved, without copying it
+    (a tensor :func:`prepare_tensor` refuses is refused here, by it)."""
+    from ..core import dtypes
+    from ..frameworks import f4_shape
+
+    ok = (
+        isinstance(tensor, torch.Tensor)
+        and tensor.layout == torch.strided
+        and not tensor.is_nested
+        and tensor.device.type != "meta"
+    )
+    try:
+        dt = dtypes.from_torch(tensor.dtype) if ok else None
+    except KeyError:
+        dt = None
+    if dt is None:
+        prepare_tensor(name, tensor)  # raises the error it gives
+        raise InvalidArgumentError(f"tensor {name!r} cannot be saved")  # (not reached)
+    return dt.name, f4_shape(dt, tuple(tensor.shape), to="file")
+
+
+def _storage(name: str, tensor: torch.Tensor) -> tuple[Any, int]:
+    """huggingface_hub's storage id and size of a tensor once made contiguous (a tensor
+    that is not gets a storage of its own)."""
+    if not tensor.is_contiguous():
+        return ("copy", name), tensor.nelement() * tensor.element_size()
+    return (tensor.device, storage_ptr(tensor), storage_size(tensor)), storage_size(tensor)
