@@ -215,7 +215,8 @@ def test_hostile_sources_and_destinations(tmp_path: Path) -> None:
 
 def test_sigkill_mid_convert_leaves_the_old_destination(tmp_path: Path) -> None:
     src = tmp_path / "big.safetensors"
-    save_file({f"t{i}": np.full((1 << 20,), i, np.float32) for i in range(48)}, str(src))
+    rng = np.random.default_rng(9)  # incompressible: zstd -19 takes seconds, the kills land in it
+    save_file({f"t{i}": rng.random(1 << 20, np.float32) for i in range(24)}, str(src))
     dst = tmp_path / "out.zt"
     ztensor.save_file({"old": np.ones(3, np.float32)}, dst)
     before = dst.read_bytes()
@@ -293,3 +294,64 @@ def test_an_npz_member_that_claims_more_than_it_holds_is_refused_unallocated(
     run = _cli("convert", str(tmp_path / "lie.npz"), str(tmp_path / "lie.safetensors"))
     assert run.returncode == 2 and "claims" in run.stderr
     assert not (tmp_path / "lie.safetensors").exists()
+
+
+def _gguf(path: Path, *, quantized: bool) -> np.ndarray:  # type: ignore[type-arg]
+    f32 = np.random.default_rng(1).standard_normal((4, 64)).astype(np.float32)
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_array("tokens", [1, 2, 3])
+    writer.add_tensor("f32", f32)
+    writer.add_tensor("f16", f32[:2, :32].astype(np.float16))
+    if quantized:
+        q = gguf.quants.quantize(f32, gguf.GGMLQuantizationType.Q8_0)
+        writer.add_tensor("q", q, raw_shape=q.shape, raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return f32
+
+
+def test_unquantized_gguf_keeps_the_content_id(tmp_path: Path) -> None:
+    f32 = _gguf(tmp_path / "m.gguf", quantized=False)
+    want = content_hash(str(tmp_path / "m.gguf"))
+    convert(tmp_path / "m.gguf", tmp_path / "m.safetensors")
+    convert(tmp_path / "m.gguf", tmp_path / "m.zt", to="zt2")
+    assert content_hash(str(tmp_path / "m.safetensors")) == want
+    assert content_hash(str(tmp_path / "m.zt")) == want
+    assert np.array_equal(safetensors.numpy.load_file(str(tmp_path / "m.safetensors"))["f32"], f32)
+
+
+def test_quantized_gguf_without_the_gguf_package_is_refused_by_type(tmp_path: Path) -> None:
+    _gguf(tmp_path / "q.gguf", quantized=True)
+    code = (
+        "import sys; sys.modules['gguf'] = None\n"  # an interpreter where gguf cannot be imported
+        "from tensorfile.cli.app import main\n"
+        f"sys.exit(main(['convert', {str(tmp_path / 'q.gguf')!r}, "
+        f"{str(tmp_path / 'q.safetensors')!r}]))"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 2, run.stderr
+    assert "'q' is quantized (Q8_0)" in run.stderr and "gguf package" in run.stderr
+    assert not (tmp_path / "q.safetensors").exists()
+
+
+def test_legacy_pickles_load_without_mmap(tmp_path: Path) -> None:
+    state = {"w": torch.arange(6, dtype=torch.int32).reshape(2, 3)}
+    torch.save(state, tmp_path / "old.pt", _use_new_zipfile_serialization=False)
+    r = convert(tmp_path / "old.pt", tmp_path / "old.zt")
+    assert r.source_format == "pytorch"
+    assert zt1.Reader(str(tmp_path / "old.zt")).read_tensor("w").tolist() == [[0, 1, 2], [3, 4, 5]]
+
+
+def test_zt2_attributes_stay_values_in_zt2_and_become_json_text_elsewhere(tmp_path: Path) -> None:
+    attrs = {"epoch": 3, "cfg": {"a": [1, 2]}, "s": "x"}
+    ztensor.save_file({"w": np.ones(2)}, tmp_path / "a.zt", version=2, attributes=attrs)
+    convert(tmp_path / "a.zt", tmp_path / "b.zt", to="zt2")
+    assert zt2.read(tmp_path / "b.zt")["attributes"] == attrs
+    convert(tmp_path / "a.zt", tmp_path / "a.safetensors")
+    with safetensors.safe_open(str(tmp_path / "a.safetensors"), "np") as f:
+        assert f.metadata() == {"epoch": "3", "cfg": '{"a": [1, 2]}', "s": "x"}
+    _gguf(tmp_path / "m.gguf", quantized=False)
+    convert(tmp_path / "m.gguf", tmp_path / "g.zt", to="zt2")
+    assert zt2.read(tmp_path / "g.zt")["attributes"]["tokens"] == [1, 2, 3]

@@ -115,16 +115,16 @@ def _cbor_value(value: Any) -> bool:
 
 def write_npz(dst: str, items: list[Item], get: Get, densify: bool, tick: Tick) -> None:
     """A numpy ``.npz`` archive, member by member (not compressed, as ``np.savez``)."""
+    for item in items:  # before anything is written
+        if _needs_pickle(item.dtype.numpy):
+            raise UnsupportedError(
+                f"tensor {item.name!r} is {item.dtype.name}, which .npy cannot hold without pickle"
+            )
     out = AtomicFile(dst)
     try:
         with os.fdopen(os.dup(out.fd), "wb") as f, zipfile.ZipFile(f, "w") as zf:
             for item in items:
                 arr = _dense(item, get(item.name), densify, "npz")
-                if arr.dtype.kind == "V" or arr.dtype.type.__module__.startswith("ml_dtypes"):
-                    raise UnsupportedError(
-                        f"tensor {item.name!r} is {item.dtype.name}, which .npy cannot hold "
-                        "without pickle"
-                    )
                 with zf.open(item.name + ".npy", "w", force_zip64=True) as member:
                     np.lib.format.write_array(member, np.ascontiguousarray(arr), allow_pickle=False)
                 tick(item)
@@ -135,6 +135,10 @@ def write_npz(dst: str, items: list[Item], get: Get, densify: bool, tick: Tick) 
     except BaseException:
         out.abort()
         raise
+
+
+def _needs_pickle(dtype: np.dtype[Any]) -> bool:
+    return dtype.kind == "V" or dtype.type.__module__.startswith("ml_dtypes")
 
 
 def check_options_for(fmt: str, options: Mapping[str, Any]) -> None:

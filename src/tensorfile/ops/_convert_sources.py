@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import zipfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -142,7 +143,7 @@ def _tensorfile(src: str) -> ConvertSource:
     return ConvertSource(
         "sharded-safetensors" if s.shards else first.format,
         items,
-        _text_metadata(s.metadata),
+        _text_metadata(getattr(first, "attributes", None) or s.metadata),  # zt2: CBOR values
         get,
         close,
         single,
@@ -172,44 +173,50 @@ def _dequantize(reader: Reader, name: str) -> np.ndarray[Any, Any]:
     return np.ascontiguousarray(out, dtype=np.float32).reshape(info.shape)
 
 
-def _numpy_item(name: str, arr: np.ndarray[Any, Any], src: str) -> Item:
+def _numpy_item(
+    name: str, arr: np.ndarray[Any, Any], src: str, shape: tuple[int, ...] | None = None
+) -> Item:
     try:
         dt = dtypes.from_numpy(arr.dtype)
-    except (KeyError, TypeError, UnsupportedError):
+    except (KeyError, TypeError, ValueError, UnsupportedError):
         raise UnsupportedError(
             f"{src}: array {name!r} has dtype {arr.dtype}, which no tensor format holds"
         ) from None
-    return Item(name, dt, tuple(int(d) for d in arr.shape))
+    return Item(name, dt, tuple(int(d) for d in arr.shape) if shape is None else shape)
 
 
 def _npz(src: str) -> ConvertSource:
     try:
         npz = np.load(src, allow_pickle=False)
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
         raise SourceError(f"{src}: cannot read as .npz: {exc}") from exc
     if not isinstance(npz, np.lib.npyio.NpzFile):
         raise InvalidArgumentError(f"{src} is not an .npz archive")
-    _check_npz_sizes(npz, src)
-    items = []
-    for name in npz.files:
+    try:
+        headers = _npz_headers(npz, src)
+        items = [_numpy_item(name, np.empty(0, dt), src, shape) for name, (shape, dt) in headers]
+    except BaseException:
+        npz.close()
+        raise
+
+    def get(name: str) -> np.ndarray[Any, Any]:
         try:
-            arr = npz[name]
-        except ValueError as exc:  # object arrays need pickle
-            npz.close()
-            raise UnsupportedError(
-                f"{src}: array {name!r} cannot be read without pickle: {exc}"
-            ) from exc
-        items.append(_numpy_item(name, arr, src))
-    return ConvertSource("npz", items, {}, lambda n: np.ascontiguousarray(npz[n]), npz.close)
+            return _little(npz[name])
+        except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
+            raise SourceError(f"{src}: member {name}.npy cannot be read: {exc}") from exc
+
+    return ConvertSource("npz", items, {}, get, npz.close)
 
 
-def _check_npz_sizes(npz: Any, src: str) -> None:
-    """Refuse a member whose ``.npy`` header claims more bytes than the member holds, before
-    numpy allocates what the header claims."""
+def _npz_headers(npz: Any, src: str) -> list[tuple[str, tuple[tuple[int, ...], np.dtype[Any]]]]:
+    """Each member's name, shape and dtype, from its ``.npy`` header (no data read). A member
+    whose header claims more bytes than the member holds is refused, before numpy allocates
+    what the header claims; so is a member that is not an ``.npy`` array."""
     zf = npz.zip
+    out = []
     for info in zf.infolist():
         if not info.filename.endswith(".npy"):
-            continue
+            raise UnsupportedError(f"{src}: member {info.filename} is not an .npy array")
         try:
             with zf.open(info) as f:
                 major, _minor = np.lib.format.read_magic(f)
@@ -220,16 +227,32 @@ def _check_npz_sizes(npz: Any, src: str) -> None:
                 )
                 shape, _fortran, dtype = read_header(f, max_header_size=1 << 16)
                 header_end = f.tell()
-        except (ValueError, OSError, EOFError, SyntaxError, TypeError) as exc:
-            npz.close()
+        except (ValueError, OSError, EOFError, SyntaxError, TypeError, zipfile.BadZipFile) as exc:
             raise SourceError(f"{src}: member {info.filename} is not a valid .npy: {exc}") from exc
+        holds = max(0, _member_bound(info) - header_end)
         claimed = int(np.prod(shape, dtype=object)) * dtype.itemsize if dtype.itemsize else 0
-        if claimed > info.file_size - header_end:
-            npz.close()
+        if claimed > holds:
             raise SourceError(
                 f"{src}: member {info.filename} claims {claimed:,} bytes of data but holds "
-                f"{max(0, info.file_size - header_end):,}"
+                f"{holds:,}"
             )
+        out.append((info.filename[: -len(".npy")], (tuple(int(d) for d in shape), dtype)))
+    return out
+
+
+def _member_bound(info: zipfile.ZipInfo) -> int:
+    """The most bytes a zip member can yield: its stated size, and no more than its stored
+    bytes (deflate expands at most ~1032 times; other methods are given the same bound)."""
+    if info.compress_type == zipfile.ZIP_STORED:
+        return min(info.file_size, info.compress_size)
+    return min(info.file_size, info.compress_size * 1100 + (1 << 16))
+
+
+def _little(arr: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """C-ordered and little-endian, as every tensor format stores it."""
+    if arr.dtype.byteorder == ">":
+        arr = arr.astype(arr.dtype.newbyteorder("<"))
+    return np.ascontiguousarray(arr)
 
 
 def _npy(src: str) -> ConvertSource:
@@ -239,13 +262,18 @@ def _npy(src: str) -> ConvertSource:
         raise SourceError(f"{src}: cannot read as .npy: {exc}") from exc
     name = os.path.splitext(os.path.basename(src))[0] or "tensor"
     item = _numpy_item(name, arr, src)
-    return ConvertSource("npy", [item], {}, lambda n: np.ascontiguousarray(arr))
+    return ConvertSource("npy", [item], {}, lambda n: _little(arr))
 
 
 def _flatten(obj: Any, prefix: str, out: dict[str, Any], src: str) -> None:
     import torch
 
     if isinstance(obj, torch.Tensor):
+        if prefix in out:
+            raise UnsupportedError(
+                f"{src}: two tensors flatten to the name {prefix!r} (a dotted key and a "
+                "nested dict); rename one"
+            )
         out[prefix] = obj
         return
     if isinstance(obj, Mapping):
@@ -285,6 +313,8 @@ def _pickle(src: str) -> ConvertSource:
             f"pickles: {reason}"
         ) from None
     flat: dict[str, Any] = {}
+    if isinstance(obj, torch.Tensor):  # a lone tensor: named after the file, as .npy
+        obj = {os.path.splitext(os.path.basename(src))[0] or "tensor": obj}
     _flatten(obj, "", flat, src)
     arrays: dict[str, np.ndarray[Any, Any]] = {}
     items = []
