@@ -64,12 +64,14 @@ def _zstd() -> Any:
     return zstandard
 
 
-def compress(data: Any, *, level: int = 3) -> bytes:
+def compress(data: Any, *, level: int = 3, threads: int | None = None) -> bytes:
     """zstd-compress ``data`` (any buffer) into one frame that records its content size;
-    large inputs are compressed on all cores."""
+    large inputs are compressed on all cores (``threads``: zstd worker threads, 0 for the
+    calling thread only; by default chosen by size)."""
     zstd = _zstd()
     view = memoryview(data).cast("B")
-    threads = -1 if view.nbytes >= _THREADED_MIN else 0
+    if threads is None:
+        threads = -1 if view.nbytes >= _THREADED_MIN else 0
     try:
         cctx = zstd.ZstdCompressor(level=level, threads=threads, write_content_size=True)
         out: bytes = cctx.compress(view)

@@ -7,6 +7,10 @@ magic and the manifest without overlapping another, raw dense components must ho
 shape × itemsize bytes, and the components a known layout requires must be there. Version
 negotiation: the same major proceeds (a warning for a newer minor), another major fails.
 
+Manifests in the form writers produce are parsed and checked for all tensors at once by
+:mod:`tensorfile.ztensor._manifest_fast`; anything else (and anything wrong) goes through the
+entry-by-entry checks here, which say exactly what is wrong.
+
 Example:
     >>> from tensorfile.core.dtypes import from_ztensor
     >>> blob = encode_manifest({"w": {"dtype": "float32", "shape": [2], "format": "dense",
@@ -31,6 +35,7 @@ from ..core.reader import brief
 from ..formats import ZTENSOR
 from . import _cbor
 from ._codecs import ENCODINGS, MAX_ZSTD_RATIO, check_digest
+from ._manifest_fast import fast_catalog
 
 __all__ = [
     "ALIGNMENT",
@@ -44,6 +49,7 @@ __all__ = [
     "encode_manifest",
     "numel_within",
     "parse_manifest",
+    "parse_manifest_precise",
 ]
 
 MAGIC = ZTENSOR.magic + b"1000"
@@ -101,7 +107,7 @@ def _check_version(root: Mapping[str, Any], name: str) -> str:
             f"{READER_VERSION[0]}.{READER_VERSION[1]} tensorfile reads; features it adds "
             "are ignored",
             ZTensorWarning,
-            stacklevel=4,
+            stacklevel=5,  # (the caller of read_catalog)
         )
     return version
 
@@ -178,7 +184,7 @@ def _component(role: str, raw: Any, dtype: DType, tensor: str, limit: int, name:
         warnings.warn(
             f"{where}: offset {offset} is not a multiple of {ALIGNMENT}; reading it anyway",
             ZTensorWarning,
-            stacklevel=5,
+            stacklevel=6,
         )
     return Component(
         ByteRange(offset, offset + length), component_dtype(role, dtype), encoding, digest
@@ -333,7 +339,24 @@ def _check_overlaps(tensors: Mapping[str, TensorInfo], name: str) -> None:
 
 
 def parse_manifest(data: bytes, *, manifest_start: int, file_size: int, name: str) -> Catalog:
-    """Decode and validate a manifest found at ``manifest_start`` of a ``file_size`` file."""
+    """Decode and validate a manifest found at ``manifest_start`` of a ``file_size`` file.
+
+    Manifests in the form every writer produces take the fast path
+    (:func:`~tensorfile.ztensor._manifest_fast.fast_catalog`); anything else, and anything
+    wrong, is parsed entry by entry (:func:`parse_manifest_precise`), which says precisely
+    what is wrong."""
+    fast = fast_catalog(data, manifest_start=manifest_start)
+    if fast is not None:
+        return fast
+    return parse_manifest_precise(
+        data, manifest_start=manifest_start, file_size=file_size, name=name
+    )
+
+
+def parse_manifest_precise(
+    data: bytes, *, manifest_start: int, file_size: int, name: str
+) -> Catalog:
+    """:func:`parse_manifest` entry by entry, every TensorInfo built at once."""
     if data and data[0] >> 5 not in (5, 6):  # not a map (or a tag): refused before decoding
         raise _fail(
             f"{name}: the manifest must be a CBOR map, but its first byte is 0x{data[0]:02x}",

@@ -41,16 +41,22 @@ from ..core.errors import (
 )
 from ..core.reader import brief, bytes_view
 from ._codecs import (
-    CHECKSUMS,
-    MAX_LEVEL,
-    MIN_LEVEL,
     Digester,
     StreamCompressor,
     compress,
     make_digest,
 )
-from ._layouts import COOTensor, CSRTensor, shape_of
+from ._layouts import CSRTensor, shape_of
 from ._manifest import ALIGNMENT, MAGIC, component_dtype, encode_manifest, numel_within
+from ._v1_inputs import (
+    checksum_of,
+    compression_of,
+    dense_array,
+    level_of,
+    sparse_of,
+    text_of,
+    ztensor_dtype,
+)
 
 __all__ = ["GENERATOR", "Writer", "save_file"]
 
@@ -58,118 +64,8 @@ GENERATOR = f"tensorfile {_version}"
 _ZEROS = bytes(ALIGNMENT)
 _UNSET: Any = object()
 _MAX_U64 = (1 << 64) - 1
-
-
-def _compression(value: Any) -> str | None:
-    # (compared by type first: `in` on an array would compare element-wise)
-    if value is None or value is False or (isinstance(value, str) and value in ("raw", "none")):
-        return None
-    if value is True or (isinstance(value, str) and value == "zstd"):
-        return "zstd"
-    raise ZTensorUnsupportedError(f"unknown compression {brief(value)}; use None or 'zstd'")
-
-
-def _checksum(value: Any) -> str | None:
-    if value is None or value is False or (isinstance(value, str) and value == "none"):
-        return None
-    if isinstance(value, str) and value in CHECKSUMS:
-        return value
-    raise ZTensorUnsupportedError(
-        f"unknown checksum {brief(value)}; use None, {', '.join(repr(c) for c in CHECKSUMS)}"
-    )
-
-
-def _level(value: Any) -> int:
-    """A zstd level: an integer from zstd's fastest (-131072) to its strongest (22)."""
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | np.integer)
-        or not MIN_LEVEL <= int(value) <= MAX_LEVEL
-    ):
-        raise InvalidArgumentError(
-            f"zstd level must be an integer from {MIN_LEVEL} to {MAX_LEVEL}, got {brief(value)}"
-        )
-    return int(value)
-
-
-def _text(value: str, what: str) -> str:
-    """``value``, checked to be writable as UTF-8 (no lone surrogates)."""
-    if not value.isascii():
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError as exc:
-            raise InvalidArgumentError(
-                f"{what} {brief(value)} is not valid Unicode: {exc.reason} at position "
-                f"{exc.start} (a lone surrogate cannot be written as UTF-8)"
-            ) from None
-    return value
-
-
-def _ztensor_dtype(name: str, dt: DType) -> DType:
-    if dt.ztensor_name is None:
-        known = ", ".join(d.ztensor_name for d in dtypes.ALL if d.ztensor_name)
-        raise ZTensorUnsupportedError(
-            f"tensor {name!r}: {dt.numpy_name} has no zTensor v1.0 dtype (it defines {known})",
-            tensor=name,
-        )
-    return dt
-
-
-def _dense_array(name: str, arr: Any) -> tuple[DType, tuple[int, ...], memoryview, Any]:
-    """``(dtype, shape, bytes, keep-alive)`` of a dense numpy array or torch tensor."""
-    if type(arr).__module__.startswith("torch"):
-        from ..frameworks.torch import prepare_tensor
-
-        dt, shape, view, keep = prepare_tensor(name, arr)
-        return _ztensor_dtype(name, dt), shape, view, keep
-    a = np.asarray(arr) if isinstance(arr, np.generic) else arr
-    if not isinstance(a, np.ndarray):
-        raise InvalidArgumentError(
-            f"tensor {name!r}: expected a numpy array, torch tensor, CSRTensor, COOTensor or "
-            f"scipy.sparse matrix, got {type(arr).__name__}"
-        )
-    try:
-        dt = dtypes.from_numpy(a.dtype)
-    except (KeyError, TypeError):
-        raise ZTensorUnsupportedError(
-            f"tensor {name!r}: numpy dtype {a.dtype} has no zTensor equivalent", tensor=name
-        ) from None
-    _ztensor_dtype(name, dt)
-    if a.dtype.byteorder == ">":
-        a = a.astype(a.dtype.newbyteorder("<"))
-    if not a.flags.c_contiguous:
-        a = a.copy(order="C")  # (ascontiguousarray would turn a 0-d array into 1-d)
-    return dt, tuple(a.shape), bytes_view(a), a
-
-
-def _sparse(name: str, obj: Any) -> CSRTensor | COOTensor | None:
-    """The CSR/COO form of a sparse input, or None when ``obj`` is dense."""
-    if isinstance(obj, CSRTensor | COOTensor):
-        return obj
-    module = type(obj).__module__
-    if module.startswith("scipy.sparse"):
-        fmt = getattr(obj, "format", None)
-        if fmt == "csr":
-            return CSRTensor.from_scipy(obj)
-        if fmt == "coo":
-            return COOTensor.from_scipy(obj)
-        raise InvalidArgumentError(
-            f"tensor {name!r}: scipy.sparse {fmt} matrices are not a zTensor layout; convert "
-            "with .tocsr() or .tocoo()"
-        )
-    if module.startswith("torch"):
-        import torch
-
-        if obj.layout == torch.sparse_coo:
-            return COOTensor.from_torch(obj)
-        if obj.layout == torch.sparse_csr:
-            return CSRTensor.from_torch(obj)
-        if obj.layout != torch.strided:
-            raise InvalidArgumentError(
-                f"tensor {name!r}: torch layout {obj.layout} is not a zTensor layout; convert "
-                "with .to_sparse_csr() or .to_sparse_coo()"
-            )
-    return None
+_ALONE = 256 << 20
+"""save_file compresses dense tensors this large one at a time (on all cores)."""
 
 
 class Writer:
@@ -228,11 +124,11 @@ class Writer:
                     f"attribute {brief(key)}: zTensor attributes map text to text, got "
                     f"{type(key).__name__} -> {type(value).__name__}"
                 )
-            _text(key, "attribute")
-            _text(value, f"the value of attribute {brief(key)}")
-        self._compression = _compression(compression)
-        self._level = _level(level)
-        self._checksum = _checksum(checksum)
+            text_of(key, "attribute")
+            text_of(value, f"the value of attribute {brief(key)}")
+        self._compression = compression_of(compression)
+        self._level = level_of(level)
+        self._checksum = checksum_of(checksum)
         self._tensors: dict[str, TensorInfo] = {}
         try:
             self._file = AtomicFile(self.path, fsync=fsync)
@@ -263,14 +159,14 @@ class Writer:
         ``compression``, ``level`` and ``checksum`` override the writer's defaults."""
         self._check_name(name)
         opts = self._options(compression, level, checksum)
-        sparse = _sparse(name, tensor)
+        sparse = sparse_of(name, tensor)
         if sparse is None:
-            dt, shape, view, _keep = _dense_array(name, tensor)
+            dt, shape, view, _keep = dense_array(name, tensor)
             comps = {"data": self._component(view, dt, *opts)}
             self._record(TensorInfo(name, dt, shape, comps, "dense"))
             return
         try:
-            dt = _ztensor_dtype(name, dtypes.from_numpy(sparse.values.dtype))
+            dt = ztensor_dtype(name, dtypes.from_numpy(sparse.values.dtype))
         except KeyError:
             raise ZTensorUnsupportedError(
                 f"tensor {name!r}: numpy dtype {sparse.values.dtype} has no zTensor equivalent"
@@ -308,7 +204,7 @@ class Writer:
             dt = dtypes.from_name(dtype) if isinstance(dtype, str) else dtypes.from_numpy(dtype)
         except (KeyError, TypeError):
             raise ZTensorUnsupportedError(f"tensor {name!r}: unknown dtype {dtype!r}") from None
-        _ztensor_dtype(name, dt)
+        ztensor_dtype(name, dt)
         dims = shape_of(shape, f"tensor {name!r}")
         numel = numel_within(dims, _MAX_U64 // dt.itemsize)
         if numel is None:
@@ -328,6 +224,60 @@ class Writer:
         )
         self._record(TensorInfo(name, dt, dims, {"data": comp}, "dense"))
 
+    def _add_all(self, items: Iterable[tuple[str, Any]]) -> None:
+        """:meth:`add` each ``(name, tensor)``. With zstd, dense tensors are compressed (and
+        digested) two at a time on worker threads, one per core, while the one before is
+        written; the file is the same as adding them one by one. At most three tensors are in
+        flight, each under :data:`_ALONE` bytes; larger ones are compressed one at a time, on
+        all cores, as :meth:`add` does."""
+        if self._compression is None or (os.cpu_count() or 1) < 2:
+            for name, tensor in items:
+                self.add(name, tensor)
+            return
+        from collections import deque
+        from concurrent.futures import ThreadPoolExecutor
+
+        level, checksum = self._level, self._checksum
+
+        def pack(view: memoryview, threads: int) -> tuple[bytes, str | None]:
+            stored = compress(view, level=level, threads=threads)
+            return stored, make_digest(checksum, stored) if checksum else None
+
+        window: deque[tuple[str, DType, tuple[int, ...], Any, Any]] = deque()
+        with ThreadPoolExecutor(2, thread_name_prefix="tensorfile-zstd") as pool:
+            try:
+                for name, tensor in items:
+                    self._check_name(name)
+                    sparse = sparse_of(name, tensor)
+                    dense = dense_array(name, tensor) if sparse is None else None
+                    if dense is None or dense[2].nbytes >= _ALONE:
+                        while window:
+                            self._add_packed(*window.popleft())
+                        self.add(name, tensor)
+                        continue
+                    dt, shape, view, keep = dense
+                    window.append((name, dt, shape, keep, pool.submit(pack, view, 0)))
+                    if len(window) > 2:
+                        self._add_packed(*window.popleft())
+                while window:
+                    self._add_packed(*window.popleft())
+            except BaseException:
+                for *_, future in window:
+                    future.cancel()
+                self.abort()
+                raise
+
+    def _add_packed(
+        self, name: str, dt: DType, shape: tuple[int, ...], _keep: Any, future: Any
+    ) -> None:
+        """Append a dense tensor compressed by :meth:`_add_all`'s workers."""
+        stored, digest = self._guard(future.result)
+        self._guard(self._drain)
+        start = self._align()
+        self._guard(lambda: self._write(memoryview(stored), reserve=True))
+        comp = Component(ByteRange(start, self._pos), dt, "zstd", digest)
+        self._record(TensorInfo(name, dt, shape, {"data": comp}, "dense"))
+
     # -- internals -------------------------------------------------------------------------
 
     def _check_name(self, name: str) -> None:
@@ -335,7 +285,7 @@ class Writer:
             raise InvalidArgumentError(f"the writer for {self.path} is closed")
         if not isinstance(name, str):
             raise InvalidArgumentError(f"tensor names are text, got {brief(name)}")
-        _text(name, "tensor name")
+        text_of(name, "tensor name")
         if name in self._tensors:
             raise InvalidArgumentError(f"tensor {name!r} was already added")
 
@@ -343,9 +293,9 @@ class Writer:
         self, compression: Any, level: Any, checksum: Any
     ) -> tuple[str | None, int, str | None]:
         return (
-            self._compression if compression is _UNSET else _compression(compression),
-            self._level if level is _UNSET else _level(level),
-            self._checksum if checksum is _UNSET else _checksum(checksum),
+            self._compression if compression is _UNSET else compression_of(compression),
+            self._level if level is _UNSET else level_of(level),
+            self._checksum if checksum is _UNSET else checksum_of(checksum),
         )
 
     def _record(self, info: TensorInfo) -> None:
@@ -589,5 +539,4 @@ def save_file(
         fsync=fsync,
         align=align,
     ) as writer:
-        for name, tensor in tensors.items():
-            writer.add(name, tensor)
+        writer._add_all(tensors.items())
