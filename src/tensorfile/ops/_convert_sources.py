@@ -285,8 +285,8 @@ def _flatten(obj: Any, prefix: str, out: dict[str, Any], src: str) -> None:
             _flatten(value, f"{prefix}.{key}" if prefix else key, out, src)
         return
     raise UnsupportedError(
-        f"{src}: {prefix or 'the pickle'} holds a {type(obj).__name__}, not a tensor; only "
-        "(nested) dicts of tensors are converted"
+        f"{src}: {prefix or 'the pickle'} holds a value of type {type(obj).__name__}, not a "
+        "tensor; only (nested) dicts of tensors are converted"
     )
 
 
