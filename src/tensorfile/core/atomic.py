@@ -19,6 +19,9 @@ the old file's mode and owner, and is renamed over it. :func:`check_editable` is
 refuses before anything is written: symlinks are followed (the real file is edited, in its
 own folder), files with several hard links and read-only files or folders are refused.
 
+A large file that a commit replaces is freed by a background thread (:mod:`.release`), not
+inside the rename: the writer returns as soon as the new file is in place.
+
 Example:
     >>> import os, tempfile
     >>> path = os.path.join(tempfile.mkdtemp(), "x.bin")
@@ -44,6 +47,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Literal
 
+from . import release
 from .errors import InvalidArgumentError, InvalidTypeError, SourceError
 
 __all__ = [
@@ -238,17 +242,22 @@ class AtomicFile:
         """
         if self.done:
             return
+        old = -1
         try:
             if self.fsync:
                 os.fsync(self.fd)
             _check_destination(self.dest)  # again: a node may have appeared meanwhile
+            old = release.hold(self.dest)  # the replaced file is freed in the background
             os.replace(self.tmp, self.dest)
         except OSError as exc:
+            _close(old)
             self.abort()
             raise SourceError(f"cannot write {self.dest}: {exc.strerror or exc}") from exc
         except BaseException:
+            _close(old)
             self.abort()
             raise
+        release.release(old)
         self.done = True
         os.close(self.fd)
         self.fd = -1
@@ -268,6 +277,11 @@ class AtomicFile:
             if self.fd >= 0:
                 os.close(self.fd)
                 self.fd = -1
+
+
+def _close(fd: int) -> None:
+    if fd >= 0:
+        os.close(fd)
 
 
 def _lock_own(fd: int, tmp: str) -> bool:
