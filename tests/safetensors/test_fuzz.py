@@ -37,7 +37,7 @@ from tensorfile.errors import (
     ValidationOverflowError,
     ZTensorError,
 )
-from tensorfile.formats import FORMATS
+from tensorfile.formats import FORMATS, ZTENSOR, ZTENSOR_V2_MAGIC
 from tensorfile.safetensors import deserialize
 from tensorfile.safetensors import numpy as st_numpy
 
@@ -148,11 +148,13 @@ def check(blob: bytes) -> None:
     tf = _run("deserialize", blob, deserialize)
     np_load = _run("numpy.load", blob, st_numpy.load)
     other = next((f for f in FORMATS.values() if f.magic and blob.startswith(f.magic)), None)
+    if blob.startswith(ZTENSOR_V2_MAGIC[:4]):  # zTensor v2: the ztensor format's container
+        other = ZTENSOR
     if other is not None:
-        # tensorfile.open detects zTensor and GGUF files by their magic (no safetensors file
-        # can start with one: it would declare a header of over 1 GB) and reads them in their
-        # format, so a mutated safetensors file that starts with one is an invalid file of
-        # that format.
+        # tensorfile.open detects zTensor (v1.0 and v2) and GGUF files by their magic (no
+        # safetensors file can start with one: it would declare a header of over 1 GB) and
+        # reads them in their format, so a mutated safetensors file that starts with one is
+        # an invalid file of that format.
         with pytest.raises(ZTensorError if other.name == "ztensor" else GGUFError):
             _open_all(blob)
         opened = Outcome(error=tf.error)
@@ -193,6 +195,12 @@ def check(blob: bytes) -> None:
             f"tensorfile rejects a file the reference accepts, and not for one of its "
             f"documented stricter rules: {tf.error!r}\ninput: {blob!r}"
         )
+
+
+def test_a_seed_behind_each_magic_is_an_invalid_file_of_that_format() -> None:
+    # (hypothesis found the zTensor v2 magic inserted in front of a seed)
+    for magic in (ZTENSOR_V2_MAGIC[:4], ZTENSOR_V2_MAGIC, b"ZTEN", b"GGUF"):
+        check(magic + SEEDS[0])
 
 
 def test_seeds_are_valid() -> None:
