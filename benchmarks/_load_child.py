@@ -1,6 +1,7 @@
 """One whole-process load, run by ``benchmarks.process`` in a fresh interpreter.
 
-Usage: ``python benchmarks/_load_child.py {ref,tf} {numpy,torch} {mmap,pread} PATH [--check]``
+Usage: ``python benchmarks/_load_child.py {ref,tf} {numpy,torch,zt2} {mmap,pread,-} PATH
+[--check]`` (``zt2``: ztensor 2.1.2 against ``tensorfile.ztensor``, run from ``.venv-zt2``)
 
 Imports the library (reference ``safetensors`` or ``tensorfile.safetensors``), loads every
 tensor of PATH with ``load_file`` and prints one JSON line: the import and load times measured
@@ -15,6 +16,7 @@ import json
 import resource
 import sys
 import time
+from typing import Any
 
 
 def peak_rss_kib() -> int:
@@ -27,23 +29,52 @@ def peak_rss_kib() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 
 
+class _Zt2Ref:
+    """ztensor 2.1.2 giving owned arrays, as the ``zt2_load_raw`` row does: each tensor
+    copied out of its mapping."""
+
+    @staticmethod
+    def load_file(path: str) -> dict[str, Any]:
+        import numpy as np
+        import ztensor  # type: ignore[import-untyped]
+
+        out: dict[str, Any] = {}
+        with ztensor.open(path) as s:
+            for name in s.keys():
+                t = s[name]
+                raw = np.array(memoryview(t)) if t.caps.map else t.tobytes()
+                out[name] = np.frombuffer(raw, np.float32).reshape(t.shape)
+        return out
+
+
+def _zt2_module(lib: str) -> Any:
+    if lib == "ref":
+        return _Zt2Ref
+    import tensorfile.ztensor
+
+    return tensorfile.ztensor
+
+
 def main(argv: list[str]) -> int:
     t0 = time.perf_counter()
     lib, framework, backend, path = argv[:4]
     check = "--check" in argv[4:]
-    if lib == "ref":
+    module: Any
+    if framework == "zt2":
+        module = _zt2_module(lib)
+    elif lib == "ref":
         if framework == "numpy":
             import safetensors.numpy as module
         else:
-            import safetensors.torch as module  # type: ignore[no-redef]
+            import safetensors.torch as module
     elif framework == "numpy":
-        import tensorfile.safetensors.numpy as module  # type: ignore[no-redef]
+        import tensorfile.safetensors.numpy as module
     else:
-        import tensorfile.safetensors.torch as module  # type: ignore[no-redef]
+        import tensorfile.safetensors.torch as module
     t1 = time.perf_counter()
     before = resource.getrusage(resource.RUSAGE_SELF)
     t2 = time.perf_counter()
-    if framework == "numpy":
+    if framework in ("numpy", "zt2"):
         tensors = module.load_file(path)
     else:
         tensors = module.load_file(path, backend=backend)
@@ -61,7 +92,7 @@ def main(argv: list[str]) -> int:
 
         crcs = {}
         for name, t in tensors.items():
-            arr = t if framework == "numpy" else t.contiguous().numpy()
+            arr = t if framework in ("numpy", "zt2") else t.contiguous().numpy()
             crcs[name] = zlib.crc32(arr.reshape(-1).view("uint8"))
         out["crc32"] = crcs
     print(json.dumps(out), flush=True)

@@ -45,7 +45,9 @@ TARGETS: dict[str, tuple[float, bool]] = {
     "zt_open_manifest": (1.0, True),
     "zt2_save_raw": (1.0, True),
     "zt2_save_zstd": (1.0, True),
+    "zt2_save_raw_replace": (1.0, False),
     "zt2_load_raw": (1.0, True),
+    "zt2_process_load_raw": (1.0, True),
     "zt2_load_zstd": (1.0, True),
 }
 

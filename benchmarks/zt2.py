@@ -10,18 +10,30 @@ Rows (the 16 x 64 MiB float32 tensors of the safetensors rows; ``--quick`` shrin
 * ``zt2_save_raw``: ``ztensor.Writer(path)`` (canonical: raw, xxh3 digests, 64 KiB
   placement) + ``add`` per tensor, against ``tensorfile.ztensor.save_file(..., version=2,
   checksum="xxh3")``, which writes the same canonical form (the files are compared byte for
-  byte before timing).
+  byte before timing). Each save makes a new file: before each timed save both outputs are
+  removed, synced and ``--settle`` seconds (default 2) pass, so the memory they held goes
+  back to the host and neither library reuses the pages the other just freed.
+* ``zt2_save_raw_replace``: the same, each save over the file of the previous one (as a
+  training loop overwriting its checkpoint). ztensor truncates the old file and writes into
+  the pages it just freed; tensorfile writes a temporary file beside it and renames it over
+  the old one only when it is complete (so a crash leaves the old file), which needs fresh
+  pages for all of it. Reported; the issue's target is on the row above.
 * ``zt2_save_zstd``: ``ztensor.Writer(path, canonical=False)`` + ``add(...,
-  encoding="zt.zstd-seekable/1")`` against ``save_file(..., version=2, compression="zstd")``.
+  encoding="zt.zstd-seekable/1")`` against ``save_file(..., version=2, compression="zstd")``
+  (new files, as ``zt2_save_raw``).
 * ``zt2_load_raw`` / ``zt2_load_zstd``: owned arrays of every tensor: the reference copies
   each tensor out of ``ztensor.open(path)`` (``np.array(memoryview(t))`` for raw parts,
   ``t.tobytes()`` for encoded ones, which is its only way to decode them) against
   ``tensorfile.ztensor.load_file(path)``. Both files are written by ztensor 2.1.2.
+* ``zt2_process_load_raw``: ``zt2_load_raw`` in a fresh interpreter per run
+  (``benchmarks/_load_child.py ... zt2``: import + load, wall time from spawn to exit,
+  ``--settle`` seconds before each), what a user's script sees; see ``benchmarks.process``.
 * ``zt2_convert_raw``: ``ztensor.convert(st, zt)`` (canonical) against
   ``tensorfile.convert(st, zt, to="zt2", checksum="xxh3")``.
 * ``zt2_convert_zstd``: ztensor's convert cannot compress, so the peer is its own API doing
   the job (``ztensor.open(st)`` + a non-canonical ``Writer`` with the zstd encoding) against
   ``tensorfile.convert(st, zt, to="zt2", compression="zstd")``.
+* The convert rows write a new file each time, as ``zt2_save_raw``.
 * ``zt2_convert_back``: zTensor v2 → safetensors. ztensor writes only ``.zt``, so the peer
   is ``ztensor.open(zt)`` + ``safetensors.numpy.save_file`` of the arrays it hands out,
   against ``tensorfile.convert(zt, st)``.
@@ -38,6 +50,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -46,8 +59,10 @@ from benchmarks.common import N_BIG, REPO, Config, Result
 
 ZT2_BENCHMARKS = (
     "zt2_save_raw",
+    "zt2_save_raw_replace",
     "zt2_save_zstd",
     "zt2_load_raw",
+    "zt2_process_load_raw",
     "zt2_load_zstd",
     "zt2_convert_raw",
     "zt2_convert_zstd",
@@ -106,6 +121,18 @@ def _run_child(cfg: Config, names: list[str]) -> dict[str, Result]:
 # --------------------------------------------------------------------------- child side
 
 
+def _load_child(lib: str, path: str, check: bool = False) -> tuple[dict[str, Any], float]:
+    """One fresh interpreter loading ``path`` with ``lib``: its JSON line and its wall time
+    from spawn to exit (see ``benchmarks/_load_child.py``)."""
+    argv = [sys.executable, str(REPO / "benchmarks" / "_load_child.py"), lib, "zt2", "-", path]
+    t0 = time.perf_counter()
+    out = subprocess.run(argv + (["--check"] if check else []), cwd=REPO, capture_output=True)
+    wall = time.perf_counter() - t0
+    if out.returncode != 0:
+        raise SystemExit(f"{lib} zt2 load child failed: {out.stderr.decode()[-2000:]}")
+    return json.loads(out.stdout), wall
+
+
 def _child(args: argparse.Namespace) -> int:
     import numpy as np
     import safetensors.numpy
@@ -157,7 +184,7 @@ def _child(args: argparse.Namespace) -> int:
     rows: list[dict[str, Any]] = []
     few = max(1, min(args.repeat, 3))
 
-    def save_row(zstd: bool) -> None:
+    def save_row(zstd: bool, replace: bool = False) -> None:
         kind = "zstd" if zstd else "raw"
         ref_out, tf_out = path(f"ref-{kind}"), path(f"tf-{kind}")
         ref_save(ref_out, zstd)
@@ -168,17 +195,51 @@ def _child(args: argparse.Namespace) -> int:
         if not zstd:
             identical = files_identical(Path(ref_out), Path(tf_out))
             note = ", canonical: files byte-identical" if identical else ", files differ"
+
+        def fresh() -> None:
+            # Each save makes a new file: the previous outputs are removed (untimed), their
+            # freed memory given time to go back to the host, so neither library writes into
+            # pages the other (or its own last run) just released.
+            for out in (ref_out, tf_out):
+                Path(out).unlink(missing_ok=True)
+            os.sync()
+            time.sleep(args.settle)
+
         times = alternate(
             lambda: ref_save(ref_out, zstd),
             lambda: tf_save(tf_out, zstd),
             few if zstd else args.repeat,
-            setup=os.sync,
+            setup=os.sync if replace else fresh,
         )
         if zstd:
             note = f", stored {os.path.getsize(tf_out) / cfg.big_bytes:.3f} of raw"
-        rows.append(result(f"zt2_save_{kind}", f"zTensor v2 save, {size}, {kind}{note}", times))
+        name = f"zt2_save_{kind}" + ("_replace" if replace else "")
+        what = "over the previous file" if replace else "to a new file"
+        rows.append(result(name, f"zTensor v2 save {what}, {size}, {kind}{note}", times))
         for out in (ref_out, tf_out):
             Path(out).unlink(missing_ok=True)
+
+    def process_load_row() -> None:
+        src = path("src-process")
+        ref_save(src, False)
+        page_in(Path(src))
+        want, got = (_load_child(lib, src, check=True)[0] for lib in ("ref", "tf"))
+        check(want["crc32"] == got["crc32"], "zt2_process_load_raw: different bytes")
+        walls: dict[str, list[float]] = {"ref": [], "tf": []}
+        for _ in range(args.repeat):
+            for lib in ("ref", "tf"):
+                time.sleep(args.settle)
+                walls[lib].append(_load_child(lib, src)[1])
+        rows.append(
+            Result(
+                "zt2_process_load_raw",
+                f"fresh process: import + zTensor v2 load (owned arrays), {size}, raw",
+                cfg.big_bytes,
+                walls["tf"],
+                walls["ref"],
+            ).to_json()
+        )
+        Path(src).unlink(missing_ok=True)
 
     def load_row(zstd: bool) -> None:
         kind = "zstd" if zstd else "raw"
@@ -235,7 +296,14 @@ def _child(args: argparse.Namespace) -> int:
         want = tensorfile.ops.content_hash(str(st))
         check(tensorfile.ops.content_hash(tf_out) == want, f"zt2_convert_{kind}: content id")
         check(tensorfile.ops.content_hash(ref_out) == want, f"zt2_convert_{kind}: peer")
-        times = alternate(ref, tf, few if kind == "zstd" else args.repeat, setup=os.sync)
+
+        def fresh() -> None:  # a new file each time, as the save rows
+            for out in (ref_out, tf_out):
+                Path(out).unlink(missing_ok=True)
+            os.sync()
+            time.sleep(args.settle)
+
+        times = alternate(ref, tf, few if kind == "zstd" else args.repeat, setup=fresh)
         what = {
             "raw": "safetensors → zTensor v2, canonical raw (ztensor.convert)",
             "zstd": "safetensors → zTensor v2, zstd (ztensor open + Writer)",
@@ -247,7 +315,9 @@ def _child(args: argparse.Namespace) -> int:
 
     work: dict[str, Callable[[], None]] = {
         "zt2_save_raw": lambda: save_row(False),
+        "zt2_save_raw_replace": lambda: save_row(False, replace=True),
         "zt2_save_zstd": lambda: save_row(True),
+        "zt2_process_load_raw": process_load_row,
         "zt2_load_raw": lambda: load_row(False),
         "zt2_load_zstd": lambda: load_row(True),
         "zt2_convert_raw": lambda: convert_row("raw"),
@@ -267,6 +337,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data", type=Path, required=True)
     parser.add_argument("--big-numel", type=int, default=1 << 24)
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--settle", type=float, default=2.0)
     parser.add_argument("--json", type=Path, required=True)
     parser.add_argument("--only", choices=ZT2_BENCHMARKS, action="append", default=None)
     return _child(parser.parse_args(argv))
