@@ -24,7 +24,8 @@ from ..core import _packing, dtypes
 from ..core.dtypes import DType
 from ..core.errors import InvalidArgumentError, ZTensorError, ZTensorUnsupportedError
 from ..core.reader import bytes_view
-from ._layouts import COOTensor, CSRTensor
+from ._layouts import CSRTensor
+from ._v1_inputs import sparse_of
 from ._v2_decode import assemble_coo, assemble_csr
 
 __all__ = ["dtype_of", "little", "tensor_parts"]
@@ -89,35 +90,9 @@ def _torch_dense(name: str, tensor: Any) -> tuple[DType, tuple[int, ...], memory
     return dtype_of(name, dt.name), shape, view, keep
 
 
-def _sparse(name: str, obj: Any) -> CSRTensor | COOTensor | None:
-    if isinstance(obj, CSRTensor | COOTensor):
-        return obj
-    module = type(obj).__module__
-    if module.startswith("scipy.sparse"):
-        fmt = getattr(obj, "format", None)
-        if fmt in ("csr", "coo"):
-            return CSRTensor.from_scipy(obj) if fmt == "csr" else COOTensor.from_scipy(obj)
-        raise InvalidArgumentError(
-            f"tensor {name!r}: scipy.sparse {fmt} matrices are not a "
-            "zTensor layout; convert with .tocsr() or .tocoo()"
-        )
-    if module.startswith("torch"):
-        import torch
-
-        if obj.layout == torch.sparse_coo:
-            return COOTensor.from_torch(obj)
-        if obj.layout == torch.sparse_csr:
-            return CSRTensor.from_torch(obj)
-        if obj.layout != torch.strided:
-            raise InvalidArgumentError(
-                f"tensor {name!r}: torch layout {obj.layout} is not a zTensor layout"
-            )
-    return None
-
-
 def tensor_parts(name: str, value: Any) -> tuple[str, tuple[int, ...], Parts, list[Any]]:
     """``(layout id, shape, parts, keep-alive)`` of one tensor to write."""
-    sparse = _sparse(name, value)
+    sparse = sparse_of(name, value)
     if sparse is None:
         if type(value).__module__.startswith("torch"):
             dt, shape, view, keep = _torch_dense(name, value)
