@@ -243,8 +243,9 @@ def _inject(kind: str, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, dict[str, 
         monkeypatch.setattr(Manifest, "write", _fail_on_call(Manifest.write, 1))
     elif kind == "index_write":
         options["generate_index"] = True
+        # the index is built before the commit point: a failure there commits nothing
         monkeypatch.setattr(
-            writer_module, "write_index", _fail_on_call(writer_module.write_index, 1)
+            writer_module, "index_bytes", _fail_on_call(writer_module.index_bytes, 1)
         )
     else:  # pragma: no cover
         raise AssertionError(kind)

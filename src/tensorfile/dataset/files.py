@@ -42,7 +42,9 @@ __all__ = [
     "SHARD_NAME",
     "check_shard_file",
     "deletable",
+    "deletable_names",
     "delete_previous",
+    "is_plain_name",
     "open_regular",
     "read_bounded",
 ]
@@ -176,6 +178,35 @@ def _is_shard_name(name: object) -> TypeGuard[str]:
     return isinstance(name, str) and SHARD_NAME.fullmatch(name) is not None
 
 
+def deletable_names(listed: Iterable[object], keep: Collection[str] = ()) -> list[str]:
+    """The names, of those listed, that :func:`deletable` considers at all: named like shards
+    (no ``/``, so entries of the folder itself), never the manifest, the index or one of
+    ``keep``; each once, in order.
+
+    Example:
+        >>> deletable_names(["../x", "dataset_manifest.json", 7])
+        []
+    """
+    protected = {MANIFEST_NAME, INDEX_NAME, *keep}
+    return list(dict.fromkeys(n for n in listed if _is_shard_name(n) and n not in protected))
+
+
+def is_plain_name(name: object) -> bool:
+    """Whether ``name`` is a plain file name: no folder part, not ``.``/``..``, no NUL or
+    backslash, so that joined to a folder it names an entry of that folder.
+
+    Example:
+        >>> is_plain_name("part-1.safetensors"), is_plain_name("../x"), is_plain_name("a/b")
+        (True, False, False)
+    """
+    return (
+        isinstance(name, str)
+        and name not in ("", ".", "..")
+        and not any(c in name for c in "/\\\x00")
+        and name.isprintable()
+    )
+
+
 def deletable(
     folder: str, listed: Iterable[object], keep: Collection[str] = (), *, dir_fd: int | None = None
 ) -> list[str]:
@@ -190,9 +221,7 @@ def deletable(
         >>> deletable(tempfile.mkdtemp(), ["dataset_manifest.json", "/etc/passwd", "../x"])
         []
     """
-    protected = {MANIFEST_NAME, INDEX_NAME, *keep}
-    # shard names hold no "/", so they name entries of the folder itself
-    names = list(dict.fromkeys(n for n in listed if _is_shard_name(n) and n not in protected))
+    names = deletable_names(listed, keep)
     if not names:
         return []
     own_fd = dir_fd is None

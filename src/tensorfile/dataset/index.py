@@ -23,28 +23,27 @@ Example:
 
 from __future__ import annotations
 
-import contextlib
 import os
-import secrets
 from typing import Any
 
-from ..core.errors import FormatError, SourceError, TensorFileError
+from ..core.errors import FormatError, TensorFileError
 from .files import INDEX_NAME, open_regular
 from .manifest import Manifest
+from .storage import LocalStorage, Location, storage_for
 
-__all__ = ["INDEX_NAME", "read_index", "write_index"]
+__all__ = ["INDEX_NAME", "MAX_INDEX_BYTES", "index_bytes", "read_index", "write_index"]
+
+MAX_INDEX_BYTES = 1 << 30
+"""The largest index read from a remote dataset (read whole: ~20 bytes a key)."""
 
 _COLUMNS = ("tensor_key", "file_name")
 _ROWS_PER_BYTE = 8  # a unique tensor key costs at least a few bits of the file
 
 
-def write_index(
-    folder: str, rows: list[tuple[str, str, list[int], str]], *, final: bool = True
-) -> str:
-    """Write ``_tensor_index.parquet`` (one file): tensor_key, file_name, shape, dtype.
+def index_bytes(rows: list[tuple[str, str, list[int], str]]) -> bytes:
+    """The parquet bytes of an index of ``rows`` (tensor_key, file_name, shape, dtype)."""
+    import io
 
-    With ``final=False`` the file is left under a temporary name (returned) for the caller to
-    rename once the manifest is committed."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -56,38 +55,37 @@ def write_index(
             "dtype": pa.array([r[3] for r in rows], pa.string()),
         }
     )
-    target = os.path.join(folder, INDEX_NAME)
-    # a fresh name, created exclusively: nothing planted in the folder (a FIFO, a symlink)
-    # is ever opened for writing
-    tmp = os.path.join(folder, f".{INDEX_NAME}.{secrets.token_hex(8)}.tmp")
-    created = False
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0))
-        created = True
-        with os.fdopen(fd, "wb") as f:
-            pq.write_table(table, f)
-        if final:
-            os.replace(tmp, target)
-            return target
-        return tmp
-    except BaseException as exc:
-        if created:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
-        if isinstance(exc, OSError):
-            raise SourceError(f"cannot write {target}: {exc.strerror or exc}") from exc
-        raise
+    out = io.BytesIO()
+    pq.write_table(table, out)
+    return out.getvalue()
 
 
-def read_index(folder: str, manifest: Manifest) -> dict[str, str] | None:
+def write_index(folder: Location, rows: list[tuple[str, str, list[int], str]]) -> str:
+    """Write ``_tensor_index.parquet`` (one file, atomically): tensor_key, file_name, shape,
+    dtype; returns its path or URL."""
+    store = storage_for(folder)
+    store.write_atomic(INDEX_NAME, index_bytes(rows))
+    return store.url(INDEX_NAME)
+
+
+def read_index(folder: Location, manifest: Manifest) -> dict[str, str] | None:
     """tensor_key -> file_name of the index in ``folder``; None without an index or when it
     is stale for ``manifest`` (see the module docstring)."""
-    path = os.path.join(folder, INDEX_NAME)
-    fd = open_regular(path, "the index")
-    if fd is None:
-        return None
-    with os.fdopen(fd, "rb") as f:
-        keys, files = _columns(f, path, os.fstat(fd).st_size)
+    store = storage_for(folder)
+    path = store.url(INDEX_NAME)
+    if isinstance(store, LocalStorage):
+        fd = open_regular(path, "the index")
+        if fd is None:
+            return None
+        with os.fdopen(fd, "rb") as f:
+            keys, files = _columns(f, path, os.fstat(fd).st_size)
+    else:
+        import io
+
+        data = store.read_bounded(INDEX_NAME, "the index", MAX_INDEX_BYTES)
+        if data is None:
+            return None
+        keys, files = _columns(io.BytesIO(data), path, len(data))
     listed = {s.shard_path for s in manifest.shards}
     out: dict[str, str] = {}
     for key, file in zip(keys, files, strict=True):

@@ -55,7 +55,6 @@ Example:
 
 from __future__ import annotations
 
-import glob
 import json
 import math
 import os
@@ -63,9 +62,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..core import dtypes
-from ..core.atomic import atomic_write, write_all
-from ..core.errors import FormatError, InvalidArgumentError, SourceError, TensorFileError
-from ..formats import read_catalog
+from ..core.errors import FormatError, InvalidArgumentError, TensorFileError
+from ..core.reader import Reader
+from ..core.source import Source
+from ..formats import SAFETENSORS, open_reader
 from ._json import MAX_COUNT as _MAX_COUNT
 from ._json import count as _count
 from ._json import fail as _fail
@@ -73,9 +73,10 @@ from ._json import kind as _kind
 from ._json import parse_json
 from ._json import shard_path as _shard_path
 from ._json import show as _show
-from .files import INDEX_NAME, MANIFEST_NAME, check_shard_file, read_bounded
+from .files import INDEX_NAME, MANIFEST_NAME
 from .spec_dtypes import decode as _decode_dtypes
 from .spec_dtypes import encode as _encode_dtypes
+from .storage import Location, Storage, storage_for
 
 __all__ = [
     "INDEX_NAME",
@@ -294,11 +295,11 @@ class Manifest:
         manifest.schema = _decode_dtypes(schema, extra["dtypes"], manifest.column_of(), where)
         return manifest
 
-    def write(self, folder: str) -> None:
-        """Write ``dataset_manifest.json`` atomically (temporary file + rename)."""
+    def write(self, folder: Location) -> None:
+        """Write ``dataset_manifest.json`` atomically (temporary file + rename; on an object
+        store one object written in one request)."""
         text = json.dumps(self.to_json(), indent=2, ensure_ascii=False) + "\n"
-        with atomic_write(os.path.join(folder, MANIFEST_NAME), fsync=True) as fd:
-            write_all(fd, memoryview(text.encode()))
+        storage_for(folder).write_atomic(MANIFEST_NAME, text.encode())
 
 
 # -- checks -------------------------------------------------------------------------------
@@ -418,8 +419,21 @@ def _real_samples(raw: Any, shards: list[ShardEntry], mode: str, where: str) -> 
 
 
 def shard_file(folder: str, shard: ShardEntry) -> str:
-    """The path of ``shard``'s file in the dataset folder ``folder``."""
+    """The path of ``shard``'s file in the local dataset folder ``folder``."""
     return os.path.join(folder, shard.shard_path)
+
+
+def shard_reader(store: Storage, shard: ShardEntry) -> Reader:
+    """A safetensors reader of the listed ``shard`` of the dataset in ``store``, after
+    :meth:`Storage.shard`'s checks (inside the folder, a regular file, the listed size)."""
+    return open_located(store.shard(shard.shard_path, shard.bytes))
+
+
+def open_located(where: str | Source) -> Reader:
+    """A safetensors reader of a local path or a source."""
+    if isinstance(where, str):
+        return open_reader(where, format="safetensors")
+    return SAFETENSORS.impl().open_reader(where)
 
 
 def kv_name(key: str, separator: str, column: str) -> str:
@@ -438,16 +452,19 @@ def split_key(name: str, separator: str, columns: list[str]) -> tuple[str, str]:
     return key, col
 
 
-def _manifest_bytes(folder: str) -> tuple[str, bytes | None]:
-    path = os.path.join(folder, MANIFEST_NAME)
-    return path, read_bounded(path, "the manifest", MAX_MANIFEST_BYTES)
+def _manifest_bytes(folder: Location) -> tuple[str, bytes | None]:
+    store = storage_for(folder)
+    return store.url(MANIFEST_NAME), store.read_bounded(
+        MANIFEST_NAME, "the manifest", MAX_MANIFEST_BYTES
+    )
 
 
-def read_manifest(folder: str) -> Manifest | None:
+def read_manifest(folder: Location) -> Manifest | None:
     """The manifest of the dataset in ``folder``, or None when there is none.
 
     Example:
         >>> import os, tempfile
+        >>> from tensorfile.errors import SourceError
         >>> folder = tempfile.mkdtemp()
         >>> read_manifest(folder) is None
         True
@@ -464,7 +481,7 @@ def read_manifest(folder: str) -> Manifest | None:
     return Manifest.from_json(parse_json(raw, path), path)
 
 
-def previous_listing(folder: str) -> list[str]:
+def previous_listing(folder: Location) -> list[str]:
     """The shard paths the manifest in ``folder`` lists, read leniently: whatever strings sit
     at ``shards[i].shard_path`` of a readable JSON manifest, else none. This is what an
     ``overwrite`` passes to :func:`~tensorfile.dataset.files.deletable`, which trusts none
@@ -493,21 +510,23 @@ def previous_listing(folder: str) -> list[str]:
     ]
 
 
-def scan_folder(folder: str) -> Manifest:
+def scan_folder(folder: Location) -> Manifest:
     """A batch-mode manifest built from the ``*.safetensors`` files of ``folder`` (name order),
     for datasets written without one: a shard's samples are the shared length of its tensors'
     first axis (1 when they disagree). A file that is not a regular file inside the folder
     (a FIFO, a directory, a symlink out) is refused."""
+    store = storage_for(folder)
     shards = []
     schema: dict[str, dict[str, Any]] = {}
-    for file in sorted(glob.glob(os.path.join(glob.escape(folder), "*.safetensors"))):
-        name = os.path.basename(file)
-        try:
-            size = os.stat(file).st_size
-        except OSError as exc:
-            raise SourceError(f"cannot stat {file}: {exc.strerror or exc}") from exc
-        check_shard_file(folder, name, size)
-        cat = read_catalog(file, format="safetensors")
+    for name in store.list_files():
+        if not name.endswith(".safetensors"):
+            continue
+        size = store.file_size(name)
+        if size is None:  # removed meanwhile
+            continue
+        entry = ShardEntry(name, 1, size)
+        with shard_reader(store, entry) as reader:
+            cat = reader.catalog
         lead = {info.shape[0] for info in cat.tensors.values() if info.shape}
         for n, info in cat.tensors.items():
             schema.setdefault(n, {"dtype": info.dtype.name, "shape": list(info.shape)})
@@ -515,7 +534,7 @@ def scan_folder(folder: str) -> Manifest:
     return Manifest(shards, schema, mode="batch", columns=sorted(schema))
 
 
-def load_manifest(folder: str, *, strict: bool = False) -> Manifest:
+def load_manifest(folder: Location, *, strict: bool = False) -> Manifest:
     """The manifest of the dataset in ``folder``, or, without one, :func:`scan_folder`'s.
 
     With ``strict`` (what :func:`tensorfile.dataset.open` does) the folder is checked first and
@@ -531,21 +550,22 @@ def load_manifest(folder: str, *, strict: bool = False) -> Manifest:
         >>> m.mode, m.total_samples, m.sample_schema()
         ('batch', 3, {'x': {'dtype': 'F32', 'shape': [2]}})
     """
-    if strict and not os.path.isdir(folder):
-        raise InvalidArgumentError(f"{folder} is not a dataset folder")
-    manifest = read_manifest(folder)
+    store = storage_for(folder)
+    if strict and store.is_local and not store.is_folder():
+        raise InvalidArgumentError(f"{store} is not a dataset folder")
+    manifest = read_manifest(store)
     if manifest is None:
-        if not os.path.isdir(folder):
-            raise InvalidArgumentError(f"{folder} is not a dataset folder")
-        manifest = scan_folder(folder)
+        if not store.is_folder():
+            raise InvalidArgumentError(f"{store} is not a dataset folder")
+        manifest = scan_folder(store)
     if strict:
         for s in manifest.shards:
-            check_shard_file(folder, s.shard_path, s.bytes)
-        check_capacity(folder, manifest)
+            store.shard(s.shard_path, s.bytes)
+        check_capacity(store, manifest)
     return manifest
 
 
-def check_capacity(folder: str, manifest: Manifest) -> None:
+def check_capacity(folder: Location, manifest: Manifest) -> None:
     """Each shard's ``samples_count`` must fit its file, so that no count only the manifest
     claims is reported as a length (``list(ds)`` allocates by ``len(ds)``): a KV sample takes
     at least a byte (its header entry), a batch sample the bits of its columns. When samples
@@ -572,7 +592,8 @@ def check_capacity(folder: str, manifest: Manifest) -> None:
         elif bits:
             most = s.bytes * 8 // bits
         else:
-            cat = read_catalog(shard_file(folder, s), format="safetensors")
+            with shard_reader(storage_for(folder), s) as reader:
+                cat = reader.catalog
             rows = [i.shape[0] for c, i in cat.tensors.items() if c in schema and i.shape]
             most, room = min(rows, default=0), "its tensors hold"
         if s.samples_count > most:

@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import bisect
 import operator
-import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -50,6 +49,7 @@ from ..sources import path_text
 from .index import read_index
 from .manifest import Manifest, ShardEntry, kv_name, load_manifest
 from .samples import kv_sample, open_shard, shard_samples
+from .storage import Location, Storage, storage_for
 
 __all__ = ["Dataset", "open"]
 
@@ -59,8 +59,9 @@ NDArray = np.ndarray[Any, Any]
 class Dataset:
     """A dataset folder, opened for reading (see :func:`open`)."""
 
-    def __init__(self, path: str, manifest: Manifest) -> None:
-        self.path = path
+    def __init__(self, path: Location, manifest: Manifest) -> None:
+        self.storage = storage_for(path)
+        self.path = self.storage.url()
         self.manifest = manifest
         self._starts = [0]
         for s in manifest.shards:
@@ -108,7 +109,7 @@ class Dataset:
         if r is None:
             if len(self._readers) >= 16:
                 self._readers.pop(next(iter(self._readers))).close()
-            r, keys = open_shard(self.path, shard, self.manifest, self._sample_schema)
+            r, keys = open_shard(self.storage, shard, self.manifest, self._sample_schema)
             self._readers[shard.shard_path] = r
             self._keys[shard.shard_path] = keys
         return r
@@ -206,7 +207,7 @@ class Dataset:
         by_path = self._by_path
         if self._by_key is None:
             if not self._index_read:
-                self._index = read_index(self.path, self.manifest)
+                self._index = read_index(self.storage, self.manifest)
                 self._index_read = True
             if self._index is not None:
                 names = [kv_name(key, self.manifest.kv_separator, c) for c in self._columns]
@@ -293,7 +294,11 @@ def _stack(samples: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def open(path: str | os.PathLike[str]) -> Dataset:
-    """Open the dataset in folder ``path`` (manifest-aware; index not needed)."""
-    folder = path_text(path)
-    return Dataset(folder, load_manifest(folder, strict=True))
+def open(path: Location, *, storage_options: dict[str, Any] | None = None) -> Dataset:
+    """Open the dataset at ``path``: a local folder, a ``file://`` URL or any fsspec URL
+    (``s3://bucket/ds``, with ``storage_options`` for its filesystem; credentials fsspec finds
+    in the environment work too). Manifest-aware; the index is not needed."""
+    if not isinstance(path, Storage):
+        path = path_text(path)
+    store = storage_for(path, storage_options)
+    return Dataset(store, load_manifest(store, strict=True))

@@ -26,9 +26,8 @@ from typing import Any
 
 from ..core.errors import FormatError
 from ..core.reader import Reader
-from ..formats import open_reader
-from .files import check_shard_file
-from .manifest import Manifest, ShardEntry, kv_name, split_key
+from .manifest import Manifest, ShardEntry, kv_name, shard_reader, split_key
+from .storage import Location, storage_for
 
 __all__ = ["kv_sample", "open_shard", "shard_keys", "shard_samples", "verify_shard"]
 
@@ -125,13 +124,14 @@ def _check_type(
 
 
 def open_shard(
-    folder: str,
+    folder: Location,
     shard: ShardEntry,
     manifest: Manifest,
     schema: dict[str, dict[str, Any]] | None = None,
 ) -> tuple[Reader, list[str]]:
-    """A reader of ``shard`` of the dataset in ``folder`` and its KV keys, after
-    :func:`~tensorfile.dataset.files.check_shard_file` and :func:`verify_shard`.
+    """A reader of ``shard`` of the dataset in ``folder`` (a path, URL or storage) and its KV
+    keys, after :meth:`~tensorfile.dataset.storage.Storage.shard`'s checks (inside the
+    folder, a regular file, the listed size) and :func:`verify_shard`.
 
     Example:
         >>> import numpy as np, os, tempfile
@@ -142,11 +142,12 @@ def open_shard(
         >>> keys, reader.close()
         (['a', 'b'], None)
     """
-    path = check_shard_file(folder, shard.shard_path, shard.bytes)
+    store = storage_for(folder)
+    path = store.url(shard.shard_path)
     try:
-        reader = open_reader(path, format="safetensors")
+        reader = shard_reader(store, shard)
     except FormatError as exc:
-        if path in str(exc):
+        if path in str(exc) or store.url() in str(exc):
             raise
         raise FormatError(
             f"shard {path}: {exc}", offset=exc.offset, tensor=exc.tensor, format=exc.format

@@ -50,18 +50,19 @@ class ShardedIterable(IterableDataset):  # type: ignore[type-arg]
 
     def __init__(self, dataset: Any) -> None:
         self.path: str = dataset.path
+        self.storage = dataset.storage
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         info = get_worker_info()
         worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
         rank, world = _rank()
         me, total = rank * workers + worker, workers * world
-        manifest = load_manifest(self.path, strict=True)  # as dataset.open reads it
+        manifest = load_manifest(self.storage, strict=True)  # as dataset.open reads it
         schema = manifest.sample_schema()
         for i, shard in enumerate(manifest.shards):
             if i % total != me:
                 continue
-            reader, keys = open_shard(self.path, shard, manifest, schema)  # header checked
+            reader, keys = open_shard(self.storage, shard, manifest, schema)  # header checked
             with reader:
                 for sample in shard_samples(reader, shard, manifest, keys=keys):
                     yield {k: _to_torch(v) for k, v in sample.items()}

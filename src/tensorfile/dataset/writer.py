@@ -1,9 +1,13 @@
 """Write a table as a dataset of safetensors shards, with the commit protocol Spark uses too.
 
-Tasks write their shards into a staging folder under the output path and return a
-:class:`TaskResult` (the commit message: what they wrote). The job's :func:`commit` moves
-the committed shards into place, writes the manifest atomically and the index, and only
-then, for ``overwrite``, removes the previous dataset's files: only what
+The dataset is anywhere a :class:`~tensorfile.dataset.storage.Storage` reaches: a local
+folder or an fsspec URL (``s3://...``). Tasks write their shards into a staging folder
+under the output path (``_staging/{job}/task-...``; on an object store each shard is written
+to a local temporary file and uploaded there) and return a :class:`TaskResult` (the commit
+message: what they wrote). The job's :func:`commit` moves the committed shards into place
+(a rename, or a server-side copy on an object store), writes the manifest atomically (the
+single commit point: readers trust only the manifest) and the index, and only then, for
+``overwrite``, removes the previous dataset's files: only what
 :func:`~tensorfile.dataset.files.deletable` proves to be theirs (regular files in the folder,
 named like shards, listed by the previous manifest; never the new manifest or index, never
 through a symlink), so a lying manifest cannot make a commit delete anything else;
@@ -24,8 +28,8 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import os
-import shutil
 import stat
 import uuid
 from collections.abc import Sequence
@@ -33,22 +37,23 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..core.errors import InvalidArgumentError, SourceError
-from ..formats import read_catalog
 from ..safetensors.numpy import save_file
 from .convert import Column, columns_and_keys
-from .files import INDEX_NAME, check_shard_file, delete_previous
-from .index import write_index
+from .files import INDEX_NAME
+from .index import index_bytes
 from .manifest import (
     Manifest,
     ShardEntry,
     check_capacity,
+    open_located,
     previous_listing,
     read_manifest,
-    shard_file,
+    shard_reader,
     split_key,
 )
 from .options import WriteOptions, parse_options
 from .shards import batch_shards, kv_shards
+from .storage import LocalStorage, Location, Storage, storage_for
 
 __all__ = ["STAGING", "TaskResult", "abort", "commit", "write", "write_task"]
 
@@ -58,7 +63,8 @@ MODES = ("overwrite", "append")
 
 @dataclass(frozen=True)
 class TaskResult:
-    """What one task wrote (its commit message)."""
+    """What one task wrote (its commit message); ``folder`` is its staging folder, relative
+    to the dataset's root."""
 
     folder: str
     shards: list[ShardEntry]
@@ -72,24 +78,23 @@ def shard_name(task_id: int, shard_index: int, run: str) -> str:
     return f"part-{task_id:05d}-{shard_index:04d}-{run}.safetensors"
 
 
-def make_folder(path: str, what: str = "the dataset folder") -> None:
-    """Create the folder ``path`` (and its parents) if needed; a file in the way is a
-    :class:`~tensorfile.errors.SourceError`."""
-    try:
-        os.makedirs(path, exist_ok=True)
-    except OSError as exc:
-        raise SourceError(f"cannot create {what} {path}: {exc.strerror or exc}") from exc
+def make_folder(path: Location, storage_options: dict[str, Any] | None = None) -> Storage:
+    """The storage of the dataset at ``path``, its folder created if needed (a file in the
+    way is a :class:`~tensorfile.errors.SourceError`)."""
+    store = storage_for(path, storage_options)
+    store.make_root()
+    return store
 
 
-def staging_folder(path: str, job: str, task_id: int) -> str:
-    """A new staging folder for one attempt of one task, under a real ``_staging`` folder of
-    the dataset (not a symlink to somewhere else: shards are staged beside the dataset)."""
-    root = os.path.join(path, STAGING)
-    make_folder(root, "the staging folder")
-    if not os.path.isdir(root) or os.path.islink(root):
-        raise SourceError(f"the staging folder {root} is not a folder of the dataset")
-    folder = os.path.join(root, job, f"task-{task_id:05d}-{uuid.uuid4().hex[:12]}")
-    make_folder(folder, "the staging folder")
+def staging_folder(path: Location, job: str, task_id: int) -> str:
+    """A new staging folder for one attempt of one task (relative to the dataset's root):
+    ``_staging/{job}/task-{id}-{random}``. On a local file system it is created under a real
+    ``_staging`` folder of the dataset (not a symlink to somewhere else)."""
+    store = storage_for(path)
+    folder = f"{STAGING}/{job}/task-{task_id:05d}-{uuid.uuid4().hex[:12]}"
+    if isinstance(store, LocalStorage):
+        store.make_folder(STAGING, "the staging folder")
+        store.make_folder(folder, "the staging folder")
     return folder
 
 
@@ -100,8 +105,13 @@ def write_task(
     opts: WriteOptions,
     folder: str,
     task_id: int,
+    store: Location | None = None,
 ) -> TaskResult:
-    """Write the shards of one task's rows into its staging ``folder``."""
+    """Write the shards of one task's rows into its staging ``folder`` of the dataset in
+    ``store`` (a local ``folder`` path alone, as before, when ``store`` is None)."""
+    if store is None:
+        store, folder = LocalStorage(folder), ""
+    where = storage_for(store)
     run = str(uuid.uuid4())
     shards = (
         kv_shards(columns, keys or [], opts)
@@ -114,10 +124,9 @@ def write_task(
     dtype_of = {c.name: c.dtype for c in columns}
     for k, shard in enumerate(shards):
         name = shard_name(task_id, k, run)
-        target = os.path.join(folder, name)
-        save_file(shard.tensors, target)
+        size = where.write_file(_join(folder, name), functools.partial(_save, shard.tensors))
         real = shard.samples if shard.padding else None  # samples_count: the rows stored
-        entries.append(ShardEntry(name, shard.rows, os.path.getsize(target), real_samples=real))
+        entries.append(ShardEntry(name, shard.rows, size, real_samples=real))
         for key, value in shard.tensors.items():
             col = split_key(key, opts.kv_separator, list(dtype_of))[1] if opts.mode == "kv" else key
             dtype = dtype_of.get(col) or dtype_of.get(key) or "F32"
@@ -131,8 +140,16 @@ def write_task(
     return TaskResult(folder, entries, index, schema, [c.name for c in columns])
 
 
+def _save(tensors: dict[str, Any], path: str) -> None:
+    save_file(tensors, path)
+
+
+def _join(folder: str, name: str) -> str:
+    return f"{folder}/{name}" if folder else name
+
+
 def commit(
-    path: str,
+    path: Location,
     results: Sequence[TaskResult],
     *,
     mode: str,
@@ -144,40 +161,35 @@ def commit(
     (with whatever failed or duplicate task attempts left there)."""
     if mode not in MODES:
         raise InvalidArgumentError(f"save mode {mode!r} is not supported; use {' or '.join(MODES)}")
+    store = storage_for(path)
     # append builds on the previous manifest, which must be valid; overwrite only needs the
     # names it listed, and deletes none of them unless deletable() proves it may
-    old = read_manifest(path) if mode == "append" else None
+    old = read_manifest(store) if mode == "append" else None
     if old is not None:  # what is appended to must be a dataset a reader accepts
         for entry in old.shards:
-            check_shard_file(path, entry.shard_path, entry.bytes)
-        check_capacity(path, old)
-    previous = previous_listing(path) if mode == "overwrite" else []
+            store.shard(entry.shard_path, entry.bytes)
+        check_capacity(store, old)
+    previous = previous_listing(store) if mode == "overwrite" else []
     shards = list(old.shards) if old is not None else []
     schema = dict(old.schema) if old is not None else {}
     index: list[tuple[str, str, list[int], str]] = []
-    index_path = os.path.join(path, INDEX_NAME)
     # an existing index is kept current on append, even without generate_index
-    with_index = opts.generate_index or (mode == "append" and os.path.lexists(index_path))
-    if with_index and os.path.isdir(index_path):
-        raise SourceError(f"cannot write the index {index_path}: a folder is in the way")
+    with_index = opts.generate_index or (mode == "append" and _index_exists(store))
+    if with_index:
+        _check_index_slot(store)
     if old is not None and with_index:
-        index += _index_of(path, old)
+        index += _index_of(store, old)
     columns: list[str] = list(old.columns) if old is not None else []
     if old is not None and old.shards:
         _check_columns(old, results, opts)
     _check_schema(schema, results, opts)
-    results = _resolve_duplicates(results, opts, set(schema) if opts.mode == "kv" else set())
+    results = _resolve_duplicates(store, results, opts, set(schema) if opts.mode == "kv" else set())
     moved: list[str] = []
-    staged_index: str | None = None
     try:
         for r in results:
             for entry in r.shards:
-                target = shard_file(path, entry)
-                try:
-                    os.replace(shard_file(r.folder, entry), target)
-                except OSError as exc:
-                    raise SourceError(f"cannot move {entry.shard_path} into {path}: {exc}") from exc
-                moved.append(target)
+                store.move(_join(r.folder, entry.shard_path), entry.shard_path)
+                moved.append(entry.shard_path)
             shards += r.shards
             index += r.index
             for key, info in r.schema.items():
@@ -193,34 +205,51 @@ def commit(
             kv_separator=opts.kv_separator,
             name_col=opts.name_col,
         )
-        staged_index = write_index(path, index, final=False) if with_index else None
-        manifest.write(path)  # the commit point: the new dataset exists from here on
+        staged_index = index_bytes(index) if with_index else None  # (before the commit)
+        manifest.write(store)  # the commit point: the new dataset exists from here on
     except BaseException:
-        for target in moved:  # the previous dataset stays as it was
-            _remove(target)
-        if staged_index is not None:
-            _remove(staged_index)
+        for name in moved:  # the previous dataset stays as it was
+            _remove(store, name)
         raise
-    failed: OSError | None = None
+    failed: SourceError | None = None
     if staged_index is not None:
         try:
-            os.replace(staged_index, index_path)
-        except OSError as exc:  # the dataset is committed; its index is not
+            store.write_atomic(INDEX_NAME, staged_index)
+        except SourceError as exc:  # the dataset is committed; its index is not
             failed = exc
-            _remove(staged_index)
     if mode == "overwrite":
-        delete_previous(path, previous, keep={s.shard_path for s in shards})
+        store.delete_previous(previous, {s.shard_path for s in shards})
         if not with_index:
-            _remove_index(index_path)
-    _cleanup(path, results)
+            _remove_index(store)
+    _cleanup(store, results)
     if job is not None:
-        abort(path, job)
+        abort(store, job)
     if failed is not None:
         raise SourceError(
-            f"the dataset in {path} is written, but its index {index_path} is not: "
-            f"{failed.strerror or failed}"
+            f"the dataset in {store} is written, but its index {store.url(INDEX_NAME)} is "
+            f"not: {failed}"
         ) from failed
     return manifest
+
+
+def _index_exists(store: Storage) -> bool:
+    if isinstance(store, LocalStorage):
+        return os.path.lexists(store.path(INDEX_NAME))
+    return store.file_size(INDEX_NAME) is not None
+
+
+def _check_index_slot(store: Storage) -> None:
+    """The index can be written: no folder (or other non-file) holds its name."""
+    if isinstance(store, LocalStorage):
+        if os.path.isdir(store.path(INDEX_NAME)):
+            raise SourceError(
+                f"cannot write the index {store.path(INDEX_NAME)}: a folder is in the way"
+            )
+        return
+    try:
+        store.file_size(INDEX_NAME)
+    except SourceError as exc:
+        raise SourceError(f"cannot write the index: {exc}") from exc
 
 
 def _check_columns(old: Manifest, results: Sequence[TaskResult], opts: WriteOptions) -> None:
@@ -273,7 +302,7 @@ def _check_schema(
 
 
 def _resolve_duplicates(
-    results: Sequence[TaskResult], opts: WriteOptions, existing: set[str]
+    store: Storage, results: Sequence[TaskResult], opts: WriteOptions, existing: set[str]
 ) -> list[TaskResult]:
     """KV keys written by several tasks: an error with ``fail``; with ``lastWin`` the task
     with the highest partition id wins and the others' shards are rewritten without them."""
@@ -296,104 +325,116 @@ def _resolve_duplicates(
     out = []
     for i, r in enumerate(results):
         drop = {row[0] for row in r.index if owner.get(row[0]) != i}
-        out.append(_without(r, drop, opts) if drop else r)
+        out.append(_without(store, r, drop, opts) if drop else r)
     return out
 
 
-def _without(result: TaskResult, drop: set[str], opts: WriteOptions) -> TaskResult:
+def _without(store: Storage, result: TaskResult, drop: set[str], opts: WriteOptions) -> TaskResult:
     """``result`` with the tensors ``drop`` removed from its (staged) shard files."""
-    from ..safetensors.numpy import load_file
-
     shards: list[ShardEntry] = []
     for entry in result.shards:
-        file = shard_file(result.folder, entry)
-        tensors = load_file(file)
+        staged = _join(result.folder, entry.shard_path)
+        with open_located(store.locate(staged)) as reader:
+            tensors = reader.get_tensors()
         kept = {k: v for k, v in tensors.items() if k not in drop}
         if len(kept) == len(tensors):
             shards.append(entry)
             continue
-        os.unlink(file)
+        store.remove(staged)
         if not kept:
             continue
-        save_file(kept, file)
+        size = store.write_file(staged, functools.partial(_save, kept))
         columns = result.columns
         names = {split_key(k, opts.kv_separator, columns)[0] for k in kept}
-        shards.append(ShardEntry(entry.shard_path, len(names), os.path.getsize(file)))
+        shards.append(ShardEntry(entry.shard_path, len(names), size))
     live = {s.shard_path for s in shards}
     index = [row for row in result.index if row[0] not in drop and row[1] in live]
     schema = {k: v for k, v in result.schema.items() if k not in drop}
     return TaskResult(result.folder, shards, index, schema, result.columns)
 
 
-def _index_of(path: str, manifest: Manifest) -> list[tuple[str, str, list[int], str]]:
+def _index_of(store: Storage, manifest: Manifest) -> list[tuple[str, str, list[int], str]]:
     """Index rows of existing shards, read from their headers (never from the old index)."""
     rows = []
     for s in manifest.shards:
-        cat = read_catalog(shard_file(path, s), format="safetensors")  # checked by commit
-        for name, info in cat.tensors.items():
-            rows.append((name, s.shard_path, list(info.shape), info.dtype.name))
+        with shard_reader(store, s) as reader:  # checked by commit
+            for name, info in reader.catalog.tensors.items():
+                rows.append((name, s.shard_path, list(info.shape), info.dtype.name))
     return rows
 
 
-def _remove(path: str) -> None:
+def _remove(store: Storage, name: str) -> None:
     try:
-        os.unlink(path)
-    except FileNotFoundError:
+        store.remove(name)
+    except SourceError:
         pass
 
 
-def _remove_index(path: str) -> None:
+def _remove_index(store: Storage) -> None:
     """Remove the previous dataset's index: a regular file, or a symlink (only the link goes);
     a folder or FIFO of that name is not the dataset's and stays."""
-    try:
-        mode = os.lstat(path).st_mode
-        if stat.S_ISREG(mode) or stat.S_ISLNK(mode):
-            os.unlink(path)
-    except OSError:
-        pass  # the new dataset is committed; a reader finds a stale index stale
+    if isinstance(store, LocalStorage):
+        path = store.path(INDEX_NAME)
+        try:
+            mode = os.lstat(path).st_mode
+            if stat.S_ISREG(mode) or stat.S_ISLNK(mode):
+                os.unlink(path)
+        except OSError:
+            pass  # the new dataset is committed; a reader finds a stale index stale
+        return
+    _remove(store, INDEX_NAME)
 
 
-def _cleanup(path: str, results: Sequence[TaskResult]) -> None:
+def _cleanup(store: Storage, results: Sequence[TaskResult]) -> None:
     for r in results:
-        shutil.rmtree(r.folder, ignore_errors=True)
-    root = os.path.join(path, STAGING)
-    try:
-        for job in os.listdir(root):
-            if not os.listdir(os.path.join(root, job)):
-                os.rmdir(os.path.join(root, job))
-        os.rmdir(root)
-    except OSError:
-        pass  # another job's staging folder is still there
+        if r.folder:
+            store.remove_tree(r.folder)
+    if isinstance(store, LocalStorage):  # empty folders: object stores have none
+        root = store.path(STAGING)
+        try:
+            for job in os.listdir(root):
+                if not os.listdir(os.path.join(root, job)):
+                    os.rmdir(os.path.join(root, job))
+            os.rmdir(root)
+        except OSError:
+            pass  # another job's staging folder is still there
 
 
-def abort(path: str, job: str) -> None:
+def abort(path: Location, job: str) -> None:
     """Remove the staging folder of ``job``: nothing it wrote reaches the dataset."""
-    shutil.rmtree(os.path.join(path, STAGING, job), ignore_errors=True)
-    try:
-        os.rmdir(os.path.join(path, STAGING))
-    except OSError:
-        pass
+    store = storage_for(path)
+    store.remove_tree(f"{STAGING}/{job}")
+    if isinstance(store, LocalStorage):
+        try:
+            os.rmdir(store.path(STAGING))
+        except OSError:
+            pass
 
 
 def write(
-    data: Any, path: str | os.PathLike[str], *, mode: str = "overwrite", **options: Any
+    data: Any,
+    path: Location,
+    *,
+    mode: str = "overwrite",
+    storage_options: dict[str, Any] | None = None,
+    **options: Any,
 ) -> Manifest:
     """Write ``data`` (a pyarrow Table or RecordBatch(es), a pandas DataFrame or a dict of
-    numpy arrays) as a dataset at ``path``, with the Spark data source's options
-    (``batch_size`` or ``name_col``, ``columns``, ``shapes``, ``dtype``, ``tail_strategy``,
-    ``kv_separator``, ``target_shard_size_mb``, ``duplicatesStrategy``, ``generate_index``,
-    ``rounding``). ``mode`` is ``overwrite`` or ``append``."""
+    numpy arrays) as a dataset at ``path`` (a local folder or an fsspec URL such as
+    ``s3://bucket/ds``, with ``storage_options`` for its filesystem), with the Spark data
+    source's options (``batch_size`` or ``name_col``, ``columns``, ``shapes``, ``dtype``,
+    ``tail_strategy``, ``kv_separator``, ``target_shard_size_mb``, ``duplicatesStrategy``,
+    ``generate_index``, ``rounding``). ``mode`` is ``overwrite`` or ``append``."""
     if mode not in MODES:
         raise InvalidArgumentError(f"save mode {mode!r} is not supported; use {' or '.join(MODES)}")
-    out = os.fspath(path)
     opts = parse_options(options)
     cols, rows, keys = columns_and_keys(data, opts)
-    make_folder(out)
+    store = make_folder(path, storage_options)
     job = uuid.uuid4().hex
-    folder = staging_folder(out, job, 0)
+    folder = staging_folder(store, job, 0)
     try:
-        result = write_task(cols, rows, keys, opts, folder, 0)
-        return commit(out, [result], mode=mode, opts=opts, job=job)
+        result = write_task(cols, rows, keys, opts, folder, 0, store)
+        return commit(store, [result], mode=mode, opts=opts, job=job)
     except BaseException:
-        abort(out, job)
+        abort(store, job)
         raise

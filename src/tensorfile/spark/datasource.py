@@ -34,6 +34,7 @@ message Spark raises in the driver.
 
 from __future__ import annotations
 
+import json
 import math
 import uuid
 from collections.abc import Iterator, Sequence
@@ -71,11 +72,12 @@ from ..dataset import convert, writer
 from ..dataset.manifest import Manifest, ShardEntry, load_manifest
 from ..dataset.options import WriteOptions, column_list, parse_options
 from ..dataset.samples import kv_sample, open_shard
+from ..dataset.storage import Storage, storage_for
 from .workers import prepare_driver
 
 __all__ = ["SafetensorsDataSource"]
 
-_READ_OPTIONS = {"path", "layout", "columns"}
+_READ_OPTIONS = {"path", "layout", "columns", "storage_options"}
 
 # safetensors dtype -> (Spark element type, numpy type the values are read as)
 _SPARK_TYPES: dict[str, tuple[DataType, Any]] = {
@@ -134,8 +136,13 @@ class SafetensorsDataSource(DataSource):
             raise InvalidArgumentError("give the dataset folder: .save(path) or .load(path)")
         return str(path)
 
+    def _storage(self) -> Storage:
+        """Where the dataset is: the path (a local folder or an fsspec URL) and the
+        ``storage_options`` option (a JSON object) for its filesystem."""
+        return storage_for(self._path(), _storage_options(self.options))
+
     def schema(self) -> StructType:
-        manifest = load_manifest(self._path())
+        manifest = load_manifest(self._storage())
         if str(self.options.get("layout", "rows")).lower() == "files":
             full = StructType(
                 [StructField(k, TENSOR_STRUCT, True) for k in sorted(manifest.schema)]
@@ -153,12 +160,31 @@ class SafetensorsDataSource(DataSource):
         return StructType([f for f in full.fields if f.name in keep])
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return _Reader(self._path(), dict(self.options), schema)
+        return _Reader(self._storage(), dict(self.options), schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceArrowWriter:
-        options = {k: v for k, v in self.options.items() if k.lower() != "path"}
+        options = {
+            k: v for k, v in self.options.items() if k.lower() not in ("path", "storage_options")
+        }
         opts = parse_options(options)
-        return _Writer(self._path(), opts, "overwrite" if overwrite else "append")
+        return _Writer(self._storage(), opts, "overwrite" if overwrite else "append")
+
+
+def _storage_options(options: Any) -> dict[str, Any] | None:
+    """The ``storage_options`` option: a JSON object (keys are matched case-insensitively,
+    as Spark's options are)."""
+    raw = next((v for k, v in options.items() if k.lower() == "storage_options"), None)
+    if raw is None or raw == "":
+        return None
+    try:
+        value = json.loads(str(raw))
+    except ValueError as exc:
+        raise InvalidArgumentError(f"the storage_options option is not JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise InvalidArgumentError(
+            f"the storage_options option must be a JSON object, got {type(value).__name__}"
+        )
+    return value
 
 
 def _key_field(manifest: Manifest) -> str:
@@ -192,12 +218,12 @@ def _row_schema(manifest: Manifest) -> StructType:
 
 
 class _Writer(DataSourceArrowWriter):
-    def __init__(self, path: str, opts: WriteOptions, mode: str) -> None:
-        self.path = path
+    def __init__(self, store: Storage, opts: WriteOptions, mode: str) -> None:
+        self.store = store
         self.opts = opts
         self.mode = mode
         self.job = uuid.uuid4().hex
-        writer.make_folder(path)
+        writer.make_folder(store)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> _Commit:
         from pyspark import TaskContext
@@ -205,19 +231,20 @@ class _Writer(DataSourceArrowWriter):
         ctx = TaskContext.get()
         task_id = ctx.partitionId() if ctx is not None else 0
         batches = list(iterator)
-        folder = writer.staging_folder(self.path, self.job, task_id)
+        folder = writer.staging_folder(self.store, self.job, task_id)
         if not batches:
             return _Commit(writer.TaskResult(folder, [], []))
         table = pa.Table.from_batches(batches)
         cols, rows, keys = convert.columns_and_keys(table, self.opts)
-        return _Commit(writer.write_task(cols, rows, keys, self.opts, folder, task_id))
+        result = writer.write_task(cols, rows, keys, self.opts, folder, task_id, self.store)
+        return _Commit(result)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         results = [m.result for m in messages if isinstance(m, _Commit)]
-        writer.commit(self.path, results, mode=self.mode, opts=self.opts, job=self.job)
+        writer.commit(self.store, results, mode=self.mode, opts=self.opts, job=self.job)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        writer.abort(self.path, self.job)
+        writer.abort(self.store, self.job)
 
 
 # -- reading ----------------------------------------------------------------------------
@@ -229,11 +256,12 @@ class _Shard(InputPartition):
 
 
 class _Reader(DataSourceReader):
-    def __init__(self, path: str, options: dict[str, Any], schema: StructType) -> None:
+    def __init__(self, store: Storage, options: dict[str, Any], schema: StructType) -> None:
         unknown = sorted({k.lower() for k in options} - _READ_OPTIONS)
         if unknown:
             raise InvalidArgumentError(f"unknown read option(s): {', '.join(unknown)}")
-        self.path = path
+        self.store = store
+        self.path = store.url()
         self.layout = str(options.get("layout", "rows")).lower()
         if self.layout not in ("rows", "files"):
             raise InvalidArgumentError(f"layout must be rows or files, got {self.layout!r}")
@@ -246,18 +274,18 @@ class _Reader(DataSourceReader):
 
     def partitions(self) -> Sequence[InputPartition]:
         # strict: the folder, and every listed shard a regular file inside it of its size
-        return [_Shard(s) for s in load_manifest(self.path, strict=True).shards]
+        return [_Shard(s) for s in load_manifest(self.store, strict=True).shards]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, _Shard):
             return  # Spark's placeholder partition for a dataset without shards
-        manifest = load_manifest(self.path)
+        manifest = load_manifest(self.store)
         if partition.entry not in manifest.shards:
             raise SourceError(
                 f"{self.path}: shard {partition.entry.shard_path} is no longer in the manifest "
                 "(the dataset was rewritten during the query)"
             )
-        r, keys = open_shard(self.path, partition.entry, manifest)  # header checked
+        r, keys = open_shard(self.store, partition.entry, manifest)  # header checked
         with r:
             if self.layout == "files":
                 yield _files_batch(r, self.schema)
