@@ -580,3 +580,15 @@ def test_writer_failure_after_staging_is_retried(spark: Any, tmp_path: Any) -> N
     assert not set(staged) & set(shard_files(out))  # ... and none of it reached the dataset
     assert not os.path.exists(out / STAGING)
     _assert_recovered(spark, out, 10)
+
+
+def test_the_session_is_a_cluster_of_separate_executors(spark: Any) -> None:
+    # tests/spark/conftest.py: local-cluster[2,1,1024] unless TENSORFILE_SPARK_MASTER says
+    # otherwise; the JVM counts the driver and each executor
+    from tests.spark.conftest import MASTER
+
+    if MASTER.startswith("local-cluster[2"):
+        assert spark.sparkContext.master == MASTER
+        assert spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size() == 3
+        pids = set(spark.sparkContext.parallelize(range(8), 8).map(lambda _: os.getpid()).collect())
+        assert os.getpid() not in pids

@@ -295,6 +295,8 @@ class FsspecStorage(Storage):
 
     def _info(self, name: str) -> dict[str, Any] | None:
         try:
+            # other processes (a job's tasks) write here too: never a cached listing
+            self.fs.invalidate_cache(self._p(name))
             info = self.fs.info(self._p(name))
         except FileNotFoundError:
             return None
@@ -309,7 +311,8 @@ class FsspecStorage(Storage):
             pass
         except Exception as exc:
             raise self._fail("create", "", exc) from None
-        if self.file_size("") is not None:
+        info = self._info("")
+        if info is not None and info.get("type") == "file":
             raise SourceError(f"cannot create the dataset folder {self.url()}: a file is there")
 
     def is_folder(self) -> bool:
@@ -360,6 +363,7 @@ class FsspecStorage(Storage):
 
     def list_files(self, folder: str = "") -> list[str]:
         try:
+            self.fs.invalidate_cache(self._p(folder))
             entries = self.fs.ls(self._p(folder), detail=True)
         except FileNotFoundError:
             return []
