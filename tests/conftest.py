@@ -24,3 +24,14 @@ def tmp_file(tmp_path: Any) -> str:
 
 
 _ = ml_dtypes  # imported for every test, so that the ml_dtypes numpy types are registered
+
+
+@pytest.fixture(scope="session")
+def s3() -> Any:
+    """A real S3 API server on 127.0.0.1 (moto in server mode), one per test session; each
+    test takes a bucket of its own (``s3.bucket()``)."""
+    from tests.helpers import s3 as s3_helpers
+
+    server = s3_helpers.start()
+    yield server
+    server.stop()

@@ -44,6 +44,10 @@ from . import files
 __all__ = ["FsspecStorage", "LocalStorage", "Location", "Storage", "storage_for"]
 
 
+_OBJECT_STORES = {"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "adl", "oci", "oss", "r2"}
+"""fsspec protocols of object stores: no folders, and no bucket is ever created."""
+
+
 class Storage:
     """The operations a dataset needs of the place it lives in (see the module docstring).
     Picklable: a Spark job ships it to its executors."""
@@ -305,6 +309,12 @@ class FsspecStorage(Storage):
         return info if isinstance(info, dict) else None
 
     def make_root(self) -> None:
+        protocols = self.fs.protocol
+        protocols = {protocols} if isinstance(protocols, str) else set(protocols)
+        if protocols & _OBJECT_STORES:
+            # no folders to make; and s3fs's makedirs would create a missing bucket, which a
+            # dataset write must not do behind the user's back (the first upload fails)
+            return
         try:
             self.fs.makedirs(self._p(""), exist_ok=True)
         except FileExistsError:

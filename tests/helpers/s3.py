@@ -1,0 +1,75 @@
+"""A real S3 API server on 127.0.0.1 for the object-store tests: moto in server mode.
+
+moto's ``ThreadedMotoServer`` serves the S3 REST API over HTTP from a thread of the test
+process (port 0: a free port); s3fs talks to it through ``endpoint_url`` as it would to AWS,
+with fixed test credentials. Nothing of the client library is mocked: requests go over a
+socket to the server, which keeps the objects in memory. Spark's executors reach the same
+server over TCP with the same ``storage_options``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+CREDENTIALS = {"key": "testing", "secret": "testing"}
+
+
+@dataclass
+class S3Server:
+    """The running server: its endpoint and the ``storage_options`` that reach it."""
+
+    server: Any
+    endpoint: str
+    options: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def fs(self) -> Any:
+        """An s3fs filesystem on the server (fsspec caches the instance)."""
+        import s3fs
+
+        return s3fs.S3FileSystem(**self.options)
+
+    def bucket(self) -> str:
+        """A new, empty bucket; returns its name."""
+        name = f"tf-{uuid.uuid4().hex[:12]}"
+        self.fs.mkdir(name)
+        return name
+
+    def url(self, *parts: str) -> str:
+        """``s3://`` URL of ``parts`` joined by ``/``."""
+        return "s3://" + "/".join(parts)
+
+    def options_json(self) -> str:
+        """The ``storage_options`` option of the Spark data source."""
+        return json.dumps(self.options)
+
+    def keys(self, prefix: str) -> list[str]:
+        """Every object key under ``prefix`` (recursively), relative to it, sorted."""
+        fs = self.fs
+        fs.invalidate_cache()
+        root = prefix.rstrip("/") + "/"
+        return sorted(k[len(root) :] for k in fs.find(prefix) if k.startswith(root))
+
+    def stop(self) -> None:
+        self.server.stop()
+
+
+def start() -> S3Server:
+    """Start moto's S3 server on 127.0.0.1 (a free port)."""
+    from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    endpoint = f"http://{host}:{port}"
+    options = {
+        "endpoint_url": endpoint,
+        **CREDENTIALS,
+        "config_kwargs": {"retries": {"max_attempts": 2}, "connect_timeout": 5},
+    }
+    return S3Server(server, endpoint, options)
