@@ -398,6 +398,7 @@ class FsspecStorage(Storage):
 
     def move(self, src: str, dst: str) -> None:
         try:
+            self.fs.invalidate_cache(self._p(src))  # (written by another process)
             self.fs.mv(self._p(src), self._p(dst))
         except Exception as exc:
             raise self._fail("move", src, exc) from None
@@ -412,6 +413,9 @@ class FsspecStorage(Storage):
 
     def remove_tree(self, name: str) -> None:
         try:
+            # the tasks that wrote there were other processes: list afresh, or a cached
+            # listing from before them finds nothing to remove
+            self.fs.invalidate_cache()
             self.fs.rm(self._p(name), recursive=True)
         except Exception:  # best effort: a staging folder left over hides nothing
             pass
