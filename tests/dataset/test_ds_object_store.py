@@ -323,3 +323,29 @@ def test_storage_for_rules(tmp_path: Path) -> None:
     s = pickle.loads(pickle.dumps(storage_for("memory://x/y", {"a": 1})))
     assert isinstance(s, FsspecStorage) and s.options == {"a": 1} and s.root == "memory://x/y"
     assert os.fspath(storage_for(tmp_path)) == str(tmp_path)
+
+
+@pytest.mark.parametrize("where", ["local", "s3"])
+def test_a_late_task_of_an_ended_job_removes_what_it_wrote(
+    s3: Any, tmp_path: Path, where: str
+) -> None:
+    from tensorfile.dataset.convert import columns_and_keys
+    from tensorfile.dataset.options import parse_options
+
+    url = str(tmp_path / "ds") if where == "local" else s3.url(s3.bucket(), "ds")
+    opts_ = {} if where == "local" else {"storage_options": s3.options}
+    store = writer_module.make_folder(url, opts_.get("storage_options"))
+    opts = parse_options({"batch_size": 2})
+    cols, rows, keys = columns_and_keys(cols_a(4), opts)
+    writer_module.start_job(store, "job1")
+    early = writer_module.staging_folder(store, "job1", 0)
+    result = writer_module.write_task(cols, rows, keys, opts, early, 0, store)
+    late = writer_module.staging_folder(store, "job1", 1)
+    writer_module.commit(store, [result], mode="overwrite", opts=opts, job="job1")
+    # the job is committed; a speculative or killed attempt finishes only now
+    with pytest.raises(SourceError, match="job ended"):
+        writer_module.write_task(cols, rows, keys, opts, late, 1, store)
+    names = store.list_files() + store.list_files("_staging") + store.list_files(late)
+    assert not any(n.startswith("part-00001") for n in names)
+    with dataset.open(store) as ds:
+        assert len(ds) == 4

@@ -9,9 +9,13 @@ server over TCP with the same ``storage_options``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import os
+import tempfile
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -57,9 +61,51 @@ class S3Server:
     def stop(self) -> None:
         self.server.stop()
 
+    @contextlib.contextmanager
+    def recording(self) -> Iterator[list[dict[str, Any]]]:
+        """Record the requests the server receives in the block (moto's recorder): the list
+        is filled when the block ends, one ``{"method", "url", "headers"}`` per request."""
+        import requests
+
+        base = f"{self.endpoint}/moto-api/recorder"
+        requests.post(f"{base}/reset-recording", timeout=10).raise_for_status()
+        requests.post(f"{base}/start-recording", timeout=10).raise_for_status()
+        out: list[dict[str, Any]] = []
+        try:
+            yield out
+        finally:
+            requests.post(f"{base}/stop-recording", timeout=10).raise_for_status()
+            text = requests.get(f"{base}/download-recording", timeout=10).text
+            out.extend(json.loads(line) for line in text.splitlines() if line.strip())
+
+    def bytes_read(self, requests: list[dict[str, Any]], key_suffix: str = "") -> dict[str, int]:
+        """Bytes asked for by the GET requests recorded, per object path (``/bucket/key``),
+        for the objects whose path ends with ``key_suffix``; a GET without ``Range`` counts
+        the whole object."""
+        out: dict[str, int] = {}
+        for r in requests:
+            if r["method"] != "GET":
+                continue
+            path = r["url"].split("?")[0]
+            path = "/" + path.split("://", 1)[-1].split("/", 1)[-1]
+            if not path.endswith(key_suffix) or path.endswith("/"):
+                continue
+            rng = {k.lower(): v for k, v in r["headers"].items()}.get("range")
+            if rng and rng.startswith("bytes="):
+                first, _, last = rng[6:].partition("-")
+                n = int(last) - int(first) + 1
+            else:
+                n = self.fs.size(path.lstrip("/"))
+            out[path] = out.get(path, 0) + n
+        return out
+
 
 def start() -> S3Server:
     """Start moto's S3 server on 127.0.0.1 (a free port)."""
+    # moto's recorder (see S3Server.recording) writes here; read when moto is imported
+    os.environ.setdefault(
+        "MOTO_RECORDER_FILEPATH", os.path.join(tempfile.mkdtemp(), "moto-recording.jsonl")
+    )
     from moto.server import ThreadedMotoServer
 
     logging.getLogger("werkzeug").setLevel(logging.ERROR)

@@ -93,8 +93,14 @@ def test_batch_rows_equal_written(spark: Any, batch_ds: Any) -> None:
     assert types["x"] == ArrayType(FloatType(), False)
     assert types["m"] == ArrayType(ArrayType(DoubleType(), False), False)
     assert types["flat"] == ArrayType(ArrayType(FloatType(), False), False)
-    assert df.rdd.getNumPartitions() == len(load_manifest(batch_ds)["shards"])
+    shards = len(load_manifest(batch_ds)["shards"])
+    # small shards are grouped: as many tasks as CPUs here, each a run of whole shards
+    assert df.rdd.getNumPartitions() == min(shards, os.cpu_count() or 1)
     assert _rows(df) == _batch_expected()
+    one_each = load(spark, batch_ds, partition_size_mb=0.0001)  # a task per shard
+    assert one_each.rdd.getNumPartitions() == shards
+    assert _rows(one_each) == _batch_expected()
+    assert load(spark, batch_ds, partitions=3).rdd.getNumPartitions() == 3
 
 
 def test_kv_rows_equal_written(spark: Any, kv_ds: Any) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from typing import Any
 
 import numpy as np
@@ -135,6 +136,12 @@ def test_a_job_failing_in_every_attempt_on_s3(spark: Any, s3: Any) -> None:
     for mode in ("overwrite", "append"):
         with pytest.raises(SPARK_ERRORS):
             _write(s3, df, url, mode, batch_size=2)
+        # Spark aborts the job without waiting for a task it is killing: such a late task
+        # finds its job ended and removes its own staged shards (writer.start_job)
+        deadline = time.monotonic() + 60
+        while any(k.startswith("_staging") for k in s3.keys(prefix)):
+            assert time.monotonic() < deadline, s3.keys(prefix)
+            time.sleep(0.5)
         after = {k: s3.fs.cat_file(f"{prefix}/{k}") for k in s3.keys(prefix)}
         assert after == before  # exactly the previous dataset; nothing staged or added
     assert _ids(spark, s3, url) == _rows(8)

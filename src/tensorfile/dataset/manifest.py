@@ -64,8 +64,6 @@ from typing import Any
 from ..core import dtypes
 from ..core.errors import FormatError, InvalidArgumentError, TensorFileError
 from ..core.reader import Reader
-from ..core.source import Source
-from ..formats import SAFETENSORS, open_reader
 from ._json import MAX_COUNT as _MAX_COUNT
 from ._json import count as _count
 from ._json import fail as _fail
@@ -76,7 +74,7 @@ from ._json import show as _show
 from .files import INDEX_NAME, MANIFEST_NAME
 from .spec_dtypes import decode as _decode_dtypes
 from .spec_dtypes import encode as _encode_dtypes
-from .storage import Location, Storage, storage_for
+from .storage import Location, Storage, open_located, storage_for
 
 __all__ = [
     "INDEX_NAME",
@@ -429,13 +427,6 @@ def shard_reader(store: Storage, shard: ShardEntry) -> Reader:
     return open_located(store.shard(shard.shard_path, shard.bytes))
 
 
-def open_located(where: str | Source) -> Reader:
-    """A safetensors reader of a local path or a source."""
-    if isinstance(where, str):
-        return open_reader(where, format="safetensors")
-    return SAFETENSORS.impl().open_reader(where)
-
-
 def kv_name(key: str, separator: str, column: str) -> str:
     """The tensor name of ``column`` of KV key ``key``: ``{key}{separator}{column}``
     (:func:`split_key` takes it apart)."""
@@ -560,7 +551,7 @@ def load_manifest(folder: Location, *, strict: bool = False) -> Manifest:
         manifest = scan_folder(store)
     if strict:
         for s in manifest.shards:
-            store.shard(s.shard_path, s.bytes)
+            store.check_shard(s.shard_path, s.bytes)
         check_capacity(store, manifest)
     return manifest
 

@@ -38,14 +38,27 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any
 
 from ..core.errors import FormatError, InvalidArgumentError, SourceError, UnsupportedError
+from ..core.reader import Reader
 from ..core.source import Source
 from . import files
 
-__all__ = ["FsspecStorage", "LocalStorage", "Location", "Storage", "storage_for"]
+__all__ = [
+    "SHARD_FIRST_READ",
+    "FsspecStorage",
+    "LocalStorage",
+    "Location",
+    "Storage",
+    "open_located",
+    "storage_for",
+]
 
 
 _OBJECT_STORES = {"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "adl", "oci", "oss", "r2"}
 """fsspec protocols of object stores: no folders, and no bucket is ever created."""
+
+
+SHARD_FIRST_READ = 16 << 10
+"""Bytes of the first request for a remote shard (its header, and a little data)."""
 
 
 class Storage:
@@ -120,11 +133,16 @@ class Storage:
         """Remove the folder ``name`` and all below it, if it is there (best effort)."""
         raise NotImplementedError
 
+    def check_shard(self, shard_path: str, size: int) -> None:
+        """Check that the listed shard ``shard_path`` is a file of the dataset of ``size``
+        bytes (a :class:`FormatError` says which shard lies), reading none of it."""
+        raise NotImplementedError
+
     def shard(self, shard_path: str, size: int) -> str | Source:
         """What a reader opens for the listed shard ``shard_path`` (a path, or a source),
-        after checking it is a file of the dataset of ``size`` bytes (a
-        :class:`FormatError` says which shard lies)."""
-        raise NotImplementedError
+        after :meth:`check_shard`."""
+        self.check_shard(shard_path, size)
+        return self.locate(shard_path)
 
     def delete_previous(self, listed: Iterable[object], keep: Collection[str]) -> list[str]:
         """Delete, of the names the previous manifest ``listed``, those a commit may delete
@@ -233,6 +251,9 @@ class LocalStorage(Storage):
 
     def remove_tree(self, name: str) -> None:
         shutil.rmtree(self.path(name), ignore_errors=True)
+
+    def check_shard(self, shard_path: str, size: int) -> None:
+        files.check_shard_file(self.root, shard_path, size)
 
     def shard(self, shard_path: str, size: int) -> str:
         return files.check_shard_file(self.root, shard_path, size)
@@ -424,11 +445,13 @@ class FsspecStorage(Storage):
         from ..formats import SAFETENSORS
         from ..sources.fsspec_source import FsspecSource
 
-        return FsspecSource(
-            f"{self.root}/{name}", first=SAFETENSORS.first_request(), **self.options
-        )
+        # a shard's header is a few KiB: the first request reads that much, so a read of
+        # some columns fetches little more than their bytes (a longer header costs one more
+        # request)
+        first = SAFETENSORS.first_request(SHARD_FIRST_READ)
+        return FsspecSource(f"{self.root}/{name}", first=first, **self.options)
 
-    def shard(self, shard_path: str, size: int) -> Source:
+    def check_shard(self, shard_path: str, size: int) -> None:
         if not files.is_plain_name(shard_path):
             raise FormatError(
                 f"{self.url()}: shard {shard_path!r} is not a file name inside the dataset folder"
@@ -441,7 +464,6 @@ class FsspecStorage(Storage):
                 f"{self.url()}: the manifest says shard {shard_path} has {size} bytes, the "
                 f"file has {got}"
             )
-        return self.locate(shard_path)
 
     def delete_previous(self, listed: Iterable[object], keep: Collection[str]) -> list[str]:
         present = set(self.list_files())
@@ -454,6 +476,16 @@ class FsspecStorage(Storage):
                     continue  # the new dataset is committed; an unlisted shard is ignored
                 removed.append(name)
         return removed
+
+
+def open_located(where: str | Source) -> Reader:
+    """A safetensors reader of a local path or a source (what :meth:`Storage.shard` and
+    :meth:`Storage.locate` give)."""
+    from ..formats import SAFETENSORS, open_reader
+
+    if isinstance(where, str):
+        return open_reader(where, format="safetensors")
+    return SAFETENSORS.impl().open_reader(where)
 
 
 Location = str | os.PathLike[str] | Storage

@@ -45,7 +45,6 @@ from .manifest import (
     Manifest,
     ShardEntry,
     check_capacity,
-    open_located,
     previous_listing,
     read_manifest,
     shard_reader,
@@ -53,9 +52,18 @@ from .manifest import (
 )
 from .options import WriteOptions, parse_options
 from .shards import batch_shards, kv_shards
-from .storage import LocalStorage, Location, Storage, storage_for
+from .storage import LocalStorage, Location, Storage, open_located, storage_for
 
-__all__ = ["STAGING", "TaskResult", "abort", "commit", "write", "write_task"]
+__all__ = [
+    "JOB_MARKER",
+    "STAGING",
+    "TaskResult",
+    "abort",
+    "commit",
+    "start_job",
+    "write",
+    "write_task",
+]
 
 STAGING = "_staging"
 MODES = ("overwrite", "append")
@@ -98,6 +106,42 @@ def staging_folder(path: Location, job: str, task_id: int) -> str:
     return folder
 
 
+JOB_MARKER = "_JOB"
+"""A file in a job's staging folder while the job lives: :func:`start_job` writes it, a
+commit or an abort removes it with the folder."""
+
+
+def start_job(path: Location, job: str) -> None:
+    """Mark ``job`` as running (its staging folder's :data:`JOB_MARKER`). A task checks the
+    marker after it has written its shards: when the job was committed or aborted meanwhile
+    (Spark does not wait for a killed or speculative task before aborting), the task removes
+    what it wrote itself, so no staged shard outlives its job."""
+    store = storage_for(path)
+    if isinstance(store, LocalStorage):
+        store.make_folder(STAGING, "the staging folder")
+        store.make_folder(f"{STAGING}/{job}", "the staging folder")
+    store.write_atomic(f"{STAGING}/{job}/{JOB_MARKER}", b"")
+
+
+def _job_ended(store: Storage, folder: str) -> bool:
+    """Whether the job of the staging ``folder`` (``_staging/{job}/task-...``) has ended:
+    it was started with a marker, and the marker is gone."""
+    parts = folder.split("/")
+    if len(parts) != 3 or parts[0] != STAGING:
+        return False
+    try:
+        return store.file_size(f"{STAGING}/{parts[1]}/{JOB_MARKER}") is None
+    except SourceError:
+        return False
+
+
+def _late(store: Storage) -> SourceError:
+    return SourceError(
+        f"{store}: the write job ended (committed or aborted) before this task finished; "
+        "what the task wrote was removed"
+    )
+
+
 def write_task(
     columns: Sequence[Column],
     rows: int,
@@ -112,6 +156,8 @@ def write_task(
     if store is None:
         store, folder = LocalStorage(folder), ""
     where = storage_for(store)
+    if folder and _job_ended(where, folder):
+        raise _late(where)
     run = str(uuid.uuid4())
     shards = (
         kv_shards(columns, keys or [], opts)
@@ -137,6 +183,9 @@ def write_task(
             )
             index.append((key, name, list(value.shape), dtype))
             schema.setdefault(key, {"dtype": dtype, "shape": shape})
+    if folder and _job_ended(where, folder):  # a late attempt: its job is gone
+        where.remove_tree(folder)
+        raise _late(where)
     return TaskResult(folder, entries, index, schema, [c.name for c in columns])
 
 
@@ -167,7 +216,7 @@ def commit(
     old = read_manifest(store) if mode == "append" else None
     if old is not None:  # what is appended to must be a dataset a reader accepts
         for entry in old.shards:
-            store.shard(entry.shard_path, entry.bytes)
+            store.check_shard(entry.shard_path, entry.bytes)
         check_capacity(store, old)
     previous = previous_listing(store) if mode == "overwrite" else []
     shards = list(old.shards) if old is not None else []
@@ -431,8 +480,9 @@ def write(
     cols, rows, keys = columns_and_keys(data, opts)
     store = make_folder(path, storage_options)
     job = uuid.uuid4().hex
-    folder = staging_folder(store, job, 0)
     try:
+        start_job(store, job)
+        folder = staging_folder(store, job, 0)
         result = write_task(cols, rows, keys, opts, folder, 0, store)
         return commit(store, [result], mode=mode, opts=opts, job=job)
     except BaseException:

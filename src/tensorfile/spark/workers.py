@@ -46,8 +46,10 @@ from typing import Any
 from ..core.errors import UnsupportedError
 
 __all__ = [
+    "PUSHDOWN_CONF",
     "check_worker_python",
     "choose_worker_python",
+    "enable_filter_pushdown",
     "is_local",
     "prepare_context",
     "prepare_driver",
@@ -172,3 +174,19 @@ def prepare_driver() -> None:
     sc = SparkContext._active_spark_context
     if sc is not None:
         prepare_context(sc)
+        enable_filter_pushdown()
+
+
+PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
+"""Spark's switch for Python data sources' ``pushFilters`` (off by default in Spark 4; a
+reader that has ``pushFilters`` fails while it is off)."""
+
+
+def enable_filter_pushdown() -> None:
+    """Turn on :data:`PUSHDOWN_CONF` in the active session, which the data source's key
+    filters need (a session without it cannot use the reader). Nothing without a session."""
+    from pyspark.sql import SparkSession
+
+    spark = SparkSession.getActiveSession()
+    if spark is not None and str(spark.conf.get(PUSHDOWN_CONF)).lower() != "true":
+        spark.conf.set(PUSHDOWN_CONF, "true")
