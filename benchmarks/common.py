@@ -41,6 +41,8 @@ TARGETS: dict[str, tuple[float, bool]] = {
     "zt_save_raw_vs_st": (0.9, True),
     "zt_load_raw_vs_st": (0.9, True),
     "spark_write": (1.0, True),
+    "spark_read": (1.0, True),
+    "spark_read_batch64k": (1.0, True),
     "zt_save_zstd": (1.0, True),
     "zt_open_manifest": (1.0, True),
     "zt2_save_raw": (1.0, True),

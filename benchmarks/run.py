@@ -97,7 +97,7 @@ from benchmarks.zt import ZT_BENCHMARKS
 from benchmarks.zt import runners as zt_runners
 from benchmarks.zt2 import ZT2_BENCHMARKS
 
-SPARK_BENCHMARKS = ("spark_write", "spark_read")
+SPARK_BENCHMARKS = ("spark_write", "spark_read", "spark_read_batch64k", "spark_read_floor")
 REMOTE_BENCHMARKS = ("remote_header_small", "remote_header_big")
 ALL_BENCHMARKS = (
     BENCHMARKS

@@ -6,6 +6,11 @@
   parquet's time, so ratio ≥ 1.0).
 * ``spark_read``: both datasets read back and reduced to one number that touches every
   value (the sum of every array), alternately.
+* ``spark_read_floor``: parquet against a Python data source that yields the same Arrow
+  arrays from memory, reading nothing: the cost of Spark's Python data source path alone.
+* ``spark_read_batch64k``: the same with ``spark.sql.execution.arrow.maxRecordsPerBatch``
+  at 65,536 (the default 10,000 makes Spark cut each 65,536-row shard into seven Arrow
+  batches on its way from the Python reader to the JVM; parquet's reader does not use it).
 
 ``--quick`` uses 100,000 rows.
 """
@@ -107,19 +112,30 @@ def runners(cfg: Config, quick: bool) -> dict[str, Callable[[], Result]]:
         ).collect()
         return float(row[0]["s"])
 
-    def bench_read() -> Result:
+    def bench_read(batch: int | None = None) -> Result:
+        spark, _ = setup()
         if not os.path.exists(st_path) or not os.path.exists(pq_path):
             write_st()
             write_pq()
-        a, b = total("parquet"), total("safetensors")
-        check(abs(a - b) <= 1e-6 * abs(a) + 1e-3, f"spark_read: sums differ ({a} vs {b})")
-        ref, tf = [], []
-        for _ in range(repeat):
-            ref.append(_timed(lambda: total("parquet")))
-            tf.append(_timed(lambda: total("safetensors")))
+        conf = "spark.sql.execution.arrow.maxRecordsPerBatch"
+        before = spark.conf.get(conf)  # type: ignore[attr-defined]
+        if batch is not None:
+            spark.conf.set(conf, str(batch))  # type: ignore[attr-defined]
+        try:
+            a, b = total("parquet"), total("safetensors")
+            check(abs(a - b) <= 1e-6 * abs(a) + 1e-3, f"spark_read: sums differ ({a} vs {b})")
+            ref, tf = [], []
+            for _ in range(repeat):
+                ref.append(_timed(lambda: total("parquet")))
+                tf.append(_timed(lambda: total("safetensors")))
+        finally:
+            spark.conf.set(conf, before)  # type: ignore[attr-defined]
+        name = "spark_read" if batch is None else f"spark_read_batch{batch // 1024}k"
+        how = "" if batch is None else f", Arrow batches of {batch:,} rows"
         return Result(
-            "spark_read",
-            f"Spark read + sum, {rows:,} rows x array<float>[{WIDTH}]: parquet vs safetensors",
+            name,
+            f"Spark read + sum, {rows:,} rows x array<float>[{WIDTH}]: parquet vs safetensors"
+            + how,
             rows * WIDTH * 4,
             tf,
             ref,
@@ -130,4 +146,68 @@ def runners(cfg: Config, quick: bool) -> dict[str, Callable[[], Result]]:
             shutil.rmtree(p, ignore_errors=True)
 
     state["cleanup"] = cleanup
-    return {"spark_write": bench_write, "spark_read": bench_read}
+
+    def bench_floor() -> Result:
+        """Parquet against a Python data source that reads nothing: it yields the same
+        Arrow list arrays from memory. What Spark's Python data source path costs by itself
+        (planning workers, Arrow transfer to the JVM, rows), the ceiling of any reader on it."""
+        spark, _ = setup()
+        _register_floor(spark, rows)
+        from pyspark.sql import functions as F
+
+        agg = F.sum(F.aggregate("x", F.lit(0.0), lambda a, b: a + b))
+
+        def floor() -> float:
+            return float(spark.read.format("tensorfile_floor").load().select(agg).collect()[0][0])  # type: ignore[attr-defined]
+
+        check(floor() == rows * WIDTH, "spark_read_floor: wrong sum")
+        total("parquet")
+        ref, tf = [], []
+        for _ in range(repeat):
+            ref.append(_timed(lambda: total("parquet")))
+            tf.append(_timed(floor))
+        return Result(
+            "spark_read_floor",
+            f"Spark read + sum, {rows:,} rows x array<float>[{WIDTH}]: parquet vs a Python "
+            "data source yielding the Arrow batches from memory (no I/O)",
+            rows * WIDTH * 4,
+            tf,
+            ref,
+        )
+
+    return {
+        "spark_write": bench_write,
+        "spark_read": bench_read,
+        "spark_read_batch64k": lambda: bench_read(65536),
+        "spark_read_floor": bench_floor,
+    }
+
+
+def _register_floor(spark: object, rows: int) -> None:
+    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+    class Reader(DataSourceReader):
+        def partitions(self) -> list[InputPartition]:
+            return [InputPartition(0), InputPartition(1)]
+
+        def read(self, partition: InputPartition):  # type: ignore[no-untyped-def]
+            import numpy as np
+            import pyarrow as pa
+
+            n = rows // 2
+            values = pa.array(np.ones(n * WIDTH, np.float32))
+            offsets = pa.array(np.arange(n + 1, dtype=np.int32) * WIDTH)
+            yield pa.RecordBatch.from_arrays([pa.ListArray.from_arrays(offsets, values)], ["x"])
+
+    class Floor(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "tensorfile_floor"
+
+        def schema(self) -> str:
+            return "x array<float>"
+
+        def reader(self, schema: object) -> DataSourceReader:
+            return Reader()
+
+    spark.dataSource.register(Floor)  # type: ignore[attr-defined]

@@ -10,6 +10,7 @@ import numpy as np
 import pyarrow as pa
 from pyspark.sql.types import ArrayType, DataType, DoubleType, StructField, StructType
 
+from ..core.errors import UnsupportedError
 from ..core.reader import Reader
 from ..dataset.manifest import Manifest, ShardEntry
 from ..dataset.samples import kv_sample
@@ -56,19 +57,30 @@ def _column_array(tensor: np.ndarray[Any, Any], rows: int, field: StructField) -
     element = _element(field.dataType)
     base = tensor
     if tensor.dtype.kind == "f" or "float" in tensor.dtype.name or "bfloat" in tensor.dtype.name:
-        base = tensor.astype(np.float64 if isinstance(element, DoubleType) else np.float32)
+        want = np.float64 if isinstance(element, DoubleType) else np.float32
+        base = tensor.astype(want, copy=False)
     elif tensor.dtype.kind in "iub":
-        base = tensor.astype(_arrow_type(element).to_pandas_dtype())
+        base = tensor.astype(_arrow_type(element).to_pandas_dtype(), copy=False)
     sample = tuple(tensor.shape[1:])
     arr = _nested(np.ascontiguousarray(base), rows, sample, _arrow_type(element))
     return arr.cast(_arrow_type(field.dataType))  # Spark's list field names and nullability
+
+
+def _stored(r: Reader, name: str) -> np.ndarray[Any, Any]:
+    """The tensor as stored: a read-only view of the mapped file where the shard is local
+    (Arrow then takes the values without a copy: the view keeps the mapping alive), else a
+    copy read from the source."""
+    try:
+        return r.view(name)
+    except UnsupportedError:  # not mappable (a remote shard), or bit-packed
+        return r.get_tensor(name)
 
 
 def batch_rows(r: Reader, shard: ShardEntry, schema: StructType) -> pa.RecordBatch:
     rows = shard.samples  # the real rows; padding rows after them are not returned
     arrays, names = [], []
     for field in schema.fields:
-        tensor = r.get_tensor(field.name)[:rows]
+        tensor = _stored(r, field.name)[:rows]
         arrays.append(_column_array(tensor, rows, field))
         names.append(field.name)
     return _record_batch(arrays, names, schema)
