@@ -4,7 +4,6 @@ previous dataset readable and byte-identical, with no stray shard and no staging
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +17,7 @@ from tensorfile import dataset
 from tensorfile.dataset.manifest import Manifest
 from tensorfile.errors import TensorFileError
 from tests.helpers.checkpoints import reference_load, shard_files, snapshot
+from tests.helpers.datasets import cols_a, cols_b, fail_on_call
 from tests.helpers.manifests import (
     INDEX,
     STAGING,
@@ -28,20 +28,6 @@ from tests.helpers.manifests import (
 from tests.helpers.samples import assert_samples, expected_rows
 
 NDArray = np.ndarray[Any, Any]
-
-
-def cols_a(n: int = 7) -> dict[str, NDArray]:
-    return {
-        "id": np.arange(n, dtype=np.int64),
-        "x": np.arange(n * 2, dtype=np.float32).reshape(n, 2),
-    }
-
-
-def cols_b(n: int = 5) -> dict[str, NDArray]:
-    return {
-        "id": np.arange(100, 100 + n, dtype=np.int64),
-        "x": -np.arange(n * 2, dtype=np.float32).reshape(n, 2),
-    }
 
 
 def by_id(samples: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -197,18 +183,6 @@ def test_append_keeps_the_index_current(tmp_path: Path) -> None:
 # -- failures ---------------------------------------------------------------------------------
 
 
-def _fail_on_call(real: Callable[..., Any], n: int) -> Callable[..., Any]:
-    calls = [0]
-
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        calls[0] += 1
-        if calls[0] == n:
-            raise RuntimeError(f"injected failure in call {n}")
-        return real(*args, **kwargs)
-
-    return wrapper
-
-
 def _inject(kind: str, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, dict[str, Any]]:
     """Data and options for a write that fails at ``kind``."""
     good: Any = cols_b(5)
@@ -221,11 +195,11 @@ def _inject(kind: str, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, dict[str, 
         good = {"name": ["a", "b", "a"], "x": np.ones((3, 2), np.float32)}
         options = {"name_col": "name"}
     elif kind == "first_save":
-        monkeypatch.setattr(writer_module, "save_file", _fail_on_call(writer_module.save_file, 1))
+        monkeypatch.setattr(writer_module, "save_file", fail_on_call(writer_module.save_file, 1))
     elif kind == "third_save":
-        monkeypatch.setattr(writer_module, "save_file", _fail_on_call(writer_module.save_file, 3))
+        monkeypatch.setattr(writer_module, "save_file", fail_on_call(writer_module.save_file, 3))
     elif kind == "commit":
-        monkeypatch.setattr(writer_module, "commit", _fail_on_call(writer_module.commit, 1))
+        monkeypatch.setattr(writer_module, "commit", fail_on_call(writer_module.commit, 1))
     elif kind == "move_second_shard":
         real_replace = os.replace
         calls = [0]
@@ -240,12 +214,12 @@ def _inject(kind: str, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, dict[str, 
 
         monkeypatch.setattr(os, "replace", replace)
     elif kind == "manifest_write":
-        monkeypatch.setattr(Manifest, "write", _fail_on_call(Manifest.write, 1))
+        monkeypatch.setattr(Manifest, "write", fail_on_call(Manifest.write, 1))
     elif kind == "index_write":
         options["generate_index"] = True
         # the index is built before the commit point: a failure there commits nothing
         monkeypatch.setattr(
-            writer_module, "index_bytes", _fail_on_call(writer_module.index_bytes, 1)
+            writer_module, "index_bytes", fail_on_call(writer_module.index_bytes, 1)
         )
     else:  # pragma: no cover
         raise AssertionError(kind)

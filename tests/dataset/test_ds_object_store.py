@@ -30,24 +30,11 @@ from tensorfile.errors import (
     SourceError,
     TensorFileError,
 )
+from tests.helpers.datasets import cols_a, cols_b, fail_on_call
 from tests.helpers.manifests import schema_errors
 from tests.helpers.samples import assert_samples, expected_rows
 
 NDArray = np.ndarray[Any, Any]
-
-
-def cols_a(n: int = 7) -> dict[str, NDArray]:
-    return {
-        "id": np.arange(n, dtype=np.int64),
-        "x": np.arange(n * 2, dtype=np.float32).reshape(n, 2),
-    }
-
-
-def cols_b(n: int = 5) -> dict[str, NDArray]:
-    return {
-        "id": np.arange(100, 100 + n, dtype=np.int64),
-        "x": -np.arange(n * 2, dtype=np.float32).reshape(n, 2),
-    }
 
 
 def _state(s3: Any, prefix: str) -> dict[str, bytes]:
@@ -140,33 +127,21 @@ def test_overwrite_and_append_on_s3(s3: Any, ds_url: tuple[str, str]) -> None:
     assert schema_errors(_manifest(s3, prefix)) == []
 
 
-def _fail_on_call(real: Any, n: int) -> Any:
-    calls = [0]
-
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        calls[0] += 1
-        if calls[0] == n:
-            raise RuntimeError(f"injected failure in call {n}")
-        return real(*args, **kwargs)
-
-    return wrapper
-
-
 FAILURES = ["second_save", "second_move", "manifest_write", "index_build"]
 
 
 def _inject(kind: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     options: dict[str, Any] = {"batch_size": 2}
     if kind == "second_save":
-        monkeypatch.setattr(writer_module, "save_file", _fail_on_call(writer_module.save_file, 2))
+        monkeypatch.setattr(writer_module, "save_file", fail_on_call(writer_module.save_file, 2))
     elif kind == "second_move":
-        monkeypatch.setattr(FsspecStorage, "move", _fail_on_call(FsspecStorage.move, 2))
+        monkeypatch.setattr(FsspecStorage, "move", fail_on_call(FsspecStorage.move, 2))
     elif kind == "manifest_write":
-        monkeypatch.setattr(Manifest, "write", _fail_on_call(Manifest.write, 1))
+        monkeypatch.setattr(Manifest, "write", fail_on_call(Manifest.write, 1))
     elif kind == "index_build":
         options["generate_index"] = True
         monkeypatch.setattr(
-            writer_module, "index_bytes", _fail_on_call(writer_module.index_bytes, 1)
+            writer_module, "index_bytes", fail_on_call(writer_module.index_bytes, 1)
         )
     else:  # pragma: no cover
         raise AssertionError(kind)
