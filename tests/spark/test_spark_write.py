@@ -592,3 +592,36 @@ def test_the_session_is_a_cluster_of_separate_executors(spark: Any) -> None:
         assert spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size() == 3
         pids = set(spark.sparkContext.parallelize(range(8), 8).map(lambda _: os.getpid()).collect())
         assert os.getpid() not in pids
+
+
+def test_a_job_failing_in_every_attempt_keeps_the_previous_dataset(
+    spark: Any, tmp_path: Any
+) -> None:
+    import time
+
+    from pyspark.sql import functions as F
+
+    out = tmp_path / "doomed"
+    rows = [(i, [float(i), -float(i)]) for i in range(8)]
+    save(df_of(spark, rows, "id long, x array<float>"), out, batch_size=3)
+    before = snapshot(out)
+
+    def always(x: list[float]) -> list[float]:
+        if x[0] >= 5:  # the second partition fails in every attempt, after the first wrote
+            raise RuntimeError("injected failure, every attempt")
+        return x
+
+    df = df_of(spark, [(i, [float(i), -float(i)]) for i in range(10)], "id long, x array<float>")
+    df = df.withColumn("x", F.udf(always, "array<float>")("x"))
+    for mode in ("overwrite", "append"):
+        with pytest.raises(SPARK_ERRORS):
+            save(df, out, mode=mode, batch_size=2)
+        # a task Spark was killing when it aborted removes its own staged shards
+        deadline = time.monotonic() + 60
+        while (out / "_staging").exists():
+            assert time.monotonic() < deadline, snapshot(out)
+            time.sleep(0.5)
+        assert snapshot(out) == before  # byte for byte; no shard outside the manifest
+    assert_consistent(out)
+    got = sorted((r.id, list(r.x)) for r in load(spark, out).collect())
+    assert got == rows

@@ -100,6 +100,8 @@ def staging_folder(path: Location, job: str, task_id: int) -> str:
     ``_staging`` folder of the dataset (not a symlink to somewhere else)."""
     store = storage_for(path)
     folder = f"{STAGING}/{job}/task-{task_id:05d}-{uuid.uuid4().hex[:12]}"
+    if _job_ended(store, folder):  # a late attempt: nothing to stage
+        raise _late(store)
     if isinstance(store, LocalStorage):
         store.make_folder(STAGING, "the staging folder")
         store.make_folder(folder, "the staging folder")
@@ -135,6 +137,18 @@ def _job_ended(store: Storage, folder: str) -> bool:
         return False
 
 
+def _drop_late(store: Storage, folder: str) -> None:
+    """Remove a late task's staging ``folder`` and, locally, the job's and the staging
+    folder when that leaves them empty (the commit or abort already removed the rest)."""
+    store.remove_tree(folder)
+    if isinstance(store, LocalStorage):
+        for empty in (folder.rpartition("/")[0], STAGING):
+            try:
+                os.rmdir(store.path(empty))
+            except OSError:
+                break  # not empty: another task's, or a live job's
+
+
 def _late(store: Storage) -> SourceError:
     return SourceError(
         f"{store}: the write job ended (committed or aborted) before this task finished; "
@@ -157,6 +171,7 @@ def write_task(
         store, folder = LocalStorage(folder), ""
     where = storage_for(store)
     if folder and _job_ended(where, folder):
+        _drop_late(where, folder)
         raise _late(where)
     run = str(uuid.uuid4())
     shards = (
@@ -184,7 +199,7 @@ def write_task(
             index.append((key, name, list(value.shape), dtype))
             schema.setdefault(key, {"dtype": dtype, "shape": shape})
     if folder and _job_ended(where, folder):  # a late attempt: its job is gone
-        where.remove_tree(folder)
+        _drop_late(where, folder)
         raise _late(where)
     return TaskResult(folder, entries, index, schema, [c.name for c in columns])
 
