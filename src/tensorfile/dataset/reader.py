@@ -248,12 +248,51 @@ class Dataset:
         if pending:
             yield _stack(pending)
 
-    def to_torch(self) -> Any:
-        """A ``torch.utils.data.IterableDataset`` over the samples, splitting the shards
-        across DataLoader workers and distributed ranks."""
-        from .torch import ShardedIterable
+    def to_torch(
+        self,
+        *,
+        shuffle: bool = False,
+        seed: int = 0,
+        rank: int | None = None,
+        world_size: int | None = None,
+        even: bool | str = True,
+        shuffle_buffer: int = 1024,
+        map_style: bool = False,
+    ) -> Any:
+        """The samples for PyTorch, as torch tensors of the matching dtype (BF16 as
+        ``torch.bfloat16``). By default a ``torch.utils.data.IterableDataset``: each epoch's
+        samples split across distributed ranks (``torch.distributed``'s rank and world size
+        unless given) and DataLoader workers, every sample read once per epoch; with
+        ``shuffle``, shards in a new order each epoch (``set_epoch(n)``) and samples through
+        a ``shuffle_buffer``; ``even=True`` gives every rank the same number of samples by
+        dropping the ``len % world_size`` surplus, ``even="pad"`` by repeating samples
+        (:mod:`tensorfile.dataset.torch` says exactly how). ``map_style=True`` gives a
+        map-style dataset instead (``len`` and ``[i]``, for samplers and the default
+        collate).
 
-        return ShardedIterable(self)
+        Example:
+            >>> import numpy as np, os, tempfile
+            >>> from tensorfile import dataset
+            >>> out = os.path.join(tempfile.mkdtemp(), "ds")
+            >>> _ = dataset.write({"x": np.arange(6, dtype=np.float32)}, out, batch_size=2)
+            >>> it = dataset.open(out).to_torch(shuffle=True, seed=3, rank=0, world_size=2)
+            >>> it.set_epoch(1)
+            >>> len(it), len(list(it))
+            (3, 3)
+        """
+        from .torch import TorchIterable, TorchMap
+
+        if map_style:
+            return TorchMap(self)
+        return TorchIterable(
+            self,
+            shuffle=shuffle,
+            seed=seed,
+            rank=rank,
+            world_size=world_size,
+            even=even,
+            shuffle_buffer=shuffle_buffer,
+        )
 
     def close(self) -> None:
         """Close the open shard files."""

@@ -175,13 +175,20 @@ def kv_sample(
 
 
 def shard_samples(
-    reader: Reader, shard: ShardEntry, manifest: Manifest, *, keys: Sequence[str] | None = None
+    reader: Reader,
+    shard: ShardEntry,
+    manifest: Manifest,
+    *,
+    keys: Sequence[str] | None = None,
+    start: int = 0,
+    stop: int | None = None,
 ) -> Iterator[dict[str, Any]]:
     """The samples of ``shard`` (open in ``reader``, checked by :func:`verify_shard`), in
     order: ``{column: array}`` per real row of a batch shard (its first
     :attr:`~tensorfile.dataset.manifest.ShardEntry.samples` rows; the zero rows of a padded
     shard are not samples), ``{"key": key, column: tensor}`` per key of a KV shard (``keys``
-    when the caller has them already).
+    when the caller has them already). ``start``/``stop`` give only those samples (a batch
+    shard reads just their rows).
 
     Example:
         >>> import numpy as np, os, tempfile
@@ -196,11 +203,18 @@ def shard_samples(
         >>> reader.close()
     """
     columns = manifest.tensor_columns()
+    end = shard.samples if stop is None else min(stop, shard.samples)
     if manifest.mode == "batch":
-        tensors = {c: reader.get_tensor(c) for c in columns}
-        for i in range(shard.samples):
+        if start >= end:
+            return
+        if start == 0 and end == shard.samples:
+            tensors = {c: reader.get_tensor(c) for c in columns}
+        else:  # rows start..end only: the reader reads just their bytes
+            tensors = {c: reader.read_slice(c, (slice(start, end),)) for c in columns}
+        for i in range(end - start):
             yield {c: t[i, ...] for c, t in tensors.items()}
         return
     separator = manifest.kv_separator
-    for key in keys if keys else shard_keys(reader, columns, separator):
+    every = keys if keys else shard_keys(reader, columns, separator)
+    for key in every[start:end]:
         yield kv_sample(reader, key, columns, separator)

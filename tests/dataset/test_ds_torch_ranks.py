@@ -1,0 +1,233 @@
+"""Feeding PyTorch: every sample exactly once per epoch across ranks and DataLoader workers,
+equal counts per rank, a reproducible order per seed and epoch, every dtype as torch's.
+
+The distributed test runs real ranks: two processes joined by ``torch.distributed`` with the
+gloo backend on 127.0.0.1, each with a DataLoader of two worker processes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch.utils.data import DataLoader
+
+from tensorfile import dataset
+from tensorfile.dataset.torch import TorchIterable, epoch_ranges
+from tensorfile.errors import InvalidArgumentError
+
+N = 103  # not a multiple of anything used below
+
+
+@pytest.fixture(scope="module")
+def ds_path(tmp_path_factory: pytest.TempPathFactory) -> str:
+    out = str(tmp_path_factory.mktemp("torch") / "ds")
+    dataset.write(
+        {
+            "id": np.arange(N, dtype=np.int64),
+            "x": np.arange(N * 3, dtype=np.float32).reshape(N, 3),
+            "h": np.arange(N * 2, dtype=np.float32).reshape(N, 2),
+        },
+        out,
+        batch_size=7,
+        shapes={"h": [2]},
+        dtype="BF16",
+        columns=None,
+    )
+    return out
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.integers(0, 500),
+    st.integers(1, 6),
+    st.integers(1, 4),
+    st.sampled_from([True, "pad", False]),
+)
+def test_epoch_ranges_cover_each_position_once(
+    total: int, world: int, workers: int, even: Any
+) -> None:
+    seen: list[int] = []
+    per_rank = []
+    for rank in range(world):
+        count = 0
+        for w in range(workers):
+            lo, hi = epoch_ranges(total, rank, world, w, workers, even)
+            seen += [p % total for p in range(lo, hi)] if total else []
+            count += hi - lo
+        per_rank.append(count)
+    if even is True:
+        assert per_rank == [total // world] * world
+        assert sorted(seen) == list(range(total // world * world))
+    elif even == "pad":
+        assert len(set(per_rank)) == 1 and per_rank[0] * world >= total
+        assert set(seen) == set(range(total))
+    else:
+        assert max(per_rank) - min(per_rank) <= 1
+        assert sorted(seen) == list(range(total))
+
+
+def _ids(it: Any) -> list[int]:
+    return [int(s["id"]) for s in it]
+
+
+def test_ranks_and_workers_in_process(ds_path: str) -> None:
+    ds = dataset.open(ds_path)
+    for shuffle in (False, True):
+        for world in (1, 2, 3):
+            got: list[int] = []
+            for rank in range(world):
+                it = ds.to_torch(shuffle=shuffle, seed=5, rank=rank, world_size=world)
+                ids = _ids(it)
+                assert len(ids) == len(it) == N // world
+                got += ids
+            assert len(got) == len(set(got)) == N // world * world
+    # shuffled: the same order for the same seed and epoch, another for another epoch
+    a = ds.to_torch(shuffle=True, seed=1, rank=0, world_size=1)
+    b = ds.to_torch(shuffle=True, seed=1, rank=0, world_size=1)
+    assert _ids(a) == _ids(b)
+    b.set_epoch(1)
+    assert _ids(a) != _ids(b) and sorted(_ids(a)) == sorted(_ids(b)) == list(range(N))
+    c = ds.to_torch(shuffle=True, seed=2, rank=0, world_size=1)
+    assert _ids(c) != _ids(a)
+    assert _ids(ds.to_torch()) == list(range(N))  # no shuffle: the dataset's order
+
+
+def test_pad_and_uneven(ds_path: str) -> None:
+    ds = dataset.open(ds_path)
+    pad = [_ids(ds.to_torch(rank=r, world_size=4, even="pad")) for r in range(4)]
+    assert [len(p) for p in pad] == [26] * 4
+    assert set().union(*pad) == set(range(N))
+    uneven = [_ids(ds.to_torch(rank=r, world_size=4, even=False)) for r in range(4)]
+    assert sorted(i for ids in uneven for i in ids) == list(range(N))
+    with pytest.raises(InvalidArgumentError):
+        ds.to_torch(even="maybe")
+    with pytest.raises(InvalidArgumentError):
+        ds.to_torch(rank=2, world_size=2)
+    with pytest.raises(TypeError):
+        ds.to_torch(seed=-1)
+
+
+def test_dataloader_workers_and_bf16_collate(ds_path: str) -> None:
+    ds = dataset.open(ds_path)
+    it = ds.to_torch(shuffle=True, seed=9)
+    loader = DataLoader(it, batch_size=8, num_workers=2)
+    batches = list(loader)
+    ids = torch.cat([b["id"] for b in batches]).tolist()
+    assert sorted(ids) == list(range(N))
+    assert batches[0]["h"].dtype == torch.bfloat16
+    assert batches[0]["x"].dtype == torch.bfloat16  # (dtype= applies to every array column)
+    assert batches[0]["id"].dtype == torch.int64
+    # the map-style dataset with the default collate and a sampler
+    m = ds.to_torch(map_style=True)
+    loader = DataLoader(m, batch_size=10, num_workers=2, shuffle=True)
+    got = list(loader)
+    assert sorted(torch.cat([b["id"] for b in got]).tolist()) == list(range(N))
+    assert got[0]["h"].dtype == torch.bfloat16 and got[0]["h"].shape[1:] == (2,)
+    row = m[4]
+    assert row["x"].tolist() == [12.0, 13.0, 14.0] and row["h"].tolist() == [8.0, 9.0]
+
+
+def test_kv_dataset_to_torch(tmp_path: Path) -> None:
+    out = str(tmp_path / "kv")
+    keys = [f"k{i:02d}" for i in range(20)]
+    dataset.write(
+        {"name": keys, "v": np.eye(20, dtype=np.float32)},
+        out,
+        name_col="name",
+        target_shard_size_mb=0.0005,
+    )
+    ds = dataset.open(out)
+    got = []
+    for r in range(2):
+        got += [s["key"] for s in ds.to_torch(shuffle=True, seed=3, rank=r, world_size=2)]
+    assert sorted(got) == keys
+
+
+_RANK_SCRIPT = r"""
+import json, os, sys
+import torch, torch.distributed as dist
+from torch.utils.data import DataLoader
+from tensorfile import dataset
+
+rank, world, port, path, out = int(sys.argv[1]), 2, sys.argv[2], sys.argv[3], sys.argv[4]
+dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                        world_size=world)
+ds = dataset.open(path)
+it = ds.to_torch(shuffle=True, seed=11)  # rank and world size from torch.distributed
+epochs = {}
+for epoch in range(2):
+    it.set_epoch(epoch)
+    loader = DataLoader(it, batch_size=4, num_workers=2)
+    ids, steps = [], 0
+    for batch in loader:
+        ids += batch["id"].tolist()
+        assert batch["h"].dtype == torch.bfloat16
+        steps += 1
+    # every rank takes the same number of steps: a collective per epoch does not hang
+    t = torch.tensor([steps])
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    assert t.item() == steps, (t.item(), steps)
+    epochs[epoch] = ids
+dist.barrier()
+dist.destroy_process_group()
+with open(out, "w") as f:
+    json.dump(epochs, f)
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _run_ranks(ds_path: str, tmp_path: Path) -> list[dict[str, list[int]]]:
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    script = tmp_path / "rank.py"
+    script.write_text(_RANK_SCRIPT)
+    port = _free_port()
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(script), str(r), str(port), ds_path, str(tmp_path / f"{r}.json")],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
+        for r in range(2)
+    ]
+    for p in procs:
+        out, _ = p.communicate(timeout=240)
+        assert p.returncode == 0, out.decode()[-3000:]
+    return [json.loads((tmp_path / f"{r}.json").read_text()) for r in range(2)]
+
+
+def test_two_gloo_ranks_with_two_workers_each(ds_path: str, tmp_path: Path) -> None:
+    first = _run_ranks(ds_path, tmp_path / "a")
+    for epoch in ("0", "1"):
+        per_rank = [r[epoch] for r in first]
+        assert [len(ids) for ids in per_rank] == [N // 2, N // 2]  # equal counts
+        every = per_rank[0] + per_rank[1]
+        assert len(set(every)) == len(every) == N - N % 2  # each sample once; 1 dropped
+    assert first[0]["0"] != first[0]["1"]  # another order in another epoch
+    again = _run_ranks(ds_path, tmp_path / "b")
+    assert again == first  # the same seed and epochs: the same order on every rank
+
+
+def test_to_torch_checks_its_arguments(ds_path: str) -> None:
+    with pytest.raises(TypeError):
+        TorchIterable(dataset.open(ds_path), shuffle_buffer=0)
+    it = TorchIterable(dataset.open(ds_path))
+    with pytest.raises(TypeError):
+        it.set_epoch(-1)
