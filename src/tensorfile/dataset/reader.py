@@ -294,6 +294,42 @@ class Dataset:
             shuffle_buffer=shuffle_buffer,
         )
 
+    def to_arrow(self, columns: list[str] | None = None, *, low_precision: str = "float32") -> Any:
+        """Every sample as a ``pyarrow.Table``; BF16/F8 widened to float32 (or, with
+        ``low_precision="binary"``, kept as bytes): :mod:`tensorfile.dataset.arrow`."""
+        from .arrow import to_arrow
+
+        return to_arrow(self, columns, low_precision=low_precision)
+
+    def iter_arrow(
+        self, batch_size: int, columns: list[str] | None = None, *, low_precision: str = "float32"
+    ) -> Iterator[Any]:
+        """``pyarrow.RecordBatch``es of ``batch_size`` samples, streamed shard by shard."""
+        from .arrow import iter_arrow
+
+        return iter_arrow(self, batch_size, columns, low_precision=low_precision)
+
+    def to_hf(self, *, streaming: bool = False, columns: list[str] | None = None) -> Any:
+        """A Hugging Face ``datasets.Dataset`` (``IterableDataset`` with ``streaming``) with
+        features matching the schema: :mod:`tensorfile.dataset.hf`."""
+        from .hf import to_hf
+
+        return to_hf(self, streaming=streaming, columns=columns)
+
+    def to_ray(self, columns: list[str] | None = None, **options: Any) -> Any:
+        """A ``ray.data.Dataset``, a read task per group of shards:
+        :mod:`tensorfile.dataset.ray`."""
+        from .ray import to_ray
+
+        return to_ray(self, columns, **options)
+
+    def to_dask(self, columns: list[str] | None = None) -> dict[str, Any]:
+        """``{column: dask.array}``, a chunk per shard, read lazily:
+        :mod:`tensorfile.dataset.dask`."""
+        from .dask import to_dask
+
+        return to_dask(self, columns)
+
     def close(self) -> None:
         """Close the open shard files."""
         for r in self._readers.values():
