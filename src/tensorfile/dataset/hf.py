@@ -19,11 +19,14 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 
 from .arrow import iter_arrow
+from .manifest import load_manifest
+from .storage import storage_for
 
 __all__ = ["features_of", "to_hf"]
 
@@ -72,12 +75,11 @@ def features_of(manifest: Any, columns: Sequence[str] | None = None) -> Any:
 
 
 def _rows(location: Any, columns: list[str] | None) -> Iterator[dict[str, Any]]:
-    from .reader import open as open_dataset
-
-    with open_dataset(location) as ds:
-        for batch in iter_arrow(ds, 1024, columns):
-            for row in batch.to_pylist():
-                yield {k: (np.asarray(v) if isinstance(v, list) else v) for k, v in row.items()}
+    store = storage_for(location)
+    located = SimpleNamespace(storage=store, manifest=load_manifest(store, strict=True))
+    for batch in iter_arrow(located, 1024, columns):
+        for row in batch.to_pylist():
+            yield {k: (np.asarray(v) if isinstance(v, list) else v) for k, v in row.items()}
 
 
 def to_hf(

@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from types import SimpleNamespace
 from typing import Any
 
 from ray.data.block import BlockMetadata
@@ -63,9 +64,7 @@ class SafetensorsDatasource(Datasource):  # type: ignore[misc]
         def read() -> Iterable[Any]:
             import pyarrow as pa
 
-            from .reader import Dataset
-
-            ds = Dataset(storage, manifest)
+            ds = SimpleNamespace(storage=storage, manifest=manifest)
             for shard in group:
                 yield pa.Table.from_batches([_shard_batch(ds, shard, schema, columns)])
 

@@ -75,6 +75,12 @@ class Dataset:
         self._by_key: dict[str, str] | None = None  # key -> shard, from the shard headers
         self._by_path = {s.shard_path: s for s in manifest.shards}
 
+    @classmethod
+    def reopen(cls, location: Location) -> Dataset:
+        """The dataset at ``location`` opened afresh (as :func:`open` does)."""
+        store = storage_for(location)
+        return cls(store, load_manifest(store, strict=True))
+
     # -- description --------------------------------------------------------------------
 
     @property

@@ -232,11 +232,10 @@ class TorchMap(_TorchDataset):  # type: ignore[type-arg]
     def __getitem__(self, index: int) -> dict[str, Any]:
         return {k: _to_torch(v) for k, v in self.dataset[index].items()}
 
-    def __getstate__(self) -> dict[str, Any]:
-        # a DataLoader worker gets the location, not open files
-        return {"storage": self.dataset.storage}
+    def __reduce__(self) -> tuple[Any, ...]:
+        # a DataLoader worker gets the dataset's class and location, not open files
+        return (_remake, (type(self.dataset), self.dataset.storage))
 
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        from .reader import open as open_dataset
 
-        self.dataset = open_dataset(state["storage"])
+def _remake(cls: Any, storage: Any) -> TorchMap:
+    return TorchMap(cls.reopen(storage))
