@@ -90,6 +90,7 @@ from benchmarks.common import (
     page_in,
     timed,
 )
+from benchmarks.feed import FEED_BENCHMARKS
 from benchmarks.process import PROCESS_BENCHMARKS, PROCESS_GROUP, ProcessResult
 from benchmarks.process import markdown as process_markdown
 from benchmarks.process import runners as process_runners
@@ -106,6 +107,7 @@ ALL_BENCHMARKS = (
     + ZT2_BENCHMARKS
     + SPARK_BENCHMARKS
     + REMOTE_BENCHMARKS
+    + FEED_BENCHMARKS
 )
 
 # --------------------------------------------------------------------------- benchmarks
@@ -383,6 +385,10 @@ def main(argv: list[str] | None = None) -> int:
         from benchmarks.zt2 import runners as zt2_runners
 
         runners.update(zt2_runners(cfg, selected))
+    if any(name in FEED_BENCHMARKS for name in selected):
+        from benchmarks.feed import runners as feed_runners
+
+        runners.update(feed_runners(cfg, args.quick))
     if any(name in REMOTE_BENCHMARKS for name in selected):
         from benchmarks.remote_bench import runners as remote_runners
 
