@@ -231,3 +231,29 @@ def test_to_torch_checks_its_arguments(ds_path: str) -> None:
     it = TorchIterable(dataset.open(ds_path))
     with pytest.raises(TypeError):
         it.set_epoch(-1)
+
+
+@pytest.mark.parametrize(
+    ("dtype", "want"),
+    [
+        ("F8_E4M3", torch.float8_e4m3fn),
+        ("F8_E5M2", torch.float8_e5m2),
+        ("BF16", torch.bfloat16),
+        ("F16", torch.float16),
+        ("U16", torch.uint16),
+        ("I8", torch.int8),
+    ],
+)
+def test_every_dtype_arrives_as_torch_dtype(tmp_path: Path, dtype: str, want: Any) -> None:
+    out = str(tmp_path / dtype)
+    values = np.arange(12, dtype=np.float32).reshape(6, 2)
+    dataset.write({"v": values}, out, batch_size=4, shapes={"v": [2]}, dtype=dtype)
+    ds = dataset.open(out)
+    got = list(DataLoader(ds.to_torch(), batch_size=3))
+    assert got[0]["v"].dtype == want
+    from tensorfile.core.dtypes import from_safetensors
+
+    stored = values.astype(from_safetensors(dtype).numpy).astype(np.float32)  # as written
+    assert torch.cat([b["v"] for b in got]).to(torch.float32).tolist() == stored.tolist()
+    mapped = list(DataLoader(ds.to_torch(map_style=True), batch_size=6))
+    assert mapped[0]["v"].dtype == want
