@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -155,61 +155,75 @@ def test_kv_dataset_to_torch(tmp_path: Path) -> None:
 
 
 _RANK_SCRIPT = r"""
-import json, os, sys
+import datetime, json, sys
 import torch, torch.distributed as dist
 from torch.utils.data import DataLoader
 from tensorfile import dataset
 
-rank, world, port, path, out = int(sys.argv[1]), 2, sys.argv[2], sys.argv[3], sys.argv[4]
-dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                        world_size=world)
-ds = dataset.open(path)
-it = ds.to_torch(shuffle=True, seed=11)  # rank and world size from torch.distributed
-epochs = {}
-for epoch in range(2):
-    it.set_epoch(epoch)
-    loader = DataLoader(it, batch_size=4, num_workers=2)
-    ids, steps = [], 0
-    for batch in loader:
-        ids += batch["id"].tolist()
-        assert batch["h"].dtype == torch.bfloat16
-        steps += 1
-    # every rank takes the same number of steps: a collective per epoch does not hang
-    t = torch.tensor([steps])
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    assert t.item() == steps, (t.item(), steps)
-    epochs[epoch] = ids
-dist.barrier()
-dist.destroy_process_group()
-with open(out, "w") as f:
-    json.dump(epochs, f)
+
+def main():
+    rank, store, path, out = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
+    # rendezvous through a file (no port to race for); gloo itself talks over 127.0.0.1
+    # (GLOO_SOCKET_IFNAME=lo); a rank that dies makes the other fail within a minute
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2,
+                            timeout=datetime.timedelta(seconds=60))
+    ds = dataset.open(path)
+    it = ds.to_torch(shuffle=True, seed=11)  # rank and world size from torch.distributed
+    epochs = {}
+    for epoch in range(2):
+        it.set_epoch(epoch)
+        # spawned workers: forking a process that runs gloo's threads can deadlock a child
+        loader = DataLoader(it, batch_size=4, num_workers=2, multiprocessing_context="spawn")
+        ids, steps = [], 0
+        for batch in loader:
+            ids += batch["id"].tolist()
+            assert batch["h"].dtype == torch.bfloat16
+            steps += 1
+        # every rank takes the same number of steps: a collective per epoch does not hang
+        t = torch.tensor([steps])
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        assert t.item() == steps, (t.item(), steps)
+        epochs[epoch] = ids
+    dist.barrier()
+    dist.destroy_process_group()
+    with open(out, "w") as f:
+        json.dump(epochs, f)
+
+
+if __name__ == "__main__":
+    main()
 """
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _run_ranks(ds_path: str, tmp_path: Path) -> list[dict[str, list[int]]]:
     tmp_path.mkdir(parents=True, exist_ok=True)
     script = tmp_path / "rank.py"
     script.write_text(_RANK_SCRIPT)
-    port = _free_port()
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    store = tmp_path / "rendezvous"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}
+    logs = [open(tmp_path / f"{r}.log", "wb") for r in range(2)]
     procs = [
         subprocess.Popen(
-            [sys.executable, str(script), str(r), str(port), ds_path, str(tmp_path / f"{r}.json")],
+            [sys.executable, str(script), str(r), str(store), ds_path, str(tmp_path / f"{r}.json")],
             env=env,
-            stdout=subprocess.PIPE,
+            stdout=logs[r],
             stderr=subprocess.STDOUT,
         )
         for r in range(2)
     ]
-    for p in procs:
-        out, _ = p.communicate(timeout=240)
-        assert p.returncode == 0, out.decode()[-3000:]
+    deadline = time.monotonic() + 300
+    try:
+        while any(p.poll() is None for p in procs) and time.monotonic() < deadline:
+            time.sleep(0.2)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        for f in logs:
+            f.close()
+    said = "\n".join((tmp_path / f"{r}.log").read_text(errors="replace")[-3000:] for r in range(2))
+    assert [p.returncode for p in procs] == [0, 0], said
     return [json.loads((tmp_path / f"{r}.json").read_text()) for r in range(2)]
 
 

@@ -137,6 +137,13 @@ class TorchIterable(IterableDataset):  # type: ignore[type-arg]
         self.epoch = 0
         self._total = len(dataset)
 
+    def __getstate__(self) -> dict[str, Any]:
+        # pickled for DataLoader workers started by spawn/forkserver, where torch.distributed
+        # is not initialised: they get the rank and world size the main process has now
+        state = dict(self.__dict__)
+        state["_rank"], state["_world"] = _rank(self._rank, self._world)
+        return state
+
     def set_epoch(self, epoch: int) -> None:
         """Use the order of ``epoch`` for the next iterations (as ``DistributedSampler``)."""
         self.epoch = _check_int(epoch, "epoch", 0)
