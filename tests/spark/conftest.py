@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 from collections.abc import Iterator
 from typing import Any
 
@@ -25,6 +26,9 @@ MASTER = os.environ.get("TENSORFILE_SPARK_MASTER") or "local-cluster[2,1,1024]"
 def spark() -> Iterator[Any]:
     """The session, on :data:`MASTER`."""
     os.environ["PYSPARK_PYTHON"] = sys.executable
+    # the standalone workers of local-cluster keep their folders here, not in the venv's
+    # pyspark/work
+    os.environ.setdefault("SPARK_WORKER_DIR", tempfile.mkdtemp(prefix="tensorfile-spark-work-"))
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
 

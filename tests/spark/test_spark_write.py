@@ -625,3 +625,15 @@ def test_a_job_failing_in_every_attempt_keeps_the_previous_dataset(
     assert_consistent(out)
     got = sorted((r.id, list(r.x)) for r in load(spark, out).collect())
     assert got == rows
+
+
+def test_a_relative_path_is_the_driver_folder(spark: Any, tmp_path: Any) -> None:
+    # executors run in working directories of their own: a relative path means the driver's
+    # (the folder Spark started in, as for Spark's own file sources), not each executor's
+    rel = os.path.relpath(tmp_path / "rel" / "ds", os.getcwd())
+    assert not os.path.isabs(rel)
+    rows = [(i, [float(i)]) for i in range(6)]
+    save(df_of(spark, rows, "id long, x array<float>"), rel, batch_size=4)
+    assert (tmp_path / "rel" / "ds" / "dataset_manifest.json").is_file()
+    assert_consistent(tmp_path / "rel" / "ds")
+    assert sorted((r.id, list(r.x)) for r in load(spark, rel).collect()) == rows

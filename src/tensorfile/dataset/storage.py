@@ -520,14 +520,16 @@ def storage_for(
         )
     scheme, sep, _ = text.partition("://")
     if not sep or os.path.exists(text):  # (a local name may hold "://")
-        return LocalStorage(text)
+        # absolute from here on: a Spark job ships the storage to executors whose working
+        # directories are not the driver's
+        return LocalStorage(os.path.abspath(text))
     if scheme == "file" or scheme == "local":
         if storage_options:
             raise InvalidArgumentError("storage_options apply to remote URLs, not file://")
         path = urllib.parse.unquote(urllib.parse.urlsplit(text).path)
         if not path:
             raise InvalidArgumentError(f"{text}: a file:// URL needs a path")
-        return LocalStorage(path)
+        return LocalStorage(os.path.abspath(path))
     if not scheme.replace("+", "").replace("-", "").replace(".", "").isalnum():
         raise InvalidArgumentError(f"{text!r} is not a path or a URL")
     return FsspecStorage(text, storage_options)
