@@ -16,8 +16,9 @@ Example:
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from tensorfile.formats.checkpoint import ShardedReader, open
+
 from ._version import __version__
-from .checkpoint import ShardedReader, open
 from .core.catalog import ByteRange, Catalog, Component, TensorInfo
 from .core.dtypes import DType
 from .core.reader import Reader

@@ -41,11 +41,11 @@ def test_the_worker_reports_foreign_exceptions(tmp_path: Path) -> None:
     # the check itself can fail: a reader that lets a ValueError out is reported
     (tmp_path / "safetensors-0000.bin").write_bytes(SEEDS["safetensors"]()[0])
     code = (
-        "import tensorfile.safetensors._parse as p\n"
+        "import tensorfile.formats.safetensors._parse as p\n"
         "def boom(*a, **k):\n"
         "    raise ValueError('not ours')\n"
         "p.parse_header = boom\n"
-        "import tensorfile.safetensors._reader as r\n"
+        "import tensorfile.formats.safetensors._reader as r\n"
         "r.parse_header = boom\n"
         f"from tests.formats.fuzz_worker import main\nmain({str(tmp_path)!r})\n"
     )

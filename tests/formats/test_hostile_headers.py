@@ -37,9 +37,9 @@ from tensorfile.errors import (
     ZTensorUnsupportedError,
     ZTensorWarning,
 )
+from tensorfile.formats.ztensor.v1 import _cbor
 from tensorfile.safetensors import deserialize, safe_open
 from tensorfile.safetensors import numpy as st_numpy
-from tensorfile.ztensor import _cbor
 from tests.formats.limits import run_limited
 from tests.helpers.checkpoints import gguf_blob, gguf_kv, gguf_tensor, gstr
 
@@ -354,7 +354,7 @@ def test_gguf_string_under_the_limit_is_read_without_copies(tmp_path: Path) -> N
 def test_gguf_header_over_the_total_limit(monkeypatch: pytest.MonkeyPatch) -> None:
     # the limits are module constants (256 MiB of header, 2**24 array items in all): run with
     # smaller ones, so that a header over them is a small file
-    from tensorfile import gguf
+    from tensorfile.formats import gguf
 
     assert (gguf.MAX_HEADER_BYTES, gguf.MAX_ARRAY_ITEMS) == (256 << 20, 1 << 24)
     monkeypatch.setattr(gguf, "MAX_HEADER_BYTES", 4096)

@@ -1,4 +1,4 @@
-"""save_sharded (numpy, torch) and the writer under it (tensorfile.safetensors._sharded):
+"""save_sharded (numpy, torch) and the writer under it (tensorfile.formats.safetensors._sharded):
 huggingface_hub's split (checked against its own factory), names and index; shards byte-equal
 to save_file; one tensor in memory at a time; bad arguments refused before anything is
 written; a failure or a SIGKILL at every step of a save over an older checkpoint leaves the
@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 
 import tensorfile
 from tensorfile import InvalidArgumentError, ShardedReader, TensorFileError
-from tensorfile.safetensors._sharded import parse_size, plan_shards, write_sharded
+from tensorfile.formats.safetensors._sharded import parse_size, plan_shards, write_sharded
 from tensorfile.safetensors.numpy import save_file, save_sharded
 from tensorfile.safetensors.torch import save_sharded as save_sharded_pt
 

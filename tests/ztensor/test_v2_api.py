@@ -20,6 +20,8 @@ import tensorfile
 from tensorfile import ztensor
 from tensorfile.errors import InvalidArgumentError, UnsupportedError, ZTensorError
 from tensorfile.formats import ZTENSOR, detect
+from tensorfile.formats.ztensor.v2 import _format as _v2_format
+from tensorfile.formats.ztensor.v2 import _writer as _v2_writer
 from tensorfile.sources import MemorySource
 from tests.helpers.servers import Server, start_nginx
 
@@ -201,15 +203,15 @@ def test_torch_and_scipy_inputs(tmp_path: Path) -> None:
 
 
 def test_detection_and_the_registry(tmp_path: Path) -> None:
-    data = ztensor._v2_writer.to_bytes({"w": np.ones(3, np.int8)}, attributes={"n": 1.5})
+    data = _v2_writer.to_bytes({"w": np.ones(3, np.int8)}, attributes={"n": 1.5})
     assert detect(MemorySource(data)) is ZTENSOR
     with tensorfile.open(data) as f:
         assert f.format == "ztensor" and f.metadata == {"n": "1.5"}
         assert f.get_tensor("w").tolist() == [1, 1, 1]
     cat = tensorfile.formats.read_catalog(data)
     assert cat.version == "2" and cat.extra["attributes"] == {"n": 1.5}
-    shard = ztensor._v2_format.MAGIC + bytes(24) + (2).to_bytes(4, "little") + bytes(4)
-    with tensorfile.open(shard + ztensor._v2_format.MAGIC) as f:
+    shard = _v2_format.MAGIC + bytes(24) + (2).to_bytes(4, "little") + bytes(4)
+    with tensorfile.open(shard + _v2_format.MAGIC) as f:
         assert f.keys() == []
 
 

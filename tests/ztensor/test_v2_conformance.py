@@ -18,6 +18,7 @@ import pytest
 import tensorfile
 from tensorfile import ztensor
 from tensorfile.errors import ChecksumError, UnsupportedError, ZTensorError
+from tensorfile.formats.ztensor.v2 import _format as _v2_format
 
 CORPUS = Path(__file__).resolve().parent / "fixtures" / "v2-conformance"
 VALID = sorted(p.name for p in (CORPUS / "valid").glob("*.zt"))
@@ -161,7 +162,7 @@ def test_parts_in_a_missing_shard_are_a_clear_error(name: str) -> None:
 
 
 def _data_shard(size: int, payload: bytes) -> bytes:
-    magic = ztensor._v2_format.MAGIC
+    magic = _v2_format.MAGIC
     body = bytearray(size - 40)
     body[:8] = magic
     body[4096 : 4096 + len(payload)] = payload

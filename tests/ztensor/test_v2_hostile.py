@@ -24,8 +24,9 @@ from hypothesis import strategies as st
 
 from tensorfile import ztensor
 from tensorfile.errors import ChecksumError, TensorFileError, ZTensorError
-from tensorfile.ztensor import _v2_cbor
-from tensorfile.ztensor._v2_format import MAGIC, encode_footer, manifest_hash
+from tensorfile.formats.ztensor.v2 import _cbor as _v2_cbor
+from tensorfile.formats.ztensor.v2 import _writer as _v2_writer
+from tensorfile.formats.ztensor.v2._format import MAGIC, encode_footer, manifest_hash
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -76,7 +77,7 @@ def small_peak(action: Any) -> int:
 
 
 def good_file() -> bytes:
-    return ztensor._v2_writer.to_bytes(
+    return _v2_writer.to_bytes(
         {
             "a": np.arange(20, dtype=np.float32),
             "b": np.ones((3, 3), np.bool_),

@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 
 from tensorfile import ztensor
 from tensorfile.core.errors import ZTensorError
-from tensorfile.ztensor._manifest import encode_manifest, parse_manifest_precise
-from tensorfile.ztensor._manifest_fast import fast_catalog
+from tensorfile.formats.ztensor.v1._manifest import encode_manifest, parse_manifest_precise
+from tensorfile.formats.ztensor.v1._manifest_fast import fast_catalog
 
 DTYPES = {"float32": 4, "int8": 1, "bfloat16": 2, "float64": 8, "bool": 1, "uint64": 8}
 LIMIT = 1 << 40

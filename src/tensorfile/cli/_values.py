@@ -22,7 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from ..gguf import GGUFValue
+from tensorfile.formats.gguf import GGUFValue
+
 from ..ops.inspect import BRIEF_CHARS, brief_value, json_metadata
 from ._output import printable
 from ._text import plural

@@ -121,7 +121,7 @@ class Catalog:
     Attributes:
         format: the format's name (``"safetensors"``, ``"ztensor"``, ``"gguf"``).
         metadata: the file-level metadata (empty when there is none): text for safetensors
-            and zTensor, typed :class:`~tensorfile.gguf.GGUFValue` values for GGUF.
+            and zTensor, typed :class:`~tensorfile.formats.gguf.GGUFValue` values for GGUF.
         tensors: the tensors by name, in file order (by offset).
         header_size: bytes of the header or manifest, without length prefixes.
         data_start: absolute offset where the data region starts.

@@ -135,7 +135,7 @@ SAFETENSORS = Format(
     relative_offsets=True,
     reversed_shapes=False,
     editable=True,
-    module="tensorfile.safetensors._format",
+    module="tensorfile.formats.safetensors._format",
 )
 ZTENSOR = Format(
     name="ztensor",
@@ -146,7 +146,7 @@ ZTENSOR = Format(
     relative_offsets=False,
     reversed_shapes=False,
     editable=True,
-    module="tensorfile.ztensor._v2_hooks",  # v1.0 (tensorfile.ztensor._format) and v2
+    module="tensorfile.formats.ztensor._hooks",  # v1.0 (.v1._format) and v2
 )
 GGUF = Format(
     name="gguf",
@@ -157,7 +157,7 @@ GGUF = Format(
     relative_offsets=True,
     reversed_shapes=True,
     editable=False,
-    module="tensorfile.gguf",
+    module="tensorfile.formats.gguf",
 )
 
 FORMATS: dict[str, Format] = {f.name: f for f in (SAFETENSORS, ZTENSOR, GGUF)}

@@ -44,7 +44,7 @@ def write_safetensors(
     dst: str, items: list[Item], get: Get, metadata: Mapping[str, Any], densify: bool, tick: Tick
 ) -> None:
     """One safetensors file, header first (every tensor's place is known), then the data."""
-    from ..safetensors._writer import StreamWriter
+    from tensorfile.formats.safetensors._writer import StreamWriter
 
     specs = {i.name: (i.dtype.name, i.shape) for i in _dense_items(items)}
     meta = dict(iter_json(metadata)) or None
@@ -64,8 +64,8 @@ def write_sharded(
     max_bytes: int,
 ) -> list[str]:
     """A sharded checkpoint in the folder ``dst``, as huggingface_hub lays it out (see
-    :mod:`tensorfile.safetensors._sharded`: the index written last)."""
-    from ..safetensors._sharded import write_sharded as write
+    :mod:`tensorfile.formats.safetensors._sharded`: the index written last)."""
+    from tensorfile.formats.safetensors._sharded import write_sharded as write
 
     by_name = {i.name: i for i in items}
     entries = [(i.name, i.dtype.name, i.shape) for i in _dense_items(items)]

@@ -27,15 +27,7 @@ from contextlib import closing, contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
-from ..core import dtypes
-from ..core.catalog import Catalog, Component, TensorInfo
-from ..core.errors import InvalidArgumentError, SourceError, TensorFileError
-from ..core.reader import Reader
-from ..core.source import ReadStats, Source
-from ..formats import FORMATS, Format, detect, guess, open_reader
-from ..gguf import PLAIN_TYPES
-from ..sources import LocalSource, is_url, open_path
-from ._index import (
+from tensorfile.formats._index import (
     MAX_INDEX_BYTES,
     index_path,
     is_index,
@@ -45,6 +37,15 @@ from ._index import (
     remote_shards,
     shard_name,
 )
+from tensorfile.formats.gguf import PLAIN_TYPES
+
+from ..core import dtypes
+from ..core.catalog import Catalog, Component, TensorInfo
+from ..core.errors import InvalidArgumentError, SourceError, TensorFileError
+from ..core.reader import Reader
+from ..core.source import ReadStats, Source
+from ..formats import FORMATS, Format, detect, guess, open_reader
+from ..sources import LocalSource, is_url, open_path
 
 __all__ = [
     "MAX_INDEX_BYTES",
@@ -135,7 +136,7 @@ class Structure:
         header_size: bytes of header (safetensors JSON, zTensor manifest, GGUF header); the
             sum over the shards of a sharded checkpoint.
         metadata: text metadata (safetensors ``__metadata__``, zTensor attributes, GGUF
-            key-values as :class:`~tensorfile.gguf.GGUFValue`).
+            key-values as :class:`~tensorfile.formats.gguf.GGUFValue`).
         tensors: tensors sorted by name.
         shards: the files of a sharded checkpoint, else None.
         stats: what was read, per source.

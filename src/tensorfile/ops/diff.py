@@ -28,7 +28,8 @@ from typing import Any
 
 import numpy as np
 
-from ..gguf import GGUFValue
+from tensorfile.formats.gguf import GGUFValue
+
 from ._dense import (
     CHUNK_BYTES,
     MAX_DENSE_BYTES,

@@ -35,10 +35,11 @@ import struct
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from tensorfile.formats.gguf import GGUFValue
+
 from ..core.errors import InvalidArgumentError, InvalidTypeError
 from ..core.reader import Reader
 from ..formats import FORMATS
-from ..gguf import GGUFValue
 from ._dense import (
     CHUNK_BYTES,
     MAX_DENSE_BYTES,

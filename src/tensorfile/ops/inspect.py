@@ -21,7 +21,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..gguf import GGUFValue
+from tensorfile.formats.gguf import GGUFValue
+
 from ._structure import ShardInfo, Structure, TensorEntry, load
 from .hash import structural_hash
 

@@ -37,6 +37,8 @@ from typing import Any
 
 import numpy as np
 
+from tensorfile.formats._index import index_path, is_index, local_shards, read_index, remote_shards
+
 from ..core.errors import (
     ChecksumError,
     FormatError,
@@ -47,7 +49,6 @@ from ..core.errors import (
 from ..core.reader import Reader
 from ..formats import open_reader
 from ..sources import is_url
-from ._index import index_path, is_index, local_shards, read_index, remote_shards
 
 __all__ = ["Failure", "TensorStats", "VerifyReport", "verify"]
 

@@ -40,6 +40,18 @@ from typing import Any
 
 import numpy as np
 
+from tensorfile.formats.safetensors._encode import check_name, check_shape
+from tensorfile.formats.safetensors._parse import MAX_HEADER_SIZE
+from tensorfile.formats.safetensors._reader import SafetensorsReader
+from tensorfile.formats.safetensors._slices import reference_index
+from tensorfile.formats.safetensors._writer import (
+    Prepared,
+    StreamWriter,
+    check_size,
+    to_bytes,
+    write_file,
+)
+
 from ..core import dtypes
 from ..core.dtypes import DType
 from ..core.errors import (
@@ -61,11 +73,6 @@ from ..core.source import Source
 from ..frameworks import Framework, f4_shape, get_framework
 from ..sources import MemorySource, is_url, open_input
 from ..sources.fileobj import open_file_object
-from ._encode import check_name, check_shape
-from ._parse import MAX_HEADER_SIZE
-from ._reader import SafetensorsReader
-from ._slices import reference_index
-from ._writer import Prepared, StreamWriter, check_size, to_bytes, write_file
 
 __all__ = [
     "MAX_HEADER_SIZE",

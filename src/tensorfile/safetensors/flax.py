@@ -20,9 +20,10 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
+from tensorfile.formats.safetensors._via_numpy import numpy_dict
+
 from ..frameworks.jax import to_numpy
 from . import numpy, safe_open
-from ._via_numpy import numpy_dict
 
 if TYPE_CHECKING:
     from jax import Array

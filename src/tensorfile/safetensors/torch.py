@@ -26,10 +26,11 @@ from typing import Any
 
 import torch
 
+from tensorfile.formats.safetensors._writer import Prepared, to_bytes, write_file
+
 from ..core.errors import InvalidArgumentError, InvalidTypeError, SharedTensorsError
 from ..frameworks.torch import prepare_tensor
 from . import safe_open
-from ._writer import Prepared, to_bytes, write_file
 
 __all__ = [
     "load",
@@ -365,7 +366,7 @@ def save_sharded(
         >>> save_sharded(torch.nn.Linear(2, 2).state_dict(), tempfile.mkdtemp())
         ['model.safetensors']
     """
-    from ._sharded import parse_size, write_sharded
+    from tensorfile.formats.safetensors._sharded import parse_size, write_sharded
 
     if not isinstance(tensors, dict):
         raise InvalidArgumentError(f"expected a dict of tensors, got {type(tensors).__name__}")

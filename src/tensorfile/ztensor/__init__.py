@@ -54,6 +54,12 @@ Example:
     ('2', [0, 1, 2], {'epoch': 3})
 """
 
+from tensorfile.formats.ztensor._layouts import COOTensor, CSRTensor, ExtensionTensor
+from tensorfile.formats.ztensor.v1._reader import ZTensorReader, load_file, open
+from tensorfile.formats.ztensor.v1._writer import Writer, save_file
+from tensorfile.formats.ztensor.v2._reader import ZTensor2Reader
+from tensorfile.formats.ztensor.v2._writer import Writer2
+
 from ..core.errors import (
     ZTensorChecksumError,
     ZTensorError,
@@ -62,11 +68,6 @@ from ..core.errors import (
     ZTensorUnsupportedError,
     ZTensorWarning,
 )
-from ._layouts import COOTensor, CSRTensor, ExtensionTensor
-from ._reader import ZTensorReader, load_file, open
-from ._v2_reader import ZTensor2Reader
-from ._v2_writer import Writer2
-from ._writer import Writer, save_file
 
 __all__ = [
     "COOTensor",

@@ -1,0 +1,478 @@
+"""Read the header of a GGUF file (llama.cpp's format): version, typed metadata, tensor infos.
+
+Only the header is read, in chunks, and every count and length the file declares is checked
+against the bytes that remain before anything is allocated, so a hostile header costs no more
+than its own size. Tensor byte lengths come from ggml's block sizes; quantized types whose
+layout tensorfile does not know have ``byte_length`` ``None``.
+
+Example:
+    >>> import struct
+    >>> def s(t): return struct.pack("<Q", len(t)) + t
+    >>> blob = (MAGIC + struct.pack("<IQQ", 3, 1, 1) + s(b"general.name") + struct.pack("<I", 8)
+    ...         + s(b"tiny") + s(b"w") + struct.pack("<I", 2) + struct.pack("<QQ", 4, 2)
+    ...         + struct.pack("<IQ", 0, 0))
+    >>> from tensorfile.sources import MemorySource
+    >>> h = read_header(MemorySource(blob + bytes(-len(blob) % 32 + 32)))
+    >>> h.version, h.metadata["general.name"].value, h.tensors[0].shape, h.tensors[0].type_name
+    (3, 'tiny', (4, 2), 'f32')
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+from tensorfile.core import dtypes
+from tensorfile.core.catalog import ByteRange, Catalog, Component, TensorInfo
+from tensorfile.core.errors import GGUFError, SourceError
+from tensorfile.core.reader import Reader, brief
+from tensorfile.core.source import Source
+from tensorfile.formats import GGUF
+
+__all__ = [
+    "GGML_TYPES",
+    "MAX_ARRAY_ITEMS",
+    "MAX_HEADER_BYTES",
+    "MAX_STRING_BYTES",
+    "PLAIN_TYPES",
+    "GGUFHeader",
+    "GGUFTensor",
+    "GGUFValue",
+    "catalog_of",
+    "open_reader",
+    "read_catalog",
+    "read_header",
+]
+
+MAGIC = GGUF.magic
+MAX_DIMS = 8
+"""Most dimensions a tensor may have (ggml has 4)."""
+MAX_STRING_BYTES = 64 << 20
+"""Longest metadata string tensorfile reads (64 MiB): chat templates are kilobytes, a whole
+tokenizer JSON a few megabytes."""
+MAX_NAME_BYTES = 1 << 16
+"""Longest metadata key or tensor name (64 KiB; the spec caps keys at 65,535 bytes and ggml
+tensor names at 64)."""
+MAX_ARRAY_ITEMS = 1 << 24
+"""Most items of one metadata array, and of all of a header's arrays together (16,777,216;
+the largest vocabularies have a few hundred thousand tokens and merges)."""
+MAX_HEADER_BYTES = 256 << 20
+"""Longest header tensorfile reads (256 MiB; a header with a large vocabulary is ~20 MB)."""
+_CHUNK = 1 << 20
+_MAX_I64 = (1 << 63) - 1
+
+# ggml type id: (name, block size in elements, bytes per block)
+GGML_TYPES: dict[int, tuple[str, int, int]] = {
+    0: ("f32", 1, 4),
+    1: ("f16", 1, 2),
+    2: ("q4_0", 32, 18),
+    3: ("q4_1", 32, 20),
+    6: ("q5_0", 32, 22),
+    7: ("q5_1", 32, 24),
+    8: ("q8_0", 32, 34),
+    9: ("q8_1", 32, 36),
+    10: ("q2_k", 256, 84),
+    11: ("q3_k", 256, 110),
+    12: ("q4_k", 256, 144),
+    13: ("q5_k", 256, 176),
+    14: ("q6_k", 256, 210),
+    15: ("q8_k", 256, 292),
+    16: ("iq2_xxs", 256, 66),
+    17: ("iq2_xs", 256, 74),
+    18: ("iq3_xxs", 256, 98),
+    19: ("iq1_s", 256, 50),
+    20: ("iq4_nl", 32, 18),
+    21: ("iq3_s", 256, 110),
+    22: ("iq2_s", 256, 82),
+    23: ("iq4_xs", 256, 136),
+    24: ("i8", 1, 1),
+    25: ("i16", 1, 2),
+    26: ("i32", 1, 4),
+    27: ("i64", 1, 8),
+    28: ("f64", 1, 8),
+    29: ("iq1_m", 256, 56),
+    30: ("bf16", 1, 2),
+    34: ("tq1_0", 256, 54),
+    35: ("tq2_0", 256, 66),
+    39: ("mxfp4", 32, 17),
+}
+
+PLAIN_TYPES: dict[str, str] = {
+    "f32": "F32",
+    "f16": "F16",
+    "bf16": "BF16",
+    "f64": "F64",
+    "i8": "I8",
+    "i16": "I16",
+    "i32": "I32",
+    "i64": "I64",
+}
+"""The ggml types that are plain element types, with tensorfile's name for each; the others
+are quantized blocks (read as bytes)."""
+
+# metadata value type id: (name, struct format or None)
+_VALUE_TYPES: dict[int, tuple[str, str | None]] = {
+    0: ("uint8", "<B"),
+    1: ("int8", "<b"),
+    2: ("uint16", "<H"),
+    3: ("int16", "<h"),
+    4: ("uint32", "<I"),
+    5: ("int32", "<i"),
+    6: ("float32", "<f"),
+    7: ("bool", "<B"),
+    8: ("string", None),
+    9: ("array", None),
+    10: ("uint64", "<Q"),
+    11: ("int64", "<q"),
+    12: ("float64", "<d"),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class GGUFValue:
+    """A typed metadata value. For arrays ``value`` is a list and ``element_type`` is set."""
+
+    type: str
+    value: Any
+    element_type: str | None = None
+    bits: Any = None
+    """For float32 values: the stored bit pattern(s) (a NaN's payload survives no float)."""
+
+
+@dataclass(frozen=True, slots=True)
+class GGUFTensor:
+    """One tensor info: shape in the file's order (ggml's, innermost dimension first)."""
+
+    name: str
+    shape: tuple[int, ...]
+    type_id: int
+    offset: int
+
+    @property
+    def type_name(self) -> str:
+        """ggml's name of the type (``f32``, ``q4_k``...), ``unknown_N`` when not known."""
+        known = GGML_TYPES.get(self.type_id)
+        return known[0] if known else f"unknown_{self.type_id}"
+
+    @property
+    def numel(self) -> int:
+        """Number of elements."""
+        return math.prod(self.shape)
+
+    @property
+    def byte_length(self) -> int | None:
+        """Stored bytes (from the type's block layout); None for an unknown type."""
+        known = GGML_TYPES.get(self.type_id)
+        if known is None:
+            return None
+        _, block, size = known
+        return -(-self.numel // block) * size
+
+
+@dataclass(frozen=True, slots=True)
+class GGUFHeader:
+    """Everything before a GGUF file's tensor data."""
+
+    version: int
+    metadata: dict[str, GGUFValue]
+    tensors: tuple[GGUFTensor, ...]
+    header_size: int
+    alignment: int
+    data_start: int
+
+
+class _Cursor:
+    """Sequential reads over a source, fetched in chunks, bounded by the file size and by
+    :data:`MAX_HEADER_BYTES`. A read of a chunk or more is one exact read, never a copy of
+    a copy: the memory a header costs is the bytes it really has."""
+
+    def __init__(self, source: Source) -> None:
+        self.source = source
+        self.size = source.size
+        self.limit = min(self.size, MAX_HEADER_BYTES)
+        self.pos = 0
+        self._buf = b""
+        self._buf_start = 0
+
+    def remaining(self) -> int:
+        """Bytes the header may still take (to the end of the file or the header limit)."""
+        return self.limit - self.pos
+
+    def _fail_past(self, n: int, what: str) -> GGUFError:
+        if self.pos + n > self.size:
+            return GGUFError(
+                f"{self.source.name}: {what} needs {n:,} bytes at offset {self.pos:,}, but the "
+                f"file ends at {self.size:,}",
+                offset=self.pos,
+            )
+        return GGUFError(
+            f"{self.source.name}: {what} at offset {self.pos:,} runs the header past "
+            f"tensorfile's limit of {MAX_HEADER_BYTES:,} bytes",
+            offset=self.pos,
+        )
+
+    def _read(self, offset: int, n: int) -> bytes:
+        try:
+            return self.source.read(offset, n)
+        except SourceError as exc:
+            raise GGUFError(f"{self.source.name}: {exc}", offset=offset) from exc
+
+    def take(self, n: int, what: str) -> bytes:
+        """The next ``n`` bytes."""
+        if n > self.limit - self.pos:
+            raise self._fail_past(n, what)
+        start = self.pos - self._buf_start
+        if start + n <= len(self._buf):
+            out = self._buf[start : start + n]
+        elif n >= _CHUNK:
+            out = self._read(self.pos, n)
+            self._buf, self._buf_start = b"", self.pos + n
+        else:
+            keep = self._buf[start:]
+            want = max(n - len(keep), min(_CHUNK, self.limit - self.pos - len(keep)))
+            self._buf = keep + self._read(self.pos + len(keep), want)
+            self._buf_start = self.pos
+            out = self._buf[:n]
+        self.pos += n
+        return out
+
+    def unpack(self, fmt: str, what: str) -> Any:
+        return struct.unpack(fmt, self.take(struct.calcsize(fmt), what))[0]
+
+    def string(self, what: str, limit: int = MAX_STRING_BYTES) -> str:
+        """A GGUF string (u64 length, UTF-8 bytes) of at most ``limit`` bytes."""
+        n = self.unpack("<Q", what)
+        if n > limit:
+            raise GGUFError(
+                f"{self.source.name}: {what} claims a {n:,}-byte string at offset "
+                f"{self.pos - 8:,}; tensorfile reads strings of at most {limit:,} bytes",
+                offset=self.pos - 8,
+            )
+        raw = self.take(n, what)
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise GGUFError(
+                f"{self.source.name}: {what} is not UTF-8 (offset {self.pos - n + exc.start:,})",
+                offset=self.pos - n + exc.start,
+            ) from None
+
+    def strings(self, count: int, what: str) -> list[str]:
+        """``count`` strings in a row (a vocabulary: hundreds of thousands of them), parsed
+        straight out of the chunk in hand."""
+        out: list[str] = []
+        append = out.append
+        unpack_from = _U64.unpack_from
+        done = 0
+        while done < count:
+            buf, start = self._buf, self.pos - self._buf_start
+            end = len(buf)
+            try:
+                while done < count and start + 8 <= end:
+                    stop = start + 8 + unpack_from(buf, start)[0]
+                    if stop > end:
+                        break
+                    append(buf[start + 8 : stop].decode("utf-8"))
+                    start = stop
+                    done += 1
+            except UnicodeDecodeError:
+                pass  # string() reports it, with its offset
+            self.pos = self._buf_start + start
+            if done < count:  # the next string crosses the chunk, or is bad
+                append(self.string(f"{what}[{done}]"))
+                done += 1
+        return out
+
+
+_U64 = struct.Struct("<Q")
+
+
+def _value(cur: _Cursor, type_id: int, key: str, budget: list[int]) -> GGUFValue:
+    kind = _VALUE_TYPES.get(type_id)
+    if kind is None:
+        raise GGUFError(
+            f"{cur.source.name}: metadata {key!r} has unknown value type {type_id}", offset=cur.pos
+        )
+    name, fmt = kind
+    if name == "float32":
+        bits = cur.unpack("<I", f"metadata {key!r}")
+        return GGUFValue(name, struct.unpack("<f", struct.pack("<I", bits))[0], bits=bits)
+    if fmt is not None:
+        raw = cur.unpack(fmt, f"metadata {key!r}")
+        return GGUFValue(name, bool(raw) if name == "bool" else raw)
+    if name == "string":
+        return GGUFValue(name, cur.string(f"metadata {key!r}"))
+    elem_id = cur.unpack("<I", f"metadata {key!r}")
+    count = cur.unpack("<Q", f"metadata {key!r}")
+    elem = _VALUE_TYPES.get(elem_id)
+    if elem is None or elem[0] == "array":
+        raise GGUFError(
+            f"{cur.source.name}: metadata {key!r} is an array of unsupported type {elem_id}",
+            offset=cur.pos,
+        )
+    elem_name, elem_fmt = elem
+    if count > MAX_ARRAY_ITEMS or count > budget[0]:
+        raise GGUFError(
+            f"{cur.source.name}: metadata {key!r} declares {count:,} {elem_name} items; "
+            f"tensorfile reads arrays of at most {MAX_ARRAY_ITEMS:,} items, and "
+            f"{MAX_ARRAY_ITEMS:,} in all the arrays of a header",
+            offset=cur.pos,
+        )
+    budget[0] -= count
+    least = struct.calcsize(elem_fmt) if elem_fmt else 8
+    if count * least > cur.remaining():
+        raise GGUFError(
+            f"{cur.source.name}: metadata {key!r} declares {count:,} {elem_name} items, more "
+            f"than the {cur.remaining():,} bytes left can hold",
+            offset=cur.pos,
+        )
+    bits = None
+    if elem_fmt is not None:
+        size = struct.calcsize(elem_fmt)
+        raw = cur.take(count * size, f"metadata {key!r}")
+        items = list(struct.unpack(f"<{count}{elem_fmt[1:]}", raw))
+        if elem_name == "bool":
+            items = [bool(v) for v in items]
+        elif elem_name == "float32":
+            bits = list(struct.unpack(f"<{count}I", raw))
+    else:
+        items = cur.strings(count, f"metadata {key!r}")
+    return GGUFValue("array", items, elem_name, bits)
+
+
+def _check_shape(t: GGUFTensor, name: str, at: int) -> None:
+    """ggml's rules for a tensor's shape: its element count (zero dimensions aside) is a
+    64-bit signed integer, and a row of a block type holds whole blocks."""
+    count = 1
+    for d in t.shape:
+        if d:
+            count *= d
+    if count > _MAX_I64:
+        raise GGUFError(
+            f"{name}: tensor {t.name!r} of shape {list(t.shape)} has more elements than ggml's "
+            "64-bit count holds" + (" (not counting its zero dimensions)" if 0 in t.shape else ""),
+            offset=at,
+            tensor=t.name,
+        )
+    known = GGML_TYPES.get(t.type_id)
+    if known is not None and t.shape and t.shape[0] % known[1]:
+        raise GGUFError(
+            f"{name}: tensor {t.name!r} is {known[0]}, whose rows are blocks of {known[1]} "
+            f"elements, but its rows have {t.shape[0]:,}",
+            offset=at,
+            tensor=t.name,
+        )
+
+
+def read_header(source: Source) -> GGUFHeader:
+    """Read and check the header of the GGUF file in ``source``."""
+    cur = _Cursor(source)
+    name = source.name
+    magic = cur.take(4, "the magic")
+    if magic != MAGIC:
+        raise GGUFError(f"{name}: not a GGUF file (magic {magic!r})", offset=0)
+    version = cur.unpack("<I", "the version")
+    if version not in (2, 3):
+        raise GGUFError(f"{name}: GGUF version {version} is not supported (2 and 3 are)", offset=4)
+    n_tensors = cur.unpack("<Q", "the tensor count")
+    n_kv = cur.unpack("<Q", "the metadata count")
+    # each key-value pair takes at least 13 bytes, each tensor info at least 24
+    if n_kv * 13 + n_tensors * 24 > cur.remaining():
+        raise GGUFError(
+            f"{name}: the header declares {n_kv:,} metadata entries and {n_tensors:,} tensors, "
+            f"more than the {cur.remaining():,} bytes of the file can hold",
+            offset=8,
+        )
+    metadata: dict[str, GGUFValue] = {}
+    budget = [MAX_ARRAY_ITEMS]  # array items left for the whole header
+    for _ in range(n_kv):
+        key = cur.string("a metadata key", MAX_NAME_BYTES)
+        if key in metadata:
+            raise GGUFError(f"{name}: metadata key {key!r} appears twice", offset=cur.pos)
+        metadata[key] = _value(cur, cur.unpack("<I", f"metadata {key!r}"), key, budget)
+    tensors: list[GGUFTensor] = []
+    seen: set[str] = set()
+    for _ in range(n_tensors):
+        tname = cur.string("a tensor name", MAX_NAME_BYTES)
+        if tname in seen:
+            raise GGUFError(f"{name}: tensor {tname!r} appears twice", offset=cur.pos)
+        seen.add(tname)
+        n_dims = cur.unpack("<I", f"tensor {tname!r}")
+        if n_dims > MAX_DIMS:
+            raise GGUFError(
+                f"{name}: tensor {tname!r} has {n_dims} dimensions (at most {MAX_DIMS})",
+                offset=cur.pos,
+            )
+        at = cur.pos
+        shape = struct.unpack(f"<{n_dims}Q", cur.take(8 * n_dims, f"tensor {tname!r}"))
+        type_id = cur.unpack("<I", f"tensor {tname!r}")
+        offset = cur.unpack("<Q", f"tensor {tname!r}")
+        tensor = GGUFTensor(tname, tuple(shape), type_id, offset)
+        _check_shape(tensor, name, at)
+        tensors.append(tensor)
+    align_value = metadata.get("general.alignment")
+    alignment = 32
+    if align_value is not None:
+        if align_value.type != "uint32" or align_value.value <= 0 or align_value.value % 8:
+            raise GGUFError(
+                f"{name}: general.alignment {brief(align_value.value)} is not usable (a uint32, "
+                "a positive multiple of 8)"
+            )
+        alignment = int(align_value.value)
+    header_size = cur.pos
+    data_start = -(-header_size // alignment) * alignment
+    for t in tensors:
+        nbytes = t.byte_length or 0
+        if t.offset % alignment or data_start + t.offset + nbytes > source.size:
+            raise GGUFError(
+                f"{name}: tensor {t.name!r} at data offset {t.offset:,} ({nbytes:,} bytes) is "
+                f"misaligned or runs past the end of the {source.size:,}-byte file",
+                tensor=t.name,
+            )
+    return GGUFHeader(version, metadata, tuple(tensors), header_size, alignment, data_start)
+
+
+def catalog_of(h: GGUFHeader) -> Catalog:
+    """The format-neutral catalog of a GGUF header: shapes row-major (the reverse of ggml's
+    order), plain types as their dtype, quantized blocks as bytes (layout ``quantized``)."""
+    tensors: dict[str, TensorInfo] = {}
+    for t in sorted(h.tensors, key=lambda t: t.offset):
+        plain = PLAIN_TYPES.get(t.type_name)
+        dt = dtypes.from_safetensors(plain or "U8")
+        start = h.data_start + t.offset
+        data = Component(ByteRange(start, start + (t.byte_length or 0)), dt)
+        layout = "dense" if plain else "quantized"
+        tensors[t.name] = TensorInfo(t.name, dt, t.shape[::-1], {"data": data}, layout, t.type_name)
+    return Catalog(
+        format="gguf",
+        metadata=h.metadata,
+        tensors=tensors,
+        header_size=h.header_size,
+        data_start=h.data_start,
+        version=str(h.version),
+    )
+
+
+def read_catalog(source: Source) -> Catalog:
+    """The catalog of the GGUF file in ``source`` (the registry's hook)."""
+    return catalog_of(read_header(source))
+
+
+def open_reader(source: Source) -> Reader:
+    """A read-only reader over a GGUF file: plain tensors as arrays; quantized ones are
+    described but not decoded.
+
+    Example:
+        >>> import struct
+        >>> from tensorfile.sources import MemorySource
+        >>> def s(t): return struct.pack("<Q", len(t)) + t
+        >>> head = (MAGIC + struct.pack("<IQQ", 3, 1, 0) + s(b"w") + struct.pack("<I", 2)
+        ...         + struct.pack("<QQ", 3, 2) + struct.pack("<IQ", 0, 0))
+        >>> pad = bytes(-len(head) % 32)
+        >>> data = struct.pack("<6f", *range(6))
+        >>> open_reader(MemorySource(head + pad + data)).get_tensor("w").tolist()
+        [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]]
+    """
+    return Reader(source, read_catalog(source))

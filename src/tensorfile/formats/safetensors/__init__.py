@@ -1,0 +1,1 @@
+"""tensorfile.formats.safetensors: see the package docstring of tensorfile.formats."""

@@ -1,0 +1,77 @@
+"""The safetensors format's hooks for the registry (:mod:`tensorfile.formats`): read the
+catalog, open a reader, and rewrite the ``__metadata__`` of a file.
+
+A metadata edit writes a new file and renames it over the old one
+(:func:`tensorfile.core.atomic.rewrite`): a process killed at any instant leaves the old file
+or the new one, and readers see one or the other. The new header keeps the old one's size
+when it fits (padded with spaces); a longer one grows by whole 4096-byte blocks (spaces
+again), so the data region keeps its alignment and, on file systems that share blocks (xfs,
+btrfs), is cloned rather than copied.
+
+Example:
+    >>> import numpy as np, os, tempfile
+    >>> from tensorfile.safetensors.numpy import load_file, save_file
+    >>> path = os.path.join(tempfile.mkdtemp(), "m.safetensors")
+    >>> save_file({"w": np.zeros(2, np.float32)}, path, metadata={"a": "1"})
+    >>> cloned = edit_metadata(path, lambda m: {**m, "b": "2"})  # True: the data was cloned
+    >>> from tensorfile.safetensors import safe_open
+    >>> safe_open(path, "np").metadata()
+    {'a': '1', 'b': '2'}
+"""
+
+from __future__ import annotations
+
+import struct
+
+from tensorfile.core.atomic import CLONE_BLOCK, check_editable, rewrite
+from tensorfile.core.catalog import Catalog
+from tensorfile.core.source import Source
+from tensorfile.formats import MetadataChange
+from tensorfile.formats.safetensors._encode import encode_header
+from tensorfile.formats.safetensors._parse import MAX_HEADER_SIZE, N_LEN
+from tensorfile.formats.safetensors._reader import SafetensorsReader, catalog_of, read_header
+from tensorfile.sources import LocalSource
+
+__all__ = ["edit_metadata", "open_reader", "read_catalog"]
+
+
+def read_catalog(source: Source) -> Catalog:
+    """The catalog of the safetensors file in ``source``."""
+    return catalog_of(read_header(source))
+
+
+def open_reader(source: Source) -> SafetensorsReader:
+    """A reader over ``source``."""
+    return SafetensorsReader(source)
+
+
+def _alignment(offset: int) -> int:
+    align = 8
+    while align < 4096 and offset % (align * 2) == 0:
+        align *= 2
+    return align
+
+
+def edit_metadata(path: str, change: MetadataChange) -> bool:
+    """Give the file at ``path`` the metadata ``change(old)`` by writing a new file renamed
+    into place; True when its tensor bytes are shared with the old file (a reflink clone),
+    False when they were copied."""
+    real, expect = check_editable(path)  # follows symlinks; refuses hard links, read-only
+    with LocalSource(real) as src:
+        h = read_header(src)
+        size = src.size
+    items = []
+    for pos, name in enumerate(h.names):
+        dt, shape, start, end = h.info(pos)
+        items.append((name, dt, shape, start, end))
+    meta_arg = change(dict(h.metadata or {})) or None
+    body = encode_header(items, meta_arg, align=8)[N_LEN:].rstrip(b" ")
+    n = h.header_size
+    if len(body) > n:  # grow by whole blocks: the data keeps its offset modulo a block
+        n += -(-(len(body) - n) // CLONE_BLOCK) * CLONE_BLOCK
+        if n > MAX_HEADER_SIZE:
+            new = encode_header(items, meta_arg, align=_alignment(h.data_start))
+            n = len(new) - N_LEN
+    head = struct.pack("<Q", n) + body + b" " * (n - len(body))
+    method = rewrite(path, head, h.data_start, size - h.data_start, b"", expect=expect)
+    return method == "reflink"

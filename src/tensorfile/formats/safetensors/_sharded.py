@@ -1,0 +1,298 @@
+"""Sharded checkpoints as huggingface_hub writes them: ``model-00001-of-00003.safetensors``
+shards and ``model.safetensors.index.json`` (``{"metadata": {"total_size": N, ...},
+"weight_map": {tensor: shard}}``, ``json.dump(indent=2)``), or one ``model.safetensors`` when
+everything fits.
+
+The split is huggingface_hub's (``split_state_dict_into_shards_factory``): tensors in order,
+a new shard when the next tensor would take the current one over ``max_shard_size``, a
+tensor bigger than that alone in a shard of its own; tensors that share a storage (torch)
+go in the shard of the first of them, the storage counted once, at its whole size. Sizes
+are decimal (``"5GB"``) or binary (``"5GiB"``).
+
+Atomic as a whole: every shard is written under a staging name first and only then moved
+into place, the index last, so a failure (or a SIGKILL) at any instant never leaves an index
+naming a shard that is missing or from another save. When the new shards' names are all new
+in the folder, the old index stays valid until the new one replaces it in one rename (the
+folder always holds the old checkpoint or the new one); when they would overwrite the old
+save's files, the old index is removed before the first of them is (a kill in that short
+window leaves no index at all: no claim, rather than a false one). Files of an earlier save
+that the new one did not write (``model-*-of-*.safetensors``, ``model.safetensors``, the
+index) are removed only after success.
+
+Example:
+    >>> import numpy as np, os, tempfile
+    >>> from tensorfile.safetensors.numpy import save_sharded
+    >>> d = tempfile.mkdtemp()
+    >>> save_sharded({"a": np.zeros(300, np.float32), "b": np.ones(300, np.float32)}, d,
+    ...              max_shard_size="1KB")
+    ['model-00001-of-00002.safetensors', 'model-00002-of-00002.safetensors', \
+'model.safetensors.index.json']
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import operator
+import os
+import re
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from typing import Any
+
+from tensorfile.core.atomic import AtomicFile, remove_stale_temps
+from tensorfile.core.dtypes import from_safetensors
+from tensorfile.core.errors import InvalidArgumentError, SourceError
+from tensorfile.core.sizes import parse_size
+from tensorfile.formats.safetensors._writer import StreamWriter
+
+__all__ = ["INDEX_SUFFIX", "parse_size", "plan_shards", "write_sharded"]
+
+INDEX_SUFFIX = ".safetensors.index.json"
+_STAGING = ".tensorfile-staging-"
+
+
+def plan_shards(
+    sizes: Sequence[tuple[str, int]],
+    max_shard_size: int,
+    storages: Mapping[str, Hashable] | None = None,
+) -> list[list[str]]:
+    """huggingface_hub's split of ``(name, nbytes)`` pairs into shards of names.
+
+    ``storages`` maps names to a storage id: a name whose storage an earlier name has is not
+    counted and goes in that name's shard, after the shard's own names (as huggingface_hub
+    orders them).
+
+    Example:
+        >>> plan_shards([("a", 6), ("b", 6), ("c", 20), ("d", 3)], 10)
+        [['a'], ['c'], ['b', 'd']]
+        >>> plan_shards([("q", 8), ("k", 8), ("x", 4)], 10, {"q": 1, "k": 1})
+        [['q', 'k'], ['x']]
+    """
+    shards: list[list[str]] = []
+    current: list[str] = []
+    size = 0
+    first: dict[Hashable, str] = {}
+    later: dict[str, list[str]] = {}
+    for name, n in sizes:
+        sid = None if storages is None else storages.get(name)
+        if sid is not None:
+            if sid in first:
+                later[first[sid]].append(name)
+                continue
+            first[sid] = name
+            later[name] = []
+        if n > max_shard_size:
+            shards.append([name])
+            continue
+        if current and size + n > max_shard_size:
+            shards.append(current)
+            current, size = [], 0
+        current.append(name)
+        size += n
+    if current:
+        shards.append(current)
+    for shard in shards:
+        shard.extend(t for name in list(shard) for t in later.get(name, ()))
+    return shards
+
+
+def _names(prefix: str, count: int) -> list[str]:
+    if count == 1:
+        return [f"{prefix}.safetensors"]
+    return [f"{prefix}-{k:05d}-of-{count:05d}.safetensors" for k in range(1, count + 1)]
+
+
+def _sizes(
+    entries: Sequence[tuple[str, str, tuple[int, ...]]],
+    storages: Mapping[str, tuple[Hashable, int]] | None,
+) -> tuple[dict[str, tuple[str, tuple[int, ...]]], list[tuple[str, int]]]:
+    """The writer's specs and the split's ``(name, counted bytes)``, each entry checked."""
+    specs: dict[str, tuple[str, tuple[int, ...]]] = {}
+    sizes = []
+    for entry in entries:
+        if not isinstance(entry, tuple | list) or len(entry) != 3:
+            raise InvalidArgumentError(f"expected (name, dtype, shape) entries, got {entry!r}")
+        name, dtype, shape = entry
+        if not isinstance(name, str) or not name:
+            raise InvalidArgumentError(f"tensor names are non-empty text, got {name!r}")
+        if name in specs:
+            raise InvalidArgumentError(f"tensor {name!r} appears twice")
+        try:
+            dt = from_safetensors(dtype)
+        except (KeyError, TypeError):
+            raise InvalidArgumentError(f"tensor {name!r}: unknown dtype {dtype!r}") from None
+        dims = _dims(shape)
+        if dims is None:
+            raise InvalidArgumentError(f"tensor {name!r}: bad shape {shape!r}")
+        specs[name] = (dtype, dims)
+        nbytes = dt.nbytes(math.prod(dims))
+        if storages is not None and name in storages:
+            nbytes = storages[name][1]
+        sizes.append((name, nbytes))
+    return specs, sizes
+
+
+def _dims(shape: Any) -> tuple[int, ...] | None:
+    """``shape`` as a tuple of non-negative ints (numpy integers too); None when it is not."""
+    if not isinstance(shape, tuple | list):
+        return None
+    try:
+        dims = tuple(operator.index(d) for d in shape if not isinstance(d, bool))
+    except TypeError:
+        return None
+    return dims if len(dims) == len(shape) and all(d >= 0 for d in dims) else None
+
+
+def write_sharded(
+    entries: Sequence[tuple[str, str, tuple[int, ...]]],
+    data: Callable[[str], Any],
+    directory: str | os.PathLike[str],
+    *,
+    max_shard_size: int,
+    metadata: Mapping[str, str] | None = None,
+    prefix: str = "model",
+    shard_metadata: Mapping[str, str] | None = None,
+    storages: Mapping[str, tuple[Hashable, int]] | None = None,
+    tick: Callable[[str], None] | None = None,
+) -> list[str]:
+    """Write a checkpoint tensor by tensor (memory: one tensor at a time).
+
+    ``entries`` are ``(name, safetensors dtype, shape)``; ``data(name)`` gives a tensor's
+    raw little-endian bytes (bytes, memoryview or array), once per tensor, in writing order.
+    ``shard_metadata`` goes in every shard's header, ``metadata`` in the index (beside
+    ``total_size``), and in the file itself when there is one file (huggingface_hub's rule).
+    ``storages`` (torch) maps names to ``(storage id, storage bytes)`` for the split (see
+    :func:`plan_shards`). Returns the names written, relative to ``directory``, the index
+    last.
+
+    Example:
+        >>> import tempfile
+        >>> d = tempfile.mkdtemp()
+        >>> write_sharded([("a", "U8", (4,)), ("b", "U8", (4,))], lambda n: b"abcd", d,
+        ...               max_shard_size=6)
+        ['model-00001-of-00002.safetensors', 'model-00002-of-00002.safetensors', \
+'model.safetensors.index.json']
+    """
+    if not isinstance(prefix, str) or not re.fullmatch(r"[A-Za-z0-9_.-]+", prefix):
+        raise InvalidArgumentError(f"prefix {prefix!r}: a plain file name stem")
+    if prefix.startswith("."):
+        raise InvalidArgumentError(f"prefix {prefix!r}: a plain file name stem")
+    if isinstance(max_shard_size, bool) or not isinstance(max_shard_size, int):
+        raise InvalidArgumentError(f"max_shard_size is a number of bytes, got {max_shard_size!r}")
+    if max_shard_size < 1:
+        raise InvalidArgumentError(f"max_shard_size {max_shard_size}: must be at least 1 byte")
+    folder = os.fspath(directory)
+    if not isinstance(folder, str) or not folder:
+        raise InvalidArgumentError("the directory must be a non-empty path")
+    meta = _text_map(metadata, "metadata")
+    per_shard = _text_map(shard_metadata, "shard metadata")
+    specs, sizes = _sizes(entries, storages)
+    ids = None if storages is None else {n: s[0] for n, s in storages.items()}
+    plan = plan_shards(sizes, max_shard_size, ids) or [[]]
+    names = _names(prefix, len(plan))
+    total = sum(n for _, n in sizes) if ids is None else _counted(sizes, ids)
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError as exc:
+        raise SourceError(f"cannot create {folder}: {exc.strerror or exc}") from exc
+    _remove_staging(folder)
+    tag = f"{_STAGING}{os.getpid()}-"
+    staged: list[tuple[str, str]] = []
+    try:
+        for fname, shard in zip(names, plan, strict=True):
+            header_meta = {**per_shard, **meta} if len(plan) == 1 else per_shard
+            stage = os.path.join(folder, tag + fname)
+            staged.append((stage, os.path.join(folder, fname)))
+            with StreamWriter(stage, {n: specs[n] for n in shard}, header_meta or None) as w:
+                for n in shard:
+                    w.write(n, data(n))
+                    if tick is not None:
+                        tick(n)
+    except BaseException:
+        for stage, _ in staged:
+            _unlink(stage)
+        raise
+    index_name = prefix + INDEX_SUFFIX
+    index_path = os.path.join(folder, index_name)
+    if any(os.path.lexists(final) for _, final in staged):
+        _unlink(index_path)  # it may name files about to change: until the new index, none
+    for stage, final in staged:
+        os.replace(stage, final)
+    written = list(names)
+    if len(plan) > 1:
+        weight_map = {n: fname for fname, shard in zip(names, plan, strict=True) for n in shard}
+        doc = {"metadata": {"total_size": total, **meta}, "weight_map": weight_map}
+        out = AtomicFile(index_path)
+        try:
+            os.write(out.fd, json.dumps(doc, indent=2).encode())
+            out.commit()
+        except BaseException:
+            out.abort()
+            raise
+        written.append(index_name)
+    _remove_stale(folder, prefix, set(written))
+    return written
+
+
+def _text_map(value: Mapping[str, str] | None, what: str) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    ):
+        raise InvalidArgumentError(f"{what} must map text to text, got {value!r:.200}")
+    return {str(k): str(v) for k, v in value.items()}
+
+
+def _counted(sizes: list[tuple[str, int]], ids: Mapping[str, Hashable]) -> int:
+    """The total with each storage counted once (huggingface_hub's ``total_size``)."""
+    seen: set[Hashable] = set()
+    total = 0
+    for name, n in sizes:
+        sid = ids.get(name)
+        if sid is not None:
+            if sid in seen:
+                continue
+            seen.add(sid)
+        total += n
+    return total
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def _remove_staging(folder: str) -> None:
+    """What a killed save left: its staging files (named with its process id, removed once
+    that process is gone) and the temporary files of staging files it was writing (removed
+    by :func:`remove_stale_temps`, which leaves a live writer's alone)."""
+    for name in os.listdir(folder):
+        if name.startswith(_STAGING):
+            pid = name[len(_STAGING) :].partition("-")[0]
+            if pid.isdigit() and not _alive(int(pid)):
+                _unlink(os.path.join(folder, name))
+        elif name.startswith("." + _STAGING) and ".tensorfile-" in name[len(_STAGING) + 1 :]:
+            remove_stale_temps(os.path.join(folder, name[1:].rpartition(".tensorfile-")[0]))
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True  # (another thread's save, perhaps)
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return True  # someone else's process (or a pid no process can have)
+    return True
+
+
+def _remove_stale(folder: str, prefix: str, keep: set[str]) -> None:
+    """The files of an earlier save that this one did not write (huggingface_hub's pattern)."""
+    pattern = re.compile(re.escape(prefix) + r"(-\d{5}-of-\d{5})?\.safetensors(\.index\.json)?")
+    stale = [n for n in os.listdir(folder) if pattern.fullmatch(n) and n not in keep]
+    for name in sorted(stale, key=lambda n: not n.endswith(".json")):  # an index first: it
+        _unlink(os.path.join(folder, name))  # must never outlive a shard it names

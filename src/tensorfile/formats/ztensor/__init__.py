@@ -1,0 +1,1 @@
+"""tensorfile.formats.ztensor: see the package docstring of tensorfile.formats."""

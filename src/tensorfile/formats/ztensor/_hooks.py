@@ -1,0 +1,128 @@
+"""The zTensor format's registry hooks for both containers: v1.0 (magic ``ZTEN1000``) and v2
+(magic ``89 5A 54 32 0D 0A 1A 0A``), told apart by the first bytes of the file.
+
+For v2 files, :func:`edit_metadata` rewrites the manifest with the new attributes: the
+bytes before the manifest are kept (cloned where the file system can), the new manifest
+takes the old one's place and a new footer follows, and the new file is renamed over the
+old one. An attribute the change leaves as the text it was keeps its original CBOR value
+(a number stays a number); a new or changed one is written as text.
+
+Example:
+    >>> import numpy as np, os, tempfile
+    >>> from tensorfile import ztensor
+    >>> path = os.path.join(tempfile.mkdtemp(), "m.zt")
+    >>> ztensor.save_file({"w": np.zeros(2, np.float32)}, path, version=2,
+    ...                   attributes={"epoch": 3, "who": "me"})
+    >>> _ = edit_metadata(path, lambda m: {**m, "who": "you"})
+    >>> sorted(ztensor.open(path).attributes.items())
+    [('epoch', 3), ('who', 'you')]
+"""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+from tensorfile.core.atomic import check_editable, rewrite
+from tensorfile.core.catalog import Catalog
+from tensorfile.core.errors import (
+    SourceError,
+    ZTensorError,
+    ZTensorIOError,
+    ZTensorUnsupportedError,
+)
+from tensorfile.core.reader import Reader
+from tensorfile.core.source import Source
+from tensorfile.formats import MetadataChange
+from tensorfile.formats.ztensor.v1 import _format
+from tensorfile.formats.ztensor.v1._reader import ZTensorReader
+from tensorfile.formats.ztensor.v2 import _cbor as _v2_cbor
+from tensorfile.formats.ztensor.v2._format import MAGIC, encode_footer, manifest_hash
+from tensorfile.formats.ztensor.v2._manifest import attribute_text
+
+__all__ = ["edit_metadata", "is_v2", "open_any", "open_reader", "read_catalog"]
+
+
+def is_v2(source: Source) -> bool:
+    """Whether ``source`` starts like a zTensor v2 file (its first four magic bytes: a file
+    whose magic was damaged in transit is then refused by the v2 reader, which says so)."""
+    try:
+        head = source.read(0, min(len(MAGIC), source.size))
+    except SourceError as exc:
+        raise ZTensorIOError(f"cannot read {source.name}: {exc}") from exc
+    return head[:4] == MAGIC[:4]
+
+
+def open_any(source: Source, *, verify: bool = True) -> Reader:
+    """A reader of the zTensor file in ``source``, v1.0 or v2."""
+    if is_v2(source):
+        from tensorfile.formats.ztensor.v2._reader import ZTensor2Reader
+
+        return ZTensor2Reader(source, verify=verify)
+    return ZTensorReader(source, verify=verify)
+
+
+def open_reader(source: Source) -> Reader:
+    """A reader over ``source``."""
+    return open_any(source)
+
+
+def read_catalog(source: Source) -> Catalog:
+    """The catalog of the zTensor file in ``source``, v1.0 or v2."""
+    if is_v2(source):
+        from tensorfile.formats.ztensor.v2 import _container as _v2_container
+
+        return _v2_container.read_catalog(source)
+    return _format.read_catalog(source)
+
+
+def _new_root(raw: bytes, change: MetadataChange, name: str) -> dict[str, Any]:
+    root: dict[str, Any] = _v2_cbor.decode(raw)
+    if _v2_cbor.encode(root) != raw:  # (map keys that are arrays or maps: not kept exactly)
+        raise ZTensorUnsupportedError(
+            f"{name}: the manifest holds attribute keys tensorfile cannot write back as they "
+            "are; its attributes are not edited"
+        )
+    old: dict[str, Any] = root.get("attributes", {})
+    text = {k: attribute_text(v) for k, v in old.items()}
+    new = change(dict(text))
+    attributes = {k: old[k] if k in old and text[k] == v else v for k, v in new.items()}
+    if attributes:
+        root["attributes"] = attributes
+    else:
+        root.pop("attributes", None)
+    return root
+
+
+def edit_metadata(path: str, change: MetadataChange) -> bool:
+    """Give the zTensor file at ``path`` the attributes ``change(old)`` by writing a new file
+    renamed into place; True when its tensor bytes are shared with the old file."""
+    from tensorfile.sources import LocalSource
+
+    real, expect = check_editable(path)
+    with LocalSource(real) as src:
+        if not is_v2(src):
+            return _format.edit_metadata(path, change)
+        cat = read_catalog(src)
+        if cat.extra.get("data_shard"):
+            raise ZTensorError(f"{path} is a data shard: it has no manifest to hold attributes")
+        start = cast(int, cat.extra["manifest_start"])
+        raw = src.read(start, cat.header_size)
+    from tensorfile.formats.ztensor.v2._manifest import catalog_from
+    from tensorfile.formats.ztensor.v2._options import attributes_of
+
+    root = _new_root(raw, change, path)
+    try:
+        attributes_of(root.get("attributes"))
+        manifest = _v2_cbor.encode(root)
+    except (TypeError, ValueError) as exc:
+        raise ZTensorError(f"{path}: the new attributes cannot be written: {exc}") from exc
+    size = start + len(manifest) + 40
+    catalog_from(
+        _v2_cbor.decode(manifest),
+        manifest_at=start,
+        manifest_length=len(manifest),
+        file_size=size,
+        name=path,
+    )
+    tail = manifest + encode_footer(start, len(manifest), manifest_hash(manifest))
+    return rewrite(path, b"", 0, start, tail, expect=expect) == "reflink"

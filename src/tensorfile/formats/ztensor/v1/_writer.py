@@ -1,0 +1,548 @@
+"""Write zTensor v1.0 files: component by component, atomically.
+
+A :class:`Writer` appends each tensor's components to a temporary file as it is given them
+(64-byte aligned, zero padding, optionally zstd-compressed and digested), so only the tensor
+in hand is in memory; :meth:`Writer.close` appends the CBOR manifest and the footer and
+renames the file into place. An error, or leaving a ``with`` block by an exception, leaves
+whatever was at the destination untouched. The layout is the v1.0 reference writer's: the
+magic, the components in the order given, the manifest straight after the last component.
+
+Example:
+    >>> import numpy as np, os, tempfile
+    >>> path = os.path.join(tempfile.mkdtemp(), "m.zt")
+    >>> with Writer(path, attributes={"license": "MIT"}) as w:
+    ...     w.add("w", np.arange(6, dtype=np.float32).reshape(2, 3))
+    ...     w.add("b", np.zeros(3, np.float16), compression="zstd", checksum="crc32c")
+    >>> open(path, "rb").read(8)
+    b'ZTEN1000'
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from tensorfile._version import __version__ as _version
+from tensorfile.core import dtypes
+from tensorfile.core.atomic import AtomicFile, preallocate, write_all
+from tensorfile.core.catalog import ByteRange, Component, TensorInfo
+from tensorfile.core.chunks import check_chunk
+from tensorfile.core.dtypes import DType
+from tensorfile.core.errors import (
+    InvalidArgumentError,
+    SourceError,
+    TensorFileError,
+    ZTensorIOError,
+    ZTensorUnsupportedError,
+)
+from tensorfile.core.reader import brief, bytes_view
+from tensorfile.formats.ztensor._codecs import (
+    Digester,
+    StreamCompressor,
+    compress,
+    make_digest,
+)
+from tensorfile.formats.ztensor._layouts import CSRTensor, shape_of
+from tensorfile.formats.ztensor.v1._inputs import (
+    checksum_of,
+    compression_of,
+    dense_array,
+    level_of,
+    sparse_of,
+    text_of,
+    ztensor_dtype,
+)
+from tensorfile.formats.ztensor.v1._manifest import (
+    ALIGNMENT,
+    MAGIC,
+    component_dtype,
+    encode_manifest,
+    numel_within,
+)
+
+__all__ = ["GENERATOR", "Writer", "save_file"]
+
+GENERATOR = f"tensorfile {_version}"
+_ZEROS = bytes(ALIGNMENT)
+_UNSET: Any = object()
+_MAX_U64 = (1 << 64) - 1
+_ALONE = 256 << 20
+"""save_file compresses dense tensors this large one at a time (on all cores)."""
+
+
+class Writer:
+    """Append tensors to a new zTensor file, one at a time.
+
+    Args:
+        path: destination; it appears (atomically) when the writer is closed.
+        attributes: file-level text attributes (recommended keys: ``license``,
+            ``description``, ``framework``, ``model_name``, ``created_at``).
+        compression: ``None`` (raw) or ``"zstd"``: the default for every component.
+        level: zstd level (1-22; negative levels are faster still).
+        checksum: ``None``, ``"crc32c"`` or ``"sha256"``: the default digest per component.
+        fsync: flush the file and its folder entry to stable storage on close.
+        version: 1 (zTensor v1.0, the default) or 2: ``Writer(path, version=2, ...)`` is a
+            zTensor v2 writer (:class:`~tensorfile.formats.ztensor.v2._writer.Writer2`, which also
+            takes ``align``).
+    """
+
+    def __new__(cls, *args: Any, version: Any = 1, **kwargs: Any) -> Any:
+        from tensorfile.formats.ztensor.v2._writer import check_version
+
+        if check_version(version) == 2:
+            from tensorfile.formats.ztensor.v2._writer import Writer2
+
+            return Writer2(*args, **kwargs)  # (not a Writer: __init__ is not called)
+        return super().__new__(cls)
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        attributes: Mapping[str, str] | None = None,
+        compression: str | None = None,
+        level: int = 3,
+        checksum: str | None = None,
+        fsync: bool = False,
+        version: int = 1,
+        align: int | None = None,
+    ) -> None:
+        if align is not None:
+            raise InvalidArgumentError("align= is a zTensor v2 option (pass version=2)")
+        try:
+            self.path = os.fsdecode(os.fspath(path))
+        except TypeError:
+            raise InvalidArgumentError(
+                f"path must be a str or os.PathLike, got {type(path).__name__}"
+            ) from None
+        if attributes is not None and not isinstance(attributes, Mapping):
+            raise InvalidArgumentError(
+                f"attributes must map text to text, got {type(attributes).__name__}"
+            )
+        self._attributes = dict(attributes or {})
+        for key, value in self._attributes.items():
+            if not isinstance(key, str) or not isinstance(value, str):
+                raise InvalidArgumentError(
+                    f"attribute {brief(key)}: zTensor attributes map text to text, got "
+                    f"{type(key).__name__} -> {type(value).__name__}"
+                )
+            text_of(key, "attribute")
+            text_of(value, f"the value of attribute {brief(key)}")
+        self._compression = compression_of(compression)
+        self._level = level_of(level)
+        self._checksum = checksum_of(checksum)
+        self._tensors: dict[str, TensorInfo] = {}
+        try:
+            self._file = AtomicFile(self.path, fsync=fsync)
+        except SourceError as exc:
+            raise ZTensorIOError(str(exc)) from exc
+        except (ValueError, UnicodeError) as exc:  # a NUL byte, a name the OS cannot encode
+            raise InvalidArgumentError(f"cannot write {brief(self.path)}: {exc}") from None
+        self._fd = self._file.fd
+        self._pos = 0
+        self._pool: Any = None  # the background writer of compressed components
+        self._pending: Any = None
+        self._done = False
+        self._guard(lambda: self._write(memoryview(MAGIC)))
+
+    # -- adding tensors --------------------------------------------------------------------
+
+    def add(
+        self,
+        name: str,
+        tensor: Any,
+        *,
+        compression: Any = _UNSET,
+        level: Any = _UNSET,
+        checksum: Any = _UNSET,
+    ) -> None:
+        """Append ``tensor``: a numpy array or torch tensor (dense), a :class:`CSRTensor`,
+        :class:`COOTensor`, scipy.sparse CSR/COO matrix or torch sparse CSR/COO tensor.
+        ``compression``, ``level`` and ``checksum`` override the writer's defaults."""
+        self._check_name(name)
+        opts = self._options(compression, level, checksum)
+        sparse = sparse_of(name, tensor)
+        if sparse is None:
+            dt, shape, view, _keep = dense_array(name, tensor)
+            comps = {"data": self._component(view, dt, *opts)}
+            self._record(TensorInfo(name, dt, shape, comps, "dense"))
+            return
+        try:
+            dt = ztensor_dtype(name, dtypes.from_numpy(sparse.values.dtype))
+        except KeyError:
+            raise ZTensorUnsupportedError(
+                f"tensor {name!r}: numpy dtype {sparse.values.dtype} has no zTensor equivalent"
+            ) from None
+        values = np.ascontiguousarray(sparse.values, dtype=sparse.values.dtype.newbyteorder("<"))
+        parts: list[tuple[str, Any]] = [("values", values)]
+        if isinstance(sparse, CSRTensor):
+            parts += [("indices", sparse.indices), ("indptr", sparse.indptr)]
+            layout = "sparse_csr"
+        else:
+            parts += [("coords", sparse.coords)]
+            layout = "sparse_coo"
+        comps = {}
+        for role, arr in parts:
+            little = np.ascontiguousarray(arr, dtype=arr.dtype.newbyteorder("<"))
+            comps[role] = self._component(bytes_view(little), component_dtype(role, dt), *opts)
+        self._record(TensorInfo(name, dt, sparse.shape, comps, layout))
+
+    def add_stream(
+        self,
+        name: str,
+        dtype: Any,
+        shape: Sequence[int],
+        chunks: Iterable[Any],
+        *,
+        compression: Any = _UNSET,
+        level: Any = _UNSET,
+        checksum: Any = _UNSET,
+    ) -> None:
+        """Append a dense tensor whose bytes arrive in ``chunks`` (arrays or byte buffers, in
+        row-major order), so a tensor larger than memory can be written. The chunks must add
+        up to exactly shape × itemsize bytes."""
+        self._check_name(name)
+        try:
+            dt = dtypes.from_name(dtype) if isinstance(dtype, str) else dtypes.from_numpy(dtype)
+        except (KeyError, TypeError):
+            raise ZTensorUnsupportedError(f"tensor {name!r}: unknown dtype {dtype!r}") from None
+        ztensor_dtype(name, dt)
+        dims = shape_of(shape, f"tensor {name!r}")
+        numel = numel_within(dims, _MAX_U64 // dt.itemsize)
+        if numel is None:
+            raise InvalidArgumentError(
+                f"tensor {name!r}: a shape of {len(dims):,} dimensions whose bytes overflow 64 bits"
+            )
+        total = dt.nbytes(0 if 0 in dims else numel)
+        try:
+            views = _chunk_views(name, dt, dims, iter(chunks))
+        except TypeError:
+            raise InvalidArgumentError(
+                f"tensor {name!r}: chunks must be an iterable of arrays or byte buffers, got "
+                f"{type(chunks).__name__}"
+            ) from None
+        comp = self._component_stream(
+            views, total, dt, *self._options(compression, level, checksum), name
+        )
+        self._record(TensorInfo(name, dt, dims, {"data": comp}, "dense"))
+
+    def _add_all(self, items: Iterable[tuple[str, Any]]) -> None:
+        """:meth:`add` each ``(name, tensor)``. With zstd, dense tensors are compressed (and
+        digested) two at a time on worker threads, one per core, while the one before is
+        written; the file is the same as adding them one by one. At most three tensors are in
+        flight, each under :data:`_ALONE` bytes; larger ones are compressed one at a time, on
+        all cores, as :meth:`add` does."""
+        if self._compression is None or (os.cpu_count() or 1) < 2:
+            for name, tensor in items:
+                self.add(name, tensor)
+            return
+        from collections import deque
+        from concurrent.futures import ThreadPoolExecutor
+
+        level, checksum = self._level, self._checksum
+
+        def pack(view: memoryview, threads: int) -> tuple[bytes, str | None]:
+            stored = compress(view, level=level, threads=threads)
+            return stored, make_digest(checksum, stored) if checksum else None
+
+        window: deque[tuple[str, DType, tuple[int, ...], Any, Any]] = deque()
+        with ThreadPoolExecutor(2, thread_name_prefix="tensorfile-zstd") as pool:
+            try:
+                for name, tensor in items:
+                    self._check_name(name)
+                    sparse = sparse_of(name, tensor)
+                    dense = dense_array(name, tensor) if sparse is None else None
+                    if dense is None or dense[2].nbytes >= _ALONE:
+                        while window:
+                            self._add_packed(*window.popleft())
+                        self.add(name, tensor)
+                        continue
+                    dt, shape, view, keep = dense
+                    window.append((name, dt, shape, keep, pool.submit(pack, view, 0)))
+                    if len(window) > 2:
+                        self._add_packed(*window.popleft())
+                while window:
+                    self._add_packed(*window.popleft())
+            except BaseException:
+                for *_, future in window:
+                    future.cancel()
+                self.abort()
+                raise
+
+    def _add_packed(
+        self, name: str, dt: DType, shape: tuple[int, ...], _keep: Any, future: Any
+    ) -> None:
+        """Append a dense tensor compressed by :meth:`_add_all`'s workers."""
+        stored, digest = self._guard(future.result)
+        self._guard(self._drain)
+        start = self._align()
+        self._guard(lambda: self._write(memoryview(stored), reserve=True))
+        comp = Component(ByteRange(start, self._pos), dt, "zstd", digest)
+        self._record(TensorInfo(name, dt, shape, {"data": comp}, "dense"))
+
+    # -- internals -------------------------------------------------------------------------
+
+    def _check_name(self, name: str) -> None:
+        if self._done:
+            raise InvalidArgumentError(f"the writer for {self.path} is closed")
+        if not isinstance(name, str):
+            raise InvalidArgumentError(f"tensor names are text, got {brief(name)}")
+        text_of(name, "tensor name")
+        if name in self._tensors:
+            raise InvalidArgumentError(f"tensor {name!r} was already added")
+
+    def _options(
+        self, compression: Any, level: Any, checksum: Any
+    ) -> tuple[str | None, int, str | None]:
+        return (
+            self._compression if compression is _UNSET else compression_of(compression),
+            self._level if level is _UNSET else level_of(level),
+            self._checksum if checksum is _UNSET else checksum_of(checksum),
+        )
+
+    def _record(self, info: TensorInfo) -> None:
+        if numel_within(info.shape, _MAX_U64 // info.dtype.itemsize) is None:
+            self.abort()
+            raise InvalidArgumentError(
+                f"tensor {info.name!r}: a shape of {len(info.shape):,} dimensions whose bytes "
+                "overflow 64 bits (readers refuse it)"
+            )
+        self._tensors[info.name] = info
+
+    def _component(
+        self, view: memoryview, dt: DType, encoding: str | None, level: int, checksum: str | None
+    ) -> Component:
+        stored: Any = view if encoding is None else self._guard(lambda: compress(view, level=level))
+        digest = make_digest(checksum, stored) if checksum else None
+        self._guard(self._drain)  # one compressed component in flight at a time
+        start = self._align()
+        if encoding is None:
+            self._guard(lambda: self._write(memoryview(stored), reserve=True))
+        else:  # written in the background while the next tensor is compressed
+            self._write_behind(memoryview(stored))
+        return Component(ByteRange(start, self._pos), dt, encoding or "raw", digest)
+
+    def _write_behind(self, view: memoryview) -> None:
+        """Write ``view`` at the current end from a background thread (``pwrite`` and zstd
+        both release the GIL, so writing one component overlaps compressing the next)."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix="tensorfile-zt-write")
+        fd, pos = self._fd, self._pos
+
+        def job() -> None:
+            if view.nbytes >= 1 << 20:
+                preallocate(fd, view.nbytes, pos)
+            write_all(fd, view, pos)
+
+        self._pending = self._pool.submit(job)
+        self._pos += view.nbytes
+
+    def _drain(self) -> None:
+        """Wait for the background write (its error, if any, is raised here)."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.result()
+
+    def _stop_pool(self) -> None:
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.exception()  # wait; an error is moot once the file is discarded
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+
+    def _component_stream(
+        self,
+        views: Iterable[memoryview],
+        total: int,
+        dt: DType,
+        encoding: str | None,
+        level: int,
+        checksum: str | None,
+        name: str,
+    ) -> Component:
+        digester = Digester(checksum) if checksum else None
+        packer = StreamCompressor(total, level=level) if encoding else None
+        start = self._align()
+        if packer is None:
+            self._guard(lambda: preallocate(self._fd, total, start))
+        seen = 0
+        iter_views = iter(views)
+
+        def emit(data: Any) -> None:
+            if digester is not None:
+                digester.update(data)
+            self._write(memoryview(data))
+
+        while True:
+            try:
+                view = next(iter_views)
+            except StopIteration:
+                break
+            except BaseException:  # a chunk refused: nothing is left half written
+                self.abort()
+                raise
+            seen += view.nbytes
+            if seen > total:
+                self.abort()
+                raise InvalidArgumentError(
+                    f"tensor {name!r}: the chunks hold more than the {total:,} bytes its "
+                    "shape and dtype need; no file was written"
+                )
+            self._guard(lambda v=view: emit(v if packer is None else packer.compress(v)))
+        if seen != total:
+            self.abort()
+            raise InvalidArgumentError(
+                f"tensor {name!r}: the chunks hold {seen:,} bytes, its shape and dtype need "
+                f"{total:,}; no file was written"
+            )
+        if packer is not None:
+            self._guard(lambda: emit(packer.flush()))
+        digest = digester.value() if digester is not None else None
+        return Component(ByteRange(start, self._pos), dt, encoding or "raw", digest)
+
+    def _align(self) -> int:
+        pad = -self._pos % ALIGNMENT
+        if pad:
+            self._guard(lambda: self._write(memoryview(_ZEROS[:pad])))
+        return self._pos
+
+    def _write(self, view: memoryview, *, reserve: bool = False) -> None:
+        if reserve and view.nbytes >= 1 << 20:
+            preallocate(self._fd, view.nbytes, self._pos)
+        write_all(self._fd, view, self._pos)
+        self._pos += view.nbytes
+
+    def _guard(self, action: Any) -> Any:
+        """Run ``action``; on failure discard the file and raise a ZTensorError."""
+        try:
+            return action()
+        except TensorFileError:
+            self.abort()
+            raise
+        except OSError as exc:
+            self.abort()
+            raise ZTensorIOError(f"writing {self.path} failed: {exc.strerror or exc}") from exc
+        except BaseException:
+            self.abort()
+            raise
+
+    # -- finishing -------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Append the manifest and footer, and move the file into place."""
+        if self._done:
+            return
+        self._guard(self._drain)
+        self._stop_pool()
+        manifest = encode_manifest(self._tensors, self._attributes, GENERATOR)
+        footer = struct.pack("<Q", len(manifest))
+        self._guard(lambda: self._write(memoryview(manifest + footer)))
+        self._done = True
+        try:
+            self._file.commit()
+        except SourceError as exc:
+            raise ZTensorIOError(str(exc)) from exc
+
+    def abort(self) -> None:
+        """Discard everything written; the destination is left as it was."""
+        if self._done:
+            return
+        self._done = True
+        self._stop_pool()
+        self._file.abort()
+
+    def __enter__(self) -> Writer:
+        return self
+
+    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
+        if exc is not None:
+            self.abort()
+        else:
+            self.close()
+
+
+def _chunk_views(
+    name: str, dt: DType, shape: Sequence[int], chunks: Iterator[Any]
+) -> Iterator[memoryview]:
+    """The bytes of each chunk, after checking an array chunk's dtype and shape
+    (:func:`~tensorfile.core.chunks.check_chunk`)."""
+    done = 0
+    for index, chunk in enumerate(chunks):
+        view = _chunk_view(name, dt, shape, chunk, index, done * 8 // dt.bits)
+        done += view.nbytes
+        yield view
+
+
+def _chunk_view(
+    name: str, dt: DType, shape: Sequence[int], chunk: Any, index: int, done: int
+) -> memoryview:
+    if isinstance(chunk, np.ndarray | np.generic):
+        arr = np.asarray(chunk)
+        if arr.dtype != dt.numpy and arr.dtype.newbyteorder("<") != dt.numpy:
+            raise InvalidArgumentError(
+                f"tensor {name!r} is {dt.ztensor_name}; chunk {index} is an array of {arr.dtype}"
+            )
+        check_chunk(name, shape, arr.shape, index=index, done=done)
+        return bytes_view(np.ascontiguousarray(arr, dtype=dt.numpy))
+    try:
+        return memoryview(chunk).cast("B")
+    except TypeError as exc:  # not a buffer, or a strided one
+        raise InvalidArgumentError(
+            f"tensor {name!r}: chunk {index} must be an array or a contiguous byte buffer, "
+            f"got {type(chunk).__name__}: {exc}"
+        ) from None
+
+
+def save_file(
+    tensors: Mapping[str, Any],
+    path: str | os.PathLike[str],
+    *,
+    attributes: Mapping[str, str] | None = None,
+    compression: str | None = None,
+    level: int = 3,
+    checksum: str | None = None,
+    fsync: bool = False,
+    version: int = 1,
+    align: int | None = None,
+) -> None:
+    """Write ``tensors`` (name → array, torch tensor or sparse tensor) to a zTensor file:
+    zTensor v1.0, or v2 with ``version=2`` (see :func:`.v2._writer.save_file`,
+    which also takes ``align``; there ``checksum`` is ``"xxh3"`` or ``"sha256"``).
+
+    Example:
+        >>> import numpy as np, os, tempfile
+        >>> from tensorfile import ztensor
+        >>> path = os.path.join(tempfile.mkdtemp(), "m.zt")
+        >>> ztensor.save_file({"w": np.ones((2, 2), np.float32)}, path, checksum="crc32c")
+        >>> ztensor.load_file(path)["w"].sum()
+        np.float32(4.0)
+    """
+    from tensorfile.formats.ztensor.v2._writer import check_version
+    from tensorfile.formats.ztensor.v2._writer import save_file as save_v2
+
+    if check_version(version) == 2:
+        return save_v2(
+            tensors, path, attributes=attributes, compression=compression, level=level,
+            checksum=checksum, align=align, fsync=fsync,
+        )  # fmt: skip
+    if not isinstance(tensors, Mapping):
+        raise InvalidArgumentError(
+            f"expected a mapping of names to tensors, got {type(tensors).__name__}"
+        )
+    with Writer(
+        path,
+        attributes=attributes,
+        compression=compression,
+        level=level,
+        checksum=checksum,
+        fsync=fsync,
+        align=align,
+    ) as writer:
+        writer._add_all(tensors.items())

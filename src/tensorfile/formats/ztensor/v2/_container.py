@@ -1,0 +1,199 @@
+"""Open the container of a zTensor v2 file (spec §8 steps 1-6): footer, manifest bounds, the
+1 GiB cap, the XXH3-64 check, the deterministic-CBOR parse and the validation summary; and
+find the files a manifest's shard table names (Appendix B's positional convention).
+
+Opening costs two reads, the footer and the manifest (one request over HTTP when the
+manifest is in the file's last 100,000 bytes). A data shard (``manifest_length`` 0) opens
+as a file with no tensors.
+
+Example:
+    >>> import numpy as np
+    >>> from tensorfile.sources import MemorySource
+    >>> from tensorfile.ztensor import _v2_writer
+    >>> data = _v2_writer.to_bytes({"w": np.arange(3, dtype=np.int16)}, checksum="xxh3")
+    >>> cat = read_catalog(MemorySource(data))
+    >>> cat.version, cat.tensors["w"].shape, cat.tensors["w"].data.digest[:5]
+    ('2', (3,), 'xxh3:')
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from tensorfile.core.catalog import Catalog
+from tensorfile.core.errors import SourceError, ZTensorError, ZTensorIOError
+from tensorfile.core.source import Source
+from tensorfile.formats.ztensor.v2 import _cbor as _v2_cbor
+from tensorfile.formats.ztensor.v2._format import (
+    ALIGN_FLOOR,
+    FOOTER_SIZE,
+    MAGIC,
+    MAX_MANIFEST_SIZE,
+    MIN_FILE_SIZE,
+    manifest_hash,
+    parse_footer,
+)
+from tensorfile.formats.ztensor.v2._manifest import ShardEntry, catalog_from
+
+__all__ = ["check_frame", "read_catalog", "shard_path"]
+
+
+def check_frame(source: Source) -> bytes:
+    """Check the size, the header magic and the footer's magic and version of the file in
+    ``source``; return the footer."""
+    name, size = source.name, source.size
+    if size < MIN_FILE_SIZE:
+        raise ZTensorError(
+            f"{name}: {size} bytes is too short for a zTensor v2 file (the magic and the "
+            f"footer alone take {MIN_FILE_SIZE})"
+        )
+    head = source.read(0, len(MAGIC))
+    if head != MAGIC:
+        raise ZTensorError(f"{name}: not a zTensor v2 file (magic {head!r})", offset=0)
+    footer = source.read(size - FOOTER_SIZE, FOOTER_SIZE)
+    return footer
+
+
+def read_catalog(source: Source) -> Catalog:
+    """Read and validate the footer and manifest of the zTensor v2 file in ``source``."""
+    name, size = source.name, source.size
+    try:
+        footer = parse_footer(check_frame(source), name)
+        if footer.length == 0:
+            if footer.offset or footer.hash:
+                raise ZTensorError(
+                    f"{name}: a footer with no manifest (a data shard) must have a zero "
+                    f"manifest offset and hash, this one has {footer.offset} and {footer.hash}",
+                    offset=size - FOOTER_SIZE,
+                )
+            return _data_shard()
+        if footer.length > MAX_MANIFEST_SIZE:
+            raise ZTensorError(
+                f"{name}: the footer declares a {footer.length:,}-byte manifest, over the "
+                f"{MAX_MANIFEST_SIZE:,}-byte limit",
+                offset=size - FOOTER_SIZE,
+            )
+        if footer.offset % ALIGN_FLOOR or footer.offset < ALIGN_FLOOR:
+            raise ZTensorError(
+                f"{name}: the manifest blob at {footer.offset} is not at a multiple of "
+                f"{ALIGN_FLOOR} (at or past {ALIGN_FLOOR})",
+                offset=size - FOOTER_SIZE,
+            )
+        if footer.offset + footer.length > size - FOOTER_SIZE:
+            raise ZTensorError(
+                f"{name}: the manifest blob [{footer.offset:,}, "
+                f"{footer.offset + footer.length:,}) runs past the data region, which ends at "
+                f"{size - FOOTER_SIZE:,}",
+                offset=size - FOOTER_SIZE,
+            )
+        raw = source.read(footer.offset, footer.length)
+    except SourceError as exc:
+        raise ZTensorIOError(f"cannot read the manifest of {name}: {exc}") from exc
+    if manifest_hash(raw) != footer.hash:
+        raise ZTensorError(
+            f"{name}: the manifest's XXH3-64 is {manifest_hash(raw):016x}, the footer records "
+            f"{footer.hash:016x}; the manifest is corrupt",
+            offset=footer.offset,
+        )
+    try:
+        root = _v2_cbor.decode(raw)
+    except _v2_cbor.DeterministicCBORError as exc:
+        raise ZTensorError(
+            f"{name}: the manifest is not deterministic CBOR: {exc}",
+            offset=footer.offset + exc.offset,
+        ) from exc
+    return catalog_from(
+        root, manifest_at=footer.offset, manifest_length=footer.length, file_size=size, name=name
+    )
+
+
+def _data_shard() -> Catalog:
+    return Catalog(
+        format="ztensor",
+        metadata={},
+        tensors={},
+        header_size=0,
+        data_start=ALIGN_FLOOR,
+        version="2",
+        extra={"data_shard": True, "attributes": {}, "objects": {}, "shards": {}},
+    )
+
+
+def shard_path(root: str, shard: str) -> str:
+    """Where Appendix B's positional convention puts shard ``shard`` of the root file
+    ``root``: the sibling ``<stem>-<shard>.zt`` (``model.zt``, ``00001`` ->
+    ``model-00001.zt``). Shard names are single path components by construction (§7.1).
+
+    Example:
+        >>> shard_path("/m/model.zt", "00001-of-00002")
+        '/m/model-00001-of-00002.zt'
+    """
+    from tensorfile.formats import ZTENSOR
+
+    suffix = ZTENSOR.suffixes[0]
+    folder, base = os.path.split(root)
+    stem = base[: -len(suffix)] if base.endswith(suffix) else base
+    return os.path.join(folder, f"{stem}-{shard}{suffix}")
+
+
+def open_shard(root: Any, shard: str, entry: ShardEntry, tensor: str) -> Source:
+    """Open shard ``shard`` of the local file ``root`` (a path, or None when the root is not
+    a local file) and check it is the file the shard table describes (its size, magic and
+    footer); the whole-file digest is checked by :func:`verify_shard`."""
+    from tensorfile.sources import LocalSource
+
+    if root is None:
+        raise ZTensorError(
+            f"tensor {tensor!r} is in shard {shard!r}, another file; tensorfile finds shards "
+            "next to a local root file (<stem>-<shard>.zt), and this file is not a local path",
+            tensor=tensor,
+        )
+    path = shard_path(root, shard)
+    try:
+        source = LocalSource(path)
+    except SourceError as exc:
+        raise ZTensorIOError(
+            f"tensor {tensor!r} is in shard {shard!r}, expected at {path}: {exc}", tensor=tensor
+        ) from exc
+    try:
+        if source.size != entry.size:
+            raise ZTensorError(
+                f"{path}: shard {shard!r} should be {entry.size:,} bytes (the root's shard table "
+                f"says), the file is {source.size:,}; it is not the shard the root names",
+                tensor=tensor,
+            )
+        parse_footer_of(source)
+    except BaseException:
+        source.close()
+        raise
+    return source
+
+
+def parse_footer_of(source: Source) -> None:
+    """Check a shard's frame: size, magic, footer magic and version."""
+    try:
+        parse_footer(check_frame(source), source.name)
+    except SourceError as exc:
+        raise ZTensorIOError(f"cannot read {source.name}: {exc}") from exc
+
+
+def verify_shard(source: Source, entry: ShardEntry, shard: str) -> None:
+    """Check the whole-file digest of a shard (read a chunk at a time)."""
+    from tensorfile.formats.ztensor.v2._format import Hasher
+
+    algorithm = entry.digest.partition(":")[0]
+    hasher = Hasher(algorithm)
+    chunk = 8 << 20
+    try:
+        for pos in range(0, source.size, chunk):
+            hasher.update(source.read(pos, min(chunk, source.size - pos)))
+    except SourceError as exc:
+        raise ZTensorIOError(f"cannot read shard {shard!r}: {exc}") from exc
+    if hasher.value() != entry.digest:
+        from tensorfile.core.errors import ZTensorChecksumError
+
+        raise ZTensorChecksumError(
+            f"{source.name}: shard {shard!r} has digest {hasher.value()}, the root's shard table "
+            f"records {entry.digest}; it is not the shard the root names"
+        )
