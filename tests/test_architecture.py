@@ -43,6 +43,89 @@ def _imports(name: str) -> set[str]:
 GRAPH = {name: _imports(name) & MODULES.keys() for name in MODULES}
 
 
+# The layer table (DESIGN.md, "Allowed arrows"): which parts of tensorfile each part may
+# import, at module level or inside a function. Every part may import `core` and `_version`.
+# The faces (`safetensors`, `ztensor`, `gguf`, `checkpoint`, `errors`) re-export what
+# `formats` and `core` implement; `testing` ships the conformance suites.
+FACE = {"core", "sources", "frameworks", "formats"}
+LAYERS: dict[str, set[str]] = {
+    "core": set(),
+    "sources": {"core"},
+    "frameworks": {"core"},
+    "formats": {"core", "sources", "frameworks"},
+    "safetensors": FACE,
+    "ztensor": FACE,
+    "gguf": FACE,
+    "checkpoint": FACE,
+    "errors": {"core"},
+    "ops": {"core", "formats", "sources", "frameworks"},
+    "dataset": {"core", "formats", "sources", "frameworks"},
+    "spark": {"core", "dataset", "sources", "formats"},
+    "cli": {"core", "ops", "dataset", "sources"},
+    "testing": {"core", "sources", "formats", "frameworks"},
+}
+ANYONE = {"core", "_version"}
+
+
+def _part(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""  # "": the package face itself
+
+
+def test_every_part_is_in_the_layer_table() -> None:
+    parts = {_part(n) for n in MODULES} - {"", "_version"}
+    assert parts - LAYERS.keys() == set()
+
+
+def test_imports_follow_the_layer_table() -> None:
+    """No arrow the table does not allow, module-level or inside functions; no exceptions."""
+    wrong = []
+    for name, deps in sorted(GRAPH.items()):
+        own = _part(name)
+        if own in ("", "_version"):
+            continue  # the package face loads whatever it exports (lazily where heavy)
+        for dep in sorted(deps):
+            other = _part(dep)
+            if other == own:
+                continue
+            if other == "" or (other not in ANYONE and other not in LAYERS[own]):
+                wrong.append(f"{name} -> {dep}")
+    assert wrong == []
+
+
+def _private_names(name: str) -> set[str]:
+    """``from tensorfile.<other part>... import _name`` in ``name``'s body."""
+    path, is_pkg = MODULES[name]
+    here = name.split(".") if is_pkg else name.split(".")[:-1]
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            base = here[: len(here) - (node.level - 1)] if node.level else []
+            target = ".".join(base + ([node.module] if node.module else []))
+            if target.split(".")[0] != "tensorfile" or _part(target) == _part(name):
+                continue
+            for a in node.names:
+                if a.name.startswith("_") and not a.name.startswith("__"):
+                    out.add(f"{target}.{a.name}")
+    return out
+
+
+def test_no_private_imports_across_parts() -> None:
+    """A part uses another part's public names only: no module or name starting with ``_``
+    of another part (the faces excepted: re-exporting ``formats`` is what they are for)."""
+    wrong = []
+    for name, deps in sorted(GRAPH.items()):
+        own = _part(name)
+        if own in ("", "safetensors", "ztensor", "gguf", "checkpoint"):
+            continue
+        for dep in sorted(deps | _private_names(name)):
+            if _part(dep) in (own, "_version"):
+                continue
+            if any(p.startswith("_") and not p.startswith("__") for p in dep.split(".")[1:]):
+                wrong.append(f"{name} -> {dep}")
+    assert wrong == []
+
+
 def test_no_module_is_over_600_lines() -> None:
     long = {n: len(p.read_text().splitlines()) for n, (p, _) in MODULES.items()}
     assert {n: k for n, k in long.items() if k > 600} == {}

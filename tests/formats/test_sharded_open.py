@@ -20,6 +20,7 @@ import pytest
 import tensorfile
 from tensorfile import InvalidArgumentError, ShardedReader, SourceError, TensorFileError
 from tensorfile.cli.app import main
+from tensorfile.ops import read_metadata
 from tensorfile.safetensors.numpy import save, save_sharded
 from tests.helpers.servers import Server, start_range_server
 
@@ -48,9 +49,9 @@ def _requested(server: Server) -> list[str]:
     return [line.split("\t")[1] for line in server.log.read_text().splitlines()]
 
 
-def _check_reader(ck: Any, *, mapped: bool = True) -> None:
-    assert isinstance(ck, ShardedReader)
-    assert ck.keys() == sorted(ARRAYS) and ck.metadata == {"who": "test"}
+def _check_reader(ck: Any, *, mapped: bool = True, metadata: bool = True) -> None:
+    assert isinstance(ck, ShardedReader) and isinstance(ck, tensorfile.Reader)
+    assert ck.keys() == sorted(ARRAYS) and len(ck) == len(ARRAYS)
     assert ck.total_size == sum(a.nbytes for a in ARRAYS.values())
     assert ck.opened == []
     assert ck.info("t1").shape == (6, 10) and ck.info("t1").dtype.name == "I32"
@@ -69,6 +70,12 @@ def _check_reader(ck: Any, *, mapped: bool = True) -> None:
     with pytest.raises(KeyError):
         ck.get_tensor("zz")
     assert sorted(ck.opened) == sorted({ck.shard_of(n) for n in ("t0", "t1", "t3", "t4")})
+    if metadata:  # reads every shard's header (not its data), opening no shard
+        assert ck.metadata == {"who": "test"} and ck.format == "safetensors"
+        assert sorted(ck.catalog.tensors) == sorted(ARRAYS)
+        assert {os.path.basename(t.file or "") for t in ck.catalog.tensors.values()} == set(
+            ck.shards
+        )
 
 
 @pytest.mark.parametrize("how", ["folder", "index", "pathlike"])
@@ -84,12 +91,15 @@ def test_local(ckpt: Path, how: str) -> None:
 def test_over_http_each_shard_is_requested_only_once_it_is_used(served: Server) -> None:
     with tensorfile.open(f"{served.url}/ck/{INDEX}") as ck:
         assert set(_requested(served)) == {f"/ck/{INDEX}"}  # no shard yet
-        _check_reader(ck, mapped=False)
+        _check_reader(ck, mapped=False, metadata=False)
         shards = {u for u in _requested(served) if u != f"/ck/{INDEX}"}
         assert shards == {f"/ck/{s}" for s in ck.opened} and len(shards) == len(ck.opened) < 5
         before = len(_requested(served))
         ck.get_tensor("t1")  # an opened shard: its header is not fetched again
         assert set(_requested(served)[before:]) <= {f"/ck/{ck.shard_of('t1')}"}
+        before = len(_requested(served))
+        assert ck.metadata == {"who": "test"}  # the index's and the shards' common metadata
+        assert set(_requested(served)[before:]) == {f"/ck/{s}" for s in ck.shards}
 
 
 def test_fsspec_index_finds_its_shards_beside_it(ckpt: Path, tmp_path: Path, capsys: Any) -> None:
@@ -272,3 +282,36 @@ def test_index_metadata_that_is_not_text_is_shown_as_json(tmp_path: Path) -> Non
     with tensorfile.open(_index(tmp_path, doc)) as ck:
         assert ck.metadata == {"n": "3", "l": "[1]"} and ck.total_size is None
         assert ck.keys() == []
+
+
+def test_metadata_is_the_index_and_what_every_shard_agrees_on(tmp_path: Path) -> None:
+    from tensorfile.safetensors.numpy import save_file
+
+    folder = tmp_path / "ck"
+    folder.mkdir()
+    save_file({"a": np.ones(2, np.float32)}, folder / "s1.safetensors",
+              metadata={"format": "pt", "step": "1", "who": "shard"})  # fmt: skip
+    save_file({"b": np.ones(2, np.float32)}, folder / "s2.safetensors",
+              metadata={"format": "pt", "step": "2", "who": "shard"})  # fmt: skip
+    doc = {"metadata": {"total_size": 16, "who": "index", "n": 3},
+           "weight_map": {"a": "s1.safetensors", "b": "s2.safetensors"}}  # fmt: skip
+    (folder / INDEX).write_text(json.dumps(doc))
+    for target in (str(folder), f"file://{folder / INDEX}"):
+        with tensorfile.open(target) as ck:
+            # the index's (total_size apart, kept as .total_size) wins; "step" differs
+            assert ck.metadata == {"who": "index", "n": "3", "format": "pt"}
+            assert ck.total_size == 16
+    fs = fsspec.filesystem("memory")
+    for f in folder.iterdir():
+        fs.pipe(f"/mdck/{f.name}", f.read_bytes())
+    try:
+        with tensorfile.open(f"memory://mdck/{INDEX}") as ck:
+            assert ck.metadata == {"who": "index", "n": "3", "format": "pt"}
+        # what `meta` shows: every shard's keys (the first shard's value where they differ)
+        assert read_metadata(f"memory://mdck/{INDEX}") == {
+            "format": "pt",
+            "step": "1",
+            "who": "shard",
+        }
+    finally:
+        fs.rm("/mdck", recursive=True)

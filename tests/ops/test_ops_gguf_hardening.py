@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from tensorfile import ops
+from tensorfile.core.catalog import Catalog
 from tensorfile.errors import GGUFError
 from tensorfile.gguf import read_header
 from tensorfile.sources import MemorySource
@@ -30,7 +31,7 @@ def _valid(**kw: object) -> bytes:
     return gguf_blob(**args)  # type: ignore[arg-type]
 
 
-def _load(tmp_path: Path, blob: bytes) -> ops.Structure:
+def _load(tmp_path: Path, blob: bytes) -> Catalog:
     path = tmp_path / "bad.gguf"
     path.write_bytes(blob)
     return ops.load(str(path))
@@ -41,12 +42,12 @@ def test_baseline_is_valid(tmp_path: Path) -> None:
     assert s.format == "gguf"
     assert s.metadata["general.name"].value == "tiny"
     assert s.metadata["n"].value == 3
-    assert [(t.name, t.dtype, t.shape, t.byte_length) for t in s.tensors] == [
+    assert [(t.name, t.common_dtype, t.shape, t.nbytes) for t in s.by_name()] == [
         ("w", "F32", (2, 4), 32)
     ]
     assert _load(tmp_path, _valid(version=2)).version == "2"
     aligned = _valid(kvs=[gguf_kv("general.alignment", 4, struct.pack("<I", 64))], alignment=64)
-    assert _load(tmp_path, aligned).tensors[0].byte_length == 32
+    assert _load(tmp_path, aligned).tensors["w"].nbytes == 32
 
 
 def _arr(elem: int, count: int, payload: bytes = b"") -> bytes:

@@ -19,10 +19,10 @@ from hypothesis import strategies as st
 from tensorfile import ops
 from tensorfile.errors import GGUFError, InvalidArgumentError
 from tensorfile.gguf import GGUFValue, read_header
-from tensorfile.ops._structure import Structure
 from tensorfile.ops.hash import canonical_json, canonical_value
 from tensorfile.ops.inspect import BRIEF_CHARS, brief_value, json_metadata
 from tensorfile.sources import MemorySource
+from tests.helpers.catalogs import catalog
 from tests.helpers.weight_inspect import expected_canonical, sha256_hex, wi_gguf, wi_text
 
 N_TOKENS = 150_000
@@ -174,7 +174,7 @@ def test_a_lone_surrogate_in_a_hand_built_array_is_still_refused() -> None:
     """The one-pass escape joins the items with a lone surrogate; an item holding one (only
     a Structure built by hand can) falls back to item by item and is refused as before."""
     for items in (["a", "\ud800", "b"], ["\udfff"], ["x\ud800y", "z"]):
-        s = Structure("gguf", "m.gguf", "3", 0, {"k": GGUFValue("array", items, "string")}, ())
+        s = catalog("gguf", "m.gguf", "3", {"k": GGUFValue("array", items, "string")})
         with pytest.raises(InvalidArgumentError, match="not valid Unicode"):
             ops.structural_hash(s)
 

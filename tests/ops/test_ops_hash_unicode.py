@@ -26,10 +26,10 @@ from hypothesis import strategies as st
 
 from tensorfile import ops
 from tensorfile.errors import InvalidArgumentError, TensorFileError
-from tensorfile.ops._structure import Structure, TensorEntry
 from tensorfile.ops.hash import canonical_json, canonical_value
 from tensorfile.safetensors.numpy import save_file
 from tests.helpers import weight_inspect as wi
+from tests.helpers.catalogs import catalog, tensor
 
 # -- known answers, printed by the real weight-inspect ------------------------------------------
 
@@ -146,9 +146,7 @@ def test_a_lone_surrogate_in_a_built_structure_is_refused(where: str) -> None:
     bad = "x\ud800y"
     metadata = {"k": bad} if where == "value" else {bad: "v"} if where == "key" else {}
     name = bad if where == "tensor" else "w"
-    s = Structure(
-        "safetensors", "built", None, 0, metadata, (TensorEntry(name, "F32", (1,), 4, (0, 4)),)
-    )
+    s = catalog("safetensors", "built", None, metadata, [tensor(name, "F32", (1,))])
     with pytest.raises(InvalidArgumentError, match="not valid Unicode") as err:
         ops.structural_hash(s)
     assert isinstance(err.value, TensorFileError)

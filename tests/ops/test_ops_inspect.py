@@ -85,9 +85,9 @@ def test_inspect_safetensors_fields(tmp_path: Path) -> None:
     for t in r.tensors:
         arr = arrays[t.name]
         assert t.shape == arr.shape
-        assert t.dtype == header[t.name]["dtype"] == _ST_NAME[arr.dtype.name]
+        assert r.dtype_of(t) == header[t.name]["dtype"] == _ST_NAME[arr.dtype.name]
         assert list(t.data_offsets) == header[t.name]["data_offsets"]
-        assert t.byte_length == arr.nbytes == t.data_offsets[1] - t.data_offsets[0]
+        assert t.nbytes == arr.nbytes == t.data_offsets[1] - t.data_offsets[0]
 
 
 def test_inspect_reads_only_the_header(tmp_path: Path) -> None:
@@ -143,7 +143,7 @@ def test_parameter_counts_match_huggingface_hub(tmp_path: Path, writer: str) -> 
     assert set(parsed.tensors) == {t.name for t in r.tensors}
     for t in r.tensors:
         info = parsed.tensors[t.name]
-        assert (t.dtype, list(t.shape), list(t.data_offsets)) == (
+        assert (r.dtype_of(t), list(t.shape), list(t.data_offsets)) == (
             info.dtype,
             info.shape,
             list(info.data_offsets),
@@ -171,12 +171,13 @@ def test_inspect_ztensor(tmp_path: Path) -> None:
     assert r.total_bytes == 148
     assert r.metadata == {"license": "MIT"}
     assert 0 < r.header_size < os.path.getsize(raw)
-    assert {t.name: t.dtype for t in r.tensors} == {"w": "float32", "b": "float16", "ids": "int64"}
+    want = {"w": "float32", "b": "float16", "ids": "int64"}
+    assert {t.name: r.dtype_of(t) for t in r.tensors} == want
     for t in r.tensors:
-        assert t.data_offsets[1] - t.data_offsets[0] == t.byte_length
+        assert t.data_offsets[1] - t.data_offsets[0] == t.nbytes
         with open(raw, "rb") as f:
             f.seek(t.data_offsets[0])
-            assert f.read(t.byte_length) == arrays[t.name].tobytes()
+            assert f.read(t.nbytes) == arrays[t.name].tobytes()
     z = ops.inspect(packed)
     assert z.parameter_count == r.parameter_count
     assert z.parameters_by_dtype == r.parameters_by_dtype
@@ -221,10 +222,10 @@ def test_inspect_gguf_against_gguf_reader(tmp_path: Path) -> None:
         t = next(x for x in r.tensors if x.name == rt.name)
         # row-major: the reverse of ggml's order, which the gguf reader keeps
         assert list(t.shape) == [int(d) for d in reversed(rt.shape)]
-        assert t.dtype == rt.tensor_type.name
-        assert t.byte_length == int(rt.n_bytes)
+        assert r.dtype_of(t) == rt.tensor_type.name
+        assert t.nbytes == int(rt.n_bytes)
         assert t.data_offsets[0] + data_start == int(rt.data_offset)
-        assert t.parameters == int(rt.n_elements)
+        assert t.numel == int(rt.n_elements)
 
 
 # -- module tree ----------------------------------------------------------------------------
@@ -287,7 +288,7 @@ def test_module_tree_collapses_single_chains(tmp_path: Path) -> None:
     }
     path = str(tmp_path / "m.safetensors")
     save_file(arrays, path)
-    root = ops.module_tree(ops.load(path).tensors)
+    root = ops.module_tree(ops.load(path).by_name())
     assert [c.prefix for c in root.children] == ["model.layers.0.attn"]
     attn = root.children[0]
     assert attn.parameters == 10
@@ -305,7 +306,7 @@ def test_module_tree_collapses_single_chains(tmp_path: Path) -> None:
 def test_module_tree_parameters_are_products_of_shapes(tmp_path: Path) -> None:
     path = str(tmp_path / "m.safetensors")
     save_file({"a.b": np.ones((3, 4, 5), np.int8), "a.c": np.ones(2, np.int8)}, path)
-    root = ops.module_tree(ops.load(path).tensors)
+    root = ops.module_tree(ops.load(path).by_name())
     assert root.parameters == math.prod((3, 4, 5)) + 2
     assert root.children[0].prefix == "a"
     assert sorted(t.name for t in root.children[0].tensors) == ["a.b", "a.c"]

@@ -55,10 +55,10 @@ def test_load_sharded(ckpt: tuple[str, list[dict[str, Any]]], how: str) -> None:
     s = ops.load(_how(index, how))
     every = {k: v for shard in shards for k, v in shard.items()}
     assert s.format == "safetensors"
-    assert [t.name for t in s.tensors] == sorted(every)
-    for t in s.tensors:
+    assert [t.name for t in s.by_name()] == sorted(every)
+    for t in s.by_name():
         assert t.shape == every[t.name].shape
-        assert t.byte_length == every[t.name].nbytes
+        assert t.nbytes == every[t.name].nbytes
     assert s.metadata == {"format": "pt"}
     folder = os.path.dirname(index)
     files = sorted(f for f in os.listdir(folder) if f.endswith(".safetensors"))
@@ -70,9 +70,9 @@ def test_load_sharded(ckpt: tuple[str, list[dict[str, Any]]], how: str) -> None:
     # every tensor records its shard
     for i, tensors in enumerate(shards):
         for name in tensors:
-            entry = s.tensor(name)
-            assert entry is not None and entry.shard is not None
-            assert os.path.basename(entry.shard) == files[i]
+            entry = s.tensors[name]
+            assert entry.file is not None
+            assert os.path.basename(entry.file) == files[i]
     assert s.header_size == sum(header_len(os.path.join(folder, f)) for f in files)
 
 

@@ -13,8 +13,8 @@ import re
 from typing import Any
 
 from ..core import dtypes
+from ..core.catalog import Catalog
 from ..ops import diff, load
-from ..ops._structure import Structure
 from ..ops.diff import DataDiff, DiffResult
 from ._ident import SCHEMA
 from ._output import Output
@@ -29,7 +29,7 @@ class _View:
     """A :class:`DiffResult` as shown: names in natural order, metadata values as JSON
     values (float32 at their own precision), statistics at their tensor's precision."""
 
-    def __init__(self, r: DiffResult, sa: Structure, sb: Structure, limit: int | None) -> None:
+    def __init__(self, r: DiffResult, sa: Catalog, sb: Catalog, limit: int | None) -> None:
         self.r = r
         self.limit = limit  # None: values whole (JSON, --verbose)
         a_keys = {*r.metadata_removed, *r.metadata_changed}  # only the values shown
@@ -43,7 +43,7 @@ class _View:
         self.meta_removed = {k: ma[k] for k in natural_sorted(r.metadata_removed)}
         self.meta_changed = {k: (ma[k], mb[k]) for k in natural_sorted(r.metadata_changed)}
         self.data = None if r.data is None else natural_sorted(r.data, key=_data_name)
-        self.kinds = {t.name: t.common_dtype for t in sa.tensors}
+        self.kinds = {t.name: t.common_dtype for t in sa.tensors.values()}
 
     def v(self, value: Any) -> str:
         """A value: strings quoted, others as JSON, cut to the limit."""
@@ -122,7 +122,7 @@ def run_diff(args: argparse.Namespace, out: Output) -> int:
     return 1 if args.fail_on_diff and not r.identical else 0
 
 
-def _diff(sa: Structure, sb: Structure, data: bool, out: Output) -> DiffResult:
+def _diff(sa: Catalog, sb: Catalog, data: bool, out: Output) -> DiffResult:
     """:func:`tensorfile.ops.diff`, with a progress bar on a terminal's stderr while the
     data is compared (``--data``)."""
     if not data:

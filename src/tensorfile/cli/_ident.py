@@ -10,8 +10,8 @@ import argparse
 from dataclasses import dataclass
 from typing import Any
 
+from ..core.catalog import Catalog
 from ..ops import content_hash, load, structural_hash
-from ..ops._structure import Structure
 from ._each import for_each
 from ._output import Output
 from ._progress import HASH_DELAY, progress
@@ -22,7 +22,7 @@ SCHEMA = 1
 """The ``schema`` of every ``--json`` document the command line prints."""
 
 
-def _structural(s: Structure, out: Output) -> str:
+def _structural(s: Catalog, out: Output) -> str:
     """The structural hash, with a bar on a terminal's stderr when it takes long."""
     with progress(out, "hashing the header", unit="items", delay=HASH_DELAY) as report:
         return structural_hash(s, progress=report)
@@ -30,7 +30,7 @@ def _structural(s: Structure, out: Output) -> str:
 
 @dataclass(frozen=True)
 class _Ident:
-    structure: Structure
+    structure: Catalog
     key: str  # "structural_hash" or "content_hash"
     digest: str
 
@@ -59,17 +59,17 @@ def run_id(args: argparse.Namespace, out: Output) -> int:
 def run_summary(args: argparse.Namespace, out: Output) -> int:
     """``tensorfile summary PATH...``: ``format,version,tensors,metadata,hash``."""
 
-    def read(path: str) -> tuple[Structure, str]:
+    def read(path: str) -> tuple[Catalog, str]:
         s = load(path)
         return s, _structural(s, out)
 
-    def to_json(r: tuple[Structure, str]) -> dict[str, Any]:
+    def to_json(r: tuple[Catalog, str]) -> dict[str, Any]:
         s, digest = r
         return {"schema": SCHEMA, "format": s.format, "path": s.path, "version": s.version,
                 "tensor_count": len(s.tensors), "metadata_count": len(s.metadata),
                 "structural_hash": digest}  # fmt: skip
 
-    def show(r: tuple[Structure, str], label: str | None) -> None:
+    def show(r: tuple[Catalog, str], label: str | None) -> None:
         s, digest = r
         line = f"{s.format},{s.version or 'N/A'},{len(s.tensors)},{len(s.metadata)},{digest}"
         out.line(line if label is None else f"{label},{line}")

@@ -15,8 +15,8 @@ from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
+from ..core.catalog import TensorInfo
 from ..ops import inspect
-from ..ops._structure import TensorEntry
 from ..ops.inspect import InspectResult, ModuleGroup, module_tree
 from ._each import for_each
 from ._output import Output, human_bytes, printable
@@ -29,11 +29,11 @@ __all__ = ["cell", "inspect_json", "label", "run_inspect"]
 DEFAULT_ROWS = 200
 
 
-def _shape(t: TensorEntry) -> str:
+def _shape(t: TensorInfo) -> str:
     return "[" + ", ".join(str(d) for d in t.shape) + "]"
 
 
-def _name(t: TensorEntry) -> str:
+def _name(t: TensorInfo) -> str:
     return t.name
 
 
@@ -139,14 +139,14 @@ def _tensors(r: InspectResult, out: Output, *, verbose: bool) -> None:
     ordered = natural_sorted(r.tensors, key=_name)
     shown = ordered if verbose or len(ordered) <= DEFAULT_ROWS else ordered[:DEFAULT_ROWS]
     for t in shown:
-        notes = [n for n in (t.layout, t.encoding) if n not in ("dense", "raw")]
+        notes = [n for n in (t.layout, t.encoding) if n not in ("dense", "quantized", "raw")]
         extra = f" ({', '.join(notes)})" if notes else ""
         row = [
-            cell(t.name), cell(t.dtype + extra), cell(_shape(t)), cell(f"{t.byte_length:,}"),
+            cell(t.name), cell(r.dtype_of(t) + extra), cell(_shape(t)), cell(f"{t.nbytes:,}"),
             cell(f"[{t.data_offsets[0]}, {t.data_offsets[1]})"),
         ]  # fmt: skip
         if r.shards:
-            row.append(cell(os.path.basename(t.shard) if t.shard else ""))
+            row.append(cell(os.path.basename(t.file) if t.file else ""))
         table.add_row(*row)
     out.render(table)
     if len(shown) < len(r.tensors):
@@ -171,7 +171,7 @@ def _tree(root: ModuleGroup, r: InspectResult, width: int) -> Tree:
         node, group, depth = stack.pop()
         cut = len(group.prefix) + 1 if group.prefix else 0
         if depth >= depth_limit and group.children:
-            _flat(node, group, cut)
+            _flat(node, group, cut, r)
             continue
         for child in natural_sorted(group.children, key=_prefix):
             text = (
@@ -180,13 +180,13 @@ def _tree(root: ModuleGroup, r: InspectResult, width: int) -> Tree:
             )
             stack.append((node.add(label(text)), child, depth + 1))
         for t in natural_sorted(group.tensors, key=_name):
-            node.add(label(f"{t.name[cut:]}  {t.dtype} {_shape(t)}  {t.parameters:,}"))
+            node.add(label(f"{t.name[cut:]}  {r.dtype_of(t)} {_shape(t)}  {t.numel:,}"))
     return tree
 
 
-def _flat(node: Tree, group: ModuleGroup, cut: int) -> None:
+def _flat(node: Tree, group: ModuleGroup, cut: int, r: InspectResult) -> None:
     """Every tensor below ``group``, one line each, after a note saying why."""
-    tensors: list[TensorEntry] = []
+    tensors: list[TensorInfo] = []
     pending = [group]
     while pending:
         g = pending.pop()
@@ -194,4 +194,4 @@ def _flat(node: Tree, group: ModuleGroup, cut: int) -> None:
         pending.extend(g.children)
     node.add(label(f"({plural(len(tensors), 'tensor')} in modules nested deeper, listed flat)"))
     for t in sorted(tensors, key=lambda t: natural_key(t.name)):
-        node.add(label(f"{t.name[cut:]}  {t.dtype} {_shape(t)}  {t.parameters:,}"))
+        node.add(label(f"{t.name[cut:]}  {r.dtype_of(t)} {_shape(t)}  {t.numel:,}"))

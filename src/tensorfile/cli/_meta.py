@@ -89,7 +89,7 @@ def run_meta(args: argparse.Namespace, out: Output) -> int:
 def _print(args: argparse.Namespace, out: Output) -> int:
     def read(path: str) -> tuple[str, dict[str, Any]]:
         s = load(path)
-        return s.path, _printable(plain_metadata(s.metadata))
+        return s.path or path, _printable(plain_metadata(s.metadata))
 
     def to_json(r: tuple[str, dict[str, Any]]) -> dict[str, Any]:
         return {"schema": SCHEMA, "path": _printable(r[0]), "metadata": r[1]}

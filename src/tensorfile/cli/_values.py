@@ -7,7 +7,7 @@ float it reads ``9.999999747378752e-06``. Every output shows it as the shortest 
 reads back as the same float32 (``1e-05``), in JSON too (a number still).
 
 Example:
-    >>> meta = {"eps": GGUFValue("float32", 9.999999747378752e-06), "name": "tiny"}
+    >>> meta = {"eps": TypedValue("float32", 9.999999747378752e-06), "name": "tiny"}
     >>> plain_metadata(meta)
     {'eps': 1e-05, 'name': 'tiny'}
     >>> value_text(list(range(100)), 20), value_text("x" * 50, 10, quoted=True)
@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from tensorfile.formats.gguf import GGUFValue
+from tensorfile.core.values import TypedValue
 
 from ..ops.inspect import BRIEF_CHARS, brief_value, json_metadata
 from ._output import printable
@@ -41,18 +41,20 @@ def short32(value: Any, head: int | None = None) -> Any:
     anything else as it is.
 
     Example:
-        >>> short32(GGUFValue("array", [0.10000000149011612, 0.20000000298023224], "float32"), 1)
-        GGUFValue(type='array', value=[0.1, 0.20000000298023224], element_type='float32', bits=None)
+        >>> short32(TypedValue("array", [0.10000000149011612, 0.20000000298023224], "float32"), 1)
+        ... # doctest: +NORMALIZE_WHITESPACE
+        TypedValue(type='array', value=[0.1, 0.20000000298023224],
+                   element_type='float32', bits=None)
     """
-    if not isinstance(value, GGUFValue):
+    if not isinstance(value, TypedValue):
         return value
     if value.type == "float32":
-        return GGUFValue("float32", float(str(np.float32(value.value))))
+        return TypedValue("float32", float(str(np.float32(value.value))))
     if value.type == "array" and value.element_type == "float32" and value.value:
         items = value.value
         n = len(items) if head is None else min(head, len(items))
         short = [float(text) for text in map(str, np.asarray(items[:n], np.float32))]
-        return GGUFValue("array", short + items[n:], "float32")
+        return TypedValue("array", short + items[n:], "float32")
     return value
 
 
@@ -63,7 +65,7 @@ def plain_metadata(metadata: Mapping[str, Any], head: int | None = None) -> dict
     arrays, for output that shows no more).
 
     Example:
-        >>> plain_metadata({"x": GGUFValue("float32", float("nan")), "y": 2})
+        >>> plain_metadata({"x": TypedValue("float32", float("nan")), "y": 2})
         {'x': 'NaN', 'y': 2}
     """
     return json_metadata({k: short32(v, head) for k, v in metadata.items()})

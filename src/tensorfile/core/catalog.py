@@ -19,9 +19,11 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from . import dtypes
 from .dtypes import DType
+from .source import ReadStats
 
-__all__ = ["ByteRange", "Catalog", "Component", "TensorInfo"]
+__all__ = ["ByteRange", "Catalog", "Component", "ShardInfo", "TensorInfo"]
 
 
 class ByteRange(NamedTuple):
@@ -79,6 +81,12 @@ class TensorInfo(NamedTuple):
             block types, stored as bytes) or a format extension.
         dtype_name: the element type as the file names it, when that is not ``dtype.name``
             (zTensor's ``float32``, GGUF's ``q4_k``).
+        file: the file holding the tensor, in a catalog of several files (a sharded
+            checkpoint, a glob); None in a catalog of one file.
+        offset_base: the offset the file's header counts data offsets from (the start of the
+            data region for safetensors and GGUF, 0 for zTensor), which
+            :attr:`data_offsets` subtracts; 0 (absolute offsets) unless the catalog's
+            builder sets it.
     """
 
     name: str
@@ -87,6 +95,8 @@ class TensorInfo(NamedTuple):
     components: Mapping[str, Component]
     layout: str = "dense"
     dtype_name: str | None = None
+    file: str | None = None
+    offset_base: int = 0
 
     @property
     def stored_dtype(self) -> str:
@@ -113,6 +123,70 @@ class TensorInfo(NamedTuple):
         """Stored bytes of all components."""
         return sum(c.range.length for c in self.components.values())
 
+    @property
+    def first(self) -> Component | None:
+        """The component that locates the tensor: ``data`` (dense), else ``values``
+        (sparse), else the one stored first; None when it has none."""
+        comps = self.components
+        return (
+            comps.get("data")
+            or comps.get("values")
+            or min(comps.values(), key=lambda c: c.range.start, default=None)
+        )
+
+    @property
+    def data_offsets(self) -> tuple[int, int]:
+        """``[start, end)`` of :attr:`first` as the file's header counts it (see
+        ``offset_base``): relative to the data region for safetensors and GGUF, absolute
+        for zTensor; ``(0, 0)`` for a tensor with no component."""
+        c = self.first
+        if c is None:
+            return (0, 0)
+        return (c.range.start - self.offset_base, c.range.stop - self.offset_base)
+
+    @property
+    def encoding(self) -> str:
+        """``raw`` or the codec of :attr:`first`."""
+        c = self.first
+        return c.encoding if c is not None else "raw"
+
+    @property
+    def common_dtype(self) -> str:
+        """The dtype in one vocabulary for every format: tensorfile's names (``F32``,
+        ``BF16``...) and, for types tensorfile has no name for (GGUF's quantized blocks),
+        the file's name upper-cased (``Q4_K``).
+
+        Example:
+            >>> TensorInfo("w", dtypes.from_name("U8"), (32,), {}, "quantized", "q8_0").common_dtype
+            'Q8_0'
+        """
+        name = self.stored_dtype
+        try:
+            return dtypes.from_name(name).name
+        except KeyError:
+            return name.upper()
+
+    @property
+    def decoded_nbytes(self) -> int:
+        """Bytes of the tensor's dense, decoded data; the stored bytes for a type tensorfile
+        does not know (GGUF's quantized blocks), whose decoded size it cannot tell."""
+        if self.layout == "quantized":
+            return self.nbytes
+        if self.dtype_name is not None:
+            try:
+                dtypes.from_name(self.dtype_name)
+            except KeyError:
+                return self.nbytes
+        return self.dtype.nbytes(self.numel)
+
+
+class ShardInfo(NamedTuple):
+    """One file of a catalog of several files (a sharded checkpoint, a glob)."""
+
+    path: str
+    tensor_count: int
+    total_bytes: int
+
 
 @dataclass(frozen=True, slots=True)
 class Catalog:
@@ -126,6 +200,13 @@ class Catalog:
         header_size: bytes of the header or manifest, without length prefixes.
         data_start: absolute offset where the data region starts.
         version: the format version, when the format has one.
+        extra: what a format keeps beside (zTensor's manifest offsets, say).
+        path: what was read, when the catalog was read by name (a file, an index, a glob).
+        shards: the files of a catalog of several files (a sharded checkpoint, a glob), in
+            order; None for one file. Each tensor's ``file`` then says which holds it.
+        stats: what reading the header(s) cost, per source.
+        opened_from: where a file named in ``path`` or ``shards`` is opened again, when its
+            name is not that (a URL's shown name hides its credentials and query string).
     """
 
     format: str
@@ -135,9 +216,73 @@ class Catalog:
     data_start: int
     version: str | None = None
     extra: Mapping[str, object] = field(default_factory=dict)
+    path: str | None = None
+    shards: tuple[ShardInfo, ...] | None = None
+    stats: tuple[ReadStats, ...] = field(default=(), compare=False)
+    opened_from: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def bytes_read(self) -> int:
+        """Bytes read from every source to learn this catalog."""
+        return sum(s.bytes_read for s in self.stats)
+
+    def by_name(self) -> list[TensorInfo]:
+        """The tensors sorted by name."""
+        return sorted(self.tensors.values(), key=_name_of)
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.tensors)
 
     def __len__(self) -> int:
         return len(self.tensors)
+
+
+def _name_of(t: TensorInfo) -> str:
+    return t.name
+
+
+def merged(path: str, parts: list[Catalog], files: list[str]) -> Catalog:
+    """One catalog of the catalogs ``parts``, read from ``files`` (a sharded checkpoint, a
+    glob): each tensor's ``file`` says where it is; ``metadata`` is the first file's, with
+    what later files add; a tensor in two files, or files of two formats, is an
+    :class:`~tensorfile.errors.InvalidArgumentError`.
+
+    Example:
+        >>> one = Catalog("safetensors", {"a": "1"}, {}, 10, 18)
+        >>> m = merged("*.safetensors", [one, one], ["x.safetensors", "y.safetensors"])
+        >>> m.header_size, m.metadata, [s.path for s in m.shards]
+        (20, {'a': '1'}, ['x.safetensors', 'y.safetensors'])
+    """
+    from .errors import InvalidArgumentError
+
+    tensors: dict[str, TensorInfo] = {}
+    metadata: dict[str, Any] = {}
+    shards = []
+    formats = {p.format for p in parts}
+    if len(formats) > 1:
+        raise InvalidArgumentError(f"{path}: the files mix formats ({', '.join(sorted(formats))})")
+    for part, file in zip(parts, files, strict=True):
+        shard = part.path or file
+        for t in part.tensors.values():
+            if t.name in tensors:
+                raise InvalidArgumentError(
+                    f"{path}: tensor {t.name!r} is in both {tensors[t.name].file} and {shard}"
+                )
+            tensors[t.name] = t._replace(file=shard)
+        for k, v in part.metadata.items():
+            metadata.setdefault(k, v)
+        total = sum(t.nbytes for t in part.tensors.values())
+        shards.append(ShardInfo(shard, len(part.tensors), total))
+    first = parts[0] if parts else None
+    return Catalog(
+        first.format if first else "safetensors",
+        metadata,
+        tensors,
+        sum(p.header_size for p in parts),
+        first.data_start if first else 0,
+        first.version if first else None,
+        path=path,
+        shards=tuple(shards),
+        stats=tuple(s for p in parts for s in p.stats),
+        opened_from={k: v for p in parts for k, v in p.opened_from.items()},
+    )

@@ -236,7 +236,12 @@ class InvalidOffsetsError(SafetensorError):
 
 
 class IncompleteBufferError(SafetensorError):
-    """The tensor byte ranges do not end exactly at the end of the file."""
+    """The tensor byte ranges do not end exactly at the end of the file.
+
+    ``past_end`` names the tensors whose bytes run past the end of a file cut short (empty
+    when the file is longer than its tensors)."""
+
+    past_end: tuple[str, ...] = ()
 
 
 class ValidationOverflowError(SafetensorError):

@@ -8,7 +8,11 @@ reader surface (``keys()``, ``metadata``, ``info``, ``view``, ``get_tensor``,
 ``read_slice``, ``get_tensors``), opens each shard on first use and only once, and checks
 that a shard holds the tensors the index places in it.
 
-The index is held to the operations' rules: at most 64 MiB, a ``weight_map`` of text to
+A :class:`ShardedReader` is a :class:`~tensorfile.core.reader.Reader`: ``catalog`` is the
+checkpoint's whole catalog (every shard's header read, each tensor's ``file`` its shard) and
+``metadata`` the index's ``metadata`` merged with what every shard's metadata agrees on (see
+:func:`tensorfile.formats.catalogs.checkpoint_metadata`); both read the shards' headers on first
+use. The index is held to the operations' rules: at most 64 MiB, a ``weight_map`` of text to
 text, shards named by plain relative names in the index's folder (no ``..``, no absolute
 paths or URLs); a remote index's shards are fetched from next to it.
 
@@ -21,19 +25,21 @@ Example:
     >>> with tensorfile.open(d) as ck:
     ...     ck.keys(), ck.get_tensor("b").sum(), ck.opened
     (['a', 'b'], np.float32(300.0), ['model-00002-of-00002.safetensors'])
+    >>> with tensorfile.open(d) as ck:
+    ...     isinstance(ck, tensorfile.Reader), dict(ck.metadata), ck.total_size
+    (True, {}, 2400)
 """
 
 from __future__ import annotations
 
 import glob
-import json
 import os
 import threading
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Iterable, Mapping
+from typing import Any, NoReturn, TypeVar
 
-from tensorfile.core.catalog import TensorInfo
-from tensorfile.core.errors import (
+from ..core.catalog import Catalog, TensorInfo
+from ..core.errors import (
     FormatError,
     InvalidArgumentError,
     SafetensorError,
@@ -41,45 +47,57 @@ from tensorfile.core.errors import (
     TensorFileError,
     TensorNotFoundError,
 )
-from tensorfile.core.reader import Reader
-from tensorfile.formats import open_reader
-from tensorfile.sources import PathOrData, is_url
+from ..core.reader import Allocator, NDArray, Reader, names_list, numpy_allocator
+from ..sources import PathOrData, is_url
+from . import open_reader
+from .catalogs import INDEX_SUFFIX, CheckpointIndex, checkpoint_catalog, locate_checkpoint
 
-__all__ = ["ShardedReader", "open"]
+__all__ = ["ShardedReader", "open", "open_checkpoint"]
 
-INDEX_SUFFIX = ".index.json"  # the operations' rule (tensorfile.formats._index), loaded lazily
+T = TypeVar("T")
 
 
-class ShardedReader:
+class ShardedReader(Reader):
     """A sharded checkpoint read as one file (see the module docstring)."""
 
-    format = "safetensors"
-
-    def __init__(
-        self, index: str, weight_map: dict[str, str], where: dict[str, str], doc: dict[str, Any]
-    ) -> None:
-        self.index = index
-        self._map = weight_map
-        self._where = where
-        meta = doc.get("metadata")
-        meta = meta if isinstance(meta, dict) else {}
-        total = meta.get("total_size")
-        self.total_size: int | None = total if isinstance(total, int) else None
-        self.metadata: dict[str, str] = {
-            str(k): v if isinstance(v, str) else json.dumps(v)
-            for k, v in meta.items()
-            if k != "total_size"
-        }
+    def __init__(self, ck: CheckpointIndex) -> None:  # no Reader.__init__: no one source
+        self._ck = ck
+        self.index = ck.shown
+        self.total_size: int | None = ck.total_size
         self._readers: dict[str, Reader] = {}
         self._lock = threading.Lock()
         self._closed = False
+        self._catalog: Catalog | None = None
+
+    # -- the checkpoint as a whole ---------------------------------------------------------
+
+    @property
+    def catalog(self) -> Catalog:
+        """The whole checkpoint's catalog (reads every shard's header on first use)."""
+        if self._catalog is None:
+            self._catalog = checkpoint_catalog(self._ck, agreed=True)
+        return self._catalog
+
+    @catalog.setter
+    def catalog(self, value: Catalog) -> NoReturn:
+        raise AttributeError("a ShardedReader's catalog is read from its shards")
+
+    @property
+    def format(self) -> str:
+        """``safetensors``: the format of the shards."""
+        return "safetensors"
+
+    @property
+    def metadata(self) -> Mapping[str, Any]:
+        """The index's metadata and what every shard's metadata agrees on."""
+        return self.catalog.metadata
 
     # -- the shards ------------------------------------------------------------------------
 
     @property
     def shards(self) -> list[str]:
         """The shard files the index names, each once, in order of first mention."""
-        return list(dict.fromkeys(self._map.values()))
+        return self._ck.shards
 
     @property
     def opened(self) -> list[str]:
@@ -89,14 +107,14 @@ class ShardedReader:
     def _reader(self, name: str) -> Reader:
         if self._closed:
             raise InvalidArgumentError(f"{self.index}: the checkpoint is closed")
-        shard = self._map.get(name)
+        shard = self._ck.weight_map.get(name)
         if shard is None:
             raise TensorNotFoundError(f"{self.index}: no tensor named {name!r}")
         with self._lock:
             reader = self._readers.get(shard)
             if reader is None:
                 try:
-                    reader = open_reader(self._where[shard], format="safetensors")
+                    reader = open_reader(self._ck.where[shard], format="safetensors")
                 except TensorFileError as exc:
                     raise type(exc)(f"{self.index}: shard {shard}: {exc}") from exc
                 except OSError as exc:
@@ -112,10 +130,16 @@ class ShardedReader:
 
     def keys(self) -> list[str]:
         """The tensor names of the index, sorted (as a safetensors file lists them)."""
-        return sorted(self._map)
+        return sorted(self._ck.weight_map)
 
     def __contains__(self, name: object) -> bool:
-        return name in self._map
+        try:
+            return name in self._ck.weight_map
+        except TypeError:  # unhashable
+            return False
+
+    def __len__(self) -> int:
+        return len(self._ck.weight_map)
 
     def info(self, name: str) -> TensorInfo:
         """The tensor's :class:`TensorInfo` (its byte ranges are in its shard)."""
@@ -123,26 +147,40 @@ class ShardedReader:
 
     def shard_of(self, name: str) -> str:
         """The shard file the index places ``name`` in."""
-        if name not in self._map:
+        if name not in self._ck.weight_map:
             raise TensorNotFoundError(f"{self.index}: no tensor named {name!r}")
-        return self._map[name]
+        return self._ck.weight_map[name]
 
-    def view(self, name: str) -> Any:
+    def view(self, name: str) -> NDArray:
         """A zero-copy, read-only view of the tensor (see ``Reader.view``)."""
         return self._reader(name).view(name)
 
-    def get_tensor(self, name: str) -> Any:
+    def get_tensor(self, name: str) -> NDArray:
         """An owned copy of the tensor."""
         return self._reader(name).get_tensor(name)
 
-    def read_slice(self, name: str, key: Any) -> Any:
+    def read_slice(self, name: str, key: Any) -> NDArray:
         """Part of the tensor, reading only the bytes it needs."""
         return self._reader(name).read_slice(name, key)
 
-    def get_tensors(self, names: Iterable[str] | None = None) -> dict[str, Any]:
+    def get_tensors(self, names: Iterable[str] | None = None) -> dict[str, NDArray]:
         """Owned copies of ``names`` (default: every tensor), shard by shard."""
-        wanted = self.keys() if names is None else list(names)
-        return {n: self.get_tensor(n) for n in wanted}
+        wanted = self.keys() if names is None else names_list(names)
+        got = self.read_into(wanted, numpy_allocator)
+        return dict(zip(wanted, got, strict=True))
+
+    def read_into(self, names: list[str], alloc: Allocator[T]) -> list[T]:
+        """Read ``names`` with ``alloc``'s buffers, each shard's tensors in one call."""
+        by_shard: dict[str, list[int]] = {}
+        for i, name in enumerate(names):
+            self._reader(name)  # unknown names and misplaced tensors fail before any read
+            by_shard.setdefault(self._ck.weight_map[name], []).append(i)
+        out: list[Any] = [None] * len(names)
+        for shard, where in by_shard.items():
+            got = self._readers[shard].read_into([names[i] for i in where], alloc)
+            for i, value in zip(where, got, strict=True):
+                out[i] = value
+        return out
 
     def close(self) -> None:
         """Close every opened shard."""
@@ -152,29 +190,15 @@ class ShardedReader:
         for reader in readers:
             reader.close()
 
-    def __enter__(self) -> ShardedReader:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
     def __repr__(self) -> str:
-        return f"ShardedReader({self.index!r}, {len(self._map)} tensors, {len(self.shards)} shards)"
+        n = len(self._ck.weight_map)
+        return f"ShardedReader({self.index!r}, {n} tensors, {len(self.shards)} shards)"
 
 
 def open_checkpoint(target: str) -> ShardedReader:
     """A :class:`ShardedReader` over the checkpoint ``target`` (an index path or URL, or a
     local folder holding one)."""
-    from tensorfile.formats._index import index_path, local_shards, read_index_doc, remote_shards
-
-    local = not is_url(target)
-    index = index_path(target) if local else target
-    if index is None:
-        raise InvalidArgumentError(f"{target} is not a sharded checkpoint index")
-    weight_map, shown, doc = read_index_doc(index, local=local)  # read once
-    shards = list(dict.fromkeys(weight_map.values()))
-    where = local_shards(index, shards) if local else remote_shards(index, shown, shards)
-    return ShardedReader(shown, weight_map, where, doc)
+    return ShardedReader(locate_checkpoint(target))
 
 
 def _lone_file(folder: str) -> str | None:
@@ -193,9 +217,10 @@ def _lone_file(folder: str) -> str | None:
 
 def open(
     path_or_data: PathOrData, *, format: str | None = None, allow_full_download: bool | None = None
-) -> Reader | ShardedReader:
-    """Open a tensor file, or a sharded checkpoint (see the module docstring); everything
-    else is :func:`tensorfile.formats.open_reader`'s.
+) -> Reader:
+    """Open a tensor file, or a sharded checkpoint (see the module docstring), and return a
+    :class:`~tensorfile.core.reader.Reader` (a :class:`ShardedReader` for a checkpoint);
+    everything else is :func:`tensorfile.formats.open_reader`'s.
 
     Example:
         >>> import numpy as np, tensorfile

@@ -29,6 +29,7 @@ from tensorfile.core.catalog import ByteRange, Catalog, Component, TensorInfo
 from tensorfile.core.errors import GGUFError, SourceError
 from tensorfile.core.reader import Reader, brief
 from tensorfile.core.source import Source
+from tensorfile.core.values import TypedValue
 from tensorfile.formats import GGUF
 
 __all__ = [
@@ -130,15 +131,8 @@ _VALUE_TYPES: dict[int, tuple[str, str | None]] = {
 }
 
 
-@dataclass(frozen=True, slots=True)
-class GGUFValue:
-    """A typed metadata value. For arrays ``value`` is a list and ``element_type`` is set."""
-
-    type: str
-    value: Any
-    element_type: str | None = None
-    bits: Any = None
-    """For float32 values: the stored bit pattern(s) (a NaN's payload survives no float)."""
+GGUFValue = TypedValue
+"""A GGUF metadata value with its type (:class:`tensorfile.core.values.TypedValue`)."""
 
 
 @dataclass(frozen=True, slots=True)

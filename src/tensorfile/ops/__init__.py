@@ -43,8 +43,9 @@ Example:
     4
 """
 
+from ..core.catalog import ShardInfo
+from ._catalogs import MAX_INDEX_BYTES, load
 from ._dense import MAX_DENSE_BYTES
-from ._structure import MAX_INDEX_BYTES, ShardInfo, Structure, TensorEntry, load
 from .convert import ConvertResult, convert
 from .diff import DiffResult, diff
 from .hash import content_hash, structural_hash
@@ -61,8 +62,6 @@ __all__ = [
     "InspectResult",
     "MetadataEdit",
     "ShardInfo",
-    "Structure",
-    "TensorEntry",
     "TensorStats",
     "VerifyReport",
     "content_hash",

@@ -25,7 +25,7 @@ import numpy as np
 from ..core import dtypes
 from ..core.errors import InvalidArgumentError, SourceError, UnsupportedError
 from ..core.reader import Reader
-from ._structure import load, open_readers
+from ._catalogs import files_of, load, open_readers
 
 __all__ = ["ConvertSource", "Item", "open_source"]
 
@@ -106,10 +106,10 @@ def _is_tensor_file(src: str) -> bool:
 def _tensorfile(src: str) -> ConvertSource:
     s = load(src)
     readers = open_readers(s)
-    files = [sh.path for sh in s.shards] if s.shards else [s.path]
-    where = {t.name: t.shard or files[0] for t in s.tensors}
+    files = files_of(s)
+    where = {t.name: t.file or files[0] for t in s.by_name()}
     items: list[Item] = []
-    for t in s.tensors:
+    for t in s.by_name():
         reader = readers[where[t.name]]
         info = reader.info(t.name)
         if info.layout == "quantized":

@@ -28,8 +28,10 @@ from typing import Any
 
 import numpy as np
 
-from tensorfile.formats.gguf import GGUFValue
+from tensorfile.core.values import TypedValue
 
+from ..core.catalog import Catalog, TensorInfo
+from ._catalogs import load, naming, open_readers
 from ._dense import (
     CHUNK_BYTES,
     MAX_DENSE_BYTES,
@@ -39,7 +41,6 @@ from ._dense import (
     dense_value,
     is_extension,
 )
-from ._structure import Structure, TensorEntry, load, naming, open_readers
 from .hash import canonical_value
 from .inspect import json_metadata
 
@@ -133,13 +134,13 @@ def _json_number(x: float | None) -> float | str | None:
     return "Infinity"
 
 
-def _fields(t: TensorEntry) -> dict[str, Any]:
-    return {"dtype": t.common_dtype, "shape": list(t.shape), "byte_length": t.data_bytes}
+def _fields(t: TensorInfo) -> dict[str, Any]:
+    return {"dtype": t.common_dtype, "shape": list(t.shape), "byte_length": t.decoded_nbytes}
 
 
 def diff(
-    a: str | Structure,
-    b: str | Structure,
+    a: str | Catalog,
+    b: str | Catalog,
     *,
     data: bool = False,
     max_dense_bytes: int = MAX_DENSE_BYTES,
@@ -172,8 +173,8 @@ def diff(
     """
     sa = load(a) if isinstance(a, str) else a
     sb = load(b) if isinstance(b, str) else b
-    ta = {t.name: t for t in sa.tensors}
-    tb = {t.name: t for t in sb.tensors}
+    ta = dict(sa.tensors)
+    tb = dict(sb.tensors)
     changed = []
     for name in sorted(ta.keys() & tb.keys()):
         fa, fb = _fields(ta[name]), _fields(tb[name])
@@ -185,8 +186,8 @@ def diff(
     ma = json_metadata({k: sa.metadata[k] for k in (*differ, *(sa.metadata.keys() - both))})
     mb = json_metadata({k: sb.metadata[k] for k in (*differ, *(sb.metadata.keys() - both))})
     result = DiffResult(
-        sa.path,
-        sb.path,
+        sa.path or "",
+        sb.path or "",
         sorted(tb.keys() - ta.keys()),
         sorted(ta.keys() - tb.keys()),
         changed,
@@ -219,8 +220,8 @@ def _same_value(x: Any, y: Any) -> bool:
     if type(x) is str and type(y) is str:
         return x == y
     if (
-        isinstance(x, GGUFValue)
-        and isinstance(y, GGUFValue)
+        isinstance(x, TypedValue)
+        and isinstance(y, TypedValue)
         and x.type == y.type
         and x.element_type == y.element_type
         and (x.element_type if x.type == "array" else x.type) in _EXACT_KINDS
@@ -231,8 +232,8 @@ def _same_value(x: Any, y: Any) -> bool:
 
 
 def _compare_data(
-    sa: Structure,
-    sb: Structure,
+    sa: Catalog,
+    sb: Catalog,
     names: list[str],
     limit: int = MAX_DENSE_BYTES,
     progress: Callable[[int, int], None] | None = None,
@@ -248,15 +249,16 @@ def _compare_data(
         for r in ra.values():
             r.close()
         raise
-    ea = {t.name: t for t in sa.tensors}
-    eb = {t.name: t for t in sb.tensors}
+    ea, eb = sa.tensors, sb.tensors
     out: list[DataDiff] = []
     try:
-        pairs = [(ra[ea[n].shard or sa.path], rb[eb[n].shard or sb.path], n) for n in names]
+        pairs = [
+            (ra[ea[n].file or sa.path or ""], rb[eb[n].file or sb.path or ""], n) for n in names
+        ]
         for a, b, name in pairs:  # every refusal before the first byte of data
             check_densifiable(a.info(name), a.source.name, limit)
             check_densifiable(b.info(name), b.source.name, limit)
-        total = sum(ea[n].data_bytes for n in names)
+        total = sum(ea[n].decoded_nbytes for n in names)
         done = [0, 0]  # bytes compared: up to the current tensor, of the current tensor
 
         def advance(nbytes: int) -> None:
@@ -273,7 +275,7 @@ def _compare_data(
             found = _compare_values(name, va, vb, advance)
             if found is not None:
                 out.append(found)
-            done[0], done[1] = done[0] + ea[name].data_bytes, 0
+            done[0], done[1] = done[0] + ea[name].decoded_nbytes, 0
             advance(0)
     finally:
         for r in (*ra.values(), *rb.values()):

@@ -18,9 +18,12 @@ tensor bytes (dense, row-major, little-endian), so a model converted between saf
 zTensor keeps it. It streams the data.
 
 Example:
-    >>> from tensorfile.ops._structure import Structure, TensorEntry
-    >>> s = Structure("safetensors", "m", None, 0, {},
-    ...               (TensorEntry("test.weight.0", "F32", (64, 128), 32768, (0, 32768)),))
+    >>> from tensorfile.core.catalog import ByteRange, Catalog, Component, TensorInfo
+    >>> from tensorfile.core.dtypes import from_name
+    >>> f32 = from_name("F32")
+    >>> data = {"data": Component(ByteRange(0, 32768), f32)}
+    >>> t = TensorInfo("test.weight.0", f32, (64, 128), data)
+    >>> s = Catalog("safetensors", {}, {t.name: t}, 0, 0, path="m")
     >>> structural_hash(s)
     '625a71753a42bd1b8b43e866dc9c8c0b4535394b9f54707a6dc13593b842a873'
 """
@@ -35,11 +38,13 @@ import struct
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from tensorfile.formats.gguf import GGUFValue
+from tensorfile.core.values import TypedValue
 
+from ..core.catalog import Catalog, TensorInfo
 from ..core.errors import InvalidArgumentError, InvalidTypeError
 from ..core.reader import Reader
 from ..formats import FORMATS
+from ._catalogs import file_dtype, files_of, load, naming, open_readers
 from ._dense import (
     CHUNK_BYTES,
     MAX_DENSE_BYTES,
@@ -48,7 +53,6 @@ from ._dense import (
     dense_chunks,
     is_extension,
 )
-from ._structure import Structure, TensorEntry, load, naming, open_readers
 
 __all__ = ["canonical_json", "canonical_value", "content_hash", "structural_hash"]
 
@@ -80,19 +84,19 @@ def _escape(text: str) -> str:
 
 
 def canonical_value(value: Any) -> str:
-    r"""weight-inspect's canonical text of a metadata value (a ``str`` or a GGUFValue).
+    r"""weight-inspect's canonical text of a metadata value (a ``str`` or a TypedValue).
 
     Example:
         >>> print(canonical_value('café "x"\tend\x7f\b'))
         "café \"x\"\tend\u007f\u0008"
         >>> canonical_value("模型 🙂 \x85\u2028") == '"模型 🙂 \x85\u2028"'  # kept as they are
         True
-        >>> print(canonical_value(GGUFValue("array", ["a", 'b"', "\n"], "string")))
+        >>> print(canonical_value(TypedValue("array", ["a", 'b"', "\n"], "string")))
         ["a","b\"","\n"]
     """
     if isinstance(value, str):
         return f'"{_escape(value)}"'
-    if isinstance(value, GGUFValue):
+    if isinstance(value, TypedValue):
         if value.type == "array":
             return _array(value)
         if value.type == "float32" and value.bits is not None:
@@ -101,7 +105,7 @@ def canonical_value(value: Any) -> str:
     raise InvalidTypeError(f"cannot canonicalise {type(value).__name__}")
 
 
-def _array(value: GGUFValue) -> str:
+def _array(value: TypedValue) -> str:
     """An array's canonical text: a whole array at a time for the types a file can hold
     (a vocabulary of 150,000 tokens in tens of milliseconds), item by item otherwise."""
     kind = value.element_type or ""
@@ -117,7 +121,7 @@ def _array(value: GGUFValue) -> str:
         if text is not None:
             return "[" + text + "]"
     per_item = bits if bits is not None else [None] * len(items)
-    parts = [GGUFValue(kind, v, bits=b) for v, b in zip(items, per_item, strict=True)]
+    parts = [TypedValue(kind, v, bits=b) for v, b in zip(items, per_item, strict=True)]
     return "[" + ",".join(canonical_value(v) for v in parts) + "]"
 
 
@@ -177,35 +181,38 @@ def _scalar(kind: str, value: Any) -> str:
     return str(int(value))
 
 
-def _byte_length(fmt: str, t: TensorEntry) -> int:
+def _byte_length(fmt: str, t: TensorInfo) -> int:
     if fmt == "gguf":
-        size = _GGUF_PLAIN_SIZES.get(t.dtype.lower())
+        size = _GGUF_PLAIN_SIZES.get(t.stored_dtype.lower())
         n = math.prod(t.shape)
         return 0 if size is None or n >= 1 << 64 else (n * size) % (1 << 64)
     if fmt == "ztensor":
-        return t.data_bytes  # decoded size: recompressing keeps the hash
-    return t.byte_length
+        return t.decoded_nbytes  # decoded size: recompressing keeps the hash
+    return t.nbytes
 
 
 def _items(value: Any) -> int:
     """How many items a metadata value counts for in a progress report."""
-    if isinstance(value, GGUFValue) and value.type == "array":
+    if isinstance(value, TypedValue) and value.type == "array":
         return max(1, len(value.value))
     return 1
 
 
-def canonical_json(s: Structure, *, progress: Callable[[int, int], None] | None = None) -> str:
+def canonical_json(s: Catalog, *, progress: Callable[[int, int], None] | None = None) -> str:
     """The compact JSON whose SHA-256 is the structural hash.
 
     Shapes are written in the order the file stores them (weight-inspect's contract): a
-    GGUF tensor's innermost dimension first, the reverse of :attr:`TensorEntry.shape`.
+    GGUF tensor's innermost dimension first, the reverse of :attr:`TensorInfo.shape`.
     ``progress(done, total)`` is called as metadata values are canonicalised, counting each
     item of an array (a 150,000-token vocabulary counts 150,000) and each tensor.
 
     Example:
-        >>> from tensorfile.ops._structure import Structure, TensorEntry
-        >>> s = Structure("gguf", "m.gguf", "3", 0, {},
-        ...               (TensorEntry("w", "F32", (2, 3), 24, (0, 24)),))
+        >>> from tensorfile.core.catalog import ByteRange, Catalog, Component, TensorInfo
+        >>> from tensorfile.core.dtypes import from_name
+        >>> f32 = from_name("F32")
+        >>> data = {"data": Component(ByteRange(0, 24), f32)}
+        >>> t = TensorInfo("w", f32, (2, 3), data, "dense", "f32")
+        >>> s = Catalog("gguf", {}, {"w": t}, 0, 0, "3", path="m.gguf")
         >>> print(canonical_json(s))
         {"format":"gguf","gguf_version":3,"metadata":{},"tensors":{"w":{"name":"w","dtype":"f32","shape":[3,2],"byte_length":24}}}
     """
@@ -229,11 +236,11 @@ def canonical_json(s: Structure, *, progress: Callable[[int, int], None] | None 
     doc["tensors"] = {
         t.name: {
             "name": t.name,
-            "dtype": t.dtype.lower(),
+            "dtype": file_dtype(s, t).lower(),
             "shape": list(t.shape[::-1] if reverse else t.shape),
             "byte_length": _byte_length(s.format, t),
         }
-        for t in sorted(s.tensors, key=lambda t: t.name)
+        for t in s.by_name()
     }
     if progress is not None:
         progress(total, total)
@@ -241,12 +248,13 @@ def canonical_json(s: Structure, *, progress: Callable[[int, int], None] | None 
 
 
 def structural_hash(
-    structure: Structure | str, *, progress: Callable[[int, int], None] | None = None
+    structure: Catalog | str, *, progress: Callable[[int, int], None] | None = None
 ) -> str:
-    r"""The structural hash of a :class:`Structure` (or of the file at a path).
+    r"""The structural hash of a :class:`~tensorfile.core.catalog.Catalog` (or of the file at
+    a path).
 
     Text the header holds that is not valid Unicode (a lone surrogate, possible only in a
-    :class:`Structure` built by hand: every format's reader refuses one) is an
+    catalog built by hand: every format's reader refuses one) is an
     :class:`~tensorfile.errors.InvalidArgumentError`.
 
     ``progress(done, total)``, when given, is called as the hash is computed (see
@@ -254,9 +262,11 @@ def structural_hash(
     without reports). A vocabulary-sized GGUF header takes a few tenths of a second.
 
     Example:
-        >>> from tensorfile.ops._structure import Structure, TensorEntry
-        >>> s = Structure("safetensors", "m", None, 0, {"lang": "日本語"},
-        ...               (TensorEntry("w", "F32", (2,), 8, (0, 8)),))
+        >>> from tensorfile.core.catalog import ByteRange, Catalog, Component, TensorInfo
+        >>> from tensorfile.core.dtypes import from_name
+        >>> f32 = from_name("F32")
+        >>> t = TensorInfo("w", f32, (2,), {"data": Component(ByteRange(0, 8), f32)})
+        >>> s = Catalog("safetensors", {"lang": "日本語"}, {"w": t}, 0, 0, path="m")
         >>> print(canonical_json(s).partition(',"tensors"')[0])
         {"format":"safetensors","metadata":{"lang":"\"日本語\""}
         >>> structural_hash(s) == hashlib.sha256(canonical_json(s).encode()).hexdigest()
@@ -294,20 +304,21 @@ def content_hash(
     with :class:`~tensorfile.errors.UnsupportedError` before any data is read.
     """
     s = load(path)
-    files = [sh.path for sh in s.shards] if s.shards else [s.path]
-    total = sum(t.parameters * _itemsize(t) for t in s.tensors)
+    files = files_of(s)
+    tensors = s.by_name()
+    total = sum(t.numel * _itemsize(t) for t in tensors)
     done = 0
     digest = hashlib.sha256(b"tensorfile-content-v1\n")
     by_file = open_readers(s)
     try:
-        for t in s.tensors:  # every refusal before the first byte of data
-            reader = by_file[t.shard or files[0]]
+        for t in tensors:  # every refusal before the first byte of data
+            reader = by_file[t.file or files[0]]
             check_densifiable(reader.info(t.name), reader.source.name, max_dense_bytes)
-        for t in s.tensors:
+        for t in tensors:
             head = {"name": t.name, "dtype": t.common_dtype, "shape": list(t.shape)}
             digest.update(json.dumps(head, separators=(",", ":"), ensure_ascii=False).encode())
             digest.update(b"\n")
-            reader = by_file[t.shard or files[0]]
+            reader = by_file[t.file or files[0]]
             with naming(reader.source.name):
                 for chunk in _tensor_chunks(reader, t.name):
                     digest.update(chunk)
@@ -320,13 +331,13 @@ def content_hash(
     return digest.hexdigest()
 
 
-def _itemsize(t: TensorEntry) -> int:
+def _itemsize(t: TensorInfo) -> int:
     from ..core import dtypes
 
     try:
-        return dtypes.from_name(t.dtype).itemsize
+        return dtypes.from_name(t.common_dtype).itemsize
     except KeyError:
-        return max(1, t.byte_length // max(1, t.parameters))
+        return max(1, t.nbytes // max(1, t.numel))
 
 
 def _tensor_chunks(reader: Reader, name: str) -> Iterator[bytes | bytearray]:

@@ -21,9 +21,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tensorfile.formats.gguf import GGUFValue
+from tensorfile.core.values import TypedValue
 
-from ._structure import ShardInfo, Structure, TensorEntry, load
+from ..core.catalog import Catalog, ShardInfo, TensorInfo
+from ._catalogs import load
 from .hash import structural_hash
 
 __all__ = [
@@ -37,6 +38,7 @@ __all__ = [
 ]
 
 SCHEMA = 1
+_DENSE = ("dense", "quantized")  # GGUF's quantized blocks are dense tensors of blocks
 
 
 @dataclass(frozen=True)
@@ -54,9 +56,13 @@ class InspectResult:
     total_bytes: int
     metadata: Mapping[str, Any]
     structural_hash: str
-    tensors: tuple[TensorEntry, ...]
+    tensors: tuple[TensorInfo, ...]
     shards: tuple[ShardInfo, ...] | None = None
     bytes_read: int = field(default=0, compare=False)
+
+    def dtype_of(self, t: TensorInfo) -> str:
+        """The tensor's dtype as the file names it, GGUF's upper-cased (``F32``, ``Q4_K``)."""
+        return t.stored_dtype.upper() if self.format == "gguf" else t.stored_dtype
 
     def to_json(self) -> dict[str, Any]:
         """The ``--json`` document (schema 1)."""
@@ -76,12 +82,12 @@ class InspectResult:
             "tensors": [
                 {
                     "name": t.name,
-                    "dtype": t.dtype,
+                    "dtype": self.dtype_of(t),
                     "shape": list(t.shape),
-                    "byte_length": t.byte_length,
+                    "byte_length": t.nbytes,
                     "data_offsets": list(t.data_offsets),
-                    **({"shard": os.path.basename(t.shard)} if t.shard else {}),
-                    **({"layout": t.layout} if t.layout != "dense" else {}),
+                    **({"shard": os.path.basename(t.file)} if t.file else {}),
+                    **({"layout": t.layout} if t.layout not in _DENSE else {}),
                     **({"encoding": t.encoding} if t.encoding != "raw" else {}),
                 }
                 for t in self.tensors
@@ -101,14 +107,14 @@ def json_metadata(metadata: Mapping[str, Any]) -> dict[str, Any]:
     ``"-Infinity"``).
 
     Example:
-        >>> json_metadata({"n": GGUFValue("array", [1.5, float("nan")], "float32"), "s": "x"})
+        >>> json_metadata({"n": TypedValue("array", [1.5, float("nan")], "float32"), "s": "x"})
         {'n': [1.5, 'NaN'], 's': 'x'}
     """
     return {k: _json_value(v) for k, v in metadata.items()}
 
 
 def _json_value(value: Any) -> Any:
-    if isinstance(value, GGUFValue):
+    if isinstance(value, TypedValue):
         items = value.value
         if value.type == "array":  # a vocabulary's 150,000 items: no call per item
             if value.element_type not in ("float32", "float64"):
@@ -148,10 +154,10 @@ def brief_value(value: Any, verbose: bool = False, *, limit: int = BRIEF_CHARS) 
         ("ok', 'tok...", 120)
         >>> brief_value(list(range(5)), limit=10), brief_value(list(range(5)), verbose=True)
         ('[0, 1, ...', '[0, 1, 2, 3, 4]')
-        >>> brief_value(GGUFValue("array", [0.5, float("inf")], "float32"))
+        >>> brief_value(TypedValue("array", [0.5, float("inf")], "float32"))
         "[0.5, 'Infinity']"
     """
-    if isinstance(value, GGUFValue):
+    if isinstance(value, TypedValue):
         value = _json_value(value)
     if verbose:
         return str(value)
@@ -173,15 +179,16 @@ def _head(items: list[Any], limit: int) -> str:
 
 
 def inspect(
-    path: str | Structure, *, progress: Callable[[int, int], None] | None = None
+    path: str | Catalog, *, progress: Callable[[int, int], None] | None = None
 ) -> InspectResult:
-    """Inspect a file, sharded checkpoint or glob (or an already loaded Structure).
+    """Inspect a file, sharded checkpoint or glob (or an already loaded catalog).
 
-    Shapes are row-major for every format and dtypes in the file's names, GGUF's
-    upper-cased (``F32``, ``Q4_K``); a file without tensors has empty ``tensors``,
-    ``parameters_by_dtype`` and ``bytes_by_dtype``. ``progress(done, total)`` is passed to
-    :func:`~tensorfile.ops.hash.structural_hash` (the one step that can take long: a
-    vocabulary-sized GGUF header).
+    Shapes are row-major for every format; ``tensors`` are the catalog's, sorted by name;
+    ``parameters_by_dtype`` and ``bytes_by_dtype`` use the file's dtype names, GGUF's
+    upper-cased (``F32``, ``Q4_K``: :meth:`InspectResult.dtype_of`); a file without tensors
+    has empty ``tensors``, ``parameters_by_dtype`` and ``bytes_by_dtype``.
+    ``progress(done, total)`` is passed to :func:`~tensorfile.ops.hash.structural_hash` (the
+    one step that can take long: a vocabulary-sized GGUF header).
 
     Example:
         >>> import numpy as np, os, tempfile
@@ -189,28 +196,31 @@ def inspect(
         >>> path = os.path.join(tempfile.mkdtemp(), "m.safetensors")
         >>> save_file({"w": np.zeros((2, 3), np.float32)}, path)
         >>> r = inspect(path)
-        >>> [(t.name, t.dtype, t.shape) for t in r.tensors], r.parameters_by_dtype
+        >>> [(t.name, r.dtype_of(t), t.shape) for t in r.tensors], r.parameters_by_dtype
         ([('w', 'F32', (2, 3))], {'F32': 6})
     """
     s = load(path) if isinstance(path, str) else path
     params: dict[str, int] = defaultdict(int)
     nbytes: dict[str, int] = defaultdict(int)
-    for t in s.tensors:
-        params[t.dtype] += t.parameters
-        nbytes[t.dtype] += t.byte_length
+    tensors = tuple(s.by_name())
+    gguf = s.format == "gguf"
+    for t in tensors:
+        dt = t.stored_dtype.upper() if gguf else t.stored_dtype
+        params[dt] += t.numel
+        nbytes[dt] += t.nbytes
     return InspectResult(
         format=s.format,
-        path=s.path,
+        path=s.path or "",
         version=s.version,
         header_size=s.header_size,
-        tensor_count=len(s.tensors),
+        tensor_count=len(tensors),
         parameter_count=sum(params.values()),
         parameters_by_dtype=dict(sorted(params.items())),
         bytes_by_dtype=dict(sorted(nbytes.items())),
         total_bytes=sum(nbytes.values()),
         metadata=s.metadata,
         structural_hash=structural_hash(s, progress=progress),
-        tensors=s.tensors,
+        tensors=tensors,
         shards=s.shards,
         bytes_read=s.bytes_read,
     )
@@ -223,11 +233,11 @@ class ModuleGroup:
     prefix: str
     parameters: int
     bytes: int
-    tensors: tuple[TensorEntry, ...]
+    tensors: tuple[TensorInfo, ...]
     children: tuple[ModuleGroup, ...]
 
 
-def module_tree(tensors: Sequence[TensorEntry], prefix: str = "") -> ModuleGroup:
+def module_tree(tensors: Sequence[TensorInfo], prefix: str = "") -> ModuleGroup:
     """Group tensors by dotted name components (``model.layers.0.attn.q.weight`` under
     ``model.layers.0`` → ``model.layers.0.attn``...), each group with parameter and byte
     subtotals. A chain of groups that all hold the same tensors is collapsed into one
@@ -238,8 +248,11 @@ def module_tree(tensors: Sequence[TensorEntry], prefix: str = "") -> ModuleGroup
     so a name of 100,000 dots is one group, not 100,000 nested calls.
 
     Example:
-        >>> from tensorfile.ops._structure import TensorEntry
-        >>> ts = [TensorEntry(n, "F32", (2,), 8, (0, 8)) for n in ("a.b.c.w", "a.b.c.v", "a.x")]
+        >>> from tensorfile.core.catalog import ByteRange, Component, TensorInfo
+        >>> from tensorfile.core.dtypes import from_name
+        >>> data = {"data": Component(ByteRange(0, 8), from_name("F32"))}
+        >>> names = ("a.b.c.w", "a.b.c.v", "a.x")
+        >>> ts = [TensorInfo(n, from_name("F32"), (2,), data) for n in names]
         >>> root = module_tree(ts)
         >>> [(g.prefix, g.parameters) for g in root.children[0].children]
         [('a.b.c', 4)]
@@ -251,7 +264,7 @@ def module_tree(tensors: Sequence[TensorEntry], prefix: str = "") -> ModuleGroup
         frame = frames[pos]
         pos += 1
         cut = frame.cut  # where the names go on below the group's prefix
-        groups: dict[str, list[TensorEntry]] = defaultdict(list)
+        groups: dict[str, list[TensorInfo]] = defaultdict(list)
         for t in frame.members:
             dot = t.name.find(".", cut)
             if dot < 0:
@@ -278,8 +291,8 @@ def module_tree(tensors: Sequence[TensorEntry], prefix: str = "") -> ModuleGroup
         kids = tuple(built.pop(id(c)) for c in frame.children)
         built[id(frame)] = ModuleGroup(
             frame.prefix,
-            sum(t.parameters for t in frame.leaves) + sum(k.parameters for k in kids),
-            sum(t.byte_length for t in frame.leaves) + sum(k.bytes for k in kids),
+            sum(t.numel for t in frame.leaves) + sum(k.parameters for k in kids),
+            sum(t.nbytes for t in frame.leaves) + sum(k.bytes for k in kids),
             tuple(frame.leaves),
             kids,
         )
@@ -292,6 +305,6 @@ class _Frame:
 
     prefix: str
     cut: int
-    members: list[TensorEntry]
-    leaves: list[TensorEntry] = field(default_factory=list)
+    members: list[TensorInfo]
+    leaves: list[TensorInfo] = field(default_factory=list)
     children: list[_Frame] = field(default_factory=list)

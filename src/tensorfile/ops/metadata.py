@@ -40,7 +40,7 @@ from ..core.atomic import check_editable
 from ..core.errors import InvalidArgumentError, UnsupportedError
 from ..formats import FORMATS, detect
 from ..sources import is_url, open_path
-from ._structure import load
+from ._catalogs import files_of, load
 
 __all__ = ["MetadataEdit", "edit_metadata", "read_metadata"]
 
@@ -125,7 +125,7 @@ def edit_metadata(
     fmt = FORMATS[s.format]
     if not fmt.editable:
         raise UnsupportedError(f"{path}: editing {fmt.title} metadata is not supported (read-only)")
-    files = [sh.path for sh in s.shards] if s.shards else [s.path]
+    files = files_of(s)
     set = dict(set or {})
     delete = list(delete)
     before = {k: str(v) for k, v in s.metadata.items()}

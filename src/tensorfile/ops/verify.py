@@ -28,26 +28,31 @@ Example:
 
 from __future__ import annotations
 
-import json
+import math
 import os
 from collections.abc import Callable
-from contextlib import closing
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from tensorfile.formats._index import index_path, is_index, local_shards, read_index, remote_shards
-
 from ..core.errors import (
     ChecksumError,
     FormatError,
+    IncompleteBufferError,
     InvalidArgumentError,
     SourceError,
     TensorFileError,
 )
 from ..core.reader import Reader
-from ..formats import open_reader
+from ..formats import detect
+from ..formats.catalogs import (
+    CheckpointIndex,
+    index_path,
+    is_index,
+    locate_checkpoint,
+    open_file_source,
+)
 from ..sources import is_url
 
 __all__ = ["Failure", "TensorStats", "VerifyReport", "verify"]
@@ -229,21 +234,31 @@ def verify(
     if index is None and not is_url(target):
         index = index_path(target)
     if index is not None:
-        _checkpoint(run, index, local=not is_url(target))
+        _checkpoint(run, locate_checkpoint(index))
         fmt = "sharded-safetensors"
     else:
         fmt = _single(run, target)
     return VerifyReport(target, fmt, run.checked, tuple(run.failures), deep, tuple(run.stats))
 
 
+def _open(path: str, *, local: bool) -> Reader:
+    """A reader of one file: a local path as a local regular file only (a FIFO or device is
+    refused before it is opened, never waited on)."""
+    source = open_file_source(path, local=local)
+    try:
+        return detect(source).impl().open_reader(source)
+    except BaseException:
+        source.close()
+        raise
+
+
 def _single(run: _Run, target: str) -> str:
     try:
-        reader = open_reader(target)
-    except FormatError as exc:
-        truncated = _truncated_safetensors(target)
-        if truncated is None:
+        reader = _open(target, local=not is_url(target))
+    except IncompleteBufferError as exc:
+        if not exc.past_end:
             raise
-        for name in truncated:
+        for name in exc.past_end:
             run.fail(name, "truncated", _where(target, exc))
         return "safetensors"
     with reader:
@@ -253,61 +268,37 @@ def _single(run: _Run, target: str) -> str:
         return reader.format
 
 
-def _truncated_safetensors(target: str) -> list[str] | None:
-    """The tensors of a local safetensors file whose bytes run past its end, when the file
-    is one whose header is whole but whose data was cut short; None otherwise."""
-    if is_url(target):
-        return None
-    try:
-        size = os.path.getsize(target)
-        with open(target, "rb") as f:
-            head = f.read(8)
-            if len(head) < 8:
-                return None
-            n = int.from_bytes(head, "little")
-            if n > min(size - 8, 100 << 20):
-                return None
-            doc = json.loads(f.read(n))
-    except (OSError, ValueError):
-        return None
-    if not isinstance(doc, dict):
-        return None
-    out = []
-    for name, entry in doc.items():
-        if name == "__metadata__" or not isinstance(entry, dict):
-            continue
-        offsets = entry.get("data_offsets")
-        if isinstance(offsets, list) and len(offsets) == 2 and isinstance(offsets[1], int):
-            if 8 + n + offsets[1] > size:
-                out.append(name)
-    return out or None
-
-
-def _checkpoint(run: _Run, index: str, *, local: bool) -> None:
-    weight_map, shown = read_index(index, local=local)
+def _checkpoint(run: _Run, ck: CheckpointIndex) -> None:
+    weight_map = ck.weight_map
     shards = sorted(set(weight_map.values()))
-    where = local_shards(index, shards) if local else remote_shards(index, shown, shards)
+    placed: dict[str, list[str]] = {}  # shard -> the tensors the index places in it
+    for name, shard in weight_map.items():
+        placed.setdefault(shard, []).append(name)
     run.total = len(weight_map)
     held: dict[str, list[str]] = {}
+    failed: set[str] = set()  # subjects with a failure: a set, so that checks stay linear
     total = 0
     for shard in shards:
-        path = where[shard]
-        expected = [t for t, s in weight_map.items() if s == shard]
-        if local and not os.path.exists(path):
+        path = ck.where[shard]
+        expected = placed[shard]
+        if ck.local and not os.path.exists(path):
             run.fail(
                 shard,
                 "missing-shard",
                 f"shard {shard} is missing; the index places {len(expected):,} tensors in it "
                 f"({', '.join(expected[:3])}{', ...' if len(expected) > 3 else ''})",
             )
+            failed.add(shard)
             continue
         try:
-            reader = open_reader(path)
+            reader = _open(path, local=ck.local)
         except TensorFileError as exc:
-            truncated = _truncated_safetensors(path)
+            truncated = exc.past_end if isinstance(exc, IncompleteBufferError) else ()
             rule = "truncated" if truncated else "unreadable"
-            for name in truncated or [shard]:
+            for name in truncated or (shard,):
                 run.fail(name, rule, f"shard {shard}: {exc}")
+                failed.add(name)
+            failed.add(shard)
             continue
         with reader:
             names = reader.keys()
@@ -336,43 +327,33 @@ def _checkpoint(run: _Run, index: str, *, local: bool) -> None:
                 "duplicate-tensor",
                 f"{name} is in {len(in_shards)} shards: {', '.join(in_shards)}",
             )
-    missing_shards = {f.subject for f in run.failures if f.rule in ("missing-shard",)}
+    failed.update(f.subject for f in run.failures)
     for name, shard in weight_map.items():
-        if (
-            name not in held
-            and shard not in missing_shards
-            and not any(f.subject in (name, shard) for f in run.failures)
-        ):
+        if name not in held and name not in failed and shard not in failed:
             run.fail(
                 name,
                 "missing-tensor",
                 f"the index places {name} in {shard}, which does not hold it",
             )
-    claimed = _total_size(index, local)
-    if claimed is not None and not missing_shards and claimed != total:
+    _check_total_size(run, ck, total, missing=any(f.rule == "missing-shard" for f in run.failures))
+
+
+def _check_total_size(run: _Run, ck: CheckpointIndex, total: int, *, missing: bool) -> None:
+    """``metadata.total_size`` against the tensors' bytes: a number that is not a finite
+    whole number of bytes is a failure of its own (JSON allows ``1e400``, ``NaN``)."""
+    if "total_size" not in ck.metadata or missing:
+        return
+    value = ck.metadata["total_size"]
+    subject = os.path.basename(ck.shown)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return  # not a number: huggingface_hub never writes one, and nothing claims a size
+    if isinstance(value, float) and not (math.isfinite(value) and value.is_integer()):
+        run.fail(subject, "total-size", f"metadata.total_size is {value!r}, not a byte count")
+        return
+    claimed = int(value)
+    if claimed != total:
         run.fail(
-            os.path.basename(index),
+            subject,
             "total-size",
             f"metadata.total_size is {claimed:,} bytes; the tensors take {total:,}",
         )
-
-
-def _total_size(index: str, local: bool) -> int | None:
-    """The index's ``metadata.total_size`` (None when it states none); the index has been
-    read and its size checked by :func:`read_index` already."""
-    try:
-        if local:
-            with open(index, "rb") as f:
-                doc = json.loads(f.read())
-        else:
-            from ..sources import open_path
-
-            with closing(open_path(index)) as source:
-                doc = json.loads(source.read(0, source.size))
-    except (OSError, ValueError, TensorFileError):
-        return None
-    meta = doc.get("metadata") if isinstance(doc, dict) else None
-    value = meta.get("total_size") if isinstance(meta, dict) else None
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return int(value)

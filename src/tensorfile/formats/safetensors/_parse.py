@@ -240,11 +240,16 @@ def parse_header(data: bytes, file_size: int) -> Header:
         entries = _decode_entries(data, names, raws)
         order, data_len = _check_entries(data, names, entries)
     if N_LEN + len(data) + data_len != file_size:
-        raise IncompleteBufferError(
+        room = file_size - N_LEN - len(data)  # bytes the file has for tensor data
+        exc = IncompleteBufferError(
             f"tensor data ends at byte {N_LEN + len(data) + data_len} of the file, but the file "
             f"is {file_size} bytes long: the last tensor must end exactly at the end of file",
             offset=N_LEN + len(data) + data_len,
         )
+        exc.past_end = tuple(
+            n for n, e in zip(names, entries, strict=True) if e.data_offsets[1] > room
+        )
+        raise exc
     return Header(len(data), metadata, names, entries, order, data_len)
 
 

@@ -9,7 +9,7 @@ as a file with no tensors.
 Example:
     >>> import numpy as np
     >>> from tensorfile.sources import MemorySource
-    >>> from tensorfile.ztensor import _v2_writer
+    >>> from tensorfile.formats.ztensor.v2 import _writer as _v2_writer
     >>> data = _v2_writer.to_bytes({"w": np.arange(3, dtype=np.int16)}, checksum="xxh3")
     >>> cat = read_catalog(MemorySource(data))
     >>> cat.version, cat.tensors["w"].shape, cat.tensors["w"].data.digest[:5]

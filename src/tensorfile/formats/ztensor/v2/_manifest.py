@@ -15,7 +15,7 @@ as tensorfile's other formats do: a text value as it is, any other value as its 
 ``catalog.extra["objects"]``.
 
 Example:
-    >>> from tensorfile.ztensor import _v2_cbor
+    >>> from tensorfile.formats.ztensor.v2 import _cbor as _v2_cbor
     >>> raw = _v2_cbor.encode({"attributes": {"n": 3, "who": "me"}, "objects": {
     ...     "w": {"shape": [2], "layout": "dense",
     ...           "parts": {"data": {"dtype": "f32", "blob": [4096, 8]}}}}})

@@ -15,8 +15,8 @@ stored bytes (:meth:`~ZTensor2Reader.read_stored`), and refused when decoded.
 Example:
     >>> import numpy as np
     >>> from tensorfile import ztensor
-    >>> data = ztensor._v2_writer.to_bytes({"w": np.eye(2, dtype=np.float32)},
-    ...                                    attributes={"epoch": 3})
+    >>> from tensorfile.formats.ztensor.v2._writer import to_bytes
+    >>> data = to_bytes({"w": np.eye(2, dtype=np.float32)}, attributes={"epoch": 3})
     >>> with ztensor.open(data) as f:
     ...     f.catalog.version, f.view("w").tolist(), f.attributes, f.metadata
     ('2', [[1.0, 0.0], [0.0, 1.0]], {'epoch': 3}, {'epoch': '3'})
