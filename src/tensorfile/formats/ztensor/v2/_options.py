@@ -15,7 +15,7 @@ import numpy as np
 
 from tensorfile.core.errors import InvalidArgumentError, TensorFileError, ZTensorUnsupportedError
 from tensorfile.core.reader import brief
-from tensorfile.formats.ztensor.v2 import _cbor as _v2_cbor
+from tensorfile.formats.ztensor import _cbor
 from tensorfile.formats.ztensor.v2._format import ALIGN_FLOOR, check_name
 
 __all__ = [
@@ -104,7 +104,7 @@ def attributes_of(value: Any) -> dict[str, Any]:
         except TensorFileError as exc:
             raise InvalidArgumentError(str(exc)) from None
     try:
-        _v2_cbor.encode({"attributes": out})
+        _cbor.encode({"attributes": out}, deterministic=True)
     except (TypeError, ValueError) as exc:
         raise InvalidArgumentError(f"attributes cannot be written as CBOR: {exc}") from None
     return out

@@ -10,13 +10,13 @@ layouts, encodings or logical types tensorfile does not know are listed and read
 stored bytes (:meth:`~ZTensor2Reader.read_stored`), and refused when decoded.
 
 :attr:`~ZTensor2Reader.attributes` are the file's attributes as the CBOR values they are;
-:attr:`~ZTensor2Reader.metadata` has them as text (see :mod:`._v2_manifest`).
+:attr:`~ZTensor2Reader.metadata` has them as text (see :mod:`.v2._manifest`).
 
 Example:
     >>> import numpy as np
     >>> from tensorfile import ztensor
-    >>> data = ztensor._v2_writer.to_bytes({"w": np.eye(2, dtype=np.float32)},
-    ...                                    attributes={"epoch": 3})
+    >>> from tensorfile.formats.ztensor.v2._writer import to_bytes
+    >>> data = to_bytes({"w": np.eye(2, dtype=np.float32)}, attributes={"epoch": 3})
     >>> with ztensor.open(data) as f:
     ...     f.catalog.version, f.view("w").tolist(), f.attributes, f.metadata
     ('2', [[1.0, 0.0], [0.0, 1.0]], {'epoch': 3}, {'epoch': '3'})

@@ -48,8 +48,8 @@ from tensorfile.core.errors import (
 )
 from tensorfile.core.parallel import workers
 from tensorfile.core.reader import brief
+from tensorfile.formats.ztensor import _cbor
 from tensorfile.formats.ztensor._layouts import shape_of
-from tensorfile.formats.ztensor.v2 import _cbor as _v2_cbor
 from tensorfile.formats.ztensor.v2._format import (
     ALIGN_CANONICAL,
     MAGIC,
@@ -342,7 +342,7 @@ class Writer2:
         root: dict[str, Any] = {"objects": self._objects}
         if self._attributes:
             root["attributes"] = self._attributes
-        manifest = self._guard(lambda: _v2_cbor.encode(root))
+        manifest = self._guard(lambda: _cbor.encode(root, deterministic=True))
         if len(manifest) > MAX_MANIFEST_SIZE:
             self.abort()
             raise InvalidArgumentError(
