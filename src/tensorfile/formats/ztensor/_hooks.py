@@ -109,12 +109,12 @@ def edit_metadata(path: str, change: MetadataChange) -> bool:
             raise ZTensorError(f"{path} is a data shard: it has no manifest to hold attributes")
         start = cast(int, cat.extra["manifest_start"])
         raw = src.read(start, cat.header_size)
+    from tensorfile.formats.ztensor._inputs import attributes_of
     from tensorfile.formats.ztensor.v2._manifest import catalog_from
-    from tensorfile.formats.ztensor.v2._options import attributes_of
 
     root = _new_root(raw, change, path)
     try:
-        attributes_of(root.get("attributes"))
+        attributes_of(root.get("attributes"), 2)
         manifest = _cbor.encode(root, deterministic=True)
     except (TypeError, ValueError) as exc:
         raise ZTensorError(f"{path}: the new attributes cannot be written: {exc}") from exc
