@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 from tensorfile import ztensor
 from tensorfile.errors import ChecksumError, TensorFileError, ZTensorError
-from tensorfile.formats.ztensor.v2 import _cbor as _v2_cbor
+from tensorfile.formats.ztensor import _cbor
 from tensorfile.formats.ztensor.v2 import _writer as _v2_writer
 from tensorfile.formats.ztensor.v2._format import MAGIC, encode_footer, manifest_hash
 
@@ -39,7 +39,7 @@ def assemble(manifest: Any, blobs: dict[int, bytes], *, raw: bytes | None = None
         body += bytes(offset - len(body)) + data
     at = max(4096, -(-len(body) // 4096) * 4096)
     body += bytes(at - len(body))
-    m = _v2_cbor.encode(manifest) if raw is None else raw
+    m = _cbor.encode(manifest, deterministic=True) if raw is None else raw
     return bytes(body) + m + encode_footer(at, len(m), manifest_hash(m))
 
 
@@ -354,17 +354,17 @@ def test_mutated_manifests_raise_only_tensorfile_errors(data: st.DataObject) -> 
     )
 )
 def test_deterministic_cbor_round_trips_and_rejects_every_other_encoding(value: Any) -> None:
-    encoded = _v2_cbor.encode(value)
-    decoded = _v2_cbor.decode(encoded)
-    assert _v2_cbor.encode(decoded) == encoded
-    decoded_strict, end = _v2_cbor._Decoder(encoded).item(0, 0)
-    assert end == len(encoded) and _v2_cbor.encode(decoded_strict) == encoded
+    encoded = _cbor.encode(value, deterministic=True)
+    decoded = _cbor.decode(encoded, deterministic=True)
+    assert _cbor.encode(decoded, deterministic=True) == encoded
+    decoded_strict, end = _cbor._Decoder(encoded, deterministic=True).item(0, 0)
+    assert end == len(encoded) and _cbor.encode(decoded_strict, deterministic=True) == encoded
     import cbor2
 
     loose = cbor2.dumps(value)  # cbor2's default: not sorted, floats as they come
     if loose != encoded:
-        with pytest.raises(_v2_cbor.DeterministicCBORError):
-            _v2_cbor.decode(loose)
+        with pytest.raises(_cbor.DeterministicCBORError):
+            _cbor.decode(loose, deterministic=True)
 
 
 # -- interrupted writes ------------------------------------------------------------------------

@@ -33,9 +33,9 @@ from tensorfile.core.errors import (
 from tensorfile.core.reader import Reader
 from tensorfile.core.source import Source
 from tensorfile.formats import MetadataChange
+from tensorfile.formats.ztensor import _cbor
 from tensorfile.formats.ztensor.v1 import _format
 from tensorfile.formats.ztensor.v1._reader import ZTensorReader
-from tensorfile.formats.ztensor.v2 import _cbor as _v2_cbor
 from tensorfile.formats.ztensor.v2._format import MAGIC, encode_footer, manifest_hash
 from tensorfile.formats.ztensor.v2._manifest import attribute_text
 
@@ -76,8 +76,10 @@ def read_catalog(source: Source) -> Catalog:
 
 
 def _new_root(raw: bytes, change: MetadataChange, name: str) -> dict[str, Any]:
-    root: dict[str, Any] = _v2_cbor.decode(raw)
-    if _v2_cbor.encode(root) != raw:  # (map keys that are arrays or maps: not kept exactly)
+    root: dict[str, Any] = _cbor.decode(raw, deterministic=True)
+    if (
+        _cbor.encode(root, deterministic=True) != raw
+    ):  # (map keys that are arrays or maps: not kept exactly)
         raise ZTensorUnsupportedError(
             f"{name}: the manifest holds attribute keys tensorfile cannot write back as they "
             "are; its attributes are not edited"
@@ -107,18 +109,18 @@ def edit_metadata(path: str, change: MetadataChange) -> bool:
             raise ZTensorError(f"{path} is a data shard: it has no manifest to hold attributes")
         start = cast(int, cat.extra["manifest_start"])
         raw = src.read(start, cat.header_size)
+    from tensorfile.formats.ztensor._inputs import attributes_of
     from tensorfile.formats.ztensor.v2._manifest import catalog_from
-    from tensorfile.formats.ztensor.v2._options import attributes_of
 
     root = _new_root(raw, change, path)
     try:
-        attributes_of(root.get("attributes"))
-        manifest = _v2_cbor.encode(root)
+        attributes_of(root.get("attributes"), 2)
+        manifest = _cbor.encode(root, deterministic=True)
     except (TypeError, ValueError) as exc:
         raise ZTensorError(f"{path}: the new attributes cannot be written: {exc}") from exc
     size = start + len(manifest) + 40
     catalog_from(
-        _v2_cbor.decode(manifest),
+        _cbor.decode(manifest, deterministic=True),
         manifest_at=start,
         manifest_length=len(manifest),
         file_size=size,

@@ -27,7 +27,7 @@ from tensorfile.core.atomic import check_editable, rewrite
 from tensorfile.core.errors import ZTensorError
 from tensorfile.core.source import Source
 from tensorfile.formats import MetadataChange
-from tensorfile.formats.ztensor.v1 import _cbor
+from tensorfile.formats.ztensor import _cbor
 from tensorfile.formats.ztensor.v1._manifest import FOOTER_SIZE
 from tensorfile.formats.ztensor.v1._reader import ZTensorReader, read_catalog
 from tensorfile.sources import LocalSource
@@ -80,7 +80,7 @@ def _split_map(raw: bytes, start: int, stop: int, what: str) -> tuple[bytes, lis
 
 
 def _map(prefix: bytes, entries: list[bytes]) -> bytes:
-    return prefix + _cbor._head(5, len(entries)) + b"".join(entries)
+    return prefix + _cbor.head(5, len(entries)) + b"".join(entries)
 
 
 def _encode(value: object, name: str) -> bytes:

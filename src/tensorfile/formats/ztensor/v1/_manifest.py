@@ -33,8 +33,8 @@ from tensorfile.core.dtypes import DType
 from tensorfile.core.errors import ZTensorError, ZTensorUnsupportedError, ZTensorWarning
 from tensorfile.core.reader import brief
 from tensorfile.formats import ZTENSOR
+from tensorfile.formats.ztensor import _cbor
 from tensorfile.formats.ztensor._codecs import ENCODINGS, MAX_ZSTD_RATIO, check_digest
-from tensorfile.formats.ztensor.v1 import _cbor
 from tensorfile.formats.ztensor.v1._manifest_fast import fast_catalog
 
 __all__ = [

@@ -36,8 +36,8 @@ import numpy as np
 from tensorfile.core import dtypes
 from tensorfile.core.catalog import ByteRange, Catalog, Component, TensorInfo
 from tensorfile.core.dtypes import DType
+from tensorfile.formats.ztensor import _cbor
 from tensorfile.formats.ztensor._codecs import MAX_ZSTD_RATIO
-from tensorfile.formats.ztensor.v1 import _cbor
 
 __all__ = ["fast_catalog"]
 

@@ -21,24 +21,16 @@ from __future__ import annotations
 
 import os
 import struct
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from tensorfile._version import __version__ as _version
 from tensorfile.core import dtypes
-from tensorfile.core.atomic import AtomicFile, preallocate, write_all
 from tensorfile.core.catalog import ByteRange, Component, TensorInfo
-from tensorfile.core.chunks import check_chunk
 from tensorfile.core.dtypes import DType
-from tensorfile.core.errors import (
-    InvalidArgumentError,
-    SourceError,
-    TensorFileError,
-    ZTensorIOError,
-    ZTensorUnsupportedError,
-)
+from tensorfile.core.errors import InvalidArgumentError, ZTensorUnsupportedError
 from tensorfile.core.reader import brief, bytes_view
 from tensorfile.formats.ztensor._codecs import (
     Digester,
@@ -46,16 +38,21 @@ from tensorfile.formats.ztensor._codecs import (
     compress,
     make_digest,
 )
-from tensorfile.formats.ztensor._layouts import CSRTensor, shape_of
-from tensorfile.formats.ztensor.v1._inputs import (
-    checksum_of,
-    compression_of,
+from tensorfile.formats.ztensor._container_writer import (
+    UNSET,
+    ContainerWriter,
+    chunk_views,
+    path_of,
+)
+from tensorfile.formats.ztensor._inputs import (
+    attributes_of,
+    check_version,
     dense_array,
-    level_of,
     sparse_of,
     text_of,
     ztensor_dtype,
 )
+from tensorfile.formats.ztensor._layouts import CSRTensor, shape_of
 from tensorfile.formats.ztensor.v1._manifest import (
     ALIGNMENT,
     MAGIC,
@@ -63,18 +60,17 @@ from tensorfile.formats.ztensor.v1._manifest import (
     encode_manifest,
     numel_within,
 )
+from tensorfile.formats.ztensor.v2._writer import Writer2
 
 __all__ = ["GENERATOR", "Writer", "save_file"]
 
 GENERATOR = f"tensorfile {_version}"
-_ZEROS = bytes(ALIGNMENT)
-_UNSET: Any = object()
 _MAX_U64 = (1 << 64) - 1
 _ALONE = 256 << 20
 """save_file compresses dense tensors this large one at a time (on all cores)."""
 
 
-class Writer:
+class Writer(ContainerWriter):
     """Append tensors to a new zTensor file, one at a time.
 
     Args:
@@ -91,11 +87,7 @@ class Writer:
     """
 
     def __new__(cls, *args: Any, version: Any = 1, **kwargs: Any) -> Any:
-        from tensorfile.formats.ztensor.v2._writer import check_version
-
         if check_version(version) == 2:
-            from tensorfile.formats.ztensor.v2._writer import Writer2
-
             return Writer2(*args, **kwargs)  # (not a Writer: __init__ is not called)
         return super().__new__(cls)
 
@@ -113,41 +105,11 @@ class Writer:
     ) -> None:
         if align is not None:
             raise InvalidArgumentError("align= is a zTensor v2 option (pass version=2)")
-        try:
-            self.path = os.fsdecode(os.fspath(path))
-        except TypeError:
-            raise InvalidArgumentError(
-                f"path must be a str or os.PathLike, got {type(path).__name__}"
-            ) from None
-        if attributes is not None and not isinstance(attributes, Mapping):
-            raise InvalidArgumentError(
-                f"attributes must map text to text, got {type(attributes).__name__}"
-            )
-        self._attributes = dict(attributes or {})
-        for key, value in self._attributes.items():
-            if not isinstance(key, str) or not isinstance(value, str):
-                raise InvalidArgumentError(
-                    f"attribute {brief(key)}: zTensor attributes map text to text, got "
-                    f"{type(key).__name__} -> {type(value).__name__}"
-                )
-            text_of(key, "attribute")
-            text_of(value, f"the value of attribute {brief(key)}")
-        self._compression = compression_of(compression)
-        self._level = level_of(level)
-        self._checksum = checksum_of(checksum)
-        self._tensors: dict[str, TensorInfo] = {}
-        try:
-            self._file = AtomicFile(self.path, fsync=fsync)
-        except SourceError as exc:
-            raise ZTensorIOError(str(exc)) from exc
-        except (ValueError, UnicodeError) as exc:  # a NUL byte, a name the OS cannot encode
-            raise InvalidArgumentError(f"cannot write {brief(self.path)}: {exc}") from None
-        self._fd = self._file.fd
-        self._pos = 0
-        self._pool: Any = None  # the background writer of compressed components
-        self._pending: Any = None
-        self._done = False
-        self._guard(lambda: self._write(memoryview(MAGIC)))
+        self.path = path_of(path)
+        self._attributes = attributes_of(attributes)
+        self._set_options(compression, level, checksum)
+        self._entries: dict[str, TensorInfo] = {}
+        self._open(MAGIC, fsync)
 
     # -- adding tensors --------------------------------------------------------------------
 
@@ -156,9 +118,9 @@ class Writer:
         name: str,
         tensor: Any,
         *,
-        compression: Any = _UNSET,
-        level: Any = _UNSET,
-        checksum: Any = _UNSET,
+        compression: Any = UNSET,
+        level: Any = UNSET,
+        checksum: Any = UNSET,
     ) -> None:
         """Append ``tensor``: a numpy array or torch tensor (dense), a :class:`CSRTensor`,
         :class:`COOTensor`, scipy.sparse CSR/COO matrix or torch sparse CSR/COO tensor.
@@ -198,9 +160,9 @@ class Writer:
         shape: Sequence[int],
         chunks: Iterable[Any],
         *,
-        compression: Any = _UNSET,
-        level: Any = _UNSET,
-        checksum: Any = _UNSET,
+        compression: Any = UNSET,
+        level: Any = UNSET,
+        checksum: Any = UNSET,
     ) -> None:
         """Append a dense tensor whose bytes arrive in ``chunks`` (arrays or byte buffers, in
         row-major order), so a tensor larger than memory can be written. The chunks must add
@@ -219,15 +181,27 @@ class Writer:
             )
         total = dt.nbytes(0 if 0 in dims else numel)
         try:
-            views = _chunk_views(name, dt, dims, iter(chunks))
+            views = chunk_views(name, dt, dims, chunks)
         except TypeError:
             raise InvalidArgumentError(
                 f"tensor {name!r}: chunks must be an iterable of arrays or byte buffers, got "
                 f"{type(chunks).__name__}"
             ) from None
-        comp = self._component_stream(
-            views, total, dt, *self._options(compression, level, checksum), name
+        encoding, lvl, checksum = self._options(compression, level, checksum)
+        digester = Digester(checksum) if checksum else None
+        packer = StreamCompressor(total, level=lvl) if encoding else None
+        start = self._start_at(ALIGNMENT, fill=True)
+        rng = self._stream(
+            name,
+            start,
+            total,
+            views,
+            pack=None if packer is None else lambda view: (packer.compress(view),),
+            flush=None if packer is None else lambda: (packer.flush(),),
+            stored=digester,
         )
+        digest = digester.value() if digester is not None else None
+        comp = Component(rng, dt, encoding or "raw", digest)
         self._record(TensorInfo(name, dt, dims, {"data": comp}, "dense"))
 
     def _add_all(self, items: Iterable[tuple[str, Any]]) -> None:
@@ -279,30 +253,17 @@ class Writer:
         """Append a dense tensor compressed by :meth:`_add_all`'s workers."""
         stored, digest = self._guard(future.result)
         self._guard(self._drain)
-        start = self._align()
+        start = self._start_at(ALIGNMENT, fill=True)
         self._guard(lambda: self._write(memoryview(stored), reserve=True))
         comp = Component(ByteRange(start, self._pos), dt, "zstd", digest)
         self._record(TensorInfo(name, dt, shape, {"data": comp}, "dense"))
 
     # -- internals -------------------------------------------------------------------------
 
-    def _check_name(self, name: str) -> None:
-        if self._done:
-            raise InvalidArgumentError(f"the writer for {self.path} is closed")
+    def _name_rule(self, name: Any) -> None:
         if not isinstance(name, str):
             raise InvalidArgumentError(f"tensor names are text, got {brief(name)}")
         text_of(name, "tensor name")
-        if name in self._tensors:
-            raise InvalidArgumentError(f"tensor {name!r} was already added")
-
-    def _options(
-        self, compression: Any, level: Any, checksum: Any
-    ) -> tuple[str | None, int, str | None]:
-        return (
-            self._compression if compression is _UNSET else compression_of(compression),
-            self._level if level is _UNSET else level_of(level),
-            self._checksum if checksum is _UNSET else checksum_of(checksum),
-        )
 
     def _record(self, info: TensorInfo) -> None:
         if numel_within(info.shape, _MAX_U64 // info.dtype.itemsize) is None:
@@ -311,7 +272,7 @@ class Writer:
                 f"tensor {info.name!r}: a shape of {len(info.shape):,} dimensions whose bytes "
                 "overflow 64 bits (readers refuse it)"
             )
-        self._tensors[info.name] = info
+        self._entries[info.name] = info
 
     def _component(
         self, view: memoryview, dt: DType, encoding: str | None, level: int, checksum: str | None
@@ -319,192 +280,23 @@ class Writer:
         stored: Any = view if encoding is None else self._guard(lambda: compress(view, level=level))
         digest = make_digest(checksum, stored) if checksum else None
         self._guard(self._drain)  # one compressed component in flight at a time
-        start = self._align()
+        start = self._start_at(ALIGNMENT, fill=True)
         if encoding is None:
             self._guard(lambda: self._write(memoryview(stored), reserve=True))
         else:  # written in the background while the next tensor is compressed
             self._write_behind(memoryview(stored))
         return Component(ByteRange(start, self._pos), dt, encoding or "raw", digest)
 
-    def _write_behind(self, view: memoryview) -> None:
-        """Write ``view`` at the current end from a background thread (``pwrite`` and zstd
-        both release the GIL, so writing one component overlaps compressing the next)."""
-        from concurrent.futures import ThreadPoolExecutor
-
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(1, thread_name_prefix="tensorfile-zt-write")
-        fd, pos = self._fd, self._pos
-
-        def job() -> None:
-            if view.nbytes >= 1 << 20:
-                preallocate(fd, view.nbytes, pos)
-            write_all(fd, view, pos)
-
-        self._pending = self._pool.submit(job)
-        self._pos += view.nbytes
-
-    def _drain(self) -> None:
-        """Wait for the background write (its error, if any, is raised here)."""
-        pending, self._pending = self._pending, None
-        if pending is not None:
-            pending.result()
-
-    def _stop_pool(self) -> None:
-        pending, self._pending = self._pending, None
-        if pending is not None:
-            pending.exception()  # wait; an error is moot once the file is discarded
-        if self._pool is not None:
-            self._pool.shutdown(wait=True)
-            self._pool = None
-
-    def _component_stream(
-        self,
-        views: Iterable[memoryview],
-        total: int,
-        dt: DType,
-        encoding: str | None,
-        level: int,
-        checksum: str | None,
-        name: str,
-    ) -> Component:
-        digester = Digester(checksum) if checksum else None
-        packer = StreamCompressor(total, level=level) if encoding else None
-        start = self._align()
-        if packer is None:
-            self._guard(lambda: preallocate(self._fd, total, start))
-        seen = 0
-        iter_views = iter(views)
-
-        def emit(data: Any) -> None:
-            if digester is not None:
-                digester.update(data)
-            self._write(memoryview(data))
-
-        while True:
-            try:
-                view = next(iter_views)
-            except StopIteration:
-                break
-            except BaseException:  # a chunk refused: nothing is left half written
-                self.abort()
-                raise
-            seen += view.nbytes
-            if seen > total:
-                self.abort()
-                raise InvalidArgumentError(
-                    f"tensor {name!r}: the chunks hold more than the {total:,} bytes its "
-                    "shape and dtype need; no file was written"
-                )
-            self._guard(lambda v=view: emit(v if packer is None else packer.compress(v)))
-        if seen != total:
-            self.abort()
-            raise InvalidArgumentError(
-                f"tensor {name!r}: the chunks hold {seen:,} bytes, its shape and dtype need "
-                f"{total:,}; no file was written"
-            )
-        if packer is not None:
-            self._guard(lambda: emit(packer.flush()))
-        digest = digester.value() if digester is not None else None
-        return Component(ByteRange(start, self._pos), dt, encoding or "raw", digest)
-
-    def _align(self) -> int:
-        pad = -self._pos % ALIGNMENT
-        if pad:
-            self._guard(lambda: self._write(memoryview(_ZEROS[:pad])))
-        return self._pos
-
-    def _write(self, view: memoryview, *, reserve: bool = False) -> None:
-        if reserve and view.nbytes >= 1 << 20:
-            preallocate(self._fd, view.nbytes, self._pos)
-        write_all(self._fd, view, self._pos)
-        self._pos += view.nbytes
-
-    def _guard(self, action: Any) -> Any:
-        """Run ``action``; on failure discard the file and raise a ZTensorError."""
-        try:
-            return action()
-        except TensorFileError:
-            self.abort()
-            raise
-        except OSError as exc:
-            self.abort()
-            raise ZTensorIOError(f"writing {self.path} failed: {exc.strerror or exc}") from exc
-        except BaseException:
-            self.abort()
-            raise
-
-    # -- finishing -------------------------------------------------------------------------
-
-    def close(self) -> None:
-        """Append the manifest and footer, and move the file into place."""
-        if self._done:
-            return
-        self._guard(self._drain)
-        self._stop_pool()
-        manifest = encode_manifest(self._tensors, self._attributes, GENERATOR)
-        footer = struct.pack("<Q", len(manifest))
-        self._guard(lambda: self._write(memoryview(manifest + footer)))
-        self._done = True
-        try:
-            self._file.commit()
-        except SourceError as exc:
-            raise ZTensorIOError(str(exc)) from exc
-
-    def abort(self) -> None:
-        """Discard everything written; the destination is left as it was."""
-        if self._done:
-            return
-        self._done = True
-        self._stop_pool()
-        self._file.abort()
-
-    def __enter__(self) -> Writer:
-        return self
-
-    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
-        if exc is not None:
-            self.abort()
-        else:
-            self.close()
-
-
-def _chunk_views(
-    name: str, dt: DType, shape: Sequence[int], chunks: Iterator[Any]
-) -> Iterator[memoryview]:
-    """The bytes of each chunk, after checking an array chunk's dtype and shape
-    (:func:`~tensorfile.core.chunks.check_chunk`)."""
-    done = 0
-    for index, chunk in enumerate(chunks):
-        view = _chunk_view(name, dt, shape, chunk, index, done * 8 // dt.bits)
-        done += view.nbytes
-        yield view
-
-
-def _chunk_view(
-    name: str, dt: DType, shape: Sequence[int], chunk: Any, index: int, done: int
-) -> memoryview:
-    if isinstance(chunk, np.ndarray | np.generic):
-        arr = np.asarray(chunk)
-        if arr.dtype != dt.numpy and arr.dtype.newbyteorder("<") != dt.numpy:
-            raise InvalidArgumentError(
-                f"tensor {name!r} is {dt.ztensor_name}; chunk {index} is an array of {arr.dtype}"
-            )
-        check_chunk(name, shape, arr.shape, index=index, done=done)
-        return bytes_view(np.ascontiguousarray(arr, dtype=dt.numpy))
-    try:
-        return memoryview(chunk).cast("B")
-    except TypeError as exc:  # not a buffer, or a strided one
-        raise InvalidArgumentError(
-            f"tensor {name!r}: chunk {index} must be an array or a contiguous byte buffer, "
-            f"got {type(chunk).__name__}: {exc}"
-        ) from None
+    def _tail(self) -> bytes:
+        manifest = encode_manifest(self._entries, self._attributes, GENERATOR)
+        return manifest + struct.pack("<Q", len(manifest))
 
 
 def save_file(
     tensors: Mapping[str, Any],
     path: str | os.PathLike[str],
     *,
-    attributes: Mapping[str, str] | None = None,
+    attributes: Mapping[str, Any] | None = None,
     compression: str | None = None,
     level: int = 3,
     checksum: str | None = None,
@@ -524,14 +316,6 @@ def save_file(
         >>> ztensor.load_file(path)["w"].sum()
         np.float32(4.0)
     """
-    from tensorfile.formats.ztensor.v2._writer import check_version
-    from tensorfile.formats.ztensor.v2._writer import save_file as save_v2
-
-    if check_version(version) == 2:
-        return save_v2(
-            tensors, path, attributes=attributes, compression=compression, level=level,
-            checksum=checksum, align=align, fsync=fsync,
-        )  # fmt: skip
     if not isinstance(tensors, Mapping):
         raise InvalidArgumentError(
             f"expected a mapping of names to tensors, got {type(tensors).__name__}"
@@ -543,6 +327,7 @@ def save_file(
         level=level,
         checksum=checksum,
         fsync=fsync,
+        version=version,
         align=align,
     ) as writer:
         writer._add_all(tensors.items())

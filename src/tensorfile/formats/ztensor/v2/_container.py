@@ -9,8 +9,8 @@ as a file with no tensors.
 Example:
     >>> import numpy as np
     >>> from tensorfile.sources import MemorySource
-    >>> from tensorfile.formats.ztensor.v2 import _writer as _v2_writer
-    >>> data = _v2_writer.to_bytes({"w": np.arange(3, dtype=np.int16)}, checksum="xxh3")
+    >>> from tensorfile.formats.ztensor.v2._writer import to_bytes
+    >>> data = to_bytes({"w": np.arange(3, dtype=np.int16)}, checksum="xxh3")
     >>> cat = read_catalog(MemorySource(data))
     >>> cat.version, cat.tensors["w"].shape, cat.tensors["w"].data.digest[:5]
     ('2', (3,), 'xxh3:')
@@ -24,7 +24,7 @@ from typing import Any
 from tensorfile.core.catalog import Catalog
 from tensorfile.core.errors import SourceError, ZTensorError, ZTensorIOError
 from tensorfile.core.source import Source
-from tensorfile.formats.ztensor.v2 import _cbor as _v2_cbor
+from tensorfile.formats.ztensor import _cbor
 from tensorfile.formats.ztensor.v2._format import (
     ALIGN_FLOOR,
     FOOTER_SIZE,
@@ -97,8 +97,8 @@ def read_catalog(source: Source) -> Catalog:
             offset=footer.offset,
         )
     try:
-        root = _v2_cbor.decode(raw)
-    except _v2_cbor.DeterministicCBORError as exc:
+        root = _cbor.decode(raw, deterministic=True)
+    except _cbor.DeterministicCBORError as exc:
         raise ZTensorError(
             f"{name}: the manifest is not deterministic CBOR: {exc}",
             offset=footer.offset + exc.offset,

@@ -15,11 +15,12 @@ as tensorfile's other formats do: a text value as it is, any other value as its 
 ``catalog.extra["objects"]``.
 
 Example:
-    >>> from tensorfile.formats.ztensor.v2 import _cbor as _v2_cbor
-    >>> raw = _v2_cbor.encode({"attributes": {"n": 3, "who": "me"}, "objects": {
+    >>> from tensorfile.formats.ztensor import _cbor
+    >>> raw = _cbor.encode({"attributes": {"n": 3, "who": "me"}, "objects": {
     ...     "w": {"shape": [2], "layout": "dense",
-    ...           "parts": {"data": {"dtype": "f32", "blob": [4096, 8]}}}}})
-    >>> cat = catalog_from(_v2_cbor.decode(raw), manifest_at=8192, manifest_length=len(raw),
+    ...           "parts": {"data": {"dtype": "f32", "blob": [4096, 8]}}}}}, deterministic=True)
+    >>> root = _cbor.decode(raw, deterministic=True)
+    >>> cat = catalog_from(root, manifest_at=8192, manifest_length=len(raw),
     ...                    file_size=8192 + len(raw) + 40, name="m.zt")
     >>> cat.metadata, cat.tensors["w"].dtype, cat.tensors["w"].data.range
     ({'n': '3', 'who': 'me'}, DType(F32), ByteRange(start=4096, stop=4104))

@@ -33,23 +33,22 @@ import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-import numpy as np
 import xxhash
 
 from tensorfile.core import dtypes
-from tensorfile.core.atomic import AtomicFile, preallocate, write_all
 from tensorfile.core.catalog import ByteRange
 from tensorfile.core.dtypes import DType
-from tensorfile.core.errors import (
-    InvalidArgumentError,
-    SourceError,
-    TensorFileError,
-    ZTensorIOError,
-)
+from tensorfile.core.errors import InvalidArgumentError, TensorFileError
 from tensorfile.core.parallel import workers
-from tensorfile.core.reader import brief
+from tensorfile.formats.ztensor import _cbor
+from tensorfile.formats.ztensor._container_writer import (
+    UNSET,
+    ContainerWriter,
+    chunk_views,
+    path_of,
+)
+from tensorfile.formats.ztensor._inputs import align_of, attributes_of, dtype_of, tensor_parts
 from tensorfile.formats.ztensor._layouts import shape_of
-from tensorfile.formats.ztensor.v2 import _cbor as _v2_cbor
 from tensorfile.formats.ztensor.v2._format import (
     ALIGN_CANONICAL,
     MAGIC,
@@ -61,24 +60,14 @@ from tensorfile.formats.ztensor.v2._format import (
     encode_footer,
     manifest_hash,
 )
-from tensorfile.formats.ztensor.v2._inputs import dtype_of, tensor_parts
-from tensorfile.formats.ztensor.v2._options import (
-    align_of,
-    attributes_of,
-    check_version,
-    checksum_of,
-    compression_of,
-    level_of,
-)
 from tensorfile.formats.ztensor.v2._seekable import FRAME_SIZE, SeekableEncoder
 
-__all__ = ["Writer2", "check_version", "save_file", "to_bytes"]
+__all__ = ["Writer2", "to_bytes"]
 
-_UNSET: Any = object()
 _COMPARE = 8 << 20  # bytes compared at a time when confirming a duplicate blob
 
 
-class Writer2:
+class Writer2(ContainerWriter):
     """Append tensors to a new zTensor v2 file, one at a time.
 
     Args:
@@ -92,6 +81,8 @@ class Writer2:
         fsync: flush the file and its folder entry to stable storage on close.
     """
 
+    VERSION = 2
+
     def __init__(
         self,
         path: str | os.PathLike[str],
@@ -103,30 +94,14 @@ class Writer2:
         align: int | None = ALIGN_CANONICAL,
         fsync: bool = False,
     ) -> None:
-        try:
-            self.path = os.fsdecode(os.fspath(path))
-        except TypeError:
-            raise InvalidArgumentError(
-                f"path must be a str or os.PathLike, got {type(path).__name__}"
-            ) from None
-        self._attributes = attributes_of(attributes)
-        self._compression = compression_of(compression)
-        self._level = level_of(level)
-        self._checksum = checksum_of(checksum)
+        self.path = path_of(path)
+        self._attributes = attributes_of(attributes, 2)
+        self._set_options(compression, level, checksum)
         self._align = align_of(ALIGN_CANONICAL if align is None else align)
-        self._objects: dict[str, dict[str, Any]] = {}
+        self._entries: dict[str, dict[str, Any]] = {}
         self._blobs: dict[tuple[bytes, int], int] = {}
-        try:
-            self._file = AtomicFile(self.path, fsync=fsync)
-        except SourceError as exc:
-            raise ZTensorIOError(str(exc)) from exc
-        except (ValueError, UnicodeError) as exc:
-            raise InvalidArgumentError(f"cannot write {brief(self.path)}: {exc}") from None
-        self._fd = self._file.fd
         self._rfd = -1
-        self._pos = 0
-        self._done = False
-        self._guard(lambda: self._write(memoryview(MAGIC)))
+        self._open(MAGIC, fsync)
 
     # -- adding tensors --------------------------------------------------------------------
 
@@ -135,9 +110,9 @@ class Writer2:
         name: str,
         tensor: Any,
         *,
-        compression: Any = _UNSET,
-        level: Any = _UNSET,
-        checksum: Any = _UNSET,
+        compression: Any = UNSET,
+        level: Any = UNSET,
+        checksum: Any = UNSET,
     ) -> None:
         """Append ``tensor``: a numpy array or torch tensor (dense), a :class:`CSRTensor`,
         :class:`COOTensor`, scipy.sparse CSR/COO matrix or torch sparse CSR/COO tensor.
@@ -150,7 +125,7 @@ class Writer2:
         for role in sorted(parts):
             dt, view = parts[role]
             entries[role] = self._part(dt, view, *opts)
-        self._objects[name] = {"shape": list(shape), "layout": layout, "parts": entries}
+        self._entries[name] = {"shape": list(shape), "layout": layout, "parts": entries}
 
     def add_stream(
         self,
@@ -159,9 +134,9 @@ class Writer2:
         shape: Sequence[int],
         chunks: Iterable[Any],
         *,
-        compression: Any = _UNSET,
-        level: Any = _UNSET,
-        checksum: Any = _UNSET,
+        compression: Any = UNSET,
+        level: Any = UNSET,
+        checksum: Any = UNSET,
     ) -> None:
         """Append a dense tensor whose bytes arrive in ``chunks`` (arrays or byte buffers, in
         row-major order, bit-packed for f4), so a tensor larger than memory can be written.
@@ -174,63 +149,45 @@ class Writer2:
         for d in dims:
             count *= d
         total = dt.nbytes(count)
+        try:
+            views = chunk_views(name, dt, dims, chunks, rows=False)
+        except TypeError:
+            raise InvalidArgumentError(
+                f"tensor {name!r}: chunks must be an iterable of arrays or byte buffers"
+            ) from None
         encoding, lvl, digest = self._options(compression, level, checksum)
         hasher = Hasher(digest) if digest else None
         encoder = self._encoder(lvl, total) if encoding else None
         start = self._aligned()
-        if encoder is None:
-            self._guard(lambda: preallocate(self._fd, total, start))
-        seen = 0
-        try:
-            for index, chunk in enumerate(chunks):
-                view = _chunk_view(name, dt, chunk, index)
-                seen += view.nbytes
-                if seen > total:
-                    raise InvalidArgumentError(
-                        f"tensor {name!r}: the chunks hold more than the "
-                        f"{total:,} bytes its shape and dtype need"
-                    )
-                if hasher is not None:
-                    hasher.update(view)
-                pieces = [view] if encoder is None else list(encoder.feed(view))
-                for piece in pieces:
-                    self._write(memoryview(piece))
-            if seen != total:
-                raise InvalidArgumentError(
-                    f"tensor {name!r}: the chunks hold {seen:,} bytes, "
-                    f"its shape and dtype need {total:,}"
-                )
-            if encoder is not None:
-                for piece in encoder.finish():
-                    self._write(memoryview(piece))
-        except TypeError:
-            self.abort()
-            raise InvalidArgumentError(
-                f"tensor {name!r}: chunks must be an iterable of arrays or byte buffers"
-            ) from None
-        except OSError as exc:
-            self.abort()
-            raise ZTensorIOError(f"writing {self.path} failed: {exc.strerror or exc}") from exc
-        except BaseException:
-            self.abort()
-            raise
-        entry = self._entry(
-            dt, ByteRange(start, self._pos), encoding, total, hasher.value() if hasher else None
+        rng = self._stream(
+            name,
+            start,
+            total,
+            views,
+            pack=None if encoder is None else encoder.feed,
+            flush=None if encoder is None else encoder.finish,
+            decoded=hasher,
         )
-        self._objects[name] = {"shape": list(dims), "layout": "dense", "parts": {"data": entry}}
+        entry = self._entry(dt, rng, encoding, total, hasher.value() if hasher else None)
+        self._entries[name] = {"shape": list(dims), "layout": "dense", "parts": {"data": entry}}
+
+    def _add_all(self, items: Iterable[tuple[str, Any]]) -> None:
+        """:meth:`add` each ``(name, tensor)``, in name order (canonical form)."""
+        try:
+            ordered = sorted(items, key=lambda item: item[0])
+        except TypeError:
+            raise InvalidArgumentError("tensor names must all be text") from None
+        for name, tensor in ordered:
+            self.add(name, tensor)
 
     # -- internals -------------------------------------------------------------------------
 
-    def _check_name(self, name: Any) -> None:
-        if self._done:
-            raise InvalidArgumentError(f"the writer for {self.path} is closed")
+    def _name_rule(self, name: Any) -> None:
         try:
             check_name(name, "the writer", "a tensor name")
             name.encode("utf-8")
         except (TensorFileError, UnicodeEncodeError) as exc:
             raise InvalidArgumentError(f"invalid tensor name: {exc}") from None
-        if name in self._objects:
-            raise InvalidArgumentError(f"tensor {name!r} was already added")
 
     def _check_shape(self, name: str, shape: tuple[int, ...]) -> None:
         count = 1
@@ -243,15 +200,6 @@ class Writer2:
                 f"tensor {name!r}: zTensor v2 shapes have at most "
                 f"{MAX_RANK} dimensions and fewer than 2**64 elements"
             )
-
-    def _options(
-        self, compression: Any, level: Any, checksum: Any
-    ) -> tuple[str | None, int, str | None]:
-        return (
-            self._compression if compression is _UNSET else compression_of(compression),
-            self._level if level is _UNSET else level_of(level),
-            self._checksum if checksum is _UNSET else checksum_of(checksum),
-        )
 
     def _encoder(self, level: int, total: int) -> SeekableEncoder:
         return SeekableEncoder(level=level, frame_size=FRAME_SIZE, threads=workers(total))
@@ -289,9 +237,7 @@ class Writer2:
         start = self._blobs.get(key, -1)
         if start < 0 or not self._guard(lambda: self._same(start, view)):
             start = self._aligned()
-            if view.nbytes >= 1 << 20:
-                self._guard(lambda: preallocate(self._fd, view.nbytes, start))
-            self._guard(lambda: self._write(view))
+            self._guard(lambda: self._write(view, reserve=True))
             self._blobs.setdefault(key, start)
         return self._entry(dt, ByteRange(start, start + view.nbytes), None, view.nbytes, digest)
 
@@ -312,128 +258,24 @@ class Writer2:
 
     def _aligned(self) -> int:
         """Move to the next multiple of ``align`` (the gap reads as zeros) and return it."""
-        self._pos = -(-self._pos // self._align) * self._align
-        return self._pos
+        return self._start_at(self._align, fill=False)
 
-    def _write(self, view: memoryview) -> None:
-        write_all(self._fd, view, self._pos)
-        self._pos += view.nbytes
-
-    def _guard(self, action: Any) -> Any:
-        """Run ``action``; on failure discard the file and raise a tensorfile error."""
-        try:
-            return action()
-        except TensorFileError:
-            self.abort()
-            raise
-        except OSError as exc:
-            self.abort()
-            raise ZTensorIOError(f"writing {self.path} failed: {exc.strerror or exc}") from exc
-        except BaseException:
-            self.abort()
-            raise
-
-    # -- finishing -------------------------------------------------------------------------
-
-    def close(self) -> None:
-        """Append the manifest and footer, and move the file into place."""
-        if self._done:
-            return
-        root: dict[str, Any] = {"objects": self._objects}
+    def _tail(self) -> bytes:
+        root: dict[str, Any] = {"objects": self._entries}
         if self._attributes:
             root["attributes"] = self._attributes
-        manifest = self._guard(lambda: _v2_cbor.encode(root))
+        manifest: bytes = self._guard(lambda: _cbor.encode(root, deterministic=True))
         if len(manifest) > MAX_MANIFEST_SIZE:
             self.abort()
             raise InvalidArgumentError(
                 f"the manifest would be {len(manifest):,} bytes, over zTensor v2's 1 GiB limit"
             )
         at = self._aligned()
-        footer = encode_footer(at, len(manifest), manifest_hash(manifest))
-        self._guard(lambda: self._write(memoryview(manifest + footer)))
-        self._done = True
-        self._release()
-        try:
-            self._file.commit()
-        except SourceError as exc:
-            raise ZTensorIOError(str(exc)) from exc
-
-    def abort(self) -> None:
-        """Discard everything written; the destination is left as it was."""
-        if self._done:
-            return
-        self._done = True
-        self._release()
-        self._file.abort()
-
-    def __enter__(self) -> Writer2:
-        return self
-
-    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
-        if exc is not None:
-            self.abort()
-        else:
-            self.close()
-
-
-def _chunk_view(name: str, dt: DType, chunk: Any, index: int) -> memoryview:
-    if isinstance(chunk, np.ndarray | np.generic):
-        arr = np.asarray(chunk)
-        if arr.dtype != dt.numpy and arr.dtype.newbyteorder("<") != dt.numpy:
-            raise InvalidArgumentError(
-                f"tensor {name!r} is {dt.numpy_name}; chunk {index} is an array of {arr.dtype}"
-            )
-        from tensorfile.core.reader import bytes_view
-
-        return bytes_view(np.ascontiguousarray(arr, dtype=dt.numpy))
-    return memoryview(chunk).cast("B")  # TypeError: handled by the caller
-
-
-def save_file(
-    tensors: Mapping[str, Any],
-    path: str | os.PathLike[str],
-    *,
-    attributes: Mapping[str, Any] | None = None,
-    compression: str | None = None,
-    level: int = 3,
-    checksum: str | None = None,
-    align: int | None = ALIGN_CANONICAL,
-    fsync: bool = False,
-) -> None:
-    """Write ``tensors`` (name -> array, torch tensor or sparse tensor) to a zTensor v2 file,
-    in name order (canonical form with ``checksum="xxh3"``, no compression, default align).
-
-    Example:
-        >>> import numpy as np, os, tempfile
-        >>> path = os.path.join(tempfile.mkdtemp(), "m.zt")
-        >>> save_file({"b": np.ones(2, np.int8), "a": np.eye(2)}, path, checksum="xxh3")
-        >>> from tensorfile import ztensor
-        >>> ztensor.open(path).keys()
-        ['a', 'b']
-    """
-    if not isinstance(tensors, Mapping):
-        raise InvalidArgumentError(
-            f"expected a mapping of names to tensors, got {type(tensors).__name__}"
-        )
-    try:
-        names = sorted(tensors)
-    except TypeError:
-        raise InvalidArgumentError("tensor names must all be text") from None
-    with Writer2(
-        path,
-        attributes=attributes,
-        compression=compression,
-        level=level,
-        checksum=checksum,
-        align=align,
-        fsync=fsync,
-    ) as writer:
-        for name in names:
-            writer.add(name, tensors[name])
+        return manifest + encode_footer(at, len(manifest), manifest_hash(manifest))
 
 
 def to_bytes(tensors: Mapping[str, Any], **options: Any) -> bytes:
-    """The bytes of the zTensor v2 file :func:`save_file` writes for ``tensors``.
+    """The bytes of the zTensor v2 file ``save_file(tensors, version=2, **options)`` writes.
 
     Example:
         >>> import numpy as np
@@ -442,6 +284,11 @@ def to_bytes(tensors: Mapping[str, Any], **options: Any) -> bytes:
     """
     with tempfile.TemporaryDirectory(prefix="tensorfile-zt2-") as tmp:
         path = os.path.join(tmp, "file.zt")
-        save_file(tensors, path, **options)
+        if not isinstance(tensors, Mapping):
+            raise InvalidArgumentError(
+                f"expected a mapping of names to tensors, got {type(tensors).__name__}"
+            )
+        with Writer2(path, **options) as writer:
+            writer._add_all(tensors.items())
         with open(path, "rb") as f:
             return f.read()
