@@ -20,17 +20,25 @@ from __future__ import annotations
 
 import importlib
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from types import ModuleType
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
 from ..core import dtypes
 from ..core.dtypes import DType
-from ..core.errors import InvalidArgumentError, UnsupportedError
+from ..core.errors import InvalidArgumentError, InvalidTypeError, UnsupportedError
 from ..core.reader import Reader, brief, numpy_allocator
 
-__all__ = ["ArrayFramework", "Framework", "import_framework", "saved_dtype"]
+__all__ = [
+    "ArrayFramework",
+    "Framework",
+    "import_framework",
+    "refuse_type",
+    "saved_dtype",
+    "saved_values",
+]
 
 
 class Framework:
@@ -192,3 +200,47 @@ def saved_dtype(name: str, framework: str, dtype_name: str) -> DType:
             f"tensor {name!r}: {framework} dtype {dtype_name} has no safetensors equivalent"
         )
     return dt
+
+
+def refuse_type(name: str, expected: str, value: Any, hint: str = "") -> NoReturn:
+    """Refuse ``value``, which should be a tensor of a framework, with the reference's words
+    (:class:`InvalidTypeError`); ``hint`` says how to make it one.
+
+    Example:
+        >>> refuse_type("w", "tf.Tensor", [1.0])
+        Traceback (most recent call last):
+        ...
+        tensorfile.core.errors.InvalidTypeError: Key `w` is invalid, expected tf.Tensor but ...
+    """
+    raise InvalidTypeError(
+        f"Key `{name}` is invalid, expected {expected} but received {type(value)}{hint}"
+    )
+
+
+def saved_values(
+    name: str,
+    framework: str,
+    dt: DType,
+    values: Callable[[], Any],
+    errors: tuple[type[BaseException], ...] = (TypeError, ValueError, RuntimeError),
+) -> np.ndarray[Any, Any]:
+    """The values of a tensor about to be saved as ``dt``, as a numpy array of ``dt.numpy``:
+    ``values()`` gives them (an array of the same width); one of ``errors`` from it (a
+    symbolic tensor, one spread over processes...) is an :class:`InvalidArgumentError`.
+
+    Example:
+        >>> bf16 = dtypes.from_safetensors("BF16")
+        >>> saved_values("w", "mlx", bf16, lambda: np.zeros(2, np.uint16)).dtype
+        dtype(bfloat16)
+        >>> saved_values("w", "jax", bf16, lambda: 1 / 0, (ZeroDivisionError,))
+        Traceback (most recent call last):
+        ...
+        tensorfile.core.errors.InvalidArgumentError: tensor 'w': jax cannot give its values: ...
+    """
+    try:
+        arr = np.asarray(values())
+    except errors as exc:
+        raise InvalidArgumentError(
+            f"tensor {name!r}: {framework} cannot give its values: {exc}"
+        ) from exc
+    return arr.view(dt.numpy) if arr.dtype != dt.numpy else arr

@@ -10,11 +10,12 @@ Example:
     >>> import numpy as np, tensorfile
     >>> from tensorfile.core import dtypes
     >>> from tensorfile.safetensors.numpy import save
-    >>> fw = JaxFramework()
     >>> with tensorfile.open(save({"a": np.arange(3, dtype=np.int8)})) as r:
-    ...     a = fw.read(r, ["a"])[0]
-    >>> type(a).__name__, a.tolist(), fw.lacks(dtypes.from_safetensors("F6_E2M3"))
-    ('ArrayImpl', [0, 1, 2], 'XLA has no 6-bit float types')
+    ...     a = JaxFramework().read(r, ["a"])[0]
+    >>> type(a).__name__, a.tolist()
+    ('ArrayImpl', [0, 1, 2])
+    >>> JaxFramework().lacks(dtypes.from_safetensors("F6_E2M3"))
+    'XLA has no 6-bit float types'
 """
 
 from __future__ import annotations
@@ -24,8 +25,7 @@ from typing import Any
 import numpy as np
 
 from ..core.dtypes import DType
-from ..core.errors import InvalidArgumentError, InvalidTypeError
-from ._base import ArrayFramework, import_framework, saved_dtype
+from ._base import ArrayFramework, import_framework, refuse_type, saved_dtype, saved_values
 
 __all__ = ["JaxFramework", "to_numpy"]
 
@@ -33,6 +33,8 @@ __doctest_requires__ = ("jax",)
 
 _NO_XLA_TYPE = frozenset({"F6_E2M3", "F6_E3M2"})
 """tensorfile dtypes jax names (through ml_dtypes) but XLA cannot hold."""
+
+_FLATTEN = "; flatten nested parameters first (flax.traverse_util.flatten_dict)"
 
 
 class JaxFramework(ArrayFramework):
@@ -66,16 +68,8 @@ def to_numpy(name: str, value: Any) -> np.ndarray[Any, Any]:
         return np.asarray(value)
     jax = import_framework("jax", "flax", "jax")
     if not isinstance(value, jax.Array):
-        hint = ""
-        if isinstance(value, dict):
-            hint = "; flatten nested parameters first (flax.traverse_util.flatten_dict)"
-        raise InvalidTypeError(
-            f"Key `{name}` is invalid, expected jax.Array but received {type(value)}{hint}"
-        )
+        nested = isinstance(value, dict)
+        refuse_type(name, "jax.Array", value, _FLATTEN if nested else "")
     dt = saved_dtype(name, "jax", str(value.dtype))
-    try:
-        arr = np.asarray(value)
-    except (TypeError, ValueError, RuntimeError) as exc:
-        # a tracer inside jit/grad/vmap, an array spread over processes...
-        raise InvalidArgumentError(f"tensor {name!r}: jax cannot give its values: {exc}") from exc
-    return arr.view(dt.numpy) if arr.dtype != dt.numpy else arr
+    # (a tracer inside jit/grad/vmap, an array spread over processes cannot give them)
+    return saved_values(name, "jax", dt, lambda: value)

@@ -7,14 +7,14 @@ ways, which the reference cannot do (mlx issue 1296). The dtypes mlx has no type
 F6, F4) are refused by name.
 
 Example:
-    >>> import numpy as np, tensorfile
+    >>> import numpy as np
     >>> from tensorfile.core import dtypes
-    >>> from tensorfile.safetensors.numpy import save
-    >>> fw = MlxFramework()
-    >>> with tensorfile.open(save({"a": np.arange(3, dtype=np.int8)})) as r:
-    ...     a = fw.read(r, ["a"])[0]
-    >>> a.tolist(), fw.lacks(dtypes.from_safetensors("F8_E4M3"))
-    ([0, 1, 2], 'mlx has no float8_e4m3fn dtype')
+    >>> bf16 = dtypes.from_safetensors("BF16")
+    >>> x = MlxFramework().convert(np.array([0.5, 2.0], bf16.numpy), bf16)
+    >>> x.dtype, x.tolist(), to_numpy("x", x).tolist()
+    (mlx.core.bfloat16, [0.5, 2.0], [0.5, 2.0])
+    >>> MlxFramework().lacks(dtypes.from_safetensors("F8_E4M3"))
+    'mlx has no float8_e4m3fn dtype'
 """
 
 from __future__ import annotations
@@ -24,8 +24,7 @@ from typing import Any
 import numpy as np
 
 from ..core.dtypes import DType
-from ..core.errors import InvalidArgumentError, InvalidTypeError
-from ._base import ArrayFramework, import_framework, saved_dtype
+from ._base import ArrayFramework, import_framework, refuse_type, saved_dtype, saved_values
 
 __all__ = ["MlxFramework", "to_numpy"]
 
@@ -69,15 +68,8 @@ def to_numpy(name: str, value: Any) -> np.ndarray[Any, Any]:
         return np.asarray(value)
     mx = import_framework("mlx.core", "mlx", "mlx")
     if not isinstance(value, mx.array):
-        raise InvalidTypeError(
-            f"Key `{name}` is invalid, expected mx.array but received {type(value)}"
-        )
+        refuse_type(name, "mx.array", value)
     dt = saved_dtype(name, "mlx", str(value.dtype).rpartition(".")[2])
-    try:
-        if dt.name == "BF16":  # numpy cannot take mlx's bf16 buffer: take its bit patterns
-            arr = np.asarray(value.view(mx.uint16))
-        else:
-            arr = np.asarray(value)
-    except (TypeError, ValueError, RuntimeError) as exc:
-        raise InvalidArgumentError(f"tensor {name!r}: mlx cannot give its values: {exc}") from exc
-    return arr.view(dt.numpy) if arr.dtype != dt.numpy else arr
+    # numpy cannot take mlx's bf16 buffer: take its bit patterns
+    bits = dt.name == "BF16"
+    return saved_values(name, "mlx", dt, lambda: value.view(mx.uint16) if bits else value)

@@ -8,18 +8,18 @@ torch or in paddle: ``"cpu"``, ``"cuda"``/``"gpu"``, ``"cuda:1"``/``"gpu:1"``, a
 before anything is read. The dtypes paddle has no tensors of (U16, U32, U64, F8_E8M0, the
 FNUZ F8s, F6, F4) are refused by name; the reference reads U16 tensors as bf16 instead.
 
-(paddle 3.3 crashes when it is imported after tensorflow 2.21 in one process; import paddle
-first when both are used.)
+paddle 3.3 crashes when it is imported after tensorflow 2.21 in one process: import paddle
+first when both are used (this holds for :mod:`tensorfile.safetensors.paddle` and
+:mod:`tensorfile.frameworks.tensorflow` too).
 
 Example:
-    >>> import numpy as np, tensorfile
+    >>> import numpy as np, paddle
     >>> from tensorfile.core import dtypes
-    >>> from tensorfile.safetensors.numpy import save
-    >>> fw = PaddleFramework()
-    >>> with tensorfile.open(save({"a": np.arange(3, dtype=np.int8)})) as r:
-    ...     a = fw.read(r, ["a"])[0]
-    >>> a.numpy().tolist(), fw.lacks(dtypes.from_safetensors("U32"))
-    ([0, 1, 2], 'paddle has no uint32 kernels')
+    >>> fw = PaddleFramework(paddle.CPUPlace())
+    >>> fw.device, fw.convert(np.arange(3, dtype=np.int8), dtypes.from_numpy(np.int8)).tolist()
+    ('cpu', [0, 1, 2])
+    >>> fw.lacks(dtypes.from_safetensors("U32"))
+    'paddle has no uint32 kernels'
 """
 
 from __future__ import annotations
@@ -30,9 +30,9 @@ from typing import Any
 import numpy as np
 
 from ..core.dtypes import DType
-from ..core.errors import InvalidArgumentError, InvalidTypeError, UnsupportedError
+from ..core.errors import InvalidArgumentError, UnsupportedError
 from ..core.reader import brief
-from ._base import ArrayFramework, import_framework, saved_dtype
+from ._base import ArrayFramework, import_framework, refuse_type, saved_dtype, saved_values
 
 __all__ = ["PaddleFramework", "to_numpy"]
 
@@ -114,19 +114,11 @@ def to_numpy(name: str, value: Any) -> np.ndarray[Any, Any]:
     """
     paddle = import_framework("paddle", "paddle", "paddle")
     if not isinstance(value, paddle.Tensor):
-        raise InvalidTypeError(
-            f"Key `{name}` is invalid, expected paddle.Tensor but received {type(value)}"
-        )
+        refuse_type(name, "paddle.Tensor", value)
     if value.is_sparse():
         raise InvalidArgumentError(
             f"You are trying to save a sparse tensor: `{name}` which safetensors does not "
             "support. Make it dense with `.to_dense()` first."
         )
     dt = saved_dtype(name, "paddle", str(value.dtype).rpartition(".")[2])
-    try:
-        arr = np.asarray(value.numpy())
-    except (TypeError, ValueError, RuntimeError) as exc:
-        raise InvalidArgumentError(
-            f"tensor {name!r}: paddle cannot give its values: {exc}"
-        ) from exc
-    return arr.view(dt.numpy) if arr.dtype != dt.numpy else arr
+    return saved_values(name, "paddle", dt, lambda: value.numpy())

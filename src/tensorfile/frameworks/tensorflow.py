@@ -5,18 +5,17 @@ tensors become ``tf.convert_to_tensor`` of their numpy arrays (bf16, F8 and F4 t
 ``ml_dtypes``, as tensorflow itself takes them); the dtypes tensorflow has no type for
 (F8_E8M0, F6) are refused by name.
 
-(paddle 3.3 crashes when it is imported after tensorflow 2.21 in one process; import paddle
-first when both are used.)
+(Import paddle before tensorflow when both are used: see :mod:`tensorfile.frameworks.paddle`.)
 
 Example:
-    >>> import numpy as np, tensorfile
+    >>> import numpy as np, tensorflow as tf
     >>> from tensorfile.core import dtypes
-    >>> from tensorfile.safetensors.numpy import save
     >>> fw = TensorflowFramework()
-    >>> with tensorfile.open(save({"a": np.arange(3, dtype=np.int8)})) as r:
-    ...     a = fw.read(r, ["a"])[0]
-    >>> a.dtype.name, a.numpy().tolist(), fw.lacks(dtypes.from_safetensors("F8_E8M0")) is None
-    ('int8', [0, 1, 2], False)
+    >>> a = fw.convert(np.arange(3, dtype=np.int8), dtypes.from_numpy(np.int8))
+    >>> a.dtype.name, a.numpy().tolist(), to_numpy("v", tf.Variable([1.5, 2.5])).tolist()
+    ('int8', [0, 1, 2], [1.5, 2.5])
+    >>> fw.lacks(dtypes.from_safetensors("F8_E8M0")) is None
+    False
 """
 
 from __future__ import annotations
@@ -26,12 +25,13 @@ from typing import Any
 import numpy as np
 
 from ..core.dtypes import DType
-from ..core.errors import InvalidArgumentError, InvalidTypeError
-from ._base import ArrayFramework, import_framework, saved_dtype
+from ._base import ArrayFramework, import_framework, refuse_type, saved_dtype, saved_values
 
 __all__ = ["TensorflowFramework", "to_numpy"]
 
 __doctest_requires__ = ("tensorflow",)
+
+_DENSE = "; make it dense first (tf.sparse.to_dense, RaggedTensor.to_tensor)"
 
 
 class TensorflowFramework(ArrayFramework):
@@ -63,19 +63,9 @@ def to_numpy(name: str, value: Any) -> np.ndarray[Any, Any]:
     """
     tf = import_framework("tensorflow", "tf", "tensorflow")
     if not isinstance(value, tf.Tensor | tf.Variable):
-        hint = ""
-        if isinstance(value, tf.SparseTensor | tf.RaggedTensor):
-            hint = "; make it dense first (tf.sparse.to_dense, RaggedTensor.to_tensor)"
-        raise InvalidTypeError(
-            f"Key `{name}` is invalid, expected tf.Tensor but received {type(value)}{hint}"
-        )
+        sparse = isinstance(value, tf.SparseTensor | tf.RaggedTensor)
+        refuse_type(name, "tf.Tensor", value, _DENSE if sparse else "")
     dt = saved_dtype(name, "tensorflow", value.dtype.name)
-    try:
-        arr = value.numpy()
-    except (AttributeError, TypeError, ValueError, RuntimeError, tf.errors.OpError) as exc:
-        # a symbolic tensor (inside tf.function), a variable that was never initialized...
-        raise InvalidArgumentError(
-            f"tensor {name!r}: tensorflow cannot give its values: {exc}"
-        ) from exc
-    arr = np.asarray(arr)
-    return arr.view(dt.numpy) if arr.dtype != dt.numpy else arr
+    # (a symbolic tensor inside tf.function, a variable never initialized cannot give them)
+    errors = (AttributeError, TypeError, ValueError, RuntimeError, tf.errors.OpError)
+    return saved_values(name, "tensorflow", dt, lambda: value.numpy(), errors)

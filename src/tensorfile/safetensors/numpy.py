@@ -18,11 +18,19 @@ from typing import Any
 
 import numpy as np
 
-from tensorfile.formats.safetensors._writer import Prepared, prepare_array, to_bytes, write_file
+from tensorfile.formats.safetensors import (
+    Prepared,
+    prepare_array,
+    safe_open,
+    to_bytes,
+    write_file,
+    write_sharded,
+)
 
-from ..core.errors import InvalidTypeError
+from ..core.dtypes import from_numpy
+from ..core.errors import InvalidArgumentError, InvalidTypeError
 from ..core.reader import NDArray
-from . import safe_open
+from ..core.sizes import parse_size
 
 __all__ = ["load", "load_file", "save", "save_file", "save_sharded"]
 
@@ -111,11 +119,6 @@ def save_sharded(
         >>> save_sharded({"w": np.zeros(4, np.float32)}, tempfile.mkdtemp())
         ['model.safetensors']
     """
-    from tensorfile.formats.safetensors._sharded import parse_size, write_sharded
-
-    from ..core.dtypes import from_numpy
-    from ..core.errors import InvalidArgumentError
-
     if not isinstance(tensors, dict):
         raise InvalidArgumentError(f"expected a dict of arrays, got {type(tensors).__name__}")
     entries = []

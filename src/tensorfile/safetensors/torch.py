@@ -26,11 +26,17 @@ from typing import Any
 
 import torch
 
-from tensorfile.formats.safetensors._writer import Prepared, to_bytes, write_file
+from tensorfile.formats.safetensors import (
+    Prepared,
+    safe_open,
+    to_bytes,
+    write_file,
+    write_sharded,
+)
 
 from ..core.errors import InvalidArgumentError, InvalidTypeError, SharedTensorsError
+from ..core.sizes import parse_size
 from ..frameworks.torch import prepare_tensor
-from . import safe_open
 
 __all__ = [
     "load",
@@ -153,6 +159,28 @@ def _remove_duplicate_names(
             if name != keep:
                 to_remove[keep].append(name)
     return to_remove
+
+
+def _drop_shared(
+    state_dict: dict[str, torch.Tensor], metadata: dict[str, str] | None
+) -> dict[str, str] | None:
+    """Drop from ``state_dict`` the names that share memory with a kept one, each recorded
+    in ``metadata`` (made when it is None, set only where the caller has not) as ``dropped
+    -> kept``, as the reference's ``save_model`` does; returns ``metadata``.
+
+    Example:
+        >>> w = torch.zeros(2)
+        >>> state = {"a": w, "b": w}
+        >>> _drop_shared(state, None), list(state)
+        ({'b': 'a'}, ['a'])
+    """
+    for kept, dropped in _remove_duplicate_names(state_dict).items():
+        for name in dropped:
+            if metadata is None:
+                metadata = {}
+            metadata.setdefault(name, kept)
+            del state_dict[name]
+    return metadata
 
 
 def _prepare(tensors: dict[str, torch.Tensor]) -> tuple[list[Prepared], list[Any]]:
@@ -281,12 +309,7 @@ def save_model(
         >>> save_model(torch.nn.Linear(2, 2), "linear.safetensors")
     """
     state_dict = model.state_dict()
-    for kept, dropped in _remove_duplicate_names(state_dict).items():
-        for name in dropped:
-            if metadata is None:
-                metadata = {}
-            metadata.setdefault(name, kept)
-            del state_dict[name]
+    metadata = _drop_shared(state_dict, metadata)
     if force_contiguous:
         state_dict = {k: v.contiguous() for k, v in state_dict.items()}
     try:
@@ -366,20 +389,12 @@ def save_sharded(
         >>> save_sharded(torch.nn.Linear(2, 2).state_dict(), tempfile.mkdtemp())
         ['model.safetensors']
     """
-    from tensorfile.formats.safetensors._sharded import parse_size, write_sharded
-
     if not isinstance(tensors, dict):
         raise InvalidArgumentError(f"expected a dict of tensors, got {type(tensors).__name__}")
     size = parse_size(max_shard_size)
     state = dict(tensors)
     specs = {n: _spec(n, t) for n, t in state.items()}  # every value checked first
-    meta = dict(metadata) if metadata is not None else None
-    for kept, dropped in _remove_duplicate_names(state).items():
-        for name in dropped:
-            if meta is None:
-                meta = {}
-            meta.setdefault(name, kept)
-            del state[name]
+    meta = _drop_shared(state, dict(metadata) if metadata is not None else None)
     entries = [(n, *specs[n]) for n in state]
     return write_sharded(
         entries,
