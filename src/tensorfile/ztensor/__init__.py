@@ -2,7 +2,7 @@
 and v2 (the container ztensor 2.x writes, magic ``89 5A 54 32 0D 0A 1A 0A``).
 
 :func:`open`, :func:`load_file` and ``tensorfile.open`` read either, told apart by the
-magic. Writing is v1.0 by default; ``version=2`` writes v2 (:mod:`._v2_writer`).
+magic. Writing is v1.0 by default; ``version=2`` writes v2 (:class:`Writer2`).
 
 zTensor v2 (reading: :class:`ZTensor2Reader`):
 
@@ -54,8 +54,9 @@ Example:
     ('2', [0, 1, 2], {'epoch': 3})
 """
 
+from tensorfile.formats.ztensor._hooks import load_file, open
 from tensorfile.formats.ztensor._layouts import COOTensor, CSRTensor, ExtensionTensor
-from tensorfile.formats.ztensor.v1._reader import ZTensorReader, load_file, open
+from tensorfile.formats.ztensor.v1._reader import ZTensorReader
 from tensorfile.formats.ztensor.v1._writer import Writer, save_file
 from tensorfile.formats.ztensor.v2._reader import ZTensor2Reader
 from tensorfile.formats.ztensor.v2._writer import Writer2

@@ -1,5 +1,7 @@
 """The zTensor format's registry hooks for both containers: v1.0 (magic ``ZTEN1000``) and v2
-(magic ``89 5A 54 32 0D 0A 1A 0A``), told apart by the first bytes of the file.
+(magic ``89 5A 54 32 0D 0A 1A 0A``), told apart by the first bytes of the file, here and
+only here (:func:`is_v2`): the registry's hooks and the public :func:`open` and
+:func:`load_file` all go through :func:`open_any`.
 
 For v2 files, :func:`edit_metadata` rewrites the manifest with the new attributes: the
 bytes before the manifest are kept (cloned where the file system can), the new manifest
@@ -20,26 +22,41 @@ Example:
 
 from __future__ import annotations
 
+import os
+from collections.abc import Callable
 from typing import Any, cast
 
 from tensorfile.core.atomic import check_editable, rewrite
-from tensorfile.core.catalog import Catalog
+from tensorfile.core.catalog import Catalog, TensorInfo
 from tensorfile.core.errors import (
+    InvalidArgumentError,
     SourceError,
+    UnsupportedError,
     ZTensorError,
     ZTensorIOError,
     ZTensorUnsupportedError,
 )
 from tensorfile.core.reader import Reader
 from tensorfile.core.source import Source
-from tensorfile.formats import MetadataChange
+from tensorfile.formats import ZTENSOR, MetadataChange
 from tensorfile.formats.ztensor import _cbor
+from tensorfile.formats.ztensor._layouts import COOTensor, CSRTensor
 from tensorfile.formats.ztensor.v1 import _format
 from tensorfile.formats.ztensor.v1._reader import ZTensorReader
 from tensorfile.formats.ztensor.v2._format import MAGIC, encode_footer, manifest_hash
 from tensorfile.formats.ztensor.v2._manifest import attribute_text
+from tensorfile.frameworks import framework_name
+from tensorfile.sources import PathOrData, open_input
 
-__all__ = ["edit_metadata", "is_v2", "open_any", "open_reader", "read_catalog"]
+__all__ = [
+    "edit_metadata",
+    "is_v2",
+    "load_file",
+    "open",
+    "open_any",
+    "open_reader",
+    "read_catalog",
+]
 
 
 def is_v2(source: Source) -> bool:
@@ -128,3 +145,81 @@ def edit_metadata(path: str, change: MetadataChange) -> bool:
     )
     tail = manifest + encode_footer(start, len(manifest), manifest_hash(manifest))
     return rewrite(path, b"", 0, start, tail, expect=expect) == "reflink"
+
+
+def open(
+    path_or_data: PathOrData,
+    *,
+    verify: bool = True,
+) -> Any:
+    """Open a zTensor file (a path, a URL or its bytes), v1.0 or v2 (by its magic), for
+    reading; a v2 file gives a :class:`~tensorfile.ztensor.ZTensor2Reader`.
+
+    Example:
+        >>> import numpy as np, os, tempfile
+        >>> from tensorfile import ztensor
+        >>> path = os.path.join(tempfile.mkdtemp(), "m.zt")
+        >>> ztensor.save_file({"a": np.eye(2, dtype=np.float32)}, path)
+        >>> with ztensor.open(path) as f:
+        ...     f.view("a").tolist()
+        [[1.0, 0.0], [0.0, 1.0]]
+    """
+    if not isinstance(path_or_data, str | os.PathLike | bytes | bytearray | memoryview):
+        raise InvalidArgumentError(
+            f"expected a path, a URL or the bytes of a file, got {type(path_or_data).__name__}"
+        )
+    try:
+        with open_input(path_or_data, first=ZTENSOR.first_request()) as source:
+            return open_any(source, verify=verify)
+    except ZTensorError:
+        raise
+    except SourceError as exc:
+        raise ZTensorIOError(str(exc)) from exc
+
+
+def load_file(
+    path: str | os.PathLike[str],
+    *,
+    framework: str = "numpy",
+    verify: bool = True,
+) -> dict[str, Any]:
+    """Every tensor of a zTensor file: numpy arrays (or torch tensors with
+    ``framework="pt"``) for dense tensors, :class:`CSRTensor`/:class:`COOTensor` (torch
+    sparse tensors with ``"pt"``) for sparse ones, :class:`ExtensionTensor` for unknown
+    layouts.
+
+    Example:
+        >>> import numpy as np, os, tempfile
+        >>> from tensorfile import ztensor
+        >>> path = os.path.join(tempfile.mkdtemp(), "m.zt")
+        >>> ztensor.save_file({"a": np.arange(3, dtype=np.int8)}, path)
+        >>> ztensor.load_file(path)["a"].tolist()
+        [0, 1, 2]
+    """
+    try:
+        kind = framework_name(framework)
+    except UnsupportedError:
+        kind = "unknown"
+    if kind not in ("numpy", "torch"):
+        what = "an unknown framework" if kind == "unknown" else "not one this function loads into"
+        raise ZTensorUnsupportedError(
+            f"framework {framework!r} is {what}; ztensor.load_file takes 'numpy' or 'pt'"
+        )
+    with open(path, verify=verify) as reader:
+        if kind == "numpy":
+            tensors: dict[str, Any] = reader.get_tensors()
+            return tensors
+        from tensorfile.frameworks.torch import torch_allocator
+
+        names = reader.keys()
+        dense = [n for n in names if reader.info(n).layout == "dense"]
+        alloc: Callable[[TensorInfo], Any] = torch_allocator()
+        got = dict(zip(dense, reader.read_into(dense, alloc), strict=True))
+        out: dict[str, Any] = {}
+        for n in names:
+            if n in got:
+                out[n] = got[n]
+                continue
+            value = reader.get_tensor(n)
+            out[n] = value.to_torch() if isinstance(value, CSRTensor | COOTensor) else value
+        return out

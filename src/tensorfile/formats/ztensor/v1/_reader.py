@@ -21,9 +21,7 @@ Example:
 from __future__ import annotations
 
 import math
-import os
 import struct
-from collections.abc import Callable
 from typing import Any, TypeVar
 
 import numpy as np
@@ -33,7 +31,6 @@ from tensorfile.core.errors import (
     InvalidArgumentError,
     SourceError,
     TensorFileError,
-    UnsupportedError,
     ZTensorError,
     ZTensorIOError,
     ZTensorMissingError,
@@ -50,7 +47,7 @@ from tensorfile.core.reader import (
     numpy_allocator,
 )
 from tensorfile.core.source import Source
-from tensorfile.formats import ZTENSOR, ZTENSOR_V2_MAGIC
+from tensorfile.formats import ZTENSOR
 from tensorfile.formats.ztensor._codecs import (
     MAX_ZSTD_RATIO,
     decompress_into,
@@ -70,10 +67,8 @@ from tensorfile.formats.ztensor.v1._manifest import (
     MAX_MANIFEST_SIZE,
     parse_manifest,
 )
-from tensorfile.frameworks import framework_name
-from tensorfile.sources import PathOrData, open_input
 
-__all__ = ["ZTensorReader", "load_file", "open", "read_catalog"]
+__all__ = ["ZTensorReader", "read_catalog"]
 
 T = TypeVar("T")
 NDArray = np.ndarray[Any, Any]
@@ -356,85 +351,3 @@ def _decoded(info: TensorInfo) -> TensorInfo:
     size = info.dtype.nbytes(math.prod(info.shape))
     data = comp._replace(range=ByteRange(comp.range.start, comp.range.start + size))
     return info._replace(components={"data": data})
-
-
-def open(
-    path_or_data: PathOrData,
-    *,
-    verify: bool = True,
-) -> Any:
-    """Open a zTensor file (a path, a URL or its bytes), v1.0 or v2 (by its magic), for
-    reading; a v2 file gives a :class:`~tensorfile.ztensor.ZTensor2Reader`.
-
-    Example:
-        >>> import numpy as np, os, tempfile
-        >>> from tensorfile import ztensor
-        >>> path = os.path.join(tempfile.mkdtemp(), "m.zt")
-        >>> ztensor.save_file({"a": np.eye(2, dtype=np.float32)}, path)
-        >>> with ztensor.open(path) as f:
-        ...     f.view("a").tolist()
-        [[1.0, 0.0], [0.0, 1.0]]
-    """
-    if not isinstance(path_or_data, str | os.PathLike | bytes | bytearray | memoryview):
-        raise InvalidArgumentError(
-            f"expected a path, a URL or the bytes of a file, got {type(path_or_data).__name__}"
-        )
-    try:
-        with open_input(path_or_data, first=ZTENSOR.first_request()) as source:
-            if source.read(0, min(source.size, 4)) == ZTENSOR_V2_MAGIC[:4]:
-                from tensorfile.formats.ztensor.v2._reader import ZTensor2Reader
-
-                return ZTensor2Reader(source, verify=verify)
-            return ZTensorReader(source, verify=verify)
-    except ZTensorError:
-        raise
-    except SourceError as exc:
-        raise ZTensorIOError(str(exc)) from exc
-
-
-def load_file(
-    path: str | os.PathLike[str],
-    *,
-    framework: str = "numpy",
-    verify: bool = True,
-) -> dict[str, Any]:
-    """Every tensor of a zTensor file: numpy arrays (or torch tensors with
-    ``framework="pt"``) for dense tensors, :class:`CSRTensor`/:class:`COOTensor` (torch
-    sparse tensors with ``"pt"``) for sparse ones, :class:`ExtensionTensor` for unknown
-    layouts.
-
-    Example:
-        >>> import numpy as np, os, tempfile
-        >>> from tensorfile import ztensor
-        >>> path = os.path.join(tempfile.mkdtemp(), "m.zt")
-        >>> ztensor.save_file({"a": np.arange(3, dtype=np.int8)}, path)
-        >>> ztensor.load_file(path)["a"].tolist()
-        [0, 1, 2]
-    """
-    try:
-        kind = framework_name(framework)
-    except UnsupportedError:
-        kind = "unknown"
-    if kind not in ("numpy", "torch"):
-        what = "an unknown framework" if kind == "unknown" else "not one this function loads into"
-        raise ZTensorUnsupportedError(
-            f"framework {framework!r} is {what}; ztensor.load_file takes 'numpy' or 'pt'"
-        )
-    with open(path, verify=verify) as reader:
-        if kind == "numpy":
-            tensors: dict[str, Any] = reader.get_tensors()
-            return tensors
-        from tensorfile.frameworks.torch import torch_allocator
-
-        names = reader.keys()
-        dense = [n for n in names if reader.info(n).layout == "dense"]
-        alloc: Callable[[TensorInfo], Any] = torch_allocator()
-        got = dict(zip(dense, reader.read_into(dense, alloc), strict=True))
-        out: dict[str, Any] = {}
-        for n in names:
-            if n in got:
-                out[n] = got[n]
-                continue
-            value = reader.get_tensor(n)
-            out[n] = value.to_torch() if isinstance(value, CSRTensor | COOTensor) else value
-        return out
