@@ -37,7 +37,7 @@ from tensorfile.errors import (
     ZTensorUnsupportedError,
     ZTensorWarning,
 )
-from tensorfile.formats.ztensor.v1 import _cbor
+from tensorfile.formats.ztensor import _cbor
 from tensorfile.safetensors import deserialize, safe_open
 from tensorfile.safetensors import numpy as st_numpy
 from tests.formats.limits import run_limited

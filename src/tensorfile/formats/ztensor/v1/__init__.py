@@ -1,7 +1,2 @@
-"""tensorfile.formats.ztensor.v1: see the package docstring of tensorfile.formats.
-
-The manifest codec is the one both containers share, :mod:`tensorfile.formats.ztensor._cbor`;
-it is also reachable here, by the name the hostile-header tests import it under.
-"""
-
-from tensorfile.formats.ztensor import _cbor as _cbor
+"""zTensor v1.0: the manifest, the reader and the writer of the v1.0 container (the codec
+and the container writer are shared with v2, one folder up)."""
