@@ -31,7 +31,7 @@ Example:
     (['w'], {'k': 'v'}, [1.0, 4.0])
 """
 
-from tensorfile.formats.safetensors import (
+from tensorfile.formats.safetensors.faces import (
     MAX_HEADER_SIZE,
     SafeSlice,  # noqa: F401 (what get_slice returns, named here as in the reference)
     StreamWriter,
@@ -41,7 +41,7 @@ from tensorfile.formats.safetensors import (
     serialize,
     serialize_file,
 )
-from tensorfile.formats.safetensors import (  # noqa: F401 (the reference's private name)
+from tensorfile.formats.safetensors.faces import (  # noqa: F401 (the reference's private name)
     safe_open_handle as _safe_open_handle,
 )
 

@@ -16,7 +16,7 @@ Example:
     {'dense/bias': (3,), 'dense/kernel': (2, 3)}
 """
 
-from tensorfile.formats.safetensors import NumpyFace, face_functions
+from tensorfile.formats.safetensors.faces import NumpyFace, face_functions
 
 from ..frameworks.jax import to_numpy
 

@@ -16,7 +16,7 @@ Example:
     (mlx.core.bfloat16, [0.5, 2.0])
 """
 
-from tensorfile.formats.safetensors import NumpyFace, face_functions
+from tensorfile.formats.safetensors.faces import NumpyFace, face_functions
 
 from ..frameworks.mlx import to_numpy
 

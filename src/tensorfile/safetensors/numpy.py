@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from tensorfile.formats.safetensors import (
+from tensorfile.formats.safetensors.faces import (
     Prepared,
     prepare_array,
     safe_open,

@@ -17,7 +17,7 @@ Example:
     [0, 1, 2]
 """
 
-from tensorfile.formats.safetensors import NumpyFace, face_functions_onto
+from tensorfile.formats.safetensors.faces import NumpyFace, face_functions_onto
 
 from ..frameworks.paddle import to_numpy
 

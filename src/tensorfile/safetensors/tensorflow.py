@@ -14,7 +14,7 @@ Example:
     [0, 1, 2]
 """
 
-from tensorfile.formats.safetensors import NumpyFace, face_functions
+from tensorfile.formats.safetensors.faces import NumpyFace, face_functions
 
 from ..frameworks.tensorflow import to_numpy
 

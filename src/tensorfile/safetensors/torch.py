@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from tensorfile.formats.safetensors import (
+from tensorfile.formats.safetensors.faces import (
     Prepared,
     safe_open,
     to_bytes,

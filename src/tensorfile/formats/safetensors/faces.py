@@ -1,0 +1,62 @@
+"""What the public faces of the safetensors format are made of, named in one place.
+
+The private modules of :mod:`tensorfile.formats.safetensors` hold the implementation
+(``_parse``, ``_reader``, ``_writer``, ``_encode``, ``_sharded``...). This module names what
+the public faces re-export: :mod:`tensorfile.safetensors` (``safe_open``, ``serialize``,
+``serialize_file``, ``deserialize``, ``TensorSpec``, ``StreamWriter``) and its framework
+modules (:class:`NumpyFace` and :func:`face_functions` make ``flax``, ``tensorflow``,
+``mlx`` and ``paddle``; ``numpy`` and ``torch`` use :func:`prepare_array`, :func:`to_bytes`,
+:func:`write_file` and :func:`write_sharded`).
+
+Example:
+    >>> import numpy as np
+    >>> from tensorfile.formats.safetensors.faces import deserialize, prepare_array, to_bytes
+    >>> blob = to_bytes([prepare_array("w", np.arange(2, dtype=np.int8))], {"k": "v"})
+    >>> [(name, t["dtype"], t["shape"]) for name, t in deserialize(blob)]
+    [('w', 'I8', [2])]
+"""
+
+from tensorfile.formats.safetensors._parse import MAX_HEADER_SIZE
+from tensorfile.formats.safetensors._safe_open import SafeSlice, safe_open
+from tensorfile.formats.safetensors._safe_open import _safe_open_handle as safe_open_handle
+from tensorfile.formats.safetensors._serialize import (
+    TensorSpec,
+    deserialize,
+    serialize,
+    serialize_file,
+)
+from tensorfile.formats.safetensors._sharded import write_sharded
+from tensorfile.formats.safetensors._via_numpy import (
+    NumpyFace,
+    face_functions,
+    face_functions_onto,
+    numpy_dict,
+)
+from tensorfile.formats.safetensors._writer import (
+    Prepared,
+    StreamWriter,
+    prepare_array,
+    to_bytes,
+    write_file,
+)
+
+__all__ = [
+    "MAX_HEADER_SIZE",
+    "NumpyFace",
+    "Prepared",
+    "SafeSlice",
+    "StreamWriter",
+    "TensorSpec",
+    "deserialize",
+    "face_functions",
+    "face_functions_onto",
+    "numpy_dict",
+    "prepare_array",
+    "safe_open",
+    "safe_open_handle",
+    "serialize",
+    "serialize_file",
+    "to_bytes",
+    "write_file",
+    "write_sharded",
+]
