@@ -48,6 +48,17 @@ class LocalStore(Store):
         paths.check_name(name, folder=True)
         return os.path.join(self.root, *name.split("/")) if name else self.root
 
+    def _target(self, name: str) -> str:
+        """The path to write ``name`` at, its folders made (as an object store needs none);
+        a folder that resolves outside the root is refused before anything is made."""
+        path = self.path(name)
+        parent = os.path.dirname(path)
+        if parent != self.root:
+            if not paths.is_inside(self.root, parent):
+                raise SourceError(f"cannot write {path}: its folder resolves outside {self.root}")
+            _makedirs(parent, f"the folder of {path}")
+        return path
+
     def url(self, name: str = "") -> str:
         return os.path.join(self.root, *name.split("/")) if name else self.root
 
@@ -98,18 +109,18 @@ class LocalStore(Store):
         from ..core.atomic import atomic_write, write_all
 
         self._require("writes", "write", name)
-        with atomic_write(self.path(name), fsync=True) as fd:
+        with atomic_write(self._target(name), fsync=True) as fd:
             write_all(fd, memoryview(data))
 
     def upload(self, local_path: str, name: str) -> None:
         self._require("writes", "write", name)
-        self.move_local(local_path, self.path(name))
+        self.move_local(local_path, self._target(name))
 
     def write_file(self, name: str, write: Callable[[str], None]) -> int:
         """Have ``write(path)`` write the file ``name`` in place: ``write`` publishes it
         atomically (every tensorfile writer writes a temporary file and renames it)."""
         self._require("writes", "write", name)
-        path = self.path(name)
+        path = self._target(name)
         write(path)
         try:
             return os.path.getsize(path)
@@ -126,7 +137,7 @@ class LocalStore(Store):
 
     def move(self, src: str, dst: str) -> None:
         self._require("writes", "move", src)
-        self.move_local(self.path(src), self.path(dst))
+        self.move_local(self.path(src), self._target(dst))
 
     def list_files(self, folder: str = "") -> list[str]:
         path = self.path(folder)
