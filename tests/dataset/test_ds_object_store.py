@@ -23,7 +23,8 @@ import safetensors.numpy
 from tensorfile import dataset
 from tensorfile.dataset import writer as writer_module
 from tensorfile.dataset.manifest import Manifest
-from tensorfile.dataset.storage import FsspecStorage, LocalStorage, storage_for
+from tensorfile.dataset.storage import storage_for
+from tensorfile.sources import FsspecStore, LocalStore
 from tensorfile.errors import (
     FormatError,
     InvalidArgumentError,
@@ -135,7 +136,7 @@ def _inject(kind: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     if kind == "second_save":
         monkeypatch.setattr(writer_module, "save_file", fail_on_call(writer_module.save_file, 2))
     elif kind == "second_move":
-        monkeypatch.setattr(FsspecStorage, "move", fail_on_call(FsspecStorage.move, 2))
+        monkeypatch.setattr(FsspecStore, "move", fail_on_call(FsspecStore.move, 2))
     elif kind == "manifest_write":
         monkeypatch.setattr(Manifest, "write", fail_on_call(Manifest.write, 1))
     elif kind == "index_build":
@@ -283,9 +284,9 @@ def test_file_url_is_the_local_folder(tmp_path: Path, monkeypatch: pytest.Monkey
 
 
 def test_storage_for_rules(tmp_path: Path) -> None:
-    assert isinstance(storage_for(tmp_path), LocalStorage)
-    assert isinstance(storage_for("relative/dir"), LocalStorage)
-    assert isinstance(storage_for("s3://b/p", {"anon": True}), FsspecStorage)
+    assert isinstance(storage_for(tmp_path), LocalStore)
+    assert isinstance(storage_for("relative/dir"), LocalStore)
+    assert isinstance(storage_for("s3://b/p", {"anon": True}), FsspecStore)
     with pytest.raises(InvalidArgumentError):
         storage_for("file:///x", {"anon": True})
     with pytest.raises(InvalidArgumentError):
@@ -296,7 +297,7 @@ def test_storage_for_rules(tmp_path: Path) -> None:
     import pickle
 
     s = pickle.loads(pickle.dumps(storage_for("memory://x/y", {"a": 1})))
-    assert isinstance(s, FsspecStorage) and s.options == {"a": 1} and s.root == "memory://x/y"
+    assert isinstance(s, FsspecStore) and s.options == {"a": 1} and s.root == "memory://x/y"
     assert os.fspath(storage_for(tmp_path)) == str(tmp_path)
 
 

@@ -3,13 +3,11 @@ FIFO or grow past a bound, shard paths that must stay inside the folder, and the
 of what a commit may delete.
 
 A manifest, an index and the folder itself can lie: a name can be a FIFO, a directory or a
-symlink to somewhere else, and a manifest can list any path at all. So:
+symlink to somewhere else, and a manifest can list any path at all. The path rules are the
+store's, decided once for every local route (:mod:`tensorfile.sources.paths`:
+:func:`open_regular`, :func:`read_bounded`, :func:`check_shard_file`, :func:`is_plain_name`,
+re-exported here); what is the dataset's:
 
-* :func:`open_regular` opens with ``O_NONBLOCK`` (a FIFO opens at once instead of waiting
-  for a writer) and refuses anything but a regular file; :func:`read_bounded` reads at most
-  a given number of bytes.
-* :func:`check_shard_file` refuses a listed shard that resolves outside the folder, is not a
-  regular file, or does not have the size the manifest gives.
 * :func:`deletable` decides what a commit may delete of the previous dataset: regular files
   (not symlinks) directly inside the folder, named like shards (§3.2 of the Spark spec),
   listed by the previous manifest, and never the manifest, the index or a file the new
@@ -34,7 +32,7 @@ import stat
 from collections.abc import Collection, Iterable
 from typing import TypeGuard
 
-from ..core.errors import FormatError, SourceError
+from ..sources.paths import check_member, is_plain_name, open_regular, read_bounded
 
 __all__ = [
     "INDEX_NAME",
@@ -59,119 +57,8 @@ SHARD_NAME = re.compile(
 """``part-{taskId:05d}-{shardIndex:04d}-{uuid}.safetensors`` (§3.2; wider ids have more
 digits): the only names a commit deletes."""
 
-_FLAGS = (
-    os.O_RDONLY
-    | getattr(os, "O_NONBLOCK", 0)
-    | getattr(os, "O_CLOEXEC", 0)
-    | getattr(os, "O_NOCTTY", 0)
-)
-
-
-def open_regular(path: str, what: str) -> int | None:
-    """A descriptor of the regular file ``path``, or None when nothing is there.
-
-    Opens without blocking (a FIFO has no writer to wait for) and refuses a FIFO, a
-    directory or a device with :class:`~tensorfile.errors.SourceError` naming ``what``.
-
-    Example:
-        >>> import os, tempfile
-        >>> fifo = os.path.join(tempfile.mkdtemp(), "dataset_manifest.json")
-        >>> os.mkfifo(fifo)
-        >>> try:
-        ...     open_regular(fifo, "the manifest")
-        ... except SourceError as exc:
-        ...     print(str(exc).endswith("is not a regular file"))
-        True
-    """
-    try:
-        fd = os.open(path, _FLAGS)
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        raise SourceError(f"cannot open {what} {path}: {exc.strerror or exc}") from exc
-    try:
-        mode = os.fstat(fd).st_mode
-    except OSError as exc:
-        os.close(fd)
-        raise SourceError(f"cannot stat {what} {path}: {exc.strerror or exc}") from exc
-    if not stat.S_ISREG(mode):
-        os.close(fd)
-        raise SourceError(f"{what} {path} is not a regular file")
-    return fd
-
-
-def read_bounded(path: str, what: str, limit: int) -> bytes | None:
-    """The bytes of the regular file ``path`` (None when it does not exist), refusing a file
-    of more than ``limit`` bytes with :class:`~tensorfile.errors.FormatError` before reading
-    past the bound.
-
-    Example:
-        >>> import os, tempfile
-        >>> path = os.path.join(tempfile.mkdtemp(), "m.json")
-        >>> _ = open(path, "wb").write(b"{}")
-        >>> read_bounded(path, "the manifest", 10), read_bounded(path + "x", "the manifest", 10)
-        (b'{}', None)
-    """
-    fd = open_regular(path, what)
-    if fd is None:
-        return None
-    chunks: list[bytes] = []
-    size = 0
-    try:
-        while size <= limit:
-            chunk = os.read(fd, min(1 << 20, limit + 1 - size))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-    except OSError as exc:
-        raise SourceError(f"cannot read {what} {path}: {exc.strerror or exc}") from exc
-    finally:
-        os.close(fd)
-    if size > limit:
-        raise FormatError(f"{what} {path} is over {limit} bytes; it is not a dataset's {what}")
-    return b"".join(chunks)
-
-
-def _inside(folder: str, path: str) -> bool:
-    root = os.path.realpath(folder)
-    real = os.path.realpath(path)
-    return real != root and os.path.commonpath([root, real]) == root
-
-
-def check_shard_file(folder: str, shard_path: str, size: int) -> str:
-    """The path of the listed shard ``shard_path`` of the dataset in ``folder``, after checking
-    that it resolves inside the folder (symlinks followed), is a regular file and has the
-    ``size`` the manifest gives; a :class:`~tensorfile.errors.FormatError` (a lie) or
-    :class:`~tensorfile.errors.SourceError` (not a file) says which shard is wrong.
-
-    Example:
-        >>> import os, tempfile
-        >>> folder = tempfile.mkdtemp()
-        >>> os.symlink("/etc/hostname", os.path.join(folder, "a.safetensors"))
-        >>> try:
-        ...     check_shard_file(folder, "a.safetensors", 1)
-        ... except FormatError as exc:
-        ...     print(str(exc).partition(": ")[2])
-        shard a.safetensors resolves outside the dataset folder
-    """
-    path = os.path.join(folder, shard_path)
-    if not _inside(folder, path):
-        raise FormatError(f"{folder}: shard {shard_path} resolves outside the dataset folder")
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        raise FormatError(f"{folder}: the manifest lists {shard_path}, which is missing") from None
-    except OSError as exc:
-        raise SourceError(f"cannot stat shard {path}: {exc.strerror or exc}") from exc
-    if not stat.S_ISREG(st.st_mode):
-        raise SourceError(f"shard {path} is not a regular file")
-    if st.st_size != size:
-        raise FormatError(
-            f"{folder}: the manifest says shard {shard_path} has {size} bytes, the file has "
-            f"{st.st_size}"
-        )
-    return path
+check_shard_file = check_member
+"""The listed shard's path, checked (:func:`tensorfile.sources.paths.check_member`)."""
 
 
 def _is_shard_name(name: object) -> TypeGuard[str]:
@@ -189,22 +76,6 @@ def deletable_names(listed: Iterable[object], keep: Collection[str] = ()) -> lis
     """
     protected = {MANIFEST_NAME, INDEX_NAME, *keep}
     return list(dict.fromkeys(n for n in listed if _is_shard_name(n) and n not in protected))
-
-
-def is_plain_name(name: object) -> bool:
-    """Whether ``name`` is a plain file name: no folder part, not ``.``/``..``, no NUL or
-    backslash, so that joined to a folder it names an entry of that folder.
-
-    Example:
-        >>> is_plain_name("part-1.safetensors"), is_plain_name("../x"), is_plain_name("a/b")
-        (True, False, False)
-    """
-    return (
-        isinstance(name, str)
-        and name not in ("", ".", "..")
-        and not any(c in name for c in "/\\\x00")
-        and name.isprintable()
-    )
 
 
 def deletable(

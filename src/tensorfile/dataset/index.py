@@ -27,9 +27,10 @@ import os
 from typing import Any
 
 from ..core.errors import FormatError, TensorFileError
+from ..sources import LocalStore
 from .files import INDEX_NAME, open_regular
 from .manifest import Manifest
-from .storage import LocalStorage, Location, storage_for
+from .storage import Location, storage_for
 
 __all__ = ["INDEX_NAME", "MAX_INDEX_BYTES", "index_bytes", "read_index", "write_index"]
 
@@ -73,7 +74,7 @@ def read_index(folder: Location, manifest: Manifest) -> dict[str, str] | None:
     is stale for ``manifest`` (see the module docstring)."""
     store = storage_for(folder)
     path = store.url(INDEX_NAME)
-    if isinstance(store, LocalStorage):
+    if isinstance(store, LocalStore):
         fd = open_regular(path, "the index")
         if fd is None:
             return None

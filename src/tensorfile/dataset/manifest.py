@@ -74,7 +74,7 @@ from ._json import show as _show
 from .files import INDEX_NAME, MANIFEST_NAME
 from .spec_dtypes import decode as _decode_dtypes
 from .spec_dtypes import encode as _encode_dtypes
-from .storage import Location, Storage, open_located, storage_for
+from .storage import Location, Store, open_located, open_shard, storage_for
 
 __all__ = [
     "INDEX_NAME",
@@ -421,10 +421,10 @@ def shard_file(folder: str, shard: ShardEntry) -> str:
     return os.path.join(folder, shard.shard_path)
 
 
-def shard_reader(store: Storage, shard: ShardEntry) -> Reader:
+def shard_reader(store: Store, shard: ShardEntry) -> Reader:
     """A safetensors reader of the listed ``shard`` of the dataset in ``store``, after
-    :meth:`Storage.shard`'s checks (inside the folder, a regular file, the listed size)."""
-    return open_located(store.shard(shard.shard_path, shard.bytes))
+    :func:`~.storage.open_shard`'s checks (inside the folder, a regular file, the listed size)."""
+    return open_located(open_shard(store, shard.shard_path, shard.bytes))
 
 
 def kv_name(key: str, separator: str, column: str) -> str:

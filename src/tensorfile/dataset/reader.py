@@ -49,7 +49,7 @@ from ..sources import path_text
 from .index import read_index
 from .manifest import Manifest, ShardEntry, kv_name, load_manifest
 from .samples import kv_sample, open_shard, shard_samples
-from .storage import Location, Storage, storage_for
+from .storage import Location, Store, storage_for
 
 __all__ = ["Dataset", "open"]
 
@@ -379,7 +379,7 @@ def open(path: Location, *, storage_options: dict[str, Any] | None = None) -> Da
     """Open the dataset at ``path``: a local folder, a ``file://`` URL or any fsspec URL
     (``s3://bucket/ds``, with ``storage_options`` for its filesystem; credentials fsspec finds
     in the environment work too). Manifest-aware; the index is not needed."""
-    if not isinstance(path, Storage):
+    if not isinstance(path, Store):
         path = path_text(path)
     store = storage_for(path, storage_options)
     return Dataset(store, load_manifest(store, strict=True))

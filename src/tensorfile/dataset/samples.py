@@ -130,7 +130,7 @@ def open_shard(
     schema: dict[str, dict[str, Any]] | None = None,
 ) -> tuple[Reader, list[str]]:
     """A reader of ``shard`` of the dataset in ``folder`` (a path, URL or storage) and its KV
-    keys, after :meth:`~tensorfile.dataset.storage.Storage.shard`'s checks (inside the
+    keys, after :func:`~tensorfile.dataset.storage.open_shard`'s checks (inside the
     folder, a regular file, the listed size) and :func:`verify_shard`.
 
     Example:

@@ -1,6 +1,6 @@
 """Write a table as a dataset of safetensors shards, with the commit protocol Spark uses too.
 
-The dataset is anywhere a :class:`~tensorfile.dataset.storage.Storage` reaches: a local
+The dataset is anywhere a :class:`~tensorfile.sources.Store` reaches: a local
 folder or an fsspec URL (``s3://...``). Tasks write their shards into a staging folder
 under the output path (``_staging/{job}/task-...``; on an object store each shard is written
 to a local temporary file and uploaded there) and return a :class:`TaskResult` (the commit
@@ -38,6 +38,7 @@ from typing import Any
 
 from ..core.errors import InvalidArgumentError, SourceError
 from ..safetensors.numpy import save_file
+from ..sources import LocalStore
 from .convert import Column, columns_and_keys
 from .files import INDEX_NAME
 from .index import index_bytes
@@ -52,7 +53,7 @@ from .manifest import (
 )
 from .options import WriteOptions, parse_options
 from .shards import batch_shards, kv_shards
-from .storage import LocalStorage, Location, Storage, open_located, storage_for
+from .storage import Location, Store, delete_previous, locate_shard, open_located, storage_for
 
 __all__ = [
     "JOB_MARKER",
@@ -86,7 +87,7 @@ def shard_name(task_id: int, shard_index: int, run: str) -> str:
     return f"part-{task_id:05d}-{shard_index:04d}-{run}.safetensors"
 
 
-def make_folder(path: Location, storage_options: dict[str, Any] | None = None) -> Storage:
+def make_folder(path: Location, storage_options: dict[str, Any] | None = None) -> Store:
     """The storage of the dataset at ``path``, its folder created if needed (a file in the
     way is a :class:`~tensorfile.errors.SourceError`)."""
     store = storage_for(path, storage_options)
@@ -102,7 +103,7 @@ def staging_folder(path: Location, job: str, task_id: int) -> str:
     folder = f"{STAGING}/{job}/task-{task_id:05d}-{uuid.uuid4().hex[:12]}"
     if _job_ended(store, folder):  # a late attempt: nothing to stage
         raise _late(store)
-    if isinstance(store, LocalStorage):
+    if isinstance(store, LocalStore):
         store.make_folder(STAGING, "the staging folder")
         store.make_folder(folder, "the staging folder")
     return folder
@@ -119,13 +120,13 @@ def start_job(path: Location, job: str) -> None:
     (Spark does not wait for a killed or speculative task before aborting), the task removes
     what it wrote itself, so no staged shard outlives its job."""
     store = storage_for(path)
-    if isinstance(store, LocalStorage):
+    if isinstance(store, LocalStore):
         store.make_folder(STAGING, "the staging folder")
         store.make_folder(f"{STAGING}/{job}", "the staging folder")
     store.write_atomic(f"{STAGING}/{job}/{JOB_MARKER}", b"")
 
 
-def _job_ended(store: Storage, folder: str) -> bool:
+def _job_ended(store: Store, folder: str) -> bool:
     """Whether the job of the staging ``folder`` (``_staging/{job}/task-...``) has ended:
     it was started with a marker, and the marker is gone."""
     parts = folder.split("/")
@@ -137,11 +138,11 @@ def _job_ended(store: Storage, folder: str) -> bool:
         return False
 
 
-def _drop_late(store: Storage, folder: str) -> None:
+def _drop_late(store: Store, folder: str) -> None:
     """Remove a late task's staging ``folder`` and, locally, the job's and the staging
     folder when that leaves them empty (the commit or abort already removed the rest)."""
     store.remove_tree(folder)
-    if isinstance(store, LocalStorage):
+    if isinstance(store, LocalStore):
         for empty in (folder.rpartition("/")[0], STAGING):
             try:
                 os.rmdir(store.path(empty))
@@ -149,7 +150,7 @@ def _drop_late(store: Storage, folder: str) -> None:
                 break  # not empty: another task's, or a live job's
 
 
-def _late(store: Storage) -> SourceError:
+def _late(store: Store) -> SourceError:
     return SourceError(
         f"{store}: the write job ended (committed or aborted) before this task finished; "
         "what the task wrote was removed"
@@ -168,7 +169,7 @@ def write_task(
     """Write the shards of one task's rows into its staging ``folder`` of the dataset in
     ``store`` (a local ``folder`` path alone, as before, when ``store`` is None)."""
     if store is None:
-        store, folder = LocalStorage(folder), ""
+        store, folder = LocalStore(folder), ""
     where = storage_for(store)
     if folder and _job_ended(where, folder):
         _drop_late(where, folder)
@@ -282,7 +283,7 @@ def commit(
         except SourceError as exc:  # the dataset is committed; its index is not
             failed = exc
     if mode == "overwrite":
-        store.delete_previous(previous, {s.shard_path for s in shards})
+        delete_previous(store, previous, {s.shard_path for s in shards})
         if not with_index:
             _remove_index(store)
     _cleanup(store, results)
@@ -296,15 +297,15 @@ def commit(
     return manifest
 
 
-def _index_exists(store: Storage) -> bool:
-    if isinstance(store, LocalStorage):
+def _index_exists(store: Store) -> bool:
+    if isinstance(store, LocalStore):
         return os.path.lexists(store.path(INDEX_NAME))
     return store.file_size(INDEX_NAME) is not None
 
 
-def _check_index_slot(store: Storage) -> None:
+def _check_index_slot(store: Store) -> None:
     """The index can be written: no folder (or other non-file) holds its name."""
-    if isinstance(store, LocalStorage):
+    if isinstance(store, LocalStore):
         if os.path.isdir(store.path(INDEX_NAME)):
             raise SourceError(
                 f"cannot write the index {store.path(INDEX_NAME)}: a folder is in the way"
@@ -366,7 +367,7 @@ def _check_schema(
 
 
 def _resolve_duplicates(
-    store: Storage, results: Sequence[TaskResult], opts: WriteOptions, existing: set[str]
+    store: Store, results: Sequence[TaskResult], opts: WriteOptions, existing: set[str]
 ) -> list[TaskResult]:
     """KV keys written by several tasks: an error with ``fail``; with ``lastWin`` the task
     with the highest partition id wins and the others' shards are rewritten without them."""
@@ -393,12 +394,12 @@ def _resolve_duplicates(
     return out
 
 
-def _without(store: Storage, result: TaskResult, drop: set[str], opts: WriteOptions) -> TaskResult:
+def _without(store: Store, result: TaskResult, drop: set[str], opts: WriteOptions) -> TaskResult:
     """``result`` with the tensors ``drop`` removed from its (staged) shard files."""
     shards: list[ShardEntry] = []
     for entry in result.shards:
         staged = _join(result.folder, entry.shard_path)
-        with open_located(store.locate(staged)) as reader:
+        with open_located(locate_shard(store, staged)) as reader:
             tensors = reader.get_tensors()
         kept = {k: v for k, v in tensors.items() if k not in drop}
         if len(kept) == len(tensors):
@@ -417,7 +418,7 @@ def _without(store: Storage, result: TaskResult, drop: set[str], opts: WriteOpti
     return TaskResult(result.folder, shards, index, schema, result.columns)
 
 
-def _index_of(store: Storage, manifest: Manifest) -> list[tuple[str, str, list[int], str]]:
+def _index_of(store: Store, manifest: Manifest) -> list[tuple[str, str, list[int], str]]:
     """Index rows of existing shards, read from their headers (never from the old index)."""
     rows = []
     for s in manifest.shards:
@@ -427,17 +428,17 @@ def _index_of(store: Storage, manifest: Manifest) -> list[tuple[str, str, list[i
     return rows
 
 
-def _remove(store: Storage, name: str) -> None:
+def _remove(store: Store, name: str) -> None:
     try:
         store.remove(name)
     except SourceError:
         pass
 
 
-def _remove_index(store: Storage) -> None:
+def _remove_index(store: Store) -> None:
     """Remove the previous dataset's index: a regular file, or a symlink (only the link goes);
     a folder or FIFO of that name is not the dataset's and stays."""
-    if isinstance(store, LocalStorage):
+    if isinstance(store, LocalStore):
         path = store.path(INDEX_NAME)
         try:
             mode = os.lstat(path).st_mode
@@ -449,11 +450,11 @@ def _remove_index(store: Storage) -> None:
     _remove(store, INDEX_NAME)
 
 
-def _cleanup(store: Storage, results: Sequence[TaskResult]) -> None:
+def _cleanup(store: Store, results: Sequence[TaskResult]) -> None:
     for r in results:
         if r.folder:
             store.remove_tree(r.folder)
-    if isinstance(store, LocalStorage):  # empty folders: object stores have none
+    if isinstance(store, LocalStore):  # empty folders: object stores have none
         root = store.path(STAGING)
         try:
             for job in os.listdir(root):
@@ -468,7 +469,7 @@ def abort(path: Location, job: str) -> None:
     """Remove the staging folder of ``job``: nothing it wrote reaches the dataset."""
     store = storage_for(path)
     store.remove_tree(f"{STAGING}/{job}")
-    if isinstance(store, LocalStorage):
+    if isinstance(store, LocalStore):
         try:
             os.rmdir(store.path(STAGING))
         except OSError:

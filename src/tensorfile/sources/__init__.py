@@ -1,8 +1,17 @@
-"""Byte sources: local files, memory buffers, HTTP(S) URLs and fsspec URLs.
+"""Where bytes come from and go to: sources, stores and the one URL router.
 
-Every source implements :class:`~tensorfile.core.source.Source`. The remote ones load their
-transport (``http.client``, fsspec) only when a URL is opened. :func:`redact` is how any
-message shows a URL: without ``user:password@``, query string or fragment.
+* A :class:`~tensorfile.core.source.Source` hands out byte ranges of one file: a local file,
+  a memory buffer, an HTTP(S) URL or any fsspec URL (:func:`open_path`, :func:`open_input`).
+  The formats read through it.
+* A :class:`Store` is a folder of files with capability flags (read ranges, write, list,
+  delete, atomic publish): :class:`LocalStore`, :class:`MemoryStore`, :class:`FsspecStore`
+  (:func:`store_for`). The dataset layer and the Spark data source live on it.
+* :func:`route` decides once what a path or URL names; :func:`is_url` and
+  :func:`local_path_of` ask it. The local path rules are in :mod:`.paths`.
+
+The remote parts load their transport (``http.client``, fsspec) only when a URL is opened.
+:func:`redact` is how any message shows a URL: without ``user:password@``, query string or
+fragment.
 """
 
 from __future__ import annotations
@@ -12,57 +21,46 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from ..core.errors import InvalidTypeError
+from ..core.errors import InvalidArgumentError
 from ..core.source import ByteRequest, ReadStats, Source
 from ._urls import redact
 from .local import LocalSource
+from .local_store import LocalStore
 from .memory import MemorySource
+from .memory_store import MemoryStore
+from .router import Route, StoreLocation, is_url, local_path_of, path_text, route, store_for
+from .store import Store
 
 if TYPE_CHECKING:
+    from ._prefix import ALLOW_ENV as ALLOW_FULL_DOWNLOAD_ENV
+    from .fsspec_store import FsspecStore
     from .remote import HTTPSource
 
 __all__ = [
+    "ALLOW_FULL_DOWNLOAD_ENV",
+    "FsspecStore",
     "HTTPSource",
     "LocalSource",
+    "LocalStore",
     "MemorySource",
+    "MemoryStore",
     "ReadStats",
+    "Route",
     "Source",
+    "Store",
+    "StoreLocation",
     "is_url",
+    "local_path_of",
     "open_input",
     "open_path",
+    "path_text",
     "redact",
+    "route",
+    "store_for",
 ]
 
 PathOrData = str | os.PathLike[str] | bytes | bytearray | memoryview
 """What the readers accept: a local path, a URL, or the file's bytes."""
-
-
-def is_url(path: object) -> bool:
-    """Whether ``path`` is a URL (``scheme://...``) rather than a local path.
-
-    Example:
-        >>> is_url("https://host/m.safetensors"), is_url("model.zt")
-        (True, False)
-    """
-    return isinstance(path, str) and "://" in path and not os.path.exists(path)
-
-
-def path_text(path: object) -> str:
-    """``path`` (a ``str`` or ``os.PathLike``) as text; anything else is an
-    :class:`~tensorfile.errors.InvalidArgumentError`.
-
-    Example:
-        >>> import pathlib
-        >>> path_text(pathlib.PurePath("a/b"))
-        'a/b'
-    """
-    try:
-        text = os.fspath(path)  # type: ignore[call-overload]
-    except TypeError:
-        text = None
-    if not isinstance(text, str):
-        raise InvalidTypeError(f"expected a path, a URL or bytes, got {type(path).__name__}")
-    return text
 
 
 def open_path(
@@ -72,7 +70,8 @@ def open_path(
     allow_full_download: bool | None = None,
     **options: Any,
 ) -> Source:
-    """A source for a local path, an ``http(s)://`` URL or any fsspec URL. ``first`` is the
+    """A source for a local path (or ``file://`` URL), an ``http(s)://`` URL or any fsspec URL,
+    as :func:`route` decides. ``first`` is the
     first request of a remote source (the caller's format decides: the head or the tail).
     ``allow_full_download`` is :class:`HTTPSource`'s (for a server that ignores ``Range``;
     other sources need no such permission).
@@ -84,19 +83,21 @@ def open_path(
         >>> open_path(p).read(1, 2)
         b'bc'
     """
-    text = path_text(path)
-    if is_url(text):
-        scheme = text.split("://", 1)[0].lower()
-        if scheme in ("http", "https"):
-            from .remote import HTTPSource
+    r = route(path)
+    if r.kind == "local":
+        if options:
+            raise InvalidArgumentError(
+                f"{', '.join(sorted(options))}: options apply to URLs, not to the local path "
+                f"{r.target}"
+            )
+        return LocalSource(r.target)
+    if r.kind == "http":
+        from .remote import HTTPSource
 
-            return HTTPSource(text, first=first, allow_full_download=allow_full_download, **options)
-        if scheme == "file":
-            return LocalSource(text[len("file://") :])
-        from .fsspec_source import FsspecSource
+        return HTTPSource(r.target, first=first, allow_full_download=allow_full_download, **options)
+    from .fsspec_source import FsspecSource
 
-        return FsspecSource(text, first=first, **options)
-    return LocalSource(text)
+    return FsspecSource(r.target, first=first, **options)
 
 
 @contextmanager
@@ -131,4 +132,12 @@ def __getattr__(name: str) -> Any:
         from .remote import HTTPSource
 
         return HTTPSource
+    if name == "ALLOW_FULL_DOWNLOAD_ENV":  # (the variable; allow_full_download= is the way)
+        from ._prefix import ALLOW_ENV
+
+        return ALLOW_ENV
+    if name == "FsspecStore":
+        from .fsspec_store import FsspecStore
+
+        return FsspecStore
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -35,7 +35,6 @@ import threading
 
 from ..core.errors import InvalidArgumentError, SourceError, UnknownFormatError
 from ..core.source import ByteRequest, RangeRequest
-from ..formats import _sniff
 from . import _headers as hdr
 from ._cache import Fetched
 
@@ -46,6 +45,7 @@ __all__ = [
     "Prefix",
     "allow_full_download",
     "html_page",
+    "looks_like_html",
     "not_a_tensor_file",
     "plan",
 ]
@@ -62,6 +62,8 @@ ALLOW_ENV = "TENSORFILE_ALLOW_FULL_DOWNLOAD"
 _TRUE = {"1", "true", "yes", "on"}
 _HTML_TYPES = ("text/html", "application/xhtml+xml")
 _SNIFF = 1024  # the first bytes looked at to recognise a web page
+_SHOWN = 16  # the first bytes an error shows
+_BLANK = b" \t\n\r\f\v"
 
 
 def allow_full_download(value: bool | None) -> bool:
@@ -191,7 +193,28 @@ def html_page(content_type: str | None, head: bytes) -> bool:
     if content_type is None:
         return False
     kind = content_type.split(";", 1)[0].strip(" \t").lower()
-    return kind in _HTML_TYPES and _sniff.looks_like(head[:_SNIFF]) == "an HTML page"
+    return kind in _HTML_TYPES and looks_like_html(head)
+
+
+def looks_like_html(head: bytes) -> bool:
+    """Whether the first bytes ``head`` of a reply look like an HTML page: after a byte order
+    mark and blanks, ``<!doctype html``, ``<html``, or a tag with ``<html``, ``<head`` or
+    ``<body`` in the first kilobyte. (A transport rule: the HTTP layer refuses a web page
+    served in place of a file before any format looks at it.)
+
+    Example:
+        >>> looks_like_html(b"\\xef\\xbb\\xbf  <!DOCTYPE html>"), looks_like_html(b"<x>")
+        (True, False)
+    """
+    lower = head[:_SNIFF].removeprefix(b"\xef\xbb\xbf").lstrip(_BLANK).lower()
+    return lower.startswith((b"<!doctype html", b"<html")) or (
+        lower.startswith(b"<") and any(tag in lower for tag in (b"<html", b"<head", b"<body"))
+    )
+
+
+def _shown(head: bytes) -> str:
+    """The first bytes of ``head`` as a bytes literal, ``...`` when there are more."""
+    return repr(bytes(head[:_SHOWN])) + ("..." if len(head) > _SHOWN else "")
 
 
 def not_a_tensor_file(name: str, content_type: str, head: bytes, size: int) -> NotATensorFileError:
@@ -204,13 +227,13 @@ def not_a_tensor_file(name: str, content_type: str, head: bytes, size: int) -> N
         Content-Type 'text/html': a directory listing, or a web page served in place of the
         file?): its 15 bytes are b'<!DOCTYPE html>'
     """
-    first = head[: _sniff.SHOWN_BYTES]
+    first = head[:_SHOWN]
     of = f"first {len(first)} of {size:,} bytes" if size > len(first) else f"{size} bytes"
     kind = content_type.split(";", 1)[0].strip(" \t")
     return NotATensorFileError(
         f"{name} looks like an HTML page, not a tensor file (the server sent Content-Type "
         f"{hdr.show(kind)}: a directory listing, or a web page served in place of the file?): "
-        f"its {of} are {_sniff.shown(head)}",
+        f"its {of} are {_shown(head)}",
         path=name,
         head=first,
         size=size,

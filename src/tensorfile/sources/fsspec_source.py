@@ -4,8 +4,9 @@ same speculative first read as HTTP (:class:`~.remote.RemoteSource`).
 
 fsspec and its backends raise whatever they raise (``FileNotFoundError``, ``ValueError``,
 ``TypeError``, botocore's and aiohttp's own errors, ...), often with the URL in the text.
-Every such exception is translated here into tensorfile's own, naming the redacted URL
-(:func:`~._urls.redact`) with the foreign text scrubbed of the URL's secrets.
+Every such exception is translated by :mod:`._fsspec` (the one mapper, shared with
+:class:`~.fsspec_store.FsspecStore`) into tensorfile's own, naming the redacted URL with the
+foreign text scrubbed of the URL's secrets.
 
 Example:
     >>> import fsspec
@@ -24,10 +25,11 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from ..core.errors import InvalidArgumentError, SourceError, UnsupportedError
+from ..core.errors import SourceError
 from ..core.source import ByteRequest, ReadStats, SuffixRequest
 from ._cache import Fetched
-from ._urls import redact, scrub
+from ._fsspec import connect, describe, failure
+from ._urls import redact
 from .remote import RemoteSource
 
 __all__ = ["FsspecFetcher", "FsspecSource"]
@@ -42,35 +44,14 @@ class FsspecFetcher:
         self._url = url
         self.stats = ReadStats()
         self._lock = threading.Lock()
-        try:
-            import fsspec
-        except ImportError:
-            raise UnsupportedError(
-                f"{self.name}: reading this URL needs fsspec: pip install 'tensorfile[remote]'"
-            ) from None
-        try:
-            self._fs, self._path = fsspec.core.url_to_fs(url, **storage_options)
-        except ImportError as exc:
-            raise UnsupportedError(
-                f"{self.name}: the filesystem's package is missing: {self._say(exc)}"
-            ) from None
-        except TypeError as exc:
-            raise InvalidArgumentError(
-                f"{self.name}: bad storage options: {self._say(exc)}"
-            ) from None
-        except Exception as exc:
-            raise SourceError(f"cannot open {self.name}: {self._say(exc)}") from None
+        self._fs, self._path = connect(url, storage_options, self.name, "reading this URL")
         try:
             size = self._fs.size(self._path)
         except Exception as exc:
-            raise SourceError(f"cannot open {self.name}: {self._say(exc)}") from None
+            raise failure("open", self.name, exc, url) from None
         if isinstance(size, bool) or not isinstance(size, int) or size < 0:
             raise SourceError(f"cannot open {self.name}: the filesystem gives no usable size")
         self.size = size
-
-    def _say(self, exc: BaseException) -> str:
-        """A foreign exception as text, scrubbed of the URL and its secrets."""
-        return f"{type(exc).__name__}: {scrub(str(exc), self._url) or '(no details)'}"
 
     def fetch(self, request: ByteRequest) -> Fetched:
         """The bytes of ``request`` (clipped to the file)."""
@@ -83,7 +64,7 @@ class FsspecFetcher:
         try:
             data = self._fs.cat_file(self._path, start=start, end=stop)
         except Exception as exc:
-            raise SourceError(f"{self.name}: read failed: {self._say(exc)}") from None
+            raise SourceError(f"{self.name}: read failed: {describe(exc, self._url)}") from None
         if not isinstance(data, bytes) or len(data) != stop - start:
             got = len(data) if isinstance(data, bytes) else type(data).__name__
             raise SourceError(f"{self.name}: asked for {stop - start} bytes, got {got}")

@@ -40,7 +40,7 @@ from ..dataset.index import read_index
 from ..dataset.manifest import Manifest, ShardEntry, kv_name, load_manifest
 from ..dataset.options import column_list
 from ..dataset.samples import open_shard
-from ..dataset.storage import Storage
+from ..dataset.storage import Store
 from ._arrow import batch_rows, files_batch, kv_rows
 from ._types import key_field
 
@@ -99,7 +99,7 @@ def _positive(options: dict[str, Any], name: str, default: float) -> float:
 class Reader(DataSourceReader):
     """The data source's reader (see the module docstring)."""
 
-    def __init__(self, store: Storage, options: dict[str, Any], schema: StructType) -> None:
+    def __init__(self, store: Store, options: dict[str, Any], schema: StructType) -> None:
         unknown = sorted({k.lower() for k in options} - READ_OPTIONS)
         if unknown:
             raise InvalidArgumentError(f"unknown read option(s): {', '.join(unknown)}")

@@ -56,7 +56,7 @@ from ..core.errors import InvalidArgumentError
 from ..dataset import convert, writer
 from ..dataset.manifest import load_manifest
 from ..dataset.options import WriteOptions, column_list, parse_options
-from ..dataset.storage import Storage, storage_for
+from ..dataset.storage import Store, storage_for
 from ._read import Reader
 from ._types import TENSOR_STRUCT, row_schema
 from .workers import prepare_driver
@@ -93,7 +93,7 @@ class SafetensorsDataSource(DataSource):
             raise InvalidArgumentError("give the dataset folder: .save(path) or .load(path)")
         return str(path)
 
-    def _storage(self) -> Storage:
+    def _storage(self) -> Store:
         """Where the dataset is: the path (a local folder or an fsspec URL) and the
         ``storage_options`` option (a JSON object) for its filesystem."""
         return storage_for(self._path(), _storage_options(self.options))
@@ -148,7 +148,7 @@ def _storage_options(options: Any) -> dict[str, Any] | None:
 
 
 class _Writer(DataSourceArrowWriter):
-    def __init__(self, store: Storage, opts: WriteOptions, mode: str) -> None:
+    def __init__(self, store: Store, opts: WriteOptions, mode: str) -> None:
         self.store = store
         self.opts = opts
         self.mode = mode
