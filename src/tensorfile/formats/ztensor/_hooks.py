@@ -1,6 +1,11 @@
 """The zTensor format's registry hooks for both containers: v1.0 (magic ``ZTEN1000``) and v2
 (magic ``89 5A 54 32 0D 0A 1A 0A``), told apart by the first bytes of the file.
 
+The writer side (:func:`save`) writes v1.0 unless ``version=2``; options ``compression``
+(``"zstd"``), ``level``, ``checksum`` (v1.0: ``crc32c``/``sha256``; v2: ``xxh3``/``sha256``)
+and, for v2, ``align``. Sparse tensors keep their layout. v1.0 attributes are text (other
+values become JSON text); v2 keeps any CBOR value.
+
 For v2 files, :func:`edit_metadata` rewrites the manifest with the new attributes: the
 bytes before the manifest are kept (cloned where the file system can), the new manifest
 takes the old one's place and a new footer follows, and the new file is renamed over the
@@ -20,11 +25,13 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
 
 from tensorfile.core.atomic import check_editable, rewrite
 from tensorfile.core.catalog import Catalog
 from tensorfile.core.errors import (
+    InvalidArgumentError,
     SourceError,
     ZTensorError,
     ZTensorIOError,
@@ -32,14 +39,22 @@ from tensorfile.core.errors import (
 )
 from tensorfile.core.reader import Reader
 from tensorfile.core.source import Source
-from tensorfile.formats import MetadataChange
+from tensorfile.formats import GetTensor, MetadataChange, TensorSpec, metadata_text
 from tensorfile.formats.ztensor.v1 import _format
 from tensorfile.formats.ztensor.v1._reader import ZTensorReader
 from tensorfile.formats.ztensor.v2 import _cbor as _v2_cbor
 from tensorfile.formats.ztensor.v2._format import MAGIC, encode_footer, manifest_hash
 from tensorfile.formats.ztensor.v2._manifest import attribute_text
 
-__all__ = ["edit_metadata", "is_v2", "open_any", "open_reader", "read_catalog"]
+__all__ = [
+    "check_options",
+    "edit_metadata",
+    "is_v2",
+    "open_any",
+    "open_reader",
+    "read_catalog",
+    "save",
+]
 
 
 def is_v2(source: Source) -> bool:
@@ -126,3 +141,95 @@ def edit_metadata(path: str, change: MetadataChange) -> bool:
     )
     tail = manifest + encode_footer(start, len(manifest), manifest_hash(manifest))
     return rewrite(path, b"", 0, start, tail, expect=expect) == "reflink"
+
+
+_OPTIONS = {
+    1: ("compression", "level", "checksum"),
+    2: ("compression", "level", "checksum", "align"),
+}
+_DIGESTS = {1: ("crc32c", "sha256"), 2: ("xxh3", "sha256")}
+
+
+def check_options(options: Mapping[str, Any]) -> dict[str, Any]:
+    """The writer options, checked: ``version`` (1, the default, or 2) and the options that
+    version takes (messages name it ``zt`` or ``zt2``).
+
+    Example:
+        >>> check_options({"checksum": "crc32c"})
+        {'version': 1, 'checksum': 'crc32c'}
+        >>> check_options({"version": 2, "checksum": "crc32c"})
+        Traceback (most recent call last):
+        ...
+        tensorfile.core.errors.InvalidArgumentError: checksum 'crc32c' is not a zt2 digest \
+(choose xxh3 or sha256)
+    """
+    version = options.get("version", 1)
+    if version not in _OPTIONS or isinstance(version, bool):
+        raise InvalidArgumentError(f"version={version!r}: zTensor is written as version 1 or 2")
+    label = "zt" if version == 1 else "zt2"
+    out: dict[str, Any] = {"version": version}
+    for key, value in options.items():
+        if key == "version":
+            continue
+        if key not in _OPTIONS[version]:
+            raise InvalidArgumentError(f"{key.replace('_', '-')} does not apply to {label} output")
+        out[key] = value
+    checksum = out.get("checksum")
+    if checksum is not None and checksum not in _DIGESTS[version]:
+        ok = _DIGESTS[version]
+        raise InvalidArgumentError(
+            f"checksum {checksum!r} is not a {label} digest (choose {' or '.join(ok)})"
+        )
+    if out.get("compression") not in (None, "zstd"):
+        raise InvalidArgumentError(f"compression {out['compression']!r}: only zstd")
+    return out
+
+
+def _cbor_value(value: Any) -> bool:
+    if isinstance(value, str | int | float | bool) or value is None:
+        return True
+    if isinstance(value, list):
+        return all(_cbor_value(v) for v in value)
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _cbor_value(v) for k, v in value.items())
+    return False
+
+
+def save(
+    path: str,
+    tensors: Sequence[TensorSpec],
+    get: GetTensor,
+    metadata: Mapping[str, Any],
+    *,
+    tick: Callable[[str], None] | None = None,
+    version: int = 1,
+    **options: Any,
+) -> list[str]:
+    """Write ``tensors`` to the zTensor file ``path`` (v1.0, or v2 with ``version=2``), one
+    ``get(name)`` at a time, atomically.
+
+    Example:
+        >>> import numpy as np, os, tempfile
+        >>> from tensorfile.core import dtypes
+        >>> from tensorfile import ztensor
+        >>> path = os.path.join(tempfile.mkdtemp(), "m.zt")
+        >>> spec = TensorSpec("w", dtypes.from_name("F32"), (2,))
+        >>> _ = save(path, [spec], lambda n: np.ones(2, np.float32), {"n": 3}, version=2)
+        >>> ztensor.open(path).attributes
+        {'n': 3}
+    """
+    from tensorfile.formats.ztensor.v1._writer import Writer
+
+    text = metadata_text(metadata)
+    if version == 1:
+        attributes: dict[str, Any] = text
+    else:
+        values = {k: getattr(v, "value", v) for k, v in metadata.items()}  # GGUFValue
+        attributes = {k: v for k, v in values.items() if _cbor_value(v)}
+        attributes.update({k: v for k, v in text.items() if k not in attributes})
+    with Writer(path, version=version, attributes=attributes, **options) as w:
+        for spec in tensors:
+            w.add(spec.name, get(spec.name))
+            if tick is not None:
+                tick(spec.name)
+    return [path]
