@@ -84,7 +84,12 @@ def little(arr: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
     """
     if arr.dtype.byteorder == ">":
         arr = arr.astype(arr.dtype.newbyteorder("<"))
-    return np.ascontiguousarray(arr)
+    return _c_order(arr)
+
+
+def _c_order(arr: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """``arr`` C-contiguous, keeping a 0-d array 0-d (``np.ascontiguousarray`` does not)."""
+    return arr if arr.flags.c_contiguous else arr.copy(order="C")
 
 
 def _header(f: Any) -> _Array:
@@ -365,7 +370,7 @@ def _array(spec: TensorSpec, get: GetTensor) -> np.ndarray[Any, Any]:
     value = get(spec.name)
     if not isinstance(value, np.ndarray):
         raise UnsupportedError(f"tensor {spec.name!r} ({spec.layout}) is not a dense array")
-    return np.ascontiguousarray(value)
+    return _c_order(value)
 
 
 class _atomic:
