@@ -168,7 +168,19 @@ def test_no_import_cycle() -> None:
 def test_format_knowledge_is_written_once() -> None:
     """Magic numbers and suffixes live in the registry; other modules refer to them."""
     registry = MODULES["tensorfile.formats"][0]
-    for literal in ('b"ZTEN', 'b"GGUF"', '".zt"', '".gguf"'):
+    for literal in (
+        'b"ZTEN',
+        'b"GGUF"',
+        '".zt"',
+        '".gguf"',
+        'b"\\x93NUMPY"',
+        'b"PK\\x03\\x04"',
+        'b"PK\\x05\\x06"',
+        '".npz"',
+        '".npy"',
+        '".pth"',
+        '".ckpt"',
+    ):
         holders = [n for n, (p, _) in MODULES.items() if literal in p.read_text()]
         assert holders == ["tensorfile.formats"], (literal, holders)
     assert registry.exists()

@@ -22,7 +22,7 @@ from tests.helpers.checkpoints import write_gguf, write_zt
 
 
 def test_every_format_is_declared_once_with_its_module() -> None:
-    assert list(FORMATS) == ["safetensors", "ztensor", "gguf"]
+    assert list(FORMATS) == ["safetensors", "ztensor", "gguf", "npz", "npy", "pytorch"]
     for fmt in FORMATS.values():
         impl = fmt.impl()
         assert callable(impl.read_catalog) and callable(impl.open_reader)

@@ -1,17 +1,21 @@
-"""``tensorfile convert SRC DST``: any tensor file in, safetensors, zTensor v1.0/v2 or npz
-out (see :mod:`tensorfile.ops.convert`); a table, or ``--json``."""
+"""``tensorfile convert SRC DST``: anything the registry reads in, any format it writes out
+(safetensors, zTensor v1.0/v2, npz, npy: :data:`TARGETS`, from the registry; see
+:mod:`tensorfile.ops.convert`); a table, or ``--json``."""
 
 from __future__ import annotations
 
 import argparse
 from typing import Any
 
-from ..ops.convert import ConvertResult, convert
+from ..ops.convert import ConvertResult, convert, targets
 from ._output import Output, human_bytes
 from ._progress import progress
 from ._text import plural
 
-__all__ = ["run_convert"]
+__all__ = ["TARGETS", "run_convert"]
+
+TARGETS = tuple(targets())
+"""The ``--to`` choices: the registry's writable formats and aliases (``zt``, ``zt2``)."""
 
 
 def _json(r: ConvertResult) -> dict[str, Any]:

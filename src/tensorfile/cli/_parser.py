@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import NoReturn
 
 from .._version import __version__
-from ._convert import run_convert
+from ._convert import TARGETS, run_convert
 from ._diff import run_diff
 from ._ident import run_id, run_summary
 from ._inspect import run_inspect
@@ -267,7 +267,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("dst", metavar="DST", help="the file (or, with --shard-size, folder) to write")
     p.add_argument(
         "--to",
-        choices=("safetensors", "zt", "zt2", "npz"),
+        choices=TARGETS,
         default=None,
         help="the output format (default: from DST's extension)",
     )

@@ -4,8 +4,21 @@ Each format tensorfile knows is declared once here, as a :class:`Format`: its ma
 its usual file suffixes, whether a remote read should begin with the end of the file (its
 index is there), how its header gives offsets and shapes, and the module that implements it.
 That module is imported only when a file of the format is opened, and provides
-``read_catalog(source)``, ``open_reader(source)`` and ``edit_metadata(path, change)``
-(:class:`FormatModule`).
+``read_catalog(source)``, ``open_reader(source)``, ``edit_metadata(path, change)`` where the
+format is editable, and, where it is writable, ``check_options(options)`` and
+``save(path, tensors, get, metadata, **options)`` (:class:`FormatModule`): the writer side,
+which takes the tensors one at a time from ``get(name)`` (memory: about the largest tensor).
+:meth:`Format.save` is how :func:`tensorfile.convert` writes; :func:`destination` turns a
+name (``safetensors``, ``ztensor``, ``npz``, ``npy``, or an alias: ``zt`` is zTensor v1.0,
+``zt2`` zTensor v2) into a format and its options.
+
+Besides the tensor file formats (safetensors, zTensor, GGUF) the registry holds import and
+export entries: ``npz`` and ``npy`` (numpy, read and written) and ``pytorch`` (PyTorch
+pickles, read only and only through ``torch.load(weights_only=True)``). Detection knows them
+by their content: an ``.npy`` by its magic and header, a zip archive by its members (``.npy``
+members: ``npz``; a ``*/data.pkl``: torch's zip format), and an old PyTorch pickle by the
+pickle protocol opcode when the file name also says ``.pt``, ``.pth``, ``.ckpt`` or ``.bin``
+(a pickle is not recognisable by its bytes alone).
 
 :func:`open_reader` (``tensorfile.open``), :func:`read_catalog`, the operations, the dataset
 reader, the Spark data source and the CLI all go through :func:`detect` and :func:`get`.
@@ -13,7 +26,8 @@ reader, the Spark data source and the CLI all go through :func:`detect` and :fun
 The content decides the format, never the name (a GGUF file named ``*.safetensors`` is
 read as GGUF): a file name only chooses a remote file's first request (:func:`guess`).
 Bytes of no known format are an :class:`~tensorfile.errors.UnknownFormatError` that says
-what they look like; sharded checkpoint indexes are recognised and refused with an
+what they look like (a zip archive that holds neither ``.npy`` arrays nor a torch pickle is
+"a zip archive"); sharded checkpoint indexes are recognised and refused with an
 :class:`~tensorfile.errors.UnsupportedError` naming them. zTensor v1.0 and v2 files are both
 the ``ztensor`` format (their magic numbers tell the containers apart). ``format=`` skips
 detection. The drop-in :func:`tensorfile.safetensors.safe_open` reads safetensors only and
@@ -34,37 +48,43 @@ Example:
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Protocol, cast
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple, Protocol, cast
 
 from ..core.catalog import Catalog
-from ..core.errors import (
-    InvalidArgumentError,
-    TensorFileError,
-    UnknownFormatError,
-    UnsupportedError,
-)
+from ..core.dtypes import DType
+from ..core.errors import InvalidArgumentError, UnsupportedError
 from ..core.reader import Reader
 from ..core.source import ByteRequest, RangeRequest, Source, SuffixRequest
 from ..sources import PathOrData, open_input, path_text
 from . import _sniff
 
 __all__ = [
+    "ALIASES",
     "DETECT_BYTES",
     "FORMATS",
     "GGUF",
+    "NPY",
+    "NPZ",
+    "PYTORCH",
     "SAFETENSORS",
     "ZTENSOR",
     "ZTENSOR_V2_MAGIC",
     "Format",
     "FormatModule",
+    "GetTensor",
     "MetadataChange",
+    "TensorSpec",
+    "destination",
     "detect",
     "get",
     "guess",
+    "label",
+    "metadata_text",
     "open_reader",
     "read_catalog",
+    "writable_names",
 ]
 
 FIRST_READ = 100_000
@@ -73,9 +93,23 @@ FIRST_READ = 100_000
 MetadataChange = Callable[[Mapping[str, str]], dict[str, str]]
 """Given a file's metadata, the metadata it should have."""
 
+GetTensor = Callable[[str], Any]
+"""Given a tensor's name, its value: a numpy array (or, for a format that keeps sparse
+layouts, a zTensor ``CSRTensor``/``COOTensor``)."""
+
+
+class TensorSpec(NamedTuple):
+    """A tensor a writer is told about before its data: name, dtype, shape, layout."""
+
+    name: str
+    dtype: DType
+    shape: tuple[int, ...]
+    layout: str = "dense"
+
 
 class FormatModule(Protocol):
-    """What a format's implementing module provides."""
+    """What a format's implementing module provides (the writer side only where the format
+    is writable, ``edit_metadata`` only where it is editable)."""
 
     def read_catalog(self, source: Source) -> Catalog:
         """Read and validate the header, return the catalog."""
@@ -87,6 +121,24 @@ class FormatModule(Protocol):
 
     def edit_metadata(self, path: str, change: MetadataChange) -> bool:
         """Rewrite the metadata of the local file ``path``; True when done in place."""
+        ...
+
+    def check_options(self, options: Mapping[str, Any]) -> dict[str, Any]:
+        """The writer options, checked and completed (defaults filled in)."""
+        ...
+
+    def save(
+        self,
+        path: str,
+        tensors: Sequence[TensorSpec],
+        get: GetTensor,
+        metadata: Mapping[str, Any],
+        *,
+        tick: Callable[[str], None] | None = None,
+        **options: Any,
+    ) -> list[str]:
+        """Write ``tensors`` to ``path`` atomically, one ``get(name)`` at a time (``tick``
+        after each); the files written (a sharded checkpoint: its shards, index last)."""
         ...
 
 
@@ -104,7 +156,14 @@ class Format:
             (else: from the start of the file).
         reversed_shapes: the header lists dimensions innermost first (GGUF).
         editable: tensorfile can rewrite its metadata.
-        module: the implementing module (imported on first use).
+        module: the implementing module (imported on first use); ``module:attribute`` names
+            an object of it (one module implementing two formats).
+        writable: tensorfile writes it (:meth:`save`).
+        sparse: its writer keeps sparse layouts (else they must be made dense first).
+        tensor_file: a tensor file format proper (messages list these); False for the import
+            and export entries (numpy arrays, PyTorch pickles).
+        hint_suffixes: name endings that make content the format if the bytes agree but
+            cannot prove it alone (a pickle named ``.bin``); never used by :func:`guess`.
     """
 
     name: str
@@ -116,14 +175,66 @@ class Format:
     reversed_shapes: bool
     editable: bool
     module: str
+    writable: bool = False
+    sparse: bool = False
+    tensor_file: bool = True
+    hint_suffixes: tuple[str, ...] = field(default=())
 
     def impl(self) -> FormatModule:
         """The implementing module."""
-        return cast(FormatModule, importlib.import_module(self.module))
+        module, _, attr = self.module.partition(":")
+        found: Any = importlib.import_module(module)
+        return cast(FormatModule, getattr(found, attr) if attr else found)
 
     def first_request(self, size: int = FIRST_READ) -> ByteRequest:
         """The first request to a remote file of this format: its head or its tail."""
         return SuffixRequest(size) if self.tail_first else RangeRequest(0, size)
+
+    def check_options(self, options: Mapping[str, Any]) -> dict[str, Any]:
+        """The writer options (None values dropped), checked against what this format's
+        writer takes; :class:`UnsupportedError` for a format tensorfile does not write.
+
+        Example:
+            >>> ZTENSOR.check_options({"version": 2, "checksum": "xxh3", "level": None})
+            {'version': 2, 'checksum': 'xxh3'}
+            >>> GGUF.check_options({})
+            Traceback (most recent call last):
+            ...
+            tensorfile.core.errors.UnsupportedError: GGUF is read-only: tensorfile reads GGUF \
+files but does not write them
+        """
+        if not self.writable:
+            raise UnsupportedError(
+                f"{self.title} is read-only: tensorfile reads {self.title} files but does not "
+                "write them"
+            )
+        given = {k: v for k, v in options.items() if v is not None}
+        return self.impl().check_options(given)
+
+    def save(
+        self,
+        path: str,
+        tensors: Sequence[TensorSpec],
+        get: GetTensor,
+        metadata: Mapping[str, Any] | None = None,
+        *,
+        tick: Callable[[str], None] | None = None,
+        **options: Any,
+    ) -> list[str]:
+        """Write ``tensors`` (specs first, then each one's value from ``get(name)``, one at a
+        time) to ``path``, atomically; returns the files written. ``options`` are the
+        format's (:meth:`check_options`).
+
+        Example:
+            >>> import numpy as np, os, tempfile
+            >>> from tensorfile.core import dtypes
+            >>> path = os.path.join(tempfile.mkdtemp(), "m.npz")
+            >>> spec = TensorSpec("w", dtypes.from_name("F32"), (2,))
+            >>> NPZ.save(path, [spec], lambda name: np.ones(2, np.float32)) == [path]
+            True
+        """
+        chosen = self.check_options(options)
+        return self.impl().save(path, list(tensors), get, dict(metadata or {}), tick=tick, **chosen)
 
 
 SAFETENSORS = Format(
@@ -136,6 +247,7 @@ SAFETENSORS = Format(
     reversed_shapes=False,
     editable=True,
     module="tensorfile.formats.safetensors._format",
+    writable=True,
 )
 ZTENSOR = Format(
     name="ztensor",
@@ -147,6 +259,8 @@ ZTENSOR = Format(
     reversed_shapes=False,
     editable=True,
     module="tensorfile.formats.ztensor._hooks",  # v1.0 (.v1._format) and v2
+    writable=True,
+    sparse=True,
 )
 GGUF = Format(
     name="gguf",
@@ -159,25 +273,135 @@ GGUF = Format(
     editable=False,
     module="tensorfile.formats.gguf",
 )
+NPZ = Format(
+    name="npz",
+    title="npz",
+    magic=b"PK\x03\x04",  # a zip archive of .npy members
+    suffixes=(".npz",),
+    tail_first=True,  # a zip's directory ends it
+    relative_offsets=False,
+    reversed_shapes=False,
+    editable=False,
+    module="tensorfile.formats.numpy_files:NPZ_ENTRY",
+    writable=True,
+    tensor_file=False,
+)
+NPY = Format(
+    name="npy",
+    title="npy",
+    magic=b"\x93NUMPY",
+    suffixes=(".npy",),
+    tail_first=False,
+    relative_offsets=False,
+    reversed_shapes=False,
+    editable=False,
+    module="tensorfile.formats.numpy_files:NPY_ENTRY",
+    writable=True,
+    tensor_file=False,
+)
+PYTORCH = Format(
+    name="pytorch",
+    title="PyTorch pickle",
+    magic=b"\x80",  # the pickle protocol opcode (torch's zip format: see detect)
+    suffixes=(".pt", ".pth", ".ckpt"),
+    tail_first=False,
+    relative_offsets=False,
+    reversed_shapes=False,
+    editable=False,
+    module="tensorfile.formats.torch_pickle",
+    tensor_file=False,
+    hint_suffixes=(".pt", ".pth", ".ckpt", ".bin"),
+)
 
-FORMATS: dict[str, Format] = {f.name: f for f in (SAFETENSORS, ZTENSOR, GGUF)}
+FORMATS: dict[str, Format] = {f.name: f for f in (SAFETENSORS, ZTENSOR, GGUF, NPZ, NPY, PYTORCH)}
 """Every format tensorfile reads, by name. safetensors, which has no magic number, is
 recognised by its header (:func:`detect`)."""
+
+ALIASES: dict[str, tuple[Format, Mapping[str, Any]]] = {
+    "zt": (ZTENSOR, {"version": 1}),
+    "zt2": (ZTENSOR, {"version": 2}),
+}
+"""Destination names that are a format with options: ``zt`` (zTensor v1.0), ``zt2`` (v2)."""
 
 ZTENSOR_V2_MAGIC = b"\x89ZT2\r\n\x1a\n"
 """zTensor v2's magic (PNG-style: a high-bit byte, CR LF, SUB, LF): :func:`detect` gives
 such a file (from its first four bytes) to the ``ztensor`` format, whose reader checks the
 rest."""
 
+EMPTY_ZIP_MAGIC = b"PK\x05\x06"
+"""The first bytes of a zip archive with no members (``np.savez`` of nothing)."""
+
 DETECT_BYTES = 9
 """The bytes :func:`detect` reads to recognise a file: the magic numbers (four bytes) and
 safetensors' 8-byte length with the ``{`` after it (a remote source keeps its first 64
 bytes, so the reader that follows reads them again without a request)."""
 
-_SNIFF_BYTES = 4096  # read to say what an unknown file looks like
-_SMALL_JSON = 1 << 20  # a JSON file this small is parsed to see whether it is an index
-_MAX_INDEX_BYTES = 64 << 20  # the largest index parsed (as the operations' limit)
-_SHORTEST = 10  # no tensor file is shorter (safetensors: the length prefix and "{}")
+_NPY_HEAD = 12  # an .npy's magic, version and header length, and the header's "{"
+_LOOKS_LIKE = (
+    (NPY.magic, "a NumPy .npy array"),
+    (NPZ.magic, "a zip archive (torch.save writes one: a PyTorch .bin/.pt checkpoint?)"),
+)
+"""What files of the import formats that are not one look like (for the messages)."""
+
+
+def metadata_text(metadata: Mapping[str, Any]) -> dict[str, str]:
+    """Metadata as text, for a format that holds only text: text values as they are,
+    others (numbers, lists, GGUF values) as JSON.
+
+    Example:
+        >>> metadata_text({"a": "x", "n": 3, "l": [1, "ü"]})
+        {'a': 'x', 'n': '3', 'l': '[1, "ü"]'}
+    """
+    import json
+
+    out: dict[str, str] = {}
+    for key, value in metadata.items():
+        inner = getattr(value, "value", value)  # GGUFValue
+        if isinstance(inner, str):
+            out[str(key)] = inner
+        else:
+            out[str(key)] = json.dumps(inner, ensure_ascii=False, default=str)
+    return out
+
+
+def writable_names() -> list[str]:
+    """The names :func:`destination` takes: the writable formats and the aliases.
+
+    Example:
+        >>> writable_names()
+        ['safetensors', 'ztensor', 'npz', 'npy', 'zt', 'zt2']
+    """
+    return [f.name for f in FORMATS.values() if f.writable] + list(ALIASES)
+
+
+def destination(name: str) -> tuple[Format, dict[str, Any]]:
+    """The format a destination name means, with the options the name implies (an alias).
+
+    Example:
+        >>> fmt, options = destination("zt2")
+        >>> fmt.name, options
+        ('ztensor', {'version': 2})
+    """
+    if name in ALIASES:
+        fmt, options = ALIASES[name]
+        return fmt, dict(options)
+    if name not in FORMATS:
+        raise InvalidArgumentError(f"to={name!r}: choose one of {', '.join(writable_names())}")
+    return FORMATS[name], {}
+
+
+def label(fmt: Format, options: Mapping[str, Any]) -> str:
+    """The shortest name for ``fmt`` written with ``options``: the alias whose options they
+    include, else the format's name.
+
+    Example:
+        >>> label(ZTENSOR, {"version": 1, "level": 3}), label(NPZ, {})
+        ('zt', 'npz')
+    """
+    for alias, (target, implied) in ALIASES.items():
+        if target is fmt and all(options.get(k) == v for k, v in implied.items()):
+            return alias
+    return fmt.name
 
 
 def get(name: str) -> Format:
@@ -216,6 +440,7 @@ def detect(source: Source) -> Format:
             checkpoint's index (``model.safetensors.index.json``).
 
     Example:
+        >>> from tensorfile.errors import UnknownFormatError
         >>> from tensorfile.sources import MemorySource
         >>> detect(MemorySource(b"ZTEN1000" + bytes(60))).title
         'zTensor'
@@ -229,13 +454,44 @@ def detect(source: Source) -> Format:
     size = source.size
     head = source.read(0, min(DETECT_BYTES, size))
     for fmt in FORMATS.values():
-        if fmt.magic and head.startswith(fmt.magic):
+        if fmt.tensor_file and fmt.magic and head.startswith(fmt.magic):
             return fmt
     if head.startswith(ZTENSOR_V2_MAGIC[:4]):
         return ZTENSOR  # zTensor v2: the same format, its own container
+    found = _import_format(source, head)
+    if found is not None:
+        return found
     if _is_safetensors(source, head):
         return SAFETENSORS
-    raise _not_a_tensor_file(source, head)
+    known = ", ".join(f.title for f in FORMATS.values() if f.tensor_file)
+    raise _sniff.not_a_tensor_file(source, head, known, _LOOKS_LIKE)
+
+
+def _import_format(source: Source, head: bytes) -> Format | None:
+    """The import/export format of ``source`` (npy, npz, a PyTorch pickle) when its content
+    says so: an ``.npy`` magic with a version and a header that starts like one; a zip
+    archive with ``.npy`` members (npz) or a ``*/data.pkl`` (torch's zip format); the
+    pickle protocol opcode in a file whose name says PyTorch (:attr:`Format.hint_suffixes`).
+    """
+    name = source.name.lower()
+    if head.startswith(NPY.magic):
+        more = source.read(0, min(source.size, _NPY_HEAD + 1))
+        at = 10 if more[6:7] == b"\x01" else 12 if more[6:7] in (b"\x02", b"\x03") else 0
+        return NPY if at and more[at : at + 1] == b"{" else None
+    if head.startswith(NPZ.magic):
+        from ._arrays import zip_names
+
+        names = zip_names(source)
+        if names is None:
+            return None
+        if any(n.endswith("/data.pkl") and n.count("/") == 1 for n in names):
+            return PYTORCH
+        return NPZ if any(n.endswith(NPY.suffixes) for n in names) else None
+    if head.startswith(EMPTY_ZIP_MAGIC) and name.endswith(NPZ.suffixes):
+        return NPZ
+    if head[:1] == PYTORCH.magic and head[1:2] in b"\x02\x03\x04\x05" and head[1:2]:
+        return PYTORCH if name.endswith(PYTORCH.hint_suffixes) else None
+    return None
 
 
 def _is_safetensors(source: Source, head: bytes) -> bool:
@@ -249,60 +505,9 @@ def _is_safetensors(source: Source, head: bytes) -> bool:
         return False
     body = head[8 : 8 + n].lstrip(_sniff.JSON_WHITESPACE)
     if not body and 8 + n > len(head):  # all whitespace so far: look a little further
-        more = source.read(8, min(n, _SNIFF_BYTES))
+        more = source.read(8, min(n, _sniff.SNIFF_BYTES))
         body = more.lstrip(_sniff.JSON_WHITESPACE)
     return body[:1] in (b"{", b"[")
-
-
-def _not_a_tensor_file(source: Source, head: bytes) -> TensorFileError:
-    """The error for a file detection does not recognise, saying what it looks like."""
-    name, size = source.name, source.size
-    known = ", ".join(f.title for f in FORMATS.values())
-    if size == 0:
-        return UnknownFormatError(
-            f"{name} is empty (0 bytes), not a tensor file tensorfile knows ({known})",
-            path=name,
-        )
-    sniff = head if size <= len(head) else source.read(0, min(size, _SNIFF_BYTES))
-    if (
-        _sniff.looks_like_json(sniff)
-        and (b'"weight_map"' in sniff or size <= _SMALL_JSON)
-        and size <= _MAX_INDEX_BYTES
-    ):
-        data = sniff if size <= len(sniff) else source.read(0, size)
-        shards = _sniff.index_shards(data)
-        if shards is not None:
-            return UnsupportedError(_index_message(name, shards))
-    what = _sniff.looks_like(sniff)
-    prefix = f"{name} looks like {what}, not" if what else f"{name} is not"
-    first = sniff[: _sniff.SHOWN_BYTES]
-    if size < _SHORTEST:
-        detail = (
-            f"it is only {size} byte{'s' if size > 1 else ''} long ({_sniff.shown(sniff)}), "
-            "too short for any of them"
-        )
-    elif size <= len(first):
-        detail = f"its {size} bytes are {_sniff.shown(sniff)}"
-    else:
-        detail = f"its first {len(first)} of {size:,} bytes are {_sniff.shown(sniff)}"
-    return UnknownFormatError(
-        f"{prefix} a tensor file tensorfile knows ({known}): {detail}",
-        path=name,
-        head=first,
-        size=size,
-    )
-
-
-def _index_message(name: str, shards: list[str]) -> str:
-    listed = ", ".join(_sniff.printable(s) for s in shards[:3])
-    more = f" and {len(shards) - 3:,} more" if len(shards) > 3 else ""
-    which = f" ({listed}{more})" if shards else ""
-    return (
-        f"{name} is a sharded checkpoint index (like model.safetensors.index.json) naming "
-        f"{len(shards):,} shard{'' if len(shards) == 1 else 's'}{which}, not a tensor file: "
-        "open the shards themselves (reading a checkpoint through its index is not supported "
-        "yet)"
-    )
 
 
 def _first(path_or_data: PathOrData, fmt: Format | None) -> ByteRequest | None:

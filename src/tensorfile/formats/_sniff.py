@@ -3,8 +3,9 @@
 Format detection (:func:`tensorfile.formats.detect`) recognises the tensor formats by their
 magic numbers and the safetensors header; everything here runs only after it has failed, to
 make the error say what the bytes are instead (an HTML page, a JSON document, a Git LFS
-pointer, a PyTorch checkpoint...) and show them. The functions take bytes already read and
-never read more, so nothing here can allocate according to a size a file claims.
+pointer, a PyTorch checkpoint...) and show them (:func:`not_a_tensor_file`). The other
+functions take bytes already read and never read more, so nothing here can allocate
+according to a size a file claims.
 
 Example:
     >>> looks_like(b"<!DOCTYPE html>\\n<html><head><title>Index of /models</title>")
@@ -18,15 +19,22 @@ Example:
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from typing import Any
+
+from ..core.errors import TensorFileError, UnknownFormatError, UnsupportedError
+from ..core.source import Source
 
 __all__ = [
     "JSON_WHITESPACE",
     "SHOWN_BYTES",
+    "SNIFF_BYTES",
+    "index_message",
     "index_shards",
     "is_text",
     "looks_like",
     "looks_like_json",
+    "not_a_tensor_file",
     "printable",
     "shown",
 ]
@@ -37,18 +45,23 @@ SHOWN_BYTES = 16
 JSON_WHITESPACE = b" \t\n\r"
 """The four bytes JSON allows between tokens."""
 
+SNIFF_BYTES = 4096
+"""Bytes read to say what an unknown file looks like."""
+
+_SMALL_JSON = 1 << 20  # a JSON file this small is parsed to see whether it is an index
+_MAX_INDEX_BYTES = 64 << 20  # the largest index parsed (as the operations' limit)
+_SHORTEST = 10  # no tensor file is shorter (safetensors: the length prefix and "{}")
+
 _BOM = b"\xef\xbb\xbf"
 _TEXT = frozenset(range(0x20, 0x7F)) | frozenset(b"\t\n\r\f\v")
 
 # (prefix, what a file starting with it is); checked in order, first match wins
 _SIGNATURES: tuple[tuple[bytes, str], ...] = (
     (b"version https://git-lfs.github.com/spec/", "a Git LFS pointer (run `git lfs pull`)"),
-    (b"PK\x03\x04", "a zip archive (torch.save writes one: a PyTorch .bin/.pt checkpoint?)"),
     (b"\x80\x02", "a Python pickle (an old PyTorch checkpoint?)"),
     (b"\x80\x03", "a Python pickle (an old PyTorch checkpoint?)"),
     (b"\x80\x04", "a Python pickle"),
     (b"\x80\x05", "a Python pickle"),
-    (b"\x93NUMPY", "a NumPy .npy array"),
     (b"\x89HDF\r\n\x1a\n", "an HDF5 file"),
     (b"\x1f\x8b", "a gzip-compressed file"),
     (b"\x28\xb5\x2f\xfd", "a zstd-compressed file"),
@@ -82,14 +95,18 @@ def looks_like_json(head: bytes) -> bool:
     return text[:1] in (b"{", b"[") and is_text(text[:64])
 
 
-def looks_like(head: bytes) -> str | None:
+def looks_like(head: bytes, signatures: Iterable[tuple[bytes, str]] = ()) -> str | None:
     """What the file starting with ``head`` seems to be, as words for a message, or None.
+    ``signatures`` are more ``(prefix, words)`` pairs (the registry's, for the formats whose
+    magic numbers it holds).
 
     Example:
-        >>> looks_like(b"PK\\x03\\x04\\x00\\x00"), looks_like(b"\\x00\\x07\\xff")
-        ('a zip archive (torch.save writes one: a PyTorch .bin/.pt checkpoint?)', None)
+        >>> looks_like(b"\\x80\\x02}q\\x00"), looks_like(b"\\x00\\x07\\xff")
+        ('a Python pickle (an old PyTorch checkpoint?)', None)
+        >>> looks_like(b"PK\\x03\\x04\\x00", [(b"PK", "a zip archive")])
+        'a zip archive'
     """
-    for prefix, what in _SIGNATURES:
+    for prefix, what in (*_SIGNATURES, *signatures):
         if head.startswith(prefix):
             return what
     text = _strip(head)
@@ -164,3 +181,60 @@ def index_shards(data: bytes) -> list[str] | None:
     if not isinstance(weight_map, dict):
         return None
     return list(dict.fromkeys(v for v in weight_map.values() if isinstance(v, str)))
+
+
+def not_a_tensor_file(
+    source: Source, head: bytes, known: str, signatures: Iterable[tuple[bytes, str]]
+) -> TensorFileError:
+    """The error for a file detection does not recognise (``head``: its first bytes),
+    saying what it looks like: :class:`UnsupportedError` for a sharded checkpoint's index,
+    else :class:`UnknownFormatError`. ``known`` lists the formats for the message,
+    ``signatures`` are :func:`looks_like`'s. Reads at most :data:`SNIFF_BYTES` (a JSON file
+    that may be an index: the whole of it, up to 64 MiB)."""
+    name, size = source.name, source.size
+    if size == 0:
+        return UnknownFormatError(
+            f"{name} is empty (0 bytes), not a tensor file tensorfile knows ({known})",
+            path=name,
+        )
+    sniff = head if size <= len(head) else source.read(0, min(size, SNIFF_BYTES))
+    if (
+        looks_like_json(sniff)
+        and (b'"weight_map"' in sniff or size <= _SMALL_JSON)
+        and size <= _MAX_INDEX_BYTES
+    ):
+        data = sniff if size <= len(sniff) else source.read(0, size)
+        shards = index_shards(data)
+        if shards is not None:
+            return UnsupportedError(index_message(name, shards))
+    what = looks_like(sniff, signatures)
+    prefix = f"{name} looks like {what}, not" if what else f"{name} is not"
+    first = sniff[:SHOWN_BYTES]
+    if size < _SHORTEST:
+        detail = (
+            f"it is only {size} byte{'s' if size > 1 else ''} long ({shown(sniff)}), "
+            "too short for any of them"
+        )
+    elif size <= len(first):
+        detail = f"its {size} bytes are {shown(sniff)}"
+    else:
+        detail = f"its first {len(first)} of {size:,} bytes are {shown(sniff)}"
+    return UnknownFormatError(
+        f"{prefix} a tensor file tensorfile knows ({known}): {detail}",
+        path=name,
+        head=first,
+        size=size,
+    )
+
+
+def index_message(name: str, shards: list[str]) -> str:
+    """The message that refuses a sharded checkpoint index naming ``shards``."""
+    listed = ", ".join(printable(s) for s in shards[:3])
+    more = f" and {len(shards) - 3:,} more" if len(shards) > 3 else ""
+    which = f" ({listed}{more})" if shards else ""
+    return (
+        f"{name} is a sharded checkpoint index (like model.safetensors.index.json) naming "
+        f"{len(shards):,} shard{'' if len(shards) == 1 else 's'}{which}, not a tensor file: "
+        "open the shards themselves (reading a checkpoint through its index is not supported "
+        "yet)"
+    )

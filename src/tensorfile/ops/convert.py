@@ -1,11 +1,13 @@
 """Convert between tensor formats, tensor by tensor: ``tensorfile.convert(src, dst)``.
 
-Sources: safetensors (one file or a sharded checkpoint), zTensor v1.0 and v2, GGUF
-(quantized types dequantized to float32 with the ``gguf`` package), numpy ``.npz``/``.npy``,
-PyTorch pickles through ``torch.load(weights_only=True)`` only. Destinations: safetensors
-(``shard_size``: a sharded checkpoint in a folder, as huggingface_hub lays it out),
-zTensor v1.0 (``.zt``), zTensor v2 (``to="zt2"``) and ``.npz``. The output format comes from
-``to`` or from ``dst``'s extension.
+Convert has no format list of its own: every source is opened through the format registry
+(:mod:`tensorfile.formats`; anything ``tensorfile.open`` reads: safetensors, one file or a
+sharded checkpoint, zTensor v1.0 and v2, GGUF with quantized types dequantized to float32 by
+the ``gguf`` package, numpy ``.npz``/``.npy``, PyTorch pickles through
+``torch.load(weights_only=True)`` only), and every destination is a writable registry entry
+(:func:`targets`): safetensors (``shard_size``: a sharded checkpoint in a folder, as
+huggingface_hub lays it out), zTensor (``zt``: v1.0, ``zt2``: v2), ``npz`` and ``npy`` (one
+tensor). The output format comes from ``to`` or from ``dst``'s extension.
 
 Every write is atomic (a temporary file renamed into place; a sharded checkpoint's index is
 written last), the memory in use is about the largest tensor, and a lossless conversion keeps
@@ -35,21 +37,24 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from .. import formats
 from ..core.atomic import AtomicFile
 from ..core.errors import InvalidArgumentError, SourceError
-from ..formats import SAFETENSORS, ZTENSOR
 from ..sources import is_url
 from . import _convert_sinks as sinks
 from ._convert_sources import ConvertSource, Item, open_source
 
-__all__ = ["FORMATS", "ConvertResult", "convert"]
+__all__ = ["ConvertResult", "convert", "targets"]
 
-FORMATS = ("safetensors", "zt", "zt2", "npz")
-_BY_SUFFIX = {
-    **dict.fromkeys(SAFETENSORS.suffixes, "safetensors"),
-    **dict.fromkeys(ZTENSOR.suffixes, "zt"),  # zTensor v1.0 unless to="zt2"
-    ".npz": "npz",
-}
+
+def targets() -> list[str]:
+    """The names ``to=`` takes: the registry's writable formats and their aliases.
+
+    Example:
+        >>> targets()
+        ['safetensors', 'ztensor', 'npz', 'npy', 'zt', 'zt2']
+    """
+    return formats.writable_names()
 
 
 @dataclass(frozen=True)
@@ -59,7 +64,7 @@ class ConvertResult:
     Attributes:
         src / dst: the paths.
         source_format / destination_format: e.g. ``safetensors``, ``gguf``, ``pytorch``;
-            ``safetensors``, ``zt``, ``zt2``, ``npz``.
+            ``safetensors``, ``zt``, ``zt2``, ``npz``, ``npy`` (:func:`tensorfile.formats.label`).
         tensors: tensors written.
         bytes_in: tensor bytes as the source describes them (dequantized, densified sizes).
         files: the files written (one, or a checkpoint's shards and index).
@@ -79,19 +84,20 @@ class ConvertResult:
     notes: tuple[str, ...] = ()
 
 
-def _destination(dst: str, to: str | None, shard_size: object) -> str:
+def _destination(
+    dst: str, to: str | None, shard_size: object
+) -> tuple[formats.Format, dict[str, Any]]:
     if to is not None:
-        if to not in FORMATS:
-            raise InvalidArgumentError(f"to={to!r}: choose one of {', '.join(FORMATS)}")
-        return to
+        return formats.destination(to)
     if shard_size is not None:
-        return "safetensors"
-    suffix = os.path.splitext(dst)[1].lower()
-    if suffix in _BY_SUFFIX:
-        return _BY_SUFFIX[suffix]
+        return formats.SAFETENSORS, {}
+    fmt = formats.guess(dst)
+    if fmt is not None:
+        return fmt, {}
+    names = [x for f in formats.FORMATS.values() if f.writable for x in f.suffixes]
     raise InvalidArgumentError(
-        f"cannot tell the output format from {dst!r}: name it .safetensors, .zt or .npz, or "
-        f"pass to= ({', '.join(FORMATS)})"
+        f"cannot tell the output format from {dst!r}: name it {', '.join(names[:-1])} or "
+        f"{names[-1]}, or pass to= ({', '.join(targets())})"
     )
 
 
@@ -132,38 +138,32 @@ def convert(
         raise InvalidArgumentError("src and dst must be non-empty paths")
     if is_url(dst_s):
         raise InvalidArgumentError(f"{dst_s}: convert writes local files only")
-    fmt = _destination(dst_s, to, shard_size)
-    options = {
-        "compression": compression,
-        "level": level,
-        "checksum": checksum,
-        "align": align,
-        "shard_size": shard_size,
-    }
-    sinks.check_options_for(fmt, options)
+    fmt, implied = _destination(dst_s, to, shard_size)
+    options = fmt.check_options(
+        {
+            **implied,
+            "compression": compression,
+            "level": level,
+            "checksum": checksum,
+            "align": align,
+            "shard_size": shard_size,
+        }
+    )
     if not is_url(src_s) and _same_file(src_s, dst_s):
         raise InvalidArgumentError(f"{src_s}: the source and the destination are the same file")
-    max_bytes = _shard_bytes(shard_size) if shard_size is not None else None
     source = open_source(src_s)
     try:
-        return _run(source, src_s, dst_s, fmt, options, max_bytes, densify, progress)
+        return _run(source, src_s, dst_s, fmt, options, densify, progress)
     finally:
         source.close()
-
-
-def _shard_bytes(value: int | str) -> int:
-    from ..core.sizes import parse_size
-
-    return parse_size(value)
 
 
 def _run(
     source: ConvertSource,
     src: str,
     dst: str,
-    fmt: str,
+    fmt: formats.Format,
     options: dict[str, Any],
-    max_bytes: int | None,
     densify: bool,
     progress: Callable[[int, int], None] | None,
 ) -> ConvertResult:
@@ -171,9 +171,8 @@ def _run(
     total = sum(i.nbytes for i in items)
     done = 0
     notes = [f"{i.name}: {i.note}" for i in items if i.note]
-    densified = tuple(
-        i.name for i in items if i.layout != "dense" and fmt in ("safetensors", "npz")
-    )
+    densified = tuple(i.name for i in items if i.layout != "dense" and not fmt.sparse)
+    name = formats.label(fmt, options)
 
     def tick(item: Item) -> None:
         nonlocal done
@@ -182,35 +181,27 @@ def _run(
             progress(done, total)
 
     files: tuple[str, ...] = (dst,)
-    if fmt == "safetensors" and max_bytes is None and source.single_safetensors is not None:
+    if fmt is formats.SAFETENSORS and not options and source.single_safetensors is not None:
         _copy(source.single_safetensors, dst)
         notes.append("a lone safetensors file: copied byte for byte")
-        done = total
         if progress is not None:
             progress(total, total)
-    elif fmt == "safetensors" and max_bytes is not None:
-        names = sinks.write_sharded(
-            dst, items, source.get, source.metadata, densify, tick, max_bytes
-        )
-        files = tuple(os.path.join(dst, n) for n in names)
-    elif fmt == "safetensors":
-        sinks.write_safetensors(dst, items, source.get, source.metadata, densify, tick)
-    elif fmt in ("zt", "zt2"):
-        chosen = {k: v for k, v in options.items() if v is not None and k != "shard_size"}
-        sinks.write_ztensor(
+    else:
+        written = sinks.write(
+            fmt,
             dst,
             items,
             source.get,
             source.metadata,
-            tick,
-            version=2 if fmt == "zt2" else 1,
-            options=chosen,
+            densify=densify,
+            tick=tick,
+            options=options,
+            label=name,
         )
-    else:
-        sinks.write_npz(dst, items, source.get, densify, tick)
+        files = tuple(written)
     bytes_out = sum(os.path.getsize(f) for f in files if os.path.isfile(f))
     return ConvertResult(
-        src, dst, source.format, fmt, len(items), total, bytes_out, files, densified, tuple(notes)
+        src, dst, source.format, name, len(items), total, bytes_out, files, densified, tuple(notes)
     )
 
 

@@ -1,5 +1,7 @@
 """The safetensors format's hooks for the registry (:mod:`tensorfile.formats`): read the
-catalog, open a reader, and rewrite the ``__metadata__`` of a file.
+catalog, open a reader, rewrite the ``__metadata__`` of a file, and write files
+(:func:`save`: one file, or with ``shard_size`` a sharded checkpoint in a folder, as
+huggingface_hub lays it out, its index written last).
 
 A metadata edit writes a new file and renames it over the old one
 (:func:`tensorfile.core.atomic.rewrite`): a process killed at any instant leaves the old file
@@ -22,17 +24,20 @@ Example:
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from tensorfile.core.atomic import CLONE_BLOCK, check_editable, rewrite
 from tensorfile.core.catalog import Catalog
+from tensorfile.core.errors import InvalidArgumentError, UnsupportedError
 from tensorfile.core.source import Source
-from tensorfile.formats import MetadataChange
+from tensorfile.formats import GetTensor, MetadataChange, TensorSpec, metadata_text
 from tensorfile.formats.safetensors._encode import encode_header
 from tensorfile.formats.safetensors._parse import MAX_HEADER_SIZE, N_LEN
 from tensorfile.formats.safetensors._reader import SafetensorsReader, catalog_of, read_header
 from tensorfile.sources import LocalSource
 
-__all__ = ["edit_metadata", "open_reader", "read_catalog"]
+__all__ = ["check_options", "edit_metadata", "open_reader", "read_catalog", "save"]
 
 
 def read_catalog(source: Source) -> Catalog:
@@ -75,3 +80,80 @@ def edit_metadata(path: str, change: MetadataChange) -> bool:
     head = struct.pack("<Q", n) + body + b" " * (n - len(body))
     method = rewrite(path, head, h.data_start, size - h.data_start, b"", expect=expect)
     return method == "reflink"
+
+
+def check_options(options: Mapping[str, Any]) -> dict[str, Any]:
+    """safetensors output takes ``shard_size`` (bytes, or a size such as ``"5GB"``).
+
+    Example:
+        >>> check_options({"shard_size": "1KB"})
+        {'shard_size': 1000}
+    """
+    from tensorfile.core.sizes import parse_size
+
+    out: dict[str, Any] = {}
+    for key, value in options.items():
+        if key != "shard_size":
+            raise InvalidArgumentError(
+                f"{key.replace('_', '-')} does not apply to safetensors output"
+            )
+        out[key] = parse_size(value)
+    return out
+
+
+def _dense(spec: TensorSpec, get: GetTensor) -> Any:
+    value = get(spec.name)
+    if hasattr(value, "to_dense"):
+        raise UnsupportedError(
+            f"tensor {spec.name!r} is sparse ({spec.layout}); safetensors has no sparse layout"
+        )
+    return value
+
+
+def save(
+    path: str,
+    tensors: Sequence[TensorSpec],
+    get: GetTensor,
+    metadata: Mapping[str, Any],
+    *,
+    tick: Callable[[str], None] | None = None,
+    shard_size: int | None = None,
+) -> list[str]:
+    """Write ``tensors`` to the safetensors file ``path``, header first (every tensor's place
+    is known from the specs), then each ``get(name)`` in turn; with ``shard_size``, a
+    sharded checkpoint in the folder ``path``. Metadata values that are not text are
+    written as JSON text.
+
+    Example:
+        >>> import numpy as np, os, tempfile
+        >>> from tensorfile.core import dtypes
+        >>> path = os.path.join(tempfile.mkdtemp(), "m.safetensors")
+        >>> spec = TensorSpec("w", dtypes.from_name("I8"), (3,))
+        >>> save(path, [spec], lambda n: np.arange(3, dtype=np.int8), {"epoch": 3}) == [path]
+        True
+    """
+    meta = metadata_text(metadata)
+    if shard_size is not None:
+        import os
+
+        from tensorfile.formats.safetensors._sharded import write_sharded
+
+        by_name = {t.name: t for t in tensors}
+        names = write_sharded(
+            [(t.name, t.dtype.name, t.shape) for t in tensors],
+            lambda n: _dense(by_name[n], get),
+            path,
+            max_shard_size=shard_size,
+            metadata=meta,
+            tick=tick,
+        )
+        return [os.path.join(path, n) for n in names]
+    from tensorfile.formats.safetensors._writer import StreamWriter
+
+    specs = {t.name: (t.dtype.name, t.shape) for t in tensors}
+    with StreamWriter(path, specs, meta or None) as w:
+        for spec in tensors:
+            w.write(spec.name, _dense(spec, get))
+            if tick is not None:
+                tick(spec.name)
+    return [path]

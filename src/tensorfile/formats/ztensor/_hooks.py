@@ -3,6 +3,11 @@
 only here (:func:`is_v2`): the registry's hooks and the public :func:`open` and
 :func:`load_file` all go through :func:`open_any`.
 
+The writer side (:func:`save`) writes v1.0 unless ``version=2``; options ``compression``
+(``"zstd"``), ``level``, ``checksum`` (v1.0: ``crc32c``/``sha256``; v2: ``xxh3``/``sha256``)
+and, for v2, ``align``. Sparse tensors keep their layout. v1.0 attributes are text (other
+values become JSON text); v2 keeps any CBOR value.
+
 For v2 files, :func:`edit_metadata` rewrites the manifest with the new attributes: the
 bytes before the manifest are kept (cloned where the file system can), the new manifest
 takes the old one's place and a new footer follows, and the new file is renamed over the
@@ -23,7 +28,7 @@ Example:
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
 
 from tensorfile.core.atomic import check_editable, rewrite
@@ -38,7 +43,7 @@ from tensorfile.core.errors import (
 )
 from tensorfile.core.reader import Reader
 from tensorfile.core.source import Source
-from tensorfile.formats import ZTENSOR, MetadataChange
+from tensorfile.formats import ZTENSOR, GetTensor, MetadataChange, TensorSpec, metadata_text
 from tensorfile.formats.ztensor import _cbor
 from tensorfile.formats.ztensor._layouts import COOTensor, CSRTensor
 from tensorfile.formats.ztensor.v1 import _format
@@ -49,6 +54,7 @@ from tensorfile.frameworks import framework_name
 from tensorfile.sources import PathOrData, open_input
 
 __all__ = [
+    "check_options",
     "edit_metadata",
     "is_v2",
     "load_file",
@@ -56,6 +62,7 @@ __all__ = [
     "open_any",
     "open_reader",
     "read_catalog",
+    "save",
 ]
 
 
@@ -223,3 +230,95 @@ def load_file(
             value = reader.get_tensor(n)
             out[n] = value.to_torch() if isinstance(value, CSRTensor | COOTensor) else value
         return out
+
+
+_OPTIONS = {
+    1: ("compression", "level", "checksum"),
+    2: ("compression", "level", "checksum", "align"),
+}
+_DIGESTS = {1: ("crc32c", "sha256"), 2: ("xxh3", "sha256")}
+
+
+def check_options(options: Mapping[str, Any]) -> dict[str, Any]:
+    """The writer options, checked: ``version`` (1, the default, or 2) and the options that
+    version takes (messages name it ``zt`` or ``zt2``).
+
+    Example:
+        >>> check_options({"checksum": "crc32c"})
+        {'version': 1, 'checksum': 'crc32c'}
+        >>> check_options({"version": 2, "checksum": "crc32c"})
+        Traceback (most recent call last):
+        ...
+        tensorfile.core.errors.InvalidArgumentError: checksum 'crc32c' is not a zt2 digest \
+(choose xxh3 or sha256)
+    """
+    version = options.get("version", 1)
+    if version not in _OPTIONS or isinstance(version, bool):
+        raise InvalidArgumentError(f"version={version!r}: zTensor is written as version 1 or 2")
+    label = "zt" if version == 1 else "zt2"
+    out: dict[str, Any] = {"version": version}
+    for key, value in options.items():
+        if key == "version":
+            continue
+        if key not in _OPTIONS[version]:
+            raise InvalidArgumentError(f"{key.replace('_', '-')} does not apply to {label} output")
+        out[key] = value
+    checksum = out.get("checksum")
+    if checksum is not None and checksum not in _DIGESTS[version]:
+        ok = _DIGESTS[version]
+        raise InvalidArgumentError(
+            f"checksum {checksum!r} is not a {label} digest (choose {' or '.join(ok)})"
+        )
+    if out.get("compression") not in (None, "zstd"):
+        raise InvalidArgumentError(f"compression {out['compression']!r}: only zstd")
+    return out
+
+
+def _cbor_value(value: Any) -> bool:
+    if isinstance(value, str | int | float | bool) or value is None:
+        return True
+    if isinstance(value, list):
+        return all(_cbor_value(v) for v in value)
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _cbor_value(v) for k, v in value.items())
+    return False
+
+
+def save(
+    path: str,
+    tensors: Sequence[TensorSpec],
+    get: GetTensor,
+    metadata: Mapping[str, Any],
+    *,
+    tick: Callable[[str], None] | None = None,
+    version: int = 1,
+    **options: Any,
+) -> list[str]:
+    """Write ``tensors`` to the zTensor file ``path`` (v1.0, or v2 with ``version=2``), one
+    ``get(name)`` at a time, atomically.
+
+    Example:
+        >>> import numpy as np, os, tempfile
+        >>> from tensorfile.core import dtypes
+        >>> from tensorfile import ztensor
+        >>> path = os.path.join(tempfile.mkdtemp(), "m.zt")
+        >>> spec = TensorSpec("w", dtypes.from_name("F32"), (2,))
+        >>> _ = save(path, [spec], lambda n: np.ones(2, np.float32), {"n": 3}, version=2)
+        >>> ztensor.open(path).attributes
+        {'n': 3}
+    """
+    from tensorfile.formats.ztensor.v1._writer import Writer
+
+    text = metadata_text(metadata)
+    if version == 1:
+        attributes: dict[str, Any] = text
+    else:
+        values = {k: getattr(v, "value", v) for k, v in metadata.items()}  # GGUFValue
+        attributes = {k: v for k, v in values.items() if _cbor_value(v)}
+        attributes.update({k: v for k, v in text.items() if k not in attributes})
+    with Writer(path, version=version, attributes=attributes, **options) as w:
+        for spec in tensors:
+            w.add(spec.name, get(spec.name))
+            if tick is not None:
+                tick(spec.name)
+    return [path]

@@ -1,0 +1,310 @@
+"""What the import/export entries (npy, npz, PyTorch pickles) share: a file object over a
+:class:`~tensorfile.core.source.Source` (for ``zipfile``, numpy's header parser and
+``torch.load``), and a source and reader over tensors some of which are decoded rather than
+read in place.
+
+An :class:`ArraysSource` serves the bytes of its ``base`` source (the file) as they are, and
+after them, at offsets from ``base.size`` on, :class:`Segment` s: tensors that had to be
+decoded (a deflated zip member, a big-endian or Fortran-ordered array) or that an
+unpickler produced. A segment is decoded when first read, and the last one decoded is kept
+(memory: about the largest tensor). :class:`CrcCheck` s make reads of stored zip members
+check the member's CRC-32 whenever a read covers the whole member.
+
+Example:
+    >>> import numpy as np
+    >>> from tensorfile.sources import MemorySource
+    >>> src = ArraysSource("x", MemorySource(b"abc"), [Segment(3, 2, lambda: b"de")])
+    >>> src.read(1, 4), src.size
+    (b'bcde', 5)
+    >>> f = SourceFile(MemorySource(b"hello"))
+    >>> _ = f.seek(1); f.read(3), f.read(99)
+    (b'ell', b'o')
+"""
+
+from __future__ import annotations
+
+import bisect
+import io
+import os
+import threading
+import zipfile
+import zlib
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from ..core.catalog import ByteRange
+from ..core.errors import FormatError, SourceError
+from ..core.reader import Reader
+from ..core.source import Source, SourceBase
+
+__all__ = [
+    "ArraysReader",
+    "ArraysSource",
+    "CrcCheck",
+    "Segment",
+    "SourceFile",
+    "file_stem",
+    "zip_names",
+]
+
+Buffer = bytes | bytearray | memoryview | np.ndarray[Any, Any]
+
+
+class SourceFile(io.RawIOBase):
+    """A read-only, seekable binary file over a source. A read never asks for more than the
+    file holds, so a size a file only claims (a zip directory's) allocates nothing."""
+
+    def __init__(self, source: Source) -> None:
+        super().__init__()
+        self._source = source
+        self._pos = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._source.size}[whence]
+        if base + offset < 0:
+            raise OSError(f"{self._source.name}: seek before the start of the file")
+        self._pos = base + offset
+        return self._pos
+
+    def read(self, size: int | None = -1) -> bytes:
+        left = max(0, self._source.size - self._pos)
+        n = left if size is None or size < 0 else min(size, left)
+        data = self._source.read(self._pos, n)
+        self._pos += n
+        return data
+
+    def readall(self) -> bytes:
+        return self.read(-1)
+
+    def readinto(self, buffer: Any) -> int:
+        view = memoryview(buffer).cast("B")
+        n = min(view.nbytes, max(0, self._source.size - self._pos))
+        if n:
+            self._source.readinto(self._pos, [view[:n]])
+            self._pos += n
+        return n
+
+
+def file_stem(source_name: str) -> str:
+    """The name a file's lone tensor takes: the file's stem (``tensor`` for bytes in memory).
+
+    Example:
+        >>> file_stem("/d/embed.npy"), file_stem("https://h/lone.pt?x=1"), file_stem("<memory>")
+        ('embed', 'lone', 'tensor')
+    """
+    if source_name.startswith("<"):
+        return "tensor"
+    base = source_name.split("?", 1)[0].split("#", 1)[0].rstrip("/").rsplit("/", 1)[-1]
+    return os.path.splitext(base)[0] or "tensor"
+
+
+def zip_names(source: Source) -> list[str] | None:
+    """The member names of the zip archive in ``source``, or None when it is not one a
+    reader could open (its central directory is missing or damaged)."""
+    try:
+        with zipfile.ZipFile(SourceFile(source)) as zf:
+            return zf.namelist()
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError, NotImplementedError):
+        return None
+
+
+class Segment(NamedTuple):
+    """``length`` bytes at offset ``start`` of an :class:`ArraysSource`, produced by
+    ``fetch()`` (a buffer of exactly ``length`` bytes) when first read."""
+
+    start: int
+    length: int
+    fetch: Callable[[], Buffer]
+
+
+class CrcCheck(NamedTuple):
+    """A zip member stored in place: its data ``[start, stop)`` in the file, the CRC-32 of
+    the member's bytes before them (``prefix_crc``) and the CRC-32 the archive states for
+    the whole member."""
+
+    start: int
+    stop: int
+    prefix_crc: int
+    expected: int
+    what: str
+
+
+class ArraysSource(SourceBase):
+    """``base``'s bytes, then decoded segments (see the module docstring)."""
+
+    def __init__(
+        self,
+        name: str,
+        base: Source,
+        segments: Sequence[Segment] = (),
+        checks: Sequence[CrcCheck] = (),
+    ) -> None:
+        super().__init__()
+        self.name = name
+        self._base = base
+        self._segments = sorted((s for s in segments if s.length), key=lambda s: s.start)
+        self._starts = [s.start for s in self._segments]
+        self._checks = {c.start: c for c in checks if c.stop > c.start}
+        self._checked: set[int] = set()
+        self._base_size = base.size
+        last = self._segments[-1] if self._segments else None
+        self._size = max(self._base_size, last.start + last.length if last else 0)
+        self._cache: tuple[int, memoryview] | None = None
+        self._lock = threading.Lock()
+        self.coalesce_gap = base.coalesce_gap
+
+    @property
+    def size(self) -> int:
+        return self._size
+
+    def segment_at(self, offset: int) -> int | None:
+        """The index of the segment that starts at ``offset``, or None."""
+        i = bisect.bisect_left(self._starts, offset)
+        return i if i < len(self._starts) and self._starts[i] == offset else None
+
+    def segment_bytes(self, index: int) -> memoryview:
+        """The bytes of segment ``index`` (decoded now unless they are the last decoded)."""
+        if self._closed:
+            raise SourceError(f"{self.name}: the source is closed")
+        with self._lock:
+            if self._cache is not None and self._cache[0] == index:
+                return self._cache[1]
+        seg = self._segments[index]
+        data = seg.fetch()
+        view = memoryview(data).cast("B") if not isinstance(data, np.ndarray) else None
+        if view is None:
+            flat: Any = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
+            view = memoryview(flat)
+        if view.nbytes != seg.length:
+            raise FormatError(
+                f"{self.name}: a tensor decoded to {view.nbytes:,} bytes, not {seg.length:,}"
+            )
+        with self._lock:
+            self._cache = (index, view)
+        return view
+
+    def _read(self, offset: int, length: int) -> bytes:
+        out = bytearray(length)
+        self._fill(offset, [memoryview(out)])
+        self.stats.add(length)
+        return bytes(out)
+
+    def readinto(self, offset: int, buffers: list[memoryview]) -> None:
+        flat = self.byte_buffers(offset, buffers)
+        total = sum(b.nbytes for b in flat)
+        if total:
+            self._fill(offset, flat)
+            self.stats.add(total)
+
+    def _fill(self, offset: int, flat: list[memoryview]) -> None:
+        pos = offset
+        for buf in flat:
+            done = 0
+            while done < buf.nbytes:
+                n = self._fill_one(pos + done, buf[done:])
+                done += n
+            pos += buf.nbytes
+        self._verify(offset, flat)
+
+    def _fill_one(self, offset: int, out: memoryview) -> int:
+        """Fill the start of ``out`` from ``offset`` up to the next boundary; bytes filled."""
+        if offset < self._base_size:
+            n = min(out.nbytes, self._base_size - offset)
+            self._base.readinto(offset, [out[:n]])
+            return n
+        i = bisect.bisect_right(self._starts, offset) - 1
+        if i >= 0 and offset < self._starts[i] + self._segments[i].length:
+            seg = self._segments[i]
+            data = self.segment_bytes(i)
+            at = offset - seg.start
+            n = min(out.nbytes, seg.length - at)
+            out[:n] = data[at : at + n]
+            return n
+        nxt = self._starts[i + 1] if i + 1 < len(self._starts) else self._size
+        n = min(out.nbytes, nxt - offset)
+        out[:n] = bytes(n)  # between segments: never described by a catalog
+        return n
+
+    def _verify(self, offset: int, flat: list[memoryview]) -> None:
+        """Check the CRC-32 of every stored member a read of ``flat`` at ``offset`` covered."""
+        stop = offset + sum(b.nbytes for b in flat)
+        for start, check in self._checks.items():
+            if start in self._checked or start < offset or check.stop > stop:
+                continue
+            crc = check.prefix_crc
+            pos = offset
+            for buf in flat:
+                lo, hi = max(pos, check.start), min(pos + buf.nbytes, check.stop)
+                if lo < hi:
+                    crc = zlib.crc32(buf[lo - pos : hi - pos], crc)
+                pos += buf.nbytes
+            self.check_crc(check, crc)
+
+    def verify_range(self, rng: ByteRange) -> None:
+        """Check the CRC-32 of the stored member whose data is ``rng``, once, on the mapped
+        file (for a zero-copy view, which no read goes through)."""
+        check = self._checks.get(rng.start)
+        if check is None or rng.start in self._checked:
+            return
+        whole = self._base.buffer()
+        if whole is None:
+            data = self._base.read(check.start, check.stop - check.start)
+            self.check_crc(check, zlib.crc32(data, check.prefix_crc))
+        else:
+            self.check_crc(check, zlib.crc32(whole[check.start : check.stop], check.prefix_crc))
+
+    def check_crc(self, check: CrcCheck, crc: int) -> None:
+        """Record ``check`` as passed, or raise: the member's bytes are not what was stored."""
+        if crc != check.expected:
+            raise FormatError(
+                f"{self.name}: {check.what}: Bad CRC-32 (the archive says {check.expected:08x}, "
+                f"the bytes give {crc:08x}): the file is damaged"
+            )
+        self._checked.add(check.start)
+
+    def buffer(self) -> memoryview | None:
+        if self._closed:
+            raise SourceError(f"{self.name}: the source is closed")
+        return self._base.buffer()
+
+    def close(self) -> None:
+        super().close()
+        self._cache = None
+        self._segments = []
+        self._starts = []
+        self._base.close()
+
+
+class ArraysReader(Reader):
+    """A reader over an :class:`ArraysSource`: :meth:`view` of a tensor read in place is a
+    zero-copy view of the mapped file (its zip member's CRC checked first); of a decoded
+    one, a read-only array over the decoded bytes."""
+
+    source: ArraysSource
+
+    def __init__(self, source: ArraysSource, catalog: Any) -> None:
+        super().__init__(source, catalog)
+
+    def view(self, name: str) -> np.ndarray[Any, Any]:
+        info = self.info(name)
+        self._dense(info)
+        index = self.source.segment_at(info.byte_range.start) if info.numel else None
+        if index is None:
+            if info.numel:
+                self.source.verify_range(info.byte_range)
+            return super().view(name)
+        data = self.source.segment_bytes(index)
+        arr = np.frombuffer(data, dtype=info.dtype.numpy, count=info.numel).reshape(info.shape)
+        arr.flags.writeable = False
+        return arr
