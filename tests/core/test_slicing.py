@@ -1,4 +1,4 @@
-"""``tensorfile.core._slicing.plan``: which rows of a C-ordered tensor a basic index needs,
+"""``tensorfile.core.slicing.plan``: which rows of a C-ordered tensor a basic index needs,
 checked against numpy's own indexing of the same array.
 
 A plan is applied here the way a reader applies it: the rows of ``plan.axis`` listed in
@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from tensorfile.core._slicing import plan
+from tensorfile.core.slicing import plan
 from tensorfile.errors import InvalidArgumentError
 
 NDArray = np.ndarray[Any, Any]

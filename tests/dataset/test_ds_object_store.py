@@ -24,13 +24,13 @@ from tensorfile import dataset
 from tensorfile.dataset import writer as writer_module
 from tensorfile.dataset.manifest import Manifest
 from tensorfile.dataset.storage import storage_for
-from tensorfile.sources import FsspecStore, LocalStore
 from tensorfile.errors import (
     FormatError,
     InvalidArgumentError,
     SourceError,
     TensorFileError,
 )
+from tensorfile.sources import FsspecStore, LocalStore
 from tests.helpers.datasets import cols_a, cols_b, fail_on_call
 from tests.helpers.manifests import schema_errors
 from tests.helpers.samples import assert_samples, expected_rows

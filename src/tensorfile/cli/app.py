@@ -91,7 +91,7 @@ def _full_downloads(allowed: bool) -> Iterator[None]:
     if not allowed:
         yield
         return
-    from ..sources._prefix import ALLOW_ENV as FULL_DOWNLOAD_ENV
+    from ..sources import ALLOW_FULL_DOWNLOAD_ENV as FULL_DOWNLOAD_ENV
 
     before = os.environ.get(FULL_DOWNLOAD_ENV)
     os.environ[FULL_DOWNLOAD_ENV] = "1"

@@ -22,8 +22,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from ._slicing import shape_text
 from .errors import InvalidArgumentError
+from .slicing import shape_text
 
 __all__ = ["check_chunk"]
 

@@ -8,7 +8,7 @@ The rows are listed in the order of the reference safetensors ``Dtype`` enumerat
 writer sorts tensors by that order, descending, so that the widest types come first.
 
 Sub-byte types (F4, F6_E2M3, F6_E3M2) are bit-packed in files; in numpy they unpack to one
-``ml_dtypes`` element per byte (see :mod:`tensorfile.core._packing`).
+``ml_dtypes`` element per byte (see :mod:`tensorfile.core.packing`).
 
 Example:
     >>> from tensorfile.core import dtypes

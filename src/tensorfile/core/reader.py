@@ -24,7 +24,7 @@ from typing import Any, Self, TypeVar
 
 import numpy as np
 
-from . import _packing, _slicing
+from . import packing, slicing
 from .catalog import ByteRange, Catalog, TensorInfo
 from .errors import (
     InvalidArgumentError,
@@ -113,7 +113,7 @@ def numpy_allocator(info: TensorInfo) -> tuple[memoryview, Callable[[], NDArray]
         numel = math.prod(shape)
 
         def unpacked() -> NDArray:
-            return _packing.unpack(packed, dt.bits, numel).view(dt.numpy).reshape(shape)
+            return packing.unpack(packed, dt.bits, numel).view(dt.numpy).reshape(shape)
 
         return bytes_view(packed), unpacked
     arr = empty_for_reading(info.shape, dt.numpy)
@@ -261,7 +261,7 @@ class Reader:
     def _unholdable(self, info: TensorInfo, exc: BaseException) -> TensorFileError:
         """The error for a tensor the file describes validly but memory cannot hold."""
         return UnsupportedError(
-            f"{self.source.name}: tensor {info.name!r} of shape {_slicing.shape_text(info.shape)} "
+            f"{self.source.name}: tensor {info.name!r} of shape {slicing.shape_text(info.shape)} "
             f"cannot be held as an array: {exc}"
         )
 
@@ -310,7 +310,7 @@ class Reader:
         if dt.is_subbyte:
             return index_copy(self.get_tensor(name), key)
         try:
-            p = _slicing.plan(info.shape, key, dt.itemsize)
+            p = slicing.plan(info.shape, key, dt.itemsize)
         except TypeError:
             return index_copy(self.get_tensor(name), key)
         except InvalidArgumentError:

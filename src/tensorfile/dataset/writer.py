@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..core.errors import InvalidArgumentError, SourceError
-from ..safetensors.numpy import save_file
+from ..formats.safetensors.faces import prepare_array, write_file
 from ..sources import LocalStore
 from .convert import Column, columns_and_keys
 from .files import INDEX_NAME
@@ -206,7 +206,7 @@ def write_task(
 
 
 def _save(tensors: dict[str, Any], path: str) -> None:
-    save_file(tensors, path)
+    write_file([prepare_array(name, arr) for name, arr in tensors.items()], path, None)
 
 
 def _join(folder: str, name: str) -> str:

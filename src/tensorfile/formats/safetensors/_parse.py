@@ -38,7 +38,6 @@ import msgspec
 import numpy as np
 
 from tensorfile.core import dtypes
-from tensorfile.core._slicing import shape_text
 from tensorfile.core.dtypes import DType
 from tensorfile.core.errors import (
     DuplicateTensorError,
@@ -57,6 +56,7 @@ from tensorfile.core.errors import (
     ValidationOverflowError,
 )
 from tensorfile.core.reader import brief
+from tensorfile.core.slicing import shape_text
 from tensorfile.formats.safetensors._numbers import (
     OutOfRange,
     exact_int,

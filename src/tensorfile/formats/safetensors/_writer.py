@@ -22,7 +22,7 @@ from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
-from tensorfile.core import _packing, _slicing, dtypes
+from tensorfile.core import dtypes, packing, slicing
 from tensorfile.core.atomic import AtomicFile, atomic_write, preallocate, write_all
 from tensorfile.core.chunks import check_chunk
 from tensorfile.core.dtypes import DType
@@ -86,7 +86,7 @@ def check_size(name: str, dtype: DType, shape: object, nbytes: int) -> tuple[int
     if numel * bits != nbits:
         need = "more" if numel * bits > nbits else f"{numel * bits / 8:,g}"
         raise InvalidArgumentError(
-            f"tensor {name!r}: {dtype.name} shape {_slicing.shape_text(dims)} needs {need} "
+            f"tensor {name!r}: {dtype.name} shape {slicing.shape_text(dims)} needs {need} "
             f"bytes, got {nbytes:,}"
         )
     return dims
@@ -124,7 +124,7 @@ def prepare_array(name: str, arr: Any) -> Prepared:
                 f"tensor {name!r}: {arr.size} {dt.name} elements do not fill whole bytes"
             )
         codes = np.ascontiguousarray(arr).reshape(-1).view(np.uint8)
-        return Prepared(name, dt, arr.shape, bytes_view(_packing.pack(codes, dt.bits)))
+        return Prepared(name, dt, arr.shape, bytes_view(packing.pack(codes, dt.bits)))
     if arr.dtype.byteorder == ">":
         arr = arr.astype(arr.dtype.newbyteorder("<"))
     if not arr.flags.c_contiguous:
@@ -255,7 +255,7 @@ class StreamWriter:
             numel = _numel(shape_t, _MAX_STREAM_BITS // dt.bits)
             if numel * dt.bits > _MAX_STREAM_BITS:
                 raise InvalidArgumentError(
-                    f"tensor {name!r}: shape {_slicing.shape_text(shape_t)} of {dt.name} is "
+                    f"tensor {name!r}: shape {slicing.shape_text(shape_t)} of {dt.name} is "
                     "over 2**64 bytes"
                 )
             if numel * dt.bits % 8:

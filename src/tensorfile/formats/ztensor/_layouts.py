@@ -24,9 +24,9 @@ from typing import Any
 
 import numpy as np
 
-from tensorfile.core._slicing import shape_text
 from tensorfile.core.errors import InvalidArgumentError, UnsupportedError, ZTensorError
 from tensorfile.core.reader import brief
+from tensorfile.core.slicing import shape_text
 
 __all__ = ["COOTensor", "CSRTensor", "ExtensionTensor", "check_coo", "check_csr", "shape_of"]
 
