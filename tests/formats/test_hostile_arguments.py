@@ -17,7 +17,7 @@ import pytest
 
 import tensorfile
 from tensorfile import ztensor
-from tensorfile.core import _slicing
+from tensorfile.core import slicing as _slicing
 from tensorfile.errors import (
     InvalidArgumentError,
     SafetensorSliceError,

@@ -48,6 +48,7 @@ def run_convert(args: argparse.Namespace, out: Output) -> int:
             shard_size=args.shard_size,
             densify=args.densify,
             progress=report,
+            allow_full_download=args.allow_full_download or None,
         )
     if out.json_mode:
         out.json(_json(r))

@@ -110,8 +110,9 @@ def _json_number(x: float | int | None) -> float | int | str | None:
 
 def run_diff(args: argparse.Namespace, out: Output) -> int:
     """``tensorfile diff A B``."""
-    sa, sb = load(args.a), load(args.b)
-    r = _diff(sa, sb, args.data, out)
+    allow = args.allow_full_download or None
+    sa, sb = load(args.a, allow_full_download=allow), load(args.b, allow_full_download=allow)
+    r = _diff(sa, sb, args.data, out, allow)
     whole = out.json_mode or args.verbose
     view = _View(r, sa, sb, None if whole else VALUE_LIMIT)
     if out.json_mode:
@@ -122,13 +123,13 @@ def run_diff(args: argparse.Namespace, out: Output) -> int:
     return 1 if args.fail_on_diff and not r.identical else 0
 
 
-def _diff(sa: Catalog, sb: Catalog, data: bool, out: Output) -> DiffResult:
+def _diff(sa: Catalog, sb: Catalog, data: bool, out: Output, allow: bool | None) -> DiffResult:
     """:func:`tensorfile.ops.diff`, with a progress bar on a terminal's stderr while the
     data is compared (``--data``)."""
     if not data:
         return diff(sa, sb)
     with progress(out, "comparing") as report:
-        return diff(sa, sb, data=True, progress=report)
+        return diff(sa, sb, data=True, progress=report, allow_full_download=allow)
 
 
 def _text(w: _View) -> list[str]:

@@ -38,12 +38,15 @@ class _Ident:
 def run_id(args: argparse.Namespace, out: Output) -> int:
     """``tensorfile id [--content] PATH...``."""
 
+    allow = args.allow_full_download or None
+
     def read(path: str) -> _Ident:
-        s = load(path)
+        s = load(path, allow_full_download=allow)
         if not args.content:
             return _Ident(s, "structural_hash", _structural(s, out))
         with progress(out, "hashing") as report:
-            return _Ident(s, "content_hash", content_hash(path, report))
+            digest = content_hash(path, report, allow_full_download=allow)
+            return _Ident(s, "content_hash", digest)
 
     def to_json(r: _Ident) -> dict[str, Any]:
         s = r.structure
@@ -59,8 +62,10 @@ def run_id(args: argparse.Namespace, out: Output) -> int:
 def run_summary(args: argparse.Namespace, out: Output) -> int:
     """``tensorfile summary PATH...``: ``format,version,tensors,metadata,hash``."""
 
+    allow = args.allow_full_download or None
+
     def read(path: str) -> tuple[Catalog, str]:
-        s = load(path)
+        s = load(path, allow_full_download=allow)
         return s, _structural(s, out)
 
     def to_json(r: tuple[Catalog, str]) -> dict[str, Any]:

@@ -79,9 +79,11 @@ def inspect_json(r: InspectResult) -> dict[str, Any]:
 def run_inspect(args: argparse.Namespace, out: Output) -> int:
     """``tensorfile inspect PATH...``."""
 
+    allow = args.allow_full_download or None
+
     def read(path: str) -> InspectResult:
         with progress(out, "hashing the header", unit="items", delay=HASH_DELAY) as report:
-            return inspect(path, progress=report)
+            return inspect(path, progress=report, allow_full_download=allow)
 
     def show(r: InspectResult, _label: str | None) -> None:
         _header(r, out, verbose=args.verbose)

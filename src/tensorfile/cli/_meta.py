@@ -88,7 +88,7 @@ def run_meta(args: argparse.Namespace, out: Output) -> int:
 
 def _print(args: argparse.Namespace, out: Output) -> int:
     def read(path: str) -> tuple[str, dict[str, Any]]:
-        s = load(path)
+        s = load(path, allow_full_download=args.allow_full_download or None)
         return s.path or path, _printable(plain_metadata(s.metadata))
 
     def to_json(r: tuple[str, dict[str, Any]]) -> dict[str, Any]:

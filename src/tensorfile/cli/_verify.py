@@ -42,9 +42,16 @@ def run_verify(args: argparse.Namespace, out: Output) -> int:
     """``tensorfile verify PATH... [--deep]``."""
     reports: list[VerifyReport] = []
 
+    allow = args.allow_full_download or None
+
     def read(path: str) -> VerifyReport:
         with progress(out, "verifying", unit="items") as report:
-            r = verify(path, deep=args.deep, progress=report)
+            r = verify(
+                path,
+                deep=args.deep,
+                progress=report,
+                allow_full_download=allow,
+            )
         reports.append(r)
         return r
 

@@ -15,11 +15,10 @@ Example:
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import sys
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 from ..core.errors import TensorFileError
 from ._errors import describe
@@ -84,26 +83,6 @@ def _drop_stdout() -> None:
     os.close(devnull)
 
 
-@contextlib.contextmanager
-def _full_downloads(allowed: bool) -> Iterator[None]:
-    """``--allow-full-download``: the opt-in every remote read of the command sees (through
-    the environment variable the sources read, restored afterwards)."""
-    if not allowed:
-        yield
-        return
-    from ..sources import ALLOW_FULL_DOWNLOAD_ENV as FULL_DOWNLOAD_ENV
-
-    before = os.environ.get(FULL_DOWNLOAD_ENV)
-    os.environ[FULL_DOWNLOAD_ENV] = "1"
-    try:
-        yield
-    finally:
-        if before is None:
-            os.environ.pop(FULL_DOWNLOAD_ENV, None)
-        else:
-            os.environ[FULL_DOWNLOAD_ENV] = before
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status.
 
@@ -122,10 +101,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     out = Output(json_mode=bool(getattr(args, "json", False)))
     try:
-        with (
-            _full_downloads(bool(getattr(args, "allow_full_download", False))),
-            warnings.catch_warnings(record=True) as caught,
-        ):
+        with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             status: int = args.run(args, out)
         for w in _unique(caught):

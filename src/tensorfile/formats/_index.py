@@ -104,13 +104,15 @@ def read_index(index: str, *, local: bool) -> tuple[dict[str, str], str]:
     return weight_map, shown
 
 
-def read_index_doc(index: str, *, local: bool) -> tuple[dict[str, str], str, dict[str, object]]:
+def read_index_doc(
+    index: str, *, local: bool, allow_full_download: bool | None = None
+) -> tuple[dict[str, str], str, dict[str, object]]:
     """:func:`read_index`, and the whole index document (read once: its ``metadata``)."""
     if local:
         _check_index_size(index, regular_file(index))
         source: Source = LocalSource(index)
     else:
-        source = open_path(index)
+        source = open_path(index, allow_full_download=allow_full_download)
     shown = source.name if not local else index
     with closing(source):
         _check_index_size(shown, source.size)  # a remote size comes with the first reply

@@ -82,18 +82,22 @@ def naming(name: str) -> Iterator[None]:
         raise
 
 
-def open_file_source(path: str, *, local: bool) -> Source:
+def open_file_source(path: str, *, local: bool, allow_full_download: bool | None = None) -> Source:
     """The source of one file: ``local=True`` opens ``path`` as a local regular file only
     (a FIFO would block, a device never end: refused before opening), else a path or URL
-    with the first request its name suggests."""
+    with the first request its name suggests (``allow_full_download``: see
+    :func:`tensorfile.sources.open_path`)."""
     if local:
         regular_file(path)
         return LocalSource(path)
     hint = guess(path)
-    return open_path(path, first=hint.first_request() if hint else None)
+    first = hint.first_request() if hint else None
+    return open_path(path, first=first, allow_full_download=allow_full_download)
 
 
-def file_catalog(path: str, *, local: bool = False) -> Catalog:
+def file_catalog(
+    path: str, *, local: bool = False, allow_full_download: bool | None = None
+) -> Catalog:
     """The catalog of one file, from its header (``path``, ``stats`` and, for a URL shown
     without its credentials, ``opened_from`` filled in).
 
@@ -107,7 +111,7 @@ def file_catalog(path: str, *, local: bool = False) -> Catalog:
         >>> cat.path == p, cat.tensors["w"].data_offsets, cat.bytes_read > 0
         (True, (0, 3), True)
     """
-    source = open_file_source(path, local=local)
+    source = open_file_source(path, local=local, allow_full_download=allow_full_download)
     with closing(source), naming(source.name):
         fmt = detect(source)
         cat = fmt.impl().read_catalog(source)
@@ -120,12 +124,18 @@ def file_catalog(path: str, *, local: bool = False) -> Catalog:
     return replace(cat, path=source.name, stats=(source.stats,), opened_from=opened)
 
 
-def file_catalogs(files: list[str], *, local: bool) -> list[Catalog]:
+def file_catalogs(
+    files: list[str], *, local: bool, allow_full_download: bool | None = None
+) -> list[Catalog]:
     """:func:`file_catalog` of each of ``files``, read concurrently."""
+
+    def one(f: str) -> Catalog:
+        return file_catalog(f, local=local, allow_full_download=allow_full_download)
+
     if len(files) <= 1:
-        return [file_catalog(f, local=local) for f in files]
+        return [one(f) for f in files]
     with ThreadPoolExecutor(min(8, len(files)), thread_name_prefix="tensorfile-hdr") as pool:
-        return list(pool.map(lambda f: file_catalog(f, local=local), files))
+        return list(pool.map(one, files))
 
 
 @dataclass(frozen=True)
@@ -139,6 +149,8 @@ class CheckpointIndex:
         where: shard name -> its path or URL (inside the checkpoint's folder).
         metadata: the index's ``metadata`` object (empty when it has none).
         local: the index is a local file.
+        allow_full_download: what the shards' sources are opened with (see
+            :func:`tensorfile.sources.open_path`).
     """
 
     index: str
@@ -147,6 +159,7 @@ class CheckpointIndex:
     where: dict[str, str]
     metadata: Mapping[str, Any]
     local: bool
+    allow_full_download: bool | None = None
 
     @property
     def shards(self) -> list[str]:
@@ -160,22 +173,23 @@ class CheckpointIndex:
         return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def locate_checkpoint(target: str) -> CheckpointIndex:
+def locate_checkpoint(target: str, *, allow_full_download: bool | None = None) -> CheckpointIndex:
     """Read the index of the checkpoint ``target`` (an index path or URL, or a local folder
     holding one) and locate its shards (see :mod:`tensorfile.formats._index` for the rules)."""
     local = not is_url(target)
     index = index_path(target) if local else target
     if index is None:
         raise InvalidArgumentError(f"{target} is not a sharded checkpoint index")
-    weight_map, shown, doc = _index.read_index_doc(index, local=local)
+    weight_map, shown, doc = _index.read_index_doc(
+        index, local=local, allow_full_download=allow_full_download
+    )
     shards = list(dict.fromkeys(weight_map.values()))
     where = (
         _index.local_shards(index, shards) if local else _index.remote_shards(index, shown, shards)
     )
     meta = doc.get("metadata")
-    return CheckpointIndex(
-        index, shown, weight_map, where, meta if isinstance(meta, dict) else {}, local
-    )
+    meta = meta if isinstance(meta, dict) else {}
+    return CheckpointIndex(index, shown, weight_map, where, meta, local, allow_full_download)
 
 
 def _text(value: Any) -> str:
@@ -206,16 +220,25 @@ def checkpoint_metadata(
 _MISSING = object()
 
 
-def checkpoint_catalog(target: str | CheckpointIndex, *, agreed: bool = False) -> Catalog:
+def checkpoint_catalog(
+    target: str | CheckpointIndex,
+    *,
+    agreed: bool = False,
+    allow_full_download: bool | None = None,
+) -> Catalog:
     """The catalog of a sharded checkpoint (see the module docstring). Its metadata is every
     shard's metadata (the first shard's value where they differ: what ``inspect`` and
     ``meta`` show), or, with ``agreed=True``, :func:`checkpoint_metadata`'s (what
     :attr:`ShardedReader.metadata <tensorfile.formats.checkpoint.ShardedReader.metadata>`
     is)."""
-    ck = locate_checkpoint(target) if isinstance(target, str) else target
+    ck = (
+        locate_checkpoint(target, allow_full_download=allow_full_download)
+        if isinstance(target, str)
+        else target
+    )
     shown = target if isinstance(target, str) and ck.local else ck.shown
     files = sorted(set(ck.where.values()))
-    parts = file_catalogs(files, local=ck.local)
+    parts = file_catalogs(files, local=ck.local, allow_full_download=ck.allow_full_download)
     cat = merged(shown, parts, files)
     holder = {name: t.file for name, t in cat.tensors.items()}
     by_file = dict(

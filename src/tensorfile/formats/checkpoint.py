@@ -114,7 +114,11 @@ class ShardedReader(Reader):
             reader = self._readers.get(shard)
             if reader is None:
                 try:
-                    reader = open_reader(self._ck.where[shard], format="safetensors")
+                    reader = open_reader(
+                        self._ck.where[shard],
+                        format="safetensors",
+                        allow_full_download=self._ck.allow_full_download,
+                    )
                 except TensorFileError as exc:
                     raise type(exc)(f"{self.index}: shard {shard}: {exc}") from exc
                 except OSError as exc:
@@ -195,10 +199,10 @@ class ShardedReader(Reader):
         return f"ShardedReader({self.index!r}, {n} tensors, {len(self.shards)} shards)"
 
 
-def open_checkpoint(target: str) -> ShardedReader:
+def open_checkpoint(target: str, *, allow_full_download: bool | None = None) -> ShardedReader:
     """A :class:`ShardedReader` over the checkpoint ``target`` (an index path or URL, or a
     local folder holding one)."""
-    return ShardedReader(locate_checkpoint(target))
+    return ShardedReader(locate_checkpoint(target, allow_full_download=allow_full_download))
 
 
 def _lone_file(folder: str) -> str | None:
@@ -234,11 +238,13 @@ def open(
         if isinstance(target, str) and target:
             if is_url(target):
                 if target.split("#", 1)[0].split("?", 1)[0].endswith(INDEX_SUFFIX):
-                    return open_checkpoint(target)
+                    return open_checkpoint(target, allow_full_download=allow_full_download)
             elif target.endswith(INDEX_SUFFIX):
-                return open_checkpoint(target)
+                return open_checkpoint(target, allow_full_download=allow_full_download)
             elif os.path.isdir(target):
                 if glob.glob(os.path.join(glob.escape(target), "*" + INDEX_SUFFIX)):
-                    return open_checkpoint(target)  # (several indexes: an error naming them)
+                    return open_checkpoint(
+                        target, allow_full_download=allow_full_download
+                    )  # (several indexes: an error naming them)
                 path_or_data = _lone_file(target) or target  # else "is a directory"
     return open_reader(path_or_data, format=format, allow_full_download=allow_full_download)

@@ -64,9 +64,10 @@ def files_of(cat: Catalog) -> list[str]:
     return [cat.path or ""]
 
 
-def open_readers(cat: Catalog) -> dict[str, Reader]:
+def open_readers(cat: Catalog, *, allow_full_download: bool | None = None) -> dict[str, Reader]:
     """A reader per file of ``cat`` (its shards, or the file itself), by path: local files
-    are opened as local files only, never dispatched as URLs. Close them when done.
+    are opened as local files only, never dispatched as URLs (``allow_full_download``: see
+    :func:`tensorfile.sources.open_path`). Close them when done.
 
     Example:
         >>> import numpy as np, os, tempfile
@@ -94,7 +95,7 @@ def open_readers(cat: Catalog) -> dict[str, Reader]:
                     raise
             else:
                 with naming(f):
-                    out[f] = open_reader(where)
+                    out[f] = open_reader(where, allow_full_download=allow_full_download)
     except BaseException:
         for reader in out.values():
             reader.close()
@@ -102,12 +103,13 @@ def open_readers(cat: Catalog) -> dict[str, Reader]:
     return out
 
 
-def load(path: str | os.PathLike[str]) -> Catalog:
+def load(path: str | os.PathLike[str], *, allow_full_download: bool | None = None) -> Catalog:
     """The catalog of a file, a sharded checkpoint (index or folder) or a glob of files.
 
     A sharded checkpoint's index names its shards by plain relative names: local shards are
     opened as local files, and only inside the index's folder; a remote index's shards are
     fetched from next to it. An index over :data:`MAX_INDEX_BYTES` is refused unread.
+    ``allow_full_download``: see :func:`tensorfile.sources.open_path`.
     """
     target = os.fspath(path)
     if not isinstance(target, str):
@@ -117,7 +119,10 @@ def load(path: str | os.PathLike[str]) -> Catalog:
     if "\0" in target:
         raise InvalidArgumentError(f"the path {target!r} holds a NUL character")
     if is_url(target):
-        return checkpoint_catalog(target) if is_index(target) else file_catalog(target)
+        allow = allow_full_download
+        if is_index(target):
+            return checkpoint_catalog(target, allow_full_download=allow)
+        return file_catalog(target, allow_full_download=allow)
     if index_path(target) is not None:
         return checkpoint_catalog(target)
     if os.path.lexists(target):

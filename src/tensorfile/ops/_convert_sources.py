@@ -65,11 +65,12 @@ def _values(meta: Mapping[str, Any]) -> dict[str, Any]:
     return {str(key): getattr(value, "value", value) for key, value in meta.items()}
 
 
-def open_source(src: str) -> ConvertSource:
-    """Open ``src`` (a file, URL, sharded checkpoint index or folder) for conversion."""
+def open_source(src: str, *, allow_full_download: bool | None = None) -> ConvertSource:
+    """Open ``src`` (a file, URL, sharded checkpoint index or folder) for conversion
+    (``allow_full_download``: see :func:`tensorfile.sources.open_path`)."""
     from ..formats.checkpoint import open as open_any
 
-    reader: Any = open_any(src)
+    reader: Any = open_any(src, allow_full_download=allow_full_download)
     try:
         return _source(src, reader)
     except BaseException:

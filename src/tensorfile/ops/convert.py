@@ -120,10 +120,13 @@ def convert(
     shard_size: int | str | None = None,
     densify: bool = False,
     progress: Callable[[int, int], None] | None = None,
+    allow_full_download: bool | None = None,
 ) -> ConvertResult:
     """Convert ``src`` to ``dst`` (see the module docstring for sources and destinations).
 
     ``progress(done, total)`` is called with tensor bytes written, as the work advances.
+    ``allow_full_download`` lets a remote source from a server that ignores ``Range`` be
+    read whole (see :func:`tensorfile.sources.open_path`).
 
     Example:
         >>> import numpy as np, os, tempfile
@@ -151,7 +154,7 @@ def convert(
     )
     if not is_url(src_s) and _same_file(src_s, dst_s):
         raise InvalidArgumentError(f"{src_s}: the source and the destination are the same file")
-    source = open_source(src_s)
+    source = open_source(src_s, allow_full_download=allow_full_download)
     try:
         return _run(source, src_s, dst_s, fmt, options, densify, progress)
     finally:

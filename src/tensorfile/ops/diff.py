@@ -145,6 +145,7 @@ def diff(
     data: bool = False,
     max_dense_bytes: int = MAX_DENSE_BYTES,
     progress: Callable[[int, int], None] | None = None,
+    allow_full_download: bool | None = None,
 ) -> DiffResult:
     """Compare two files, checkpoints or globs; ``data=True`` also compares tensor bytes,
     a bounded piece at a time (a sparse tensor whose dense form is over ``max_dense_bytes``
@@ -171,8 +172,9 @@ def diff(
         >>> [(d.name, d.differing_elements) for d in r.data], seen[-1]
         ([('w', 4)], (16, 16))
     """
-    sa = load(a) if isinstance(a, str) else a
-    sb = load(b) if isinstance(b, str) else b
+    allow = allow_full_download
+    sa = load(a, allow_full_download=allow) if isinstance(a, str) else a
+    sb = load(b, allow_full_download=allow) if isinstance(b, str) else b
     ta = dict(sa.tensors)
     tb = dict(sb.tensors)
     changed = []
@@ -202,7 +204,7 @@ def diff(
         for n in sorted(ta.keys() & tb.keys())
         if _fields(ta[n])["dtype"] == _fields(tb[n])["dtype"] and ta[n].shape == tb[n].shape
     ]
-    diffs = _compare_data(sa, sb, same, max_dense_bytes, progress)
+    diffs = _compare_data(sa, sb, same, max_dense_bytes, progress, allow)
     return replace(result, data=diffs, compared=len(same))
 
 
@@ -237,14 +239,15 @@ def _compare_data(
     names: list[str],
     limit: int = MAX_DENSE_BYTES,
     progress: Callable[[int, int], None] | None = None,
+    allow_full_download: bool | None = None,
 ) -> list[DataDiff]:
     if sa.format == "gguf" or sb.format == "gguf":
         from ..core.errors import UnsupportedError
 
         raise UnsupportedError("comparing GGUF tensor data is not supported; diff headers only")
-    ra = open_readers(sa)
+    ra = open_readers(sa, allow_full_download=allow_full_download)
     try:
-        rb = open_readers(sb)
+        rb = open_readers(sb, allow_full_download=allow_full_download)
     except BaseException:
         for r in ra.values():
             r.close()

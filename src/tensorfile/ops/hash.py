@@ -248,7 +248,10 @@ def canonical_json(s: Catalog, *, progress: Callable[[int, int], None] | None = 
 
 
 def structural_hash(
-    structure: Catalog | str, *, progress: Callable[[int, int], None] | None = None
+    structure: Catalog | str,
+    *,
+    progress: Callable[[int, int], None] | None = None,
+    allow_full_download: bool | None = None,
 ) -> str:
     r"""The structural hash of a :class:`~tensorfile.core.catalog.Catalog` (or of the file at
     a path).
@@ -276,7 +279,8 @@ def structural_hash(
         >>> seen[-1]
         (2, 2)
     """
-    s = load(structure) if isinstance(structure, str) else structure
+    allow = allow_full_download
+    s = load(structure, allow_full_download=allow) if isinstance(structure, str) else structure
     try:
         data = canonical_json(s, progress=progress).encode("utf-8")
     except UnicodeEncodeError as exc:
@@ -295,6 +299,7 @@ def content_hash(
     progress: Callable[[int, int], None] | None = None,
     *,
     max_dense_bytes: int = MAX_DENSE_BYTES,
+    allow_full_download: bool | None = None,
 ) -> str:
     """SHA-256 over every tensor's name, common dtype, shape and dense bytes, in name order.
 
@@ -303,13 +308,13 @@ def content_hash(
     chunk at a time; a sparse tensor whose dense form is over ``max_dense_bytes`` is refused
     with :class:`~tensorfile.errors.UnsupportedError` before any data is read.
     """
-    s = load(path)
+    s = load(path, allow_full_download=allow_full_download)
     files = files_of(s)
     tensors = s.by_name()
     total = sum(t.numel * _itemsize(t) for t in tensors)
     done = 0
     digest = hashlib.sha256(b"tensorfile-content-v1\n")
-    by_file = open_readers(s)
+    by_file = open_readers(s, allow_full_download=allow_full_download)
     try:
         for t in tensors:  # every refusal before the first byte of data
             reader = by_file[t.file or files[0]]

@@ -179,7 +179,10 @@ def _head(items: list[Any], limit: int) -> str:
 
 
 def inspect(
-    path: str | Catalog, *, progress: Callable[[int, int], None] | None = None
+    path: str | Catalog,
+    *,
+    progress: Callable[[int, int], None] | None = None,
+    allow_full_download: bool | None = None,
 ) -> InspectResult:
     """Inspect a file, sharded checkpoint or glob (or an already loaded catalog).
 
@@ -188,7 +191,8 @@ def inspect(
     upper-cased (``F32``, ``Q4_K``: :meth:`InspectResult.dtype_of`); a file without tensors
     has empty ``tensors``, ``parameters_by_dtype`` and ``bytes_by_dtype``.
     ``progress(done, total)`` is passed to :func:`~tensorfile.ops.hash.structural_hash` (the
-    one step that can take long: a vocabulary-sized GGUF header).
+    one step that can take long: a vocabulary-sized GGUF header). ``allow_full_download``:
+    see :func:`tensorfile.sources.open_path`.
 
     Example:
         >>> import numpy as np, os, tempfile
@@ -199,7 +203,7 @@ def inspect(
         >>> [(t.name, r.dtype_of(t), t.shape) for t in r.tensors], r.parameters_by_dtype
         ([('w', 'F32', (2, 3))], {'F32': 6})
     """
-    s = load(path) if isinstance(path, str) else path
+    s = load(path, allow_full_download=allow_full_download) if isinstance(path, str) else path
     params: dict[str, int] = defaultdict(int)
     nbytes: dict[str, int] = defaultdict(int)
     tensors = tuple(s.by_name())

@@ -63,11 +63,12 @@ class MetadataEdit:
     method: Literal["reflink", "copy"]
 
 
-def read_metadata(path: str) -> dict[str, Any]:
-    """The metadata of a file, checkpoint or glob (GGUF values unwrapped)."""
+def read_metadata(path: str, *, allow_full_download: bool | None = None) -> dict[str, Any]:
+    """The metadata of a file, checkpoint or glob (GGUF values unwrapped;
+    ``allow_full_download``: see :func:`tensorfile.sources.open_path`)."""
     from .inspect import json_metadata
 
-    return json_metadata(load(path).metadata)
+    return json_metadata(load(path, allow_full_download=allow_full_download).metadata)
 
 
 def _apply(

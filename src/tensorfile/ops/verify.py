@@ -209,7 +209,11 @@ def _short_read(exc: BaseException) -> bool:
 
 
 def verify(
-    path: str | os.PathLike[str], *, deep: bool = False, progress: Progress | None = None
+    path: str | os.PathLike[str],
+    *,
+    deep: bool = False,
+    progress: Progress | None = None,
+    allow_full_download: bool | None = None,
 ) -> VerifyReport:
     """Check a tensor file, or a sharded checkpoint, against every rule it can be held to.
 
@@ -234,17 +238,17 @@ def verify(
     if index is None and not is_url(target):
         index = index_path(target)
     if index is not None:
-        _checkpoint(run, locate_checkpoint(index))
+        _checkpoint(run, locate_checkpoint(index, allow_full_download=allow_full_download))
         fmt = "sharded-safetensors"
     else:
-        fmt = _single(run, target)
+        fmt = _single(run, target, allow_full_download)
     return VerifyReport(target, fmt, run.checked, tuple(run.failures), deep, tuple(run.stats))
 
 
-def _open(path: str, *, local: bool) -> Reader:
+def _open(path: str, *, local: bool, allow_full_download: bool | None = None) -> Reader:
     """A reader of one file: a local path as a local regular file only (a FIFO or device is
     refused before it is opened, never waited on)."""
-    source = open_file_source(path, local=local)
+    source = open_file_source(path, local=local, allow_full_download=allow_full_download)
     try:
         return detect(source).impl().open_reader(source)
     except BaseException:
@@ -252,9 +256,10 @@ def _open(path: str, *, local: bool) -> Reader:
         raise
 
 
-def _single(run: _Run, target: str) -> str:
+def _single(run: _Run, target: str, allow_full_download: bool | None) -> str:
+    local = not is_url(target)
     try:
-        reader = _open(target, local=not is_url(target))
+        reader = _open(target, local=local, allow_full_download=allow_full_download)
     except IncompleteBufferError as exc:
         if not exc.past_end:
             raise
@@ -291,7 +296,7 @@ def _checkpoint(run: _Run, ck: CheckpointIndex) -> None:
             failed.add(shard)
             continue
         try:
-            reader = _open(path, local=ck.local)
+            reader = _open(path, local=ck.local, allow_full_download=ck.allow_full_download)
         except TensorFileError as exc:
             truncated = exc.past_end if isinstance(exc, IncompleteBufferError) else ()
             rule = "truncated" if truncated else "unreadable"
