@@ -184,6 +184,45 @@ def test_format_knowledge_is_written_once() -> None:
         holders = [n for n, (p, _) in MODULES.items() if literal in p.read_text()]
         assert holders == ["tensorfile.formats"], (literal, holders)
     assert registry.exists()
+    # outside docstrings: the safetensors suffix, the index suffix, the first-read size
+    assert _holders(".safetensors", but=("tensorfile.testing",)) == ["tensorfile.formats"]
+    assert _holders(".index.json") == ["tensorfile.formats._index"]
+    assert _holders(100_000) == ["tensorfile.core.source"]
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    """The ids of the docstring nodes of a module and its classes and functions."""
+    out = set()
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.Expr):
+            if isinstance(body[0].value, ast.Constant):
+                out.add(id(body[0].value))
+    return out
+
+
+def _holders(value: object, but: tuple[str, ...] = ()) -> list[str]:
+    """The modules holding the constant ``value`` (a string: one ending with it) in code
+    (the conformance suites' fixture names, ``but``, apart)."""
+    found = []
+    for name, (path, _) in sorted(MODULES.items()):
+        if name.startswith(but) and but:
+            continue
+        tree = ast.parse(path.read_text())
+        skip = _docstrings(tree)
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Constant) or id(node) in skip:
+                continue
+            c = node.value
+            hit = (
+                c.endswith(value)
+                if isinstance(c, str) and isinstance(value, str)
+                else (type(c) is type(value) and c == value)
+            )
+            if hit:
+                found.append(name)
+                break
+    return found
 
 
 def _loaded(statement: str) -> list[str]:

@@ -20,7 +20,12 @@ from typing import Protocol, Self, runtime_checkable
 
 from .errors import InvalidArgumentError, SourceError
 
+FIRST_READ = 100_000
+"""Bytes of the first request to a remote file (huggingface_hub's speculative read): a
+header that fits costs one request."""
+
 __all__ = [
+    "FIRST_READ",
     "ByteRequest",
     "RangeRequest",
     "ReadStats",

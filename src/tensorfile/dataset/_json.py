@@ -17,6 +17,7 @@ import os
 from typing import Any, NoReturn
 
 from ..core.errors import FormatError
+from ..formats import SAFETENSORS
 
 __all__ = ["MAX_COUNT", "count", "fail", "kind", "parse_json", "shard_path", "show"]
 
@@ -68,8 +69,8 @@ def shard_path(value: Any, what: str, where: str) -> str:
         fail(where, f"{what} shard_path must be a non-empty string, got {show(value)}")
     if len(value) > 4096 or "\0" in value:
         fail(where, f"{what} shard_path {show(value)} is not a file name")
-    if not value.endswith(".safetensors"):
-        fail(where, f"{what} shard_path {show(value)} does not end in .safetensors")
+    if not value.endswith(SAFETENSORS.suffixes):
+        fail(where, f"{what} shard_path {show(value)} does not end in {SAFETENSORS.suffixes[0]}")
     if os.path.isabs(value) or any(p in ("", ".", "..") for p in value.split("/")):
         fail(where, f"{what} shard_path {show(value)} leaves the dataset folder")
     return value

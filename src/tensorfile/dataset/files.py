@@ -32,6 +32,7 @@ import stat
 from collections.abc import Collection, Iterable
 from typing import TypeGuard
 
+from ..formats import SAFETENSORS
 from ..sources.paths import check_member, is_plain_name, open_regular, read_bounded
 
 __all__ = [
@@ -52,7 +53,7 @@ INDEX_NAME = "_tensor_index.parquet"
 _HEX = "[0-9a-fA-F]"
 SHARD_NAME = re.compile(
     rf"part-[0-9]{{5,}}-[0-9]{{4,}}-{_HEX}{{8}}-{_HEX}{{4}}-{_HEX}{{4}}-{_HEX}{{4}}-{_HEX}{{12}}"
-    r"\.safetensors"
+    + re.escape(SAFETENSORS.suffixes[0])
 )
 """``part-{taskId:05d}-{shardIndex:04d}-{uuid}.safetensors`` (§3.2; wider ids have more
 digits): the only names a commit deletes."""

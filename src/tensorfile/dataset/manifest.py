@@ -64,6 +64,7 @@ from typing import Any
 from ..core import dtypes
 from ..core.errors import FormatError, InvalidArgumentError, TensorFileError
 from ..core.reader import Reader
+from ..formats import SAFETENSORS
 from ._json import MAX_COUNT as _MAX_COUNT
 from ._json import count as _count
 from ._json import fail as _fail
@@ -510,7 +511,7 @@ def scan_folder(folder: Location) -> Manifest:
     shards = []
     schema: dict[str, dict[str, Any]] = {}
     for name in store.list_files():
-        if not name.endswith(".safetensors"):
+        if not name.endswith(SAFETENSORS.suffixes):
             continue
         size = store.file_size(name)
         if size is None:  # removed meanwhile

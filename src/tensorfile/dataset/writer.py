@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..core.errors import InvalidArgumentError, SourceError
+from ..formats import SAFETENSORS
 from ..formats.safetensors.faces import prepare_array, write_file
 from ..sources import LocalStore
 from .convert import Column, columns_and_keys
@@ -84,7 +85,7 @@ class TaskResult:
 
 def shard_name(task_id: int, shard_index: int, run: str) -> str:
     """``part-{taskId:05d}-{shardIndex:04d}-{uuid}.safetensors`` (§3.2)."""
-    return f"part-{task_id:05d}-{shard_index:04d}-{run}.safetensors"
+    return f"part-{task_id:05d}-{shard_index:04d}-{run}{SAFETENSORS.suffixes[0]}"
 
 
 def make_folder(path: Location, storage_options: dict[str, Any] | None = None) -> Store:

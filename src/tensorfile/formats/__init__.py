@@ -56,7 +56,7 @@ from ..core.catalog import Catalog
 from ..core.dtypes import DType
 from ..core.errors import InvalidArgumentError, UnsupportedError
 from ..core.reader import Reader
-from ..core.source import ByteRequest, RangeRequest, Source, SuffixRequest
+from ..core.source import FIRST_READ, ByteRequest, RangeRequest, Source, SuffixRequest
 from ..sources import PathOrData, open_input, path_text
 from . import _sniff
 
@@ -86,9 +86,6 @@ __all__ = [
     "read_catalog",
     "writable_names",
 ]
-
-FIRST_READ = 100_000
-"""Bytes of the first request to a remote file (huggingface_hub's speculative read)."""
 
 MetadataChange = Callable[[Mapping[str, str]], dict[str, str]]
 """Given a file's metadata, the metadata it should have."""

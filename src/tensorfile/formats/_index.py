@@ -31,6 +31,7 @@ from contextlib import closing
 
 from tensorfile.core.errors import InvalidArgumentError, SourceError
 from tensorfile.core.source import Source
+from tensorfile.formats import SAFETENSORS
 from tensorfile.sources import LocalSource, open_path
 
 __all__ = [
@@ -79,7 +80,11 @@ def index_path(path: str) -> str | None:
     if path.endswith(INDEX_SUFFIX):
         return path
     if os.path.isdir(path):
-        found = sorted(_glob.glob(os.path.join(_glob.escape(path), "*.safetensors" + INDEX_SUFFIX)))
+        found = sorted(
+            _glob.glob(
+                os.path.join(_glob.escape(path), "*" + SAFETENSORS.suffixes[0] + INDEX_SUFFIX)
+            )
+        )
         if not found:
             found = sorted(_glob.glob(os.path.join(_glob.escape(path), "*" + INDEX_SUFFIX)))
         if len(found) == 1:

@@ -49,7 +49,7 @@ from ..core.errors import (
 )
 from ..core.reader import Allocator, NDArray, Reader, names_list, numpy_allocator
 from ..sources import PathOrData, is_url
-from . import open_reader
+from . import SAFETENSORS, open_reader
 from .catalogs import INDEX_SUFFIX, CheckpointIndex, checkpoint_catalog, locate_checkpoint
 
 __all__ = ["ShardedReader", "open", "open_checkpoint"]
@@ -208,7 +208,8 @@ def open_checkpoint(target: str, *, allow_full_download: bool | None = None) -> 
 def _lone_file(folder: str) -> str | None:
     """The folder's one ``*.safetensors`` file; None when it has none; a
     :class:`SourceError` naming them when it has several (which one is meant is unknown)."""
-    found = sorted(glob.glob(os.path.join(glob.escape(folder), "*.safetensors")))
+    pattern = "*" + SAFETENSORS.suffixes[0]
+    found = sorted(glob.glob(os.path.join(glob.escape(folder), pattern)))
     if len(found) > 1:
         names = ", ".join(os.path.basename(f) for f in found[:5])
         more = f" and {len(found) - 5:,} more" if len(found) > 5 else ""

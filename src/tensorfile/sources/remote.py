@@ -14,13 +14,13 @@ Example:
 
 from __future__ import annotations
 
-from ..core.source import ByteRequest, RangeRequest, ReadStats, SourceBase
+from ..core.source import FIRST_READ, ByteRequest, RangeRequest, ReadStats, SourceBase
 from ._cache import Fetcher, SpeculativeCache
 from ._http import MIN_SPEED, HTTPFetcher
 
 __all__ = ["SPECULATIVE_BYTES", "HTTPSource", "RemoteSource"]
 
-SPECULATIVE_BYTES = 100_000
+SPECULATIVE_BYTES = FIRST_READ
 """The first read of a remote file: huggingface_hub's speculative header read."""
 
 

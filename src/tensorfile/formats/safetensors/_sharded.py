@@ -43,11 +43,13 @@ from tensorfile.core.atomic import AtomicFile, remove_stale_temps
 from tensorfile.core.dtypes import from_safetensors
 from tensorfile.core.errors import InvalidArgumentError, SourceError
 from tensorfile.core.sizes import parse_size
+from tensorfile.formats import SAFETENSORS, _index
 from tensorfile.formats.safetensors._writer import StreamWriter
 
 __all__ = ["INDEX_SUFFIX", "parse_size", "plan_shards", "write_sharded"]
 
-INDEX_SUFFIX = ".safetensors.index.json"
+SUFFIX = SAFETENSORS.suffixes[0]
+INDEX_SUFFIX = SUFFIX + _index.INDEX_SUFFIX
 _STAGING = ".tensorfile-staging-"
 
 
@@ -98,8 +100,8 @@ def plan_shards(
 
 def _names(prefix: str, count: int) -> list[str]:
     if count == 1:
-        return [f"{prefix}.safetensors"]
-    return [f"{prefix}-{k:05d}-of-{count:05d}.safetensors" for k in range(1, count + 1)]
+        return [prefix + SUFFIX]
+    return [f"{prefix}-{k:05d}-of-{count:05d}{SUFFIX}" for k in range(1, count + 1)]
 
 
 def _sizes(
