@@ -315,3 +315,31 @@ def test_metadata_is_the_index_and_what_every_shard_agrees_on(tmp_path: Path) ->
         }
     finally:
         fs.rm("/mdck", recursive=True)
+
+
+@pytest.mark.parametrize("how", ["index", "folder"])
+def test_file_urls_keep_the_folder_rule(tmp_path: Path, how: str) -> None:
+    """A file:// URL is held to the local rules: a shard that links out of the checkpoint's
+    folder is refused by every door (open, verify, inspect, convert, the CLI), as for the
+    plain path."""
+    from tensorfile.ops import convert
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "victim.safetensors").write_bytes(save({"secret": np.ones(2, np.float32)}))
+    folder = tmp_path / "ck"
+    folder.mkdir()
+    (folder / "model-1.safetensors").symlink_to(outside / "victim.safetensors")
+    (folder / INDEX).write_text(json.dumps({"weight_map": {"secret": "model-1.safetensors"}}))
+    url = f"file://{folder / INDEX if how == 'index' else folder}"
+    doors: list[Any] = [
+        tensorfile.open,
+        tensorfile.verify,
+        tensorfile.inspect,
+        lambda u: convert(u, str(tmp_path / "out.safetensors")),
+    ]
+    for door in doors:
+        with pytest.raises(InvalidArgumentError, match="outside the checkpoint's folder"):
+            door(url)
+    assert not (tmp_path / "out.safetensors").exists()
+    assert main(["id", "--content", url]) == 2

@@ -35,7 +35,7 @@ from typing import Any
 from ..core.catalog import Catalog, merged
 from ..core.errors import InvalidArgumentError, TensorFileError
 from ..core.source import Source
-from ..sources import LocalSource, is_url, open_path
+from ..sources import LocalSource, is_url, local_path_of, open_path
 from . import _index, detect, guess
 
 __all__ = [
@@ -48,6 +48,7 @@ __all__ = [
     "file_catalogs",
     "index_path",
     "is_index",
+    "local_target",
     "locate_checkpoint",
     "naming",
     "open_file_source",
@@ -80,6 +81,20 @@ def naming(name: str) -> Iterator[None]:
         if exc.args and isinstance(exc.args[0], str) and name not in exc.args[0]:
             exc.args = (f"{name}: {exc.args[0]}", *exc.args[1:])
         raise
+
+
+def local_target(target: str) -> str:
+    """``target`` with a ``file://`` URL turned into its local path, so that the local rules
+    (regular files only; a checkpoint's shards inside its folder once links are resolved)
+    hold for it exactly as for the plain path; anything else as it is.
+
+    Example:
+        >>> local_target("file:///data/ck/model.safetensors.index.json"), local_target("s3://b/m")
+        ('/data/ck/model.safetensors.index.json', 's3://b/m')
+    """
+    if not is_url(target):
+        return target
+    return local_path_of(target) or target
 
 
 def open_file_source(path: str, *, local: bool, allow_full_download: bool | None = None) -> Source:
@@ -176,6 +191,7 @@ class CheckpointIndex:
 def locate_checkpoint(target: str, *, allow_full_download: bool | None = None) -> CheckpointIndex:
     """Read the index of the checkpoint ``target`` (an index path or URL, or a local folder
     holding one) and locate its shards (see :mod:`tensorfile.formats._index` for the rules)."""
+    target = local_target(target)
     local = not is_url(target)
     index = index_path(target) if local else target
     if index is None:

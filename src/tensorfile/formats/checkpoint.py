@@ -50,7 +50,13 @@ from ..core.errors import (
 from ..core.reader import Allocator, NDArray, Reader, names_list, numpy_allocator
 from ..sources import PathOrData, is_url
 from . import SAFETENSORS, open_reader
-from .catalogs import INDEX_SUFFIX, CheckpointIndex, checkpoint_catalog, locate_checkpoint
+from .catalogs import (
+    INDEX_SUFFIX,
+    CheckpointIndex,
+    checkpoint_catalog,
+    local_target,
+    locate_checkpoint,
+)
 
 __all__ = ["ShardedReader", "open", "open_checkpoint"]
 
@@ -237,6 +243,7 @@ def open(
     if format is None and isinstance(path_or_data, str | os.PathLike):
         target = os.fspath(path_or_data)
         if isinstance(target, str) and target:
+            target = local_target(target)  # a file:// URL keeps the local rules
             if is_url(target):
                 if target.split("#", 1)[0].split("?", 1)[0].endswith(INDEX_SUFFIX):
                     return open_checkpoint(target, allow_full_download=allow_full_download)

@@ -35,6 +35,7 @@ from ..formats.catalogs import (
     file_catalogs,
     index_path,
     is_index,
+    local_target,
     naming,
     open_file_source,
 )
@@ -118,6 +119,7 @@ def load(path: str | os.PathLike[str], *, allow_full_download: bool | None = Non
         raise InvalidArgumentError("the path is empty")
     if "\0" in target:
         raise InvalidArgumentError(f"the path {target!r} holds a NUL character")
+    target = local_target(target)  # a file:// URL keeps the local rules
     if is_url(target):
         allow = allow_full_download
         if is_index(target):

@@ -50,6 +50,7 @@ from ..formats.catalogs import (
     CheckpointIndex,
     index_path,
     is_index,
+    local_target,
     locate_checkpoint,
     open_file_source,
 )
@@ -234,6 +235,7 @@ def verify(
     if not isinstance(target, str) or not target:
         raise InvalidArgumentError(f"expected a path or URL, got {target!r}")
     run = _Run(deep, progress)
+    target = local_target(target)  # a file:// URL keeps the local rules
     index = target if is_url(target) and is_index(target) else None
     if index is None and not is_url(target):
         index = index_path(target)
