@@ -40,6 +40,7 @@ from typing import Any
 from .. import formats
 from ..core.atomic import AtomicFile
 from ..core.errors import InvalidArgumentError, SourceError
+from ..formats.catalogs import local_target
 from ..sources import is_url
 from . import _convert_sinks as sinks
 from ._convert_sources import ConvertSource, Item, open_source
@@ -139,6 +140,7 @@ def convert(
     src_s, dst_s = os.fspath(src), os.fspath(dst)
     if not isinstance(src_s, str) or not isinstance(dst_s, str) or not src_s or not dst_s:
         raise InvalidArgumentError("src and dst must be non-empty paths")
+    src_s, dst_s = local_target(src_s), local_target(dst_s)  # file:// URLs: local paths
     if is_url(dst_s):
         raise InvalidArgumentError(f"{dst_s}: convert writes local files only")
     fmt, implied = _destination(dst_s, to, shard_size)

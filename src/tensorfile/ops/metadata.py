@@ -39,6 +39,7 @@ from typing import Any, Literal
 from ..core.atomic import check_editable
 from ..core.errors import InvalidArgumentError, UnsupportedError
 from ..formats import FORMATS, detect
+from ..formats.catalogs import local_target
 from ..sources import is_url, open_path
 from ._catalogs import files_of, load
 
@@ -120,6 +121,7 @@ def edit_metadata(
 ) -> MetadataEdit:
     """Set, delete or clear metadata keys of a safetensors or zTensor file (or every shard of
     a checkpoint); tensor bytes never change, and a failure leaves the file as it was."""
+    path = local_target(path)  # a file:// URL: its local path
     if is_url(path):
         raise UnsupportedError(f"{path}: metadata of a remote file is read-only")
     s = load(path)
