@@ -149,3 +149,18 @@ def test_a_url_among_several_is_named_without_its_credentials(tmp_path: Path, ca
         assert f"127.0.0.1:{port}/m.safetensors" in r.err.splitlines()[-1]
         for secret in ("alice", "hunter2pw", "s3cret", "frag"):
             assert secret not in r.out + r.err, (secret, r.err)
+
+
+def test_an_empty_path_among_several_is_named_in_the_closing_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """hypothesis found it: ``inspect '' good.safetensors`` closed with "could not be read:"
+    and no name."""
+    from tensorfile.cli.app import main
+    from tensorfile.safetensors.numpy import save_file
+
+    good = tmp_path / "good.safetensors"
+    save_file({"w": np.ones(2, np.float32)}, str(good))
+    assert main(["inspect", "", str(good)]) == 2
+    last = capsys.readouterr().err.splitlines()[-1]
+    assert last == "tensorfile: error: 1 of 2 files could not be read: ''"

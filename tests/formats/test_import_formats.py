@@ -259,3 +259,24 @@ def test_every_lossless_conversion_keeps_the_content_id(tmp_path: Path, dst: str
         back = tmp_path / f"{name}.back.safetensors"
         convert(out, back)
         assert content_hash(str(back)) == want, (name, dst)
+
+
+@pytest.mark.parametrize("name", ["model.bin", "model.pt"])
+def test_a_safetensors_header_length_starting_like_a_pickle_is_safetensors(
+    tmp_path: Path, name: str
+) -> None:
+    """Content wins over the name: a safetensors file whose header length starts with the
+    pickle opcode (0x80, then 2-5: a 640-byte header, say) named like a PyTorch file is
+    read as safetensors, never handed to torch.load."""
+    from tensorfile.safetensors.numpy import save
+
+    for pad in range(700):
+        blob = save({"w": np.ones(2, np.float32)}, metadata={"k": "x" * pad})
+        if blob[0] == 0x80 and blob[1] in (2, 3, 4, 5):
+            break
+    else:
+        raise AssertionError("no padding gives such a header length")
+    path = tmp_path / name
+    path.write_bytes(blob)
+    with tensorfile.open(str(path)) as f:
+        assert f.format == "safetensors" and f.get_tensor("w").tolist() == [1.0, 1.0]

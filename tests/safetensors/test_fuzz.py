@@ -147,7 +147,10 @@ def check(blob: bytes) -> None:
     """Every entry point succeeds or raises a SafetensorError, consistently with the reference."""
     tf = _run("deserialize", blob, deserialize)
     np_load = _run("numpy.load", blob, st_numpy.load)
-    other = next((f for f in FORMATS.values() if f.magic and blob.startswith(f.magic)), None)
+    other = next(
+        (f for f in FORMATS.values() if f.tensor_file and f.magic and blob.startswith(f.magic)),
+        None,
+    )
     if blob.startswith(ZTENSOR_V2_MAGIC[:4]):  # zTensor v2: the ztensor format's container
         other = ZTENSOR
     if other is not None:

@@ -90,7 +90,7 @@ def for_each(
             result = read(path)
         except (TensorFileError, OSError) as exc:
             out.error(named(path, exc))
-            failed.append(redact(path))
+            failed.append(redact(path) or "''")  # an empty path, shown as such
             continue
         if out.json_mode:
             docs.append(to_json(result))

@@ -206,8 +206,13 @@ def write_task(
     return TaskResult(folder, entries, index, schema, [c.name for c in columns])
 
 
-def _save(tensors: dict[str, Any], path: str) -> None:
+def save_file(tensors: dict[str, Any], path: str) -> None:
+    """Write one shard: ``tensors`` as a safetensors file, atomically."""
     write_file([prepare_array(name, arr) for name, arr in tensors.items()], path, None)
+
+
+def _save(tensors: dict[str, Any], path: str) -> None:
+    save_file(tensors, path)
 
 
 def _join(folder: str, name: str) -> str:

@@ -487,6 +487,8 @@ def _import_format(source: Source, head: bytes) -> Format | None:
     if head.startswith(EMPTY_ZIP_MAGIC) and name.endswith(NPZ.suffixes):
         return NPZ
     if head[:1] == PYTORCH.magic and head[1:2] in b"\x02\x03\x04\x05" and head[1:2]:
+        if head[8:9] == b"{" and int.from_bytes(head[:8], "little") < 1 << 32:
+            return None  # a safetensors header length that starts with 0x80: content wins
         return PYTORCH if name.endswith(PYTORCH.hint_suffixes) else None
     return None
 
