@@ -413,7 +413,7 @@ def test_inspect_json_sharded(tmp_path: Path, capsys: Any, how: str) -> None:
     assert doc["parameters_by_dtype"] == MODEL_PARAMS_BY_DTYPE
     assert doc["bytes_by_dtype"] == MODEL_BYTES_BY_DTYPE
     assert doc["total_bytes"] == MODEL_TOTAL_BYTES
-    assert doc["metadata"] == {"format": "pt", "note": "hello world", "extra": "2"}
+    assert doc["metadata"] == {"format": "pt"}  # what both shards agree on
     assert doc["shards"] == [
         {
             "path": str(folder / s),

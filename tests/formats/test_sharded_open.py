@@ -307,12 +307,8 @@ def test_metadata_is_the_index_and_what_every_shard_agrees_on(tmp_path: Path) ->
     try:
         with tensorfile.open(f"memory://mdck/{INDEX}") as ck:
             assert ck.metadata == {"who": "index", "n": "3", "format": "pt"}
-        # what `meta` shows: every shard's keys (the first shard's value where they differ)
-        assert read_metadata(f"memory://mdck/{INDEX}") == {
-            "format": "pt",
-            "step": "1",
-            "who": "shard",
-        }
+        # every door sees the same metadata
+        assert read_metadata(f"memory://mdck/{INDEX}") == ck.metadata
     finally:
         fs.rm("/mdck", recursive=True)
 

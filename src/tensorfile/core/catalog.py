@@ -23,7 +23,7 @@ from . import dtypes
 from .dtypes import DType
 from .source import ReadStats
 
-__all__ = ["ByteRange", "Catalog", "Component", "ShardInfo", "TensorInfo"]
+__all__ = ["ByteRange", "Catalog", "Component", "ShardInfo", "TensorInfo", "agreed", "merged"]
 
 
 class ByteRange(NamedTuple):
@@ -243,8 +243,8 @@ def _name_of(t: TensorInfo) -> str:
 
 def merged(path: str, parts: list[Catalog], files: list[str]) -> Catalog:
     """One catalog of the catalogs ``parts``, read from ``files`` (a sharded checkpoint, a
-    glob): each tensor's ``file`` says where it is; ``metadata`` is the first file's, with
-    what later files add; a tensor in two files, or files of two formats, is an
+    glob): each tensor's ``file`` says where it is; ``metadata`` is what every file agrees
+    on (:func:`agreed`); a tensor in two files, or files of two formats, is an
     :class:`~tensorfile.errors.InvalidArgumentError`.
 
     Example:
@@ -256,7 +256,6 @@ def merged(path: str, parts: list[Catalog], files: list[str]) -> Catalog:
     from .errors import InvalidArgumentError
 
     tensors: dict[str, TensorInfo] = {}
-    metadata: dict[str, Any] = {}
     shards = []
     formats = {p.format for p in parts}
     if len(formats) > 1:
@@ -269,14 +268,12 @@ def merged(path: str, parts: list[Catalog], files: list[str]) -> Catalog:
                     f"{path}: tensor {t.name!r} is in both {tensors[t.name].file} and {shard}"
                 )
             tensors[t.name] = t._replace(file=shard)
-        for k, v in part.metadata.items():
-            metadata.setdefault(k, v)
         total = sum(t.nbytes for t in part.tensors.values())
         shards.append(ShardInfo(shard, len(part.tensors), total))
     first = parts[0] if parts else None
     return Catalog(
         first.format if first else "safetensors",
-        metadata,
+        agreed([p.metadata for p in parts]),
         tensors,
         sum(p.header_size for p in parts),
         first.data_start if first else 0,
@@ -286,3 +283,18 @@ def merged(path: str, parts: list[Catalog], files: list[str]) -> Catalog:
         stats=tuple(s for p in parts for s in p.stats),
         opened_from={k: v for p in parts for k, v in p.opened_from.items()},
     )
+
+
+def agreed(metadata: list[Mapping[str, Any]]) -> dict[str, Any]:
+    """The metadata several files share: every key that all of them hold with one value
+    (the metadata of a sharded checkpoint's shards, or of a glob's files).
+
+    Example:
+        >>> agreed([{"format": "pt", "step": "1"}, {"format": "pt", "step": "2"}])
+        {'format': 'pt'}
+    """
+    if not metadata:
+        return {}
+    first, rest = metadata[0], metadata[1:]
+    missing = object()
+    return {k: v for k, v in first.items() if all(m.get(k, missing) == v for m in rest)}

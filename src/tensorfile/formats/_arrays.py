@@ -156,6 +156,7 @@ class ArraysSource(SourceBase):
         self._segments = sorted((s for s in segments if s.length), key=lambda s: s.start)
         self._starts = [s.start for s in self._segments]
         self._checks = {c.start: c for c in checks if c.stop > c.start}
+        self._check_starts = sorted(self._checks)  # a read finds its checks by bisection
         self._checked: set[int] = set()
         self._base_size = base.size
         last = self._segments[-1] if self._segments else None
@@ -239,8 +240,11 @@ class ArraysSource(SourceBase):
     def _verify(self, offset: int, flat: list[memoryview]) -> None:
         """Check the CRC-32 of every stored member a read of ``flat`` at ``offset`` covered."""
         stop = offset + sum(b.nbytes for b in flat)
-        for start, check in self._checks.items():
-            if start in self._checked or start < offset or check.stop > stop:
+        first = bisect.bisect_left(self._check_starts, offset)
+        last = bisect.bisect_left(self._check_starts, stop)
+        for start in self._check_starts[first:last]:  # the checks this read can cover only
+            check = self._checks[start]
+            if start in self._checked or check.stop > stop:
                 continue
             crc = check.prefix_crc
             pos = offset

@@ -4,8 +4,8 @@
 a local regular file only, never dispatched as a URL); :func:`checkpoint_catalog` reads a
 sharded checkpoint's index and every shard's header (concurrently) into one
 :class:`~tensorfile.core.catalog.Catalog` whose tensors say which shard holds them, checking
-that every shard holds what the index places in it. The metadata a checkpoint's reader
-gives is :func:`checkpoint_metadata`'s: the index's ``metadata`` (text as it is, other
+that every shard holds what the index places in it. A checkpoint's metadata, through every
+door, is :func:`checkpoint_metadata`'s: the index's ``metadata`` (text as it is, other
 values as JSON text) but ``total_size`` (the index's bookkeeping, which no conversion keeps
 true: it is :attr:`CheckpointIndex.total_size`), then every key that all the shards' own
 metadata give the same value (the index wins where both have a key).
@@ -16,7 +16,7 @@ Example:
     >>> d = tempfile.mkdtemp()
     >>> _ = save_sharded({"a": np.zeros(300, np.float32), "b": np.ones(300, np.float32)}, d,
     ...                  max_shard_size="1KB", metadata={"format": "np"})
-    >>> cat = checkpoint_catalog(d, agreed=True)
+    >>> cat = checkpoint_catalog(d)
     >>> sorted(cat.tensors), [os.path.basename(s.path) for s in cat.shards]
     (['a', 'b'], ['model-00001-of-00002.safetensors', 'model-00002-of-00002.safetensors'])
     >>> dict(cat.metadata)
@@ -32,7 +32,7 @@ from contextlib import closing, contextmanager
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ..core.catalog import Catalog, merged
+from ..core.catalog import Catalog, agreed, merged
 from ..core.errors import InvalidArgumentError, TensorFileError
 from ..core.source import Source
 from ..sources import LocalSource, is_url, local_path_of, open_path
@@ -225,28 +225,17 @@ def checkpoint_metadata(
         {'by': 'me', 'format': 'pt'}
     """
     out = {str(k): _text(v) for k, v in index_metadata.items() if k != "total_size"}
-    if shard_metadata:
-        first, rest = shard_metadata[0], shard_metadata[1:]
-        for key, value in first.items():
-            if key not in out and all(m.get(key, _MISSING) == value for m in rest):
-                out[str(key)] = _text(value)
+    for key, value in agreed(list(shard_metadata)).items():
+        out.setdefault(str(key), _text(value))
     return out
 
 
-_MISSING = object()
-
-
 def checkpoint_catalog(
-    target: str | CheckpointIndex,
-    *,
-    agreed: bool = False,
-    allow_full_download: bool | None = None,
+    target: str | CheckpointIndex, *, allow_full_download: bool | None = None
 ) -> Catalog:
-    """The catalog of a sharded checkpoint (see the module docstring). Its metadata is every
-    shard's metadata (the first shard's value where they differ: what ``inspect`` and
-    ``meta`` show), or, with ``agreed=True``, :func:`checkpoint_metadata`'s (what
-    :attr:`ShardedReader.metadata <tensorfile.formats.checkpoint.ShardedReader.metadata>`
-    is)."""
+    """The catalog of a sharded checkpoint (see the module docstring): its metadata is
+    :func:`checkpoint_metadata`'s, for every door (``tensorfile.open``, ``inspect``,
+    ``meta``, the ids)."""
     ck = (
         locate_checkpoint(target, allow_full_download=allow_full_download)
         if isinstance(target, str)
@@ -266,6 +255,4 @@ def checkpoint_catalog(
                 f"{ck.shown}: the index puts tensor {name!r} in {shard}, but that shard does not "
                 "hold it"
             )
-    if not agreed:
-        return cat
     return replace(cat, metadata=checkpoint_metadata(ck.metadata, [p.metadata for p in parts]))

@@ -42,12 +42,15 @@ from ..core.catalog import Catalog, TensorInfo
 from ..core.errors import (
     FormatError,
     InvalidArgumentError,
+    InvalidTypeError,
     SafetensorError,
     SourceError,
     TensorFileError,
     TensorNotFoundError,
+    UnsupportedError,
 )
 from ..core.reader import Allocator, NDArray, Reader, names_list, numpy_allocator
+from ..core.source import Source
 from ..sources import PathOrData, is_url
 from . import SAFETENSORS, open_reader
 from .catalogs import (
@@ -81,12 +84,24 @@ class ShardedReader(Reader):
     def catalog(self) -> Catalog:
         """The whole checkpoint's catalog (reads every shard's header on first use)."""
         if self._catalog is None:
-            self._catalog = checkpoint_catalog(self._ck, agreed=True)
+            self._catalog = checkpoint_catalog(self._ck)
         return self._catalog
 
     @catalog.setter
     def catalog(self, value: Catalog) -> NoReturn:
         raise AttributeError("a ShardedReader's catalog is read from its shards")
+
+    @property
+    def source(self) -> Source:
+        """A checkpoint has no one source: each shard's reader has its own."""
+        raise UnsupportedError(
+            f"{self.index}: a sharded checkpoint has one source per shard; read through the "
+            "checkpoint (get_tensor, read_into...) or open a shard"
+        )
+
+    @source.setter
+    def source(self, value: Source) -> NoReturn:
+        raise AttributeError("a ShardedReader's sources are its shards'")
 
     @property
     def format(self) -> str:
@@ -113,6 +128,8 @@ class ShardedReader(Reader):
     def _reader(self, name: str) -> Reader:
         if self._closed:
             raise InvalidArgumentError(f"{self.index}: the checkpoint is closed")
+        if not isinstance(name, str):
+            raise InvalidTypeError(f"a tensor name is a string, got {type(name).__name__}")
         shard = self._ck.weight_map.get(name)
         if shard is None:
             raise TensorNotFoundError(f"{self.index}: no tensor named {name!r}")

@@ -92,6 +92,10 @@ def _c_order(arr: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
     return arr if arr.flags.c_contiguous else arr.copy(order="C")
 
 
+_MAX_DIM = (1 << 48) - 1  # the largest dimension any tensor format here allows
+_MAX_DIMS = 64  # numpy's own limit on dimensions
+
+
 def _header(f: Any) -> _Array:
     """The ``.npy`` header at the position of the file object ``f``."""
     major, _minor = np.lib.format.read_magic(f)
@@ -99,7 +103,13 @@ def _header(f: Any) -> _Array:
         np.lib.format.read_array_header_1_0 if major == 1 else np.lib.format.read_array_header_2_0
     )
     shape, fortran, dtype = read(f, max_header_size=_MAX_HEADER)
-    return _Array(tuple(int(d) for d in shape), dtype, bool(fortran), int(f.tell()))
+    dims = tuple(int(d) for d in shape)
+    if len(dims) > _MAX_DIMS:
+        raise ValueError(f"the shape has {len(dims)} dimensions; at most {_MAX_DIMS}")
+    bad = next((d for d in dims if not 0 <= d <= _MAX_DIM), None)
+    if bad is not None:  # numpy's own reader takes -1 or 2**70 here
+        raise ValueError(f"the shape {dims} has a dimension ({bad}) outside 0..{_MAX_DIM:,}")
+    return _Array(dims, dtype, bool(fortran), int(f.tell()))
 
 
 def _dtype(dtype: np.dtype[Any], where: str, name: str) -> dtypes.DType:

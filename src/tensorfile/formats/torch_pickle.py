@@ -79,28 +79,34 @@ def _load(source: Source) -> Any:
 
 
 def _flatten(obj: Any, prefix: str, out: dict[str, Any], where: str) -> None:
+    """Nested dicts of tensors as dotted names, without recursion (a dict nested thousands
+    deep, which ``torch.load`` accepts, is walked like any other), in the pickle's order."""
     import torch
 
-    if isinstance(obj, torch.Tensor):
-        if prefix in out:
+    stack: list[tuple[str, Any]] = [(prefix, obj)]
+    while stack:
+        name, value = stack.pop()
+        if isinstance(value, torch.Tensor):
+            if name in out:
+                raise UnsupportedError(
+                    f"{where}: two tensors flatten to the name {name!r} (a dotted key and a "
+                    "nested dict); rename one"
+                )
+            out[name] = value
+            continue
+        if not isinstance(value, Mapping):
             raise UnsupportedError(
-                f"{where}: two tensors flatten to the name {prefix!r} (a dotted key and a "
-                "nested dict); rename one"
+                f"{where}: {name or 'the pickle'} holds a value of type "
+                f"{type(value).__name__}, not a tensor; only (nested) dicts of tensors are read"
             )
-        out[prefix] = obj
-        return
-    if isinstance(obj, Mapping):
-        for key, value in obj.items():
+        children = []
+        for key, child in value.items():
             if not isinstance(key, str):
                 raise UnsupportedError(
-                    f"{where}: key {key!r} under {prefix or 'the top'} is not text"
+                    f"{where}: key {key!r} under {name or 'the top'} is not text"
                 )
-            _flatten(value, f"{prefix}.{key}" if prefix else key, out, where)
-        return
-    raise UnsupportedError(
-        f"{where}: {prefix or 'the pickle'} holds a value of type {type(obj).__name__}, not a "
-        "tensor; only (nested) dicts of tensors are read"
-    )
+            children.append((f"{name}.{key}" if name else key, child))
+        stack.extend(reversed(children))  # popped in the dict's order
 
 
 def load_tensors(source: Source) -> dict[str, np.ndarray[Any, Any]]:
@@ -121,6 +127,9 @@ def load_tensors(source: Source) -> dict[str, np.ndarray[Any, Any]]:
             raise UnsupportedError(
                 f"{source.name}: tensor {name!r} is {t.layout}; only dense tensors"
             )
+        if t.is_meta or t.is_quantized:
+            kind = "on the meta device (it has no data)" if t.is_meta else "quantized"
+            raise UnsupportedError(f"{source.name}: tensor {name!r} is {kind}")
         try:
             arrays[name] = to_numpy(t.detach().cpu().contiguous())
         except UnsupportedError as exc:

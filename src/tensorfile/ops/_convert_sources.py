@@ -82,7 +82,7 @@ def _source(src: str, reader: Any) -> ConvertSource:
     shards = getattr(reader, "shards", None)
     sharded = bool(shards) and isinstance(shards, list)
     items: list[Item] = []
-    for name in reader.keys():
+    for name in sorted(reader.keys()):  # name order, whatever the file's: one output per input
         info = reader.info(name)
         if info.layout == "quantized":
             note = f"dequantized from {info.dtype_name}"

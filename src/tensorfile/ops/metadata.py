@@ -39,7 +39,7 @@ from typing import Any, Literal
 from ..core.atomic import check_editable
 from ..core.errors import InvalidArgumentError, UnsupportedError
 from ..formats import FORMATS, detect
-from ..formats.catalogs import local_target
+from ..formats.catalogs import file_catalog, local_target
 from ..sources import is_url, open_path
 from ._catalogs import files_of, load
 
@@ -131,7 +131,14 @@ def edit_metadata(
     files = files_of(s)
     set = dict(set or {})
     delete = list(delete)
-    before = {k: str(v) for k, v in s.metadata.items()}
+    if s.shards:  # every shard's own keys (one shard may hold a key the others lack)
+        union: dict[str, Any] = {}
+        for f in files:
+            for k, v in file_catalog(f, local=True).metadata.items():
+                union.setdefault(k, v)
+        before = {k: str(v) for k, v in union.items()}
+    else:
+        before = {k: str(v) for k, v in s.metadata.items()}
     after = _apply(before, set, delete, clear)  # checks every key before any file changes
 
     def change(meta: Mapping[str, str]) -> dict[str, str]:

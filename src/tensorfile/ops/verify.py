@@ -45,7 +45,7 @@ from ..core.errors import (
     TensorFileError,
 )
 from ..core.reader import Reader
-from ..formats import detect
+from ..formats import SAFETENSORS, detect
 from ..formats.catalogs import (
     CheckpointIndex,
     index_path,
@@ -247,12 +247,20 @@ def verify(
     return VerifyReport(target, fmt, run.checked, tuple(run.failures), deep, tuple(run.stats))
 
 
-def _open(path: str, *, local: bool, allow_full_download: bool | None = None) -> Reader:
+def _open(
+    path: str,
+    *,
+    local: bool,
+    allow_full_download: bool | None = None,
+    shard: bool = False,
+) -> Reader:
     """A reader of one file: a local path as a local regular file only (a FIFO or device is
-    refused before it is opened, never waited on)."""
+    refused before it is opened, never waited on). A checkpoint's ``shard`` is read as
+    safetensors whatever its content, as :class:`~tensorfile.formats.checkpoint.ShardedReader`
+    reads it (an npz or a pickle named ``*.safetensors`` is an unreadable shard)."""
     source = open_file_source(path, local=local, allow_full_download=allow_full_download)
     try:
-        return detect(source).impl().open_reader(source)
+        return (SAFETENSORS if shard else detect(source)).impl().open_reader(source)
     except BaseException:
         source.close()
         raise
@@ -298,7 +306,8 @@ def _checkpoint(run: _Run, ck: CheckpointIndex) -> None:
             failed.add(shard)
             continue
         try:
-            reader = _open(path, local=ck.local, allow_full_download=ck.allow_full_download)
+            allow = ck.allow_full_download
+            reader = _open(path, local=ck.local, allow_full_download=allow, shard=True)
         except TensorFileError as exc:
             truncated = exc.past_end if isinstance(exc, IncompleteBufferError) else ()
             rule = "truncated" if truncated else "unreadable"
