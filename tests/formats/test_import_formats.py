@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import io
 import os
+import warnings
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import ml_dtypes
 import numpy as np
@@ -280,3 +282,59 @@ def test_a_safetensors_header_length_starting_like_a_pickle_is_safetensors(
     path.write_bytes(blob)
     with tensorfile.open(str(path)) as f:
         assert f.format == "safetensors" and f.get_tensor("w").tolist() == [1.0, 1.0]
+
+
+def _npy_with_shape(shape: tuple[int, ...]) -> bytes:
+    head = "{'descr': '<f4', 'fortran_order': False, 'shape': " + repr(shape) + ", }"
+    head += " " * (118 - len(head)) + "\n"
+    return b"\x93NUMPY\x01\x00" + len(head).to_bytes(2, "little") + head.encode() + bytes(64)
+
+
+@pytest.mark.parametrize("shape", [(-1, 4), (0, 2**70), (2**49,)])
+def test_npy_and_npz_dimensions_out_of_range_are_refused_at_open(
+    tmp_path: Path, shape: tuple[int, ...]
+) -> None:
+    """numpy's header reader takes a -1 or a 2**70 dimension; tensorfile refuses it before
+    any op can compute a negative or absurd size (the hostile review found -4 parameters)."""
+    path = tmp_path / "x.npy"
+    path.write_bytes(_npy_with_shape(shape))
+    for door in (tensorfile.open, tensorfile.inspect, content_hash):
+        with pytest.raises(FormatError, match=r"outside 0\.\."):
+            door(str(path))
+    with pytest.raises(FormatError, match=r"outside 0\.\."):
+        convert(str(path), str(tmp_path / "o.safetensors"))
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        z.writestr("a.npy", _npy_with_shape(shape))
+    (tmp_path / "x.npz").write_bytes(buf.getvalue())
+    with pytest.raises(FormatError, match=r"outside 0\.\."):
+        tensorfile.open(str(tmp_path / "x.npz"))
+
+
+def test_pt_with_meta_or_quantized_tensors_is_refused_by_key(tmp_path: Path) -> None:
+    torch.save({"w": torch.empty(3, device="meta")}, tmp_path / "meta.pt")
+    with pytest.raises(UnsupportedError, match="'w' is on the meta device"):
+        tensorfile.open(str(tmp_path / "meta.pt"))
+    with warnings.catch_warnings():  # torch deprecates quantized tensors
+        warnings.simplefilter("ignore")
+        q = torch.quantize_per_tensor(torch.ones(3), 0.1, 0, torch.qint8)
+    torch.save({"qq": q}, tmp_path / "q.pt")
+    with pytest.raises(UnsupportedError, match="'qq' is quantized"):
+        tensorfile.open(str(tmp_path / "q.pt"))
+
+
+def test_a_deeply_nested_pt_is_flattened_without_recursion(tmp_path: Path) -> None:
+    import sys
+
+    obj: Any = {"w": torch.arange(3, dtype=torch.int8)}
+    for _ in range(3000):
+        obj = {"k": obj}
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(20_000)  # torch.save itself recurses
+    try:
+        torch.save(obj, tmp_path / "deep.pt")
+    finally:
+        sys.setrecursionlimit(limit)
+    with tensorfile.open(str(tmp_path / "deep.pt")) as f:
+        (name,) = f.keys()
+        assert name == "k." * 3000 + "w" and f.get_tensor(name).tolist() == [0, 1, 2]

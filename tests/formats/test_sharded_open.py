@@ -339,3 +339,40 @@ def test_file_urls_keep_the_folder_rule(tmp_path: Path, how: str) -> None:
             door(url)
     assert not (tmp_path / "out.safetensors").exists()
     assert main(["id", "--content", url]) == 2
+
+
+def test_a_shard_that_is_no_safetensors_file_fails_verify_as_open_refuses_it(
+    tmp_path: Path,
+) -> None:
+    """verify reads shards as the checkpoint's reader does (safetensors, whatever the
+    content): an npz named like a shard is unreadable, never 'OK'."""
+    import io
+
+    save_sharded(ARRAYS, tmp_path, max_shard_size="500B")
+    shard = sorted(tmp_path.glob("model-*.safetensors"))[1]
+    buf = io.BytesIO()
+    np.savez(buf, **{n: ARRAYS[n] for n in ("t1",)})
+    shard.write_bytes(buf.getvalue())
+    report = tensorfile.verify(str(tmp_path))
+    assert not report.ok and "unreadable" in {f.rule for f in report.failures}
+    with pytest.raises(TensorFileError), tensorfile.open(str(tmp_path)) as ck:
+        ck.get_tensors()
+
+
+def test_the_sharded_reader_keeps_the_reader_contract(ckpt: Path) -> None:
+    from tensorfile.errors import InvalidTypeError, UnsupportedError
+
+    with tensorfile.open(str(ckpt)) as ck:
+        with pytest.raises(InvalidTypeError):
+            ck.info(["t1"])  # type: ignore[arg-type]
+        assert ["t1"] not in ck
+        with pytest.raises(UnsupportedError, match="one source per shard"):
+            _ = ck.source
+        got = ck.read_into(["t4", "t0"], lambda info: _numpy_slot(info))
+        assert np.array_equal(got[0], ARRAYS["t4"]) and np.array_equal(got[1], ARRAYS["t0"])
+
+
+def _numpy_slot(info: Any) -> Any:
+    from tensorfile.core.reader import numpy_allocator
+
+    return numpy_allocator(info)

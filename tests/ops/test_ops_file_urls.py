@@ -36,3 +36,17 @@ def test_metadata_of_a_file_url_is_edited_in_place(tmp_path: Path) -> None:
     save_file({"w": np.zeros(2, np.float32)}, str(path), metadata={"a": "1"})
     edit_metadata(f"file://{path}", set={"b": "2"})
     assert read_metadata(str(path)) == {"a": "1", "b": "2"}
+
+
+def test_convert_writes_in_name_order_whatever_the_source_order(tmp_path: Path) -> None:
+    """One output for one input: tensors go out in name order (as before the registry
+    rework), so a zTensor written from a file stored in another order is the same file."""
+    from tensorfile import ztensor
+
+    arrays = {n: np.full(3, i, np.float32) for i, n in enumerate(["s", "a", "c", "b"])}
+    src = tmp_path / "m.safetensors"
+    save_file(arrays, str(src))  # safetensors stores them by name; reorder through zt v2
+    ztensor.save_file(arrays, tmp_path / "ordered.zt", version=2)  # file order s, a, c, b
+    convert(str(tmp_path / "ordered.zt"), str(tmp_path / "out.zt"), to="zt")
+    ztensor.save_file({n: arrays[n] for n in sorted(arrays)}, tmp_path / "want.zt")
+    assert (tmp_path / "out.zt").read_bytes() == (tmp_path / "want.zt").read_bytes()
