@@ -6,8 +6,9 @@ rules, when the tensor is decoded.
 
 from __future__ import annotations
 
-import shutil
 import struct
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -169,19 +170,66 @@ def _data_shard(size: int, payload: bytes) -> bytes:
     return bytes(body) + struct.pack("<QQQII", 0, 0, 0, 2, 0) + magic
 
 
+def _root_naming(shard: bytes, dst: Path) -> None:
+    """The corpus root with its shard table's digest made the true one of ``shard``."""
+    from tensorfile.formats.ztensor import _cbor
+    from tensorfile.formats.ztensor.v2._format import Hasher
+
+    data = (CORPUS / "valid" / "local-and-foreign-parts-together.zt").read_bytes()
+    start, length = struct.unpack_from("<QQ", data, len(data) - 40)
+    root = _cbor.decode(data[start : start + length], deterministic=True)
+    hasher = Hasher("xxh3")
+    hasher.update(shard)
+    root["shards"]["base"]["digest"] = hasher.value()
+    manifest = _cbor.encode(root, deterministic=True)
+    footer = _v2_format.encode_footer(start, len(manifest), _v2_format.manifest_hash(manifest))
+    dst.write_bytes(data[:start] + manifest + footer)
+
+
 def test_parts_in_a_shard_are_read_from_the_sibling_file(tmp_path: Path) -> None:
     root = tmp_path / "model.zt"
-    shutil.copy(CORPUS / "valid" / "local-and-foreign-parts-together.zt", root)
-    (tmp_path / "model-base.zt").write_bytes(_data_shard(1 << 20, bytes(range(8))))
+    shard = _data_shard(1 << 20, bytes(range(8)))
+    _root_naming(shard, root)
+    (tmp_path / "model-base.zt").write_bytes(shard)
     with ztensor.open(root) as f:
         assert f.get_tensor("there").tolist() == list(range(8))
         assert f.get_tensor("here").tolist() == [FILLER] * 8
         assert f.info("there").data.shard == "base"
-        with pytest.raises(ChecksumError, match="shard 'base'"):  # the table's digest is made up
-            f.verify_shards()
+        f.verify_shards()
     (tmp_path / "model-base.zt").write_bytes(_data_shard(1 << 19, b""))  # not the named file
     with ztensor.open(root) as f, pytest.raises(ZTensorError, match="should be 1,048,576 bytes"):
         f.get_tensor("there")
+
+
+def test_a_shard_whose_digest_is_not_the_tables_never_gives_its_values(tmp_path: Path) -> None:
+    """The shard table records each shard's whole-file digest: a shard corrupted (same
+    size) or swapped is a ChecksumError naming it on first use, and verify --deep fails,
+    naming the tensor (it used to print OK and get_tensor returned the corrupted values)."""
+    from tensorfile.ops import verify
+
+    root = tmp_path / "model.zt"
+    good = _data_shard(1 << 20, bytes(range(8)))
+    _root_naming(good, root)
+    bad = bytearray(good)
+    bad[4096] ^= 0xFF  # the first value of "there": same size, other bytes
+    (tmp_path / "model-base.zt").write_bytes(bytes(bad))
+    with ztensor.open(root) as f:
+        assert f.get_tensor("here").tolist() == [FILLER] * 8  # in the root: readable
+        with pytest.raises(ChecksumError, match="shard 'base'"):
+            f.get_tensor("there")
+        with pytest.raises(ChecksumError, match="shard 'base'"):
+            f.verify_shards()
+    with ztensor.open(root, verify=False) as f:  # the caller's choice: unchecked
+        assert f.get_tensor("there")[0] == 0xFF
+    report = verify(str(root), deep=True)
+    assert [(x.subject, x.rule) for x in report.failures] == [("there", "digest")]
+    cli = subprocess.run(
+        [sys.executable, "-m", "tensorfile.cli.app", "verify", "--deep", str(root)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert cli.returncode == 1 and "there" in cli.stdout + cli.stderr
 
 
 def test_the_content_id_reads_a_part_in_a_shard_from_the_shard(tmp_path: Path) -> None:
@@ -189,8 +237,9 @@ def test_the_content_id_reads_a_part_in_a_shard_from_the_shard(tmp_path: Path) -
     from tensorfile.safetensors.numpy import save_file
 
     root = tmp_path / "model.zt"
-    shutil.copy(CORPUS / "valid" / "local-and-foreign-parts-together.zt", root)
-    (tmp_path / "model-base.zt").write_bytes(_data_shard(1 << 20, bytes(range(8))))
+    shard = _data_shard(1 << 20, bytes(range(8)))
+    _root_naming(shard, root)
+    (tmp_path / "model-base.zt").write_bytes(shard)
     with ztensor.open(root) as f:
         same = {name: f.get_tensor(name) for name in f.keys()}
     save_file(same, str(tmp_path / "same.safetensors"))

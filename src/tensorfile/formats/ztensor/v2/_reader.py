@@ -122,6 +122,12 @@ class ZTensor2Reader(Reader):
         if found is None:
             entry = self._table[comp.shard]
             found = open_shard(self._root, comp.shard, entry, info.name)
+            if self.verify and entry.digest:  # the shard table's digest, before any use:
+                try:  # a shard swapped or damaged (same size) never gives its values
+                    verify_shard(found, entry, comp.shard)
+                except BaseException:
+                    found.close()
+                    raise
             self._shards[comp.shard] = found
         return found
 
