@@ -40,7 +40,7 @@ from typing import Any
 from .. import formats
 from ..core.atomic import AtomicFile
 from ..core.errors import InvalidArgumentError, SourceError
-from ..formats.catalogs import local_target
+from ..formats.catalogs import index_path, local_target, locate_checkpoint
 from ..sources import is_url
 from . import _convert_sinks as sinks
 from ._convert_sources import ConvertSource, Item, open_source
@@ -109,6 +109,33 @@ def _same_file(a: str, b: str) -> bool:
         return os.path.abspath(a) == os.path.abspath(b)
 
 
+def _source_files(src: str) -> list[str]:
+    """The local files a conversion reads: a file, or a checkpoint's index and shards."""
+    if is_url(src):
+        return []
+    index = index_path(src)
+    if index is None:
+        return [src]
+    return [index, *locate_checkpoint(index).where.values()]
+
+
+def _check_overlap(src: str, dst: str, folder: bool) -> None:
+    """Refuse a destination that is, or (a folder destination: a sharded save, which
+    replaces what an earlier save left there) holds, a file the conversion reads: the
+    source would be overwritten or removed while it is read."""
+    real = os.path.realpath(dst)
+    for f in _source_files(src):
+        if _same_file(f, dst):
+            raise InvalidArgumentError(
+                f"{dst} is {f}, which the conversion reads: choose another destination"
+            )
+        if folder and os.path.realpath(f).startswith(real.rstrip(os.sep) + os.sep):
+            raise InvalidArgumentError(
+                f"{dst} holds {f}, which the conversion reads (a sharded save replaces the "
+                "checkpoint files in its folder): choose another folder"
+            )
+
+
 def convert(
     src: str | os.PathLike[str],
     dst: str | os.PathLike[str],
@@ -156,6 +183,7 @@ def convert(
     )
     if not is_url(src_s) and _same_file(src_s, dst_s):
         raise InvalidArgumentError(f"{src_s}: the source and the destination are the same file")
+    _check_overlap(src_s, dst_s, folder=shard_size is not None)
     source = open_source(src_s, allow_full_download=allow_full_download)
     try:
         return _run(source, src_s, dst_s, fmt, options, densify, progress)
