@@ -10,6 +10,7 @@ when it is installed, and refused by type name when it is not.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -122,6 +123,8 @@ def _dequantize(reader: Reader, name: str) -> np.ndarray[Any, Any]:
     qtype = getattr(gguf.GGMLQuantizationType, kind, None)
     if qtype is None:
         raise UnsupportedError(f"tensor {name!r}: gguf cannot dequantize {kind}")
+    if math.prod(info.shape) == 0:  # no blocks: nothing to dequantize (gguf cannot reshape)
+        return np.zeros(info.shape, np.float32)
     rng = info.byte_range
     raw = np.frombuffer(reader.source.read(rng.start, rng.length), np.uint8)
     rows = info.shape[:-1] if info.shape else ()
