@@ -173,16 +173,27 @@ def from_torch(dtype: torch.dtype) -> DType:
 
 
 def from_name(name: str) -> DType:
-    """Look a dtype up by any of its names: safetensors, numpy, torch or zTensor.
+    """Look a dtype up by any of its names: safetensors, numpy, torch, zTensor v1.0 or v2
+    (a v2 logical type such as ``f8_e4m3fn``, or a v2 storage type such as ``f32``).
 
     Example:
-        >>> from_name("float16").name, from_name("F16").name
-        ('F16', 'F16')
+        >>> from_name("float16").name, from_name("F16").name, from_name("f8_e4m3fn").name
+        ('F16', 'F16', 'F8_E4M3')
     """
     for table in (_BY_NAME, _BY_NUMPY, _BY_TORCH, _BY_ZTENSOR):
         if name in table:
             return table[name]
-    raise KeyError(name)
+    found = _by_ztensor_v2_name().get(name)
+    if found is None:
+        raise KeyError(name)
+    return found
+
+
+@functools.cache
+def _by_ztensor_v2_name() -> dict[str, DType]:
+    """zTensor v2's type names (the logical type where a part has one, else the storage
+    type): the names a v2 catalog gives its tensors."""
+    return {logical or storage: dt for (storage, logical), dt in _BY_ZTENSOR_V2.items()}
 
 
 @functools.cache

@@ -358,6 +358,12 @@ def _tensor_chunks(reader: Reader, name: str) -> Iterator[bytes | bytearray]:
             reader.source.readinto(rng.start + pos, [memoryview(buf)])
             yield buf
         return
+    if info.layout == "dense" and info.dtype.is_subbyte:  # F4: packed, as a raw file stores it
+        packed = bytearray(info.dtype.nbytes(info.numel))
+        reader.read_into([name], lambda _info: (memoryview(packed), lambda: packed))
+        for pos in range(0, len(packed), _CHUNK):
+            yield packed[pos : pos + _CHUNK]
+        return
     value = reader.get_tensor(name)
     if is_extension(value):  # an extension layout: its components, by role
         for role, part in components(value).items():
