@@ -338,3 +338,47 @@ def test_a_deeply_nested_pt_is_flattened_without_recursion(tmp_path: Path) -> No
     with tensorfile.open(str(tmp_path / "deep.pt")) as f:
         (name,) = f.keys()
         assert name == "k." * 3000 + "w" and f.get_tensor(name).tolist() == [0, 1, 2]
+
+
+_UNDER_A_MEMORY_LIMIT = """
+import resource, sys
+resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+from tensorfile import TensorFileError
+from tensorfile.ops import content_hash, convert, verify
+for op in (content_hash, verify, lambda p: convert(p, p + ".safetensors")):
+    try:
+        op(sys.argv[1])
+        print("read")
+    except TensorFileError as exc:
+        print(type(exc).__name__)
+"""
+
+
+def test_a_real_member_too_big_for_memory_is_a_tensorfile_error(tmp_path: Path) -> None:
+    """A deflated member holding 1.2 GB of zeros (1.2 MB in the file, within what deflate
+    can hold, so its header is not a lie) read under a 1 GiB address-space limit: every
+    operation says it cannot hold it, never a bare MemoryError or 'internal error'."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "big.npz"
+    chunk = 16 << 20
+    count = 72  # 1.2 GB
+    with (
+        zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z,
+        z.open("w.npy", "w", force_zip64=True) as member,
+    ):
+        shape = (count * chunk // 4,)
+        np.lib.format.write_array_header_1_0(
+            member, {"descr": "<f4", "fortran_order": False, "shape": shape}
+        )
+        for _ in range(count):
+            member.write(bytes(chunk))
+    run = subprocess.run(
+        [sys.executable, "-c", _UNDER_A_MEMORY_LIMIT, str(path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split() == ["UnsupportedError"] * 3, run.stdout + run.stderr

@@ -35,7 +35,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ..core.catalog import ByteRange
-from ..core.errors import FormatError, SourceError
+from ..core.errors import FormatError, SourceError, UnsupportedError
 from ..core.reader import Reader
 from ..core.source import Source, SourceBase
 
@@ -182,7 +182,13 @@ class ArraysSource(SourceBase):
             if self._cache is not None and self._cache[0] == index:
                 return self._cache[1]
         seg = self._segments[index]
-        data = seg.fetch()
+        try:
+            data = seg.fetch()
+        except MemoryError:  # real data too big for this process: say so, by size
+            raise UnsupportedError(
+                f"{self.name}: a tensor of {seg.length:,} bytes must be decoded whole here "
+                "(a compressed member or a pickle), and memory cannot hold it"
+            ) from None
         view = memoryview(data).cast("B") if not isinstance(data, np.ndarray) else None
         if view is None:
             flat: Any = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
