@@ -382,3 +382,21 @@ def test_a_real_member_too_big_for_memory_is_a_tensorfile_error(tmp_path: Path) 
     )
     assert run.returncode == 0, run.stderr
     assert run.stdout.split() == ["UnsupportedError"] * 3, run.stdout + run.stderr
+
+
+def test_pickles_are_refused_under_a_torch_that_weights_only_cannot_protect(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """torch <= 2.5.1's weights_only=True was bypassable (CVE-2025-32434): under such a
+    torch a pickle is refused with the reason, before torch.load sees it."""
+    from tensorfile.formats import torch_pickle
+
+    path = tmp_path / "m.pt"
+    torch.save({"w": torch.ones(2)}, path)
+    calls: list[object] = []
+    monkeypatch.setattr(torch, "__version__", "2.5.1+cpu")
+    monkeypatch.setattr(torch, "load", lambda *a, **k: calls.append(a))
+    with pytest.raises(UnsupportedError, match="CVE-2025-32434"):
+        tensorfile.open(str(path))
+    assert calls == []
+    assert torch_pickle.torch_is_safe("2.6.0") and not torch_pickle.torch_is_safe("2.3.1")

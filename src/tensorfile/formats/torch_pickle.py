@@ -50,12 +50,38 @@ from ._arrays import ArraysReader, ArraysSource, Segment, SourceFile, file_stem
 __all__ = ["load_tensors", "open_reader", "read_catalog"]
 
 
+SAFE_TORCH = (2, 6)
+"""The oldest torch whose ``torch.load(weights_only=True)`` tensorfile trusts with a pickle:
+up to 2.5.1 a crafted file could run code through it (CVE-2025-32434)."""
+
+
+def torch_is_safe(version: str) -> bool:
+    """Whether torch ``version`` (``torch.__version__``) is at least :data:`SAFE_TORCH`.
+
+    Example:
+        >>> torch_is_safe("2.5.1+cpu"), torch_is_safe("2.6.0"), torch_is_safe("2.13.0")
+        (False, True, True)
+    """
+    parts = []
+    for piece in version.split("+")[0].split(".")[:2]:
+        digits = "".join(ch for ch in piece if ch.isdigit()) if piece else ""
+        parts.append(int(digits) if digits else 0)
+    return tuple(parts) >= SAFE_TORCH
+
+
 def _load(source: Source) -> Any:
-    """``torch.load(weights_only=True)`` of the file in ``source``."""
+    """``torch.load(weights_only=True)`` of the file in ``source``, with a torch new enough
+    that it cannot be bypassed."""
     try:
         import torch
     except ImportError:
         raise UnsupportedError(f"{source.name}: reading a PyTorch pickle needs torch") from None
+    if not torch_is_safe(torch.__version__):
+        raise UnsupportedError(
+            f"{source.name}: torch {torch.__version__} is installed, and before 2.6 "
+            "torch.load(weights_only=True) could be made to run code (CVE-2025-32434); "
+            "tensorfile reads pickles only with torch>=2.6 (pip install -U torch)"
+        )
     from ..sources import LocalSource
 
     try:
