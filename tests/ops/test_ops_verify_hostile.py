@@ -93,3 +93,35 @@ def test_verify_grows_linearly_with_a_lying_index(tmp_path: Path) -> None:
     assert sum(f.rule == "missing-tensor" for f in report.failures) == 40_000
     growth = _best(big) / _best(small)
     assert growth < 9, f"verify grew {growth:.1f}x for 4x the entries"
+
+
+def test_the_verdict_says_what_was_compared(tmp_path: Path) -> None:
+    """OK means different things: a format without digests is only structurally valid and
+    readable; verify says which, per tensor in --json and in words on the terminal."""
+    from tensorfile import ztensor
+
+    plain, summed = tmp_path / "m.safetensors", tmp_path / "m.zt"
+    save_file({"w": np.ones(3, np.float32)}, str(plain))
+    ztensor.save_file({"w": np.ones(3, np.float32)}, summed, checksum="sha256")
+    r = verify(plain)
+    assert r.ok and r.digests_checked == 0
+    assert [(c.name, c.checked) for c in r.checks] == [("w", ("structure",))]
+    r = verify(summed, deep=True)
+    assert [(c.name, c.checked) for c in r.checks] == [("w", ("structure", "digest", "values"))]
+    run = subprocess.run(
+        [sys.executable, "-m", "tensorfile.cli.app", "verify", str(plain)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert run.returncode == 0 and "stores no digests" in run.stdout
+    doc = json.loads(
+        subprocess.run(
+            [sys.executable, "-m", "tensorfile.cli.app", "verify", "--json", str(summed)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        ).stdout
+    )
+    assert doc["digests_checked"] == 1
+    assert doc["tensors"] == [{"name": "w", "checked": ["structure", "digest"]}]

@@ -35,7 +35,22 @@ def _json(r: VerifyReport) -> dict[str, Any]:
         "stats": [
             {"name": s.name, "nan": s.nan, "inf": s.inf, "bad_bool": s.bad_bool} for s in r.stats
         ],
+        "digests_checked": r.digests_checked,
+        "tensors": [{"name": c.name, "checked": list(c.checked)} for c in r.checks],
     }
+
+
+def _what(r: VerifyReport) -> str:
+    """What an OK verdict means for this file, in words."""
+    parts = ["structure and every byte read"]
+    if r.digests_checked:
+        parts.append(f"{plural(r.digests_checked, 'digest')} compared")
+    if r.deep:
+        parts.append("values checked (NaN/Inf, BOOL)")
+    said = ", ".join(parts)
+    if not r.digests_checked and r.tensors_checked:
+        said += "; the file stores no digests, so changed bytes of valid values cannot be seen"
+    return said
 
 
 def run_verify(args: argparse.Namespace, out: Output) -> int:
@@ -56,11 +71,9 @@ def run_verify(args: argparse.Namespace, out: Output) -> int:
         return r
 
     def show(r: VerifyReport, label: str | None) -> None:
-        what = "values and bytes" if r.deep else "bytes"
         if r.ok:
-            out.line(
-                f"{r.path}: OK ({r.format}, {plural(r.tensors_checked, 'tensor')}; {what} checked)"
-            )
+            n = plural(r.tensors_checked, "tensor")
+            out.line(f"{r.path}: OK ({r.format}, {n}: {_what(r)})")
             return
         out.line(
             f"{r.path}: FAILED ({r.format}, {plural(len(r.failures), 'failure')}, "

@@ -56,7 +56,7 @@ from ..formats.catalogs import (
 )
 from ..sources import is_url
 
-__all__ = ["Failure", "TensorStats", "VerifyReport", "verify"]
+__all__ = ["Failure", "TensorCheck", "TensorStats", "VerifyReport", "verify"]
 
 _CHUNK = 16 << 20
 Progress = Callable[[int, int], None]
@@ -90,6 +90,23 @@ class TensorStats:
 
 
 @dataclass(frozen=True)
+class TensorCheck:
+    """What verify compared for one tensor it read.
+
+    ``checked`` holds ``structure`` (the header's rules held when the file was opened, and
+    every stored byte of the tensor was read: nothing is cut short), ``digest`` (a digest
+    the file stores for it was compared with its bytes: zTensor's crc32c/sha256/xxh3, a v2
+    shard's whole-file digest) and, with ``deep``, ``values`` (NaN/Inf counted in float
+    tensors, BOOL bytes checked). A format without digests (safetensors, GGUF, npz, npy,
+    PyTorch pickles) can only be structurally valid and readable: a flipped bit in its
+    data passes unless ``deep`` finds a value no tensor should hold.
+    """
+
+    name: str
+    checked: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class VerifyReport:
     """What :func:`verify` found.
 
@@ -109,6 +126,13 @@ class VerifyReport:
     failures: tuple[Failure, ...] = ()
     deep: bool = False
     stats: tuple[TensorStats, ...] = field(default=())
+    checks: tuple[TensorCheck, ...] = field(default=())
+    """What was compared for each tensor read (see :class:`TensorCheck`)."""
+
+    @property
+    def digests_checked(self) -> int:
+        """Tensors whose stored digest was compared with their bytes."""
+        return sum("digest" in c.checked for c in self.checks)
 
     @property
     def ok(self) -> bool:
@@ -124,6 +148,7 @@ class _Run:
         self.progress = progress
         self.failures: list[Failure] = []
         self.stats: list[TensorStats] = []
+        self.checks: list[TensorCheck] = []
         self.checked = 0
         self.done = 0
         self.total = 0
@@ -138,6 +163,7 @@ class _Run:
                 if reader.info(name).layout == "quantized":  # blocks: their stored bytes
                     _read_stored(reader, name)
                     self.checked += 1
+                    self.checks.append(TensorCheck(name, ("structure",)))
                     continue
                 value = reader.get_tensor(name)
             except ChecksumError as exc:
@@ -148,6 +174,13 @@ class _Run:
                 self.fail(name, rule, _where(where, exc))
                 continue
             self.checked += 1
+            digest = _has_digest(reader, name)
+            kinds = (
+                "structure",
+                *(("digest",) if digest else ()),
+                *(("values",) if self.deep else ()),
+            )
+            self.checks.append(TensorCheck(name, kinds))
             array = value if isinstance(value, np.ndarray) else None
             if array is None and hasattr(value, "to_dense"):
                 array = getattr(value, "values", None)  # sparse: the stored values
@@ -179,6 +212,14 @@ class _Run:
             self.fail(name, "inf", f"{inf:,} of {flat.size:,} values are infinite")
         if bad:
             self.fail(name, "bool", f"{bad:,} BOOL bytes are neither 0 nor 1")
+
+
+def _has_digest(reader: Reader, name: str) -> bool:
+    """Whether reading ``name`` compared a stored digest (the reader verifies digests unless
+    it was opened with ``verify=False``, which verify never does)."""
+    if getattr(reader, "verify", True) is False:
+        return False
+    return any(c.digest for c in reader.info(name).components.values())
 
 
 def _read_stored(reader: Reader, name: str) -> None:
@@ -257,7 +298,9 @@ def verify(
         fmt = "sharded-safetensors"
     else:
         fmt = _single(run, target, allow_full_download)
-    return VerifyReport(target, fmt, run.checked, tuple(run.failures), deep, tuple(run.stats))
+    return VerifyReport(
+        target, fmt, run.checked, tuple(run.failures), deep, tuple(run.stats), tuple(run.checks)
+    )
 
 
 def _open(
