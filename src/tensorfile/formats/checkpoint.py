@@ -36,7 +36,7 @@ import glob
 import os
 import threading
 from collections.abc import Iterable, Mapping
-from typing import Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from ..core.catalog import Catalog, TensorInfo
 from ..core.errors import (
@@ -53,13 +53,10 @@ from ..core.reader import Allocator, NDArray, Reader, names_list, numpy_allocato
 from ..core.source import Source
 from ..sources import PathOrData, is_url
 from . import SAFETENSORS, open_reader
-from .catalogs import (
-    INDEX_SUFFIX,
-    CheckpointIndex,
-    checkpoint_catalog,
-    local_target,
-    locate_checkpoint,
-)
+from ._index import INDEX_SUFFIX
+
+if TYPE_CHECKING:  # catalogs (the index reader) loads when a checkpoint is opened
+    from .catalogs import CheckpointIndex
 
 __all__ = ["ShardedReader", "open", "open_checkpoint"]
 
@@ -84,6 +81,8 @@ class ShardedReader(Reader):
     def catalog(self) -> Catalog:
         """The whole checkpoint's catalog (reads every shard's header on first use)."""
         if self._catalog is None:
+            from .catalogs import checkpoint_catalog
+
             self._catalog = checkpoint_catalog(self._ck)
         return self._catalog
 
@@ -225,6 +224,8 @@ class ShardedReader(Reader):
 def open_checkpoint(target: str, *, allow_full_download: bool | None = None) -> ShardedReader:
     """A :class:`ShardedReader` over the checkpoint ``target`` (an index path or URL, or a
     local folder holding one)."""
+    from .catalogs import locate_checkpoint
+
     return ShardedReader(locate_checkpoint(target, allow_full_download=allow_full_download))
 
 
@@ -260,6 +261,8 @@ def open(
     if format is None and isinstance(path_or_data, str | os.PathLike):
         target = os.fspath(path_or_data)
         if isinstance(target, str) and target:
+            from .catalogs import local_target
+
             target = local_target(target)  # a file:// URL keeps the local rules
             if is_url(target):
                 if target.split("#", 1)[0].split("?", 1)[0].endswith(INDEX_SUFFIX):

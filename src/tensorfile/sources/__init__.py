@@ -25,15 +25,15 @@ from ..core.errors import InvalidArgumentError
 from ..core.source import ByteRequest, ReadStats, Source
 from ._urls import redact
 from .local import LocalSource
-from .local_store import LocalStore
 from .memory import MemorySource
-from .memory_store import MemoryStore
 from .router import Route, StoreLocation, is_url, local_path_of, path_text, route, store_for
 from .store import Store
 
 if TYPE_CHECKING:
     from ._prefix import ALLOW_ENV as ALLOW_FULL_DOWNLOAD_ENV
     from .fsspec_store import FsspecStore
+    from .local_store import LocalStore
+    from .memory_store import MemoryStore
     from .remote import HTTPSource
 
 __all__ = [
@@ -140,4 +140,12 @@ def __getattr__(name: str) -> Any:
         from .fsspec_store import FsspecStore
 
         return FsspecStore
+    if name == "LocalStore":  # the stores load when a dataset (or a test) asks for one
+        from .local_store import LocalStore
+
+        return LocalStore
+    if name == "MemoryStore":
+        from .memory_store import MemoryStore
+
+        return MemoryStore
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
