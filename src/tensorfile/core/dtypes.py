@@ -193,7 +193,11 @@ def from_name(name: str) -> DType:
 def _by_ztensor_v2_name() -> dict[str, DType]:
     """zTensor v2's type names (the logical type where a part has one, else the storage
     type): the names a v2 catalog gives its tensors."""
-    return {logical or storage: dt for (storage, logical), dt in _BY_ZTENSOR_V2.items()}
+    return {
+        logical or storage: dt
+        for (storage, logical), dt in _BY_ZTENSOR_V2.items()
+        if _BY_NAME.get(dt.name) is dt  # not complex128: no file format but v2 holds it
+    }
 
 
 @functools.cache

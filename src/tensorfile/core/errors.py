@@ -25,6 +25,8 @@ translated where it crosses into tensorfile and chained with ``from``::
     │   │   ├── TensorSizeMismatchError     shape x bits disagrees with the byte length
     │   │   ├── MisalignedSubByteError      a sub-byte tensor whose bits are not a multiple of 8
     │   │   ├── MissingTensorError          no tensor of that name (+ TensorNotFoundError)
+    │   │   ├── SafetensorChecksumError     a tensor's digest (tensorfile.digests) does not
+    │   │   │                               match its bytes (+ ChecksumError)
     │   │   ├── SafetensorSliceError        a get_slice index the reference refuses
     │   │   │                               (+ InvalidArgumentError)
     │   │   └── SafetensorIOError           the file could not be read (+ SourceError)
@@ -81,6 +83,7 @@ __all__ = [
     "MisalignedSubByteError",
     "MissingTensorError",
     "SafetensorArgumentError",
+    "SafetensorChecksumError",
     "SafetensorError",
     "SafetensorIOError",
     "SafetensorNotFoundError",
@@ -279,6 +282,10 @@ class ZTensorError(FormatError):
     """Anything wrong while reading or writing a zTensor file."""
 
     format = "ztensor"
+
+
+class SafetensorChecksumError(SafetensorError, ChecksumError):
+    """A safetensors tensor's digest (``tensorfile.digests`` metadata) does not match."""
 
 
 class ZTensorChecksumError(ZTensorError, ChecksumError):

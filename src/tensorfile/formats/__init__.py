@@ -112,8 +112,9 @@ class FormatModule(Protocol):
         """Read and validate the header, return the catalog."""
         ...
 
-    def open_reader(self, source: Source) -> Reader:
-        """A reader over ``source`` (which the reader then owns)."""
+    def open_reader(self, source: Source, *, verify: bool | None = None) -> Reader:
+        """A reader over ``source`` (which the reader then owns); ``verify``: check stored
+        digests as tensors are read (None: the format's default)."""
         ...
 
     def edit_metadata(self, path: str, change: MetadataChange) -> bool:
@@ -517,7 +518,11 @@ def _first(path_or_data: PathOrData, fmt: Format | None) -> ByteRequest | None:
 
 
 def open_reader(
-    path_or_data: PathOrData, *, format: str | None = None, allow_full_download: bool | None = None
+    path_or_data: PathOrData,
+    *,
+    format: str | None = None,
+    allow_full_download: bool | None = None,
+    verify: bool | None = None,
 ) -> Reader:
     """Open a tensor file (a path, an ``http(s)://`` or fsspec URL, or its bytes) and return
     a :class:`~tensorfile.core.reader.Reader`. Over HTTP, the header costs one range request
@@ -542,7 +547,7 @@ def open_reader(
     fmt = get(format) if format is not None else None
     first = _first(path_or_data, fmt)
     with open_input(path_or_data, first=first, allow_full_download=allow_full_download) as source:
-        return (fmt or detect(source)).impl().open_reader(source)
+        return (fmt or detect(source)).impl().open_reader(source, verify=verify)
 
 
 def read_catalog(

@@ -66,8 +66,10 @@ T = TypeVar("T")
 class ShardedReader(Reader):
     """A sharded checkpoint read as one file (see the module docstring)."""
 
-    def __init__(self, ck: CheckpointIndex) -> None:  # no Reader.__init__: no one source
+    def __init__(self, ck: CheckpointIndex, *, verify: bool | None = None) -> None:
+        # no Reader.__init__: a checkpoint has no one source
         self._ck = ck
+        self._verify = verify
         self.index = ck.shown
         self.total_size: int | None = ck.total_size
         self._readers: dict[str, Reader] = {}
@@ -140,6 +142,7 @@ class ShardedReader(Reader):
                         self._ck.where[shard],
                         format="safetensors",
                         allow_full_download=self._ck.allow_full_download,
+                        verify=self._verify,
                     )
                 except TensorFileError as exc:
                     raise type(exc)(f"{self.index}: shard {shard}: {exc}") from exc
@@ -221,12 +224,15 @@ class ShardedReader(Reader):
         return f"ShardedReader({self.index!r}, {n} tensors, {len(self.shards)} shards)"
 
 
-def open_checkpoint(target: str, *, allow_full_download: bool | None = None) -> ShardedReader:
+def open_checkpoint(
+    target: str, *, allow_full_download: bool | None = None, verify: bool | None = None
+) -> ShardedReader:
     """A :class:`ShardedReader` over the checkpoint ``target`` (an index path or URL, or a
     local folder holding one)."""
     from .catalogs import locate_checkpoint
 
-    return ShardedReader(locate_checkpoint(target, allow_full_download=allow_full_download))
+    ck = locate_checkpoint(target, allow_full_download=allow_full_download)
+    return ShardedReader(ck, verify=verify)
 
 
 def _lone_file(folder: str) -> str | None:
@@ -245,11 +251,17 @@ def _lone_file(folder: str) -> str | None:
 
 
 def open(
-    path_or_data: PathOrData, *, format: str | None = None, allow_full_download: bool | None = None
+    path_or_data: PathOrData,
+    *,
+    format: str | None = None,
+    allow_full_download: bool | None = None,
+    verify: bool | None = None,
 ) -> Reader:
     """Open a tensor file, or a sharded checkpoint (see the module docstring), and return a
     :class:`~tensorfile.core.reader.Reader` (a :class:`ShardedReader` for a checkpoint);
-    everything else is :func:`tensorfile.formats.open_reader`'s.
+    everything else is :func:`tensorfile.formats.open_reader`'s. ``verify=True`` checks the
+    digests a file records as its tensors are read (safetensors' ``tensorfile.digests``;
+    zTensor checks its own unless ``verify=False``).
 
     Example:
         >>> import numpy as np, tensorfile
@@ -266,13 +278,19 @@ def open(
             target = local_target(target)  # a file:// URL keeps the local rules
             if is_url(target):
                 if target.split("#", 1)[0].split("?", 1)[0].endswith(INDEX_SUFFIX):
-                    return open_checkpoint(target, allow_full_download=allow_full_download)
+                    return open_checkpoint(
+                        target, allow_full_download=allow_full_download, verify=verify
+                    )
             elif target.endswith(INDEX_SUFFIX):
-                return open_checkpoint(target, allow_full_download=allow_full_download)
+                return open_checkpoint(
+                    target, allow_full_download=allow_full_download, verify=verify
+                )
             elif os.path.isdir(target):
                 if glob.glob(os.path.join(glob.escape(target), "*" + INDEX_SUFFIX)):
                     return open_checkpoint(
-                        target, allow_full_download=allow_full_download
+                        target, allow_full_download=allow_full_download, verify=verify
                     )  # (several indexes: an error naming them)
                 path_or_data = _lone_file(target) or target  # else "is a directory"
-    return open_reader(path_or_data, format=format, allow_full_download=allow_full_download)
+    return open_reader(
+        path_or_data, format=format, allow_full_download=allow_full_download, verify=verify
+    )

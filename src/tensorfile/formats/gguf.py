@@ -454,7 +454,7 @@ def read_catalog(source: Source) -> Catalog:
     return catalog_of(read_header(source))
 
 
-def open_reader(source: Source) -> Reader:
+def open_reader(source: Source, *, verify: bool | None = None) -> Reader:
     """A read-only reader over a GGUF file: plain tensors as arrays; quantized ones are
     described but not decoded.
 

@@ -180,7 +180,7 @@ class NpyEntry:
         """The catalog of the ``.npy`` in ``source``: one tensor."""
         return self._open(source)[0]
 
-    def open_reader(self, source: Source) -> ArraysReader:
+    def open_reader(self, source: Source, *, verify: bool | None = None) -> ArraysReader:
         """A reader over the ``.npy`` in ``source``."""
         catalog, segments = self._open(source)
         return ArraysReader(ArraysSource(source.name, source, segments), catalog)
@@ -279,7 +279,7 @@ class NpzEntry:
         """The catalog of the ``.npz`` in ``source``: one tensor per member."""
         return self._open(source)[0]
 
-    def open_reader(self, source: Source) -> ArraysReader:
+    def open_reader(self, source: Source, *, verify: bool | None = None) -> ArraysReader:
         """A reader over the ``.npz`` in ``source``."""
         catalog, segments, checks = self._open(source)
         return ArraysReader(ArraysSource(source.name, source, segments, checks), catalog)

@@ -192,7 +192,7 @@ def read_catalog(source: Source) -> Catalog:
     return _open(source)[0]
 
 
-def open_reader(source: Source) -> ArraysReader:
+def open_reader(source: Source, *, verify: bool | None = None) -> ArraysReader:
     """A reader over the PyTorch pickle in ``source``."""
     catalog, segments = _open(source)
     return ArraysReader(ArraysSource(source.name, source, segments), catalog)

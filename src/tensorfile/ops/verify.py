@@ -219,6 +219,8 @@ def _has_digest(reader: Reader, name: str) -> bool:
     it was opened with ``verify=False``, which verify never does)."""
     if getattr(reader, "verify", True) is False:
         return False
+    if name in getattr(reader, "digests", {}):  # safetensors: tensorfile.digests metadata
+        return True
     return any(c.digest for c in reader.info(name).components.values())
 
 
@@ -316,7 +318,8 @@ def _open(
     reads it (an npz or a pickle named ``*.safetensors`` is an unreadable shard)."""
     source = open_file_source(path, local=local, allow_full_download=allow_full_download)
     try:
-        return (SAFETENSORS if shard else detect(source)).impl().open_reader(source)
+        fmt = SAFETENSORS if shard else detect(source)
+        return fmt.impl().open_reader(source, verify=True)
     except BaseException:
         source.close()
         raise

@@ -44,15 +44,19 @@ def _prepare(tensor_dict: dict[str, Any]) -> list[Prepared]:
 
 
 def save(
-    tensor_dict: dict[str, np.ndarray[Any, Any]], metadata: dict[str, str] | None = None
+    tensor_dict: dict[str, np.ndarray[Any, Any]],
+    metadata: dict[str, str] | None = None,
+    *,
+    checksum: str | None = None,
 ) -> bytes:
-    """Serialize numpy arrays (any strides, bf16/f8 through ``ml_dtypes``) to bytes.
+    """Serialize numpy arrays (any strides, bf16/f8 through ``ml_dtypes``) to bytes;
+    ``checksum`` as for :func:`save_file`.
 
     Example:
         >>> len(save({"a": np.zeros(2, np.float32)}))
         72
     """
-    return to_bytes(_prepare(tensor_dict), metadata)
+    return to_bytes(_prepare(tensor_dict), metadata, checksum=checksum)
 
 
 def save_file(
@@ -62,8 +66,13 @@ def save_file(
     *,
     align: int = 8,
     fsync: bool = False,
+    checksum: str | None = None,
 ) -> None:
     """Save numpy arrays to ``filename``, atomically.
+
+    ``checksum`` (``"xxh3"``, ``"crc32c"`` or ``"sha256"``) stores each tensor's digest in the
+    metadata under ``tensorfile.digests`` (a JSON text: other readers load the file
+    unchanged), which ``verify`` and ``load_file(..., verify=True)`` check.
 
     ``align`` pads the header so the data starts on that boundary (e.g. 64 or 4096);
     ``fsync`` flushes the file to stable storage before it is renamed into place.
@@ -71,7 +80,9 @@ def save_file(
     Example:
         >>> save_file({"a": np.zeros(2)}, "model.safetensors")
     """
-    write_file(_prepare(tensor_dict), filename, metadata, align=align, fsync=fsync)
+    write_file(
+        _prepare(tensor_dict), filename, metadata, align=align, fsync=fsync, checksum=checksum
+    )
 
 
 def load(data: bytes | bytearray | memoryview) -> dict[str, NDArray]:
@@ -86,19 +97,25 @@ def load(data: bytes | bytearray | memoryview) -> dict[str, NDArray]:
 
 
 def load_file(
-    filename: str | os.PathLike[str], *, backend: str = "mmap", copy: bool = True
+    filename: str | os.PathLike[str],
+    *,
+    backend: str = "mmap",
+    copy: bool = True,
+    verify: bool = False,
 ) -> dict[str, NDArray]:
     """Load every tensor of ``filename`` as owned, writable numpy arrays, in file order.
 
     With ``copy=False`` the arrays are read-only zero-copy views of the mapped file (bit-packed
-    F4/F6 tensors are still unpacked copies).
+    F4/F6 tensors are still unpacked copies). ``verify=True`` checks the digests the file
+    records (``save_file(..., checksum=...)``): a changed byte is a ``ChecksumError`` naming
+    the tensor.
 
     Example:
         >>> save_file({"a": np.zeros(2)}, "model.safetensors")
         >>> load_file("model.safetensors")["a"].tolist()
         [0.0, 0.0]
     """
-    with safe_open(filename, framework="np", backend=backend) as f:
+    with safe_open(filename, framework="np", backend=backend, verify=verify) as f:
         return f.read_tensors(copy=copy)
 
 

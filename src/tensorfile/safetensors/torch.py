@@ -228,15 +228,21 @@ def _prepare(tensors: dict[str, torch.Tensor]) -> tuple[list[Prepared], list[Any
     return prepared, keep_alive
 
 
-def save(tensors: dict[str, torch.Tensor], metadata: dict[str, str] | None = None) -> bytes:
-    """Serialize torch tensors to the bytes of a safetensors file.
+def save(
+    tensors: dict[str, torch.Tensor],
+    metadata: dict[str, str] | None = None,
+    *,
+    checksum: str | None = None,
+) -> bytes:
+    """Serialize torch tensors to the bytes of a safetensors file (``checksum``: see
+    :func:`save_file`).
 
     Example:
         >>> len(save({"a": torch.zeros(2)}))
         72
     """
     prepared, _keep = _prepare(tensors)
-    return to_bytes(prepared, metadata)
+    return to_bytes(prepared, metadata, checksum=checksum)
 
 
 def save_file(
@@ -246,14 +252,17 @@ def save_file(
     *,
     align: int = 8,
     fsync: bool = False,
+    checksum: str | None = None,
 ) -> None:
-    """Save torch tensors to ``filename``, atomically.
+    """Save torch tensors to ``filename``, atomically. ``checksum`` (``"xxh3"``,
+    ``"crc32c"`` or ``"sha256"``) stores each tensor's digest under the metadata key
+    ``tensorfile.digests`` (other readers load the file unchanged).
 
     Example:
         >>> save_file({"a": torch.zeros(2)}, "model.safetensors")
     """
     prepared, _keep = _prepare(tensors)
-    write_file(prepared, filename, metadata, align=align, fsync=fsync)
+    write_file(prepared, filename, metadata, align=align, fsync=fsync, checksum=checksum)
 
 
 def load(data: bytes | bytearray | memoryview) -> dict[str, torch.Tensor]:
@@ -273,8 +282,10 @@ def load_file(
     *,
     backend: str = "mmap",
     copy: bool | None = None,
+    verify: bool = False,
 ) -> dict[str, torch.Tensor]:
-    """Load every tensor of ``filename`` as torch tensors on ``device``.
+    """Load every tensor of ``filename`` as torch tensors on ``device`` (``verify=True``:
+    check the digests the file records, see ``save_file(..., checksum=...)``).
 
     As in the reference, ``backend="mmap"`` on the cpu returns tensors backed by a private
     mapping of the file: loading costs only the header, pages are read when touched, and
@@ -290,7 +301,7 @@ def load_file(
     """
     if copy is None:
         copy = backend == "pread" or str(device) != "cpu"
-    with safe_open(filename, framework="pt", device=device, backend=backend) as f:
+    with safe_open(filename, framework="pt", device=device, backend=backend, verify=verify) as f:
         return f.read_tensors(copy=copy)
 
 

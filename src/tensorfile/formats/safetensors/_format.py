@@ -45,9 +45,10 @@ def read_catalog(source: Source) -> Catalog:
     return catalog_of(read_header(source))
 
 
-def open_reader(source: Source) -> SafetensorsReader:
-    """A reader over ``source``."""
-    return SafetensorsReader(source)
+def open_reader(source: Source, *, verify: bool | None = None) -> SafetensorsReader:
+    """A reader over ``source``; ``verify=True`` checks the digests the file records
+    (``tensorfile.digests`` metadata) as tensors are read."""
+    return SafetensorsReader(source, verify=bool(verify))
 
 
 def _alignment(offset: int) -> int:

@@ -3,20 +3,26 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from typing import Any
 
 from tensorfile.core.catalog import ByteRange, Catalog, Component, TensorInfo
+from tensorfile.core.digests import Digest
 from tensorfile.core.errors import (
     InvalidTensorEntryError,
     MissingTensorError,
+    SafetensorChecksumError,
     SafetensorIOError,
     SourceError,
     TensorFileError,
 )
 from tensorfile.core.reader import Reader
 from tensorfile.core.source import Source
+from tensorfile.formats.safetensors._digests import check, parse_digests
 from tensorfile.formats.safetensors._parse import N_LEN, Header, parse_header, parse_header_length
 
 __all__ = ["SafetensorsReader", "catalog_of", "read_header"]
+
+_CHUNK = 16 << 20  # bytes hashed at a time when a tensor is checked without being copied
 
 
 def read_header(source: Source) -> Header:
@@ -89,11 +95,61 @@ def catalog_of(header: Header) -> Catalog:
 
 
 class SafetensorsReader(Reader):
-    """A :class:`Reader` whose every error is a :class:`SafetensorError`."""
+    """A :class:`Reader` whose every error is a :class:`SafetensorError`.
 
-    def __init__(self, source: Source, header: Header | None = None) -> None:
+    With ``verify=True``, the digests the file records in its ``tensorfile.digests``
+    metadata are checked as tensors are read (a :class:`SafetensorChecksumError` naming the
+    tensor): every owned read, the first zero-copy view of a tensor and the first slice of
+    it (which reads the whole tensor once to check it).
+    """
+
+    def __init__(
+        self, source: Source, header: Header | None = None, *, verify: bool = False
+    ) -> None:
         self.header = read_header(source) if header is None else header
         super().__init__(source, catalog_of(self.header), not_found=MissingTensorError)
+        self.verify = verify
+        self.digests = (
+            parse_digests(self.catalog.metadata, self.header.names, source.name) if verify else {}
+        )
+        self._checked: set[str] = set()
+
+    def _read_ranges(self, jobs: list[tuple[str, ByteRange, memoryview]]) -> None:
+        super()._read_ranges(jobs)
+        for name, _rng, buf in jobs:
+            digest = self.digests.get(name)
+            if digest is not None:
+                check(self.source.name, name, buf, digest)
+                self._checked.add(name)
+
+    def check_stored(self, name: str) -> None:
+        """Check ``name``'s recorded digest against its stored bytes, once."""
+        digest = self.digests.get(name)
+        if digest is None or name in self._checked:
+            return
+        rng = self.info(name).byte_range
+        d = Digest(digest.partition(":")[0])
+        for pos in range(rng.start, rng.stop, _CHUNK):
+            d.update(self.source.read(pos, min(_CHUNK, rng.stop - pos)))
+        if d.value() != digest:
+            raise SafetensorChecksumError(
+                f"{self.source.name}: tensor {name!r} has digest {d.value()}, the file records "
+                f"{digest}: its bytes changed after it was written",
+                tensor=name,
+            )
+        self._checked.add(name)
+
+    def view(self, name: str) -> Any:
+        """A zero-copy view (its digest checked first, once, with ``verify=True``)."""
+        if self.digests:
+            self.check_stored(name)
+        return super().view(name)
+
+    def read_slice(self, name: str, key: Any) -> Any:
+        """Part of the tensor (with ``verify=True``, the whole tensor is checked once)."""
+        if self.digests:
+            self.check_stored(name)
+        return super().read_slice(name, key)
 
     def keys(self) -> list[str]:
         """Tensor names in file order."""

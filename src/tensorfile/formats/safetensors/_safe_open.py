@@ -49,7 +49,7 @@ _BACKENDS = ("mmap", "pread")
 """The ``backend`` values :class:`safe_open` accepts (the reference's)."""
 
 
-def _open_reader(filename: str | os.PathLike[str]) -> SafetensorsReader:
+def _open_reader(filename: str | os.PathLike[str], verify: bool = False) -> SafetensorsReader:
     """A :class:`~tensorfile.core.reader.Reader` over a safetensors file (a path or a URL)."""
     if not isinstance(filename, str | os.PathLike):
         raise InvalidTypeError(
@@ -57,7 +57,7 @@ def _open_reader(filename: str | os.PathLike[str]) -> SafetensorsReader:
         )
     try:
         with open_input(filename) as source:
-            return SafetensorsReader(source)
+            return SafetensorsReader(source, verify=verify)
     except SafetensorError:
         raise
     except SourceNotFoundError as exc:
@@ -131,11 +131,14 @@ class safe_open:
         device: Any = "cpu",
         *,
         backend: str = "mmap",
+        verify: bool = False,
     ) -> None:
         if backend not in _BACKENDS:
             raise InvalidArgumentError(f"backend must be one of {_BACKENDS}, got {backend!r}")
+        if not isinstance(verify, bool):
+            raise InvalidTypeError(f"verify must be a bool, got {type(verify).__name__}")
         self._framework: Framework = _framework(framework, device)
-        self._reader: SafetensorsReader | None = _open_reader(filename)
+        self._reader: SafetensorsReader | None = _open_reader(filename, verify)
         self._name = os.fspath(filename)
 
     @classmethod
@@ -205,6 +208,9 @@ class safe_open:
         """
         reader = self.reader
         names = self.offset_keys() if names is None else names_list(names)
+        if reader.digests and not copy:  # views bypass the reads that check digests
+            for name in names:
+                reader.check_stored(name)
         fw = self._framework
         tensors = fw.read(reader, names) if copy else fw.view(reader, names)
         return dict(zip(names, tensors, strict=True))

@@ -15,6 +15,7 @@ Example:
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ import numpy as np
 from tensorfile.core import dtypes, packing, slicing
 from tensorfile.core.atomic import AtomicFile, atomic_write, preallocate, write_all
 from tensorfile.core.chunks import check_chunk
+from tensorfile.core.digests import METADATA_KEY, digest_of
 from tensorfile.core.dtypes import DType
 from tensorfile.core.errors import (
     InvalidArgumentError,
@@ -166,14 +168,44 @@ def _layout(
     return encode_header(entries, metadata, align=align), ordered
 
 
+def with_digests(
+    tensors: Mapping[str, Prepared] | Iterable[Prepared],
+    metadata: Mapping[str, str] | None,
+    checksum: str | None,
+) -> Mapping[str, str] | None:
+    """``metadata`` with each tensor's digest under :data:`~tensorfile.core.digests.
+    METADATA_KEY` when ``checksum`` names an algorithm (see :mod:`tensorfile.core.digests`);
+    ``metadata`` as it is when ``checksum`` is None.
+
+    Example:
+        >>> import numpy as np
+        >>> p = prepare_array("w", np.zeros(2, np.float32))
+        >>> with_digests([p], {"format": "np"}, "crc32c")
+        {'format': 'np', 'tensorfile.digests': '{"w":"crc32c:8c28b28a"}'}
+    """
+    if checksum is None:
+        return metadata
+    items = tensors.values() if isinstance(tensors, Mapping) else tensors
+    found = {p.name: digest_of(checksum, p.data) for p in sorted(items, key=_name_of)}
+    out = dict(metadata or {})
+    out[METADATA_KEY] = json.dumps(found, separators=(",", ":"), ensure_ascii=False)
+    return out
+
+
+def _name_of(p: Prepared) -> str:
+    return p.name
+
+
 def to_bytes(
     tensors: Mapping[str, Prepared] | Iterable[Prepared],
     metadata: Mapping[str, str] | None,
     *,
     align: int = 8,
+    checksum: str | None = None,
 ) -> bytes:
-    """The whole file as bytes."""
-    header, ordered = _layout(tensors, metadata, align)
+    """The whole file as bytes (``checksum``: see :func:`with_digests`)."""
+    tensors = list(tensors.values() if isinstance(tensors, Mapping) else tensors)
+    header, ordered = _layout(tensors, with_digests(tensors, metadata, checksum), align)
     out = bytearray(len(header) + sum(p.nbytes for p in ordered))
     out[: len(header)] = header
     pos = len(header)
@@ -191,9 +223,12 @@ def write_file(
     *,
     align: int = 8,
     fsync: bool = False,
+    checksum: str | None = None,
 ) -> None:
-    """Write the file atomically (temporary file in the same folder, then rename)."""
-    header, ordered = _layout(tensors, metadata, align)
+    """Write the file atomically (temporary file in the same folder, then rename);
+    ``checksum``: see :func:`with_digests`."""
+    tensors = list(tensors.values() if isinstance(tensors, Mapping) else tensors)
+    header, ordered = _layout(tensors, with_digests(tensors, metadata, checksum), align)
     try:
         with atomic_write(path, fsync=fsync) as fd:
             write_all(fd, memoryview(header))

@@ -85,9 +85,9 @@ def open_any(source: Source, *, verify: bool = True) -> Reader:
     return ZTensorReader(source, verify=verify)
 
 
-def open_reader(source: Source) -> Reader:
-    """A reader over ``source``."""
-    return open_any(source)
+def open_reader(source: Source, *, verify: bool | None = None) -> Reader:
+    """A reader over ``source``; digests are checked unless ``verify=False``."""
+    return open_any(source, verify=verify is not False)
 
 
 def read_catalog(source: Source) -> Catalog:

@@ -1,0 +1,118 @@
+"""Per-tensor digests in safetensors files (``checksum=``): stored as text under the
+``tensorfile.digests`` metadata key, so the reference library loads the file unchanged, and
+checked by ``verify`` and by ``load_file``/``safe_open``/``tensorfile.open`` with
+``verify=True``: a flipped byte is a ChecksumError naming the tensor."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import safetensors.numpy as ref_numpy
+import safetensors.torch as ref_torch
+import torch
+
+import tensorfile
+from tensorfile import ChecksumError
+from tensorfile.errors import InvalidMetadataError, SafetensorChecksumError
+from tensorfile.ops import verify
+from tensorfile.safetensors import numpy as st_numpy
+from tensorfile.safetensors import safe_open
+from tensorfile.safetensors import torch as st_torch
+
+ARRAYS = {"a": np.arange(6, dtype=np.float32).reshape(2, 3), "b": np.ones(4, np.int16)}
+
+
+def _flip(path: Path, tensor: str) -> None:
+    """Flip one byte inside ``tensor``'s data (same size, valid values)."""
+    with tensorfile.open(str(path)) as f:
+        start = f.info(tensor).byte_range.start
+    data = bytearray(path.read_bytes())
+    data[start] ^= 0x01
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("algorithm", ["xxh3", "crc32c", "sha256"])
+def test_the_reference_loads_a_file_with_digests_unchanged(tmp_path: Path, algorithm: str) -> None:
+    path = tmp_path / "m.safetensors"
+    st_numpy.save_file(ARRAYS, str(path), metadata={"format": "np"}, checksum=algorithm)
+    loaded = ref_numpy.load_file(str(path))
+    assert all(np.array_equal(loaded[k], v) for k, v in ARRAYS.items())
+    with tensorfile.open(str(path)) as f:
+        digests = json.loads(f.metadata["tensorfile.digests"])
+    assert sorted(digests) == ["a", "b"] and all(
+        d.startswith(algorithm + ":") for d in digests.values()
+    )
+    assert tensorfile.open(str(path), verify=True).get_tensor("a").tolist() == ARRAYS["a"].tolist()
+    assert verify(str(path)).digests_checked == 2
+
+
+def test_a_flipped_byte_is_caught_by_verify_and_by_every_verified_load(tmp_path: Path) -> None:
+    path = tmp_path / "m.safetensors"
+    st_numpy.save_file(ARRAYS, str(path), checksum="xxh3")
+    _flip(path, "b")
+    report = verify(str(path))
+    assert [(f.subject, f.rule) for f in report.failures] == [("b", "digest")]
+    cli = subprocess.run(
+        [sys.executable, "-m", "tensorfile.cli.app", "verify", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert cli.returncode == 1 and "'b'" in cli.stderr
+    for load in (
+        lambda: st_numpy.load_file(str(path), verify=True),
+        lambda: st_numpy.load_file(str(path), verify=True, copy=False),
+        lambda: st_torch.load_file(str(path), verify=True),
+        lambda: st_torch.load_file(str(path), verify=True, backend="pread"),
+        lambda: tensorfile.open(str(path), verify=True).get_tensor("b"),
+        lambda: tensorfile.open(str(path), verify=True).view("b"),
+        lambda: tensorfile.open(str(path), verify=True).read_slice("b", (slice(0, 1),)),
+        lambda: safe_open(str(path), "np", verify=True).get_slice("b")[:1],
+    ):
+        with pytest.raises(SafetensorChecksumError, match="tensor 'b'") as err:
+            load()
+        assert isinstance(err.value, ChecksumError)
+    # unverified loads read it (the reference's behaviour); the intact tensor verifies
+    assert st_numpy.load_file(str(path))["b"][0] != 1
+    assert tensorfile.open(str(path), verify=True).get_tensor("a").sum() == 15.0
+
+
+def test_torch_saves_digests_too(tmp_path: Path) -> None:
+    path = tmp_path / "t.safetensors"
+    st_torch.save_file({"w": torch.arange(8, dtype=torch.bfloat16)}, str(path), checksum="sha256")
+    assert torch.equal(ref_torch.load_file(str(path))["w"], torch.arange(8, dtype=torch.bfloat16))
+    assert verify(str(path)).ok and verify(str(path)).digests_checked == 1
+    blob = st_torch.save({"w": torch.ones(2)}, checksum="crc32c")
+    assert b"tensorfile.digests" in blob
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "not json",
+        '["a"]',
+        '{"a": "md5:00"}',
+        '{"a": "xxh3:123"}',
+        '{"zz": "crc32c:00000000"}',
+        '{"a": 5}',
+    ],
+)
+def test_lying_digest_metadata_is_an_invalid_metadata_error(tmp_path: Path, value: str) -> None:
+    path = tmp_path / "m.safetensors"
+    st_numpy.save_file(ARRAYS, str(path), metadata={"tensorfile.digests": value})
+    assert st_numpy.load_file(str(path))["a"].sum() == 15.0  # unverified: just metadata
+    with pytest.raises(InvalidMetadataError, match=r"tensorfile\.digests"):
+        tensorfile.open(str(path), verify=True)
+
+
+def test_an_unknown_checksum_is_refused_before_writing(tmp_path: Path) -> None:
+    from tensorfile import InvalidArgumentError
+
+    with pytest.raises(InvalidArgumentError, match="md5"):
+        st_numpy.save_file(ARRAYS, str(tmp_path / "m.safetensors"), checksum="md5")
+    assert not (tmp_path / "m.safetensors").exists()
