@@ -86,7 +86,7 @@ def test_table_output_names_both_formats(tmp_path: Path) -> None:
         ("out.weights", [], "cannot tell the output format"),
         ("m.safetensors", [], "same file"),
         ("out.npz", ["--level", "3"], "level does not apply to npz"),
-        ("out.safetensors", ["--checksum", "sha256"], "checksum does not apply"),
+        ("out.safetensors", ["--align", "4096"], "align does not apply"),  # checksum applies
         ("out.zt", ["--to", "zt2", "--align", "0"], "align"),
     ],
 )

@@ -116,3 +116,24 @@ def test_an_unknown_checksum_is_refused_before_writing(tmp_path: Path) -> None:
     with pytest.raises(InvalidArgumentError, match="md5"):
         st_numpy.save_file(ARRAYS, str(tmp_path / "m.safetensors"), checksum="md5")
     assert not (tmp_path / "m.safetensors").exists()
+
+
+def test_convert_writes_digests_that_verify_and_keep_the_content_id(tmp_path: Path) -> None:
+    from tensorfile import ztensor
+    from tensorfile.cli.app import main
+    from tensorfile.ops import content_hash, convert
+
+    src = tmp_path / "m.zt"
+    ztensor.save_file({"w": np.ones(4, np.float32), "v": np.arange(3, dtype=np.int8)}, src)
+    out = tmp_path / "o.safetensors"
+    convert(str(src), str(out), checksum="sha256")
+    assert verify(str(out)).digests_checked == 2
+    assert content_hash(str(out)) == content_hash(str(src))
+    assert sorted(ref_numpy.load_file(str(out))) == ["v", "w"]
+    assert main(["convert", str(src), str(tmp_path / "c.safetensors"), "--checksum", "crc32c"]) == 0
+    assert verify(str(tmp_path / "c.safetensors")).digests_checked == 2
+    from tensorfile import UnsupportedError
+
+    with pytest.raises(UnsupportedError, match="not supported yet"):
+        convert(str(src), str(tmp_path / "ck"), checksum="xxh3", shard_size="1KB")
+    assert not (tmp_path / "ck").exists()

@@ -277,7 +277,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--checksum",
         choices=("crc32c", "sha256", "xxh3"),
         default=None,
-        help="zTensor digests: crc32c or sha256 (v1.0), xxh3 or sha256 (v2)",
+        help="per-tensor digests: crc32c or sha256 (zTensor v1.0), xxh3 or sha256 (v2), any "
+        "of the three (safetensors: in the tensorfile.digests metadata)",
     )
     p.add_argument("--align", type=int, default=None, help="zTensor v2 blob alignment")
     p.add_argument(
