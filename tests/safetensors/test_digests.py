@@ -132,8 +132,50 @@ def test_convert_writes_digests_that_verify_and_keep_the_content_id(tmp_path: Pa
     assert sorted(ref_numpy.load_file(str(out))) == ["v", "w"]
     assert main(["convert", str(src), str(tmp_path / "c.safetensors"), "--checksum", "crc32c"]) == 0
     assert verify(str(tmp_path / "c.safetensors")).digests_checked == 2
-    from tensorfile import UnsupportedError
+    convert(str(src), str(tmp_path / "ck"), checksum="xxh3", shard_size="16B")
+    report = verify(str(tmp_path / "ck"))
+    assert report.ok and report.digests_checked == 2
+    assert content_hash(str(tmp_path / "ck")) == content_hash(str(src))
 
-    with pytest.raises(UnsupportedError, match="not supported yet"):
-        convert(str(src), str(tmp_path / "ck"), checksum="xxh3", shard_size="1KB")
-    assert not (tmp_path / "ck").exists()
+
+def test_the_streaming_writer_digests_as_the_data_streams(tmp_path: Path) -> None:
+    """StreamWriter writes the header first: placeholders of the digests' fixed length,
+    rewritten in place with the real digests before the file appears; the bytes equal a
+    one-shot save's."""
+    from tensorfile.safetensors import StreamWriter
+
+    path = tmp_path / "s.safetensors"
+    with StreamWriter(str(path), {"a": ("F32", (2, 3)), "b": ("I16", (4,))}, checksum="xxh3") as w:
+        w.write("b", ARRAYS["b"])
+        w.write("a", ARRAYS["a"][:1])
+        w.write("a", ARRAYS["a"][1:])
+    st_numpy.save_file(ARRAYS, str(tmp_path / "one.safetensors"), checksum="xxh3")
+    assert path.read_bytes() == (tmp_path / "one.safetensors").read_bytes()
+    assert verify(str(path)).digests_checked == 2
+    from tensorfile import InvalidArgumentError
+
+    with pytest.raises(InvalidArgumentError, match="not completely written"):
+        with StreamWriter(
+            str(tmp_path / "x.safetensors"), {"a": ("F32", (2,))}, checksum="xxh3"
+        ) as w:
+            w.write("a", np.ones(1, np.float32))  # incomplete: no file, no placeholder seen
+    assert not (tmp_path / "x.safetensors").exists()
+
+
+@pytest.mark.parametrize("framework", ["numpy", "torch"])
+def test_sharded_saves_digest_every_shard(tmp_path: Path, framework: str) -> None:
+    arrays = {f"t{i}": np.full(64, i, np.float32) for i in range(5)}
+    if framework == "numpy":
+        st_numpy.save_sharded(arrays, tmp_path, max_shard_size="600B", checksum="sha256")
+    else:
+        tensors = {k: torch.from_numpy(v) for k, v in arrays.items()}
+        st_torch.save_sharded(tensors, tmp_path, max_shard_size="600B", checksum="sha256")
+    shards = sorted(tmp_path.glob("model-*.safetensors"))
+    assert len(shards) > 1
+    for shard in shards:  # each shard names only its own tensors
+        with tensorfile.open(str(shard), verify=True) as f:
+            assert sorted(json.loads(f.metadata["tensorfile.digests"])) == sorted(f.keys())
+        ref_numpy.load_file(str(shard))
+    assert verify(str(tmp_path)).digests_checked == 5
+    _flip(shards[0], sorted(tensorfile.open(str(shards[0])).keys())[0])
+    assert [f.rule for f in verify(str(tmp_path)).failures] == ["digest"]

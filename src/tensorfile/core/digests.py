@@ -22,13 +22,28 @@ from typing import Any
 
 from .errors import InvalidArgumentError
 
-__all__ = ["ALGORITHMS", "METADATA_KEY", "Digest", "digest_of"]
+__all__ = ["ALGORITHMS", "HEX_DIGITS", "METADATA_KEY", "Digest", "digest_of", "placeholder"]
 
 ALGORITHMS = ("xxh3", "crc32c", "sha256")
 """The digests tensorfile writes for safetensors files."""
 
 METADATA_KEY = "tensorfile.digests"
 """The ``__metadata__`` key of a safetensors file's per-tensor digests."""
+
+HEX_DIGITS = {"xxh3": 16, "crc32c": 8, "sha256": 64}
+"""Hex digits of each algorithm's digest: fixed, so a header can hold a placeholder of the
+final length while the data streams, and be rewritten in place."""
+
+
+def placeholder(algorithm: str) -> str:
+    """A digest text of ``algorithm``'s length, all zeros.
+
+    Example:
+        >>> placeholder("crc32c")
+        'crc32c:00000000'
+    """
+    Digest(algorithm)  # an unknown algorithm: the same error as for a real digest
+    return f"{algorithm}:{'0' * HEX_DIGITS[algorithm]}"
 
 
 class Digest:

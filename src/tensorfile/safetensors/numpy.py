@@ -125,6 +125,7 @@ def save_sharded(
     *,
     max_shard_size: int | str = "5GB",
     metadata: dict[str, str] | None = None,
+    checksum: str | None = None,
 ) -> list[str]:
     """Save ``tensors`` as a sharded checkpoint in ``directory``, laid out as
     huggingface_hub's ``save_torch_state_dict`` lays it out (``model-00001-of-0000N``
@@ -149,4 +150,5 @@ def save_sharded(
         directory,
         max_shard_size=parse_size(max_shard_size),
         metadata=metadata,
+        checksum=checksum,
     )

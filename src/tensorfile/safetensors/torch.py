@@ -386,6 +386,7 @@ def save_sharded(
     *,
     max_shard_size: int | str = "5GB",
     metadata: dict[str, str] | None = None,
+    checksum: str | None = None,
 ) -> list[str]:
     """Save a state dict as huggingface_hub's ``save_torch_state_dict`` does: names that
     share memory with a kept one are dropped (each recorded in the metadata as ``dropped
@@ -415,6 +416,7 @@ def save_sharded(
         metadata=meta,
         shard_metadata={"format": "pt"},
         storages={n: _storage(n, t) for n, t in state.items()},
+        checksum=checksum,
     )
 
 

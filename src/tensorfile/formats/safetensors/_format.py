@@ -23,14 +23,13 @@ Example:
 
 from __future__ import annotations
 
-import json
 import struct
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from tensorfile.core.atomic import CLONE_BLOCK, check_editable, rewrite
 from tensorfile.core.catalog import Catalog
-from tensorfile.core.digests import METADATA_KEY, Digest, digest_of
+from tensorfile.core.digests import Digest
 from tensorfile.core.errors import InvalidArgumentError, UnsupportedError
 from tensorfile.core.source import Source
 from tensorfile.formats import GetTensor, MetadataChange, TensorSpec, metadata_text
@@ -106,11 +105,6 @@ def check_options(options: Mapping[str, Any]) -> dict[str, Any]:
             raise InvalidArgumentError(
                 f"{key.replace('_', '-')} does not apply to safetensors output"
             )
-    if "checksum" in out and "shard_size" in out:
-        raise UnsupportedError(
-            "checksum with shard-size is not supported yet: convert to one file with "
-            "--checksum, or shard without it"
-        )
     return out
 
 
@@ -136,8 +130,9 @@ def save(
     """Write ``tensors`` to the safetensors file ``path``, header first (every tensor's place
     is known from the specs), then each ``get(name)`` in turn; with ``shard_size``, a
     sharded checkpoint in the folder ``path``. Metadata values that are not text are
-    written as JSON text. ``checksum`` adds each tensor's digest to the metadata (a first
-    pass over the tensors computes them, since the header comes first).
+    written as JSON text. ``checksum`` adds each tensor's digest to its file's metadata
+    (computed as the data streams; the header is rewritten in place before the file
+    appears).
 
     Example:
         >>> import numpy as np, os, tempfile
@@ -148,14 +143,6 @@ def save(
         True
     """
     meta = metadata_text(metadata)
-    if checksum is not None:
-        from tensorfile.formats.safetensors._writer import prepare_array
-
-        found = {}
-        for spec in tensors:
-            found[spec.name] = digest_of(checksum, prepare_array(spec.name, _dense(spec, get)).data)
-        meta = dict(meta)
-        meta[METADATA_KEY] = json.dumps(dict(sorted(found.items())), separators=(",", ":"))
     if shard_size is not None:
         import os
 
@@ -169,12 +156,13 @@ def save(
             max_shard_size=shard_size,
             metadata=meta,
             tick=tick,
+            checksum=checksum,
         )
         return [os.path.join(path, n) for n in names]
     from tensorfile.formats.safetensors._writer import StreamWriter
 
     specs = {t.name: (t.dtype.name, t.shape) for t in tensors}
-    with StreamWriter(path, specs, meta or None) as w:
+    with StreamWriter(path, specs, meta or None, checksum=checksum) as w:
         for spec in tensors:
             w.write(spec.name, _dense(spec, get))
             if tick is not None:

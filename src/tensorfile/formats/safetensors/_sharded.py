@@ -156,6 +156,7 @@ def write_sharded(
     shard_metadata: Mapping[str, str] | None = None,
     storages: Mapping[str, tuple[Hashable, int]] | None = None,
     tick: Callable[[str], None] | None = None,
+    checksum: str | None = None,
 ) -> list[str]:
     """Write a checkpoint tensor by tensor (memory: one tensor at a time).
 
@@ -205,7 +206,8 @@ def write_sharded(
             header_meta = {**per_shard, **meta} if len(plan) == 1 else per_shard
             stage = os.path.join(folder, tag + fname)
             staged.append((stage, os.path.join(folder, fname)))
-            with StreamWriter(stage, {n: specs[n] for n in shard}, header_meta or None) as w:
+            shard_specs = {n: specs[n] for n in shard}  # each shard: its own tensors' digests
+            with StreamWriter(stage, shard_specs, header_meta or None, checksum=checksum) as w:
                 for n in shard:
                     w.write(n, data(n))
                     if tick is not None:

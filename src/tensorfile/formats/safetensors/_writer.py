@@ -26,7 +26,7 @@ import numpy as np
 from tensorfile.core import dtypes, packing, slicing
 from tensorfile.core.atomic import AtomicFile, atomic_write, preallocate, write_all
 from tensorfile.core.chunks import check_chunk
-from tensorfile.core.digests import METADATA_KEY, digest_of
+from tensorfile.core.digests import METADATA_KEY, Digest, digest_of, placeholder
 from tensorfile.core.dtypes import DType
 from tensorfile.core.errors import (
     InvalidArgumentError,
@@ -186,14 +186,17 @@ def with_digests(
     if checksum is None:
         return metadata
     items = tensors.values() if isinstance(tensors, Mapping) else tensors
-    found = {p.name: digest_of(checksum, p.data) for p in sorted(items, key=_name_of)}
+    return _digest_metadata(metadata, {p.name: digest_of(checksum, p.data) for p in items})
+
+
+def _digest_metadata(
+    metadata: Mapping[str, str] | None, found: Mapping[str, str]
+) -> dict[str, str]:
+    """``metadata`` with the digests ``found`` (by name, written in name order)."""
     out = dict(metadata or {})
-    out[METADATA_KEY] = json.dumps(found, separators=(",", ":"), ensure_ascii=False)
+    ordered = dict(sorted(found.items()))
+    out[METADATA_KEY] = json.dumps(ordered, separators=(",", ":"), ensure_ascii=False)
     return out
-
-
-def _name_of(p: Prepared) -> str:
-    return p.name
 
 
 def to_bytes(
@@ -274,7 +277,10 @@ class StreamWriter:
         *,
         align: int = 8,
         fsync: bool = False,
+        checksum: str | None = None,
     ) -> None:
+        self._checksum = checksum
+        self._digests: dict[str, Digest] = {}
         if not isinstance(specs, Mapping):
             raise InvalidArgumentError(
                 f"specs must map names to (dtype, shape), got {type(specs).__name__}"
@@ -299,7 +305,13 @@ class StreamWriter:
                 )
             placeholders.append(_Spec(name, dt, shape_t, dt.nbytes(numel)))
         align = check_align(align)
+        if checksum is not None:  # digests of a fixed length now, the real ones on close
+            self._digests = {s.name: Digest(checksum) for s in placeholders}
+            filler = {s.name: placeholder(checksum) for s in placeholders}
+            metadata = _digest_metadata(metadata, filler)
+        self._layout_args = (placeholders, metadata, align)
         header, ordered = _layout(placeholders, metadata, align)
+        self._header_len = len(header)
         self._regions: dict[str, tuple[int, int]] = {}
         pos = len(header)
         for spec in ordered:
@@ -362,6 +374,8 @@ class StreamWriter:
         except OSError as exc:
             self.abort()
             raise SafetensorError(f"writing tensor {name!r} failed: {exc}") from exc
+        if self._digests:
+            self._digests[name].update(view)
         self._written[name] = done + view.nbytes
         self._chunks[name] = index + 1
 
@@ -385,8 +399,24 @@ class StreamWriter:
                 f"{len(missing)} {'tensor was' if len(missing) == 1 else 'tensors were'} not "
                 f"completely written, so no file was created: {'; '.join(parts)}"
             )
+        if self._digests:
+            self._write_digests()
         self._done = True
         self._file.commit()
+
+    def _write_digests(self) -> None:
+        """Rewrite the header with the real digests (the same length as the placeholders)."""
+        placeholders, metadata, align = self._layout_args
+        found = {n: d.value() for n, d in self._digests.items()}
+        header, _ = _layout(placeholders, _digest_metadata(metadata, found), align)
+        if len(header) != self._header_len:  # fixed-length digests: cannot happen
+            self.abort()
+            raise SafetensorError("the header with digests changed length; no file was written")
+        try:
+            write_all(self._fd, memoryview(header), 0)
+        except OSError as exc:
+            self.abort()
+            raise SafetensorError(f"writing the digests failed: {exc}") from exc
 
     def abort(self) -> None:
         """Discard everything written; the destination is left as it was."""
