@@ -25,6 +25,7 @@ Example:
 from __future__ import annotations
 
 import os
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Self
 
@@ -67,7 +68,7 @@ def path_of(path: Any) -> str:
         ) from None
 
 
-class ContainerWriter:
+class ContainerWriter(ABC):
     """An atomic temporary file that grows by appends; subclasses give the manifest."""
 
     VERSION = 1
@@ -113,15 +114,18 @@ class ContainerWriter:
 
     # -- what subclasses give --------------------------------------------------------------
 
+    @abstractmethod
     def _tail(self) -> bytes:
         """The bytes that end the file (manifest, footer), at the current position."""
-        raise NotImplementedError
 
     def _name_rule(self, name: Any) -> None:
-        """Raise InvalidArgumentError unless ``name`` is a valid tensor name."""
+        """Raise InvalidArgumentError unless ``name`` is a valid tensor name (a hook: every
+        name passes unless the subclass says otherwise)."""
+        return None
 
     def _release(self) -> None:
-        """Close what the subclass holds besides the file."""
+        """Close what the subclass holds besides the file (a hook: nothing by default)."""
+        return None
 
     # -- appending -------------------------------------------------------------------------
 
