@@ -1,4 +1,5 @@
-"""GGUF files (llama.cpp), read-only: the public face of :mod:`tensorfile.formats.gguf`.
+"""GGUF files (llama.cpp), read-only: the public face of :mod:`tensorfile.formats.gguf`
+(both hold the same names).
 
 Example:
     >>> from tensorfile.gguf import GGUFValue
@@ -6,32 +7,5 @@ Example:
     0.5
 """
 
-from tensorfile.formats.gguf import (
-    GGML_TYPES,
-    MAX_ARRAY_ITEMS,
-    MAX_HEADER_BYTES,
-    MAX_STRING_BYTES,
-    PLAIN_TYPES,
-    GGUFHeader,
-    GGUFTensor,
-    GGUFValue,
-    catalog_of,
-    open_reader,
-    read_catalog,
-    read_header,
-)
-
-__all__ = [
-    "GGML_TYPES",
-    "MAX_ARRAY_ITEMS",
-    "MAX_HEADER_BYTES",
-    "MAX_STRING_BYTES",
-    "PLAIN_TYPES",
-    "GGUFHeader",
-    "GGUFTensor",
-    "GGUFValue",
-    "catalog_of",
-    "open_reader",
-    "read_catalog",
-    "read_header",
-]
+from tensorfile.formats.gguf import *  # noqa: F403
+from tensorfile.formats.gguf import __all__ as __all__

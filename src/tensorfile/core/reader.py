@@ -130,6 +130,9 @@ class Reader:
         owns_source: close the source when the reader is closed.
     """
 
+    verify: bool = False
+    """Whether reads compare the digests the file stores (a format's reader sets it)."""
+
     def __init__(
         self,
         source: Source,
@@ -170,6 +173,10 @@ class Reader:
 
     def __len__(self) -> int:
         return len(self.catalog.tensors)
+
+    def checks_digest(self, name: str) -> bool:
+        """Whether reading ``name`` compares a digest the file stores for it."""
+        return self.verify and any(c.digest for c in self.info(name).components.values())
 
     def info(self, name: str) -> TensorInfo:
         """The catalog entry of ``name``."""

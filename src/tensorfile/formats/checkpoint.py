@@ -53,7 +53,7 @@ from ..core.reader import Allocator, NDArray, Reader, names_list, numpy_allocato
 from ..core.source import Source
 from ..sources import PathOrData, is_url
 from . import SAFETENSORS, open_reader
-from ._index import INDEX_SUFFIX
+from ._index import INDEX_SUFFIX, is_index
 
 if TYPE_CHECKING:  # catalogs (the index reader) loads when a checkpoint is opened
     from .catalogs import CheckpointIndex
@@ -174,6 +174,10 @@ class ShardedReader(Reader):
         """The tensor's :class:`TensorInfo` (its byte ranges are in its shard)."""
         return self._reader(name).info(name)
 
+    def checks_digest(self, name: str) -> bool:
+        """Whether reading ``name`` compares a digest its shard records."""
+        return self._reader(name).checks_digest(name)
+
     def shard_of(self, name: str) -> str:
         """The shard file the index places ``name`` in."""
         if name not in self._ck.weight_map:
@@ -277,7 +281,7 @@ def open(
 
             target = local_target(target)  # a file:// URL keeps the local rules
             if is_url(target):
-                if target.split("#", 1)[0].split("?", 1)[0].endswith(INDEX_SUFFIX):
+                if is_index(target):
                     return open_checkpoint(
                         target, allow_full_download=allow_full_download, verify=verify
                     )

@@ -51,11 +51,12 @@ __all__ = [
 ]
 
 
-def file_dtype(cat: Catalog, t: TensorInfo) -> str:
-    """The tensor's dtype as the file names it (``F32``, ``float32``), GGUF's upper-cased
-    (``F32``, ``Q4_K``: the names safetensors and the ``gguf`` package use)."""
+def file_dtype(fmt: str, t: TensorInfo) -> str:
+    """The tensor's dtype as the file of format ``fmt`` names it (``F32``, ``float32``),
+    GGUF's upper-cased (``F32``, ``Q4_K``: the names safetensors and the ``gguf`` package
+    use)."""
     name = t.stored_dtype
-    return name.upper() if cat.format == "gguf" else name
+    return name.upper() if fmt == "gguf" else name
 
 
 def files_of(cat: Catalog) -> list[str]:

@@ -236,7 +236,7 @@ def canonical_json(s: Catalog, *, progress: Callable[[int, int], None] | None = 
     doc["tensors"] = {
         t.name: {
             "name": t.name,
-            "dtype": file_dtype(s, t).lower(),
+            "dtype": file_dtype(s.format, t).lower(),
             "shape": list(t.shape[::-1] if reverse else t.shape),
             "byte_length": _byte_length(s.format, t),
         }

@@ -24,7 +24,7 @@ from typing import Any
 from tensorfile.core.values import TypedValue
 
 from ..core.catalog import Catalog, ShardInfo, TensorInfo
-from ._catalogs import load
+from ._catalogs import file_dtype, load
 from .hash import structural_hash
 
 __all__ = [
@@ -62,7 +62,7 @@ class InspectResult:
 
     def dtype_of(self, t: TensorInfo) -> str:
         """The tensor's dtype as the file names it, GGUF's upper-cased (``F32``, ``Q4_K``)."""
-        return t.stored_dtype.upper() if self.format == "gguf" else t.stored_dtype
+        return file_dtype(self.format, t)
 
     def to_json(self) -> dict[str, Any]:
         """The ``--json`` document (schema 1)."""
@@ -207,9 +207,8 @@ def inspect(
     params: dict[str, int] = defaultdict(int)
     nbytes: dict[str, int] = defaultdict(int)
     tensors = tuple(s.by_name())
-    gguf = s.format == "gguf"
     for t in tensors:
-        dt = t.stored_dtype.upper() if gguf else t.stored_dtype
+        dt = file_dtype(s.format, t)
         params[dt] += t.numel
         nbytes[dt] += t.nbytes
     return InspectResult(

@@ -174,7 +174,7 @@ class _Run:
                 self.fail(name, rule, _where(where, exc))
                 continue
             self.checked += 1
-            digest = _has_digest(reader, name)
+            digest = reader.checks_digest(name)
             kinds = (
                 "structure",
                 *(("digest",) if digest else ()),
@@ -212,16 +212,6 @@ class _Run:
             self.fail(name, "inf", f"{inf:,} of {flat.size:,} values are infinite")
         if bad:
             self.fail(name, "bool", f"{bad:,} BOOL bytes are neither 0 nor 1")
-
-
-def _has_digest(reader: Reader, name: str) -> bool:
-    """Whether reading ``name`` compared a stored digest (the reader verifies digests unless
-    it was opened with ``verify=False``, which verify never does)."""
-    if getattr(reader, "verify", True) is False:
-        return False
-    if name in getattr(reader, "digests", {}):  # safetensors: tensorfile.digests metadata
-        return True
-    return any(c.digest for c in reader.info(name).components.values())
 
 
 def _read_stored(reader: Reader, name: str) -> None:

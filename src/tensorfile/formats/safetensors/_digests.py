@@ -17,7 +17,7 @@ from typing import Any
 from tensorfile.core.digests import ALGORITHMS, METADATA_KEY, Digest
 from tensorfile.core.errors import InvalidMetadataError, SafetensorChecksumError
 
-__all__ = ["check", "parse_digests"]
+__all__ = ["check", "compare", "parse_digests"]
 
 _DIGEST = re.compile(r"(xxh3):[0-9a-f]{16}|(crc32c):[0-9a-f]{8}|(sha256):[0-9a-f]{64}")
 
@@ -58,9 +58,15 @@ def check(where: str, name: str, data: Any, digest: str) -> None:
     """Compare ``data`` (the tensor's stored bytes) with its recorded ``digest``."""
     got = Digest(digest.partition(":")[0])
     got.update(data)
-    if got.value() != digest:
+    compare(where, name, got.value(), digest)
+
+
+def compare(where: str, name: str, got: str, digest: str) -> None:
+    """A :class:`~tensorfile.errors.SafetensorChecksumError` naming the tensor unless the
+    digest ``got`` of its bytes is the recorded ``digest``."""
+    if got != digest:
         raise SafetensorChecksumError(
-            f"{where}: tensor {name!r} has digest {got.value()}, the file records {digest}: "
+            f"{where}: tensor {name!r} has digest {got}, the file records {digest}: "
             "its bytes changed after it was written",
             tensor=name,
         )

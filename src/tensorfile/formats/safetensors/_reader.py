@@ -10,14 +10,13 @@ from tensorfile.core.digests import Digest
 from tensorfile.core.errors import (
     InvalidTensorEntryError,
     MissingTensorError,
-    SafetensorChecksumError,
     SafetensorIOError,
     SourceError,
     TensorFileError,
 )
 from tensorfile.core.reader import Reader
 from tensorfile.core.source import Source
-from tensorfile.formats.safetensors._digests import check, parse_digests
+from tensorfile.formats.safetensors._digests import check, compare, parse_digests
 from tensorfile.formats.safetensors._parse import N_LEN, Header, parse_header, parse_header_length
 
 __all__ = ["SafetensorsReader", "catalog_of", "read_header"]
@@ -131,13 +130,12 @@ class SafetensorsReader(Reader):
         d = Digest(digest.partition(":")[0])
         for pos in range(rng.start, rng.stop, _CHUNK):
             d.update(self.source.read(pos, min(_CHUNK, rng.stop - pos)))
-        if d.value() != digest:
-            raise SafetensorChecksumError(
-                f"{self.source.name}: tensor {name!r} has digest {d.value()}, the file records "
-                f"{digest}: its bytes changed after it was written",
-                tensor=name,
-            )
+        compare(self.source.name, name, d.value(), digest)
         self._checked.add(name)
+
+    def checks_digest(self, name: str) -> bool:
+        """Whether reading ``name`` compares the digest the file's metadata records."""
+        return self.verify and name in self.digests
 
     def view(self, name: str) -> Any:
         """A zero-copy view (its digest checked first, once, with ``verify=True``)."""
