@@ -14,8 +14,8 @@ import pytest
 
 import tensorfile.dataset.writer as writer_module
 from tensorfile import dataset
-from tensorfile.dataset.manifest import Manifest
 from tensorfile.errors import TensorFileError
+from tensorfile.sources import LocalStore
 from tests.helpers.checkpoints import reference_load, shard_files, snapshot
 from tests.helpers.datasets import cols_a, cols_b, fail_on_call
 from tests.helpers.manifests import (
@@ -95,15 +95,16 @@ def test_overwrite_removes_old_shards_only_after_the_new_manifest(
 ) -> None:
     dataset.write(cols_a(), tmp_path, batch_size=3)
     old = listed_shards(tmp_path)
-    real = Manifest.write
+    real = LocalStore.write_if
     seen: list[list[str]] = []
 
-    def spy(self: Manifest, folder: str) -> None:
-        seen.append(shard_files(folder))  # the old shards are all still there
-        real(self, folder)
-        seen.append(shard_files(folder))
+    def spy(self: LocalStore, name: str, data: bytes, expected: str | None) -> None:
+        assert name == "dataset_manifest.json"
+        seen.append(shard_files(self.root))  # the old shards are all still there
+        real(self, name, data, expected)
+        seen.append(shard_files(self.root))
 
-    monkeypatch.setattr(Manifest, "write", spy)
+    monkeypatch.setattr(LocalStore, "write_if", spy)
     dataset.write(cols_b(), tmp_path, batch_size=3)
     assert len(seen) == 2
     assert set(old) <= set(seen[0])
@@ -214,7 +215,7 @@ def _inject(kind: str, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, dict[str, 
 
         monkeypatch.setattr(os, "replace", replace)
     elif kind == "manifest_write":
-        monkeypatch.setattr(Manifest, "write", fail_on_call(Manifest.write, 1))
+        monkeypatch.setattr(LocalStore, "write_if", fail_on_call(LocalStore.write_if, 1))
     elif kind == "index_write":
         options["generate_index"] = True
         # the index is built before the commit point: a failure there commits nothing

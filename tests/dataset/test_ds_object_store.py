@@ -22,7 +22,6 @@ import safetensors.numpy
 
 from tensorfile import dataset
 from tensorfile.dataset import writer as writer_module
-from tensorfile.dataset.manifest import Manifest
 from tensorfile.dataset.storage import storage_for
 from tensorfile.errors import (
     FormatError,
@@ -138,7 +137,7 @@ def _inject(kind: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     elif kind == "second_move":
         monkeypatch.setattr(FsspecStore, "move", fail_on_call(FsspecStore.move, 2))
     elif kind == "manifest_write":
-        monkeypatch.setattr(Manifest, "write", fail_on_call(Manifest.write, 1))
+        monkeypatch.setattr(FsspecStore, "write_if", fail_on_call(FsspecStore.write_if, 1))
     elif kind == "index_build":
         options["generate_index"] = True
         monkeypatch.setattr(

@@ -637,3 +637,37 @@ def test_a_relative_path_is_the_driver_folder(spark: Any, tmp_path: Any) -> None
     assert (tmp_path / "rel" / "ds" / "dataset_manifest.json").is_file()
     assert_consistent(tmp_path / "rel" / "ds")
     assert sorted((r.id, list(r.x)) for r in load(spark, rel).collect()) == rows
+
+
+def test_a_job_raced_by_another_writer_fails_and_publishes_nothing(
+    spark: Any, tmp_path: Any
+) -> None:
+    """An append job whose dataset is overwritten by another writer while its tasks run (the
+    other writer commits from inside a task, so the order is certain) fails at its commit
+    with ConcurrentWriteError: the dataset is the other writer's, and none of the job's
+    shards is listed or left behind."""
+    from pyspark.sql import functions as F
+
+    out = tmp_path / "raced"
+    rows = [(i, [float(i), -float(i)]) for i in range(6)]
+    save(df_of(spark, rows, "id long, x array<float>"), out, batch_size=3)
+    flag = str(tmp_path / "raced-once")
+    path = str(out)
+
+    def race(x: list[float]) -> list[float]:
+        if not os.path.exists(flag):
+            open(flag, "w").close()
+            from tensorfile import dataset
+
+            other = {"id": np.arange(900, 904), "x": np.zeros((4, 2), np.float32)}
+            dataset.write(other, path, batch_size=2, mode="overwrite")
+        return x
+
+    df = df_of(spark, [(i, [float(i), 1.0]) for i in range(50, 54)], "id long, x array<float>")
+    df = df.withColumn("x", F.udf(race, "array<float>")("x"))
+    with pytest.raises(SPARK_ERRORS, match="another writer committed"):
+        save(df, out, mode="append", batch_size=2)
+    doc = assert_consistent(out)
+    assert doc["total_samples"] == 4
+    got = sorted(r.id for r in load(spark, out).collect())
+    assert got == [900, 901, 902, 903]

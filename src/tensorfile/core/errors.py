@@ -45,7 +45,8 @@ translated where it crosses into tensorfile and chained with ``from``::
     ├── UnsupportedError            a dtype, codec, framework or version tensorfile cannot handle
     ├── SourceError                 I/O failed: a file, an HTTP server, a range not honoured
     │                               (also an OSError)
-    │   └── SourceNotFoundError     no such file or URL (also a FileNotFoundError)
+    │   ├── SourceNotFoundError     no such file or URL (also a FileNotFoundError)
+    │   └── ConcurrentWriteError    another writer changed a dataset while this one wrote
     ├── TensorNotFoundError         no tensor of that name (also a KeyError)
     ├── InvalidArgumentError        a caller passed something unusable (also a ValueError)
     │   ├── InvalidTypeError        ... of the wrong type (also a TypeError)
@@ -66,6 +67,7 @@ from __future__ import annotations
 
 __all__ = [
     "ChecksumError",
+    "ConcurrentWriteError",
     "DuplicateTensorError",
     "FormatError",
     "GGUFError",
@@ -154,6 +156,17 @@ class SourceError(TensorFileError, OSError):
 
 class SourceNotFoundError(SourceError, FileNotFoundError):
     """The file (or URL) does not exist. Also a ``FileNotFoundError``."""
+
+
+class ConcurrentWriteError(SourceError):
+    """Another writer committed to the same dataset while this one was writing (an append
+    racing an overwrite, two jobs at once), or held it past the wait: this write published
+    nothing (the dataset is the other writer's) and can be run again. ``changed`` names the
+    file another writer changed, when that is what happened."""
+
+    def __init__(self, message: str, *, changed: str | None = None) -> None:
+        super().__init__(message)
+        self.changed = changed
 
 
 class TensorNotFoundError(TensorFileError, KeyError):

@@ -294,11 +294,14 @@ class Manifest:
         manifest.schema = _decode_dtypes(schema, extra["dtypes"], manifest.column_of(), where)
         return manifest
 
+    def to_bytes(self) -> bytes:
+        """The text of ``dataset_manifest.json`` (UTF-8)."""
+        return (json.dumps(self.to_json(), indent=2, ensure_ascii=False) + "\n").encode()
+
     def write(self, folder: Location) -> None:
         """Write ``dataset_manifest.json`` atomically (temporary file + rename; on an object
         store one object written in one request)."""
-        text = json.dumps(self.to_json(), indent=2, ensure_ascii=False) + "\n"
-        storage_for(folder).write_atomic(MANIFEST_NAME, text.encode())
+        storage_for(folder).write_atomic(MANIFEST_NAME, self.to_bytes())
 
 
 # -- checks -------------------------------------------------------------------------------
@@ -464,7 +467,7 @@ def read_manifest(folder: Location) -> Manifest | None:
         >>> try:
         ...     read_manifest(folder)
         ... except SourceError as exc:
-        ...     print(str(exc).endswith("is not a regular file"))
+        ...     print(str(exc).endswith("is a FIFO, not a regular file"))
         True
     """
     path, raw = _manifest_bytes(folder)

@@ -15,6 +15,16 @@ through a symlink), so a lying manifest cannot make a commit delete anything els
 nothing outside its own staging folder, so the previous dataset stays readable and no shard
 outside the manifest appears. :func:`write` runs the whole protocol locally, as one task.
 
+Concurrent writers: :func:`start_job` records the version of the manifest the job starts
+from (:meth:`~tensorfile.sources.Store.version`) in the job's marker, and :func:`commit`
+publishes the new manifest only if it is still that version
+(:meth:`~tensorfile.sources.Store.write_if`: a conditional put on S3, a lock of the folder
+on a local disk). So of two jobs that overlap (an append racing an overwrite, two appends),
+the first to commit wins and the other fails with
+:class:`~tensorfile.errors.ConcurrentWriteError` before or at its commit point, removing
+the shards it had moved into place: no manifest ever lists the shards of a writer that lost,
+or builds on a dataset that changed under it. Run the losing job again.
+
 Example:
     >>> import numpy as np, os, tempfile
     >>> out = os.path.join(tempfile.mkdtemp(), "ds")
@@ -29,6 +39,7 @@ Example:
 from __future__ import annotations
 
 import functools
+import json
 import os
 import stat
 import uuid
@@ -36,12 +47,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..core.errors import InvalidArgumentError, SourceError
+from ..core.errors import ConcurrentWriteError, InvalidArgumentError, SourceError
 from ..formats import SAFETENSORS
 from ..formats.safetensors.faces import prepare_array, write_file
 from ..sources import LocalStore
 from .convert import Column, columns_and_keys
-from .files import INDEX_NAME
+from .files import INDEX_NAME, MANIFEST_NAME
 from .index import index_bytes
 from .manifest import (
     Manifest,
@@ -116,15 +127,57 @@ commit or an abort removes it with the folder."""
 
 
 def start_job(path: Location, job: str) -> None:
-    """Mark ``job`` as running (its staging folder's :data:`JOB_MARKER`). A task checks the
-    marker after it has written its shards: when the job was committed or aborted meanwhile
-    (Spark does not wait for a killed or speculative task before aborting), the task removes
-    what it wrote itself, so no staged shard outlives its job."""
+    """Mark ``job`` as running (its staging folder's :data:`JOB_MARKER`, which records the
+    version of the manifest the job starts from: :func:`commit` publishes only over that
+    one). A task checks the marker after it has written its shards: when the job was
+    committed or aborted meanwhile (Spark does not wait for a killed or speculative task
+    before aborting), the task removes what it wrote itself, so no staged shard outlives its
+    job."""
     store = storage_for(path)
-    if isinstance(store, LocalStore):
-        store.make_folder(STAGING, "the staging folder")
-        store.make_folder(f"{STAGING}/{job}", "the staging folder")
-    store.write_atomic(f"{STAGING}/{job}/{JOB_MARKER}", b"")
+    base = store.version(MANIFEST_NAME)
+    marker = json.dumps({"base": base}).encode()
+    for attempt in range(_ATTEMPTS):
+        try:
+            if isinstance(store, LocalStore):
+                store.make_folder(STAGING, "the staging folder")
+                store.make_folder(f"{STAGING}/{job}", "the staging folder")
+            store.write_atomic(_marker(job), marker)
+            return
+        except SourceError:
+            # another job's cleanup removed the empty staging folder between the two
+            # steps (it goes once no job is left in it): make it again
+            if attempt == _ATTEMPTS - 1:
+                raise
+
+
+_ATTEMPTS = 5
+
+
+def _marker(job: str) -> str:
+    return f"{STAGING}/{job}/{JOB_MARKER}"
+
+
+_MAX_MARKER_BYTES = 4096
+
+
+def _job_base(store: Store, job: str) -> str | None:
+    """The manifest version ``job`` started from, as :func:`start_job` recorded it."""
+    raw = store.read_bounded(_marker(job), "the job marker", _MAX_MARKER_BYTES)
+    if raw is None:
+        raise ConcurrentWriteError(
+            f"{store}: the write job {job} is not running (its marker "
+            f"{store.url(_marker(job))} is gone: the job was aborted or committed); "
+            "nothing was published"
+        )
+    try:
+        base = json.loads(raw)["base"]
+    except (ValueError, TypeError, KeyError):
+        base = False
+    if base is not None and not isinstance(base, str):
+        raise SourceError(
+            f"{store.url(_marker(job))} is not a job marker tensorfile wrote; nothing was published"
+        )
+    return base
 
 
 def _job_ended(store: Store, folder: str) -> bool:
@@ -233,6 +286,10 @@ def commit(
     if mode not in MODES:
         raise InvalidArgumentError(f"save mode {mode!r} is not supported; use {' or '.join(MODES)}")
     store = storage_for(path)
+    # the manifest this job started from (another writer's commit since then fails this
+    # one, now or at the conditional write of the new manifest)
+    expected = _job_base(store, job) if job is not None else store.version(MANIFEST_NAME)
+    _published_over(store, expected, lambda: store.check_version(MANIFEST_NAME, expected))
     # append builds on the previous manifest, which must be valid; overwrite only needs the
     # names it listed, and deletes none of them unless deletable() proves it may
     old = read_manifest(store) if mode == "append" else None
@@ -277,7 +334,10 @@ def commit(
             name_col=opts.name_col,
         )
         staged_index = index_bytes(index) if with_index else None  # (before the commit)
-        manifest.write(store)  # the commit point: the new dataset exists from here on
+        # the commit point: the new dataset exists from here on
+        _published_over(
+            store, expected, lambda: store.write_if(MANIFEST_NAME, manifest.to_bytes(), expected)
+        )
     except BaseException:
         for name in moved:  # the previous dataset stays as it was
             _remove(store, name)
@@ -301,6 +361,23 @@ def commit(
             f"not: {failed}"
         ) from failed
     return manifest
+
+
+def _published_over(store: Store, expected: str | None, step: Any) -> None:
+    """Run ``step`` (a check or the conditional write of the manifest), telling a
+    :class:`ConcurrentWriteError` as the dataset's."""
+    try:
+        step()
+    except ConcurrentWriteError as exc:
+        if exc.changed is None:  # (another writer held the lock too long: its own words)
+            raise
+        raise ConcurrentWriteError(
+            f"{store}: another writer committed to this dataset while this job was writing "
+            f"(its manifest is no longer the one the job started from"
+            f"{'' if expected is not None else ', which was none'}); this job published "
+            "nothing: run it again",
+            changed=MANIFEST_NAME,
+        ) from None
 
 
 def _index_exists(store: Store) -> bool:
@@ -457,18 +534,19 @@ def _remove_index(store: Store) -> None:
 
 
 def _cleanup(store: Store, results: Sequence[TaskResult]) -> None:
+    """Remove the tasks' staging folders, and locally their job's folder and the staging
+    folder when that leaves them empty (never another job's folder: a job that is starting
+    has an empty one for a moment)."""
     for r in results:
         if r.folder:
             store.remove_tree(r.folder)
     if isinstance(store, LocalStore):  # empty folders: object stores have none
-        root = store.path(STAGING)
-        try:
-            for job in os.listdir(root):
-                if not os.listdir(os.path.join(root, job)):
-                    os.rmdir(os.path.join(root, job))
-            os.rmdir(root)
-        except OSError:
-            pass  # another job's staging folder is still there
+        jobs = {r.folder.rpartition("/")[0] for r in results if r.folder.startswith(STAGING)}
+        for folder in (*sorted(jobs), STAGING):
+            try:
+                os.rmdir(store.path(folder))
+            except OSError:
+                pass  # not empty: another task's or another job's
 
 
 def abort(path: Location, job: str) -> None:

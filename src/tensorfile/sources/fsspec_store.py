@@ -8,6 +8,12 @@ filesystems write in place (``atomic_publish`` is False). Listings are never tak
 fsspec's cache: other processes (a job's tasks) write here too. Errors go through the one
 fsspec mapper (:mod:`._fsspec`), shared with :class:`~.fsspec_source.FsspecSource`.
 
+Conditional writes: on S3 a version is the object's ETag and :meth:`FsspecStore.write_if`
+is one put with ``If-Match`` (``If-None-Match: *`` for a file that must not exist yet), so
+the server refuses it when another writer got there first; on ``memory://`` (one process)
+the compare and the write hold a lock of the process. Other filesystems compare the
+content's SHA-256 and then write (``conditional_writes`` is False).
+
 Example:
     >>> s = FsspecStore("memory://fsspec-store-doc/one")
     >>> s.write_atomic("a.bin", b"0123456789")
@@ -17,8 +23,10 @@ Example:
 
 from __future__ import annotations
 
+import hashlib
 import os
 import posixpath
+import threading
 from collections.abc import Mapping
 from typing import Any
 
@@ -35,6 +43,12 @@ _READ_ONLY = frozenset({"http", "https"})
 """Protocols whose filesystems read only."""
 _ATOMIC = OBJECT_STORES | {"memory"}
 """Protocols where one put is seen whole or not at all."""
+_S3 = frozenset({"s3", "s3a"})
+"""Protocols whose puts take ``If-Match``/``If-None-Match``."""
+_CONDITIONAL = _S3 | {"memory"}
+"""Protocols where :meth:`FsspecStore.write_if` is atomic against other writers."""
+_MEMORY_LOCK = threading.Lock()
+"""Compares and writes of ``memory://`` files take turns (one process holds them all)."""
 
 
 class FsspecStore(Store):
@@ -55,6 +69,8 @@ class FsspecStore(Store):
         self.supports_writes = self.supports_deletes = writable
         self.supports_listing = protocol not in _READ_ONLY
         self.atomic_publish = protocol in _ATOMIC
+        self.conditional_writes = protocol in _CONDITIONAL
+        self._protocol = protocol
         self._fs: Any = None
         self._base = ""
 
@@ -161,6 +177,61 @@ class FsspecStore(Store):
             self.fs.pipe_file(self._p(name), bytes(data))
         except Exception as exc:
             raise self._fail("write", name, exc) from None
+
+    def version(self, name: str) -> str | None:
+        check_name(name)
+        info = self._info(name)
+        if info is None:
+            return None
+        if info.get("type") != "file":
+            raise SourceError(f"{self.url(name)} is not a file")
+        etag = info.get("ETag") or info.get("etag")
+        if self._protocol in _S3 and isinstance(etag, str) and etag:
+            return "etag:" + etag.strip('"')
+        digest = hashlib.sha256()
+        try:
+            with self.fs.open(self._p(name), "rb") as f:
+                while chunk := f.read(1 << 20):
+                    digest.update(chunk)
+        except FileNotFoundError:
+            return None
+        except Exception as exc:
+            raise self._fail("read", name, exc) from None
+        return "sha256:" + digest.hexdigest()
+
+    def write_if(self, name: str, data: bytes, expected: str | None) -> None:
+        self._require("writes", "write", name)
+        if self._protocol == "memory":
+            with _MEMORY_LOCK:
+                self.check_version(name, expected)
+                self.write_atomic(name, data)
+            return
+        if self._protocol not in _S3 or (expected is not None and not expected.startswith("etag:")):
+            super().write_if(name, data, expected)
+            return
+        self.check_version(name, expected)  # (fails early, and without a request's cost)
+        condition = (
+            {"IfNoneMatch": "*"} if expected is None else {"IfMatch": expected[len("etag:") :]}
+        )
+        try:
+            self.fs.pipe_file(self._p(name), bytes(data), **condition)
+        except Exception as exc:
+            # the server refused the condition (412; 409 while another put of it runs), or
+            # the request failed, or only its answer was lost: the object now says which
+            if self.version(name) != expected:
+                if self._holds(name, data):
+                    return  # the put landed; its answer did not
+                raise self.changed(name) from None
+            raise self._fail("write", name, exc) from None
+
+    def _holds(self, name: str, data: bytes) -> bool:
+        """Whether the file ``name`` holds exactly ``data``."""
+        try:
+            return self.read_bounded(name, "the file", len(data)) == data
+        except SourceError:
+            return False
+        except FormatError:  # (longer than data)
+            return False
 
     def upload(self, local_path: str, name: str) -> None:
         self._require("writes", "write", name)

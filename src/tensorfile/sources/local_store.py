@@ -1,6 +1,12 @@
 """A store in a local folder: the hardened primitives of :mod:`.paths` (no FIFO waited on, no
 symlink followed out of the folder) and atomic renames.
 
+Conditional writes (:meth:`LocalStore.write_if`) compare and rename under an exclusive
+``flock`` of the folder itself, so writers in other processes (and threads) take turns; the
+kernel drops the lock of a killed process, so no lock outlives its writer and there is no
+lock file to leave behind. A version is the file's identity and times (device, inode, size,
+modification and change times in nanoseconds): every atomic write makes a new inode.
+
 Example:
     >>> import tempfile
     >>> s = LocalStore(tempfile.mkdtemp())
@@ -11,12 +17,16 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import fcntl
 import os
 import shutil
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
-from ..core.errors import SourceError
+from ..core.errors import ConcurrentWriteError, SourceError
 from ..core.source import ByteRequest
 from . import paths
 from .local import LocalSource
@@ -31,6 +41,9 @@ class LocalStore(Store):
     change."""
 
     is_local = True
+    conditional_writes = True
+    lock_timeout = 60.0
+    """Seconds :meth:`write_if` waits for another writer's turn before it gives up."""
 
     def __init__(self, root: str, *, read_only: bool = False) -> None:
         self.root = root
@@ -111,6 +124,50 @@ class LocalStore(Store):
         self._require("writes", "write", name)
         with atomic_write(self._target(name), fsync=True) as fd:
             write_all(fd, memoryview(data))
+
+    def version(self, name: str) -> str | None:
+        fd = paths.open_regular(self.path(name), name)
+        if fd is None:
+            return None
+        try:
+            st = os.fstat(fd)
+        finally:
+            os.close(fd)
+        return f"{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}"
+
+    def write_if(self, name: str, data: bytes, expected: str | None) -> None:
+        self._require("writes", "write", name)
+        with self._locked():
+            self.check_version(name, expected)
+            self.write_atomic(name, data)
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        """An exclusive ``flock`` of the root folder while the block runs."""
+        try:
+            fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY)
+        except OSError as exc:
+            raise SourceError(f"cannot open {self.root}: {exc.strerror or exc}") from exc
+        try:
+            deadline = time.monotonic() + self.lock_timeout
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except OSError as exc:
+                    if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                        raise SourceError(
+                            f"cannot lock {self.root}: {exc.strerror or exc}"
+                        ) from exc
+                if time.monotonic() > deadline:
+                    raise ConcurrentWriteError(
+                        f"{self.root}: another writer held the folder's lock for over "
+                        f"{self.lock_timeout:g} s; nothing was written"
+                    )
+                time.sleep(0.01)
+            yield
+        finally:
+            os.close(fd)  # (releases the lock)
 
     def upload(self, local_path: str, name: str) -> None:
         self._require("writes", "write", name)

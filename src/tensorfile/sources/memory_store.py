@@ -39,8 +39,11 @@ class MemoryStore(Store):
         self.root = name
         self.read_only = read_only
         self.supports_writes = self.supports_deletes = not read_only
+        self.conditional_writes = True
         self._lock = threading.Lock()
         self._files: dict[str, bytes] = {}
+        self._writes = 0  # (a file's version: the count of writes when it was written)
+        self._version: dict[str, int] = {}
         for key, data in (files or {}).items():
             self._files[check_name(key)] = bytes(data)
 
@@ -86,9 +89,13 @@ class MemoryStore(Store):
             )
         return data
 
-    def _put(self, name: str, data: bytes) -> None:
+    def _put(self, name: str, data: bytes, expected: str | bool | None = True) -> None:
+        """Store ``data`` as ``name``; unless ``expected`` is True, only if ``name`` is at
+        that version (compared under the lock)."""
         check_name(name)
         with self._lock:
+            if expected is not True and self._version_of(name) != expected:
+                raise self.changed(name)
             if any(k.startswith(name + "/") for k in self._files):
                 raise SourceError(f"cannot write {self.url(name)}: a folder is there")
             parts = name.split("/")
@@ -96,6 +103,20 @@ class MemoryStore(Store):
                 if "/".join(parts[:i]) in self._files:
                     raise SourceError(f"cannot write {self.url(name)}: a file is in the way")
             self._files[name] = data
+            self._writes += 1
+            self._version[name] = self._writes
+
+    def _version_of(self, name: str) -> str | None:
+        return f"w{self._version.get(name, 0)}" if name in self._files else None
+
+    def version(self, name: str) -> str | None:
+        check_name(name)
+        with self._lock:
+            return self._version_of(name)
+
+    def write_if(self, name: str, data: bytes, expected: str | None) -> None:
+        self._require("writes", "write", name)
+        self._put(name, bytes(data), expected)
 
     def write_atomic(self, name: str, data: bytes) -> None:
         self._require("writes", "write", name)

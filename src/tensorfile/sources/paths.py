@@ -114,7 +114,7 @@ def open_regular(path: str, what: str) -> int | None:
         >>> try:
         ...     open_regular(fifo, "the manifest")
         ... except SourceError as exc:
-        ...     print(str(exc).endswith("is not a regular file"))
+        ...     print(str(exc).endswith("is a FIFO, not a regular file"))
         True
     """
     try:
@@ -132,8 +132,22 @@ def open_regular(path: str, what: str) -> int | None:
         raise SourceError(f"cannot stat {what} {path}: {exc.strerror or exc}") from exc
     if not stat.S_ISREG(mode):
         os.close(fd)
-        raise SourceError(f"{what} {path} is not a regular file")
+        raise SourceError(f"{what} {path} is {_kind(mode)}, not a regular file")
     return fd
+
+
+def _kind(mode: int) -> str:
+    """What a node that is not a regular file is, in words."""
+    for test, words in (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+    ):
+        if test(mode):
+            return words
+    return "not a file"
 
 
 def read_bounded(path: str, what: str, limit: int) -> bytes | None:

@@ -12,6 +12,11 @@ A :class:`Store` says what it can do with capability flags, and an operation it 
 * ``supports_deletes``: :meth:`Store.remove`, :meth:`Store.remove_tree`.
 * ``atomic_publish``: a write is seen whole or not at all (an atomic rename on a local
   file system; a single put on an object store).
+* ``conditional_writes``: :meth:`Store.write_if` publishes a file only if it is still the
+  version the writer read, atomically against every other writer (a lock of the folder
+  around the rename on a local file system, S3's ``If-Match``/``If-None-Match`` put, a
+  lock in the process for ``memory://``). Where it is False, :meth:`Store.write_if`
+  compares and then writes, and a writer that slips between the two is not seen.
 
 The stores: :class:`~.local_store.LocalStore` (a local folder, with the path rules of
 :mod:`.paths`), :class:`~.memory_store.MemoryStore` (files in a dict) and
@@ -39,7 +44,7 @@ import posixpath
 from collections.abc import Callable
 from typing import ClassVar
 
-from ..core.errors import SourceError, UnsupportedError
+from ..core.errors import ConcurrentWriteError, SourceError, UnsupportedError
 from ..core.source import ByteRequest, Source
 from .paths import check_name, is_plain_name
 
@@ -55,6 +60,7 @@ class Store:
     supports_listing: bool = True
     supports_deletes: bool = True
     atomic_publish: bool = True
+    conditional_writes: bool = False
     is_local: ClassVar[bool] = False
     root: str
     read_only: bool = False
@@ -174,6 +180,35 @@ class Store:
                 raise SourceError(f"cannot stat {local}: {exc.strerror or exc}") from exc
             self.upload(local, name)
         return size
+
+    def version(self, name: str) -> str | None:
+        """An opaque token of the file ``name`` as it is now (None when there is none): it
+        changes whenever the file is written. :meth:`write_if` compares it."""
+        raise NotImplementedError
+
+    def write_if(self, name: str, data: bytes, expected: str | None) -> None:
+        """Write ``data`` as ``name`` (as :meth:`write_atomic` does) only if the file is
+        still at the :meth:`version` ``expected`` (None: only if there is no such file);
+        otherwise a :class:`~tensorfile.errors.ConcurrentWriteError` and nothing written.
+        Atomic against other writers where ``conditional_writes``; this default compares,
+        then writes."""
+        self._require("writes", "write", name)
+        self.check_version(name, expected)
+        self.write_atomic(name, data)
+
+    def check_version(self, name: str, expected: str | None) -> None:
+        """A :class:`~tensorfile.errors.ConcurrentWriteError` unless ``name`` is at the
+        version ``expected``."""
+        if self.version(name) != expected:
+            raise self.changed(name)
+
+    def changed(self, name: str) -> ConcurrentWriteError:
+        """The error of a file that another writer changed since it was read."""
+        return ConcurrentWriteError(
+            f"{self.url(name)} was changed by another writer since this one read it; "
+            "nothing was written over it",
+            changed=name,
+        )
 
     def move(self, src: str, dst: str) -> None:
         """Move the file ``src`` to ``dst`` (both relative), replacing ``dst``."""

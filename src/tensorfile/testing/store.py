@@ -79,7 +79,7 @@ class StoreConformance:
     # -- flags and names ----------------------------------------------------------------------
 
     def test_flags_are_honest_booleans(self, store: Store) -> None:
-        for flag in (*FLAGS, "atomic_publish", "is_local", "read_only"):
+        for flag in (*FLAGS, "atomic_publish", "conditional_writes", "is_local", "read_only"):
             assert isinstance(getattr(store, flag), bool), flag
         assert store.supports_ranges
         if store.read_only:
@@ -174,6 +174,30 @@ class StoreConformance:
         assert self.read(store, "w.bin") == b"new, longer"
         store.write_atomic("sub/deeper/w.bin", b"")
         assert store.file_size("sub/deeper/w.bin") == 0
+
+    def test_conditional_writes(self, store: Store) -> None:
+        """:meth:`Store.write_if` writes only over the version it was given, and a version
+        changes with every write of other bytes."""
+        from ..core.errors import ConcurrentWriteError
+
+        assert store.version("v.json") is None
+        if not store.supports_writes:
+            with pytest.raises(UnsupportedError):
+                store.write_if("v.json", b"x", None)
+            return
+        store.write_if("v.json", b"one", None)
+        first = store.version("v.json")
+        assert isinstance(first, str)
+        assert first
+        with pytest.raises(ConcurrentWriteError) as caught:
+            store.write_if("v.json", b"two", None)  # it exists now
+        assert caught.value.changed == "v.json"
+        store.write_if("v.json", b"two", first)
+        second = store.version("v.json")
+        assert second != first
+        with pytest.raises(ConcurrentWriteError):
+            store.write_if("v.json", b"three", first)  # a version that is gone
+        assert self.read(store, "v.json") == b"two"
 
     def test_write_file(self, store: Store) -> None:
         if not store.supports_writes:
