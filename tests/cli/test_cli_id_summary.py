@@ -47,23 +47,38 @@ def _structural(
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def _content(tensors: dict[str, tuple[str, list[int], bytes]]) -> str:
-    """The content id: names, common dtypes, shapes and dense bytes, in name order."""
-    h = hashlib.sha256(b"tensorfile-content-v1\n")
+def _tensor_digest(algorithm: str, data: bytes) -> str:
+    """``algorithm:hex`` of ``data``, computed here with each algorithm's own package."""
+    if algorithm == "sha256":
+        return "sha256:" + hashlib.sha256(data).hexdigest()
+    if algorithm == "xxh3":
+        import xxhash
+
+        return f"xxh3:{xxhash.xxh3_64_intdigest(data):016x}"
+    import crc32c
+
+    return f"crc32c:{crc32c.crc32c(data):08x}"
+
+
+def _content(tensors: dict[str, tuple[str, list[int], bytes]], algorithm: str = "sha256") -> str:
+    """The content id (v2): per tensor in name order, its name, common dtype and shape as
+    compact JSON, then the digest of its dense bytes, each followed by a newline."""
+    h = hashlib.sha256(b"tensorfile-content-v2\n")
     for name in sorted(tensors):
         dt, shape, data = tensors[name]
         head = {"name": name, "dtype": dt, "shape": shape}
         h.update(json.dumps(head, separators=(",", ":"), ensure_ascii=False).encode() + b"\n")
-        h.update(data)
+        h.update(_tensor_digest(algorithm, data).encode() + b"\n")
     return h.hexdigest()
 
 
-def _model_content(model: dict[str, np.ndarray[Any, Any]]) -> str:
+def _model_content(model: dict[str, np.ndarray[Any, Any]], algorithm: str = "sha256") -> str:
     return _content(
         {
             n: (SAFETENSORS_DTYPE[a.dtype.name], list(a.shape), np.ascontiguousarray(a).tobytes())
             for n, a in model.items()
-        }
+        },
+        algorithm,
     )
 
 
