@@ -270,6 +270,7 @@ def test_id_content_json(tmp_path: Path, capsys: Any) -> None:
         "format": "ztensor",
         "path": str(path),
         "content_hash": _model_content(MODEL),
+        "content_algorithm": "sha256",
         "tensor_count": 7,
         "metadata_count": 2,
     }
