@@ -22,7 +22,7 @@ from tests.helpers.checkpoints import (
     write_sharded,
     write_zt,
 )
-from tests.helpers.cli import run, run_json, run_proc
+from tests.helpers.cli import assert_one_error, run, run_json, run_proc
 
 KNOWN_ID = "625a71753a42bd1b8b43e866dc9c8c0b4535394b9f54707a6dc13593b842a873"
 
@@ -274,6 +274,58 @@ def test_id_content_json(tmp_path: Path, capsys: Any) -> None:
         "tensor_count": 7,
         "metadata_count": 2,
     }
+
+
+@pytest.mark.parametrize("algorithm", ["xxh3", "crc32c", "sha256"])
+def test_id_content_digest_json(tmp_path: Path, capsys: Any, algorithm: str) -> None:
+    from tensorfile.safetensors.numpy import save_file
+
+    plain = write_safetensors(tmp_path / "plain.safetensors")
+    digested = tmp_path / "digested.safetensors"
+    save_file(dict(MODEL), str(digested), checksum=algorithm)
+    zt = write_zt(tmp_path / "m.zt", compression="zstd")
+    want = _model_content(MODEL, algorithm)
+    assert (want == _model_content(MODEL)) == (algorithm == "sha256")  # sha256: the default
+    for path in (plain, digested, zt):
+        doc = run_json(capsys, "id", path, "--content", "--digest", algorithm)
+        assert doc["content_hash"] == want, path
+        assert doc["content_algorithm"] == algorithm
+        assert _id(capsys, path, "--content", "--digest", algorithm) == want
+        assert _id(capsys, path, "--content", "--digest", algorithm, "--verify") == want
+
+
+def test_id_content_verify_catches_a_changed_byte(tmp_path: Path, capsys: Any) -> None:
+    import tensorfile
+    from tensorfile.safetensors.numpy import save_file
+
+    path = tmp_path / "m.safetensors"
+    save_file(dict(MODEL), str(path), checksum="xxh3")
+    want = _model_content(MODEL, "xxh3")
+    with tensorfile.open(str(path)) as r:
+        at = r.info("lm_head.weight").byte_range.start + 5
+    data = bytearray(path.read_bytes())
+    data[at] ^= 0x01
+    path.write_bytes(bytes(data))
+    # the stored digests stand for the data: the id is what the file claims...
+    assert _id(capsys, path, "--content", "--digest", "xxh3") == want
+    # ...until they are checked
+    r = run(capsys, "id", path, "--content", "--digest", "xxh3", "--verify")
+    message = assert_one_error(r, contains="'lm_head.weight'")
+    assert "digest" in message
+    r = run(capsys, "id", path, "--content", "--verify", "--json")  # any --digest: all checked
+    assert_one_error(r, contains="'lm_head.weight'")
+
+
+@pytest.mark.parametrize(
+    "options", [["--digest", "xxh3"], ["--verify"], ["--digest", "sha256", "--verify"]]
+)
+def test_id_digest_options_need_content(tmp_path: Path, capsys: Any, options: list[str]) -> None:
+    path = write_safetensors(tmp_path / "m.safetensors")
+    r = run(capsys, "id", path, *options)
+    message = assert_one_error(r, code=2, contains="--content")
+    assert "usage: tensorfile id" in message
+    r = run(capsys, "id", path, "--content", "--digest", "md5")
+    assert_one_error(r, code=2, contains="--digest")
 
 
 def test_id_content_gguf(tmp_path: Path, capsys: Any) -> None:
