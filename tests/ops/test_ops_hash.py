@@ -705,3 +705,18 @@ def test_property_stored_xxh3_digests_agree_with_reading(
     got, total = _read_bytes(with_digests, "xxh3")
     assert total == 0
     assert got == ops.content_hash(without, algorithm="xxh3") == _expected_id(arrays, "xxh3")
+
+
+def test_stored_digest_of_a_sharded_checkpoint_is_its_shards(tmp_path: Path) -> None:
+    from tensorfile.safetensors.numpy import save_sharded
+
+    arrays = _arrays()
+    save_sharded(arrays, str(tmp_path / "ck"), max_shard_size=600, checksum="crc32c")
+    index = str(tmp_path / "ck")
+    with tensorfile.open(index) as r:
+        assert len(set(map(r.shard_of, r.keys()))) > 1
+        for name in r.keys():
+            data = np.ascontiguousarray(arrays[name]).tobytes()
+            assert r.stored_digest(name, "crc32c") == _digest_text("crc32c", data)
+            assert r.stored_digest(name, "xxh3") is None
+    assert _read_bytes(index, "crc32c") == (_expected_id(arrays, "crc32c"), 0)
