@@ -22,7 +22,7 @@ from tests.helpers.checkpoints import (
     write_sharded,
     write_zt,
 )
-from tests.helpers.cli import run, run_json, run_proc
+from tests.helpers.cli import assert_one_error, run, run_json, run_proc
 
 KNOWN_ID = "625a71753a42bd1b8b43e866dc9c8c0b4535394b9f54707a6dc13593b842a873"
 
@@ -47,23 +47,38 @@ def _structural(
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def _content(tensors: dict[str, tuple[str, list[int], bytes]]) -> str:
-    """The content id: names, common dtypes, shapes and dense bytes, in name order."""
-    h = hashlib.sha256(b"tensorfile-content-v1\n")
+def _tensor_digest(algorithm: str, data: bytes) -> str:
+    """``algorithm:hex`` of ``data``, computed here with each algorithm's own package."""
+    if algorithm == "sha256":
+        return "sha256:" + hashlib.sha256(data).hexdigest()
+    if algorithm == "xxh3":
+        import xxhash
+
+        return f"xxh3:{xxhash.xxh3_64_intdigest(data):016x}"
+    import crc32c
+
+    return f"crc32c:{crc32c.crc32c(data):08x}"
+
+
+def _content(tensors: dict[str, tuple[str, list[int], bytes]], algorithm: str = "sha256") -> str:
+    """The content id (v2): per tensor in name order, its name, common dtype and shape as
+    compact JSON, then the digest of its dense bytes, each followed by a newline."""
+    h = hashlib.sha256(b"tensorfile-content-v2\n")
     for name in sorted(tensors):
         dt, shape, data = tensors[name]
         head = {"name": name, "dtype": dt, "shape": shape}
         h.update(json.dumps(head, separators=(",", ":"), ensure_ascii=False).encode() + b"\n")
-        h.update(data)
+        h.update(_tensor_digest(algorithm, data).encode() + b"\n")
     return h.hexdigest()
 
 
-def _model_content(model: dict[str, np.ndarray[Any, Any]]) -> str:
+def _model_content(model: dict[str, np.ndarray[Any, Any]], algorithm: str = "sha256") -> str:
     return _content(
         {
             n: (SAFETENSORS_DTYPE[a.dtype.name], list(a.shape), np.ascontiguousarray(a).tobytes())
             for n, a in model.items()
-        }
+        },
+        algorithm,
     )
 
 
@@ -255,9 +270,62 @@ def test_id_content_json(tmp_path: Path, capsys: Any) -> None:
         "format": "ztensor",
         "path": str(path),
         "content_hash": _model_content(MODEL),
+        "content_algorithm": "sha256",
         "tensor_count": 7,
         "metadata_count": 2,
     }
+
+
+@pytest.mark.parametrize("algorithm", ["xxh3", "crc32c", "sha256"])
+def test_id_content_digest_json(tmp_path: Path, capsys: Any, algorithm: str) -> None:
+    from tensorfile.safetensors.numpy import save_file
+
+    plain = write_safetensors(tmp_path / "plain.safetensors")
+    digested = tmp_path / "digested.safetensors"
+    save_file(dict(MODEL), str(digested), checksum=algorithm)
+    zt = write_zt(tmp_path / "m.zt", compression="zstd")
+    want = _model_content(MODEL, algorithm)
+    assert (want == _model_content(MODEL)) == (algorithm == "sha256")  # sha256: the default
+    for path in (plain, digested, zt):
+        doc = run_json(capsys, "id", path, "--content", "--digest", algorithm)
+        assert doc["content_hash"] == want, path
+        assert doc["content_algorithm"] == algorithm
+        assert _id(capsys, path, "--content", "--digest", algorithm) == want
+        assert _id(capsys, path, "--content", "--digest", algorithm, "--verify") == want
+
+
+def test_id_content_verify_catches_a_changed_byte(tmp_path: Path, capsys: Any) -> None:
+    import tensorfile
+    from tensorfile.safetensors.numpy import save_file
+
+    path = tmp_path / "m.safetensors"
+    save_file(dict(MODEL), str(path), checksum="xxh3")
+    want = _model_content(MODEL, "xxh3")
+    with tensorfile.open(str(path)) as r:
+        at = r.info("lm_head.weight").byte_range.start + 5
+    data = bytearray(path.read_bytes())
+    data[at] ^= 0x01
+    path.write_bytes(bytes(data))
+    # the stored digests stand for the data: the id is what the file claims...
+    assert _id(capsys, path, "--content", "--digest", "xxh3") == want
+    # ...until they are checked
+    r = run(capsys, "id", path, "--content", "--digest", "xxh3", "--verify")
+    message = assert_one_error(r, contains="'lm_head.weight'")
+    assert "digest" in message
+    r = run(capsys, "id", path, "--content", "--verify", "--json")  # any --digest: all checked
+    assert_one_error(r, contains="'lm_head.weight'")
+
+
+@pytest.mark.parametrize(
+    "options", [["--digest", "xxh3"], ["--verify"], ["--digest", "sha256", "--verify"]]
+)
+def test_id_digest_options_need_content(tmp_path: Path, capsys: Any, options: list[str]) -> None:
+    path = write_safetensors(tmp_path / "m.safetensors")
+    r = run(capsys, "id", path, *options)
+    message = assert_one_error(r, code=2, contains="--content")
+    assert "usage: tensorfile id" in message
+    r = run(capsys, "id", path, "--content", "--digest", "md5")
+    assert_one_error(r, code=2, contains="--digest")
 
 
 def test_id_content_gguf(tmp_path: Path, capsys: Any) -> None:

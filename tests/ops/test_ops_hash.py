@@ -3,17 +3,31 @@ ops.content_hash (cross-format, data-sensitive)."""
 
 from __future__ import annotations
 
+import hashlib
 import itertools
+import json
 from pathlib import Path
 from typing import Any
 
+import crc32c
 import gguf
 import ml_dtypes
 import numpy as np
 import pytest
 import safetensors.numpy as ref_st
+import xxhash
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
+import tensorfile
 from tensorfile import ops, ztensor
+from tensorfile.errors import (
+    ChecksumError,
+    InvalidArgumentError,
+    InvalidMetadataError,
+    SafetensorChecksumError,
+    ZTensorChecksumError,
+)
 from tensorfile.ops.hash import canonical_json
 from tensorfile.safetensors.numpy import save_file
 from tests.helpers.checkpoints import write_sharded
@@ -484,3 +498,225 @@ def test_content_hash_gguf(tmp_path: Path) -> None:
     calls: list[int] = []
     ops.content_hash(a, progress=lambda d, t: calls.append(d))
     assert calls[-1] == 48 + 34
+
+
+# -- content id v2: per-tensor digests, stored ones used ------------------------------------
+
+ALGORITHMS = ("xxh3", "crc32c", "sha256")
+
+
+def _digest_text(algorithm: str, data: bytes) -> str:
+    """``algorithm:hex`` of ``data``, with each algorithm's own package (not tensorfile's)."""
+    if algorithm == "sha256":
+        return "sha256:" + hashlib.sha256(data).hexdigest()
+    if algorithm == "xxh3":
+        return f"xxh3:{xxhash.xxh3_64_intdigest(data):016x}"
+    return f"crc32c:{crc32c.crc32c(data):08x}"
+
+
+def _expected_id(arrays: dict[str, Any], algorithm: str) -> str:
+    """The content id v2, recomputed from its definition."""
+    h = hashlib.sha256(b"tensorfile-content-v2\n")
+    for name in sorted(arrays):
+        a = np.asarray(arrays[name])
+        head = {"name": name, "dtype": _COMMON[a.dtype.name], "shape": list(a.shape)}
+        h.update(json.dumps(head, separators=(",", ":")).encode() + b"\n")
+        data = a.astype(a.dtype.newbyteorder("<")).tobytes()  # row-major, little-endian
+        h.update(_digest_text(algorithm, data).encode() + b"\n")
+    return h.hexdigest()
+
+
+_COMMON = {"float32": "F32", "float16": "F16", "bfloat16": "BF16", "int32": "I32"}
+_COMMON.update({"int8": "I8", "uint8": "U8", "bool": "BOOL"})
+
+
+def _read_bytes(path: str, algorithm: str = "sha256", **kw: Any) -> tuple[str, int]:
+    """The id and the ``total`` bytes its progress announced (0: nothing was to be read)."""
+    calls: list[tuple[int, int]] = []
+    got = ops.content_hash(path, lambda d, t: calls.append((d, t)), algorithm=algorithm, **kw)
+    assert calls and calls[-1][0] == calls[-1][1], calls  # progress reaches its total
+    assert len({t for _, t in calls}) == 1
+    return got, calls[-1][1]
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_content_id_v2_recomputed_from_its_definition(tmp_path: Path, algorithm: str) -> None:
+    arrays = _arrays()
+    plain = _save(arrays, tmp_path / "m.safetensors", "safetensors")
+    want = _expected_id(arrays, algorithm)
+    assert ops.content_hash(plain, algorithm=algorithm) == want
+    if algorithm == "sha256":
+        assert ops.content_hash(plain) == want  # the default
+    assert len({_expected_id(arrays, a) for a in ALGORITHMS}) == 3  # the id names its algorithm
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_stored_digests_give_the_same_id_in_every_container(tmp_path: Path, algorithm: str) -> None:
+    arrays = {**_arrays(), "e.bool": np.array([True, False, True, True])}
+    plain = str(tmp_path / "plain.safetensors")
+    save_file(arrays, plain)
+    want = _expected_id(arrays, algorithm)
+    all_bytes = sum(a.nbytes for a in arrays.values())
+    files: dict[str, tuple[str, bool]] = {}  # name: (path, its stored digests are used)
+    st = str(tmp_path / "digests.safetensors")
+    save_file(arrays, st, checksum=algorithm)
+    files["safetensors"] = (st, True)
+    for other in ALGORITHMS:
+        if other != algorithm:
+            p = str(tmp_path / f"{other}.safetensors")
+            save_file(arrays, p, checksum=other)
+            files[f"safetensors-{other}"] = (p, False)
+    for to, checksums in (("zt", ("crc32c", "sha256")), ("zt2", ("xxh3", "sha256"))):
+        for checksum in checksums:
+            for compression in (None, "zstd"):
+                p = str(tmp_path / f"{to}-{checksum}-{compression}.zt")
+                ops.convert(plain, p, to=to, checksum=checksum, compression=compression)
+                # zTensor v1.0 digests cover the stored (compressed) bytes: used only raw
+                used = checksum == algorithm and (to == "zt2" or compression is None)
+                files[f"{to}-{checksum}-{compression}"] = (p, used)
+                if compression is not None:  # really compressed: not the raw bytes
+                    with tensorfile.open(p) as r:
+                        assert r.info("a.weight").data.encoding != "raw"
+    for name, (path, used) in files.items():
+        got, total = _read_bytes(path, algorithm)
+        assert got == want, name
+        assert total == (0 if used else all_bytes), name
+        got, total = _read_bytes(path, algorithm, verify=True)  # checked: every byte read
+        assert (got, total) == (want, all_bytes), name
+
+
+def _flip(path: str, name: str) -> None:
+    """Change one byte of tensor ``name``'s stored data, in place (same size, header kept)."""
+    with tensorfile.open(path) as r:
+        rng = r.info(name).byte_range
+    assert rng.length > 3
+    with open(path, "r+b") as f:
+        f.seek(rng.start + 3)
+        byte = f.read(1)[0]
+        f.seek(rng.start + 3)
+        f.write(bytes([byte ^ 0x5A]))
+
+
+def _digested(path: str, kind: str, algorithm: str, arrays: dict[str, Any], plain: str) -> None:
+    if kind == "safetensors":
+        save_file(arrays, path, checksum=algorithm)
+    else:
+        ops.convert(plain, path, to=kind, checksum=algorithm)
+
+
+@pytest.mark.parametrize(
+    ("kind", "algorithm", "error"),
+    [
+        ("safetensors", "xxh3", SafetensorChecksumError),
+        ("safetensors", "crc32c", SafetensorChecksumError),
+        ("safetensors", "sha256", SafetensorChecksumError),
+        ("zt", "crc32c", ZTensorChecksumError),
+        ("zt", "sha256", ZTensorChecksumError),
+        ("zt2", "xxh3", ZTensorChecksumError),
+        ("zt2", "sha256", ZTensorChecksumError),
+    ],
+)
+def test_stored_digests_are_used_unread_and_checked_with_verify(
+    tmp_path: Path, kind: str, algorithm: str, error: type[Exception]
+) -> None:
+    arrays = _arrays()
+    plain = _save(arrays, tmp_path / "plain.safetensors", "safetensors")
+    path = str(tmp_path / f"m.{kind}")
+    _digested(path, kind, algorithm, arrays, plain)
+    other = "sha256" if algorithm != "sha256" else "xxh3"
+    original, original_other = _expected_id(arrays, algorithm), _expected_id(arrays, other)
+    assert ops.content_hash(path, algorithm=algorithm) == original
+    _flip(path, "a.weight")
+    # the stored digest stands for the data: the changed byte is never read
+    assert ops.content_hash(path, algorithm=algorithm) == original
+    # another algorithm reads the data, and sees the change
+    assert ops.content_hash(path, algorithm=other) != original_other
+    for algo in (algorithm, other):  # verify checks every digest the file stores
+        with pytest.raises(error, match=r"a\.weight") as caught:
+            ops.content_hash(path, algorithm=algo, verify=True)
+        assert isinstance(caught.value, ChecksumError)
+        assert caught.value.tensor == "a.weight"
+
+
+@pytest.mark.parametrize(
+    "digests",
+    [
+        '{"w": "xxh3:00"}',  # wrong length
+        '{"w": "md5:d41d8cd98f00b204e9800998ecf8427e"}',  # an algorithm tensorfile lacks
+        '{"nope": "crc32c:00000000"}',  # a tensor the file lacks
+        "not json",
+    ],
+)
+def test_lying_digest_metadata_is_an_error_of_the_file(tmp_path: Path, digests: str) -> None:
+    path = str(tmp_path / "m.safetensors")
+    ref_st.save_file({"w": np.ones(4, np.float32)}, path, metadata={"tensorfile.digests": digests})
+    for algorithm in ALGORITHMS:
+        with pytest.raises(InvalidMetadataError, match=r"tensorfile\.digests"):
+            ops.content_hash(path, algorithm=algorithm)
+
+
+def test_unknown_algorithm_is_refused(tmp_path: Path) -> None:
+    path = _save(_arrays(), tmp_path / "m.safetensors", "safetensors")
+    with pytest.raises(InvalidArgumentError, match="md5"):
+        ops.content_hash(path, algorithm="md5")
+
+
+def test_progress_total_excludes_tensors_a_stored_digest_covers(tmp_path: Path) -> None:
+    arrays = _arrays()
+    names = sorted(arrays)
+    with_digests = {k: arrays[k] for k in names[:3]}
+    without = {k: arrays[k] for k in names[3:]}
+    save_file(with_digests, str(tmp_path / "part-1.safetensors"), checksum="xxh3")
+    save_file(without, str(tmp_path / "part-2.safetensors"))
+    glob = str(tmp_path / "part-*.safetensors")
+    want = _expected_id(arrays, "xxh3")
+    assert _read_bytes(glob, "xxh3") == (want, sum(a.nbytes for a in without.values()))
+    all_bytes = sum(a.nbytes for a in arrays.values())
+    assert _read_bytes(glob, "xxh3", verify=True) == (want, all_bytes)
+    assert _read_bytes(glob, "sha256") == (_expected_id(arrays, "sha256"), all_bytes)
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    st.dictionaries(
+        st.text("abcxyz._", min_size=1, max_size=6),
+        st.tuples(
+            st.sampled_from(["float32", "int8"]),
+            st.lists(st.integers(0, 4), min_size=0, max_size=3),
+            st.integers(0, 2**32 - 1),
+        ),
+        max_size=4,
+    )
+)
+def test_property_stored_xxh3_digests_agree_with_reading(
+    tmp_path: Path, spec: dict[str, tuple[str, list[int], int]]
+) -> None:
+    arrays = {}
+    for name, (dtype, shape, seed) in spec.items():
+        rng = np.random.default_rng(seed)
+        n = int(np.prod(shape))
+        raw = rng.integers(0, 256, size=n * np.dtype(dtype).itemsize, dtype=np.uint8)
+        arrays[name] = raw.view(dtype).reshape(shape)  # any bit pattern, NaNs included
+    with_digests, without = str(tmp_path / "d.safetensors"), str(tmp_path / "p.safetensors")
+    save_file(arrays, with_digests, checksum="xxh3")
+    save_file(arrays, without)
+    got, total = _read_bytes(with_digests, "xxh3")
+    assert total == 0
+    assert got == ops.content_hash(without, algorithm="xxh3") == _expected_id(arrays, "xxh3")
+
+
+def test_stored_digest_of_a_sharded_checkpoint_is_its_shards(tmp_path: Path) -> None:
+    from tensorfile.safetensors.numpy import save_sharded
+
+    arrays = _arrays()
+    save_sharded(arrays, str(tmp_path / "ck"), max_shard_size=600, checksum="crc32c")
+    index = str(tmp_path / "ck")
+    with tensorfile.open(index) as r:
+        assert len(set(map(r.shard_of, r.keys()))) > 1
+        for name in r.keys():
+            data = np.ascontiguousarray(arrays[name]).tobytes()
+            assert r.stored_digest(name, "crc32c") == _digest_text("crc32c", data)
+            assert r.stored_digest(name, "xxh3") is None
+    assert _read_bytes(index, "crc32c") == (_expected_id(arrays, "crc32c"), 0)

@@ -33,25 +33,32 @@ class _Ident:
     structure: Catalog
     key: str  # "structural_hash" or "content_hash"
     digest: str
+    algorithm: str | None = None  # the content id's per-tensor digest
 
 
 def run_id(args: argparse.Namespace, out: Output) -> int:
-    """``tensorfile id [--content] PATH...``."""
+    """``tensorfile id [--content [--digest ALG] [--verify]] PATH...``."""
 
     allow = args.allow_full_download or None
+    algorithm = args.digest or "sha256"
 
     def read(path: str) -> _Ident:
         s = load(path, allow_full_download=allow)
         if not args.content:
             return _Ident(s, "structural_hash", _structural(s, out))
         with progress(out, "hashing") as report:
-            digest = content_hash(path, report, allow_full_download=allow)
-            return _Ident(s, "content_hash", digest)
+            digest = content_hash(
+                path, report, algorithm=algorithm, verify=args.verify, allow_full_download=allow
+            )
+            return _Ident(s, "content_hash", digest, algorithm)
 
     def to_json(r: _Ident) -> dict[str, Any]:
         s = r.structure
-        return {"schema": SCHEMA, "format": s.format, "path": s.path, r.key: r.digest,
-                "tensor_count": len(s.tensors), "metadata_count": len(s.metadata)}  # fmt: skip
+        doc = {"schema": SCHEMA, "format": s.format, "path": s.path, r.key: r.digest}
+        if r.algorithm is not None:
+            doc["content_algorithm"] = r.algorithm
+        doc.update(tensor_count=len(s.tensors), metadata_count=len(s.metadata))
+        return doc
 
     def show(r: _Ident, label: str | None) -> None:
         out.line(r.digest if label is None else f"{r.digest}  {label}")

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import NoReturn
 
 from .._version import __version__
+from ..core.digests import ALGORITHMS
 from ._convert import TARGETS, run_convert
 from ._diff import run_diff
 from ._ident import run_id, run_summary
@@ -103,6 +104,9 @@ Examples:
 Examples:
   tensorfile id model.safetensors
   tensorfile id model.zt --content      # the same id for the same tensors in any format
+  tensorfile id model.safetensors --content --digest xxh3   # uses the digests the file
+                                        # stores (checksum=xxh3): no tensor data is read
+  tensorfile id model.safetensors --content --verify       # checks them against the data
   tensorfile id shards/*.safetensors    # one line per file: <hash>  <path>
 
 {_several("id", "one line each: <hash>  <path>")}
@@ -195,6 +199,17 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message, self.format_usage())
 
 
+def _check_id(args: argparse.Namespace) -> str | None:
+    """What is wrong with ``id``'s options together: ``--digest`` and ``--verify`` are
+    options of ``--content``."""
+    if args.content:
+        return None
+    given = [o for o, v in (("--digest", args.digest), ("--verify", args.verify)) if v]
+    if not given:
+        return None
+    return f"{' and '.join(given)} {'needs' if len(given) == 1 else 'need'} --content"
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
     parser = _Parser(
@@ -238,6 +253,19 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="hash names, dtypes, shapes and tensor bytes (the same across formats)",
     )
+    p.add_argument(
+        "--digest",
+        choices=ALGORITHMS,
+        default=None,
+        help="with --content: the per-tensor digest (default sha256); a digest of it the file "
+        "stores (safetensors tensorfile.digests, zTensor) is used instead of reading the data",
+    )
+    p.add_argument(
+        "--verify",
+        action="store_true",
+        help="with --content: check every digest the file stores against the data first",
+    )
+    p.set_defaults(check=_check_id)
 
     p = command("summary", run_summary, "one line: format,version,tensors,metadata,hash")
     p.add_argument("path", nargs="+", metavar="PATH", help=PATH_HELP)

@@ -56,6 +56,10 @@ def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argpa
         where: argparse.ArgumentParser = getattr(args, "parser", parser)
         more = f" and {len(extra) - 5:,} more" if len(extra) > 5 else ""
         where.error(f"unrecognized arguments: {' '.join(extra[:5])}{more}")
+    check = getattr(args, "check", None)  # a command's rule over its options together
+    problem = check(args) if check is not None else None
+    if problem:
+        getattr(args, "parser", parser).error(problem)
     return args
 
 

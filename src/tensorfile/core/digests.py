@@ -22,7 +22,15 @@ from typing import Any
 
 from .errors import InvalidArgumentError
 
-__all__ = ["ALGORITHMS", "HEX_DIGITS", "METADATA_KEY", "Digest", "digest_of", "placeholder"]
+__all__ = [
+    "ALGORITHMS",
+    "HEX_DIGITS",
+    "METADATA_KEY",
+    "Digest",
+    "canonical",
+    "digest_of",
+    "placeholder",
+]
 
 ALGORITHMS = ("xxh3", "crc32c", "sha256")
 """The digests tensorfile writes for safetensors files."""
@@ -86,3 +94,28 @@ def digest_of(algorithm: str, data: Any) -> str:
     d = Digest(algorithm)
     d.update(data)
     return d.value()
+
+
+_HEX = frozenset("0123456789abcdefABCDEF")
+
+
+def canonical(text: str) -> str | None:
+    """``text``, a digest some file stores, in the form :meth:`Digest.value` gives (lower-case
+    hex of the algorithm's fixed width), or None when it is not a digest of one of
+    :data:`ALGORITHMS`. zTensor v1.0 writes crc32c as ``crc32c:0x`` + upper-case hex; the
+    value is the same number either way (the CRC as an integer, written most significant
+    digit first).
+
+    Example:
+        >>> canonical("crc32c:0x364B3FB7"), canonical("xxh3:5f"), canonical("md5:00")
+        ('crc32c:364b3fb7', 'xxh3:000000000000005f', None)
+    """
+    algorithm, sep, value = text.partition(":")
+    width = HEX_DIGITS.get(algorithm)
+    if not sep or width is None:
+        return None
+    if algorithm == "crc32c" and value[:2] in ("0x", "0X"):
+        value = value[2:]
+    if not 0 < len(value) <= width or not set(value) <= _HEX:
+        return None
+    return f"{algorithm}:{value.lower().rjust(width, '0')}"

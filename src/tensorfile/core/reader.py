@@ -178,6 +178,44 @@ class Reader:
         """Whether reading ``name`` compares a digest the file stores for it."""
         return self.verify and any(c.digest for c in self.info(name).components.values())
 
+    def stored_digest(self, name: str, algorithm: str) -> str | None:
+        """The digest ``algorithm`` (one of :data:`~tensorfile.core.digests.ALGORITHMS`)
+        that the file stores of ``name``'s data bytes, in
+        :meth:`~tensorfile.core.digests.Digest.value`'s form; None when it stores none.
+
+        The data bytes are the tensor's elements, row-major and little-endian (a sub-byte
+        type packed, as a raw file stores it; GGUF's quantized blocks as stored): what the
+        content id hashes. Only a digest over exactly those bytes counts: that of a dense
+        tensor's single ``data`` component over its stored bytes when they are raw, or over
+        its decoded bytes (zTensor v2). A digest over compressed bytes (zTensor v1.0 zstd),
+        or of a sparse tensor's parts, covers other bytes. The digest is what the file
+        claims: nothing is read or checked here.
+
+        Example:
+            >>> from tensorfile.core.catalog import ByteRange, Component
+            >>> from tensorfile.core.dtypes import from_name
+            >>> u8 = from_name("U8")
+            >>> data = Component(ByteRange(0, 3), u8, "raw", "crc32c:0x364B3FB7")
+            >>> t = TensorInfo("w", u8, (3,), {"data": data})
+            >>> r = Reader(None, Catalog("ztensor", {}, {"w": t}, 0, 0))
+            >>> r.stored_digest("w", "crc32c"), r.stored_digest("w", "sha256")
+            ('crc32c:364b3fb7', None)
+        """
+        from .digests import canonical
+
+        info = self.info(name)
+        comp = info.components.get("data")
+        if comp is None or comp.digest is None or len(info.components) != 1:
+            return None
+        if info.layout not in ("dense", "quantized"):
+            return None
+        if comp.encoding != "raw" and comp.digest_over != "decoded":
+            return None  # over the compressed bytes
+        if comp.digest_over not in ("stored", "decoded"):
+            return None
+        found = canonical(comp.digest)
+        return found if found is not None and found.startswith(algorithm + ":") else None
+
     def info(self, name: str) -> TensorInfo:
         """The catalog entry of ``name``."""
         if not isinstance(name, str):

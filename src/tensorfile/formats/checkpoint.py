@@ -178,6 +178,10 @@ class ShardedReader(Reader):
         """Whether reading ``name`` compares a digest its shard records."""
         return self._reader(name).checks_digest(name)
 
+    def stored_digest(self, name: str, algorithm: str) -> str | None:
+        """The digest ``algorithm`` of ``name``'s data bytes its shard stores."""
+        return self._reader(name).stored_digest(name, algorithm)
+
     def shard_of(self, name: str) -> str:
         """The shard file the index places ``name`` in."""
         if name not in self._ck.weight_map:

@@ -3,7 +3,8 @@
 * :func:`load`: the structure of a file, sharded checkpoint or glob, from headers only.
 * :func:`inspect`: counts, sizes, metadata and tensors.
 * :func:`structural_hash` (weight-inspect's) and :func:`content_hash` (names, dtypes,
-  shapes and bytes, the same across formats).
+  shapes and each tensor's digest, the same across formats; a digest the file stores is
+  used instead of reading the data, checked first with ``verify=True``).
 * :func:`diff`: tensors and metadata added, removed and changed (and data, on request).
 * :func:`read_metadata` / :func:`edit_metadata`: metadata without touching the tensors.
 * :func:`convert`: any format in, safetensors/zTensor v1.0/v2/npz out, tensor by tensor.
@@ -23,7 +24,8 @@ grows and ends at ``total``; the units are the operation's own):
 
 * :func:`structural_hash` and :func:`inspect` (``progress=`` keyword): metadata items
   canonicalised (each item of an array counts) and tensors, after the header is read;
-* :func:`content_hash` (``progress``, second argument): bytes of tensor data hashed;
+* :func:`content_hash` (``progress``, second argument): bytes of tensor data hashed (the
+  total leaves out tensors a stored digest stands for);
 * :func:`diff` with ``data=True`` (``progress=`` keyword): bytes of the first file's
   tensors compared.
 

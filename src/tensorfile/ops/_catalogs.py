@@ -66,10 +66,13 @@ def files_of(cat: Catalog) -> list[str]:
     return [cat.path or ""]
 
 
-def open_readers(cat: Catalog, *, allow_full_download: bool | None = None) -> dict[str, Reader]:
+def open_readers(
+    cat: Catalog, *, allow_full_download: bool | None = None, verify: bool | None = None
+) -> dict[str, Reader]:
     """A reader per file of ``cat`` (its shards, or the file itself), by path: local files
     are opened as local files only, never dispatched as URLs (``allow_full_download``: see
-    :func:`tensorfile.sources.open_path`). Close them when done.
+    :func:`tensorfile.sources.open_path`; ``verify``: whether reads check the digests the
+    files store, None for each format's default). Close them when done.
 
     Example:
         >>> import numpy as np, os, tempfile
@@ -91,13 +94,14 @@ def open_readers(cat: Catalog, *, allow_full_download: bool | None = None) -> di
                 source = open_file_source(f, local=True)
                 try:
                     with naming(f):
-                        out[f] = detect(source).impl().open_reader(source)
+                        out[f] = detect(source).impl().open_reader(source, verify=verify)
                 except BaseException:
                     source.close()
                     raise
             else:
                 with naming(f):
-                    out[f] = open_reader(where, allow_full_download=allow_full_download)
+                    allow = allow_full_download
+                    out[f] = open_reader(where, allow_full_download=allow, verify=verify)
     except BaseException:
         for reader in out.values():
             reader.close()

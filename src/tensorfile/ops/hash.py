@@ -14,8 +14,25 @@ recipe with ``"format":"ztensor"`` and the decoded byte length, so recompressing
 its hash.
 
 The **content id** covers names, dtypes (one vocabulary for every format), shapes and the
-tensor bytes (dense, row-major, little-endian), so a model converted between safetensors and
-zTensor keeps it. It streams the data.
+tensor bytes, so a model converted between safetensors, zTensor, npz or GGUF keeps it: it
+depends on the content and on the digest algorithm only, never on the container. It is
+SHA-256 (lower-case hex) of ``tensorfile-content-v2\\n`` followed, for each tensor in name
+order, by the compact JSON ``{"name":…,"dtype":…,"shape":[…]}`` (the common dtype, as
+:attr:`~tensorfile.core.catalog.TensorInfo.common_dtype` names it; the row-major shape),
+``\\n``, the digest text ``algorithm:hex`` of the tensor's data bytes and ``\\n``. The data
+bytes are the dense elements, row-major and little-endian (a sparse tensor's dense form; a
+sub-byte type packed as a raw file stores it; GGUF's quantized blocks as stored; an
+extension layout's components in role order, each as ``role\\n`` and its bytes). The
+``algorithm`` is ``sha256`` unless asked (``xxh3`` or ``crc32c``), written as
+:class:`~tensorfile.core.digests.Digest` writes it (``xxh3:`` + 16 hex digits,
+``crc32c:`` + 8, ``sha256:`` + 64, lower-case).
+
+Because each tensor enters by its digest, a file that already stores the digest of a
+tensor's data bytes (safetensors saved with ``checksum=``, zTensor v1.0 components stored
+raw with crc32c/sha256, zTensor v2 parts with xxh3/sha256) gives the id without its data
+being read: the id is then what the file claims, and ``verify=True`` checks every stored
+digest against the bytes first. These are version 2 ids; tensorfile's earlier content ids
+(``tensorfile-content-v1``, one SHA-256 over the bytes themselves) differ from them.
 
 Example:
     >>> from tensorfile.core.catalog import ByteRange, Catalog, Component, TensorInfo
@@ -36,12 +53,13 @@ import math
 import re
 import struct
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, NoReturn
 
 from tensorfile.core.values import TypedValue
 
 from ..core.catalog import Catalog, TensorInfo
-from ..core.errors import InvalidArgumentError, InvalidTypeError
+from ..core.digests import ALGORITHMS, Digest
+from ..core.errors import ChecksumError, InvalidArgumentError, InvalidTypeError
 from ..core.reader import Reader
 from ..formats import FORMATS
 from ._catalogs import file_dtype, files_of, load, naming, open_readers
@@ -298,42 +316,92 @@ def content_hash(
     path: str,
     progress: Callable[[int, int], None] | None = None,
     *,
+    algorithm: str = "sha256",
+    verify: bool = False,
     max_dense_bytes: int = MAX_DENSE_BYTES,
     allow_full_download: bool | None = None,
 ) -> str:
-    """SHA-256 over every tensor's name, common dtype, shape and dense bytes, in name order.
+    """The content id: SHA-256 over every tensor's name, common dtype, shape and the digest
+    ``algorithm`` of its data bytes, in name order (see the module's docstring).
 
-    ``progress(done, total)`` is called as bytes are hashed (for a progress bar). Memory
-    stays bounded: stored bytes are read a chunk at a time and sparse tensors are densified a
+    A tensor whose file stores a digest ``algorithm`` of exactly its data bytes
+    (:meth:`~tensorfile.core.reader.Reader.stored_digest`: a safetensors file's
+    ``tensorfile.digests``, a raw zTensor v1.0 component's crc32c/sha256, a zTensor v2
+    part's xxh3/sha256) is not read: the id is then what the file claims. With
+    ``verify=True`` every digest the file stores is checked as the data is read (and every
+    tensor is read): a mismatch raises the format's
+    :class:`~tensorfile.errors.ChecksumError` (``SafetensorChecksumError``,
+    ``ZTensorChecksumError``) naming the tensor. ``algorithm`` is one of ``xxh3``,
+    ``crc32c`` and ``sha256``; the id depends on the content and the algorithm only.
+
+    ``progress(done, total)`` is called as bytes are hashed (for a progress bar); ``total``
+    counts the bytes to read, not those of tensors a stored digest covers. Memory stays
+    bounded: stored bytes are read a chunk at a time and sparse tensors are densified a
     chunk at a time; a sparse tensor whose dense form is over ``max_dense_bytes`` is refused
     with :class:`~tensorfile.errors.UnsupportedError` before any data is read.
     """
+    Digest(algorithm)  # an unknown algorithm: refused before anything is opened
     s = load(path, allow_full_download=allow_full_download)
     files = files_of(s)
-    tensors = s.by_name()
-    total = sum(t.numel * _itemsize(t) for t in tensors)
-    done = 0
-    digest = hashlib.sha256(b"tensorfile-content-v1\n")
-    by_file = open_readers(s, allow_full_download=allow_full_download)
+    by_file = open_readers(
+        s, allow_full_download=allow_full_download, verify=True if verify else None
+    )
     try:
-        for t in tensors:  # every refusal before the first byte of data
-            reader = by_file[t.file or files[0]]
-            check_densifiable(reader.info(t.name), reader.source.name, max_dense_bytes)
-        for t in tensors:
-            head = {"name": t.name, "dtype": t.common_dtype, "shape": list(t.shape)}
-            digest.update(json.dumps(head, separators=(",", ":"), ensure_ascii=False).encode())
-            digest.update(b"\n")
+        plan: list[tuple[TensorInfo, Reader, dict[str, str]]] = []
+        for t in s.by_name():  # every refusal before the first byte of data
             reader = by_file[t.file or files[0]]
             with naming(reader.source.name):
-                for chunk in _tensor_chunks(reader, t.name):
-                    digest.update(chunk)
-                    done += len(chunk)
-                    if progress is not None:
-                        progress(done, total)
+                check_densifiable(reader.info(t.name), reader.source.name, max_dense_bytes)
+                plan.append((t, reader, _stored(reader, t.name, algorithm, verify)))
+        total = sum(t.numel * _itemsize(t) for t, _, got in plan if verify or not got)
+        done = 0
+        h = hashlib.sha256(CONTENT_PREFIX)
+        for t, reader, stored in plan:
+            head = {"name": t.name, "dtype": t.common_dtype, "shape": list(t.shape)}
+            h.update(json.dumps(head, separators=(",", ":"), ensure_ascii=False).encode())
+            h.update(b"\n")
+            value = None if verify else stored.get(algorithm)
+            if value is None:
+                digests = {a: Digest(a) for a in (algorithm, *stored)}
+                with naming(reader.source.name):
+                    for chunk in _tensor_chunks(reader, t.name):
+                        for d in digests.values():
+                            d.update(chunk)
+                        done += len(chunk)
+                        if progress is not None:
+                            progress(done, max(total, done))
+                    for alg, want in stored.items():
+                        if digests[alg].value() != want:
+                            _mismatch(reader, t.name, digests[alg].value(), want)
+                value = digests[algorithm].value()
+            h.update(value.encode() + b"\n")
+        if progress is not None:
+            progress(max(total, done), max(total, done))
     finally:
         for r in by_file.values():
             r.close()
-    return digest.hexdigest()
+    return h.hexdigest()
+
+
+CONTENT_PREFIX = b"tensorfile-content-v2\n"
+"""The bytes the content id's SHA-256 starts with."""
+
+
+def _stored(reader: Reader, name: str, algorithm: str, verify: bool) -> dict[str, str]:
+    """The digests of ``name``'s data bytes its file stores that the hash uses: that of
+    ``algorithm``, or with ``verify`` every one (each is checked as the data is read)."""
+    wanted = ALGORITHMS if verify else (algorithm,)
+    return {a: d for a in wanted if (d := reader.stored_digest(name, a)) is not None}
+
+
+def _mismatch(reader: Reader, name: str, got: str, want: str) -> NoReturn:
+    """Raise the error of a tensor whose data bytes have digest ``got``, not the ``want``
+    its file stores: the reader's own (a verifying read checks it), else a ChecksumError."""
+    reader.get_tensor(name)
+    raise ChecksumError(
+        f"{reader.source.name}: tensor {name!r} has digest {got}, the file records {want}: "
+        "its bytes changed after it was written"
+    )
 
 
 def _itemsize(t: TensorInfo) -> int:

@@ -108,10 +108,26 @@ class SafetensorsReader(Reader):
         self.header = read_header(source) if header is None else header
         super().__init__(source, catalog_of(self.header), not_found=MissingTensorError)
         self.verify = verify
-        self.digests = (
-            parse_digests(self.catalog.metadata, self.header.names, source.name) if verify else {}
-        )
+        self._recorded: dict[str, str] | None = None
+        self.digests = self.recorded() if verify else {}
         self._checked: set[str] = set()
+
+    def recorded(self) -> dict[str, str]:
+        """The digests the file's ``tensorfile.digests`` metadata records, by tensor name,
+        parsed on first use (an :class:`~tensorfile.errors.InvalidMetadataError` when the
+        value is not what tensorfile writes)."""
+        if self._recorded is None:
+            meta, names = self.catalog.metadata, self.header.names
+            self._recorded = parse_digests(meta, names, self.source.name)
+        return self._recorded
+
+    def stored_digest(self, name: str, algorithm: str) -> str | None:
+        """The digest ``algorithm`` the metadata records for ``name``'s stored bytes (a
+        safetensors tensor is stored raw: they are its data bytes); None when it records
+        none of that algorithm."""
+        self.info(name)  # an unknown name: this format's error
+        digest = self.recorded().get(name)
+        return digest if digest is not None and digest.startswith(algorithm + ":") else None
 
     def _read_ranges(self, jobs: list[tuple[str, ByteRange, memoryview]]) -> None:
         super()._read_ranges(jobs)

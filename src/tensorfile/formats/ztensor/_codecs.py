@@ -239,8 +239,9 @@ def _is_hex(text: str) -> bool:
     return all(c in "0123456789abcdefABCDEF" for c in text)
 
 
-def verify_digest(digest: str, data: Any, *, what: str) -> None:
-    """Raise ZTensorChecksumError unless ``data`` has the digest the manifest records."""
+def verify_digest(digest: str, data: Any, *, what: str, tensor: str | None = None) -> None:
+    """Raise ZTensorChecksumError (naming ``tensor``, when given) unless ``data`` has the
+    digest the manifest records."""
     algorithm, expected = check_digest(digest, what=what)
     if algorithm == "crc32c":
         actual = f"{_crc32c(memoryview(data).cast('B')):08X}"
@@ -251,7 +252,8 @@ def verify_digest(digest: str, data: Any, *, what: str) -> None:
     if actual != expected:
         raise ZTensorChecksumError(
             f"{what}: {algorithm} mismatch: the manifest records {shown_expected}, the stored "
-            f"bytes give {shown_actual}; the file is corrupt"
+            f"bytes give {shown_actual}; the file is corrupt",
+            tensor=tensor,
         )
 
 

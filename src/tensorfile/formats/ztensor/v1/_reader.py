@@ -311,7 +311,7 @@ class ZTensorReader(Reader):
     def _check(self, info: TensorInfo, role: str, stored: Any) -> None:
         comp = info.components[role]
         if self.verify and comp.digest is not None and (info.name, role) not in self._verified:
-            verify_digest(comp.digest, stored, what=self._what(info, role))
+            verify_digest(comp.digest, stored, what=self._what(info, role), tensor=info.name)
             self._verified.add((info.name, role))
 
     def _ensure_verified(self, info: TensorInfo, role: str) -> None:

@@ -113,6 +113,21 @@ class ZTensor2Reader(Reader):
         found: dict[str, Any] | None = self._objects[name]["attributes"]
         return found
 
+    def stored_digest(self, name: str, algorithm: str) -> str | None:
+        """The part's digest of its decoded bytes (see :meth:`Reader.stored_digest`), for a
+        dense tensor this reader can decode: an encoded part of an encoding or logical type
+        tensorfile does not know has no data bytes it could compute, so it offers none."""
+        info = self.info(name)
+        comp = info.components.get("data")
+        if self._objects[name]["layout"] != "dense" or comp is None:
+            return None
+        if comp.encoding != "raw":
+            try:
+                self._decodable(info, "data", comp)
+            except ZTensorUnsupportedError:
+                return None
+        return super().stored_digest(name, algorithm)
+
     # -- where bytes are ------------------------------------------------------------------
 
     def _source_of(self, info: TensorInfo, comp: Component) -> Source:
