@@ -14,7 +14,7 @@ INSTALL := $(PIP) install -c constraints.txt
 # in .venv): the interoperability tests and the v2 benchmark rows run it from its own venv.
 ZT2 := .venv-zt2
 
-.PHONY: demo test lint typecheck pytest bench reference-suite clean
+.PHONY: demo test lint typecheck pytest bench reference-suite clean lock
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -59,6 +59,12 @@ bench: $(VENV)/.dev $(ZT2)/.bench
 # The reference's own tests through an import swap: make reference-suite REF=/path/to/safetensors
 reference-suite: $(VENV)/.dev
 	$(PY) tools/reference_suite.py $(REF)
+
+# rewrite constraints.txt's pins from the current .venv (its comments and the torch pin stay)
+lock: $(VENV)/.dev
+	{ sed -n '1,/^torch==/p' constraints.txt; \
+	  $(PY) -m pip freeze --exclude-editable | grep -v -i -E '^(torch|tensorfile)=='; } > constraints.txt.new
+	mv constraints.txt.new constraints.txt
 
 clean:
 	rm -rf $(VENV) $(ZT2) demo-output bench-data .pytest_cache .mypy_cache .ruff_cache
