@@ -162,3 +162,24 @@ def test_converting_bool_bytes_to_ztensor_v2_keeps_the_content_id(tmp_path: Path
     done = subprocess.run([*cli, "convert", src, dst, "--to", "zt2"], env=env, capture_output=True)
     assert done.returncode == 0, done.stderr
     assert content_hash(dst) == content_hash(src)
+
+
+CORPUS = Path(__file__).resolve().parents[1] / "ztensor" / "fixtures" / "v2-conformance"
+
+
+@pytest.mark.parametrize(
+    "fixture", ["reject/bool-invalid-byte.zt", "reject/f4-nonzero-odd-nibble.zt"]
+)
+@pytest.mark.parametrize("verify", [False, True])
+def test_the_content_id_refuses_ztensor_v2_data_every_read_refuses(
+    fixture: str, verify: bool
+) -> None:
+    """A zTensor v2 part whose decoded bytes break its logical type's rule (a bool byte of
+    2, an f4_e2m1 pad nibble that is not zero) is refused by every read (get_tensor, convert),
+    as a CSR part that breaks its rules is refused by the content id too; but the content id
+    hashes these bytes as they are stored (even with verify=True), so it gives an id to data
+    no reader hands out, and one that depends on bits that carry no value (the pad nibble)."""
+    from tensorfile.errors import ZTensorError
+
+    with pytest.raises(ZTensorError, match=r"bool bytes are 0 or 1|nibble"):
+        content_hash(str(CORPUS / fixture), verify=verify)
