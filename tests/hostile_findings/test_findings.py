@@ -183,3 +183,15 @@ def test_the_content_id_refuses_ztensor_v2_data_every_read_refuses(
 
     with pytest.raises(ZTensorError, match=r"bool bytes are 0 or 1|nibble"):
         content_hash(str(CORPUS / fixture), verify=verify)
+
+
+def test_the_message_of_an_oversized_job_marker_reads_as_english(tmp_path: Path) -> None:
+    """Every store's read_bounded said "... is over 4096 bytes; it is not a dataset's the job
+    marker" (``what`` comes with its article)."""
+    store = writer_module.make_folder(str(tmp_path / "ds"))
+    dataset.write(cols_a(4), store, batch_size=2)
+    job = Job(store, cols_b(3), "append")
+    Path(store.path(f"_staging/{job.job}/_JOB")).write_text(" " * 5000)
+    with pytest.raises(TensorFileError, match="job marker") as caught:
+        job.commit()
+    assert "dataset's the" not in str(caught.value)
