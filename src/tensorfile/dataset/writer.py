@@ -47,7 +47,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..core.errors import ConcurrentWriteError, InvalidArgumentError, SourceError
+from ..core.errors import ConcurrentWriteError, InvalidArgumentError, SourceError, TensorFileError
 from ..formats import SAFETENSORS
 from ..formats.safetensors.faces import prepare_array, write_file
 from ..sources import LocalStore
@@ -171,7 +171,7 @@ def _job_base(store: Store, job: str) -> str | None:
         )
     try:
         base = json.loads(raw)["base"]
-    except (ValueError, TypeError, KeyError):
+    except (ValueError, TypeError, KeyError, RecursionError):
         base = False
     if base is not None and not isinstance(base, str):
         raise SourceError(
@@ -292,26 +292,31 @@ def commit(
     _published_over(store, expected, lambda: store.check_version(MANIFEST_NAME, expected))
     # append builds on the previous manifest, which must be valid; overwrite only needs the
     # names it listed, and deletes none of them unless deletable() proves it may
-    old = read_manifest(store) if mode == "append" else None
-    if old is not None:  # what is appended to must be a dataset a reader accepts
-        for entry in old.shards:
-            store.check_shard(entry.shard_path, entry.bytes)
-        check_capacity(store, old)
-    previous = previous_listing(store) if mode == "overwrite" else []
-    shards = list(old.shards) if old is not None else []
-    schema = dict(old.schema) if old is not None else {}
-    index: list[tuple[str, str, list[int], str]] = []
-    # an existing index is kept current on append, even without generate_index
-    with_index = opts.generate_index or (mode == "append" and _index_exists(store))
-    if with_index:
-        _check_index_slot(store)
-    if old is not None and with_index:
-        index += _index_of(store, old)
-    columns: list[str] = list(old.columns) if old is not None else []
-    if old is not None and old.shards:
-        _check_columns(old, results, opts)
-    _check_schema(schema, results, opts)
-    results = _resolve_duplicates(store, results, opts, set(schema) if opts.mode == "kv" else set())
+    try:
+        old = read_manifest(store) if mode == "append" else None
+        if old is not None:  # what is appended to must be a dataset a reader accepts
+            for entry in old.shards:
+                store.check_shard(entry.shard_path, entry.bytes)
+            check_capacity(store, old)
+        previous = previous_listing(store) if mode == "overwrite" else []
+        shards = list(old.shards) if old is not None else []
+        schema = dict(old.schema) if old is not None else {}
+        index: list[tuple[str, str, list[int], str]] = []
+        # an existing index is kept current on append, even without generate_index
+        with_index = opts.generate_index or (mode == "append" and _index_exists(store))
+        if with_index:
+            _check_index_slot(store)
+        if old is not None and with_index:
+            index += _index_of(store, old)
+        columns: list[str] = list(old.columns) if old is not None else []
+        if old is not None and old.shards:
+            _check_columns(old, results, opts)
+        _check_schema(schema, results, opts)
+        existing = set(schema) if opts.mode == "kv" else set()
+        results = _resolve_duplicates(store, results, opts, existing)
+    except TensorFileError:  # a dataset committed since the check (read, or deleted): lost
+        _published_over(store, expected, lambda: store.check_version(MANIFEST_NAME, expected))
+        raise
     moved: list[str] = []
     try:
         for r in results:

@@ -413,12 +413,18 @@ def _itemsize(t: TensorInfo) -> int:
         return max(1, t.nbytes // max(1, t.numel))
 
 
+_RULED = ("bool", "f4_e2m1")
+"""zTensor v2 logical types whose bytes obey a rule (bool bytes 0 or 1, an odd F4 count's
+pad nibble zero): read through the reader, which refuses bytes that break it."""
+
+
 def _tensor_chunks(reader: Reader, name: str) -> Iterator[bytes | bytearray]:
     """The tensor's dense bytes, a chunk at a time (stored bytes are streamed; GGUF's
     quantized blocks as they are stored; sparse tensors densified piece by piece)."""
     info = reader.info(name)
     if info.layout in ("dense", "quantized") and all(
-        c.encoding == "raw" and c.shard is None for c in info.components.values()
+        c.encoding == "raw" and c.shard is None and c.logical not in _RULED
+        for c in info.components.values()
     ):  # stored bytes in this file are the tensor's bytes (a v2 part in a shard is elsewhere)
         rng = info.byte_range
         for pos in range(0, rng.length, _CHUNK):

@@ -153,7 +153,7 @@ class FsspecStore(Store):
         size = self.file_size(name)
         if size is None:
             return None
-        too_big = f"{what} {self.url(name)} is over {limit} bytes; it is not a dataset's {what}"
+        too_big = f"{what} {self.url(name)} is over {limit} bytes, more than a dataset's can be"
         if size > limit:
             raise FormatError(too_big)
         if size == 0:

@@ -85,7 +85,7 @@ class MemoryStore(Store):
         data = self._get(name)
         if data is not None and len(data) > limit:
             raise FormatError(
-                f"{what} {self.url(name)} is over {limit} bytes; it is not a dataset's {what}"
+                f"{what} {self.url(name)} is over {limit} bytes, more than a dataset's can be"
             )
         return data
 

@@ -179,7 +179,7 @@ def read_bounded(path: str, what: str, limit: int) -> bytes | None:
     finally:
         os.close(fd)
     if size > limit:
-        raise FormatError(f"{what} {path} is over {limit} bytes; it is not a dataset's {what}")
+        raise FormatError(f"{what} {path} is over {limit} bytes, more than a dataset's can be")
     return b"".join(chunks)
 
 
