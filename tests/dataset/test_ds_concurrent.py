@@ -263,7 +263,7 @@ def test_processes_appending_at_once_lose_cleanly_and_lose_nothing(tmp_path: Pat
 
 def _hold_lock_forever(root: str, ready: Any) -> None:
     store = LocalStore(root)
-    with store._locked():
+    with store.locked():
         ready.set()
         signal.pause()
 
@@ -289,3 +289,77 @@ def test_a_writer_killed_holding_the_lock_does_not_block_the_next(tmp_path: Path
     dataset.write(cols_b(2), path, batch_size=2, mode="append")
     assert _ids(LocalStore(path)) == [0, 1, 100, 101]
     assert_consistent(path)
+
+
+# -- the index follows its own manifest ----------------------------------------------------
+
+
+def _kv(names: list[str]) -> dict[str, Any]:
+    return {"name": names, "v": np.arange(len(names) * 2, dtype=np.int8).reshape(-1, 2)}
+
+
+def _after_first_manifest(
+    monkeypatch: pytest.MonkeyPatch, store: Store, race: Callable[[], None]
+) -> None:
+    """Run ``race`` (another writer's whole commit) right after the next manifest write."""
+    cls = type(store)
+    real = cls.write_if
+
+    def write_if(self: Store, name: str, data: bytes, expected: str | None) -> str | None:
+        out = real(self, name, data, expected)
+        monkeypatch.setattr(cls, "write_if", real)
+        race()
+        return out
+
+    monkeypatch.setattr(cls, "write_if", write_if)
+
+
+@pytest.mark.parametrize("where", WHERE)
+def test_a_late_index_does_not_replace_a_later_commits(
+    make_store: Callable[[str], Store], where: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A commit whose manifest another commit replaced before its index was written leaves
+    the index to that later commit (found by a hostile review: the late index landed last
+    and was stale until the next write)."""
+    from tensorfile.dataset.index import read_index
+
+    store = make_store(where)
+    dataset.write(_kv(["a", "b"]), store, name_col="name", generate_index=True)
+    _after_first_manifest(
+        monkeypatch,
+        store,
+        lambda: dataset.write(
+            _kv(["z"]), store, name_col="name", generate_index=True, mode="append"
+        ),
+    )
+    dataset.write(_kv(["c", "d"]), store, name_col="name", generate_index=True, mode="append")
+    manifest = read_manifest(store)
+    assert manifest is not None
+    index = read_index(store, manifest)
+    assert index is not None  # current: it names every key of the final dataset
+    assert sorted(index) == [f"{k}__v" for k in "abcdz"]
+
+
+@pytest.mark.parametrize("where", WHERE)
+def test_an_overwrite_does_not_remove_the_index_of_a_later_commit(
+    make_store: Callable[[str], Store], where: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An overwrite without an index removes the old one only while its own manifest is
+    current: an append that asked for an index and committed in between keeps it."""
+    from tensorfile.dataset.index import read_index
+
+    store = make_store(where)
+    dataset.write(_kv(["a"]), store, name_col="name", generate_index=True)
+    _after_first_manifest(
+        monkeypatch,
+        store,
+        lambda: dataset.write(
+            _kv(["y"]), store, name_col="name", generate_index=True, mode="append"
+        ),
+    )
+    dataset.write(_kv(["p", "q"]), store, name_col="name")  # overwrite, no index
+    manifest = read_manifest(store)
+    assert manifest is not None
+    index = read_index(store, manifest)
+    assert index is not None
+    assert sorted(index) == ["p__v", "q__v", "y__v"]

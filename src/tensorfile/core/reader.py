@@ -120,6 +120,17 @@ def numpy_allocator(info: TensorInfo) -> tuple[memoryview, Callable[[], NDArray]
     return bytes_view(arr), lambda: arr
 
 
+def digest_covers_data(info: TensorInfo) -> bool:
+    """Whether a digest of ``info``'s stored ``data`` component can be a digest of its data
+    bytes at all: a dense or quantized tensor with such a component, not a BOOL one (whose
+    stored bytes may hold any nonzero byte for True, which the data bytes hold as 1)."""
+    return (
+        info.layout in ("dense", "quantized")
+        and "data" in info.components
+        and info.common_dtype != "BOOL"
+    )
+
+
 class Reader:
     """Read tensors described by a catalog from a source.
 
@@ -204,10 +215,10 @@ class Reader:
         from .digests import canonical
 
         info = self.info(name)
-        comp = info.components.get("data")
-        if comp is None or comp.digest is None or len(info.components) != 1:
+        if not digest_covers_data(info):
             return None
-        if info.layout not in ("dense", "quantized"):
+        comp = info.components["data"]
+        if comp.digest is None or len(info.components) != 1:
             return None
         if comp.encoding != "raw" and comp.digest_over != "decoded":
             return None  # over the compressed bytes

@@ -24,15 +24,26 @@ Example:
 from __future__ import annotations
 
 import os
+import stat
 from typing import Any
 
-from ..core.errors import FormatError, TensorFileError
-from ..sources import LocalStore
-from .files import INDEX_NAME, open_regular
+from ..core.errors import ConcurrentWriteError, FormatError, SourceError, TensorFileError
+from ..sources import LocalStore, Store
+from .files import INDEX_NAME, MANIFEST_NAME, open_regular
 from .manifest import Manifest
 from .storage import Location, storage_for
 
-__all__ = ["INDEX_NAME", "MAX_INDEX_BYTES", "index_bytes", "read_index", "write_index"]
+__all__ = [
+    "INDEX_NAME",
+    "MAX_INDEX_BYTES",
+    "check_index_slot",
+    "follow_manifest",
+    "index_bytes",
+    "index_exists",
+    "read_index",
+    "remove_index",
+    "write_index",
+]
 
 MAX_INDEX_BYTES = 1 << 30
 """The largest index read from a remote dataset (read whole: ~20 bytes a key)."""
@@ -147,3 +158,67 @@ def _check_footer(pf: Any, path: str, size: int) -> None:
         raise FormatError(
             f"{path}: the index's row groups hold {sum(groups)} rows, its footer says {rows}"
         )
+
+
+# -- the index beside a commit ----------------------------------------------------------------
+
+
+def follow_manifest(
+    store: Store, ours: str | None, staged: bytes | None, overwrite: bool
+) -> SourceError | None:
+    """Write the new index (``staged``), or for an overwrite without one remove the old,
+    only while the manifest is still the one this commit wrote (``ours``): when a later
+    commit has replaced it, the index is that writer's to write or keep. Returns the error
+    of a failed index write (the dataset is committed; its index is not)."""
+    if staged is None and not overwrite:
+        return None
+    try:
+        with store.while_at(MANIFEST_NAME, ours):
+            if staged is not None:
+                store.write_atomic(INDEX_NAME, staged)
+            else:
+                remove_index(store)
+    except ConcurrentWriteError:
+        return None  # a later commit's dataset: its index is its own
+    except SourceError as exc:
+        return exc
+    return None
+
+
+def index_exists(store: Store) -> bool:
+    """Whether something (a file, or a link) holds the index's name."""
+    if isinstance(store, LocalStore):
+        return os.path.lexists(store.path(INDEX_NAME))
+    return store.file_size(INDEX_NAME) is not None
+
+
+def check_index_slot(store: Store) -> None:
+    """The index can be written: no folder (or other non-file) holds its name."""
+    if isinstance(store, LocalStore):
+        if os.path.isdir(store.path(INDEX_NAME)):
+            raise SourceError(
+                f"cannot write the index {store.path(INDEX_NAME)}: a folder is in the way"
+            )
+        return
+    try:
+        store.file_size(INDEX_NAME)
+    except SourceError as exc:
+        raise SourceError(f"cannot write the index: {exc}") from exc
+
+
+def remove_index(store: Store) -> None:
+    """Remove the previous dataset's index: a regular file, or a symlink (only the link goes);
+    a folder or FIFO of that name is not the dataset's and stays."""
+    if isinstance(store, LocalStore):
+        path = store.path(INDEX_NAME)
+        try:
+            mode = os.lstat(path).st_mode
+            if stat.S_ISREG(mode) or stat.S_ISLNK(mode):
+                os.unlink(path)
+        except OSError:
+            pass  # the new dataset is committed; a reader finds a stale index stale
+        return
+    try:
+        store.remove(INDEX_NAME)
+    except SourceError:
+        pass  # as above

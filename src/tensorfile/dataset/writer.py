@@ -41,7 +41,6 @@ from __future__ import annotations
 import functools
 import json
 import os
-import stat
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -53,7 +52,7 @@ from ..formats.safetensors.faces import prepare_array, write_file
 from ..sources import LocalStore
 from .convert import Column, columns_and_keys
 from .files import INDEX_NAME, MANIFEST_NAME
-from .index import index_bytes
+from .index import check_index_slot, follow_manifest, index_bytes, index_exists
 from .manifest import (
     Manifest,
     ShardEntry,
@@ -303,9 +302,9 @@ def commit(
         schema = dict(old.schema) if old is not None else {}
         index: list[tuple[str, str, list[int], str]] = []
         # an existing index is kept current on append, even without generate_index
-        with_index = opts.generate_index or (mode == "append" and _index_exists(store))
+        with_index = opts.generate_index or (mode == "append" and index_exists(store))
         if with_index:
-            _check_index_slot(store)
+            check_index_slot(store)
         if old is not None and with_index:
             index += _index_of(store, old)
         columns: list[str] = list(old.columns) if old is not None else []
@@ -340,23 +339,16 @@ def commit(
         )
         staged_index = index_bytes(index) if with_index else None  # (before the commit)
         # the commit point: the new dataset exists from here on
-        _published_over(
+        ours = _published_over(
             store, expected, lambda: store.write_if(MANIFEST_NAME, manifest.to_bytes(), expected)
         )
     except BaseException:
         for name in moved:  # the previous dataset stays as it was
             _remove(store, name)
         raise
-    failed: SourceError | None = None
-    if staged_index is not None:
-        try:
-            store.write_atomic(INDEX_NAME, staged_index)
-        except SourceError as exc:  # the dataset is committed; its index is not
-            failed = exc
+    failed = follow_manifest(store, ours, staged_index, mode == "overwrite")
     if mode == "overwrite":
         delete_previous(store, previous, {s.shard_path for s in shards})
-        if not with_index:
-            _remove_index(store)
     _cleanup(store, results)
     if job is not None:
         abort(store, job)
@@ -368,11 +360,11 @@ def commit(
     return manifest
 
 
-def _published_over(store: Store, expected: str | None, step: Any) -> None:
+def _published_over(store: Store, expected: str | None, step: Any) -> Any:
     """Run ``step`` (a check or the conditional write of the manifest), telling a
-    :class:`ConcurrentWriteError` as the dataset's."""
+    :class:`ConcurrentWriteError` as the dataset's; returns what ``step`` returns."""
     try:
-        step()
+        return step()
     except ConcurrentWriteError as exc:
         if exc.changed is None:  # (another writer held the lock too long: its own words)
             raise
@@ -383,26 +375,6 @@ def _published_over(store: Store, expected: str | None, step: Any) -> None:
             "nothing: run it again",
             changed=MANIFEST_NAME,
         ) from None
-
-
-def _index_exists(store: Store) -> bool:
-    if isinstance(store, LocalStore):
-        return os.path.lexists(store.path(INDEX_NAME))
-    return store.file_size(INDEX_NAME) is not None
-
-
-def _check_index_slot(store: Store) -> None:
-    """The index can be written: no folder (or other non-file) holds its name."""
-    if isinstance(store, LocalStore):
-        if os.path.isdir(store.path(INDEX_NAME)):
-            raise SourceError(
-                f"cannot write the index {store.path(INDEX_NAME)}: a folder is in the way"
-            )
-        return
-    try:
-        store.file_size(INDEX_NAME)
-    except SourceError as exc:
-        raise SourceError(f"cannot write the index: {exc}") from exc
 
 
 def _check_columns(old: Manifest, results: Sequence[TaskResult], opts: WriteOptions) -> None:
@@ -521,21 +493,6 @@ def _remove(store: Store, name: str) -> None:
         store.remove(name)
     except SourceError:
         pass
-
-
-def _remove_index(store: Store) -> None:
-    """Remove the previous dataset's index: a regular file, or a symlink (only the link goes);
-    a folder or FIFO of that name is not the dataset's and stays."""
-    if isinstance(store, LocalStore):
-        path = store.path(INDEX_NAME)
-        try:
-            mode = os.lstat(path).st_mode
-            if stat.S_ISREG(mode) or stat.S_ISLNK(mode):
-                os.unlink(path)
-        except OSError:
-            pass  # the new dataset is committed; a reader finds a stale index stale
-        return
-    _remove(store, INDEX_NAME)
 
 
 def _cleanup(store: Store, results: Sequence[TaskResult]) -> None:

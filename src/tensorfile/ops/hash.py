@@ -364,7 +364,10 @@ def content_hash(
             if value is None:
                 digests = {a: Digest(a) for a in (algorithm, *stored)}
                 with naming(reader.source.name):
-                    for chunk in _tensor_chunks(reader, t.name):
+                    chunks = _tensor_chunks(reader, t.name)
+                    if t.common_dtype == "BOOL":  # any nonzero byte is True: hashed as 1
+                        chunks = map(_bool_bytes, chunks)
+                    for chunk in chunks:
                         for d in digests.values():
                             d.update(chunk)
                         done += len(chunk)
@@ -416,6 +419,14 @@ def _itemsize(t: TensorInfo) -> int:
 _RULED = ("bool", "f4_e2m1")
 """zTensor v2 logical types whose bytes obey a rule (bool bytes 0 or 1, an odd F4 count's
 pad nibble zero): read through the reader, which refuses bytes that break it."""
+
+
+def _bool_bytes(chunk: bytes | bytearray) -> bytes:
+    """BOOL bytes as 0 and 1 (a file may store any nonzero byte for True; the reference
+    and numpy read it as True, zTensor v2 stores 1)."""
+    import numpy as np
+
+    return np.frombuffer(chunk, np.uint8).astype(bool).view(np.uint8).tobytes()
 
 
 def _tensor_chunks(reader: Reader, name: str) -> Iterator[bytes | bytearray]:

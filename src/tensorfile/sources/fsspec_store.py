@@ -23,11 +23,12 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import posixpath
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from ..core.errors import FormatError, SourceError
@@ -47,7 +48,7 @@ _S3 = frozenset({"s3", "s3a"})
 """Protocols whose puts take ``If-Match``/``If-None-Match``."""
 _CONDITIONAL = _S3 | {"memory"}
 """Protocols where :meth:`FsspecStore.write_if` is atomic against other writers."""
-_MEMORY_LOCK = threading.Lock()
+_MEMORY_LOCK = threading.RLock()
 """Compares and writes of ``memory://`` files take turns (one process holds them all)."""
 
 
@@ -199,30 +200,36 @@ class FsspecStore(Store):
             raise self._fail("read", name, exc) from None
         return "sha256:" + digest.hexdigest()
 
-    def write_if(self, name: str, data: bytes, expected: str | None) -> None:
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[None]:
+        if self._protocol != "memory":  # (an object store has no lock: its puts are conditional)
+            yield
+            return
+        with _MEMORY_LOCK:
+            yield
+
+    def write_if(self, name: str, data: bytes, expected: str | None) -> str | None:
         self._require("writes", "write", name)
-        if self._protocol == "memory":
-            with _MEMORY_LOCK:
-                self.check_version(name, expected)
-                self.write_atomic(name, data)
-            return
         if self._protocol not in _S3 or (expected is not None and not expected.startswith("etag:")):
-            super().write_if(name, data, expected)
-            return
+            return super().write_if(name, data, expected)
         self.check_version(name, expected)  # (fails early, and without a request's cost)
         condition = (
             {"IfNoneMatch": "*"} if expected is None else {"IfMatch": expected[len("etag:") :]}
         )
         try:
-            self.fs.pipe_file(self._p(name), bytes(data), **condition)
+            reply = self.fs.pipe_file(self._p(name), bytes(data), **condition)
         except Exception as exc:
             # the server refused the condition (412; 409 while another put of it runs), or
             # the request failed, or only its answer was lost: the object now says which
             if self.version(name) != expected:
                 if self._holds(name, data):
-                    return  # the put landed; its answer did not
+                    return self.version(name)  # the put landed; its answer did not
                 raise self.changed(name) from None
             raise self._fail("write", name, exc) from None
+        etag = reply.get("ETag") if isinstance(reply, dict) else None
+        if isinstance(etag, str) and etag:
+            return "etag:" + etag.strip('"')
+        return self.version(name)  # (a reply without the ETag: ask for it)
 
     def _holds(self, name: str, data: bytes) -> bool:
         """Whether the file ``name`` holds exactly ``data``."""

@@ -135,14 +135,8 @@ class LocalStore(Store):
             os.close(fd)
         return f"{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}"
 
-    def write_if(self, name: str, data: bytes, expected: str | None) -> None:
-        self._require("writes", "write", name)
-        with self._locked():
-            self.check_version(name, expected)
-            self.write_atomic(name, data)
-
     @contextlib.contextmanager
-    def _locked(self) -> Iterator[None]:
+    def locked(self) -> Iterator[None]:
         """An exclusive ``flock`` of the root folder while the block runs."""
         try:
             fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY)

@@ -11,9 +11,10 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from ..core.errors import FormatError, SourceError, SourceNotFoundError
@@ -40,7 +41,7 @@ class MemoryStore(Store):
         self.read_only = read_only
         self.supports_writes = self.supports_deletes = not read_only
         self.conditional_writes = True
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
         self._files: dict[str, bytes] = {}
         self._writes = 0  # (a file's version: the count of writes when it was written)
         self._version: dict[str, int] = {}
@@ -89,13 +90,9 @@ class MemoryStore(Store):
             )
         return data
 
-    def _put(self, name: str, data: bytes, expected: str | bool | None = True) -> None:
-        """Store ``data`` as ``name``; unless ``expected`` is True, only if ``name`` is at
-        that version (compared under the lock)."""
+    def _put(self, name: str, data: bytes) -> None:
         check_name(name)
         with self._lock:
-            if expected is not True and self._version_of(name) != expected:
-                raise self.changed(name)
             if any(k.startswith(name + "/") for k in self._files):
                 raise SourceError(f"cannot write {self.url(name)}: a folder is there")
             parts = name.split("/")
@@ -114,9 +111,10 @@ class MemoryStore(Store):
         with self._lock:
             return self._version_of(name)
 
-    def write_if(self, name: str, data: bytes, expected: str | None) -> None:
-        self._require("writes", "write", name)
-        self._put(name, bytes(data), expected)
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[None]:
+        with self._lock:
+            yield
 
     def write_atomic(self, name: str, data: bytes) -> None:
         self._require("writes", "write", name)

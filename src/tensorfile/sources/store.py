@@ -39,9 +39,10 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import posixpath
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import ClassVar
 
 from ..core.errors import ConcurrentWriteError, SourceError, UnsupportedError
@@ -186,15 +187,35 @@ class Store:
         changes whenever the file is written. :meth:`write_if` compares it."""
         raise NotImplementedError
 
-    def write_if(self, name: str, data: bytes, expected: str | None) -> None:
+    def write_if(self, name: str, data: bytes, expected: str | None) -> str | None:
         """Write ``data`` as ``name`` (as :meth:`write_atomic` does) only if the file is
         still at the :meth:`version` ``expected`` (None: only if there is no such file);
         otherwise a :class:`~tensorfile.errors.ConcurrentWriteError` and nothing written.
-        Atomic against other writers where ``conditional_writes``; this default compares,
-        then writes."""
+        Returns the version written (None where the store cannot tell it). Atomic against
+        other writers where ``conditional_writes``: the compare and the write hold
+        :meth:`locked`."""
         self._require("writes", "write", name)
-        self.check_version(name, expected)
-        self.write_atomic(name, data)
+        with self.locked():
+            self.check_version(name, expected)
+            self.write_atomic(name, data)
+            return self.version(name)
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[None]:
+        """While the block runs, other writers' :meth:`write_if` and :meth:`while_at` of this
+        store wait (a lock of the folder locally, of the process for in-memory stores); a
+        store with no such lock (an object store) holds none."""
+        yield
+
+    @contextlib.contextmanager
+    def while_at(self, name: str, version: str | None) -> Iterator[None]:
+        """Run the block only while ``name`` stays at ``version`` (under :meth:`locked`):
+        a :class:`~tensorfile.errors.ConcurrentWriteError` before it when another writer
+        has changed it. For files that follow another (a dataset's index follows its
+        manifest): written or removed only while that one is still theirs."""
+        with self.locked():
+            self.check_version(name, version)
+            yield
 
     def check_version(self, name: str, expected: str | None) -> None:
         """A :class:`~tensorfile.errors.ConcurrentWriteError` unless ``name`` is at the

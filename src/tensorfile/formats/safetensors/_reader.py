@@ -14,7 +14,7 @@ from tensorfile.core.errors import (
     SourceError,
     TensorFileError,
 )
-from tensorfile.core.reader import Reader
+from tensorfile.core.reader import Reader, digest_covers_data
 from tensorfile.core.source import Source
 from tensorfile.formats.safetensors._digests import check, compare, parse_digests
 from tensorfile.formats.safetensors._parse import N_LEN, Header, parse_header, parse_header_length
@@ -125,7 +125,8 @@ class SafetensorsReader(Reader):
         """The digest ``algorithm`` the metadata records for ``name``'s stored bytes (a
         safetensors tensor is stored raw: they are its data bytes); None when it records
         none of that algorithm."""
-        self.info(name)  # an unknown name: this format's error
+        if not digest_covers_data(self.info(name)):  # (an unknown name: this format's error)
+            return None
         digest = self.recorded().get(name)
         return digest if digest is not None and digest.startswith(algorithm + ":") else None
 
