@@ -263,6 +263,7 @@ def test_the_cli_names_the_file_once(tmp_path: Path, capsys: Any, kind: str) -> 
         ["id", path],
         ["convert", path, tmp_path / "out.safetensors"],
         ["inspect", whole, path],
+        ["inspect", whole, path.as_uri()],  # the URL's local path is the same file
     ):
         got = run(capsys, *argv)
         assert got.code == 2, argv
