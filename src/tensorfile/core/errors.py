@@ -114,9 +114,9 @@ __all__ = [
     "ZTensorMissingError",
     "ZTensorUnsupportedError",
     "ZTensorWarning",
-    "name_file",
-    "naming",
 ]
+# (name_file and naming are for tensorfile's own open paths: not in __all__, so the public
+# tensorfile.errors holds the exceptions only)
 
 
 class TensorFileError(Exception):
