@@ -44,7 +44,8 @@ FAILED_NAMES_SHOWN = 5
 
 def named(path: str, exc: BaseException) -> str:
     """:func:`~._errors.describe` of ``exc``, prefixed with ``path`` (a URL without its
-    credentials) when the message does not name it already.
+    credentials) when the message does not name it already, as given or as the file the
+    error says it concerns (``exc.path``: a ``file://`` URL's local path).
 
     Example:
         >>> named("a.zt", OSError("gone")), named("a.zt", OSError("a.zt: gone"))
@@ -52,7 +53,10 @@ def named(path: str, exc: BaseException) -> str:
     """
     shown = redact(path)
     message = describe(exc)
-    return message if shown in message else f"{shown}: {message}"
+    own = getattr(exc, "path", None)
+    if shown in message or (isinstance(own, str) and own and own in message):
+        return message
+    return f"{shown}: {message}"
 
 
 def for_each(

@@ -53,9 +53,12 @@ translated where it crosses into tensorfile and chained with ``from``::
     │   └── UnsavableTensorError    a tensor with no bytes to save (also a RuntimeError)
     └── SharedTensorsError          tensors to save share memory (also a RuntimeError)
 
-A format error's message says what is wrong and where: the tensor name and the byte offset
-in the file when they are known. The same facts are attributes (``format``, ``offset``,
-``tensor``) so that programs need not parse messages.
+A format error's message says what is wrong and where: the file, the tensor name and the
+byte offset in the file when they are known. The same facts are attributes (``path``,
+``format``, ``offset``, ``tensor``) so that programs need not parse messages. Every error
+raised while opening a file names it (a path, or a URL without its credentials), however the
+format's own words put it: the registry's open path and the drop-in's ``safe_open`` attach it
+in one place, :func:`naming`.
 
 Example:
     >>> from tensorfile.errors import FormatError, TensorFileError
@@ -64,6 +67,9 @@ Example:
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 __all__ = [
     "ChecksumError",
@@ -109,10 +115,19 @@ __all__ = [
     "ZTensorUnsupportedError",
     "ZTensorWarning",
 ]
+# (name_file and naming are for tensorfile's own open paths: not in __all__, so the public
+# tensorfile.errors holds the exceptions only)
 
 
 class TensorFileError(Exception):
-    """Base of every error tensorfile raises on bad input or a failed operation."""
+    """Base of every error tensorfile raises on bad input or a failed operation.
+
+    Attributes:
+        path: the file the error concerns (a path, or a URL without its credentials), when
+            known: set where a file is opened (:func:`naming`), and named in the message too.
+    """
+
+    path: str | None = None
 
 
 class FormatError(TensorFileError):
@@ -351,3 +366,46 @@ class UnknownFormatError(FormatError):
         self.path = path
         self.head = head
         self.size = size
+
+
+def name_file(exc: TensorFileError, name: str) -> None:
+    """Make ``exc`` name the file ``name``: ``exc.path`` becomes ``name`` unless it names a
+    file already, and the message is prefixed with ``name: `` unless it names the file
+    already. A source with no name of its own (bytes in memory: ``<memory>``) is not named.
+
+    Example:
+        >>> exc = FormatError("header too short", offset=8)
+        >>> name_file(exc, "m.safetensors")
+        >>> str(exc), exc.path, exc.offset
+        ('m.safetensors: header too short', 'm.safetensors', 8)
+        >>> name_file(exc, "other.safetensors")  # named already: unchanged
+        >>> str(exc)
+        'm.safetensors: header too short'
+    """
+    if not name or (name.startswith("<") and name.endswith(">")):
+        return
+    if exc.path is None:
+        exc.path = name
+    message = exc.args[0] if exc.args else None
+    if isinstance(message, str) and name not in message and exc.path not in message:
+        exc.args = (f"{name}: {message}", *exc.args[1:])
+
+
+@contextmanager
+def naming(name: str) -> Iterator[None]:
+    """Make sure an error of tensorfile's raised in the block names the file ``name``
+    (:func:`name_file`): the one place where opening a file attaches its name.
+
+    Example:
+        >>> try:
+        ...     with naming("m.safetensors"):
+        ...         raise InvalidArgumentError("header too short")
+        ... except InvalidArgumentError as exc:
+        ...     print(exc)
+        m.safetensors: header too short
+    """
+    try:
+        yield
+    except TensorFileError as exc:
+        name_file(exc, name)
+        raise

@@ -119,6 +119,33 @@ def zip_names(source: Source) -> list[str] | None:
         return None
 
 
+_ZIP_LOCAL_HEADER = 30
+"""The fixed part of a zip member's local header; the member's name follows it (its
+length at byte 26)."""
+
+
+def first_zip_member(source: Source) -> str | None:
+    """The name in the first local header of the zip archive in ``source`` (readable even
+    when the archive was cut short and its central directory is gone), or None.
+
+    Example:
+        >>> import io, zipfile
+        >>> from tensorfile.sources import MemorySource
+        >>> buf = io.BytesIO()
+        >>> with zipfile.ZipFile(buf, "w") as zf:
+        ...     zf.writestr("w.npy", bytes(100))
+        >>> first_zip_member(MemorySource(buf.getvalue()[:40]))
+        'w.npy'
+    """
+    size = source.size
+    if size < _ZIP_LOCAL_HEADER:
+        return None
+    length = int.from_bytes(source.read(26, 2), "little")
+    if not length or _ZIP_LOCAL_HEADER + length > size:
+        return None
+    return source.read(_ZIP_LOCAL_HEADER, length).decode("utf-8", "replace")
+
+
 class Segment(NamedTuple):
     """``length`` bytes at offset ``start`` of an :class:`ArraysSource`, produced by
     ``fetch()`` (a buffer of exactly ``length`` bytes) when first read."""

@@ -29,7 +29,7 @@ import stat
 import urllib.parse
 from contextlib import closing
 
-from tensorfile.core.errors import InvalidArgumentError, SourceError
+from tensorfile.core.errors import InvalidArgumentError, SourceError, naming
 from tensorfile.core.source import Source
 from tensorfile.formats import SAFETENSORS
 from tensorfile.sources import LocalSource, open_path
@@ -119,18 +119,21 @@ def read_index_doc(
     else:
         source = open_path(index, allow_full_download=allow_full_download)
     shown = source.name if not local else index
-    with closing(source):
+    with closing(source), naming(shown):
         _check_index_size(shown, source.size)  # a remote size comes with the first reply
         raw = source.read(0, source.size)
-    try:
-        doc = json.loads(raw)
-    except (ValueError, RecursionError) as exc:  # RecursionError: absurdly nested arrays
-        raise InvalidArgumentError(f"{shown} is not valid JSON: {_short(exc)}") from None
-    weight_map = doc.get("weight_map") if isinstance(doc, dict) else None
-    if not isinstance(weight_map, dict) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in weight_map.items()
-    ):
-        raise InvalidArgumentError(f"{shown} has no 'weight_map' of tensor names to shard files")
+    with naming(shown):
+        try:
+            doc = json.loads(raw)
+        except (ValueError, RecursionError) as exc:  # RecursionError: absurdly nested arrays
+            raise InvalidArgumentError(f"{shown} is not valid JSON: {_short(exc)}") from None
+        weight_map = doc.get("weight_map") if isinstance(doc, dict) else None
+        if not isinstance(weight_map, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in weight_map.items()
+        ):
+            raise InvalidArgumentError(
+                f"{shown} has no 'weight_map' of tensor names to shard files"
+            )
     return weight_map, shown, doc
 
 

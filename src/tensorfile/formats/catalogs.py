@@ -26,14 +26,14 @@ Example:
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import closing, contextmanager
+from contextlib import closing
 from dataclasses import dataclass, replace
 from typing import Any
 
 from ..core.catalog import Catalog, agreed, merged
-from ..core.errors import InvalidArgumentError, TensorFileError
+from ..core.errors import InvalidArgumentError, naming
 from ..core.source import Source
 from ..sources import LocalSource, is_url, local_path_of, open_path
 from . import _index, detect, guess
@@ -60,27 +60,6 @@ MAX_INDEX_BYTES = _index.MAX_INDEX_BYTES
 is_index = _index.is_index
 regular_file = _index.regular_file
 index_path = _index.index_path
-
-
-@contextmanager
-def naming(name: str) -> Iterator[None]:
-    """Make sure an error of tensorfile's raised in the block names the file ``name`` (one
-    of a glob's thousand files, say), prefixing its message when it does not.
-
-    Example:
-        >>> try:
-        ...     with naming("m.safetensors"):
-        ...         raise InvalidArgumentError("header too short")
-        ... except InvalidArgumentError as exc:
-        ...     print(exc)
-        m.safetensors: header too short
-    """
-    try:
-        yield
-    except TensorFileError as exc:
-        if exc.args and isinstance(exc.args[0], str) and name not in exc.args[0]:
-            exc.args = (f"{name}: {exc.args[0]}", *exc.args[1:])
-        raise
 
 
 def local_target(target: str) -> str:

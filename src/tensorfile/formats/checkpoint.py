@@ -144,8 +144,9 @@ class ShardedReader(Reader):
                         allow_full_download=self._ck.allow_full_download,
                         verify=self._verify,
                     )
-                except TensorFileError as exc:
-                    raise type(exc)(f"{self.index}: shard {shard}: {exc}") from exc
+                except TensorFileError as exc:  # the shard's error, its attributes kept
+                    _in_checkpoint(exc, self.index, shard)
+                    raise
                 except OSError as exc:
                     raise SafetensorError(f"{self.index}: shard {shard}: {exc}") from exc
                 self._readers[shard] = reader
@@ -230,6 +231,26 @@ class ShardedReader(Reader):
     def __repr__(self) -> str:
         n = len(self._ck.weight_map)
         return f"ShardedReader({self.index!r}, {n} tensors, {len(self.shards)} shards)"
+
+
+def _in_checkpoint(exc: TensorFileError, index: str, shard: str) -> None:
+    """Say in ``exc``'s message that the file it names is ``shard`` of the checkpoint
+    ``index`` (``exc.path`` stays the shard's path).
+
+    Example:
+        >>> exc = SafetensorError("ck/a.safetensors: header too short")
+        >>> exc.path = "ck/a.safetensors"
+        >>> _in_checkpoint(exc, "ck/model.safetensors.index.json", "a.safetensors")
+        >>> str(exc), exc.path
+        ('ck/model.safetensors.index.json: shard a.safetensors: header too short', \
+'ck/a.safetensors')
+    """
+    message = exc.args[0] if exc.args else ""
+    if not isinstance(message, str):
+        return
+    if exc.path is not None and message.startswith(f"{exc.path}: "):
+        message = message[len(exc.path) + 2 :]
+    exc.args = (f"{index}: shard {shard}: {message}", *exc.args[1:])
 
 
 def open_checkpoint(

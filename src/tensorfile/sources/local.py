@@ -8,6 +8,7 @@ import mmap
 import os
 import stat
 import sys
+import weakref
 from collections.abc import Callable, Iterator
 
 from ..core.errors import InvalidArgumentError, SourceError, SourceNotFoundError
@@ -121,6 +122,23 @@ def _split(buffers: list[memoryview]) -> Iterator[list[memoryview]]:
         yield batch
 
 
+def _closer(owner: object, fd: int) -> weakref.finalize[[int], object]:
+    """What closes ``fd``, exactly once: called by ``close()``, or run when ``owner`` is
+    collected while the program runs (a source nobody closed).
+
+    ``os.close`` is bound here, when the file opens, and nothing is looked up when it runs: a
+    ``__del__`` that calls ``os.close`` can run during interpreter shutdown, after the module's
+    globals are torn down, and prints ``Exception ignored in ... 'NoneType' object has no
+    attribute 'close'`` on stderr. Nor does it run at exit (``atexit`` off): the finalizers of
+    :mod:`weakref` stop when the interpreter starts to exit, and the process's exit closes the
+    descriptor. A mapping needs no finalizer: :class:`mmap.mmap` unmaps itself when the last
+    array over it is gone.
+    """
+    release = weakref.finalize(owner, os.close, fd)
+    release.atexit = False
+    return release
+
+
 class LocalSource(SourceBase):
     """Read a local file with ``pread``/``preadv``; map it privately for zero-copy views.
 
@@ -209,6 +227,7 @@ class LocalSource(SourceBase):
         self._size = st.st_size
         self._map: mmap.mmap | None = None
         self._closed = False
+        self._release = _closer(self, fd)
 
     @property
     def size(self) -> int:
@@ -289,8 +308,4 @@ class LocalSource(SourceBase):
             except BufferError:
                 pass  # arrays still use the mapping; it is released when they are
             self._map = None
-        os.close(self._fd)
-
-    def __del__(self) -> None:
-        if not getattr(self, "_closed", True):
-            self.close()
+        self._release()

@@ -34,6 +34,7 @@ from tensorfile.core.errors import (
     SourceError,
     SourceNotFoundError,
     UnsupportedError,
+    naming,
 )
 from tensorfile.core.reader import names_list
 from tensorfile.core.source import Source
@@ -56,19 +57,27 @@ def _open_reader(filename: str | os.PathLike[str], verify: bool = False) -> Safe
             f"filename must be a str or os.PathLike, got {type(filename).__name__}"
         )
     try:
-        with open_input(filename) as source:
+        with open_input(filename) as source, naming(source.name):
             return SafetensorsReader(source, verify=verify)
     except SafetensorError:
         raise
     except SourceNotFoundError as exc:
         if is_url(filename):  # the source's message: it names the URL without secrets
-            raise SafetensorNotFoundError(str(exc)) from exc
+            raise _as_io_error(exc, SafetensorNotFoundError) from exc
         # the reference's words for a missing path: code matches on them
-        raise SafetensorNotFoundError(
-            f"No such file or directory: {os.fsdecode(filename)}"
-        ) from exc
+        name = os.fsdecode(filename)
+        missing = SafetensorNotFoundError(f"No such file or directory: {name}")
+        missing.path = name
+        raise missing from exc
     except SourceError as exc:
-        raise SafetensorIOError(str(exc)) from exc
+        raise _as_io_error(exc, SafetensorIOError) from exc
+
+
+def _as_io_error(exc: SourceError, kind: type[SafetensorIOError]) -> SafetensorIOError:
+    """``exc`` as the safetensors error ``kind``, with its message and the file it names."""
+    err = kind(str(exc))
+    err.path = exc.path
+    return err
 
 
 def _framework(framework: str, device: Any) -> Framework:
@@ -89,13 +98,14 @@ def _framework(framework: str, device: Any) -> Framework:
 def _reader_over(source: Source) -> SafetensorsReader:
     """A reader over ``source`` (which it then owns), with I/O errors as safetensors'."""
     try:
-        return SafetensorsReader(source)
+        with naming(source.name):
+            return SafetensorsReader(source)
     except SafetensorError:
         source.close()
         raise
     except SourceError as exc:
         source.close()
-        raise SafetensorIOError(str(exc)) from exc
+        raise _as_io_error(exc, SafetensorIOError) from exc
 
 
 class safe_open:

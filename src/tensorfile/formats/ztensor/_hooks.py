@@ -40,6 +40,7 @@ from tensorfile.core.errors import (
     ZTensorError,
     ZTensorIOError,
     ZTensorUnsupportedError,
+    naming,
 )
 from tensorfile.core.reader import Reader
 from tensorfile.core.source import Source
@@ -176,12 +177,15 @@ def open(
             f"expected a path, a URL or the bytes of a file, got {type(path_or_data).__name__}"
         )
     try:
-        with open_input(path_or_data, first=ZTENSOR.first_request()) as source:
+        opened = open_input(path_or_data, first=ZTENSOR.first_request())
+        with opened as source, naming(source.name):
             return open_any(source, verify=verify)
     except ZTensorError:
         raise
     except SourceError as exc:
-        raise ZTensorIOError(str(exc)) from exc
+        err = ZTensorIOError(str(exc))
+        err.path = exc.path
+        raise err from exc
 
 
 def load_file(

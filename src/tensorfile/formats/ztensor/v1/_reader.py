@@ -95,7 +95,8 @@ def read_catalog(source: Source) -> Catalog:
             raise ZTensorError(
                 f"{name}: the footer declares a {manifest_size:,}-byte manifest, more than "
                 f"the {size - len(MAGIC) - FOOTER_SIZE:,} bytes between the magic and the "
-                "footer",
+                "footer: the file looks truncated or damaged at its end (how long it was "
+                "cannot be told: the manifest size that ends a whole file is not there)",
                 offset=size - FOOTER_SIZE,
             )
         if manifest_size > MAX_MANIFEST_SIZE:

@@ -19,6 +19,7 @@ Example:
 from __future__ import annotations
 
 import os
+import struct
 from typing import Any
 
 from tensorfile.core.catalog import Catalog
@@ -31,6 +32,7 @@ from tensorfile.formats.ztensor.v2._format import (
     MAGIC,
     MAX_MANIFEST_SIZE,
     MIN_FILE_SIZE,
+    VERSION,
     manifest_hash,
     parse_footer,
 )
@@ -41,18 +43,95 @@ __all__ = ["check_frame", "read_catalog", "shard_path"]
 
 def check_frame(source: Source) -> bytes:
     """Check the size, the header magic and the footer's magic and version of the file in
-    ``source``; return the footer."""
+    ``source``; return the footer. A file that begins with the magic but lacks the footer's
+    is said to look truncated, with the size it had when that can be told
+    (:func:`_whole_size`)."""
     name, size = source.name, source.size
     if size < MIN_FILE_SIZE:
+        head = source.read(0, min(size, len(MAGIC)))
+        cut = (
+            "; it begins like one, so it looks truncated" if head and MAGIC.startswith(head) else ""
+        )
         raise ZTensorError(
             f"{name}: {size} bytes is too short for a zTensor v2 file (the magic and the "
-            f"footer alone take {MIN_FILE_SIZE})"
+            f"footer alone take {MIN_FILE_SIZE}){cut}"
         )
     head = source.read(0, len(MAGIC))
     if head != MAGIC:
         raise ZTensorError(f"{name}: not a zTensor v2 file (magic {head!r})", offset=0)
     footer = source.read(size - FOOTER_SIZE, FOOTER_SIZE)
+    if footer[-len(MAGIC) :] != MAGIC:
+        raise ZTensorError(_truncated(source, footer[-len(MAGIC) :]), offset=size - len(MAGIC))
     return footer
+
+
+def _truncated(source: Source, last: bytes) -> str:
+    """The message for a file that begins with the v2 magic and does not end with it."""
+    size, whole = source.size, _whole_size(source)
+    if whole is None:
+        how_long = (
+            "how long it was cannot be told: its footer, which would say, is cut off (or the "
+            "file was damaged at its end)"
+        )
+    else:
+        how_long = (
+            f"whole, it is {whole:,} bytes long ({whole - size:,} bytes are missing: only the "
+            f"first {FOOTER_SIZE - (whole - size)} of its {FOOTER_SIZE}-byte footer are there)"
+        )
+    return (
+        f"{source.name} looks truncated: it begins with the zTensor v2 magic but does not end "
+        f"with it (its last {len(last)} bytes are {last!r}, the footer's magic is {MAGIC!r}); "
+        f"{how_long}"
+    )
+
+
+_FOOTER_HEAD = 16
+"""The footer bytes that say where it is: its manifest's offset and length (the footer
+follows the manifest)."""
+
+
+def _whole_size(source: Source) -> int | None:
+    """The size of a zTensor v2 file cut short inside its footer, or None when that cannot be
+    told.
+
+    A footer follows its manifest, so the footer starting at ``q`` has ``manifest_offset +
+    manifest_length == q``. Each place in the last 39 bytes where at least the 16 bytes
+    holding those two numbers remain is tried: they must agree (an aligned offset past the
+    magic, a non-empty manifest), and so must every footer byte that survived (the manifest's
+    XXH3-64 against the manifest itself, the version, the reserved zeros, the start of the
+    magic). Exactly one place must pass; the size is then ``q + 40``.
+
+    Example:
+        >>> from tensorfile.sources import MemorySource
+        >>> from tensorfile.formats.ztensor.v2._format import encode_footer
+        >>> manifest = b"m" * 10
+        >>> footer = encode_footer(4096, 10, manifest_hash(manifest))
+        >>> whole = MAGIC + bytes(4088) + manifest + footer
+        >>> [_whole_size(MemorySource(whole[:-cut])) for cut in (7, 20, 25)]
+        [4146, 4146, None]
+        >>> len(whole)  # (with 15 footer bytes left, where the footer starts is unknown)
+        4146
+    """
+    size = source.size
+    start = max(len(MAGIC), size - FOOTER_SIZE + 1)
+    tail = source.read(start, size - start)
+    found = []
+    for q in range(start, size - _FOOTER_HEAD + 1):
+        rest = tail[q - start :]
+        offset, length = struct.unpack_from("<QQ", rest)
+        if length == 0 or offset + length != q or offset % ALIGN_FLOOR or offset < ALIGN_FLOOR:
+            continue
+        if length > MAX_MANIFEST_SIZE:
+            continue
+        tail_bytes = struct.pack("<II", VERSION, 0) + MAGIC
+        if rest[24:] != tail_bytes[: max(0, len(rest) - 24)]:
+            continue
+        if len(rest) >= 24:
+            (recorded,) = struct.unpack_from("<Q", rest, 16)
+            if manifest_hash(source.read(offset, length)) != recorded:
+                continue
+        found.append(q)
+    return found[0] + FOOTER_SIZE if len(found) == 1 else None
 
 
 def read_catalog(source: Source) -> Catalog:
