@@ -1,7 +1,8 @@
 """GGUF metadata through ``tensorfile.open``: ``.metadata`` gives plain Python values, the
 same as the ``gguf`` package's ``GGUFReader`` ``field.contents()`` for every value type
-(scalars, arrays of each, arrays of arrays), except float32 shown as the shortest float that reads back
-as the same float32 and arrays of arrays as nested lists (``contents()`` flattens them);
+(scalars, arrays of each, arrays of arrays), except float32 shown as the shortest float
+that reads back as the same float32 and arrays of arrays as nested lists (``contents()``
+flattens them);
 ``.typed_metadata`` keeps the stored types and round-trips through the ``gguf`` writer;
 convert writes float32 metadata as its shortest text (safetensors) or number (zTensor v2).
 """
