@@ -343,7 +343,7 @@ def test_gguf_string_under_the_limit_is_read_without_copies(tmp_path: Path) -> N
     code = (
         "import tensorfile\n"
         f"r = tensorfile.open({str(path)!r})\n"
-        "print(len(r.metadata['tokenizer.huggingface.json'].value))\n"
+        "print(len(r.metadata['tokenizer.huggingface.json']))\n"
     )
     printed, peak = run_limited(code)
     assert printed == str(size)

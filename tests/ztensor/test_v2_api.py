@@ -43,7 +43,8 @@ def test_version_2_writes_the_v2_container(tmp_path: Path) -> None:
     with ztensor.Writer(path, version=2, checksum="sha256", align=8192) as w:
         assert isinstance(w, ztensor.Writer2)
         w.add("w", np.arange(5, dtype=np.uint16))
-        w.add("v", np.arange(3, dtype=np.int8), checksum=None, compression="zstd")
+        w.add("v", np.zeros(30_000, dtype=np.int8), checksum=None, compression="zstd")
+        w.add("t", np.arange(3, dtype=np.int8), compression="zstd")  # zstd cannot shrink it
     raw = path.read_bytes()
     assert raw[:8] == raw[-8:] == b"\x89ZT2\r\n\x1a\n"
     with ztensor.open(path) as f:
@@ -51,9 +52,11 @@ def test_version_2_writes_the_v2_container(tmp_path: Path) -> None:
         w_part, v_part = f.info("w").data, f.info("v").data
         assert w_part.digest_over == "decoded" and w_part.digest.startswith("sha256:")
         assert v_part.digest is None and v_part.encoding == "zt.zstd-seekable/1"
-        assert v_part.decoded_length == 3
-        assert all(c.range.start % 8192 == 0 for c in (w_part, v_part))
-        assert f.get_tensor("v").tolist() == [0, 1, 2]
+        assert v_part.decoded_length == 30_000
+        assert f.info("t").data.encoding == "raw"  # kept raw: encoded it would be bigger
+        assert all(c.range.start % 8192 == 0 for c in (w_part, v_part, f.info("t").data))
+        assert f.get_tensor("v").tolist() == [0] * 30_000
+        assert f.get_tensor("t").tolist() == [0, 1, 2]
 
 
 @pytest.mark.parametrize(

@@ -166,7 +166,14 @@ class Reader:
 
     @property
     def metadata(self) -> Mapping[str, Any]:
-        """File-level string metadata (empty when the file has none)."""
+        """File-level metadata as plain values (empty when the file has none): text for
+        safetensors and zTensor, plain Python values for GGUF."""
+        return self.catalog.metadata
+
+    @property
+    def typed_metadata(self) -> Mapping[str, Any]:
+        """File-level metadata with the types the file stores: GGUF's values as
+        :class:`~tensorfile.core.values.TypedValue`; other formats' as :attr:`metadata`."""
         return self.catalog.metadata
 
     def keys(self) -> list[str]:

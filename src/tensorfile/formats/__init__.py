@@ -344,17 +344,23 @@ _LOOKS_LIKE = (
 
 def metadata_text(metadata: Mapping[str, Any]) -> dict[str, str]:
     """Metadata as text, for a format that holds only text: text values as they are,
-    others (numbers, lists, GGUF values) as JSON.
+    others (numbers, lists, GGUF values) as JSON; a GGUF float32 as the shortest number
+    that reads back as the same float32 (:func:`tensorfile.core.values.plain`).
 
     Example:
+        >>> from tensorfile.core.values import TypedValue
         >>> metadata_text({"a": "x", "n": 3, "l": [1, "ü"]})
         {'a': 'x', 'n': '3', 'l': '[1, "ü"]'}
+        >>> metadata_text({"eps": TypedValue("float32", 9.999999960041972e-13)})
+        {'eps': '1e-12'}
     """
     import json
 
+    from tensorfile.core.values import plain
+
     out: dict[str, str] = {}
     for key, value in metadata.items():
-        inner = getattr(value, "value", value)  # GGUFValue
+        inner = plain(value)  # GGUFValue
         if isinstance(inner, str):
             out[str(key)] = inner
         else:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 import struct
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,15 +30,17 @@ from tensorfile.core.catalog import ByteRange, Catalog, Component, TensorInfo
 from tensorfile.core.errors import GGUFError, SourceError
 from tensorfile.core.reader import Reader, brief
 from tensorfile.core.source import Source
-from tensorfile.core.values import TypedValue
+from tensorfile.core.values import TypedValue, plain
 from tensorfile.formats import GGUF
 
 __all__ = [
     "GGML_TYPES",
+    "MAX_ARRAY_DEPTH",
     "MAX_ARRAY_ITEMS",
     "MAX_HEADER_BYTES",
     "MAX_STRING_BYTES",
     "PLAIN_TYPES",
+    "GGUFFileReader",
     "GGUFHeader",
     "GGUFTensor",
     "GGUFValue",
@@ -283,7 +286,11 @@ class _Cursor:
 _U64 = struct.Struct("<Q")
 
 
-def _value(cur: _Cursor, type_id: int, key: str, budget: list[int]) -> GGUFValue:
+MAX_ARRAY_DEPTH = 16
+"""Deepest nesting of arrays of arrays tensorfile reads (the spec sets none; files use 1)."""
+
+
+def _value(cur: _Cursor, type_id: int, key: str, budget: list[int], depth: int = 0) -> GGUFValue:
     kind = _VALUE_TYPES.get(type_id)
     if kind is None:
         raise GGUFError(
@@ -301,7 +308,7 @@ def _value(cur: _Cursor, type_id: int, key: str, budget: list[int]) -> GGUFValue
     elem_id = cur.unpack("<I", f"metadata {key!r}")
     count = cur.unpack("<Q", f"metadata {key!r}")
     elem = _VALUE_TYPES.get(elem_id)
-    if elem is None or elem[0] == "array":
+    if elem is None:
         raise GGUFError(
             f"{cur.source.name}: metadata {key!r} is an array of unsupported type {elem_id}",
             offset=cur.pos,
@@ -315,13 +322,22 @@ def _value(cur: _Cursor, type_id: int, key: str, budget: list[int]) -> GGUFValue
             offset=cur.pos,
         )
     budget[0] -= count
-    least = struct.calcsize(elem_fmt) if elem_fmt else 8
+    least = struct.calcsize(elem_fmt) if elem_fmt else 12 if elem_name == "array" else 8
     if count * least > cur.remaining():
         raise GGUFError(
             f"{cur.source.name}: metadata {key!r} declares {count:,} {elem_name} items, more "
             f"than the {cur.remaining():,} bytes left can hold",
             offset=cur.pos,
         )
+    if elem_name == "array":  # an array of arrays: each item a whole array
+        if depth + 1 >= MAX_ARRAY_DEPTH:
+            raise GGUFError(
+                f"{cur.source.name}: metadata {key!r} nests arrays more than "
+                f"{MAX_ARRAY_DEPTH} deep; tensorfile reads no deeper",
+                offset=cur.pos,
+            )
+        inner = tuple(_value(cur, elem_id, key, budget, depth + 1) for _ in range(count))
+        return GGUFValue("array", [v.value for v in inner], "array", items=inner)
     bits = None
     if elem_fmt is not None:
         size = struct.calcsize(elem_fmt)
@@ -454,6 +470,37 @@ def read_catalog(source: Source) -> Catalog:
     return catalog_of(read_header(source))
 
 
+class GGUFFileReader(Reader):
+    """A read-only reader over a GGUF file (what ``tensorfile.open`` returns for one).
+
+    :attr:`metadata` gives plain Python values, as ``gguf.GGUFReader``'s
+    ``field.contents()`` does (text, int, float, bool, lists of them), except that a float32
+    is the shortest float that reads back as the same float32 (``1e-12``, not
+    ``9.999999960041972e-13``) and an array of arrays is a list of lists (``contents()``
+    flattens it). :attr:`typed_metadata` gives each value with its stored type, a
+    :class:`GGUFValue` (``.type``, ``.value``, ``.element_type``, float32 ``.bits``).
+
+    Example:
+        >>> import struct
+        >>> from tensorfile.sources import MemorySource
+        >>> def s(t): return struct.pack("<Q", len(t)) + t
+        >>> head = (MAGIC + struct.pack("<IQQ", 3, 0, 1) + s(b"eps") + struct.pack("<I", 6)
+        ...         + struct.pack("<f", 1e-12))
+        >>> r = open_reader(MemorySource(head + bytes(-len(head) % 32)))
+        >>> r.metadata, r.typed_metadata["eps"].type
+        ({'eps': 1e-12}, 'float32')
+    """
+
+    _plain: dict[str, Any] | None = None
+
+    @property
+    def metadata(self) -> Mapping[str, Any]:
+        """The metadata as plain Python values (see the class docstring)."""
+        if self._plain is None:
+            self._plain = {k: plain(v) for k, v in self.catalog.metadata.items()}
+        return self._plain
+
+
 def open_reader(source: Source, *, verify: bool | None = None) -> Reader:
     """A read-only reader over a GGUF file: plain tensors as arrays; quantized ones are
     described but not decoded.
@@ -469,4 +516,4 @@ def open_reader(source: Source, *, verify: bool | None = None) -> Reader:
         >>> open_reader(MemorySource(head + pad + data)).get_tensor("w").tolist()
         [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]]
     """
-    return Reader(source, read_catalog(source))
+    return GGUFFileReader(source, read_catalog(source))

@@ -21,6 +21,7 @@ import numpy as np
 from ..core import dtypes
 from ..core.errors import UnsupportedError
 from ..core.reader import Reader
+from ..core.values import plain
 from ..sources import is_url
 
 __all__ = ["ConvertSource", "Item", "open_source"]
@@ -62,8 +63,9 @@ class ConvertSource:
 
 
 def _values(meta: Mapping[str, Any]) -> dict[str, Any]:
-    """Metadata with GGUF's typed values unwrapped."""
-    return {str(key): getattr(value, "value", value) for key, value in meta.items()}
+    """Metadata with GGUF's typed values as plain values (float32 ones as the shortest
+    float that reads back as the same float32: ``1e-12``, not ``9.999999960041972e-13``)."""
+    return {str(key): plain(value) for key, value in meta.items()}
 
 
 def open_source(src: str, *, allow_full_download: bool | None = None) -> ConvertSource:
@@ -99,7 +101,8 @@ def _source(src: str, reader: Any) -> ConvertSource:
     single = None
     if not sharded and reader.format == "safetensors" and not is_url(src):
         single = src if os.path.isfile(src) else None
-    metadata = getattr(reader, "attributes", None) or reader.metadata  # zt2: CBOR values
+    # zt2: CBOR values; GGUF: typed values (made plain by _values)
+    metadata = getattr(reader, "attributes", None) or reader.typed_metadata
     return ConvertSource(
         "sharded-safetensors" if sharded else reader.format,
         items,

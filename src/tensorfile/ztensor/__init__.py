@@ -22,8 +22,9 @@ zTensor v2 (reading: :class:`ZTensor2Reader`):
   ``<stem>-<shard>.zt``; a data shard opens with no tensors.
 
 ``save_file(tensors, path, version=2, checksum="xxh3")`` writes canonical form, the file
-ztensor 2.1.2 writes for the same tensors; ``compression="zstd"`` writes seekable zstd,
-``align`` any multiple of 4096.
+ztensor 2.1.2 writes for the same tensors; ``compression="zstd"`` writes seekable zstd where
+it makes a part smaller, small tensors packed at 4096 (never a bigger file than raw);
+``align`` any multiple of 4096, for every blob.
 
 zTensor v1.0:
 

@@ -44,6 +44,7 @@ from tensorfile.core.errors import (
 )
 from tensorfile.core.reader import Reader
 from tensorfile.core.source import Source
+from tensorfile.core.values import plain
 from tensorfile.formats import ZTENSOR, GetTensor, MetadataChange, TensorSpec, metadata_text
 from tensorfile.formats.ztensor import _cbor
 from tensorfile.formats.ztensor._layouts import COOTensor, CSRTensor
@@ -317,7 +318,7 @@ def save(
     if version == 1:
         attributes: dict[str, Any] = text
     else:
-        values = {k: getattr(v, "value", v) for k, v in metadata.items()}  # GGUFValue
+        values = {k: plain(v) for k, v in metadata.items()}  # GGUFValue: float32 shortest
         attributes = {k: v for k, v in values.items() if _cbor_value(v)}
         attributes.update({k: v for k, v in text.items() if k not in attributes})
     with Writer(path, version=version, attributes=attributes, **options) as w:

@@ -129,8 +129,7 @@ def align_of(value: Any) -> int:
         or int(value) > 1 << 40
     ):
         raise InvalidArgumentError(
-            f"align must be a positive multiple of {ALIGN_FLOOR} (65536 by default), got "
-            f"{brief(value)}"
+            f"align must be a positive multiple of {ALIGN_FLOOR} (or unset), got {brief(value)}"
         )
     return int(value)
 

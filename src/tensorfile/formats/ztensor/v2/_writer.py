@@ -1,12 +1,16 @@
 """Write zTensor v2 files: blob by blob, atomically.
 
 :class:`Writer2` (what ``ztensor.Writer(path, version=2)`` returns) appends each part of
-each tensor to a temporary file at the next multiple of ``align`` (65536 by default, any
-multiple of 4096), raw or encoded as ``zt.zstd-seekable/1`` (frames of 1 MiB with content
-checksums and a seek table), with an ``xxh3:`` or ``sha256:`` digest of its decoded bytes
-when asked; only the tensor in hand is in memory. A raw part byte-identical to one already
-written is not written again: it refers to that blob (the hash match is confirmed by
-comparing the bytes). :meth:`Writer2.close` appends the deterministic-CBOR manifest and the
+each tensor to a temporary file at an aligned offset (:mod:`._placement`: every blob at a
+multiple of ``align`` when it is given; else 65536 in a raw file, and in a compressed one
+4096 for encoded and small blobs, 65536 for large raw ones), raw or encoded as
+``zt.zstd-seekable/1`` (frames of 1 MiB with content checksums and a seek table) where that
+makes the part smaller, with an ``xxh3:`` or ``sha256:`` digest of its decoded bytes when
+asked; only the tensor in hand is in memory. A part byte-identical to one already written
+is not written again: it refers to that blob (the hash match is confirmed by comparing the
+bytes, encoded ones as encoded). A compressed file is never bigger than the same tensors
+raw; an explicit ``align`` that makes it so, or pads it heavily, warns (ZTensorWarning).
+:meth:`Writer2.close` appends the deterministic-CBOR manifest and the
 40-byte footer and renames the file into place; an error, a ``with`` block left by an
 exception or :meth:`Writer2.abort` leaves the destination as it was.
 
@@ -30,6 +34,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -38,7 +43,7 @@ import xxhash
 from tensorfile.core import dtypes
 from tensorfile.core.catalog import ByteRange
 from tensorfile.core.dtypes import DType
-from tensorfile.core.errors import InvalidArgumentError, TensorFileError
+from tensorfile.core.errors import InvalidArgumentError, TensorFileError, ZTensorWarning
 from tensorfile.core.parallel import workers
 from tensorfile.formats.ztensor import _cbor
 from tensorfile.formats.ztensor._container_writer import (
@@ -50,7 +55,7 @@ from tensorfile.formats.ztensor._container_writer import (
 from tensorfile.formats.ztensor._inputs import align_of, attributes_of, dtype_of, tensor_parts
 from tensorfile.formats.ztensor._layouts import shape_of
 from tensorfile.formats.ztensor.v2._format import (
-    ALIGN_CANONICAL,
+    ALIGN_FLOOR,
     MAGIC,
     MAX_MANIFEST_SIZE,
     MAX_RANK,
@@ -60,6 +65,7 @@ from tensorfile.formats.ztensor.v2._format import (
     encode_footer,
     manifest_hash,
 )
+from tensorfile.formats.ztensor.v2._placement import Placement, up
 from tensorfile.formats.ztensor.v2._seekable import FRAME_SIZE, SeekableEncoder
 
 __all__ = ["Writer2", "to_bytes"]
@@ -74,10 +80,12 @@ class Writer2(ContainerWriter):
         path: destination; it appears (atomically) when the writer is closed.
         attributes: file attributes: text keys, values of any CBOR type (text, numbers,
             booleans, None, bytes, lists, dicts).
-        compression: ``None`` (raw) or ``"zstd"`` (``zt.zstd-seekable/1``), per part.
+        compression: ``None`` (raw) or ``"zstd"`` (``zt.zstd-seekable/1``, for each part
+            it makes smaller; the others stay raw).
         level: zstd level.
         checksum: ``None``, ``"xxh3"`` or ``"sha256"``: a digest of each part's decoded bytes.
-        align: blob placement, a multiple of 4096 (65536: every tensor on its own pages).
+        align: every blob at a multiple of this (of 4096); None: 65536 in a raw file
+            (canonical), packed by size in a compressed one (:mod:`._placement`).
         fsync: flush the file and its folder entry to stable storage on close.
     """
 
@@ -91,15 +99,17 @@ class Writer2(ContainerWriter):
         compression: str | None = None,
         level: int = 3,
         checksum: str | None = None,
-        align: int | None = ALIGN_CANONICAL,
+        align: int | None = None,
         fsync: bool = False,
     ) -> None:
         self.path = path_of(path)
         self._attributes = attributes_of(attributes, 2)
         self._set_options(compression, level, checksum)
-        self._align = align_of(ALIGN_CANONICAL if align is None else align)
+        explicit = None if align is None else align_of(align)
+        self._plan = Placement(explicit, packed=self._compression is not None)
+        self._encoded = self._compression is not None  # whether any part asked for zstd
         self._entries: dict[str, dict[str, Any]] = {}
-        self._blobs: dict[tuple[bytes, int], int] = {}
+        self._blobs: dict[tuple[bytes, int], tuple[ByteRange, str | None]] = {}
         self._rfd = -1
         self._open(MAGIC, fsync)
 
@@ -158,7 +168,12 @@ class Writer2(ContainerWriter):
         encoding, lvl, digest = self._options(compression, level, checksum)
         hasher = Hasher(digest) if digest else None
         encoder = self._encoder(lvl, total) if encoding else None
-        start = self._aligned()
+        at = self._plan.raw_blob(object(), total)
+        if encoder is None:
+            start = self._start_at(self._plan.raw_align(self._pos, total), fill=False)
+        else:
+            self._encoded = True
+            start = self._start_at(self._plan.encoded_align, fill=False)
         rng = self._stream(
             name,
             start,
@@ -168,7 +183,10 @@ class Writer2(ContainerWriter):
             flush=None if encoder is None else encoder.finish,
             decoded=hasher,
         )
-        entry = self._entry(dt, rng, encoding, total, hasher.value() if hasher else None)
+        digest = hasher.value() if hasher else None
+        entry = self._entry(dt, rng, encoding, total, digest)
+        raw_entry = self._entry(dt, ByteRange(at, at + total), None, total, digest)
+        self._keep(entry, raw_entry, rng.length)
         self._entries[name] = {"shape": list(dims), "layout": "dense", "parts": {"data": entry}}
 
     def _add_all(self, items: Iterable[tuple[str, Any]]) -> None:
@@ -222,24 +240,52 @@ class Writer2(ContainerWriter):
         self, dt: DType, view: memoryview, encoding: str | None, level: int, checksum: str | None
     ) -> dict[str, Any]:
         view = view.cast("B") if view.format != "B" or view.ndim != 1 else view
+        n = view.nbytes
         digest = None
         if checksum is not None:
             hasher = Hasher(checksum)
             hasher.update(view)
             digest = hasher.value()
+        key = (xxhash.xxh3_128_digest(view), n)
+        at = self._plan.raw_blob(key, n)  # the same part in the raw file
+        raw_entry = self._entry(dt, ByteRange(at, at + n), None, n, digest)
+        stored: memoryview | None = None
         if encoding is not None:
-            encoder = self._encoder(level, view.nbytes)
-            start = self._aligned()
-            for piece in self._guard(lambda: list(encoder.feed(view)) + encoder.finish()):
-                self._guard(lambda p=piece: self._write(memoryview(p)))
-            return self._entry(dt, ByteRange(start, self._pos), encoding, view.nbytes, digest)
-        key = (xxhash.xxh3_128_digest(view), view.nbytes)
-        start = self._blobs.get(key, -1)
-        if start < 0 or not self._guard(lambda: self._same(start, view)):
-            start = self._aligned()
-            self._guard(lambda: self._write(view, reserve=True))
-            self._blobs.setdefault(key, start)
-        return self._entry(dt, ByteRange(start, start + view.nbytes), None, view.nbytes, digest)
+            self._encoded = True
+            encoder = self._encoder(level, n)
+            pieces = self._guard(lambda: list(encoder.feed(view)) + encoder.finish())
+            stored = memoryview(b"".join(pieces))
+        found = self._blobs.get(key)
+        if found is not None:  # a part already written: confirmed on the bytes, then shared
+            rng, enc = found
+            same = view if enc is None else stored if enc == encoding else None
+            if (
+                same is not None
+                and same.nbytes == rng.length
+                and self._guard(lambda: self._same(rng.start, same))
+            ):
+                return self._keep(self._entry(dt, rng, enc, n, digest), raw_entry, 0)
+        if stored is not None:
+            start = up(self._pos, self._plan.encoded_align)
+            entry = self._entry(dt, ByteRange(start, start + stored.nbytes), encoding, n, digest)
+            grow = _size(entry) - _size(raw_entry)
+            if self._plan.keep_encoded(start + stored.nbytes, stored.nbytes, n, grow):
+                self._start_at(self._plan.encoded_align, fill=False)
+                self._guard(lambda: self._write(stored))
+                self._blobs.setdefault(key, (ByteRange(start, self._pos), encoding))
+                return self._keep(entry, raw_entry, stored.nbytes)
+        start = self._start_at(self._plan.raw_align(self._pos, n), fill=False)
+        self._guard(lambda: self._write(view, reserve=True))
+        rng = ByteRange(start, start + n)
+        self._blobs.setdefault(key, (rng, None))
+        return self._keep(self._entry(dt, rng, None, n, digest), raw_entry, n)
+
+    def _keep(
+        self, entry: dict[str, Any], raw_entry: dict[str, Any], written: int
+    ) -> dict[str, Any]:
+        """Count ``entry`` (``written`` blob bytes) against the raw file's ``raw_entry``."""
+        self._plan.wrote(written, _size(entry) - _size(raw_entry))
+        return entry
 
     def _same(self, offset: int, view: memoryview) -> bool:
         """Whether the blob written at ``offset`` holds exactly ``view`` (read back)."""
@@ -256,10 +302,6 @@ class Writer2(ContainerWriter):
             os.close(self._rfd)
             self._rfd = -1
 
-    def _aligned(self) -> int:
-        """Move to the next multiple of ``align`` (the gap reads as zeros) and return it."""
-        return self._start_at(self._align, fill=False)
-
     def _tail(self) -> bytes:
         root: dict[str, Any] = {"objects": self._entries}
         if self._attributes:
@@ -270,8 +312,36 @@ class Writer2(ContainerWriter):
             raise InvalidArgumentError(
                 f"the manifest would be {len(manifest):,} bytes, over zTensor v2's 1 GiB limit"
             )
-        at = self._aligned()
+        self._warn_padding(len(manifest))
+        at = self._start_at(self._plan.manifest_align, fill=False)
         return manifest + encode_footer(at, len(manifest), manifest_hash(manifest))
+
+    def _warn_padding(self, manifest: int) -> None:
+        """Warn when the user's ``align`` makes a compressed file bigger than the same file
+        raw, or mostly padding."""
+        plan = self._plan
+        if plan.align is None or not self._encoded:
+            return
+        size, raw, floor = plan.excess(self._pos, manifest)
+        if size > raw or size - floor > plan.stored:
+            what = (
+                f"more than the {raw:,} bytes of the same file raw"
+                if size > raw
+                else f"{size - floor:,} more than at {ALIGN_FLOOR}-byte alignment, for "
+                f"{plan.stored:,} bytes of blobs"
+            )
+            warnings.warn(
+                f"{self.path}: align={plan.align} with compression writes {size:,} bytes, "
+                f"{what}; leave align unset (small tensors packed at {ALIGN_FLOOR}) for a "
+                "smaller file",
+                ZTensorWarning,
+                stacklevel=4,
+            )
+
+
+def _size(entry: dict[str, Any]) -> int:
+    """The bytes a part's entry takes in the manifest."""
+    return len(_cbor.encode(entry, deterministic=True))
 
 
 def to_bytes(tensors: Mapping[str, Any], **options: Any) -> bytes:
