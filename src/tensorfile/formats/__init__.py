@@ -54,7 +54,7 @@ from typing import Any, NamedTuple, Protocol, cast
 
 from ..core.catalog import Catalog
 from ..core.dtypes import DType
-from ..core.errors import FormatError, InvalidArgumentError, UnsupportedError, naming
+from ..core.errors import InvalidArgumentError, UnsupportedError, naming
 from ..core.reader import Reader
 from ..core.source import FIRST_READ, ByteRequest, RangeRequest, Source, SuffixRequest
 from ..sources import PathOrData, open_input, path_text
@@ -487,7 +487,9 @@ def _import_format(source: Source, head: bytes) -> Format | None:
 
         names = zip_names(source)
         if names is None:
-            _refuse_cut_zip(source)
+            from ._arrays import refuse_cut_zip
+
+            refuse_cut_zip(source, NPY.suffixes)
             return None
         if any(n.endswith("/data.pkl") and n.count("/") == 1 for n in names):
             return PYTORCH
@@ -499,29 +501,6 @@ def _import_format(source: Source, head: bytes) -> Format | None:
             return None  # a safetensors header length that starts with 0x80: content wins
         return PYTORCH if name.endswith(PYTORCH.hint_suffixes) else None
     return None
-
-
-def _refuse_cut_zip(source: Source) -> None:
-    """Raise a :class:`FormatError` when ``source``, a zip archive with no readable central
-    directory, begins with a member that makes it an npz (``*.npy``) or a PyTorch checkpoint
-    (``*/data.pkl``): it was cut short (the directory ends a whole archive), and how long it
-    was cannot be told. Anything else is left to detection's message."""
-    from ._arrays import first_zip_member
-
-    member = first_zip_member(source)
-    if member is not None and member.endswith(NPY.suffixes):
-        fmt, what = NPZ, "an npz archive"
-    elif member is not None and member.endswith("/data.pkl") and member.count("/") == 1:
-        fmt, what = PYTORCH, "a PyTorch checkpoint"
-    else:
-        return
-    raise FormatError(
-        f"{source.name} looks truncated: it is a zip archive whose first member is "
-        f"{member!r}, {what}, but the central directory that ends a whole zip archive is "
-        "missing (how long it was cannot be told)",
-        offset=source.size,
-        format=fmt.name,
-    )
 
 
 def _is_safetensors(source: Source, head: bytes) -> bool:

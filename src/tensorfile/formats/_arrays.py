@@ -146,6 +146,27 @@ def first_zip_member(source: Source) -> str | None:
     return source.read(_ZIP_LOCAL_HEADER, length).decode("utf-8", "replace")
 
 
+def refuse_cut_zip(source: Source, npy_suffixes: tuple[str, ...]) -> None:
+    """Raise a :class:`FormatError` when ``source``, a zip archive with no readable central
+    directory, begins with a member that makes it an npz (named with ``npy_suffixes``) or a PyTorch checkpoint
+    (``*/data.pkl``): it was cut short (the directory ends a whole archive), and how long it
+    was cannot be told. Anything else is left to detection's message."""
+    member = first_zip_member(source)
+    if member is not None and member.endswith(npy_suffixes):
+        fmt, what = "npz", "an npz archive"
+    elif member is not None and member.endswith("/data.pkl") and member.count("/") == 1:
+        fmt, what = "pytorch", "a PyTorch checkpoint"
+    else:
+        return
+    raise FormatError(
+        f"{source.name} looks truncated: it is a zip archive whose first member is "
+        f"{member!r}, {what}, but the central directory that ends a whole zip archive is "
+        "missing (how long it was cannot be told)",
+        offset=source.size,
+        format=fmt,
+    )
+
+
 class Segment(NamedTuple):
     """``length`` bytes at offset ``start`` of an :class:`ArraysSource`, produced by
     ``fetch()`` (a buffer of exactly ``length`` bytes) when first read."""
