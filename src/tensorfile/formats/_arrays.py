@@ -148,9 +148,10 @@ def first_zip_member(source: Source) -> str | None:
 
 def refuse_cut_zip(source: Source, npy_suffixes: tuple[str, ...]) -> None:
     """Raise a :class:`FormatError` when ``source``, a zip archive with no readable central
-    directory, begins with a member that makes it an npz (named with ``npy_suffixes``) or a PyTorch checkpoint
-    (``*/data.pkl``): it was cut short (the directory ends a whole archive), and how long it
-    was cannot be told. Anything else is left to detection's message."""
+    directory, begins with a member that makes it an npz (a name ending in one of
+    ``npy_suffixes``) or a PyTorch checkpoint (``*/data.pkl``): it was cut short (the
+    directory ends a whole archive), and how long it was cannot be told. Anything else is
+    left to detection's message."""
     member = first_zip_member(source)
     if member is not None and member.endswith(npy_suffixes):
         fmt, what = "npz", "an npz archive"
