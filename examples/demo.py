@@ -68,12 +68,17 @@ def main(out_dir: str) -> None:
     with tensorfile.open(path) as reader:
         print(f"\n{reader.format} file, header {reader.catalog.header_size} bytes, "
               f"metadata {dict(reader.metadata)}")  # fmt: skip
-        print(f"{'tensor':<24} {'dtype':<6} {'shape':<14} {'bytes':>10}  offsets")
+        print(f"{'tensor':<24} {'dtype':<6} {'shape':<14} {'bytes':>10}  file offsets")
         for name in reader.keys():
             info = reader.info(name)
-            rng = info.byte_range
+            rng = info.byte_range  # absolute offsets in the file, as `tensorfile inspect` shows
             print(f"{name:<24} {info.dtype.name:<6} {list(info.shape)!s:<14} {rng.length:>10,}  "
                   f"[{rng.start}, {rng.stop})")  # fmt: skip
+        start = reader.catalog.data_start
+        first = reader.info("embed.weight").byte_range
+        print(f"(file offsets count from the file's first byte; the header's own data_offsets "
+              f"count from the data section at byte {start:,}: embed.weight's are "
+              f"[{first.start - start}, {first.stop - start}])")  # fmt: skip
         read_for_header = reader.source.stats.bytes_read
         emb = reader.view("embed.weight")
         print(f"\nzero-copy view of embed.weight: shape {emb.shape}, "

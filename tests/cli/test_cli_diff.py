@@ -105,6 +105,8 @@ def test_diff_json(tmp_path: Path, capsys: Any) -> None:
             "removed": {"note": "hello world"},
             "changed": {"v": ["1", "2"]},
         },
+        # stored alike (raw, each tensor's stored bytes its decoded size): nothing listed
+        "stored": {"shared_tensors": 6, "a_bytes": 531, "b_bytes": 582, "differing": []},
     }
 
 

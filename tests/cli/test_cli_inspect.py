@@ -32,12 +32,13 @@ ZT_DTYPES = {"F32": "float32", "F16": "float16", "I8": "int8", "I32": "int32"}
 
 
 def _tensor_rows_from_header(path: Path) -> list[list[str]]:
-    """The rows the tensor table should show, from the file's own JSON header."""
-    _, header = safetensors_header(path)
+    """The rows the tensor table should show, from the file's own JSON header: the offsets
+    absolute in the file (the header's data_offsets count from byte 8 + its length)."""
+    n, header = safetensors_header(path)
     rows = []
     for name in sorted(k for k in header if k != "__metadata__"):
         e = header[name]
-        start, end = e["data_offsets"]
+        start, end = (8 + n + o for o in e["data_offsets"])
         shape = "[" + ", ".join(str(d) for d in e["shape"]) + "]"
         rows.append([name, e["dtype"], shape, f"{end - start:,}", f"[{start}, {end})"])
     return rows
@@ -82,7 +83,9 @@ def test_inspect_human_thousands_and_sizes(tmp_path: Path, capsys: Any) -> None:
     )
     assert "no metadata" in lines
     assert table_rows(r.out, 3) == [["F32", "8,192", "32,768"]]
-    assert table_rows(r.out, 5) == [["test.weight.0", "F32", "[64, 128]", "32,768", "[0, 32768)"]]
+    start = 8 + header_size  # file offsets: absolute
+    row = ["test.weight.0", "F32", "[64, 128]", "32,768", f"[{start}, {start + 32768})"]
+    assert table_rows(r.out, 5) == [row]
 
 
 def test_inspect_human_megabytes_not_1000_kb(tmp_path: Path, capsys: Any) -> None:
@@ -142,7 +145,7 @@ def test_inspect_gguf_human(tmp_path: Path, capsys: Any) -> None:
     reader = gguf.GGUFReader(str(path))
     want = []
     for t in sorted(reader.tensors, key=lambda t: t.name):
-        start = int(t.data_offset) - int(reader.data_offset)
+        start = int(t.data_offset)  # absolute in the file
         # row-major: the reverse of ggml's order, which the gguf reader keeps
         shape = "[" + ", ".join(str(int(d)) for d in reversed(t.shape)) + "]"
         end = start + int(t.n_bytes)
@@ -251,6 +254,7 @@ def test_inspect_json_safetensors(tmp_path: Path, capsys: Any) -> None:
             "dtype": header[name]["dtype"],
             "shape": header[name]["shape"],
             "byte_length": header[name]["data_offsets"][1] - header[name]["data_offsets"][0],
+            "offset": 8 + header_size + header[name]["data_offsets"][0],
             "data_offsets": header[name]["data_offsets"],
         }
         for name in sorted(MODEL)
@@ -315,6 +319,7 @@ def test_inspect_json_ztensor(tmp_path: Path, capsys: Any, compression: str | No
             "dtype": entry["dtype"],
             "shape": list(MODEL[name].shape),
             "byte_length": comp["length"],
+            "offset": comp["offset"],  # zTensor's manifest offsets are absolute
             "data_offsets": [comp["offset"], comp["offset"] + comp["length"]],
         }
         if compression:
@@ -367,6 +372,7 @@ def test_inspect_json_gguf(tmp_path: Path, capsys: Any) -> None:
                 "dtype": t.tensor_type.name,
                 "shape": [int(d) for d in reversed(t.shape)],
                 "byte_length": int(t.n_bytes),
+                "offset": int(t.data_offset),
                 "data_offsets": [start, start + int(t.n_bytes)],
             }
         )
@@ -424,12 +430,13 @@ def test_inspect_json_sharded(tmp_path: Path, capsys: Any, how: str) -> None:
     ]
     where = {n: s for s, g in zip(shard_names, groups, strict=True) for n in g}
     for t in doc["tensors"]:
-        _, header = headers[shard_names.index(where[t["name"]])]
+        n, header = headers[shard_names.index(where[t["name"]])]
         assert t == {
             "name": t["name"],
             "dtype": header[t["name"]]["dtype"],
             "shape": list(MODEL[t["name"]].shape),
             "byte_length": MODEL[t["name"]].nbytes,
+            "offset": 8 + n + header[t["name"]]["data_offsets"][0],  # in its shard
             "data_offsets": header[t["name"]]["data_offsets"],
             "shard": where[t["name"]],
         }

@@ -179,7 +179,8 @@ def test_a_file_without_metadata_says_so(tmp_path: Path, capsys: Any) -> None:
     path = write_safetensors(tmp_path / "m.safetensors", {"w": np.ones(2, np.float32)})
     lines = run(capsys, "inspect", path).out.splitlines()
     assert "no metadata" in lines and not any(line.startswith("metadata") for line in lines)
-    assert table_rows("\n".join(lines), 5) == [["w", "F32", "[2]", "8", "[0, 8)"]]
+    start = 8 + int.from_bytes(path.read_bytes()[:8], "little")  # absolute file offsets
+    assert table_rows("\n".join(lines), 5) == [["w", "F32", "[2]", "8", f"[{start}, {start + 8})"]]
 
 
 # -- long values ---------------------------------------------------------------------------------

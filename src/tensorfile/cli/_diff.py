@@ -2,7 +2,9 @@
 
 Names are listed in natural order (``layers.2`` before ``layers.10``); metadata values are
 cut to :data:`~._values.VALUE_LIMIT` characters as ``inspect`` cuts them (``--verbose``: whole);
-float32 values and statistics are shown at their own precision (``1e-05``).
+float32 values and statistics are shown at their own precision (``1e-05``). How the tensors
+are stored (encoding, stored bytes) is a section of its own, after the verdict's inputs and
+never counted as a difference: one summary line, each tensor with ``--verbose``.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Any
 from ..core import dtypes
 from ..core.catalog import Catalog
 from ..ops import diff, load
-from ..ops.diff import DataDiff, DiffResult
+from ..ops.diff import DataDiff, DiffResult, StoredChange
 from ._ident import SCHEMA
 from ._output import Output
 from ._progress import progress
@@ -29,9 +31,12 @@ class _View:
     """A :class:`DiffResult` as shown: names in natural order, metadata values as JSON
     values (float32 at their own precision), statistics at their tensor's precision."""
 
-    def __init__(self, r: DiffResult, sa: Catalog, sb: Catalog, limit: int | None) -> None:
+    def __init__(
+        self, r: DiffResult, sa: Catalog, sb: Catalog, limit: int | None, verbose: bool = False
+    ) -> None:
         self.r = r
         self.limit = limit  # None: values whole (JSON, --verbose)
+        self.verbose = verbose
         a_keys = {*r.metadata_removed, *r.metadata_changed}  # only the values shown
         b_keys = {*r.metadata_added, *r.metadata_changed}
         ma = plain_metadata({k: sa.metadata[k] for k in a_keys}, limit)
@@ -43,6 +48,7 @@ class _View:
         self.meta_removed = {k: ma[k] for k in natural_sorted(r.metadata_removed)}
         self.meta_changed = {k: (ma[k], mb[k]) for k in natural_sorted(r.metadata_changed)}
         self.data = None if r.data is None else natural_sorted(r.data, key=_data_name)
+        self.stored = natural_sorted(r.stored, key=_stored_name)
         self.kinds = {t.name: t.common_dtype for t in sa.tensors.values()}
 
     def v(self, value: Any) -> str:
@@ -79,6 +85,11 @@ class _View:
             "removed": self.meta_removed,
             "changed": {k: list(v) for k, v in self.meta_changed.items()},
         }
+        doc["stored"]["differing"] = [
+            {"name": c.name, "a": {"encoding": c.a_encoding, "bytes": c.a_bytes},
+             "b": {"encoding": c.b_encoding, "bytes": c.b_bytes}}
+            for c in self.stored
+        ]  # fmt: skip
         if self.data is not None:
             doc["data"]["differing"] = [
                 {"name": d.name, "differing_elements": d.differing_elements,
@@ -90,6 +101,44 @@ class _View:
 
 def _data_name(d: DataDiff) -> str:
     return d.name
+
+
+def _stored_name(c: StoredChange) -> str:
+    return c.name
+
+
+def _encodings(found: list[str]) -> str:
+    """The encodings of one side, each once, in order of first use."""
+    return " + ".join(dict.fromkeys(found))
+
+
+def _stored_summary(w: _View, arrow: str = "->") -> str | None:
+    """One line on how the tensors present in both are stored, where that differs: a
+    section apart, labelled as no difference; None when they are stored alike."""
+    if not w.stored:
+        return None
+    a_bytes, b_bytes = w.r.stored_bytes
+    ea = _encodings([c.a_encoding for c in w.stored])
+    eb = _encodings([c.b_encoding for c in w.stored])
+    n = len(w.stored)
+    return (
+        f"stored (how the bytes are kept, not a difference): {n:,} of "
+        f"{plural(w.r.shared, 'tensor')} stored differently ({ea} {arrow} {eb}); "
+        f"{a_bytes:,} {arrow} {plural(b_bytes, 'stored byte')} in all"
+    )
+
+
+def _stored_lines(w: _View) -> list[str]:
+    head = _stored_summary(w)
+    if head is None:
+        return []
+    if not w.verbose:
+        return [head, "  (--verbose lists each tensor)"]
+    return [head] + [
+        f"  ~ {c.name}: {c.a_encoding} {plural(c.a_bytes, 'byte')} -> "
+        f"{c.b_encoding} {plural(c.b_bytes, 'byte')}"
+        for c in w.stored
+    ]
 
 
 def _precision(common_dtype: str) -> tuple[int, str]:
@@ -114,7 +163,7 @@ def run_diff(args: argparse.Namespace, out: Output) -> int:
     sa, sb = load(args.a, allow_full_download=allow), load(args.b, allow_full_download=allow)
     r = _diff(sa, sb, args.data, out, allow)
     whole = out.json_mode or args.verbose
-    view = _View(r, sa, sb, None if whole else VALUE_LIMIT)
+    view = _View(r, sa, sb, None if whole else VALUE_LIMIT, verbose=args.verbose)
     if out.json_mode:
         out.json(view.to_json())
     else:
@@ -156,6 +205,7 @@ def _text(w: _View) -> list[str]:
             how = f", max |a - b| = {stat}" if stat else ""
             verb = "differs" if d.differing_elements == 1 else "differ"
             lines.append(f"  ~ {d.name}: {plural(d.differing_elements, 'element')} {verb}{how}")
+    lines += _stored_lines(w)
     lines.append("identical" if r.identical else "the files differ")
     return lines
 
@@ -187,6 +237,17 @@ def _cell(text: str) -> str:
 def _markdown(w: _View) -> list[str]:
     r = w.r
     lines = [f"## diff {_code(r.a)} → {_code(r.b)}", ""]
+    stored = _stored_summary(w, "→")
+    if stored is not None:
+        lines += [f"{_cell(stored[0].upper() + stored[1:])}.", ""]
+        if w.verbose:
+            lines += ["| tensor | stored in a | stored in b |", "|---|---|---|"]
+            lines += [
+                f"| {_code(c.name)} | {_cell(c.a_encoding)}, {plural(c.a_bytes, 'byte')} "
+                f"| {_cell(c.b_encoding)}, {plural(c.b_bytes, 'byte')} |"
+                for c in w.stored
+            ]
+            lines.append("")
     if r.identical:
         return [*lines, "Identical."]
     if w.added or w.removed or w.changed:

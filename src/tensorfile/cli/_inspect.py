@@ -2,7 +2,10 @@
 
 Tensors are listed in natural order (``layers.2`` before ``layers.10``), in the table, the
 tree and ``--json`` alike; metadata values are cut to :data:`~._values.VALUE_LIMIT`
-characters unless ``--verbose``; a table with no rows is not drawn.
+characters unless ``--verbose``; a table with no rows is not drawn. The table's ``file
+offsets`` are absolute offsets in the file for every format (see
+:func:`~tensorfile.ops.inspect.file_offsets`), so ``safetensors`` and zTensor rows mean the
+same thing; ``--json`` has them as ``offset`` beside the header's own ``data_offsets``.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from rich.tree import Tree
 
 from ..core.catalog import TensorInfo
 from ..ops import inspect
-from ..ops.inspect import InspectResult, ModuleGroup, module_tree
+from ..ops.inspect import InspectResult, ModuleGroup, file_offsets, module_tree
 from ._each import for_each
 from ._output import Output, human_bytes, printable
 from ._progress import HASH_DELAY, progress
@@ -135,17 +138,18 @@ def _tensors(r: InspectResult, out: Output, *, verbose: bool) -> None:
     table.add_column("dtype")
     table.add_column("shape")
     table.add_column("bytes", justify="right")
-    table.add_column("offsets", justify="right", no_wrap=True)
+    table.add_column("file offsets", justify="right", no_wrap=True)
     if r.shards:
         table.add_column("shard", overflow="fold")
     ordered = natural_sorted(r.tensors, key=_name)
     shown = ordered if verbose or len(ordered) <= DEFAULT_ROWS else ordered[:DEFAULT_ROWS]
     for t in shown:
+        start, end = file_offsets(t)
         notes = [n for n in (t.layout, t.encoding) if n not in ("dense", "quantized", "raw")]
         extra = f" ({', '.join(notes)})" if notes else ""
         row = [
             cell(t.name), cell(r.dtype_of(t) + extra), cell(_shape(t)), cell(f"{t.nbytes:,}"),
-            cell(f"[{t.data_offsets[0]}, {t.data_offsets[1]})"),
+            cell(f"[{start}, {end})"),
         ]  # fmt: skip
         if r.shards:
             row.append(cell(os.path.basename(t.file) if t.file else ""))

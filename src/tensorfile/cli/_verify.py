@@ -2,7 +2,10 @@
 
 Status 0 when every rule holds for every path, 1 when something fails (the first failing
 tensor and its rule on stderr; every failure in ``--json``), 2 when a path cannot be read
-at all (with several paths: after the others were verified).
+at all (with several paths: after the others were verified). A rule failing for more than
+:data:`~tensorfile.ops.verify.GROUP_OVER` subjects is one line (how many, the first and
+last) and the first one's message, not a line each; ``--json`` lists every failure and the
+groups beside.
 """
 
 from __future__ import annotations
@@ -10,7 +13,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ..ops.verify import VerifyReport, verify
+from ..ops.verify import FailureGroup, VerifyReport, verify
 from ._each import EXIT_OK, for_each
 from ._output import Output
 from ._progress import progress
@@ -31,6 +34,17 @@ def _json(r: VerifyReport) -> dict[str, Any]:
         "tensors_checked": r.tensors_checked,
         "failures": [
             {"subject": f.subject, "rule": f.rule, "message": f.message} for f in r.failures
+        ],
+        "groups": [
+            {
+                "rule": g.rule,
+                "count": len(g.failures),
+                "summary": g.summary,
+                "first": g.first.subject,
+                "last": g.last.subject,
+            }
+            for g in r.grouped()
+            if isinstance(g, FailureGroup)
         ],
         "stats": [
             {"name": s.name, "nan": s.nan, "inf": s.inf, "bad_bool": s.bad_bool} for s in r.stats
@@ -79,8 +93,16 @@ def run_verify(args: argparse.Namespace, out: Output) -> int:
             f"{r.path}: FAILED ({r.format}, {plural(len(r.failures), 'failure')}, "
             f"{plural(r.tensors_checked, 'tensor')} read)"
         )
-        for f in r.failures:
-            out.line(f"  {f.subject}: {f.rule}: {f.message}")
+        grouped = False
+        for f in r.grouped():
+            if isinstance(f, FailureGroup):
+                grouped = True
+                out.line(f"  {f.rule}: {f.summary}")
+                out.line(f"    {f.first.subject}: {f.first.message}")
+            else:
+                out.line(f"  {f.subject}: {f.rule}: {f.message}")
+        if grouped:
+            out.line("  (--json lists every failure)")
 
     status = for_each(args.path, out, read, _json, show, headings=False)
     bad = [r for r in reports if not r.ok]

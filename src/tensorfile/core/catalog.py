@@ -168,15 +168,28 @@ class TensorInfo(NamedTuple):
 
     @property
     def decoded_nbytes(self) -> int:
-        """Bytes of the tensor's dense, decoded data; the stored bytes for a type tensorfile
-        does not know (GGUF's quantized blocks), whose decoded size it cannot tell."""
+        """Bytes of the tensor's dense, decoded data, never of its stored encoding: from the
+        dtype and shape, or, for a type whose element size tensorfile cannot vouch for (a
+        zTensor v2 logical type it does not know, ``complex128``), the decoded lengths the
+        file states for its components (their stored bytes where they are raw); GGUF's
+        quantized blocks count as stored, their decoded size being unknown.
+
+        Example:
+            >>> f64 = dtypes.from_name("F64")
+            >>> zstd = Component(ByteRange(64, 80), f64, "zstd", decoded_length=48)
+            >>> TensorInfo("c", f64, (3,), {"data": zstd}, dtype_name="x.custom/1").decoded_nbytes
+            48
+        """
         if self.layout == "quantized":
             return self.nbytes
         if self.dtype_name is not None:
             try:
                 dtypes.from_name(self.dtype_name)
             except KeyError:
-                return self.nbytes
+                return sum(
+                    c.range.length if c.decoded_length is None else c.decoded_length
+                    for c in self.components.values()
+                )
         return self.dtype.nbytes(self.numel)
 
 

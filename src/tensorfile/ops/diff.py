@@ -1,9 +1,12 @@
 """``diff``: how two model files differ, from their headers (and, asked for, their data).
 
-Tensors are matched by name; dtypes are compared in one vocabulary, so a safetensors ``F32``
-equals a zTensor ``float32``. With ``data=True`` the tensors present in both with the same
+Tensors are matched by name and compared as logical tensors: dtype (in one vocabulary, so a
+safetensors ``F32`` equals a zTensor ``float32``), row-major shape and decoded byte length,
+never how they are stored. With ``data=True`` the tensors present in both with the same
 dtype and shape are read and compared: which differ, in how many elements, and the largest
-absolute difference for floating-point tensors.
+absolute difference for floating-point tensors. How the tensors present in both are stored
+(encoding and stored bytes: zstd against raw, say) is reported apart, in
+:attr:`DiffResult.stored`, and is never a difference: a lossless conversion is identical.
 
 Example:
     >>> import numpy as np, os, tempfile
@@ -44,7 +47,7 @@ from ._dense import (
 from .hash import canonical_value
 from .inspect import json_metadata
 
-__all__ = ["DataDiff", "DiffResult", "TensorChange", "diff"]
+__all__ = ["DataDiff", "DiffResult", "StoredChange", "TensorChange", "diff"]
 
 
 @dataclass(frozen=True)
@@ -67,6 +70,21 @@ class DataDiff:
 
 
 @dataclass(frozen=True)
+class StoredChange:
+    """How a tensor present in both files is stored, where that differs: its encoding
+    (``raw``, ``zstd``, ``zt.zstd-seekable/1``...) or, for the same decoded size, its
+    stored bytes. Not a difference in the tensor: the same tensor compressed, or
+    recompressed, is stored differently. (A tensor whose decoded size changed, stored
+    alike, is not listed: :attr:`DiffResult.changed` has it.)"""
+
+    name: str
+    a_encoding: str
+    a_bytes: int
+    b_encoding: str
+    b_bytes: int
+
+
+@dataclass(frozen=True)
 class DiffResult:
     """Everything ``tensorfile diff`` reports."""
 
@@ -80,10 +98,18 @@ class DiffResult:
     metadata_changed: dict[str, tuple[Any, Any]]
     data: list[DataDiff] | None = None
     compared: int = field(default=0, compare=False)
+    stored: list[StoredChange] = field(default_factory=list)
+    """The tensors present in both that are stored differently (see :class:`StoredChange`),
+    by name; never a difference."""
+    stored_bytes: tuple[int, int] = (0, 0)
+    """Stored bytes of the tensors present in both, in ``a`` and in ``b``."""
+    shared: int = field(default=0, compare=False)
+    """How many tensors are present in both."""
 
     @property
     def identical(self) -> bool:
-        """No difference at all (in the data too, when it was compared)."""
+        """No difference at all (in the data too, when it was compared); how the tensors
+        are stored (:attr:`stored`) is not a difference."""
         return not (
             self.added
             or self.removed
@@ -113,6 +139,19 @@ class DiffResult:
                 "changed": {k: list(v) for k, v in self.metadata_changed.items()},
             },
         }
+        doc["stored"] = {
+            "shared_tensors": self.shared,
+            "a_bytes": self.stored_bytes[0],
+            "b_bytes": self.stored_bytes[1],
+            "differing": [
+                {
+                    "name": c.name,
+                    "a": {"encoding": c.a_encoding, "bytes": c.a_bytes},
+                    "b": {"encoding": c.b_encoding, "bytes": c.b_bytes},
+                }
+                for c in self.stored
+            ],
+        }
         if self.data is not None:
             doc["data"] = {
                 "compared": self.compared,
@@ -135,7 +174,42 @@ def _json_number(x: float | None) -> float | str | None:
 
 
 def _fields(t: TensorInfo) -> dict[str, Any]:
+    """What a tensor is, whatever its storage: the byte length is the decoded one."""
     return {"dtype": t.common_dtype, "shape": list(t.shape), "byte_length": t.decoded_nbytes}
+
+
+def encoding_of(t: TensorInfo) -> str:
+    """How a tensor's bytes are stored: ``raw`` or its components' encodings, each once
+    (``zt.zstd-seekable/1``; ``raw, zstd`` for a sparse tensor of mixed parts).
+
+    Example:
+        >>> from tensorfile.core.catalog import ByteRange, Component
+        >>> from tensorfile.core.dtypes import from_name
+        >>> u8 = from_name("U8")
+        >>> parts = {"values": Component(ByteRange(64, 80), u8, "zstd"),
+        ...          "indices": Component(ByteRange(128, 160), u8)}
+        >>> encoding_of(TensorInfo("s", u8, (4, 4), parts, "sparse_csr"))
+        'raw, zstd'
+    """
+    found = sorted({c.encoding for c in t.components.values()})
+    return ", ".join(found) if found else "raw"
+
+
+def _stored(ta: dict[str, TensorInfo], tb: dict[str, TensorInfo], names: list[str]) -> Any:
+    """The :class:`StoredChange` of each of ``names`` stored differently, and the stored
+    bytes of all of them in each file."""
+    out = []
+    total_a = total_b = 0
+    for name in names:
+        a, b = ta[name], tb[name]
+        ea, eb, na, nb = encoding_of(a), encoding_of(b), a.nbytes, b.nbytes
+        total_a += na
+        total_b += nb
+        # a tensor whose logical size changed has that change reported; its stored bytes
+        # differ for that reason alone unless its encoding differs too
+        if ea != eb or (na != nb and a.decoded_nbytes == b.decoded_nbytes):
+            out.append(StoredChange(name, ea, na, eb, nb))
+    return out, (total_a, total_b)
 
 
 def diff(
@@ -178,7 +252,9 @@ def diff(
     ta = dict(sa.tensors)
     tb = dict(sb.tensors)
     changed = []
-    for name in sorted(ta.keys() & tb.keys()):
+    common = sorted(ta.keys() & tb.keys())
+    stored, stored_bytes = _stored(ta, tb, common)
+    for name in common:
         fa, fb = _fields(ta[name]), _fields(tb[name])
         for key in ("dtype", "shape", "byte_length"):
             if fa[key] != fb[key]:
@@ -196,6 +272,9 @@ def diff(
         {k: mb[k] for k in sorted(sb.metadata.keys() - sa.metadata.keys())},
         {k: ma[k] for k in sorted(sa.metadata.keys() - sb.metadata.keys())},
         {k: (ma[k], mb[k]) for k in differ},
+        stored=stored,
+        stored_bytes=stored_bytes,
+        shared=len(common),
     )
     if not data:
         return result

@@ -9,9 +9,10 @@ inside it only quotes, backslashes and the ASCII control characters are escaped:
 hex, so ``\\b`` is ``\\u0008``; every other character, non-ASCII ones included, stays as it
 is in the UTF-8 JSON; GGUF numbers keep their type: ``f32:<bits>`` for float32, the bit
 pattern for float64). For safetensors and GGUF it equals weight-inspect's hash; unlike
-weight-inspect, zero-size tensors are included (byte_length 0). zTensor files use the same
-recipe with ``"format":"ztensor"`` and the decoded byte length, so recompressing a file keeps
-its hash.
+weight-inspect, zero-size tensors are included (byte_length 0). zTensor files (and the other
+formats) use the same recipe with their own ``"format"`` and the logical byte length (the
+decoded size: :attr:`~tensorfile.core.catalog.TensorInfo.decoded_nbytes`), never the stored
+one, so compressing or recompressing a file keeps its hash.
 
 The **content id** covers names, dtypes (one vocabulary for every format), shapes and the
 tensor bytes, so a model converted between safetensors, zTensor, npz or GGUF keeps it: it
@@ -204,9 +205,9 @@ def _byte_length(fmt: str, t: TensorInfo) -> int:
         size = _GGUF_PLAIN_SIZES.get(t.stored_dtype.lower())
         n = math.prod(t.shape)
         return 0 if size is None or n >= 1 << 64 else (n * size) % (1 << 64)
-    if fmt == "ztensor":
-        return t.decoded_nbytes  # decoded size: recompressing keeps the hash
-    return t.nbytes
+    if fmt == "safetensors":
+        return t.nbytes  # stored raw: weight-inspect's byte_length
+    return t.decoded_nbytes  # the logical size: recompressing keeps the hash
 
 
 def _items(value: Any) -> int:

@@ -1,5 +1,11 @@
 """``inspect``: what is in a model file, from its header alone.
 
+Where a tensor is, is said one way for every format: its **absolute file offsets**
+(:func:`file_offsets`: ``[start, end)`` of its bytes counted from the first byte of the file
+holding them, what ``dd skip=``, a hex dump and a range request use). The header's own
+numbers, which count from the data section for safetensors and GGUF and from the file's
+start for zTensor, stay in the ``--json`` document as ``data_offsets``.
+
 Example:
     >>> import numpy as np, os, tempfile
     >>> from tensorfile.safetensors.numpy import save_file
@@ -32,6 +38,7 @@ __all__ = [
     "InspectResult",
     "ModuleGroup",
     "brief_value",
+    "file_offsets",
     "inspect",
     "json_metadata",
     "module_tree",
@@ -65,7 +72,10 @@ class InspectResult:
         return file_dtype(self.format, t)
 
     def to_json(self) -> dict[str, Any]:
-        """The ``--json`` document (schema 1)."""
+        """The ``--json`` document (schema 1). Each tensor has ``offset``, the absolute
+        file offset of its first byte (of its first component, for a sparse tensor), and
+        ``data_offsets`` as its file's header states them (relative to the data section for
+        safetensors and GGUF, absolute for zTensor)."""
         doc: dict[str, Any] = {
             "schema": SCHEMA,
             "format": self.format,
@@ -85,6 +95,7 @@ class InspectResult:
                     "dtype": self.dtype_of(t),
                     "shape": list(t.shape),
                     "byte_length": t.nbytes,
+                    "offset": file_offsets(t)[0],
                     "data_offsets": list(t.data_offsets),
                     **({"shard": os.path.basename(t.file)} if t.file else {}),
                     **({"layout": t.layout} if t.layout not in _DENSE else {}),
@@ -99,6 +110,24 @@ class InspectResult:
                 for s in self.shards
             ]
         return doc
+
+
+def file_offsets(t: TensorInfo) -> tuple[int, int]:
+    """``[start, end)`` of the tensor's bytes (its first component: ``data``, else
+    ``values``) as absolute offsets in the file holding them, whatever the format;
+    ``(0, 0)`` for a tensor with no component.
+
+    Example:
+        >>> from tensorfile.core.catalog import ByteRange, Component
+        >>> from tensorfile.core.dtypes import from_name
+        >>> f32 = from_name("F32")
+        >>> data = {"data": Component(ByteRange(136, 160), f32)}
+        >>> t = TensorInfo("w", f32, (6,), data, offset_base=128)  # safetensors: data at 128
+        >>> file_offsets(t), t.data_offsets
+        ((136, 160), (8, 32))
+    """
+    c = t.first
+    return (0, 0) if c is None else (c.range.start, c.range.stop)
 
 
 def json_metadata(metadata: Mapping[str, Any]) -> dict[str, Any]:

@@ -56,7 +56,15 @@ from ..formats.catalogs import (
 )
 from ..sources import is_url
 
-__all__ = ["Failure", "TensorCheck", "TensorStats", "VerifyReport", "verify"]
+__all__ = [
+    "GROUP_OVER",
+    "Failure",
+    "FailureGroup",
+    "TensorCheck",
+    "TensorStats",
+    "VerifyReport",
+    "verify",
+]
 
 _CHUNK = 16 << 20
 Progress = Callable[[int, int], None]
@@ -77,6 +85,63 @@ class Failure:
     subject: str
     rule: str
     message: str
+
+
+GROUP_OVER = 3
+"""A rule failing for more subjects than this is reported as one :class:`FailureGroup`."""
+
+# what a group of failures of each rule says, after its count
+_GROUP_TEXT = {
+    "truncated": ("tensor", "lie past the end of the file"),
+    "digest": ("tensor", "do not match the digests the file stores"),
+    "unreadable": ("tensor", "cannot be read"),
+    "missing-shard": ("shard", "are missing"),
+    "unlisted-tensor": ("tensor", "are in a shard but not in the index"),
+    "misplaced-tensor": ("tensor", "are not in the shard the index names"),
+    "duplicate-tensor": ("tensor", "are in more than one shard"),
+    "missing-tensor": ("tensor", "the index lists are in no shard"),
+    "total-size": ("subject", "have a wrong metadata.total_size"),
+    "nan": ("tensor", "hold NaN values"),
+    "inf": ("tensor", "hold infinite values"),
+    "bool": ("BOOL tensor", "hold bytes other than 0 and 1"),
+}
+
+
+@dataclass(frozen=True)
+class FailureGroup:
+    """The failures of one rule, when there are more than :data:`GROUP_OVER` of them:
+    reported as one line (``89 tensors lie past the end of the file (first: ..., last:
+    ...)``) rather than one line each; every failure stays in :attr:`failures`.
+
+    Example:
+        >>> cut = tuple(Failure(f"t{i}", "truncated", "cut") for i in range(5))
+        >>> FailureGroup("truncated", cut).summary
+        '5 tensors lie past the end of the file (first: t0, last: t4)'
+    """
+
+    rule: str
+    failures: tuple[Failure, ...]
+
+    @property
+    def first(self) -> Failure:
+        """The group's first failure, in the order they were found (file order)."""
+        return self.failures[0]
+
+    @property
+    def last(self) -> Failure:
+        """The group's last failure."""
+        return self.failures[-1]
+
+    @property
+    def summary(self) -> str:
+        """The group in one sentence: how many, what fails, the first and last subject."""
+        noun, verb = _GROUP_TEXT.get(self.rule, ("subject", f"fail rule {self.rule}"))
+        if self.rule == "unreadable" and all(
+            f.message.startswith(f"shard {f.subject}:") for f in self.failures
+        ):
+            noun = "shard"  # a checkpoint's shards that cannot be opened
+        n = len(self.failures)
+        return f"{n:,} {noun}s {verb} (first: {self.first.subject}, last: {self.last.subject})"
 
 
 @dataclass(frozen=True)
@@ -138,6 +203,29 @@ class VerifyReport:
     def ok(self) -> bool:
         """True when every rule holds."""
         return not self.failures
+
+    def grouped(self, over: int = GROUP_OVER) -> list[Failure | FailureGroup]:
+        """The failures as they are best reported: a rule failing for more than ``over``
+        subjects as one :class:`FailureGroup` (where its first failure was), the others
+        one by one, in the order they were found.
+
+        Example:
+            >>> fs = [Failure(f"t{i}", "digest", "mismatch") for i in range(4)]
+            >>> r = VerifyReport("m.zt", "ztensor", 4, (*fs, Failure("x", "nan", "1 NaN")))
+            >>> [f.summary if isinstance(f, FailureGroup) else f.subject for f in r.grouped()]
+            ['4 tensors do not match the digests the file stores (first: t0, last: t3)', 'x']
+        """
+        by_rule: dict[str, list[Failure]] = {}
+        for f in self.failures:
+            by_rule.setdefault(f.rule, []).append(f)
+        out: list[Failure | FailureGroup] = []
+        for f in self.failures:
+            same = by_rule[f.rule]
+            if len(same) <= over:
+                out.append(f)
+            elif f is same[0]:
+                out.append(FailureGroup(f.rule, tuple(same)))
+        return out
 
 
 class _Run:
@@ -349,7 +437,8 @@ def _checkpoint(run: _Run, ck: CheckpointIndex) -> None:
             run.fail(
                 shard,
                 "missing-shard",
-                f"shard {shard} is missing; the index places {len(expected):,} tensors in it "
+                f"shard {shard} is missing; the index places {len(expected):,} "
+                f"tensor{'' if len(expected) == 1 else 's'} in it "
                 f"({', '.join(expected[:3])}{', ...' if len(expected) > 3 else ''})",
             )
             failed.add(shard)

@@ -246,9 +246,9 @@ def parse_header(data: bytes, file_size: int) -> Header:
             f"is {file_size} bytes long: the last tensor must end exactly at the end of file",
             offset=N_LEN + len(data) + data_len,
         )
-        exc.past_end = tuple(
-            n for n, e in zip(names, entries, strict=True) if e.data_offsets[1] > room
-        )
+        past = [(e.data_offsets, n) for n, e in zip(names, entries, strict=True)
+                if e.data_offsets[1] > room]  # fmt: skip
+        exc.past_end = tuple(n for _, n in sorted(past))  # in file order: the cut first
         raise exc
     return Header(len(data), metadata, names, entries, order, data_len)
 
