@@ -227,3 +227,30 @@ def test_nested_arrays_deeper_than_the_limit_are_refused(tmp_path: Path) -> None
     w.close()
     with pytest.raises(tensorfile.FormatError, match="'deep' nests arrays more than 16 deep"):
         tensorfile.open(path)
+
+
+def test_a_file_with_arrays_of_arrays_has_a_structural_hash_and_diffs(tmp_path: Path) -> None:
+    """Arrays of arrays (refused at open before they were read) are canonicalised item by
+    item: the structural hash and diff work, and a changed inner item changes the hash."""
+    from tensorfile.ops import diff, structural_hash
+    from tensorfile.ops.hash import canonical_json
+
+    a = write(tmp_path / "a.gguf")
+    assert '"n_deep":"[[[1],[2,3]],[[4]]]"' in canonical_json(tensorfile.ops.load(str(a)))
+    w = gguf.GGUFWriter(str(tmp_path / "b.gguf"), arch="llama")
+    for key, value, kind in SCALARS:
+        w.add_key_value(key, value, kind)
+    for key, values, kind in ARRAYS:
+        w.add_key_value(key, values, VT.ARRAY, sub_type=kind)
+    for key, values in NESTED:
+        w.add_array(key, [[[1], [2, 4]], [[4]]] if key == "n_deep" else values)
+    w.add_tensor("w", np.arange(4, dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    b = tmp_path / "b.gguf"
+    assert structural_hash(str(a)) == structural_hash(str(write(tmp_path / "a2.gguf")))
+    assert structural_hash(str(a)) != structural_hash(str(b))
+    result = diff(str(a), str(b))
+    assert list(result.metadata_changed) == ["n_deep"]
