@@ -63,7 +63,7 @@ reference-suite: $(VENV)/.dev
 # rewrite constraints.txt's pins from the current .venv (its comments and the torch pin stay)
 lock: $(VENV)/.dev
 	{ sed -n '1,/^torch==/p' constraints.txt; \
-	  $(PY) -m pip freeze --exclude-editable | grep -v -i -E '^(torch|tensorfile)=='; } > constraints.txt.new
+	  $(PY) -m pip freeze --exclude-editable | grep -v -i -E '^(torch|tensorfile|ztensor)=='; } > constraints.txt.new
 	mv constraints.txt.new constraints.txt
 
 clean:
