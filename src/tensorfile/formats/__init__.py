@@ -150,8 +150,6 @@ class Format:
         magic: the first bytes of every file of the format (empty: none).
         suffixes: file name endings that suggest the format before a byte is read.
         tail_first: the header is at the end of the file: a remote read starts there.
-        relative_offsets: the header gives data offsets from the start of the data region
-            (else: from the start of the file).
         reversed_shapes: the header lists dimensions innermost first (GGUF).
         editable: tensorfile can rewrite its metadata.
         module: the implementing module (imported on first use); ``module:attribute`` names
@@ -169,7 +167,6 @@ class Format:
     magic: bytes
     suffixes: tuple[str, ...]
     tail_first: bool
-    relative_offsets: bool
     reversed_shapes: bool
     editable: bool
     module: str
@@ -241,7 +238,6 @@ SAFETENSORS = Format(
     magic=b"",  # an 8-byte header length, then '{': recognised by its reader
     suffixes=(".safetensors",),
     tail_first=False,
-    relative_offsets=True,
     reversed_shapes=False,
     editable=True,
     module="tensorfile.formats.safetensors._format",
@@ -253,7 +249,6 @@ ZTENSOR = Format(
     magic=b"ZTEN",
     suffixes=(".zt",),
     tail_first=True,
-    relative_offsets=False,
     reversed_shapes=False,
     editable=True,
     module="tensorfile.formats.ztensor._hooks",  # v1.0 (.v1._format) and v2
@@ -266,7 +261,6 @@ GGUF = Format(
     magic=b"GGUF",
     suffixes=(".gguf",),
     tail_first=False,
-    relative_offsets=True,
     reversed_shapes=True,
     editable=False,
     module="tensorfile.formats.gguf",
@@ -277,7 +271,6 @@ NPZ = Format(
     magic=b"PK\x03\x04",  # a zip archive of .npy members
     suffixes=(".npz",),
     tail_first=True,  # a zip's directory ends it
-    relative_offsets=False,
     reversed_shapes=False,
     editable=False,
     module="tensorfile.formats.numpy_files:NPZ_ENTRY",
@@ -290,7 +283,6 @@ NPY = Format(
     magic=b"\x93NUMPY",
     suffixes=(".npy",),
     tail_first=False,
-    relative_offsets=False,
     reversed_shapes=False,
     editable=False,
     module="tensorfile.formats.numpy_files:NPY_ENTRY",
@@ -303,7 +295,6 @@ PYTORCH = Format(
     magic=b"\x80",  # the pickle protocol opcode (torch's zip format: see detect)
     suffixes=(".pt", ".pth", ".ckpt"),
     tail_first=False,
-    relative_offsets=False,
     reversed_shapes=False,
     editable=False,
     module="tensorfile.formats.torch_pickle",

@@ -109,11 +109,6 @@ def file_catalog(
     with closing(source), naming(source.name):
         fmt = detect(source)
         cat = fmt.impl().read_catalog(source)
-    if fmt.relative_offsets and cat.data_start:
-        base = cat.data_start
-        cat = replace(
-            cat, tensors={k: t._replace(offset_base=base) for k, t in cat.tensors.items()}
-        )
     opened = {source.name: path} if source.name != path else {}
     return replace(cat, path=source.name, stats=(source.stats,), opened_from=opened)
 

@@ -454,7 +454,10 @@ def catalog_of(h: GGUFHeader) -> Catalog:
         start = h.data_start + t.offset
         data = Component(ByteRange(start, start + (t.byte_length or 0)), dt)
         layout = "dense" if plain else "quantized"
-        tensors[t.name] = TensorInfo(t.name, dt, t.shape[::-1], {"data": data}, layout, t.type_name)
+        tensors[t.name] = TensorInfo(
+            t.name, dt, t.shape[::-1], {"data": data}, layout, t.type_name,
+            offset_base=h.data_start,
+        )  # fmt: skip
     return Catalog(
         format="gguf",
         metadata=h.metadata,

@@ -49,9 +49,8 @@ class _Tensors(Mapping[str, TensorInfo]):
         h = self._header
         dt, shape, start, end = h.info(pos)
         base = h.data_start
-        info = TensorInfo(
-            name, dt, shape, {"data": Component(ByteRange(base + start, base + end), dt)}
-        )
+        data = Component(ByteRange(base + start, base + end), dt)
+        info = TensorInfo(name, dt, shape, {"data": data}, offset_base=base)
         self._cache[name] = info
         return info
 
