@@ -44,12 +44,15 @@ def short32(value: Any, head: int | None = None) -> Any:
         >>> short32(TypedValue("array", [0.10000000149011612, 0.20000000298023224], "float32"), 1)
         ... # doctest: +NORMALIZE_WHITESPACE
         TypedValue(type='array', value=[0.1, 0.20000000298023224],
-                   element_type='float32', bits=None)
+                   element_type='float32', bits=None, items=None)
     """
     if not isinstance(value, TypedValue):
         return value
     if value.type == "float32":
         return TypedValue("float32", float(str(np.float32(value.value))))
+    if value.element_type == "array" and value.items is not None:  # arrays of arrays
+        inner = tuple(short32(v, head) for v in value.items)
+        return TypedValue("array", [v.value for v in inner], "array", items=inner)
     if value.type == "array" and value.element_type == "float32" and value.value:
         items = value.value
         n = len(items) if head is None else min(head, len(items))

@@ -387,8 +387,18 @@ def name_file(exc: TensorFileError, name: str) -> None:
     if exc.path is None:
         exc.path = name
     message = exc.args[0] if exc.args else None
-    if isinstance(message, str) and name not in message and exc.path not in message:
+    if isinstance(message, str) and not (_names(message, name) or _names(message, exc.path)):
         exc.args = (f"{name}: {message}", *exc.args[1:])
+
+
+def _names(message: str, name: str) -> bool:
+    """Whether ``message`` names the file ``name``: as a whole word followed by a colon, a
+    quote, a bracket, the end, or a space and ``looks``/``is``/``has`` (a short file name,
+    ``header``, is not named by "header length ... runs past the end")."""
+    import re
+
+    pattern = rf"(?:^|[\s'\"(]){re.escape(name)}(?::|['\")\]]|$|\s+(?:looks|is|has)\b)"
+    return re.search(pattern, message) is not None
 
 
 @contextmanager

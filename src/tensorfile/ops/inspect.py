@@ -144,6 +144,8 @@ def json_metadata(metadata: Mapping[str, Any]) -> dict[str, Any]:
 
 def _json_value(value: Any) -> Any:
     if isinstance(value, TypedValue):
+        if value.element_type == "array" and value.items is not None:  # arrays of arrays
+            return [_json_value(v) for v in value.items]
         items = value.value
         if value.type == "array":  # a vocabulary's 150,000 items: no call per item
             if value.element_type not in ("float32", "float64"):

@@ -181,9 +181,9 @@ class LocalSource(SourceBase):
             # O_NONBLOCK: if the path was swapped for a FIFO since, the open cannot block
             fd = os.open(target, _OPEN_FLAGS)
         except FileNotFoundError as exc:
-            raise SourceNotFoundError(f"cannot open {self.name}: {exc.strerror or exc}") from exc
+            raise _of(SourceNotFoundError, self.name, exc) from exc
         except OSError as exc:
-            raise SourceError(f"cannot open {self.name}: {exc.strerror or exc}") from exc
+            raise _of(SourceError, self.name, exc) from exc
         except (ValueError, UnicodeError) as exc:  # a NUL byte, an unencodable name
             raise InvalidArgumentError(f"cannot open {self.name!r}: {exc}") from None
         self._adopt(fd)
@@ -309,3 +309,11 @@ class LocalSource(SourceBase):
                 pass  # arrays still use the mapping; it is released when they are
             self._map = None
         self._release()
+
+
+def _of(kind: type[SourceError], name: str, exc: OSError) -> SourceError:
+    """``kind`` of error for the file ``name`` that could not be opened: it names the file
+    in its message, as ``path`` and as ``filename`` (an ``OSError``'s)."""
+    err = kind(f"cannot open {name}: {exc.strerror or exc}")
+    err.path = err.filename = name
+    return err

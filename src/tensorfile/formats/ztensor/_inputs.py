@@ -119,17 +119,23 @@ def level_of(value: Any) -> int:
     return int(value)
 
 
+MAX_ALIGN = 1 << 30
+"""The largest v2 blob alignment accepted (1 GiB)."""
+
+
 def align_of(value: Any) -> int:
-    """A v2 blob alignment: a positive multiple of 4096."""
+    """A v2 blob alignment: a positive multiple of 4096, at most 1 GiB (a huge page; more
+    only pads)."""
     if (
         isinstance(value, bool)
         or not isinstance(value, int | np.integer)
         or int(value) <= 0
         or int(value) % ALIGN_FLOOR
-        or int(value) > 1 << 40
+        or int(value) > MAX_ALIGN
     ):
         raise InvalidArgumentError(
-            f"align must be a positive multiple of {ALIGN_FLOOR} (or unset), got {brief(value)}"
+            f"align must be a positive multiple of {ALIGN_FLOOR} up to {MAX_ALIGN:,} "
+            f"(or unset), got {brief(value)}"
         )
     return int(value)
 
