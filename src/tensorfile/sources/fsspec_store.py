@@ -132,13 +132,19 @@ class FsspecStore(Store):
         except Exception as exc:
             raise self._fail("stat", "", exc) from None
 
-    def file_size(self, name: str) -> int | None:
+    def _file_info(self, name: str) -> dict[str, Any] | None:
+        """The filesystem's fresh record of the file ``name``; None when nothing is there,
+        a :class:`SourceError` when something that is not a file is."""
         check_name(name)
         info = self._info(name)
+        if info is not None and info.get("type") != "file":
+            raise SourceError(f"{self.url(name)} is not a file")
+        return info
+
+    def file_size(self, name: str) -> int | None:
+        info = self._file_info(name)
         if info is None:
             return None
-        if info.get("type") != "file":
-            raise SourceError(f"{self.url(name)} is not a file")
         size = info.get("size")
         if isinstance(size, bool) or not isinstance(size, int) or size < 0:
             raise SourceError(f"{self.url(name)}: the filesystem gives no usable size")
@@ -180,12 +186,9 @@ class FsspecStore(Store):
             raise self._fail("write", name, exc) from None
 
     def version(self, name: str) -> str | None:
-        check_name(name)
-        info = self._info(name)
+        info = self._file_info(name)
         if info is None:
             return None
-        if info.get("type") != "file":
-            raise SourceError(f"{self.url(name)} is not a file")
         etag = info.get("ETag") or info.get("etag")
         if self._protocol in _S3 and isinstance(etag, str) and etag:
             return "etag:" + etag.strip('"')
