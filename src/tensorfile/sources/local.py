@@ -313,7 +313,8 @@ class LocalSource(SourceBase):
 
 def _of(kind: type[SourceError], name: str, exc: OSError) -> SourceError:
     """``kind`` of error for the file ``name`` that could not be opened: it names the file
-    in its message, as ``path`` and as ``filename`` (an ``OSError``'s)."""
+    in its message and as ``path`` (not as an ``OSError``'s ``filename``, which would turn
+    its text into ``[Errno None] None: 'name'``)."""
     err = kind(f"cannot open {name}: {exc.strerror or exc}")
-    err.path = err.filename = name
+    err.path = name
     return err
