@@ -41,12 +41,16 @@ if TYPE_CHECKING:
     from .ops.hash import structural_hash
     from .ops.inspect import inspect
     from .ops.verify import verify
+    from .patching import patch_safetensors, patched_safetensors, unpatch_safetensors
 
 # the operations load on first use: `import tensorfile` stays light
 _LAZY = {
     "convert": "tensorfile.ops.convert",
     "diff": "tensorfile.ops.diff",
     "inspect": "tensorfile.ops.inspect",
+    "patch_safetensors": "tensorfile.patching",
+    "patched_safetensors": "tensorfile.patching",
+    "unpatch_safetensors": "tensorfile.patching",
     "structural_hash": "tensorfile.ops.hash",
     "verify": "tensorfile.ops.verify",
 }
@@ -84,6 +88,9 @@ __all__ = [
     "diff",
     "inspect",
     "open",
+    "patch_safetensors",
+    "patched_safetensors",
     "structural_hash",
+    "unpatch_safetensors",
     "verify",
 ]

@@ -1,0 +1,158 @@
+"""Make ``import safetensors`` give tensorfile's drop-in, for code you do not edit.
+
+``transformers``, ``diffusers``, ``huggingface_hub`` and many scripts ``import safetensors``
+(and ``safetensors.torch``, ``safetensors.numpy``, ...) themselves. After
+:func:`patch_safetensors`, those imports resolve, in this process, to
+:mod:`tensorfile.safetensors` and its framework modules: the same names, the same
+behaviour, tensorfile's loader underneath. :func:`unpatch_safetensors` undoes it, and
+:func:`patched_safetensors` does both around a block.
+
+Patch before the code that imports ``safetensors`` is imported: a module that already did
+``from safetensors.torch import load_file`` keeps the function it got (a warning says so
+when ``safetensors`` was imported before the patch). A name only the reference has (its
+Rust extension, ``safetensors._safetensors_rust``) is an ``ImportError`` while patched.
+Package metadata (``importlib.metadata.version("safetensors")``) is the installed
+reference's, so version checks keep passing.
+
+Example:
+    >>> from tensorfile.patching import patched_safetensors
+    >>> with patched_safetensors():
+    ...     import safetensors.numpy
+    ...     safetensors.numpy.__name__
+    'tensorfile.safetensors.numpy'
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import sys
+import threading
+import warnings
+from collections.abc import Iterator, Sequence
+from types import ModuleType
+
+__all__ = ["patch_safetensors", "patched_safetensors", "unpatch_safetensors"]
+
+_NAME = "safetensors"
+_TARGET = "tensorfile." + _NAME
+_lock = threading.RLock()
+
+
+class _Loader(importlib.abc.Loader):
+    """Gives the tensorfile module ``real`` as the module asked for."""
+
+    def __init__(self, real: str) -> None:
+        self.real = real
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
+        return importlib.import_module(self.real)
+
+    def exec_module(self, module: ModuleType) -> None:
+        """Nothing to run: the tensorfile module is imported already."""
+
+
+class _Finder(importlib.abc.MetaPathFinder):
+    """Finds ``safetensors`` and ``safetensors.<x>`` as ``tensorfile.safetensors(.<x>)``."""
+
+    def find_spec(
+        self,
+        fullname: str,
+        path: Sequence[str] | None,
+        target: ModuleType | None = None,
+    ) -> importlib.machinery.ModuleSpec | None:
+        if fullname != _NAME and not fullname.startswith(_NAME + "."):
+            return None
+        real = _TARGET + fullname[len(_NAME) :]
+        try:
+            found = importlib.util.find_spec(real)
+        except ImportError:
+            found = None
+        if found is None:  # a module only the reference has: not found while patched
+            raise ModuleNotFoundError(
+                f"No module named {fullname!r} (safetensors is patched to tensorfile's "
+                "drop-in, which has no such module)",
+                name=fullname,
+            )
+        return importlib.util.spec_from_loader(
+            fullname, _Loader(real), is_package=found.submodule_search_locations is not None
+        )
+
+
+_finder: _Finder | None = None
+_saved: dict[str, ModuleType] = {}
+
+
+def _ours() -> list[str]:
+    return [n for n in sys.modules if n == _NAME or n.startswith(_NAME + ".")]
+
+
+def patch_safetensors() -> None:
+    """Make ``import safetensors`` (and its submodules) resolve to tensorfile's drop-in in
+    this process, until :func:`unpatch_safetensors`. Calling it twice is harmless.
+
+    Example:
+        >>> import tensorfile
+        >>> tensorfile.patch_safetensors()
+        >>> import safetensors.torch
+        >>> safetensors.torch.__name__
+        'tensorfile.safetensors.torch'
+        >>> tensorfile.unpatch_safetensors()
+    """
+    global _finder
+    with _lock:
+        if _finder is not None:
+            return
+        imported = [n for n in _ours() if not sys.modules[n].__name__.startswith(_TARGET)]
+        if imported:
+            warnings.warn(
+                "safetensors was imported before patch_safetensors(): modules that already "
+                "took names from it keep the reference's; patch before importing them",
+                stacklevel=2,
+            )
+        for name in imported:
+            _saved[name] = sys.modules.pop(name)
+        _finder = _Finder()
+        sys.meta_path.insert(0, _finder)
+
+
+def unpatch_safetensors() -> None:
+    """Undo :func:`patch_safetensors`: ``import safetensors`` gives the installed package
+    again (modules imported while patched keep what they took)."""
+    global _finder
+    with _lock:
+        if _finder is None:
+            return
+        with contextlib.suppress(ValueError):
+            sys.meta_path.remove(_finder)
+        _finder = None
+        for name in _ours():
+            if sys.modules[name].__name__.startswith(_TARGET):
+                del sys.modules[name]
+        sys.modules.update(_saved)
+        _saved.clear()
+
+
+@contextlib.contextmanager
+def patched_safetensors() -> Iterator[None]:
+    """:func:`patch_safetensors` around a block (undone after it, also on an error; a
+    process patched before the block stays patched).
+
+    Example:
+        >>> from tensorfile.patching import patched_safetensors
+        >>> with patched_safetensors():
+        ...     from safetensors import safe_open
+        >>> safe_open.__module__.startswith("tensorfile")
+        True
+    """
+    with _lock:
+        outer = _finder is not None  # patched already: stays patched after the block
+        patch_safetensors()
+    try:
+        yield
+    finally:
+        if not outer:
+            unpatch_safetensors()

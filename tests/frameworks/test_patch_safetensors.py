@@ -1,0 +1,136 @@
+"""``tensorfile.patch_safetensors()``: code that imports ``safetensors`` itself
+(``transformers``, ``huggingface_hub``) gets tensorfile's drop-in without an edit (issue 25).
+Each case runs in a fresh interpreter, so the patch and what it imported stay there."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+
+def run(code: str, tmp_path: Path) -> str:
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
+
+
+def test_imports_resolve_to_the_drop_in_and_back(tmp_path: Path) -> None:
+    out = run(
+        """
+        import sys, warnings
+        import numpy as np
+        import tensorfile
+        tensorfile.patch_safetensors()
+        tensorfile.patch_safetensors()  # twice: harmless
+        import safetensors, safetensors.torch, safetensors.numpy
+        from safetensors import safe_open
+        assert safetensors.__name__ == "tensorfile.safetensors", safetensors.__name__
+        assert safetensors.torch.__name__ == "tensorfile.safetensors.torch"
+        assert safe_open is tensorfile.safetensors.safe_open
+        try:
+            import safetensors._safetensors_rust
+        except ImportError as exc:
+            print("rust:", type(exc).__name__, "patched" in str(exc))
+        p = sys.argv[1] + "/m.safetensors"
+        safetensors.numpy.save_file({"w": np.arange(4, dtype=np.float32)}, p)
+        tensorfile.unpatch_safetensors()
+        import safetensors.numpy as ref
+        assert ref.__name__ == "safetensors.numpy" and "tensorfile" not in ref.__file__
+        print("ref reads:", ref.load_file(p)["w"].tolist())
+        with tensorfile.patched_safetensors():
+            import safetensors.numpy as again
+            assert again.__name__ == "tensorfile.safetensors.numpy"
+        import safetensors.numpy as back
+        assert back is ref, "the reference's modules come back after the block"
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            tensorfile.patch_safetensors()  # the reference is imported: a warning
+        print("warned:", any("imported before" in str(w.message) for w in seen))
+        """,
+        tmp_path,
+    )
+    assert "rust: ModuleNotFoundError True" in out
+    assert "ref reads: [0.0, 1.0, 2.0, 3.0]" in out
+    assert "warned: True" in out
+
+
+@pytest.mark.parametrize("shards", [False, True])
+def test_transformers_loads_through_the_patched_safetensors(tmp_path: Path, shards: bool) -> None:
+    """A small BERT built from a config (no download) saved and loaded by transformers
+    itself, with ``safetensors`` patched: transformers' own modules use tensorfile's
+    functions, the files load in the reference unchanged, and the weights come back equal."""
+    pytest.importorskip("transformers")
+    out = run(
+        f"""
+        import sys
+        import tensorfile
+        tensorfile.patch_safetensors()
+        import torch
+        import transformers
+        from transformers import BertConfig, BertModel
+        import transformers.modeling_utils as mu
+        import safetensors.torch
+        assert safetensors.torch.__name__ == "tensorfile.safetensors.torch"
+        torch.manual_seed(0)
+        cfg = BertConfig(vocab_size=99, hidden_size=32, num_hidden_layers=2,
+                         num_attention_heads=2, intermediate_size=37)
+        model = BertModel(cfg).eval()
+        out = sys.argv[1] + "/bert"
+        model.save_pretrained(out, max_shard_size={'"20KB"' if shards else '"1GB"'})
+        loaded = BertModel.from_pretrained(out).eval()
+        want, got = model.state_dict(), loaded.state_dict()
+        assert want.keys() == got.keys()
+        assert all(torch.equal(want[k], got[k]) for k in want)
+        import os
+        names = sorted(os.listdir(out))
+        print("files:", [n for n in names if n.endswith((".safetensors", ".json"))])
+        tensorfile.unpatch_safetensors()
+        import safetensors.torch as ref  # the reference reads what was written
+        total = 0
+        for n in names:
+            if n.endswith(".safetensors"):
+                total += len(ref.load_file(os.path.join(out, n)))
+        print("reference tensors:", total == len(want))
+        """,
+        tmp_path,
+    )
+    assert "reference tensors: True" in out
+    if shards:
+        assert "model.safetensors.index.json" in out
+    else:
+        assert "model.safetensors'" in out
+
+
+def test_huggingface_hub_loads_through_the_patched_safetensors(tmp_path: Path) -> None:
+    out = run(
+        """
+        import sys
+        import tensorfile
+        tensorfile.patch_safetensors()
+        import torch
+        from huggingface_hub import load_torch_model, save_torch_model
+        import os
+        os.makedirs(sys.argv[1] + "/m")
+        torch.manual_seed(1)
+        model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+        save_torch_model(model, sys.argv[1] + "/m", max_shard_size="1KB")
+        other = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+        load_torch_model(other, sys.argv[1] + "/m")
+        a, b = model.state_dict(), other.state_dict()
+        print("equal:", all(torch.equal(a[k], b[k]) for k in a))
+        import safetensors.torch
+        print("patched:", safetensors.torch.__name__)
+        """,
+        tmp_path,
+    )
+    assert "equal: True" in out
+    assert "patched: tensorfile.safetensors.torch" in out
