@@ -23,6 +23,7 @@ from tests.helpers.checkpoints import (
     write_zt,
 )
 from tests.helpers.cli import assert_one_error, run, run_json, run_proc
+from tests.helpers.digests import digest_text
 
 KNOWN_ID = "625a71753a42bd1b8b43e866dc9c8c0b4535394b9f54707a6dc13593b842a873"
 
@@ -47,19 +48,6 @@ def _structural(
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def _tensor_digest(algorithm: str, data: bytes) -> str:
-    """``algorithm:hex`` of ``data``, computed here with each algorithm's own package."""
-    if algorithm == "sha256":
-        return "sha256:" + hashlib.sha256(data).hexdigest()
-    if algorithm == "xxh3":
-        import xxhash
-
-        return f"xxh3:{xxhash.xxh3_64_intdigest(data):016x}"
-    import crc32c
-
-    return f"crc32c:{crc32c.crc32c(data):08x}"
-
-
 def _content(tensors: dict[str, tuple[str, list[int], bytes]], algorithm: str = "sha256") -> str:
     """The content id (v2): per tensor in name order, its name, common dtype and shape as
     compact JSON, then the digest of its dense bytes, each followed by a newline."""
@@ -68,7 +56,7 @@ def _content(tensors: dict[str, tuple[str, list[int], bytes]], algorithm: str = 
         dt, shape, data = tensors[name]
         head = {"name": name, "dtype": dt, "shape": shape}
         h.update(json.dumps(head, separators=(",", ":"), ensure_ascii=False).encode() + b"\n")
-        h.update(_tensor_digest(algorithm, data).encode() + b"\n")
+        h.update(digest_text(algorithm, data).encode() + b"\n")
     return h.hexdigest()
 
 

@@ -9,13 +9,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-import crc32c
 import gguf
 import ml_dtypes
 import numpy as np
 import pytest
 import safetensors.numpy as ref_st
-import xxhash
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -31,6 +29,7 @@ from tensorfile.errors import (
 from tensorfile.ops.hash import canonical_json
 from tensorfile.safetensors.numpy import save_file
 from tests.helpers.checkpoints import write_sharded
+from tests.helpers.digests import digest_text
 from tests.helpers.weight_inspect import expected_canonical, sha256_hex, wi_gguf, wi_text
 
 EXAMPLE_HASH = "625a71753a42bd1b8b43e866dc9c8c0b4535394b9f54707a6dc13593b842a873"
@@ -505,15 +504,6 @@ def test_content_hash_gguf(tmp_path: Path) -> None:
 ALGORITHMS = ("xxh3", "crc32c", "sha256")
 
 
-def _digest_text(algorithm: str, data: bytes) -> str:
-    """``algorithm:hex`` of ``data``, with each algorithm's own package (not tensorfile's)."""
-    if algorithm == "sha256":
-        return "sha256:" + hashlib.sha256(data).hexdigest()
-    if algorithm == "xxh3":
-        return f"xxh3:{xxhash.xxh3_64_intdigest(data):016x}"
-    return f"crc32c:{crc32c.crc32c(data):08x}"
-
-
 def _expected_id(arrays: dict[str, Any], algorithm: str) -> str:
     """The content id v2, recomputed from its definition."""
     h = hashlib.sha256(b"tensorfile-content-v2\n")
@@ -522,7 +512,7 @@ def _expected_id(arrays: dict[str, Any], algorithm: str) -> str:
         head = {"name": name, "dtype": _COMMON[a.dtype.name], "shape": list(a.shape)}
         h.update(json.dumps(head, separators=(",", ":")).encode() + b"\n")
         data = a.astype(a.dtype.newbyteorder("<")).tobytes()  # row-major, little-endian
-        h.update(_digest_text(algorithm, data).encode() + b"\n")
+        h.update(digest_text(algorithm, data).encode() + b"\n")
     return h.hexdigest()
 
 
@@ -719,6 +709,6 @@ def test_stored_digest_of_a_sharded_checkpoint_is_its_shards(tmp_path: Path) -> 
         assert len(set(map(r.shard_of, r.keys()))) > 1
         for name in r.keys():
             data = np.ascontiguousarray(arrays[name]).tobytes()
-            assert r.stored_digest(name, "crc32c") == _digest_text("crc32c", data)
+            assert r.stored_digest(name, "crc32c") == digest_text("crc32c", data)
             assert r.stored_digest(name, "xxh3") is None
     assert _read_bytes(index, "crc32c") == (_expected_id(arrays, "crc32c"), 0)
