@@ -16,6 +16,7 @@ import pytest
 
 from tensorfile.ops import verify
 from tensorfile.safetensors.numpy import save_file
+from tests.helpers.cli import run_proc
 
 INDEX = "model.safetensors.index.json"
 
@@ -44,13 +45,8 @@ def test_a_fifo_shard_is_reported_not_waited_on(tmp_path: Path) -> None:
     )
     assert run.returncode == 0, run.stderr
     assert "('s2.safetensors', 'unreadable')" in run.stdout
-    cli = subprocess.run(
-        [sys.executable, "-m", "tensorfile.cli.app", "verify", str(folder)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert cli.returncode == 1 and "FIFO" in cli.stdout + cli.stderr
+    cli = run_proc("verify", folder)
+    assert cli.code == 1 and "FIFO" in cli.out + cli.err
 
 
 @pytest.mark.parametrize("total", ["Infinity", "NaN", "-Infinity", "1e400", "12.5"])
@@ -108,20 +104,8 @@ def test_the_verdict_says_what_was_compared(tmp_path: Path) -> None:
     assert [(c.name, c.checked) for c in r.checks] == [("w", ("structure",))]
     r = verify(summed, deep=True)
     assert [(c.name, c.checked) for c in r.checks] == [("w", ("structure", "digest", "values"))]
-    run = subprocess.run(
-        [sys.executable, "-m", "tensorfile.cli.app", "verify", str(plain)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert run.returncode == 0 and "stores no digests" in run.stdout
-    doc = json.loads(
-        subprocess.run(
-            [sys.executable, "-m", "tensorfile.cli.app", "verify", "--json", str(summed)],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        ).stdout
-    )
+    run = run_proc("verify", plain)
+    assert run.code == 0 and "stores no digests" in run.out
+    doc = json.loads(run_proc("verify", "--json", summed).out)
     assert doc["digests_checked"] == 1
     assert doc["tensors"] == [{"name": "w", "checked": ["structure", "digest"]}]

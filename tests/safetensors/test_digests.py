@@ -6,8 +6,6 @@ checked by ``verify`` and by ``load_file``/``safe_open``/``tensorfile.open`` wit
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +21,7 @@ from tensorfile.ops import verify
 from tensorfile.safetensors import numpy as st_numpy
 from tensorfile.safetensors import safe_open
 from tensorfile.safetensors import torch as st_torch
+from tests.helpers.cli import run_proc
 
 ARRAYS = {"a": np.arange(6, dtype=np.float32).reshape(2, 3), "b": np.ones(4, np.int16)}
 
@@ -57,13 +56,8 @@ def test_a_flipped_byte_is_caught_by_verify_and_by_every_verified_load(tmp_path:
     _flip(path, "b")
     report = verify(str(path))
     assert [(f.subject, f.rule) for f in report.failures] == [("b", "digest")]
-    cli = subprocess.run(
-        [sys.executable, "-m", "tensorfile.cli.app", "verify", str(path)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert cli.returncode == 1 and "'b'" in cli.stderr
+    cli = run_proc("verify", path)
+    assert cli.code == 1 and "'b'" in cli.err
     for load in (
         lambda: st_numpy.load_file(str(path), verify=True),
         lambda: st_numpy.load_file(str(path), verify=True, copy=False),
