@@ -178,6 +178,10 @@ class HTTPFetcher:
         self._pool = Pool()
         self._context: ssl.SSLContext | None = None
         self._size: int | None = None
+        self.version: str | None = None
+        """The file's ``ETag`` from the first reply that has one (None before, or when the
+        server sends none); a later reply with another ETag is an error: the file changed."""
+        self._versioned = False
 
     # -- one request -------------------------------------------------------------------------
 
@@ -261,6 +265,7 @@ class HTTPFetcher:
                 f"{self.name}: Content-Length {length} disagrees with Content-Range {first}-{last}"
             )
         self._learn_size(total)
+        self._learn_version(reply)
         data = self._read_body(reply, n)
         if first == 0:
             self._check_page(reply, data, total)
@@ -291,6 +296,7 @@ class HTTPFetcher:
         if total is None:  # no Content-Length: the body's end is the file's end
             total = len(data)
         self._learn_size(total)
+        self._learn_version(reply)
         self._check_page(reply, data, total)
         self._prefix.keep(data, total)
         if isinstance(request, SuffixRequest):
@@ -386,6 +392,23 @@ class HTTPFetcher:
         self._learn_size(total)
         start = want.request.start if isinstance(want.request, RangeRequest) else 0
         return Fetched(min(start, total), b"", total)
+
+    def _learn_version(self, reply: _Reply) -> None:
+        """Remember the first reply's ``ETag``; refuse a later reply whose ETag differs (the
+        file was replaced between two reads of it)."""
+        tag = reply.header("ETag")
+        tag = tag.strip(" \t") if tag is not None else None
+        with self._lock:
+            if not self._versioned:
+                self._versioned = True
+                self.version = tag or None
+                return
+            known = self.version
+        if known is not None and tag and tag != known:
+            raise SourceError(
+                f"{self.name}: the file changed while it was being read (ETag {hdr.show(known)}, "
+                f"then {hdr.show(tag)})"
+            )
 
     def _learn_size(self, total: int) -> None:
         with self._lock:

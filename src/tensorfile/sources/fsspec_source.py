@@ -46,9 +46,11 @@ class FsspecFetcher:
         self._lock = threading.Lock()
         self._fs, self._path = connect(url, storage_options, self.name, "reading this URL")
         try:
-            size = self._fs.size(self._path)
+            info = self._fs.info(self._path)
         except Exception as exc:
             raise failure("open", self.name, exc, url) from None
+        size = info.get("size") if isinstance(info, dict) else None
+        self.version = _version_of(info) if isinstance(info, dict) else None
         if isinstance(size, bool) or not isinstance(size, int) or size < 0:
             raise SourceError(f"cannot open {self.name}: the filesystem gives no usable size")
         self.size = size
@@ -71,6 +73,21 @@ class FsspecFetcher:
         with self._lock:
             self.stats.add(len(data))
         return Fetched(start, data, self.size)
+
+
+_VERSION_KEYS = ("ETag", "etag", "md5Hash", "generation", "version_id", "VersionId")
+_TIME_KEYS = ("LastModified", "last_modified", "mtime", "updated", "created")
+
+
+def _version_of(info: dict[str, Any]) -> str | None:
+    """What identifies this content of the object: its ETag (or the store's equivalent),
+    else its modification time, as the filesystem's ``info`` reports them."""
+    for keys, prefix in ((_VERSION_KEYS, ""), (_TIME_KEYS, "mtime:")):
+        for key in keys:
+            value = info.get(key)
+            if value is not None and not isinstance(value, bool) and str(value):
+                return prefix + str(value)
+    return None
 
 
 class FsspecSource(RemoteSource):

@@ -52,6 +52,13 @@ class RemoteSource(SourceBase):
         """The file's size, learned from the first reply."""
         return self._cache.size
 
+    @property
+    def version(self) -> str | None:
+        """What identifies this content of the file (its ``ETag``, or the store's
+        equivalent), learned from the first reply; None when the server gives none."""
+        found = getattr(self._fetcher, "version", None)
+        return found if isinstance(found, str) else None
+
     def _read(self, offset: int, length: int) -> bytes:
         return self._cache.read(offset, length)
 
