@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -24,3 +26,26 @@ def plain(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     server, stopper = start_plain_server(tmp_path_factory.mktemp("plain"))
     yield server
     stopper.terminate()
+
+
+@pytest.fixture(scope="session")
+def seaweed() -> Iterator[Any]:
+    """SeaweedFS's S3 gateway on 127.0.0.1 (tests.helpers.seaweed), one per session; it
+    accepts only the key pair ``seaweed.key``/``seaweed.secret``. Each test takes a place of
+    its own (``seaweed.place()``: ``bucket/prefix``)."""
+    from tests.helpers import seaweed as helpers
+
+    server = helpers.start(identities={helpers.KEY: helpers.SECRET})
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def s3_env(seaweed: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """The AWS environment variables that reach ``seaweed`` (and no other AWS setting)."""
+    for name in list(os.environ):
+        if name.startswith("AWS_") or name.startswith("TENSORFILE_"):
+            monkeypatch.delenv(name)
+    for name, value in seaweed.env.items():
+        monkeypatch.setenv(name, value)
+    return seaweed

@@ -95,6 +95,10 @@ def open_path(
         from .remote import HTTPSource
 
         return HTTPSource(r.target, first=first, allow_full_download=allow_full_download, **options)
+    if r.protocol in ("s3", "s3a"):  # tensorfile's own S3 client, or fsspec where it declines
+        from .s3_source import open_s3
+
+        return open_s3(r.target, first=first, **options)
     from .fsspec_source import FsspecSource
 
     return FsspecSource(r.target, first=first, **options)

@@ -69,7 +69,9 @@ class SpeculativeCache:
         self._start, self._data = got.start, got.data
         self._head: bytes | None = got.data[:HEAD_BYTES] if got.start == 0 else None
 
-    def _cached(self, offset: int, length: int) -> bytes | None:
+    def cached(self, offset: int, length: int) -> bytes | None:
+        """The bytes at ``offset`` when the first reply (or the kept head) holds them all,
+        else None (no request is made)."""
         pos = offset - self._start
         if pos >= 0 and pos + length <= len(self._data):
             return self._data[pos : pos + length]
@@ -90,7 +92,7 @@ class SpeculativeCache:
     def read(self, offset: int, length: int) -> bytes:
         """``length`` bytes at ``offset`` (bounds already checked by the source); safe to call
         from several threads (the fetcher must be)."""
-        found = self._cached(offset, length)
+        found = self.cached(offset, length)
         if found is not None:
             return found
         if offset + length <= HEAD_BYTES:

@@ -1,8 +1,11 @@
 """Connections for the HTTP transport: small receive buffers, a deadline on every socket
 operation, an optional proxy, and a pool that gives each request a connection of its own.
 
-* Every socket is created with a small receive buffer (:data:`RECV_BUFFER`) before it
-  connects, so a server that ignores ``Range`` cannot push much ahead of what is read.
+* A socket to a server not yet known to honour ``Range`` is created with a small receive
+  buffer (:data:`RECV_BUFFER`) before it connects, so a server that ignores ``Range`` cannot
+  push much ahead of what is read; once the server has answered a range request with
+  ``206`` (``big_buffers``), sockets keep the kernel's self-tuning buffers: the small one
+  caps a stream's throughput (measured on loopback: 0.7-0.8 GB/s against 1.0-1.3 GB/s).
 * A :class:`Clock` belongs to each connection: ``timeout`` bounds each socket operation and
   ``deadline`` (a :func:`time.monotonic` instant, set per request) bounds them all. Before
   each receive or send the socket's timeout is set to what is left, so neither a silent
@@ -127,16 +130,17 @@ def ssl_context() -> ssl.SSLContext:
     return context
 
 
-def _open_socket(host: str, port: int, clock: Clock) -> socket.socket:
-    """A connected socket whose receive buffer is set before connecting, so the TCP window
-    (what a server can push before we read) stays small."""
+def _open_socket(host: str, port: int, clock: Clock, small: bool) -> socket.socket:
+    """A connected socket; ``small``: its receive buffer is set before connecting, so the TCP
+    window (what a server can push before we read) stays small."""
     error: OSError | None = None
     for family, kind, proto, _name, address in socket.getaddrinfo(
         host, port, 0, socket.SOCK_STREAM
     ):
         sock = _Socket(family, kind, proto)
         try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RECV_BUFFER)
+            if small:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RECV_BUFFER)
             sock.settimeout(clock.left())
             sock.connect(address)
             sock.clock = clock
@@ -150,12 +154,12 @@ def _open_socket(host: str, port: int, clock: Clock) -> socket.socket:
 class _HTTPConnection(http.client.HTTPConnection):
     _create_connection: Callable[..., socket.socket]
 
-    def __init__(self, host: str, port: int, clock: Clock) -> None:
+    def __init__(self, host: str, port: int, clock: Clock, small: bool) -> None:
         super().__init__(host, port, timeout=clock.timeout)
         self.clock = clock
 
         def create(address: tuple[str, int], *_args: Any) -> socket.socket:
-            return _open_socket(address[0], address[1], clock)
+            return _open_socket(address[0], address[1], clock, small)
 
         self._create_connection = create
 
@@ -163,12 +167,14 @@ class _HTTPConnection(http.client.HTTPConnection):
 class _HTTPSConnection(http.client.HTTPSConnection):
     _create_connection: Callable[..., socket.socket]
 
-    def __init__(self, host: str, port: int, clock: Clock, context: ssl.SSLContext) -> None:
+    def __init__(
+        self, host: str, port: int, clock: Clock, small: bool, context: ssl.SSLContext
+    ) -> None:
         super().__init__(host, port, timeout=clock.timeout, context=context)
         self.clock = clock
 
         def create(address: tuple[str, int], *_args: Any) -> socket.socket:
-            return _open_socket(address[0], address[1], clock)
+            return _open_socket(address[0], address[1], clock, small)
 
         self._create_connection = create
 
@@ -182,28 +188,34 @@ Connection = http.client.HTTPConnection
 
 
 def new_connection(
-    url: HttpURL, proxy: Proxy | None, timeout: float, context: ssl.SSLContext | None
+    url: HttpURL,
+    proxy: Proxy | None,
+    timeout: float,
+    context: ssl.SSLContext | None,
+    big_buffers: bool = False,
 ) -> Connection:
     """An unconnected connection for ``url``: straight to its host, to the proxy (plain
     HTTP, absolute-form requests), or through the proxy's ``CONNECT`` tunnel (HTTPS, which
-    needs ``context``). Its :class:`Clock` is ``conn.clock``."""
+    needs ``context``). Its :class:`Clock` is ``conn.clock``; its socket gets the small
+    receive buffer unless ``big_buffers``."""
     clock = Clock(timeout)
+    small = not big_buffers
     conn: Connection
     if url.scheme == "https":
         if context is None:
             raise ValueError("an https connection needs an SSL context")
         if proxy is None:
-            conn = _HTTPSConnection(url.host, url.port, clock, context)
+            conn = _HTTPSConnection(url.host, url.port, clock, small, context)
         else:
-            conn = _HTTPSConnection(proxy.host, proxy.port, clock, context)
+            conn = _HTTPSConnection(proxy.host, proxy.port, clock, small, context)
             tunnel = {"User-Agent": USER_AGENT}
             if proxy.authorization:
                 tunnel["Proxy-Authorization"] = proxy.authorization
             conn.set_tunnel(url.host, url.port, headers=tunnel)
     elif proxy is None:
-        conn = _HTTPConnection(url.host, url.port, clock)
+        conn = _HTTPConnection(url.host, url.port, clock, small)
     else:
-        conn = _HTTPConnection(proxy.host, proxy.port, clock)
+        conn = _HTTPConnection(proxy.host, proxy.port, clock, small)
     return conn
 
 

@@ -1,7 +1,11 @@
 """The HTTP transport: one range request per call, checked before its body is read.
 
 :class:`HTTPFetcher` is all a remote source needs from HTTP: ``fetch(request)`` asks for a
-byte range (or the end of the file) and returns exactly those bytes with the file's size.
+byte range (or the end of the file) and returns exactly those bytes with the file's size;
+``fetch_into(offset, buffers)`` receives a range's body straight into the caller's buffers
+(the tensors being loaded: no copy, no buffer of its own), and asks again when a body breaks
+off (``retries`` times). The request side (connections, redirects, retries of transient
+failures, credentials) is :mod:`._exchange`.
 A server can lie, so every reply is checked before its body is read, and no more body bytes
 are ever read than were asked for (or, from a server that ignores ``Range``, than the head
 of the file up to the end of what was asked for); nothing is allocated according to a size a
@@ -30,7 +34,7 @@ server claims:
 * Transient failures (connection errors, 429, 5xx) are retried with exponential backoff,
   honouring ``Retry-After`` up to the timeout (at most 30 s).
 * Proxies from the environment (:mod:`._proxy`); a pool of connections (:mod:`._conn`)
-  lets threads share one fetcher.
+  lets threads share one fetcher (a load runs up to ``io_threads`` requests at once).
 
 Exceptions of ``http.client``, ``ssl`` and ``socket`` are translated here, and only here,
 into :class:`~tensorfile.errors.SourceError`, their text scrubbed of the URL's secrets.
@@ -47,22 +51,19 @@ Example:
 
 from __future__ import annotations
 
-import http.client
 import select
 import socket
 import ssl
-import threading
 import time
-import urllib.parse
 
 from ..core.errors import InvalidArgumentError, SourceError, SourceNotFoundError
-from ..core.source import ByteRequest, RangeRequest, ReadStats, SuffixRequest
+from ..core.source import ByteRequest, RangeRequest, ReadStats, SuffixRequest, scatter
 from . import _headers as hdr
 from . import _prefix
 from ._cache import Fetched
-from ._conn import Connection, DeadlineExceeded, Pool, clock_of, discard, new_connection
-from ._conn import ssl_context as _ssl_context
-from ._proxy import proxy_for
+from ._conn import DeadlineExceeded, clock_of
+from ._exchange import FOREIGN as _FOREIGN
+from ._exchange import Exchanges, Reply
 from ._request import (
     USER_AGENT,
     Want,
@@ -71,7 +72,7 @@ from ._request import (
     check_request,
     positive,
 )
-from ._urls import HttpURL, parse_http_url, redact, scrub
+from ._urls import parse_http_url, redact, scrub
 
 __all__ = ["MIN_SPEED", "Fetched", "HTTPFetcher", "redact"]
 
@@ -79,46 +80,11 @@ MIN_SPEED = 100_000.0
 """The slowest transfer (bytes per second) a request's deadline allows by default."""
 
 _CHUNK = 1 << 20
-_TRANSIENT = {429, 500, 502, 503, 504}
-_REDIRECTS = {301, 302, 303, 307, 308}
-_MAX_REDIRECTS = 5
-_MAX_WAIT = 30.0
 _MAX_RETRIES = 10
+_SNIFF = 1024  # the first bytes of a file looked at to tell a web page
 
 
-def _wait(seconds: float, stop_at: float) -> float:
-    """A wait before a retry: capped, and never past the end of the fetch."""
-    return max(0.0, min(seconds, _MAX_WAIT, stop_at - time.monotonic()))
-
-
-_STALE = (ConnectionResetError, BrokenPipeError, ConnectionAbortedError)
-_FOREIGN = (OSError, http.client.HTTPException, ValueError)
-
-
-class _Reply:
-    """A response being read: status, headers, the connection it holds and where it goes
-    back to."""
-
-    def __init__(
-        self,
-        conn: Connection,
-        resp: http.client.HTTPResponse,
-        key: object,
-        url: HttpURL,
-        nbytes: int,
-    ) -> None:
-        self.nbytes = nbytes  # what was asked for: the deadline's allowance
-        self.conn = conn
-        self.resp = resp
-        self.key = key
-        self.url = url
-        self.status = resp.status
-
-    def header(self, name: str) -> str | None:
-        return self.resp.getheader(name)
-
-
-class HTTPFetcher:
+class HTTPFetcher(Exchanges):
     """Range requests to one URL; safe to share between threads.
 
     Args:
@@ -173,10 +139,7 @@ class HTTPFetcher:
             self._headers = {"User-Agent": USER_AGENT, **self._headers}
         self._allow_full = _prefix.allow_full_download(allow_full_download)
         self._prefix = _prefix.Prefix()  # what a server that ignores Range sent
-        self._lock = threading.Lock()
-        self._start = self._url  # where requests go: past the permanent redirects seen
-        self._pool = Pool()
-        self._context: ssl.SSLContext | None = None
+        self._init_exchanges()
         self._size: int | None = None
         self.version: str | None = None
         """The file's ``ETag`` from the first reply that has one (None before, or when the
@@ -196,22 +159,80 @@ class HTTPFetcher:
         ok = False
         try:
             if reply.status == 206:
-                got = self._partial(reply, want)
-            elif reply.status == 200:
-                got = self._whole_body(reply, want)
-            elif reply.status == 416:
-                got = self._unsatisfiable(reply, want)
+                first, total = self._check_partial(reply, want)
+                data = self._read_body(reply, want.expected(total), total)
+                got = Fetched(first, data, total)
             else:
-                reason = hdr.show(scrub(reply.resp.reason, self.url))  # a server may echo
-                gone = reply.status in (404, 410)  # a FileNotFoundError, as a missing file
-                kind = SourceNotFoundError if gone else SourceError
-                raise kind(f"{self.name}: HTTP {reply.status} {reason}")
+                got = self._not_partial(reply, want)
             ok = True
             return got
         finally:
             self._finish(reply, ok and reply.status != 200)  # see _trailing
 
-    def _framing(self, reply: _Reply) -> int | None:
+    def fetch_into(self, offset: int, buffers: list[memoryview]) -> None:
+        """Fill ``buffers`` (flat, writable byte views) from consecutive bytes at ``offset``,
+        all inside the file: the body of a ``206`` is received straight into them, with no
+        copy; a reply that breaks off mid-body is asked for again (``retries`` times). The
+        reply of a server that ignores ``Range`` is read as :meth:`fetch` reads it."""
+        n = sum(b.nbytes for b in buffers)
+        want = check_request(RangeRequest(offset, offset + n))
+        attempt = 0
+        while True:
+            kept = self._prefix.serve(want.request)
+            if kept is not None:
+                self._scatter(kept, offset, buffers)
+                return
+            reply = self._request(want)
+            ok = False
+            try:
+                if reply.status != 206:
+                    self._scatter(self._not_partial(reply, want), offset, buffers)
+                    ok = True
+                    return
+                first, total = self._check_partial(reply, want)
+                try:
+                    self._receive(reply, buffers)
+                except _Broken as exc:
+                    if attempt >= self._retries:
+                        raise exc.error from None
+                    time.sleep(self._backoff * (2**attempt))
+                    attempt += 1
+                    continue
+                if first == 0:
+                    self._check_page(reply, _head(buffers), total)
+                ok = True
+                return
+            finally:
+                self._finish(reply, ok and reply.status != 200)  # see _trailing
+
+    def _scatter(self, got: Fetched, offset: int, buffers: list[memoryview]) -> None:
+        """Copy bytes fetched (not received in place) into ``buffers``, when they are the
+        bytes asked for."""
+        n = sum(b.nbytes for b in buffers)
+        if got.start != offset or len(got.data) != n:
+            raise SourceError(
+                f"{self.name}: asked for {n} bytes at {offset}, got {len(got.data)} bytes at "
+                f"{got.start} of a {got.size}-byte file"
+            )
+        scatter(got.data, buffers)
+
+    def _not_partial(self, reply: Reply, want: Want) -> Fetched:
+        """The reply to a range request that is not a ``206``: the whole file, a ``416``,
+        or an error."""
+        if reply.status == 200:
+            return self._whole_body(reply, want)
+        if reply.status == 416:
+            return self._unsatisfiable(reply, want)
+        reason = hdr.show(scrub(reply.resp.reason, self.url))  # a server may echo
+        gone = reply.status in (404, 410)  # a FileNotFoundError, as a missing file
+        kind = SourceNotFoundError if gone else SourceError
+        raise kind(f"{self.name}: HTTP {reply.status} {reason}{self._error_detail(reply)}")
+
+    def _error_detail(self, reply: Reply) -> str:
+        """What an error reply says beyond its status (an object store's error code)."""
+        return ""
+
+    def _framing(self, reply: Reply) -> int | None:
         """The body's ``Content-Length`` (None when absent), after refusing compressed
         bodies and framings tensorfile does not read."""
         encoding = reply.header("Content-Encoding")
@@ -236,8 +257,9 @@ class HTTPFetcher:
             raise SourceError(f"{self.name}: malformed Content-Length {hdr.show(text)}")
         return length
 
-    def _partial(self, reply: _Reply, want: Want) -> Fetched:
-        """A ``206``: checked against what was asked before its body is read."""
+    def _check_partial(self, reply: Reply, want: Want) -> tuple[int, int]:
+        """A ``206``, checked against what was asked before its body is read: the first
+        byte it holds and the file's size."""
         length = self._framing(reply)
         text = reply.header("Content-Range")
         parsed = hdr.content_range(text)
@@ -266,12 +288,10 @@ class HTTPFetcher:
             )
         self._learn_size(total)
         self._learn_version(reply)
-        data = self._read_body(reply, n)
-        if first == 0:
-            self._check_page(reply, data, total)
-        return Fetched(first, data, total)
+        self._ranges_honoured = True
+        return first, total
 
-    def _whole_body(self, reply: _Reply, want: Want) -> Fetched:
+    def _whole_body(self, reply: Reply, want: Want) -> Fetched:
         """A ``200``: the server ignored ``Range`` and sends the whole file. Read it only as
         far as needed (:func:`~._prefix.plan`: at most 64 MiB unless allowed), keep what was
         read for later reads, and serve the request from it."""
@@ -304,7 +324,7 @@ class HTTPFetcher:
         start = min(request.start, total)
         return Fetched(start, data[start : min(request.stop, total)], total)
 
-    def _read_head(self, reply: _Reply, kept: bytes, stop: int | None, length: int | None) -> bytes:
+    def _read_head(self, reply: Reply, kept: bytes, stop: int | None, length: int | None) -> bytes:
         """The first ``stop`` bytes of a whole-file body (None: all of it, refused past the
         limit unless allowed), in chunks, never allocated ahead. The bytes already ``kept``
         are compared, not kept twice; the deadline grows with the bytes read."""
@@ -351,7 +371,7 @@ class HTTPFetcher:
             )
         return b"".join(chunks)
 
-    def _trailing(self, reply: _Reply, left: int) -> None:
+    def _trailing(self, reply: Reply, left: int) -> None:
         """Refuse a body longer than its ``Content-Length``: with ``left`` bytes of it still
         to read, the buffered bytes must be no more (and, once all are read, no byte may
         wait on the socket). Bytes still in flight cannot be seen: a later reply on the
@@ -372,13 +392,13 @@ class HTTPFetcher:
                 "bytes its Content-Length claims (the file's size is uncertain)"
             )
 
-    def _check_page(self, reply: _Reply, head: bytes, total: int) -> None:
+    def _check_page(self, reply: Reply, head: bytes, total: int) -> None:
         """Refuse a web page where the file should start (a directory listing...)."""
         content_type = reply.header("Content-Type")
         if content_type is not None and _prefix.html_page(content_type, head):
             raise _prefix.not_a_tensor_file(self.name, content_type, head, total)
 
-    def _unsatisfiable(self, reply: _Reply, want: Want) -> Fetched:
+    def _unsatisfiable(self, reply: Reply, want: Want) -> Fetched:
         """A ``416``: right only for a range that starts past the end of the file."""
         claimed = hdr.unsatisfied_range(reply.header("Content-Range"))
         with self._lock:
@@ -393,7 +413,7 @@ class HTTPFetcher:
         start = want.request.start if isinstance(want.request, RangeRequest) else 0
         return Fetched(min(start, total), b"", total)
 
-    def _learn_version(self, reply: _Reply) -> None:
+    def _learn_version(self, reply: Reply) -> None:
         """Remember the first reply's ``ETag``; refuse a later reply whose ETag differs (the
         file was replaced between two reads of it)."""
         tag = reply.header("ETag")
@@ -418,8 +438,10 @@ class HTTPFetcher:
                 )
             self._size = total
 
-    def _read_body(self, reply: _Reply, n: int) -> bytes:
-        """Exactly ``n`` bytes of the body (never more), or a :class:`SourceError`."""
+    def _read_body(self, reply: Reply, span: tuple[int, int] | None, total: int) -> bytes:
+        """Exactly the bytes of ``span`` (never more), or a :class:`SourceError`."""
+        first, stop = span if span is not None else (0, 0)
+        n = stop - first
         chunks = []
         got = 0
         try:
@@ -437,151 +459,51 @@ class HTTPFetcher:
             raise SourceError(f"{self.name}: short read: expected {n} bytes, got {got}")
         with self._lock:
             self.stats.bytes_read += got
-        return b"".join(chunks)
+        data = b"".join(chunks)
+        if first == 0:
+            self._check_page(reply, data, total)
+        return data
 
-    def _finish(self, reply: _Reply, ok: bool) -> None:
-        """Give the connection back when its reply was read to the end; else close it rather
-        than read the rest."""
-        if ok and reply.resp.isclosed() and not reply.resp.will_close:
-            self._pool.give(reply.key, reply.conn)
-        else:
-            discard(reply.conn)
-
-    def _late(self, nbytes: int) -> SourceError:
-        budget = self._deadline + nbytes / self._min_speed
-        return SourceError(
-            f"{self.name}: no complete reply within {budget:.3g} s (the deadline of a request "
-            f"for {nbytes:,} bytes: {self._deadline:g} s plus {self._min_speed:,.0f} bytes/s)"
-        )
-
-    def _say(self, exc: BaseException) -> str:
-        """A foreign exception as text, scrubbed of the URL and its secrets."""
-        text = scrub(str(exc), self.url) or "(no details)"
-        return f"{type(exc).__name__}: {text}"
-
-    # -- the retry and redirect loop ---------------------------------------------------------
-
-    def _request(self, want: Want) -> _Reply:
-        with self._lock:
-            url = self._start
-        start = url
-        permanent: HttpURL | None = url  # past the permanent redirects the chain began with
-        attempt = 0
-        redirects = 0
-        # the whole fetch, retries and redirects included, ends within twice one attempt's
-        # deadline: retries use what is left, never more
-        budget = self._deadline + want.nbytes / self._min_speed
-        stop_at = time.monotonic() + 2 * budget
-        while True:
-            if attempt and time.monotonic() >= stop_at:
-                raise self._late(want.nbytes)
-            try:
-                reply = self._exchange(url, want, stop_at)
-            except DeadlineExceeded:
-                raise self._late(want.nbytes) from None
-            except _FOREIGN as exc:
-                if attempt < self._retries:
-                    time.sleep(_wait(self._backoff * (2**attempt), stop_at))
-                    attempt += 1
-                    continue
-                raise SourceError(f"{self.name}: {self._say(exc)}") from None
-            if reply.status in _REDIRECTS:
-                location = reply.header("Location")
-                discard(reply.conn)
-                if redirects >= _MAX_REDIRECTS:
-                    raise SourceError(f"{self.name}: more than {_MAX_REDIRECTS} redirects")
-                url = self._redirect(url, location)
-                redirects += 1
-                permanent = url if permanent is not None and reply.status in (301, 308) else None
-                continue
-            if reply.status in _TRANSIENT and attempt < self._retries:
-                wait = hdr.retry_after(reply.header("Retry-After"))
-                discard(reply.conn)
-                if wait is None:
-                    wait = self._backoff * (2**attempt)
-                time.sleep(_wait(min(wait, self._timeout), stop_at))
-                attempt += 1
-                continue
-            if permanent is not None and permanent != start:
-                with self._lock:
-                    self._start = permanent  # the next requests go straight there
-            return reply
-
-    def _redirect(self, url: HttpURL, location: str | None) -> HttpURL:
-        """The next URL; credentials in ``location`` are never used nor shown."""
-        if location is None or not location.strip(" \t"):
-            raise SourceError(f"{self.name}: a redirect without a Location")
+    def _receive(self, reply: Reply, buffers: list[memoryview]) -> None:
+        """The body, straight into ``buffers`` (exactly their size, checked against the
+        ``Content-Range`` already); a transfer that breaks off is :class:`_Broken`."""
+        n = sum(b.nbytes for b in buffers)
+        got = 0
         try:
-            joined = urllib.parse.urljoin(url.raw, location.strip(" \t"))
-            scheme = urllib.parse.urlsplit(joined).scheme if "://" in joined else ""
-        except ValueError:
-            raise SourceError(f"{self.name}: a redirect to a malformed URL") from None
-        if scheme not in ("http", "https"):
-            raise SourceError(f"{self.name}: redirected to a non-HTTP URL ({redact(joined)})")
-        if url.scheme == "https" and scheme == "http":
-            raise SourceError(f"{self.name}: redirected from https to plain http; refused")
-        try:
-            return parse_http_url(joined)
-        except InvalidArgumentError as exc:
-            raise SourceError(f"{self.name}: redirected to an unusable URL: {exc}") from None
-
-    def _ssl(self) -> ssl.SSLContext:
+            for b in buffers:
+                pos = 0
+                while pos < b.nbytes:
+                    k = reply.resp.readinto(b[pos:])
+                    if not k:
+                        raise _Broken(
+                            SourceError(
+                                f"{self.name}: short read: expected {n} bytes, got {got + pos}"
+                            )
+                        )
+                    pos += k
+                got += pos
+        except DeadlineExceeded:
+            raise self._late(reply.nbytes) from None
+        except _FOREIGN as exc:
+            error = SourceError(f"{self.name}: the transfer failed: {self._say(exc)}")
+            raise _Broken(error) from None
         with self._lock:
-            if self._context is None:
-                self._context = _ssl_context()
-            return self._context
+            self.stats.bytes_read += got
 
-    def _exchange(self, url: HttpURL, want: Want, stop_at: float) -> _Reply:
-        """Send one request and read the reply's headers, on a pooled connection (replayed
-        once on a new one when a kept-alive connection turns out closed)."""
-        proxy = proxy_for(url)
-        key = (url.origin, proxy.key if proxy is not None else None)
-        headers = dict(self._headers)
-        if url.origin == self._url.origin:
-            headers.update(self._origin_headers)
-            if self._auth is not None:
-                headers["Authorization"] = self._auth
-        target = url.target
-        if proxy is not None and url.scheme == "http":
-            target = url.absolute
-            if proxy.authorization is not None:
-                headers["Proxy-Authorization"] = proxy.authorization
-        headers |= {"Host": url.authority, "Range": want.spec, "Accept-Encoding": "identity"}
-        deadline = min(time.monotonic() + self._deadline + want.nbytes / self._min_speed, stop_at)
-        conn = self._pool.take(key)
-        while True:
-            reused = conn is not None and conn.sock is not None
-            if conn is None:
-                context = self._ssl() if url.scheme == "https" else None
-                conn = new_connection(url, proxy, self._timeout, context)
-            clock_of(conn).deadline = deadline
-            try:
-                conn.request("GET", target, headers=headers)
-                resp = conn.getresponse()
-            except _STALE:
-                discard(conn)
-                if reused:
-                    conn = None
-                    continue
-                self._count()
-                raise
-            except TimeoutError:  # the TLS handshake's timeout, set to the time left
-                discard(conn)
-                self._count()
-                if time.monotonic() >= deadline:
-                    raise DeadlineExceeded("the request's deadline passed") from None
-                raise
-            except BaseException:
-                discard(conn)
-                self._count()
-                raise
-            self._count()
-            return _Reply(conn, resp, key, url, want.nbytes)
 
-    def _count(self) -> None:
-        with self._lock:
-            self.stats.requests += 1
+class _Broken(Exception):
+    """A body that broke off (short, or a connection error): worth asking again."""
 
-    def close(self) -> None:
-        """Close the idle connections (and those of requests in flight, when they end)."""
-        self._pool.close()
+    def __init__(self, error: SourceError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+def _head(buffers: list[memoryview]) -> bytes:
+    """The first bytes of consecutive ``buffers`` (enough to tell a web page)."""
+    out = b""
+    for b in buffers:
+        out += bytes(b[: _SNIFF - len(out)])
+        if len(out) >= _SNIFF:
+            break
+    return out

@@ -91,10 +91,20 @@ def _version_of(info: dict[str, Any]) -> str | None:
 
 
 class FsspecSource(RemoteSource):
-    """A file on an fsspec filesystem, read with range requests."""
+    """A file on an fsspec filesystem, read with range requests: a load's pieces (of
+    ``io_chunk`` bytes, ``io_threads`` at once: see :class:`~.remote.RemoteSource`) are
+    concurrent ``cat_file`` calls."""
 
     def __init__(
-        self, url: str, *, first: ByteRequest | None = None, **storage_options: Any
+        self,
+        url: str,
+        *,
+        first: ByteRequest | None = None,
+        io_threads: int | None = None,
+        io_chunk: int | None = None,
+        **storage_options: Any,
     ) -> None:
         fetcher = FsspecFetcher(url, **storage_options)
-        super().__init__(fetcher, fetcher.name, fetcher.stats, first)
+        super().__init__(
+            fetcher, fetcher.name, fetcher.stats, first, io_threads=io_threads, io_chunk=io_chunk
+        )
