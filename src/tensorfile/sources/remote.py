@@ -136,6 +136,13 @@ class RemoteSource(SourceBase):
     def _read(self, offset: int, length: int) -> bytes:
         return self._cache.read(offset, length)
 
+    def will_read(self, ranges: list[tuple[int, int]]) -> None:
+        """What a load is about to read (the read planner's hint), passed to the fetcher
+        when it takes it (the HTTP one reads a range-ignoring server's reply that far)."""
+        hint = getattr(self._fetcher, "will_read", None)
+        if callable(hint):
+            hint(ranges)
+
     def readinto(self, offset: int, buffers: list[memoryview]) -> None:
         """Fill ``buffers`` from consecutive bytes at ``offset``: from the first reply when
         it holds them, else with one request whose body goes straight into the buffers
