@@ -9,7 +9,7 @@ Rows (fresh process per load, loaders alternated, medians; see ``benchmarks/remo
   ``safetensors.torch.load``;
 * ``s3_load_4g_sharded``: a 4-shard 4 GiB checkpoint: ``load_sharded`` of its index (one
   plan for all shards) against the streamer's ``stream_files`` of the four shards and the
-  same boto3 and s3fs loops (fewer repetitions).
+  same boto3 and s3fs loops (two repetitions by default: ~80 s each).
 
 The server is ``weed server -s3`` (tests/helpers/seaweed.py) keeping its data in
 ``bench-data/seaweed/``, so the objects are uploaded once. Clients reach it through the
@@ -103,7 +103,7 @@ def runners(cfg: Config, settle: float = SETTLE) -> dict[str, Callable[[], LoadR
         )
         argv: dict[str, tuple[list[str], str | None]] = {n: (urls, None) for n in row.loaders}
         argv["tf"] = (urls, index_url)
-        repeat = max(1, cfg.repeat_big - 2)
+        repeat = max(1, cfg.repeat_big - 3)  # ~80 s a repetition
         return run_row(row, argv, state["env"], crcs(paths), ["tf"], repeat, settle)
 
     return {"s3_load_1g": one_file, "s3_load_4g_sharded": sharded}

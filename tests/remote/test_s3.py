@@ -189,6 +189,21 @@ def test_options_beyond_the_client_go_to_fsspec(
         open_s3(url, **s3_env.options, timeout=3)  # tensorfile's option, for its own client
 
 
+def test_fsspec_loads_in_concurrent_pieces_too(
+    s3_env: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fallback (s3fs here) is read by the planner as well: pieces, threads, equal."""
+    monkeypatch.setenv("TENSORFILE_S3", "fsspec")
+    monkeypatch.setenv("TENSORFILE_IO_CHUNK_MIB", "1")
+    url, local = _upload(s3_env, tmp_path, _model(3), "fsspec.safetensors")
+    with tensorfile.open(url) as f:
+        assert isinstance(f.source, FsspecSource) and f.source.io_threads > 1
+        got = f.get_tensors(f.keys())
+        assert f.source.stats.requests >= 1 + 6  # 7 MB in 1 MiB pieces
+    want = safetensors.numpy.load_file(str(local))
+    assert all(np.array_equal(got[k], want[k]) for k in want)
+
+
 def test_a_killed_load_leaves_the_server_serving(s3_env: Any, tmp_path: Path) -> None:
     """SIGKILL in the middle of a load: the next process loads the same object."""
     url, local = _upload(s3_env, tmp_path, _model(2, n=8, numel=1 << 20), "big.safetensors")

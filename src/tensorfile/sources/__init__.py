@@ -70,8 +70,9 @@ def open_path(
     allow_full_download: bool | None = None,
     **options: Any,
 ) -> Source:
-    """A source for a local path (or ``file://`` URL), an ``http(s)://`` URL or any fsspec URL,
-    as :func:`route` decides. ``first`` is the
+    """A source for a local path (or ``file://`` URL), an ``http(s)://`` URL, an ``s3://``
+    URL (tensorfile's S3 client, or fsspec where it declines: see
+    :func:`~.s3_source.open_s3`) or any fsspec URL, as :func:`route` decides. ``first`` is the
     first request of a remote source (the caller's format decides: the head or the tail).
     ``allow_full_download`` is :class:`HTTPSource`'s (for a server that ignores ``Range``;
     other sources need no such permission).
