@@ -40,6 +40,7 @@ import bisect
 import os
 import threading
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..core.atomic import AtomicFile, preallocate, write_all
@@ -231,9 +232,28 @@ class CachedSource(SourceBase):
             self._fill(offset, flat)
 
     def _fill(self, offset: int, flat: list[memoryview]) -> None:
+        """Fill ``flat`` from ``offset``: a read of many chunks in pieces of
+        :data:`_MAX_CHUNKS` chunks on :attr:`io_threads` threads (a read planner that
+        hands out pieces of :attr:`io_chunk` bytes never gets here with more than two)."""
         total = sum(b.nbytes for b in flat)
         dest = _Dest(offset, flat)
-        start, stop = offset, offset + total
+        stop = offset + total
+        per = self.config.chunk * _MAX_CHUNKS
+        pieces = []
+        a = offset
+        while a < stop:
+            b = min(stop, (a // per + 1) * per)
+            pieces.append((a, b))
+            a = b
+        threads = min(self.io_threads, len(pieces))
+        if threads > 1:
+            _in_threads(threads, pieces, lambda a, b: self._fill_range(a, b, dest))
+        else:
+            self._fill_range(offset, stop, dest)
+        with self._lock:
+            self.stats.add(total)
+
+    def _fill_range(self, start: int, stop: int, dest: _Dest) -> None:
         k, last = start // self.config.chunk, (stop - 1) // self.config.chunk
         while k <= last:
             if self._hit(k, start, stop, dest):
@@ -250,8 +270,6 @@ class CachedSource(SourceBase):
             finally:
                 self._release(run)
             k = run[-1] + 1
-        with self._lock:
-            self.stats.add(total)
 
     def _hit(self, index: int, start: int, stop: int, dest: _Dest) -> bool:
         """Read the part of chunk ``index`` in ``[start, stop)`` from its file; False when
@@ -424,6 +442,34 @@ class CachedSource(SourceBase):
 
     def __repr__(self) -> str:
         return f"<CachedSource {self.name} in {self.folder}>"
+
+
+def _in_threads(
+    threads: int, pieces: list[tuple[int, int]], job: Callable[[int, int], None]
+) -> None:
+    """Run ``job(*piece)`` for every piece on ``threads`` threads, which take the pieces in
+    order; the first failure stops the others (after their current piece) and is raised."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    queue = iter(pieces)
+    lock = threading.Lock()
+    failed = threading.Event()
+
+    def worker() -> None:
+        while not failed.is_set():
+            with lock:
+                piece = next(queue, None)
+            if piece is None:
+                return
+            try:
+                job(*piece)
+            except BaseException:
+                failed.set()
+                raise
+
+    with ThreadPoolExecutor(threads, thread_name_prefix="tensorfile-cache") as pool:
+        for future in [pool.submit(worker) for _ in range(threads)]:
+            future.result()
 
 
 def with_cache(
