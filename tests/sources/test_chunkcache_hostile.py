@@ -13,7 +13,6 @@ import subprocess
 import sys
 import textwrap
 import time
-import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -84,8 +83,8 @@ def _chunk(src: CachedSource, index: int) -> Path:
     return Path(src.folder) / f"{index}.chunk"
 
 
-def _fill(url: str, folder: Path, data: bytes) -> CachedSource:
-    src = _source(url, folder)
+def _fill(url: str, folder: Path, data: bytes, *, verify: bool = False) -> CachedSource:
+    src = _source(url, folder, verify=verify)
     assert src.read(0, len(data)) == data
     return src
 
@@ -127,7 +126,7 @@ def test_a_chunk_of_another_file_is_refused(served: tuple[str, bytes], tmp_path:
     url, data = served
     with _fill(url, tmp_path, data) as src:
         raw = bytearray(_chunk(src, 1).read_bytes())
-        raw[8:16] = b"otherkey"  # a chunk of another file at the same offset
+        raw[8:15] = b"another"  # a chunk of another file at the same offset
         _chunk(src, 1).write_bytes(raw)
     with _source(url, tmp_path) as src:
         assert src.read(4 * KIB, 10) == data[4 * KIB : 4 * KIB + 10]
@@ -136,7 +135,7 @@ def test_a_chunk_of_another_file_is_refused(served: tuple[str, bytes], tmp_path:
 
 def test_verify_catches_a_changed_byte(served: tuple[str, bytes], tmp_path: Path) -> None:
     url, data = served
-    with _fill(url, tmp_path, data) as src:
+    with _fill(url, tmp_path, data, verify=True) as src:
         for index in (6, 7):
             raw = bytearray(_chunk(src, index).read_bytes())
             raw[HEADER.size + 1000] ^= 0xFF  # header and length intact: only the CRC tells
@@ -145,6 +144,19 @@ def test_verify_catches_a_changed_byte(served: tuple[str, bytes], tmp_path: Path
         assert src.read(0, len(data)) == data  # chunk 6 read whole, chunk 7 in part:
         assert src.read(7 * 4 * KIB + 10, 20) == data[7 * 4 * KIB + 10 : 7 * 4 * KIB + 30]
         assert src.cache_stats.rejected == 2
+
+
+def test_verify_fetches_chunks_written_without_a_crc_again(
+    served: tuple[str, bytes], tmp_path: Path
+) -> None:
+    url, data = served
+    _fill(url, tmp_path, data).close()
+    with _source(url, tmp_path, verify=True) as src:
+        assert src.read(0, len(data)) == data
+        assert src.cache_stats.rejected == src.cache_stats.misses == 10
+    with _source(url, tmp_path, verify=True) as src:
+        assert src.read(0, len(data)) == data
+        assert src.cache_stats.misses == 0 and src.cache_stats.hits == 10
 
 
 def test_a_folder_that_cannot_be_written_warns_and_reads_the_network(
@@ -224,14 +236,15 @@ def test_a_file_changed_mid_load_is_an_error_and_nothing_of_it_is_kept(tmp_path:
         assert [p.name for p in chunks] == ["0.chunk"]
 
 
-def _check_every_chunk(cache: Path) -> int:
-    """Each chunk file is whole and right: its length and its CRC match its header."""
+def _check_every_chunk(cache: Path, data: bytes) -> int:
+    """Each chunk file is whole and right: its length matches its header, and its bytes
+    are the file's at the header's offset."""
     n = 0
     for p in (cache / LAYOUT).glob("*/*.chunk"):
         raw = p.read_bytes()
         head = ChunkHeader.unpack(raw[: HEADER.size])
         assert head is not None and len(raw) == HEADER.size + head.length
-        assert zlib.crc32(raw[HEADER.size :]) == head.crc
+        assert raw[HEADER.size :] == data[head.start : head.start + head.length]
         n += 1
     return n
 
@@ -282,7 +295,7 @@ def test_two_processes_loading_at_once_both_succeed(
         outs = [c.communicate(timeout=120)[0].split() for c in children]
         assert [c.returncode for c in children] == [0, 0]
         assert [o[-1] for o in outs] == [_digest(tensors)] * 2
-        assert _check_every_chunk(cache) == CHUNKS
+        assert _check_every_chunk(cache, data) == CHUNKS
         monkeypatch.setenv(CACHE_CHUNK_ENV, "256KiB")
         before = len(server.requests)
         assert _digest(load_file(url, cache_dir=cache)) == _digest(tensors)
@@ -318,13 +331,13 @@ def test_processes_killed_while_writing_chunks_leave_a_consistent_cache(
                     child.send_signal(signal.SIGKILL)
                     break
             child.wait(timeout=30)
-            _check_every_chunk(cache)  # a killed writer's temporary file is never a chunk
+            _check_every_chunk(cache, data)  # a killed writer's temporary file is never a chunk
             left |= _temps(cache)
         assert left  # (the kills did land while chunks were being written)
         monkeypatch.setenv(CACHE_CHUNK_ENV, "4MiB")
         assert _digest(load_file(url, cache_dir=cache)) == _digest(tensors)
     result = sweep(str(cache / LAYOUT), 1 << 30)
-    assert result.chunks == 9 == _check_every_chunk(cache)
+    assert result.chunks == 9 == _check_every_chunk(cache, data)
     assert not _temps(cache)  # what the killed writers left is gone
 
 

@@ -14,10 +14,11 @@ Layout, under the cache folder (``cache_dir=`` or ``$TENSORFILE_CACHE_DIR``)::
 kept: it can name another file), the file's version (ETag), its size and the chunk size:
 a changed file has another key, so its old chunks are never served, and nothing secret is
 stored in a name. A chunk file's header says what it holds (:data:`HEADER`: a magic, the
-key, the chunk's offset and length, a CRC-32 of its bytes); a reader checks the header and
-the file's length before using it. Chunks are written to a temporary file that is renamed
-into place (:class:`~tensorfile.core.atomic.AtomicFile`), so a killed writer leaves at most
-a temporary file, which a later sweep removes (its writer's ``flock`` is gone).
+key, the chunk's offset and length, and a CRC-32 of its bytes when the writer was asked to
+verify); a reader checks the header and the file's length before using it. Chunks are
+written to a temporary file that is renamed into place
+(:class:`~tensorfile.core.atomic.AtomicFile`), so a killed writer leaves at most a
+temporary file, which a later sweep removes (its writer's ``flock`` is gone).
 
 :func:`sweep` keeps the folder under its limit: under an exclusive ``flock`` of ``.lock``
 (one sweeper at a time, across processes) it removes dead writers' temporary files and the
@@ -57,6 +58,7 @@ __all__ = [
     "CACHE_VERIFY_ENV",
     "DEFAULT_CHUNK",
     "DEFAULT_LIMIT",
+    "HAS_CRC",
     "HEADER",
     "LAYOUT",
     "MAGIC",
@@ -79,7 +81,8 @@ CACHE_SIZE_ENV = "TENSORFILE_CACHE_SIZE"
 CACHE_CHUNK_ENV = "TENSORFILE_CACHE_CHUNK"
 """The chunk size of newly cached files (a file cached with another size is a miss)."""
 CACHE_VERIFY_ENV = "TENSORFILE_CACHE_VERIFY"
-"""``1``: check each chunk's CRC-32 when it is read (costs ~0.5 s per GiB of one core)."""
+"""``1``: write each chunk with a CRC-32 and check it when the chunk is read (a chunk
+without one is fetched again); costs ~0.5 s per GiB of one core each way."""
 
 DEFAULT_LIMIT = 20 << 30
 """The size limit when ``$TENSORFILE_CACHE_SIZE`` is unset: 20 GiB."""
@@ -95,9 +98,11 @@ LAYOUT = "chunks-v1"
 """The folder under the cache folder that holds this layout (another layout, another
 folder: nothing is ever misread)."""
 MAGIC = b"TFCHUNK1"
-HEADER = struct.Struct("<8s8sQII")
-"""A chunk file's header: magic, the first 8 bytes of the key, the chunk's offset in the
-file, its length and the CRC-32 of its bytes."""
+HEADER = struct.Struct("<8s7sBQII")
+"""A chunk file's header: magic, the first 7 bytes of the key, flags (:data:`HAS_CRC`), the
+chunk's offset in the file, its length and the CRC-32 of its bytes."""
+HAS_CRC = 1
+"""The header's CRC-32 was computed (by a writer with ``verify`` on); else it is 0."""
 
 _KEY = re.compile(r"[0-9a-f]{40}")
 _CHUNK = re.compile(r"(0|[1-9][0-9]{0,11})\.chunk")
@@ -215,19 +220,29 @@ class ChunkHeader:
     key: bytes
     start: int
     length: int
-    crc: int
+    crc: int | None
+    """None: not computed."""
 
     def pack(self) -> bytes:
-        """The header's bytes."""
-        return HEADER.pack(MAGIC, self.key, self.start, self.length, self.crc)
+        """The header's bytes.
+
+        Example:
+            >>> h = ChunkHeader(b"k" * 7, 16, 4, None)
+            >>> ChunkHeader.unpack(h.pack()) == h, len(h.pack())
+            (True, 32)
+        """
+        flags = 0 if self.crc is None else HAS_CRC
+        return HEADER.pack(MAGIC, self.key, flags, self.start, self.length, self.crc or 0)
 
     @staticmethod
     def unpack(data: bytes) -> ChunkHeader | None:
         """The header in ``data``; None when it is not one."""
         if len(data) != HEADER.size:
             return None
-        magic, key, start, length, crc = HEADER.unpack(data)
-        return ChunkHeader(key, start, length, crc) if magic == MAGIC else None
+        magic, key, flags, start, length, crc = HEADER.unpack(data)
+        if magic != MAGIC:
+            return None
+        return ChunkHeader(key, start, length, crc if flags & HAS_CRC else None)
 
 
 def write_info(folder: str, info: dict[str, object]) -> None:
