@@ -133,6 +133,20 @@ def test_a_chunk_of_another_file_is_refused(served: tuple[str, bytes], tmp_path:
         assert src.cache_stats.rejected == 1
 
 
+def test_a_folder_in_place_of_a_chunk_is_read_around(
+    served: tuple[str, bytes], tmp_path: Path
+) -> None:
+    url, data = served
+    with _fill(url, tmp_path, data) as src:
+        _chunk(src, 3).unlink()
+        (_chunk(src, 3) / "x").mkdir(parents=True)  # cannot be read, removed or replaced
+    with _source(url, tmp_path) as src:
+        with pytest.warns(CacheWarning, match="cannot be written"):
+            assert src.read(0, len(data)) == data
+        assert src.read(3 * 4 * KIB, 10) == data[3 * 4 * KIB : 3 * 4 * KIB + 10]
+        assert src.cache_stats.misses == 2
+
+
 def test_verify_catches_a_changed_byte(served: tuple[str, bytes], tmp_path: Path) -> None:
     url, data = served
     with _fill(url, tmp_path, data, verify=True) as src:

@@ -259,10 +259,11 @@ class CachedSource(SourceBase):
         _prefault(dest.views(start, stop))  # (fresh pages: faster in one go, as local files)
         k, last = start // self.config.chunk, (stop - 1) // self.config.chunk
         while k <= last:
-            if self._hit(k, start, stop, dest):
+            found = self._hit(k, start, stop, dest)
+            if found is True:
                 k += 1
                 continue
-            run, busy = self._claim(k, last)
+            run, busy = self._claim(k, last, recheck=found is None)
             if busy is not None:
                 busy.wait()  # another thread fetches it: then it is a hit (or ours to fetch)
                 continue
@@ -274,11 +275,14 @@ class CachedSource(SourceBase):
                 self._release(run)
             k = run[-1] + 1
 
-    def _hit(self, index: int, start: int, stop: int, dest: _Dest) -> bool:
-        """Read the part of chunk ``index`` in ``[start, stop)`` from its file; False when
-        the file is missing or not right (then it is deleted)."""
+    def _hit(self, index: int, start: int, stop: int, dest: _Dest) -> bool | None:
+        """Read the part of chunk ``index`` in ``[start, stop)`` from its file: True; None
+        when there is no such file; False when it cannot be read or is not right (then it
+        is deleted, where it can be)."""
         try:
             fd = os.open(self._path(index), _O_READ)
+        except FileNotFoundError:
+            return None
         except OSError:
             return False
         try:
@@ -342,16 +346,19 @@ class CachedSource(SourceBase):
         except OSError:
             pass
 
-    def _claim(self, index: int, last: int) -> tuple[list[int], threading.Event | None]:
+    def _claim(
+        self, index: int, last: int, recheck: bool
+    ) -> tuple[list[int], threading.Event | None]:
         """Mark chunk ``index`` and its missing neighbours up to ``last`` as being fetched
         by this thread: ``(run, None)``; ``([], event)`` when another thread fetches
-        ``index``; ``([], None)`` when its file appeared meanwhile."""
+        ``index``; ``([], None)`` when (``recheck``: it was missing) its file appeared
+        meanwhile. A chunk whose file was there but unusable is fetched without a look."""
         per = self.config.chunk
         with self._lock:
             busy = self._inflight.get(index)
             if busy is not None:
                 return [], busy
-            if os.path.exists(self._path(index)):
+            if recheck and os.path.exists(self._path(index)):
                 return [], None
             run = [index]
             while (
