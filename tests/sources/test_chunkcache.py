@@ -297,5 +297,8 @@ def test_config_is_checked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
     url = _memory_file("cfg.bin", b"abc")
     with pytest.raises(InvalidArgumentError, match="at most 1 GiB"):
         open_path(url, cache_dir=tmp_path)
+    monkeypatch.setenv(CACHE_CHUNK_ENV, "lots")
+    with pytest.raises(InvalidArgumentError, match=r"\$TENSORFILE_CACHE_CHUNK: size 'lots'"):
+        open_path(url, cache_dir=tmp_path)
     with pytest.raises(InvalidArgumentError, match="cache_dir must be"):
         open_path(url, cache_dir=3)  # type: ignore[arg-type]

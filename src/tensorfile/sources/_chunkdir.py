@@ -133,16 +133,28 @@ def settings(
         >>> settings(limit="1GiB", chunk="4MiB", verify=False)
         CacheSettings(limit=1073741824, chunk=4194304, verify=False)
     """
-    if limit is None:
-        limit = os.environ.get(CACHE_SIZE_ENV) or DEFAULT_LIMIT
-    if chunk is None:
-        chunk = os.environ.get(CACHE_CHUNK_ENV) or DEFAULT_CHUNK
     if verify is None:
         verify = os.environ.get(CACHE_VERIFY_ENV, "").strip().lower() in ("1", "true", "yes")
-    size = parse_size(chunk)
+    size = _size(chunk, CACHE_CHUNK_ENV, DEFAULT_CHUNK)
     if size > MAX_CHUNK:
-        raise InvalidArgumentError(f"cache chunk size {chunk!r}: at most 1 GiB")
-    return CacheSettings(limit=parse_size(limit), chunk=size, verify=bool(verify))
+        raise InvalidArgumentError(f"cache chunk size {size:,}: at most 1 GiB")
+    return CacheSettings(
+        limit=_size(limit, CACHE_SIZE_ENV, DEFAULT_LIMIT), chunk=size, verify=bool(verify)
+    )
+
+
+def _size(value: int | str | None, env: str, default: int) -> int:
+    """``value``, else ``$env``, else ``default``, as a byte count; a bad variable is an
+    error that names it."""
+    if value is not None:
+        return parse_size(value)
+    text = os.environ.get(env)
+    if not text:
+        return default
+    try:
+        return parse_size(text)
+    except InvalidArgumentError as exc:
+        raise InvalidArgumentError(f"${env}: {exc}") from None
 
 
 def default_cache_dir() -> str:
