@@ -49,6 +49,7 @@ Usage (from the repository root: ``benchmarks`` and ``tests`` are imported as pa
     .venv/bin/python -m benchmarks.run --quick         # 64 MiB / 10,000 tensors, repeat 3
     .venv/bin/python -m benchmarks.run --only load_numpy --repeat 9 --json out.json
     .venv/bin/python -m benchmarks.run --only load_process     # fresh-process loads, ~2-3 min
+    .venv/bin/python -m benchmarks.run --only cache   # the remote cache (benchmarks/cache_bench.py)
 """
 
 from __future__ import annotations
@@ -73,6 +74,7 @@ import torch
 import tensorfile
 import tensorfile.safetensors.numpy
 import tensorfile.safetensors.torch
+from benchmarks.cache_bench import CACHE_BENCHMARKS, CACHE_GROUP
 from benchmarks.common import (
     BENCHMARKS,
     N_BIG,
@@ -113,6 +115,7 @@ ALL_BENCHMARKS = (
     + REMOTE_BENCHMARKS
     + S3_BENCHMARKS
     + FEED_BENCHMARKS
+    + CACHE_BENCHMARKS
 )
 
 # --------------------------------------------------------------------------- benchmarks
@@ -335,11 +338,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--json", type=Path, default=None, help="also write the results here")
     parser.add_argument(
         "--only",
-        choices=(*ALL_BENCHMARKS, PROCESS_GROUP),
+        choices=(*ALL_BENCHMARKS, PROCESS_GROUP, CACHE_GROUP),
         action="append",
         default=None,
         help=f"run only this benchmark (may be given more than once; {PROCESS_GROUP} selects "
-        "the fresh-process rows)",
+        f"the fresh-process rows, {CACHE_GROUP} the remote-cache rows)",
     )
     args = parser.parse_args(argv)
     if args.repeat is not None and args.repeat < 1:
@@ -348,6 +351,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error("--settle must not be negative")
     if args.only is not None and PROCESS_GROUP in args.only:
         args.only = [n for n in args.only if n != PROCESS_GROUP] + list(PROCESS_BENCHMARKS)
+    if args.only is not None and CACHE_GROUP in args.only:
+        args.only = [n for n in args.only if n != CACHE_GROUP] + list(CACHE_BENCHMARKS)
     return args
 
 
@@ -403,6 +408,10 @@ def main(argv: list[str] | None = None) -> int:
 
         runners.update(s3_runners(cfg, settle))
     process = process_runners(cfg, process_repeat, settle)
+    if any(name in CACHE_BENCHMARKS for name in selected):
+        from benchmarks.cache_bench import runners as cache_runners
+
+        process.update(cache_runners(cfg, process_repeat, settle))
     results: list[Result] = []
     process_results: list[ProcessResult] = []
     load_results: list[LoadResult] = []
@@ -436,6 +445,8 @@ def main(argv: list[str] | None = None) -> int:
     if results:
         print()
         print(markdown(results))
+    cache_results = [r for r in process_results if r.name in CACHE_BENCHMARKS]
+    process_results = [r for r in process_results if r.name not in CACHE_BENCHMARKS]
     if process_results:
         print()
         print(
@@ -453,6 +464,16 @@ def main(argv: list[str] | None = None) -> int:
         )
         print()
         print(load_markdown(load_results))
+    if cache_results:
+        from benchmarks.cache_bench import markdown as cache_markdown
+
+        print()
+        print(
+            f"remote cache (nginx on 127.0.0.1): {process_repeat} children each, alternated, "
+            f"{settle:g} s settle before each; medians; ratios peer / cache, RSS cache / peer"
+        )
+        print()
+        print(cache_markdown(cache_results))
     if args.json is not None:
         payload = {
             "machine": info,
@@ -465,7 +486,11 @@ def main(argv: list[str] | None = None) -> int:
             },
             "results": [r.to_json() for r in results],
             "process_results": [r.to_json() for r in process_results],
+<<<<<<< HEAD
             "remote_load_results": [r.to_json() for r in load_results],
+=======
+            "cache_results": [r.to_json() for r in cache_results],
+>>>>>>> cache
         }
         args.json.write_text(json.dumps(payload, indent=2) + "\n")
         print(f"\nwrote {args.json}", file=sys.stderr)

@@ -57,7 +57,7 @@ from ..core.dtypes import DType
 from ..core.errors import InvalidArgumentError, UnsupportedError, naming
 from ..core.reader import Reader
 from ..core.source import FIRST_READ, ByteRequest, RangeRequest, Source, SuffixRequest
-from ..sources import PathOrData, open_input, path_text
+from ..sources import CacheDir, PathOrData, open_input, path_text
 from . import _sniff
 
 __all__ = [
@@ -523,6 +523,7 @@ def open_reader(
     format: str | None = None,
     allow_full_download: bool | None = None,
     verify: bool | None = None,
+    cache_dir: CacheDir = None,
 ) -> Reader:
     """Open a tensor file (a path, an ``http(s)://`` or fsspec URL, or its bytes) and return
     a :class:`~tensorfile.core.reader.Reader`. Over HTTP, the header costs one range request
@@ -531,6 +532,8 @@ def open_reader(
     From a server that ignores ``Range`` (it sends the whole file for every request),
     tensorfile reads only as far as each read needs, keeps what it read, and reads at most
     64 MiB unless ``allow_full_download=True`` (or ``$TENSORFILE_ALLOW_FULL_DOWNLOAD=1``).
+    ``cache_dir`` keeps a remote file in a local folder, chunk by chunk (see
+    :func:`tensorfile.sources.open_path`).
 
     The format is detected from the first bytes unless ``format`` names it. The reader has
     ``keys()``, ``metadata``, ``info(name)``, ``view(name)`` (zero-copy, read-only),
@@ -546,7 +549,9 @@ def open_reader(
     """
     fmt = get(format) if format is not None else None
     first = _first(path_or_data, fmt)
-    opened = open_input(path_or_data, first=first, allow_full_download=allow_full_download)
+    opened = open_input(
+        path_or_data, first=first, allow_full_download=allow_full_download, cache_dir=cache_dir
+    )
     with opened as source, naming(source.name):  # every error names the file
         return (fmt or detect(source)).impl().open_reader(source, verify=verify)
 

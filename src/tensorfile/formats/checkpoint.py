@@ -52,7 +52,7 @@ from ..core.errors import (
 from ..core.plan import Pending
 from ..core.reader import Allocator, NDArray, Reader, names_list, numpy_allocator
 from ..core.source import Source
-from ..sources import PathOrData, is_url
+from ..sources import CacheDir, PathOrData, is_url
 from . import SAFETENSORS, open_reader
 from ._index import INDEX_SUFFIX, is_index
 
@@ -274,6 +274,16 @@ def open_checkpoint(
     return ShardedReader(ck, verify=verify)
 
 
+def _no_cache_dir(cache_dir: CacheDir, target: str) -> None:
+    """Refuse ``cache_dir=`` for a remote checkpoint (its shards take
+    ``$TENSORFILE_CACHE_DIR``)."""
+    if cache_dir is not None:
+        raise InvalidArgumentError(
+            f"{target}: cache_dir= applies to single files; the shards of a checkpoint are "
+            "cached through $TENSORFILE_CACHE_DIR"
+        )
+
+
 def _lone_file(folder: str) -> str | None:
     """The folder's one ``*.safetensors`` file; None when it has none; a
     :class:`SourceError` naming them when it has several (which one is meant is unknown)."""
@@ -295,12 +305,15 @@ def open(
     format: str | None = None,
     allow_full_download: bool | None = None,
     verify: bool | None = None,
+    cache_dir: CacheDir = None,
 ) -> Reader:
     """Open a tensor file, or a sharded checkpoint (see the module docstring), and return a
     :class:`~tensorfile.core.reader.Reader` (a :class:`ShardedReader` for a checkpoint);
     everything else is :func:`tensorfile.formats.open_reader`'s. ``verify=True`` checks the
     digests a file records as its tensors are read (safetensors' ``tensorfile.digests``;
-    zTensor checks its own unless ``verify=False``).
+    zTensor checks its own unless ``verify=False``). ``cache_dir`` keeps a remote file in a
+    local folder, chunk by chunk (see :func:`tensorfile.sources.open_path`); the shards of
+    a remote checkpoint take ``$TENSORFILE_CACHE_DIR`` (an explicit ``cache_dir`` is refused).
 
     Example:
         >>> import numpy as np, tensorfile
@@ -317,6 +330,7 @@ def open(
             target = local_target(target)  # a file:// URL keeps the local rules
             if is_url(target):
                 if is_index(target):
+                    _no_cache_dir(cache_dir, target)
                     return open_checkpoint(
                         target, allow_full_download=allow_full_download, verify=verify
                     )
@@ -331,5 +345,9 @@ def open(
                     )  # (several indexes: an error naming them)
                 path_or_data = _lone_file(target) or target  # else "is a directory"
     return open_reader(
-        path_or_data, format=format, allow_full_download=allow_full_download, verify=verify
+        path_or_data,
+        format=format,
+        allow_full_download=allow_full_download,
+        verify=verify,
+        cache_dir=cache_dir,
     )

@@ -105,6 +105,7 @@ def load_file(
     backend: str = "mmap",
     copy: bool = True,
     verify: bool = False,
+    cache_dir: str | os.PathLike[str] | bool | None = None,
 ) -> dict[str, NDArray]:
     """Load every tensor of ``filename`` as owned, writable numpy arrays, in file order.
 
@@ -118,7 +119,9 @@ def load_file(
         >>> load_file("model.safetensors")["a"].tolist()
         [0.0, 0.0]
     """
-    with safe_open(filename, framework="np", backend=backend, verify=verify) as f:
+    with safe_open(
+        filename, framework="np", backend=backend, verify=verify, cache_dir=cache_dir
+    ) as f:
         return f.read_tensors(copy=copy)
 
 

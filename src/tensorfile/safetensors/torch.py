@@ -287,6 +287,7 @@ def load_file(
     backend: str = "mmap",
     copy: bool | None = None,
     verify: bool = False,
+    cache_dir: str | os.PathLike[str] | bool | None = None,
 ) -> dict[str, torch.Tensor]:
     """Load every tensor of ``filename`` as torch tensors on ``device`` (``verify=True``:
     check the digests the file records, see ``save_file(..., checksum=...)``).
@@ -305,7 +306,9 @@ def load_file(
     """
     if copy is None:
         copy = backend == "pread" or str(device) != "cpu"
-    with safe_open(filename, framework="pt", device=device, backend=backend, verify=verify) as f:
+    with safe_open(
+        filename, framework="pt", device=device, backend=backend, verify=verify, cache_dir=cache_dir
+    ) as f:
         return f.read_tensors(copy=copy)
 
 

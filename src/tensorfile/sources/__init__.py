@@ -6,6 +6,8 @@
 * A :class:`Store` is a folder of files with capability flags (read ranges, write, list,
   delete, atomic publish): :class:`LocalStore`, :class:`MemoryStore`, :class:`FsspecStore`
   (:func:`store_for`). The dataset layer and the Spark data source live on it.
+* :class:`CachedSource` keeps remote files in a local folder, chunk by chunk
+  (``cache_dir=``, ``$TENSORFILE_CACHE_DIR``): a partial hit fetches only what is missing.
 * :func:`route` decides once what a path or URL names; :func:`is_url` and
   :func:`local_path_of` ask it. The local path rules are in :mod:`.paths`.
 
@@ -22,7 +24,9 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from ..core.errors import InvalidArgumentError
-from ..core.source import ByteRequest, ReadStats, Source
+from ..core.source import ByteRequest, RangeRequest, ReadStats, Source
+from ._cache import HEAD_BYTES
+from ._chunkdir import CACHE_DIR_ENV, CacheWarning, resolve_cache_dir
 from ._urls import redact
 from .local import LocalSource
 from .memory import MemorySource
@@ -30,6 +34,7 @@ from .router import Route, StoreLocation, is_url, local_path_of, path_text, rout
 from .store import Store
 
 if TYPE_CHECKING:
+    from ._chunkcache import CachedSource
     from ._prefix import ALLOW_ENV as ALLOW_FULL_DOWNLOAD_ENV
     from .fsspec_store import FsspecStore
     from .local_store import LocalStore
@@ -38,6 +43,10 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ALLOW_FULL_DOWNLOAD_ENV",
+    "CACHE_DIR_ENV",
+    "CacheDir",
+    "CacheWarning",
+    "CachedSource",
     "FsspecStore",
     "HTTPSource",
     "LocalSource",
@@ -62,12 +71,18 @@ __all__ = [
 PathOrData = str | os.PathLike[str] | bytes | bytearray | memoryview
 """What the readers accept: a local path, a URL, or the file's bytes."""
 
+CacheDir = str | os.PathLike[str] | bool | None
+"""What ``cache_dir=`` accepts: a folder; ``False`` (or ``""``): no cache; ``True``:
+``$TENSORFILE_CACHE_DIR``, else ``~/.cache/tensorfile``; None: ``$TENSORFILE_CACHE_DIR``
+when it is set, else no cache."""
+
 
 def open_path(
     path: str | os.PathLike[str],
     *,
     first: ByteRequest | None = None,
     allow_full_download: bool | None = None,
+    cache_dir: CacheDir = None,
     **options: Any,
 ) -> Source:
     """A source for a local path (or ``file://`` URL), an ``http(s)://`` URL, an ``s3://``
@@ -76,6 +91,9 @@ def open_path(
     first request of a remote source (the caller's format decides: the head or the tail).
     ``allow_full_download`` is :class:`HTTPSource`'s (for a server that ignores ``Range``;
     other sources need no such permission).
+
+    ``cache_dir``: a folder that caches remote files chunk by chunk (:class:`CachedSource`;
+    see :data:`CacheDir` for the other values). Local paths are never cached.
 
     Example:
         >>> import tempfile, os
@@ -92,17 +110,46 @@ def open_path(
                 f"{r.target}"
             )
         return LocalSource(r.target)
+    folder = resolve_cache_dir(cache_dir)
+    if folder is not None:
+        first = RangeRequest(0, HEAD_BYTES)  # (only the version and size: chunks hold the rest)
+    source: Source
     if r.kind == "http":
         from .remote import HTTPSource
 
-        return HTTPSource(r.target, first=first, allow_full_download=allow_full_download, **options)
-    if r.protocol in ("s3", "s3a"):  # tensorfile's own S3 client, or fsspec where it declines
+        source = HTTPSource(
+            r.target, first=first, allow_full_download=allow_full_download, **options
+        )
+    elif r.protocol in ("s3", "s3a"):  # tensorfile's own S3 client, or fsspec where it declines
         from .s3_source import open_s3
 
-        return open_s3(r.target, first=first, **options)
-    from .fsspec_source import FsspecSource
+        source = open_s3(r.target, first=first, **options)
+    else:
+        from .fsspec_source import FsspecSource
 
-    return FsspecSource(r.target, first=first, **options)
+        source = FsspecSource(r.target, first=first, **options)
+    if folder is None:
+        return source
+    from ._chunkcache import with_cache
+    from ._chunkdir import settings
+
+    try:
+        extra = repr(sorted((k, repr(v)) for k, v in _endpoint_options(options).items()))
+        return with_cache(source, url=r.target, folder=folder, config=settings(), extra=extra)
+    except BaseException:
+        source.close()
+        raise
+
+
+def _endpoint_options(options: dict[str, Any]) -> dict[str, Any]:
+    """The options that say which server holds the file (part of a cache key; never the
+    credentials)."""
+    keys = ("endpoint_url", "endpoint", "account_name")
+    found: dict[str, Any] = {k: options[k] for k in keys if k in options}
+    client = options.get("client_kwargs")
+    if isinstance(client, dict) and "endpoint_url" in client:
+        found["client_kwargs.endpoint_url"] = client["endpoint_url"]
+    return found
 
 
 @contextmanager
@@ -111,9 +158,10 @@ def open_input(
     *,
     first: ByteRequest | None = None,
     allow_full_download: bool | None = None,
+    cache_dir: CacheDir = None,
 ) -> Iterator[Source]:
     """A source for a path, URL or bytes, closed when the block fails (a reader built in the
-    block owns it on success). ``allow_full_download``: see :func:`open_path`.
+    block owns it on success). ``allow_full_download``, ``cache_dir``: see :func:`open_path`.
 
     Example:
         >>> with open_input(b"abc") as src:
@@ -124,7 +172,9 @@ def open_input(
     if isinstance(path_or_data, bytes | bytearray | memoryview):
         source = MemorySource(path_or_data)
     else:
-        source = open_path(path_or_data, first=first, allow_full_download=allow_full_download)
+        source = open_path(
+            path_or_data, first=first, allow_full_download=allow_full_download, cache_dir=cache_dir
+        )
     try:
         yield source
     except BaseException:
@@ -141,6 +191,10 @@ def __getattr__(name: str) -> Any:
         from ._prefix import ALLOW_ENV
 
         return ALLOW_ENV
+    if name == "CachedSource":
+        from ._chunkcache import CachedSource
+
+        return CachedSource
     if name == "FsspecStore":
         from .fsspec_store import FsspecStore
 

@@ -41,7 +41,7 @@ from tensorfile.core.source import Source
 from tensorfile.formats.safetensors._reader import SafetensorsReader
 from tensorfile.formats.safetensors._slices import reference_index
 from tensorfile.frameworks import Framework, get_framework
-from tensorfile.sources import MemorySource, is_url, open_input
+from tensorfile.sources import CacheDir, MemorySource, is_url, open_input
 from tensorfile.sources.fileobj import open_file_object
 
 __all__ = ["SafeSlice", "_safe_open_handle", "safe_open"]
@@ -50,14 +50,16 @@ _BACKENDS = ("mmap", "pread")
 """The ``backend`` values :class:`safe_open` accepts (the reference's)."""
 
 
-def _open_reader(filename: str | os.PathLike[str], verify: bool = False) -> SafetensorsReader:
+def _open_reader(
+    filename: str | os.PathLike[str], verify: bool = False, cache_dir: CacheDir = None
+) -> SafetensorsReader:
     """A :class:`~tensorfile.core.reader.Reader` over a safetensors file (a path or a URL)."""
     if not isinstance(filename, str | os.PathLike):
         raise InvalidTypeError(
             f"filename must be a str or os.PathLike, got {type(filename).__name__}"
         )
     try:
-        with open_input(filename) as source, naming(source.name):
+        with open_input(filename, cache_dir=cache_dir) as source, naming(source.name):
             return SafetensorsReader(source, verify=verify)
     except SafetensorError:
         raise
@@ -119,6 +121,9 @@ class safe_open:
             ``"cpu"``).
         backend: ``"mmap"`` or ``"pread"``, accepted for compatibility; tensors are always
             copied with positional reads, which is the fastest way on every file system.
+        cache_dir: a folder that caches a remote file chunk by chunk (``True``: the default
+            folder; ``False``: none; None: ``$TENSORFILE_CACHE_DIR`` when it is set); see
+            :class:`tensorfile.sources.CachedSource`.
 
     Beyond the reference API, :meth:`read_tensors` reads many tensors at once (and, with
     ``copy=False``, maps them without a copy); the ``load_file`` functions of
@@ -142,13 +147,14 @@ class safe_open:
         *,
         backend: str = "mmap",
         verify: bool = False,
+        cache_dir: CacheDir = None,
     ) -> None:
         if backend not in _BACKENDS:
             raise InvalidArgumentError(f"backend must be one of {_BACKENDS}, got {backend!r}")
         if not isinstance(verify, bool):
             raise InvalidTypeError(f"verify must be a bool, got {type(verify).__name__}")
         self._framework: Framework = _framework(framework, device)
-        self._reader: SafetensorsReader | None = _open_reader(filename, verify)
+        self._reader: SafetensorsReader | None = _open_reader(filename, verify, cache_dir)
         self._name = os.fspath(filename)
 
     @classmethod
