@@ -21,7 +21,7 @@ ring of :mod:`tensorfile.frameworks.torch_stream`; on the cpu, the ring explicit
 ``ref`` (``safetensors.torch.load_file(path, device=...)``), ``fastsafe``
 (``fastsafe_open(..., nogds=True, device=...)``), ``runai`` (``SafetensorsStreamer``,
 tensors moved to the device as they arrive, ``owned=False``), ``tf8`` (the ring with 8
-reader threads and 32 MiB chunks). A loader whose library is missing is skipped.
+reader threads instead of 4). A loader whose library is missing is skipped.
 
 Prints a markdown table, and one JSON object with every measurement (``--json`` also writes
 it to a file).
@@ -68,7 +68,7 @@ def _load(loader: str, path: str, device: str) -> dict[str, Any]:
             import tensorfile
             from tensorfile.frameworks.torch_stream import stream_read
 
-            opts = {"threads": 8, "chunk_bytes": 32 << 20} if loader == "tf8" else {}
+            opts = {"threads": 8} if loader == "tf8" else {}
             with tensorfile.open(path) as r:
                 names = r.keys()
                 return dict(zip(names, stream_read(r, names, device, **opts), strict=True))
