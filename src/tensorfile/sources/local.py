@@ -12,7 +12,7 @@ import weakref
 from collections.abc import Callable, Iterator
 
 from ..core.errors import InvalidArgumentError, SourceError, SourceNotFoundError
-from ..core.parallel import run_parallel
+from ..core.parallel import PARALLEL_MIN_BYTES, PIECE_BYTES, run_parallel, workers
 from ..core.source import SourceBase
 
 __all__ = ["LocalSource"]
@@ -163,6 +163,15 @@ class LocalSource(SourceBase):
         ...
         tensorfile.core.errors.SourceError: ... is a directory, not a regular file; ...
     """
+
+    io_chunk = PIECE_BYTES
+    """Bytes per piece of a planned read (:mod:`tensorfile.core.plan`)."""
+
+    @property
+    def io_threads(self) -> int:
+        """Pieces read at once: one thread per core, at most 8 (copies out of the page cache
+        are CPU-bound; the kernel releases the GIL during ``preadv``)."""
+        return workers(PARALLEL_MIN_BYTES)
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         super().__init__()
