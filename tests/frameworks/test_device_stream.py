@@ -258,6 +258,21 @@ def test_a_server_cutting_replies_short_is_a_source_error(served: tuple[str, byt
     assert _stream_threads() == []
 
 
+def test_a_sharded_checkpoint_streams_every_shard_through_one_ring(tmp_path: Path) -> None:
+    from tensorfile.safetensors.torch import save_sharded
+
+    tensors = {f"w{i}": torch.arange(i, i + 3000, dtype=torch.float32) for i in range(7)}
+    files = save_sharded(tensors, tmp_path, max_shard_size=30_000)
+    assert len(files) >= 4  # shards and the index
+    stats = StreamStats()
+    with tensorfile.open(str(tmp_path)) as r:
+        names = r.keys()
+        got = stream_read(r, names, "cpu", chunk_bytes=5000, buffers=3, threads=2, stats=stats)
+    assert stats.streamed == 7 and stats.host_bytes <= 3 * 5000
+    assert all(torch.equal(tensors[n], t) for n, t in zip(names, got, strict=True))
+    assert _stream_threads() == []
+
+
 def test_recorded_digests_are_still_checked(tmp_path: Path) -> None:
     """With ``verify=True``, tensors whose digest the file records go the plain way (read
     whole, checked), so a changed byte is found whatever the device."""
@@ -286,9 +301,11 @@ def test_readers_that_decode_go_the_plain_way(tmp_path: Path) -> None:
 
     path = tmp_path / "z.zt"
     tz.save_file({"w": np.arange(5000, dtype=np.float32)}, str(path), compression="zstd")
+    stats = StreamStats()
     with tensorfile.open(str(path)) as r:
-        (got,) = stream_read(r, ["w"], "cpu", chunk_bytes=64, buffers=2)
+        (got,) = stream_read(r, ["w"], "cpu", chunk_bytes=64, buffers=2, stats=stats)
     assert torch.equal(got, torch.arange(5000, dtype=torch.float32))
+    assert stats.streamed == 0 and stats.host_bytes == 0
 
 
 def test_the_framework_streams_off_the_cpu_only_unless_asked(reference_file: Path) -> None:

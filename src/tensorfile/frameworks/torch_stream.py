@@ -15,9 +15,10 @@ copies are true asynchronous DMA; where pinning fails, and on other devices, the
 plain buffers and copies are synchronous. With ``device="cpu"`` the same pipeline runs
 with plain copies, which is how it is tested on machines without an accelerator.
 
-What the ring cannot do goes the plain way (each tensor read into a CPU tensor, then
-moved): tensors a reader decodes (zTensor's compressed or sharded parts, a sharded
-checkpoint's reader, anything whose reader overrides ``read_into``), and, with
+A sharded checkpoint's reader (one with ``reader_of(name)``) streams every shard through
+the same ring, one load. What the ring cannot do goes the plain way (each tensor read into
+a CPU tensor, then moved): tensors a reader decodes (zTensor's compressed or external
+parts: any reader that plans its own reads, overriding ``start_read``), and, with
 ``verify=True``, tensors whose digest the file records (the digest is checked on the
 whole tensor's bytes, which the ring never holds at once).
 
@@ -91,11 +92,13 @@ class Piece(NamedTuple):
 
 
 class Chunk(NamedTuple):
-    """One read: ``length`` bytes of the file from ``start``, and where they go."""
+    """One read: ``length`` bytes of the file from ``start``, and where they go
+    (``reader``: which of the load's readers reads it, a sharded checkpoint's shard)."""
 
     start: int
     length: int
     pieces: tuple[Piece, ...]
+    reader: int = 0
 
 
 def plan_chunks(ranges: list[tuple[int, int, int]], chunk_bytes: int, gap: int) -> list[Chunk]:
@@ -175,32 +178,75 @@ def stream_read(
         [[1.0, 0.0], [0.0, 1.0]]
     """
     dev = torch.device(device)
-    infos = [reader.info(name) for name in names]
-    if dev.type == "meta" or type(reader).read_into is not Reader.read_into:
+    if dev.type == "meta":
         return reader.read_into(names, torch_allocator(device))
-    direct = [i for i, info in enumerate(infos) if _streamable(reader, info)]
-    plain = [i for i, info in enumerate(infos) if not _streamable(reader, info)]
+    subs = _readers_of(reader, names)
+    infos = [sub.info(name) for sub, name in zip(subs, names, strict=True)]
+    ok = [_plain(sub) and _streamable(sub, info) for sub, info in zip(subs, infos, strict=True)]
     out: list[Any] = [None] * len(names)
+    plain = [i for i, yes in enumerate(ok) if not yes]
     if plain:  # a reader's own checks first: a bad digest fails before the ring is made
         got = reader.read_into([names[i] for i in plain], torch_allocator(device))
         for i, tensor in zip(plain, got, strict=True):
             out[i] = tensor
+    readers: list[Reader] = []
+    ranges: dict[int, list[tuple[int, int, int]]] = {}
     flats: list[torch.Tensor] = []
-    for i in direct:
-        out[i], flat = _allocate(reader, infos[i], dev)
+    for i in (i for i, yes in enumerate(ok) if yes):
+        at = next((k for k, r in enumerate(readers) if r is subs[i]), len(readers))
+        if at == len(readers):
+            readers.append(subs[i])
+        out[i], flat = _allocate(subs[i], infos[i], dev)
+        span = infos[i].byte_range
+        ranges.setdefault(at, []).append((len(flats), span.start, span.stop))
         flats.append(flat)
-    spans = [infos[i].byte_range for i in direct]
-    ranges = [(k, span.start, span.stop) for k, span in enumerate(spans)]
-    source = reader.source
-    chunk = _clamp(chunk_bytes, getattr(source, "io_chunk", None), CHUNK_BYTES, _MAX_CHUNK)
-    chunks = plan_chunks(ranges, chunk, int(getattr(source, "coalesce_gap", 0)))
     stats = StreamStats() if stats is None else stats
-    stats.streamed = len(direct)
+    stats.streamed = len(flats)
+    if not readers:
+        return out
+    sources = [r.source for r in readers]
+    chunk = _clamp(chunk_bytes, _most(sources, "io_chunk"), CHUNK_BYTES, _MAX_CHUNK)
+    chunks = [
+        c._replace(reader=at)
+        for at, spans in ranges.items()
+        for c in plan_chunks(spans, chunk, int(getattr(sources[at], "coalesce_gap", 0)))
+    ]
     if chunks:
-        nthreads = _clamp(threads, getattr(source, "io_threads", None), READ_THREADS, _MAX_THREADS)
+        nthreads = _clamp(threads, _most(sources, "io_threads"), READ_THREADS, _MAX_THREADS)
         nbuffers = max(1, buffers if buffers is not None else nthreads + 2)
-        _Pipeline(reader, dev, chunks, flats, nbuffers, min(nthreads, nbuffers), stats).run()
+        label = f"loading {_label(reader, sources)}"
+        pipeline = _Pipeline(readers, dev, chunks, flats, nbuffers, min(nthreads, nbuffers), stats)
+        pipeline.run(label)
     return out
+
+
+def _readers_of(reader: Reader, names: list[str]) -> list[Reader]:
+    """The reader that holds each name's bytes: ``reader`` itself, or for a sharded
+    checkpoint the reader of the name's shard (its ``reader_of``)."""
+    of = getattr(reader, "reader_of", None)
+    if not callable(of):
+        return [reader] * len(names)
+    return [of(name) for name in names]
+
+
+def _plain(reader: Reader) -> bool:
+    """Whether ``reader`` reads raw tensors as they stand in its source (a reader that
+    decodes, or spreads over several files, plans its own reads)."""
+    kind = type(reader)
+    return kind.start_read is Reader.start_read and kind.read_into is Reader.read_into
+
+
+def _most(sources: list[Any], attribute: str) -> int | None:
+    """The largest positive ``attribute`` (``io_chunk``, ``io_threads``) of ``sources``."""
+    said = [v for v in (getattr(s, attribute, None) for s in sources) if isinstance(v, int)]
+    return max(said) if said and max(said) > 0 else None
+
+
+def _label(reader: Reader, sources: list[Any]) -> str:
+    index = getattr(reader, "index", None)
+    if isinstance(index, str):
+        return index
+    return str(sources[0].name) if len(sources) == 1 else f"{len(sources)} files"
 
 
 def _clamp(asked: int | None, source_says: Any, default: int, most: int) -> int:
@@ -227,15 +273,12 @@ def _allocate(reader: Reader, info: TensorInfo, dev: torch.device) -> tuple[Any,
         ) from exc
 
 
-_DONE = object()
-
-
 class _Pipeline:
     """One streamed load: reader threads fill the ring, the calling thread copies out."""
 
     def __init__(
         self,
-        reader: Reader,
+        readers: list[Reader],
         dev: torch.device,
         chunks: list[Chunk],
         flats: list[torch.Tensor],
@@ -243,7 +286,7 @@ class _Pipeline:
         nthreads: int,
         stats: StreamStats,
     ) -> None:
-        self.reader = reader
+        self.readers = readers
         self.dev = dev
         self.chunks = chunks
         self.flats = flats
@@ -274,24 +317,24 @@ class _Pipeline:
                 pass
         return torch.empty(size, dtype=torch.uint8)
 
-    def run(self) -> None:
-        total = sum(c.length for c in self.chunks)
-        hint: Callable[[list[tuple[int, int]]], None] | None = getattr(
-            self.reader.source, "will_read", None
-        )
-        if callable(hint):
-            hint([(c.start, c.start + c.length) for c in self.chunks])
-        label = f"loading {self.reader.source.name}"
-        with progress.task(total, label) as shown:
-            if self.nthreads == 0:
-                for index, chunk in enumerate(self.chunks):
-                    self._read(index, index % len(self.ring))
-                    self._copy(chunk, index % len(self.ring))
-                    shown.advance(chunk.length)
-            else:
+    def run(self, label: str) -> None:
+        for at, reader in enumerate(self.readers):
+            hint: Callable[[list[tuple[int, int]]], None] | None = getattr(
+                reader.source, "will_read", None
+            )
+            if callable(hint):
+                hint([(c.start, c.start + c.length) for c in self.chunks if c.reader == at])
+        if self.stream is not None:  # the destinations' memory may still be in use on the
+            self.stream.wait_stream(torch.cuda.current_stream(self.dev))  # current stream
+        if self.nthreads == 0:  # one chunk: no threads, no progress line
+            self._read(0, 0)
+            self._copy(self.chunks[0], 0)
+        else:
+            total = sum(c.length for c in self.chunks)
+            with progress.task(total, label) as shown:
                 self._run_threads(shown)
-            if self.stream is not None:
-                self.stream.synchronize()
+        if self.stream is not None:
+            self.stream.synchronize()
 
     def _run_threads(self, shown: progress.Task) -> None:
         for b in range(len(self.ring)):
@@ -342,7 +385,8 @@ class _Pipeline:
         if event is not None:
             event.synchronize()
         chunk = self.chunks[index]
-        self.reader._readinto(chunk.start, [self.views[b][: chunk.length]])
+        reader = self.readers[chunk.reader]
+        reader._readinto(chunk.start, [self.views[b][: chunk.length]])
 
     def _copy(self, chunk: Chunk, b: int) -> None:
         """Copy chunk's pieces from buffer ``b`` into the destination tensors."""
@@ -367,6 +411,6 @@ class _Pipeline:
             raise
         except RuntimeError as exc:
             raise UnsupportedError(
-                f"{self.reader.source.name}: copying bytes {chunk.start:,}.."
+                f"{self.readers[chunk.reader].source.name}: copying bytes {chunk.start:,}.."
                 f"{chunk.start + chunk.length:,} to {self.dev} failed: {exc}"
             ) from exc
