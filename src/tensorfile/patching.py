@@ -14,6 +14,13 @@ Rust extension, ``safetensors._safetensors_rust``) is an ``ImportError`` while p
 Package metadata (``importlib.metadata.version("safetensors")``) is the installed
 reference's, so version checks keep passing.
 
+For programs you do not even start yourself (a serving command, a notebook kernel), set
+``TENSORFILE_PATCH_SAFETENSORS=1`` in their environment: the import hook the package
+installs (``tensorfile-patch.pth`` in site-packages, run by Python's ``site`` at every
+interpreter start) then calls :func:`patch_from_environment`, which patches before any of
+the program's code runs. Unset, the hook costs one environment lookup and imports nothing;
+it never stops an interpreter from starting (a failure is one line on stderr).
+
 Example:
     >>> from tensorfile.patching import patched_safetensors
     >>> with patched_safetensors():
@@ -29,13 +36,24 @@ import importlib
 import importlib.abc
 import importlib.machinery
 import importlib.util
+import os
 import sys
 import threading
 import warnings
 from collections.abc import Iterator, Sequence
 from types import ModuleType
 
-__all__ = ["patch_safetensors", "patched_safetensors", "unpatch_safetensors"]
+__all__ = [
+    "ENV",
+    "patch_from_environment",
+    "patch_safetensors",
+    "patched_safetensors",
+    "unpatch_safetensors",
+]
+
+ENV = "TENSORFILE_PATCH_SAFETENSORS"
+"""The environment variable the import hook reads: ``1`` (``true``, ``yes``, ``on``) patches
+every interpreter started with it; ``0`` (``false``, ``no``, ``off``) or unset does not."""
 
 _NAME = "safetensors"
 _TARGET = "tensorfile." + _NAME
@@ -156,3 +174,37 @@ def patched_safetensors() -> Iterator[None]:
     finally:
         if not outer:
             unpatch_safetensors()
+
+
+def patch_from_environment() -> bool:
+    """Call :func:`patch_safetensors` when :data:`ENV` says so; return whether it did.
+
+    The package's import hook calls this at interpreter start when the variable is set. It
+    never raises: a value it does not know, or a failure to patch, is one line on stderr
+    and no patch (a ``KeyboardInterrupt`` still goes through).
+
+    Example:
+        >>> import os
+        >>> os.environ.pop(ENV, None) and None
+        >>> patch_from_environment()
+        False
+    """
+    value = os.environ.get(ENV, "").strip().lower()
+    if value in ("", "0", "false", "no", "off"):
+        return False
+    try:
+        if value not in ("1", "true", "yes", "on"):
+            raise ValueError(f"{value!r} is not one of 1, true, yes, on (or 0, false, no, off)")
+        patch_safetensors()
+    except Exception as exc:
+        _warn(f"{ENV} is set but safetensors was not patched: {type(exc).__name__}: {exc}")
+        return False
+    return True
+
+
+def _warn(text: str) -> None:
+    """One line on stderr (the ``warnings`` machinery may not be set up at startup)."""
+    try:
+        sys.stderr.write(f"tensorfile: {' '.join(text.split())}\n")
+    except Exception:  # no stderr at all (pythonw)
+        pass

@@ -184,6 +184,11 @@ class ShardedReader(Reader):
         """The digest ``algorithm`` of ``name``'s data bytes its shard stores."""
         return self._reader(name).stored_digest(name, algorithm)
 
+    def reader_of(self, name: str) -> Reader:
+        """The reader of the shard holding ``name`` (opened on first use): where its bytes
+        are, for a consumer that reads them itself (the torch device stream)."""
+        return self._reader(name)
+
     def shard_of(self, name: str) -> str:
         """The shard file the index places ``name`` in."""
         if name not in self._ck.weight_map:

@@ -8,8 +8,9 @@ tensors. Each adapter reads whole tensors (torch tensors are filled in place; th
 made from numpy arrays, see :class:`~tensorfile.frameworks._base.ArrayFramework`), hands out
 zero-copy views where the framework can, converts numpy slices, and refuses by name the
 dtypes its framework lacks. One module per framework bridges it both ways (``torch``,
-``jax``, ``tensorflow``, ``mlx``, ``paddle``); each, and its framework, is imported only
-when asked for.
+``jax``, ``tensorflow``, ``mlx``, ``paddle``), and ``torch_stream`` carries torch tensors to
+an accelerator through a small ring of pinned host buffers; each, and its framework, is
+imported only when asked for.
 
 Example:
     >>> from tensorfile.safetensors.numpy import save
@@ -68,11 +69,14 @@ def framework_name(name: str) -> str:
 
 
 class TorchFramework(Framework):
-    """Read tensors into torch tensors, filled in place."""
+    """Read tensors into torch tensors: on the cpu filled in place; on any other device
+    (``"cuda:0"``...) streamed through a small ring of pinned host buffers
+    (:func:`~tensorfile.frameworks.torch_stream.stream_read`), so host memory holds the
+    ring, not the model. ``stream=True`` takes the ring on the cpu too (``False``: never)."""
 
     name = "torch"
 
-    def __init__(self, device: Any = "cpu") -> None:
+    def __init__(self, device: Any = "cpu", *, stream: bool | None = None) -> None:
         try:
             import torch  # noqa: F401
         except ImportError as exc:
@@ -81,8 +85,21 @@ class TorchFramework(Framework):
             ) from exc
         check_torch_device(device)
         self.device = device
+        self.stream = stream
+
+    def streams(self) -> bool:
+        """Whether :meth:`read` goes through the ring of host buffers."""
+        if self.stream is not None:
+            return self.stream
+        import torch
+
+        return torch.device(self.device).type not in ("cpu", "meta")
 
     def read(self, reader: Reader, names: list[str]) -> list[Any]:
+        if self.streams():
+            from .torch_stream import stream_read
+
+            return stream_read(reader, names, self.device)
         from .torch import torch_allocator
 
         return reader.read_into(names, torch_allocator(self.device))

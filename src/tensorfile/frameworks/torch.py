@@ -1,6 +1,7 @@
 """The torch bridge: dtypes, in-place reads into torch tensors, and tensors to write.
 
-Only this module (and ``tensorfile.safetensors.torch``) imports torch. F4 tensors are torch
+Only this module, :mod:`.torch_stream` (tensors to an accelerator through a ring of pinned
+host buffers) and ``tensorfile.safetensors.torch`` import torch. F4 tensors are torch
 ``float4_e2m1fn_x2`` tensors with half the last dimension: the rule is :func:`f4_shape`
 (also importable from :mod:`tensorfile.frameworks`, without torch).
 

@@ -295,7 +295,10 @@ def load_file(
     As in the reference, ``backend="mmap"`` on the cpu returns tensors backed by a private
     mapping of the file: loading costs only the header, pages are read when touched, and
     writing to a tensor never changes the file. ``backend="pread"`` (or ``copy=True``)
-    returns owned tensors, read in parallel straight into their storage.
+    returns owned tensors, read in parallel straight into their storage. On any other
+    device (``"cuda:0"``...) the tensors are made on the device and filled through a small
+    ring of reused pinned host buffers (:mod:`tensorfile.frameworks.torch_stream`): the
+    host holds the ring (about 96 MiB), never the whole model.
 
     Example:
         >>> save_file({"a": torch.ones(2)}, "model.safetensors")

@@ -1,0 +1,186 @@
+"""The opt-in import hook (issue 25): ``TENSORFILE_PATCH_SAFETENSORS=1`` in the environment
+makes ``import safetensors`` give tensorfile's drop-in in every interpreter started with it,
+through ``tensorfile-patch.pth``, which the package installs in the root of site-packages.
+
+Each case starts a real interpreter of a fresh virtual environment whose site-packages
+holds the hook, so Python's ``site`` runs it at startup as it would after ``pip install``
+(tensorfile and the libraries come from ``PYTHONPATH``). The packaging itself is checked by
+building both wheels (``pip install .`` and ``pip install -e .`` install these)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import textwrap
+import zipfile
+from pathlib import Path
+
+import pytest
+
+import tensorfile
+
+ROOT = Path(__file__).resolve().parents[2]
+HOOK = ROOT / "src" / "tensorfile-patch.pth"
+SRC = Path(tensorfile.__file__).resolve().parents[1]
+ENV = "TENSORFILE_PATCH_SAFETENSORS"
+
+
+@pytest.fixture(scope="module")
+def python(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The interpreter of a new virtual environment with the hook in its site-packages."""
+    venv = tmp_path_factory.mktemp("hook") / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    exe = venv / "bin" / "python"
+    purelib = subprocess.run(
+        [str(exe), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    shutil.copy(HOOK, Path(purelib) / HOOK.name)
+    return exe
+
+
+def start(
+    python: Path, code: str, value: str | None, *, path: list[str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k not in (ENV, "PYTHONPATH")}
+    if value is not None:
+        env[ENV] = value
+    deps = sysconfig.get_paths()["purelib"]  # numpy, torch, safetensors... of the test's env
+    env["PYTHONPATH"] = os.pathsep.join([*(path or []), str(SRC), deps])
+    return subprocess.run(
+        [str(python), "-c", textwrap.dedent(code)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+_WHICH = """
+    import sys
+    print("tensorfile imported at startup:", "tensorfile" in sys.modules)
+    import safetensors.torch
+    print("load_file:", safetensors.torch.load_file.__module__)
+"""
+_WHICH_LIGHT = _WHICH.replace("torch", "numpy")  # the same question, without torch's import
+
+
+def test_the_hook_is_one_import_line() -> None:
+    lines = HOOK.read_text().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("import ")  # site runs only those
+
+
+def test_unset_the_reference_loads_and_nothing_of_tensorfile_is_imported(python: Path) -> None:
+    done = start(python, _WHICH, None)
+    assert done.returncode == 0, done.stderr
+    assert "tensorfile imported at startup: False" in done.stdout
+    assert "load_file: safetensors.torch" in done.stdout
+    assert done.stderr == ""
+
+
+def test_set_safetensors_is_tensorfile(python: Path) -> None:
+    done = start(python, _WHICH, "1")
+    assert done.returncode == 0, done.stderr
+    assert "load_file: tensorfile.safetensors.torch" in done.stdout
+    assert done.stderr == ""
+
+
+@pytest.mark.parametrize(
+    ("value", "patched"),
+    [("true", True), (" ON ", True), ("0", False), ("off", False), ("", False)],
+)
+def test_on_and_off_values(python: Path, value: str, patched: bool) -> None:
+    done = start(python, _WHICH_LIGHT, value)
+    face = "tensorfile.safetensors.numpy" if patched else "safetensors.numpy"
+    assert f"load_file: {face}\n" in done.stdout and done.stderr == ""
+
+
+def test_an_unknown_value_is_one_line_and_no_patch(python: Path) -> None:
+    done = start(python, _WHICH_LIGHT, "banana")
+    assert done.returncode == 0
+    assert "load_file: safetensors.numpy" in done.stdout
+    assert done.stderr.count("\n") == 1
+    assert done.stderr.startswith(f"tensorfile: {ENV} is set but safetensors was not patched: ")
+    assert "'banana'" in done.stderr
+
+
+def test_a_broken_install_never_stops_the_interpreter(python: Path, tmp_path: Path) -> None:
+    """A ``tensorfile`` that fails to import: the interpreter starts all the same, with one
+    line on stderr instead of site's traceback."""
+    fake = tmp_path / "tensorfile"
+    fake.mkdir()
+    (fake / "__init__.py").write_text("raise RuntimeError('boom\\nsecond line')\n")
+    done = start(python, "print('started')", "1", path=[str(tmp_path)])
+    assert done.returncode == 0 and done.stdout == "started\n"
+    assert done.stderr == (
+        f"tensorfile: {ENV} is set but safetensors was not patched: RuntimeError: boom second "
+        "line\n"
+    )
+
+
+def test_transformers_from_pretrained_under_the_variable(python: Path, tmp_path: Path) -> None:
+    """A small BERT built from a config, saved and loaded by transformers in a process that
+    only has the variable set: transformers' own ``safe_open`` is tensorfile's, and the
+    weights come back equal."""
+    pytest.importorskip("transformers")
+    done = start(
+        python,
+        """
+        import torch
+        from transformers import BertConfig, BertModel
+        import transformers.modeling_utils as mu
+        print("safe_open:", mu.safe_open.__module__)
+        torch.manual_seed(0)
+        cfg = BertConfig(vocab_size=99, hidden_size=32, num_hidden_layers=2,
+                         num_attention_heads=2, intermediate_size=37)
+        model = BertModel(cfg).eval()
+        model.save_pretrained("OUT")
+        loaded = BertModel.from_pretrained("OUT").eval()
+        want, got = model.state_dict(), loaded.state_dict()
+        same = want.keys() == got.keys() and all(torch.equal(want[k], got[k]) for k in want)
+        print("equal:", same)
+        """.replace('"OUT"', repr(str(tmp_path / "bert"))),
+        "1",
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "safe_open: tensorfile.formats.safetensors._safe_open" in done.stdout
+    assert "equal: True" in done.stdout
+
+
+def test_both_wheels_put_the_hook_in_the_root_of_site_packages(tmp_path: Path) -> None:
+    """``pip install .`` installs the wheel, ``pip install -e .`` the editable wheel (PEP
+    660): both carry the hook at their root, which is site-packages once installed."""
+    project = tmp_path / "project"
+    project.mkdir()
+    for name in ("setup.py", "pyproject.toml", "README.md", "MANIFEST.in"):
+        shutil.copy(ROOT / name, project / name)
+    shutil.copytree(
+        ROOT / "src", project / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info")
+    )
+    out = tmp_path / "dist"
+    out.mkdir()
+    for hook in ("build_wheel", "build_editable"):  # one process each: setuptools keeps state
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                f"from setuptools import build_meta as b; b.{hook}({str(out)!r})",
+            ],
+            cwd=project,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+    wheels = sorted(out.glob("*.whl"))
+    assert len(wheels) == 2, wheels
+    for wheel in wheels:
+        with zipfile.ZipFile(wheel) as z:
+            assert z.read(HOOK.name) == HOOK.read_bytes(), wheel.name
+            record = z.read("tensorfile-0.1.0.dist-info/RECORD").decode()
+            assert f"\n{HOOK.name}," in f"\n{record}"  # uninstalled with the package
