@@ -486,11 +486,8 @@ def main(argv: list[str] | None = None) -> int:
             },
             "results": [r.to_json() for r in results],
             "process_results": [r.to_json() for r in process_results],
-<<<<<<< HEAD
             "remote_load_results": [r.to_json() for r in load_results],
-=======
             "cache_results": [r.to_json() for r in cache_results],
->>>>>>> cache
         }
         args.json.write_text(json.dumps(payload, indent=2) + "\n")
         print(f"\nwrote {args.json}", file=sys.stderr)
