@@ -17,6 +17,9 @@ What it measures (full size; ``--quick`` shrinks the files so a smoke test takes
 * ``process_load_numpy`` / ``process_load_torch`` / ``process_load_torch_pread`` (``--only
   load_process`` selects the three): the same loads, each in a fresh interpreter, as a user
   sees them (wall time, load time and peak RSS); see ``benchmarks/process.py``.
+* ``cold_load_1g`` / ``warm_load_1g`` / ``cold_load_4shard`` / ``warm_load_4shard`` (``--only
+  load_cold`` selects the four): fresh-process loads from a cold and a warm page cache against
+  the reference, fastsafetensors and the Run:ai streamer; see ``benchmarks/cold_bench.py``.
 * ``view_all``: ``tensorfile.open(path)`` then ``.view(name)`` of every tensor of the 1 GiB
   file. The reference has no zero-copy equivalent, so only the absolute time is given. The
   views map the file without reading it, so its GB/s is "bytes made available per second",
@@ -49,6 +52,7 @@ Usage (from the repository root: ``benchmarks`` and ``tests`` are imported as pa
     .venv/bin/python -m benchmarks.run --quick         # 64 MiB / 10,000 tensors, repeat 3
     .venv/bin/python -m benchmarks.run --only load_numpy --repeat 9 --json out.json
     .venv/bin/python -m benchmarks.run --only load_process     # fresh-process loads, ~2-3 min
+    .venv/bin/python -m benchmarks.run --only load_cold        # cold/warm vs 3 peers, ~10 min
 """
 
 from __future__ import annotations
@@ -73,6 +77,7 @@ import torch
 import tensorfile
 import tensorfile.safetensors.numpy
 import tensorfile.safetensors.torch
+from benchmarks.cold_bench import COLD_BENCHMARKS, COLD_GROUP, ColdResult
 from benchmarks.common import (
     BENCHMARKS,
     N_BIG,
@@ -108,6 +113,7 @@ ALL_BENCHMARKS = (
     + SPARK_BENCHMARKS
     + REMOTE_BENCHMARKS
     + FEED_BENCHMARKS
+    + COLD_BENCHMARKS
 )
 
 # --------------------------------------------------------------------------- benchmarks
@@ -330,11 +336,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--json", type=Path, default=None, help="also write the results here")
     parser.add_argument(
         "--only",
-        choices=(*ALL_BENCHMARKS, PROCESS_GROUP),
+        choices=(*ALL_BENCHMARKS, PROCESS_GROUP, COLD_GROUP),
         action="append",
         default=None,
         help=f"run only this benchmark (may be given more than once; {PROCESS_GROUP} selects "
-        "the fresh-process rows)",
+        f"the fresh-process rows, {COLD_GROUP} the cold/warm rows against every peer)",
     )
     args = parser.parse_args(argv)
     if args.repeat is not None and args.repeat < 1:
@@ -343,6 +349,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error("--settle must not be negative")
     if args.only is not None and PROCESS_GROUP in args.only:
         args.only = [n for n in args.only if n != PROCESS_GROUP] + list(PROCESS_BENCHMARKS)
+    if args.only is not None and COLD_GROUP in args.only:
+        args.only = [n for n in args.only if n != COLD_GROUP] + list(COLD_BENCHMARKS)
     return args
 
 
@@ -394,14 +402,22 @@ def main(argv: list[str] | None = None) -> int:
 
         runners.update(remote_runners(cfg))
     process = process_runners(cfg, process_repeat, settle)
+    cold: dict[str, Callable[[], ColdResult]] = {}
+    if any(name in COLD_BENCHMARKS for name in selected):
+        from benchmarks.cold_bench import runners as cold_runners
+
+        cold = cold_runners(cfg, args.quick, settle, args.repeat)
     results: list[Result] = []
     process_results: list[ProcessResult] = []
+    cold_results: list[ColdResult] = []
     for name in ALL_BENCHMARKS:
         if name not in selected:
             continue
         print(f"running {name}...", file=sys.stderr, flush=True)
         if name in process:
             process_results.append(process[name]())
+        elif name in cold:
+            cold_results.append(cold[name]())
         else:
             results.append(runners[name]())
         gc.collect()
@@ -431,6 +447,17 @@ def main(argv: list[str] | None = None) -> int:
         )
         print()
         print(process_markdown(process_results))
+    if cold_results:
+        from benchmarks.cold_bench import markdown as cold_markdown
+
+        print()
+        print(
+            f"cold and warm loads against every peer: fresh process per load, libraries "
+            f"alternated, {settle:g} s settle before each; medians; ratio = best peer / "
+            "tensorfile"
+        )
+        print()
+        print(cold_markdown(cold_results))
     if args.json is not None:
         payload = {
             "machine": info,
@@ -443,6 +470,7 @@ def main(argv: list[str] | None = None) -> int:
             },
             "results": [r.to_json() for r in results],
             "process_results": [r.to_json() for r in process_results],
+            "cold_results": [r.to_json() for r in cold_results],
         }
         args.json.write_text(json.dumps(payload, indent=2) + "\n")
         print(f"\nwrote {args.json}", file=sys.stderr)

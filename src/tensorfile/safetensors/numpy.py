@@ -31,6 +31,7 @@ from ..core.dtypes import from_numpy
 from ..core.errors import InvalidArgumentError, InvalidTypeError
 from ..core.reader import NDArray
 from ..core.sizes import parse_size
+from ..loading import resolve
 
 __all__ = ["load", "load_file", "save", "save_file", "save_sharded"]
 
@@ -99,7 +100,7 @@ def load(data: bytes | bytearray | memoryview) -> dict[str, NDArray]:
 def load_file(
     filename: str | os.PathLike[str],
     *,
-    backend: str = "mmap",
+    backend: str = "auto",
     copy: bool = True,
     verify: bool = False,
 ) -> dict[str, NDArray]:
@@ -115,6 +116,7 @@ def load_file(
         >>> load_file("model.safetensors")["a"].tolist()
         [0.0, 0.0]
     """
+    backend = resolve(filename, backend, owned=copy)
     with safe_open(filename, framework="np", backend=backend, verify=verify) as f:
         return f.read_tensors(copy=copy)
 
