@@ -29,6 +29,7 @@ memory, each on its own, in a fresh process.
 
 from __future__ import annotations
 
+import compileall
 import json
 import os
 import statistics
@@ -71,6 +72,7 @@ class ColdResult:
     description: str
     nbytes: int
     runs: dict[str, list[Run]] = field(default_factory=lambda: {lib: [] for lib in LIBS})
+    floors: dict[str, list[float]] = field(default_factory=dict)
 
     def median(self, lib: str, what: str) -> float:
         return float(statistics.median(getattr(r, what) for r in self.runs[lib]))
@@ -99,6 +101,9 @@ class ColdResult:
             "wall_ratio_best_peer_over_tf": self.ratio("wall_s"),
             "best_peer_load": NAMES[self.best_peer("load_s")],
             "load_ratio_best_peer_over_tf": self.ratio("load_s"),
+            "floors_s": {
+                k: {"runs": v, "median": statistics.median(v)} for k, v in self.floors.items()
+            },
         }
 
 
@@ -147,6 +152,50 @@ def evict(path: Path) -> None:
             os.close(fd)
 
 
+# The floors, each in a fresh process: the disk alone (O_DIRECT, 8 threads, 8 MiB reads into
+# reused buffers, no page cache, no destination) and fresh memory alone (the first touch of
+# new pages the size of the data, as owned tensors need).
+_FLOOR = """
+import mmap, os, sys, threading, time
+paths, what = sys.argv[1:-1], sys.argv[-1]
+t0 = time.perf_counter()
+if what == "disk":
+    jobs = [(p, off) for p in paths for off in range(0, os.path.getsize(p), 8 << 20)]
+    lock = threading.Lock()
+    def work():
+        buf = mmap.mmap(-1, 8 << 20)
+        fds = {p: os.open(p, os.O_RDONLY | os.O_DIRECT) for p in paths}
+        while True:
+            with lock:
+                if not jobs:
+                    return
+                p, off = jobs.pop(0)
+            os.preadv(fds[p], [buf], off)
+    threads = [threading.Thread(target=work) for _ in range(8)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+else:
+    total = sum(os.path.getsize(p) for p in paths)
+    import ctypes
+    mem = mmap.mmap(-1, total)
+    ctypes.memset(ctypes.addressof(ctypes.c_char.from_buffer(mem)), 1, total)
+print(time.perf_counter() - t0)
+"""
+
+
+def floors(path: Path, repeat: int, settle: float) -> dict[str, list[float]]:
+    """Seconds for the disk alone and for fresh memory alone (see ``_FLOOR``)."""
+    out: dict[str, list[float]] = {"disk O_DIRECT": [], "fresh memory first touch": []}
+    for _ in range(repeat):
+        for key, what in (("disk O_DIRECT", "disk"), ("fresh memory first touch", "memory")):
+            evict(path)
+            time.sleep(settle)
+            argv = [sys.executable, "-c", _FLOOR, *map(str, files_of(path)), what]
+            done = subprocess.run(argv, capture_output=True, text=True, check=True)
+            out[key].append(float(done.stdout))
+    return out
+
+
 def child(lib: str, path: Path, *extra: str) -> tuple[dict[str, Any], float, Any]:
     backend = "auto" if lib == "tf" else "mmap"
     argv = [sys.executable, str(CHILD), lib, "torch", backend, str(path), "--touch", *extra]
@@ -163,6 +212,9 @@ def child(lib: str, path: Path, *extra: str) -> tuple[dict[str, Any], float, Any
 
 
 def bench(name: str, path: Path, cold: bool, nbytes: int, repeat: int, settle: float) -> ColdResult:
+    # users' installs hold compiled bytecode; a sandbox with PYTHONDONTWRITEBYTECODE would
+    # otherwise compile tensorfile's modules in every child (~0.1-0.3 s of "import")
+    compileall.compile_dir(REPO / "src", quiet=1)
     for f in files_of(path):
         page_in(f)
     crcs = {lib: child(lib, path, "--check")[0]["crc32"] for lib in LIBS}
@@ -196,6 +248,8 @@ def bench(name: str, path: Path, cold: bool, nbytes: int, repeat: int, settle: f
                     data.get("backend"),
                 )
             )
+    if cold:
+        result.floors = floors(path, min(repeat, 3), settle)
     return result
 
 
@@ -238,6 +292,10 @@ def markdown(results: list[ColdResult]) -> str:
                 f"| {r.name} | {NAMES[lib]} | {r.median(lib, 'wall_s'):.2f} "
                 f"| {r.median(lib, 'load_s'):.2f} | {r.median(lib, 'peak_rss_kib') / 1024:,.0f} "
                 f"| {', '.join(backends)} |"
+            )
+        for key, values in r.floors.items():
+            lines.append(
+                f"| {r.name} | floor: {key} alone | | {statistics.median(values):.2f} | | |"
             )
         lines.append(
             f"| {r.name} | **best peer / tensorfile** | **{r.ratio('wall_s'):.2f}** "

@@ -34,10 +34,9 @@ Example:
 from __future__ import annotations
 
 import contextvars
-import dataclasses
 import logging
 import os
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from .core.errors import InvalidArgumentError, InvalidTypeError, TensorFileError
 
@@ -55,8 +54,7 @@ _last: contextvars.ContextVar[Choice | None] = contextvars.ContextVar(
 )
 
 
-@dataclass(frozen=True, slots=True)
-class Choice:
+class Choice(NamedTuple):
     """What :func:`choose` decided for one file, with what it saw."""
 
     path: str
@@ -160,7 +158,7 @@ def resolve(path: str | os.PathLike[str], backend: str, *, owned: bool = False) 
         return "mmap" if backend == "auto" else backend
     if choice.read_ahead and owned:
         why = choice.reason.split(":")[0] + ": read as copies"
-        choice = dataclasses.replace(choice, read_ahead=False, reason=why)
+        choice = choice._replace(read_ahead=False, reason=why)
     elif choice.read_ahead:
         _read_ahead(choice)
     _last.set(choice)

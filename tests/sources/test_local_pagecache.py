@@ -37,13 +37,21 @@ def cold_file(tmp_path: Path) -> Path:
     return path
 
 
-@pytest.fixture(params=["cachestat", "mincore"])
+@pytest.fixture(params=["cachestat", "mincore", "cachestat-sampled", "mincore-sampled"])
 def way(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    if request.param == "mincore":
+    if "mincore" in request.param:
         monkeypatch.setitem(pagecache._state, "cachestat", False)
-        monkeypatch.setattr(pagecache, "MINCORE_WINDOW", 64 << 10)  # many windows: sampled
-        monkeypatch.setattr(pagecache, "MINCORE_SAMPLES", 8)
+    if "sampled" in request.param:
+        monkeypatch.setattr(pagecache, "WINDOW", 64 << 10)  # 96 windows: 8 looked at
+        monkeypatch.setattr(pagecache, "SAMPLES", 8)
     return str(request.param)
+
+
+def test_sampled_windows_are_bounded_and_reach_both_ends() -> None:
+    w = pagecache._windows(4096, 4096 + 1000 * pagecache.WINDOW + 5)
+    assert len(w) == pagecache.SAMPLES
+    assert w[0][0] == 4096 and w[-1] == (4096 + 1000 * pagecache.WINDOW, 5)
+    assert pagecache._windows(0, 10) == [(0, 10)]
 
 
 def test_residency_follows_reads_and_eviction(cold_file: Path, way: str) -> None:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+from typing import NamedTuple
 
 __all__ = ["Mount", "kind_of", "mount_of", "parse_mountinfo"]
 
@@ -47,8 +47,7 @@ _VIRTUAL = frozenset(
 _ESCAPE = re.compile(r"\\([0-7]{3})")
 
 
-@dataclass(frozen=True, slots=True)
-class Mount:
+class Mount(NamedTuple):
     """One line of the mount table: where it is mounted, what and from where."""
 
     point: str

@@ -2,9 +2,9 @@
 
 :func:`resident_fraction` asks the kernel with ``cachestat()`` (Linux 6.5+: one call, no
 memory), and where that is missing or filtered, with ``mincore()`` over a temporary
-read-only mapping of the range (a huge range is sampled: at most :data:`MINCORE_SAMPLES`
-windows of :data:`MINCORE_WINDOW` bytes, so the answer costs bounded memory whatever the
-file's size). None means the kernel cannot say (not Linux, a file that cannot be mapped).
+mapping of each window. A large range is sampled (at most :data:`SAMPLES` windows of
+:data:`WINDOW` bytes, evenly spread), so the answer costs bounded time and memory whatever
+the file's size. None means the kernel cannot say (not Linux, a file that cannot be mapped).
 
 Example:
     >>> import tempfile
@@ -25,13 +25,13 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["MINCORE_SAMPLES", "MINCORE_WINDOW", "advise", "resident_fraction"]
+__all__ = ["SAMPLES", "WINDOW", "advise", "resident_fraction"]
 
 _PAGE = mmap.PAGESIZE
 _CACHESTAT = 451  # the same number on every architecture (the unified syscall table)
-MINCORE_WINDOW = 4 << 20
-"""Bytes per ``mincore`` window."""
-MINCORE_SAMPLES = 64
+WINDOW = 1 << 20
+"""Bytes per window looked at."""
+SAMPLES = 32
 """The most windows one answer looks at (evenly spread over a larger range)."""
 
 _state = {"cachestat": sys.platform.startswith("linux")}
@@ -117,10 +117,27 @@ def _mincore_window(fd: int, start: int, length: int) -> tuple[int, int] | None:
         window.close()
 
 
+def _windows(first: int, stop: int) -> list[tuple[int, int]]:
+    """``(start, length)`` of the windows looked at over ``[first, stop)``: all of it up to
+    :data:`SAMPLES` windows, else that many spread evenly from the first to the last."""
+    count = -(-(stop - first) // WINDOW)
+    picks: list[int] | range
+    if count <= SAMPLES:
+        picks = range(count)
+    else:
+        picks = sorted({i * (count - 1) // (SAMPLES - 1) for i in range(SAMPLES)})
+    out = []
+    for index in picks:
+        at = first + index * WINDOW
+        out.append((at, min(WINDOW, stop - at)))
+    return out
+
+
 def resident_fraction(fd: int, start: int, stop: int) -> float | None:
     """The fraction (0.0-1.0) of the pages of bytes ``[start, stop)`` of the open file
     ``fd`` that are in the page cache; 1.0 for an empty range; None where the kernel cannot
-    say.
+    say. A range over :data:`SAMPLES` windows of :data:`WINDOW` bytes is sampled (that many,
+    evenly spread): the kernel's answer costs time in proportion to the pages asked about.
 
     Example:
         >>> import tempfile
@@ -131,18 +148,16 @@ def resident_fraction(fd: int, start: int, stop: int) -> float | None:
     if stop <= start:
         return 1.0
     first = start // _PAGE * _PAGE
-    pages = -(-(stop - first) // _PAGE)
-    if _state["cachestat"]:
-        call = _cachestat_fn()
-        cached = None if call is None else call(fd, first, stop - first)
-        if cached is not None:
-            return min(1.0, cached / pages)
-    windows = -(-(stop - first) // MINCORE_WINDOW)
-    step = max(1, -(-windows // MINCORE_SAMPLES))
+    windows = _windows(first, stop)
     resident = seen = 0
-    for index in range(0, windows, step):
-        at = first + index * MINCORE_WINDOW
-        got = _mincore_window(fd, at, min(MINCORE_WINDOW, stop - at))
+    call = _cachestat_fn() if _state["cachestat"] else None
+    for at, length in windows:
+        pages = -(-length // _PAGE)
+        cached = None if call is None or not _state["cachestat"] else call(fd, at, length)
+        if cached is not None:
+            resident, seen = resident + min(cached, pages), seen + pages
+            continue
+        got = _mincore_window(fd, at, length)
         if got is None:
             return None
         resident, seen = resident + got[0], seen + got[1]
