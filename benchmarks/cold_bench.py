@@ -13,8 +13,9 @@ tensor (the same for every library, so a lazy tensor is read from the file insid
 exit. The libraries: ``tf`` (``tensorfile.safetensors.torch.load_file``, ``backend="auto"``,
 shard after shard), ``ref`` (``safetensors.torch.load_file`` 0.8, shard after shard; it has no
 sharded loader), ``fss`` (fastsafetensors, CPU, no GDS, every shard in one ``fastsafe_open``)
-and ``runai`` (the Run:ai streamer, every shard in one ``stream_files``). They alternate
-(tf, ref, fss, runai, tf, ...). Before each child: cold rows evict the files' pages
+and ``runai`` (the Run:ai streamer, every shard in one ``stream_files``). They alternate,
+the order rotated each repetition (tf ref fss runai, ref fss runai tf, ...) so that no library
+always follows the same one. Before each child: cold rows evict the files' pages
 (``posix_fadvise(POSIX_FADV_DONTNEED)``, file data only), warm rows read the files once; then
 the runner sleeps ``settle`` seconds so the memory the previous child freed goes back to the
 host. An untimed warm-up child per library checks that all four load the same bytes (CRC-32
@@ -229,8 +230,8 @@ def bench(name: str, path: Path, cold: bool, nbytes: int, repeat: int, settle: f
         "every page touched",
         nbytes,
     )
-    for _ in range(repeat):
-        for lib in LIBS:
+    for rep in range(repeat):
+        for lib in LIBS[rep % len(LIBS) :] + LIBS[: rep % len(LIBS)]:  # rotated: no fixed slot
             if cold:
                 evict(path)
             else:
