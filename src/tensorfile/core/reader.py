@@ -24,8 +24,8 @@ from typing import Any, Self, TypeVar
 
 import numpy as np
 
-from . import packing, slicing
-from .catalog import ByteRange, Catalog, TensorInfo
+from . import packing, plan, slicing
+from .catalog import Catalog, TensorInfo
 from .errors import (
     InvalidArgumentError,
     InvalidTypeError,
@@ -295,15 +295,27 @@ class Reader:
         return dict(zip(names, self.read_into(names, numpy_allocator), strict=True))
 
     def read_into(self, names: list[str], alloc: Allocator[T]) -> list[T]:
-        """Read ``names`` into buffers from ``alloc``; adjacent tensors share one read call."""
+        """Read ``names`` into buffers from ``alloc``: one plan (:mod:`~tensorfile.core.plan`)
+        for all of them, adjacent tensors sharing reads, pieces read in parallel where the
+        source allows."""
+        return self.start_read(names, alloc).run()
+
+    def start_read(self, names: list[str], alloc: Allocator[T]) -> plan.Pending[T]:
+        """The reads of :meth:`read_into`, planned but not run: a sharded checkpoint runs
+        the pieces of all its shards in one pool, then finishes each shard."""
         infos = [self.info(n) for n in names]
         for info in infos:
             self._dense(info)
         slots = [self._allocate(alloc, info) for info in infos]
-        self._read_ranges(
-            [(info.name, info.byte_range, slot[0]) for info, slot in zip(infos, slots, strict=True)]
-        )
-        return [finish() for _, finish in slots]
+        jobs = [
+            (info.name, info.byte_range, slot[0]) for info, slot in zip(infos, slots, strict=True)
+        ]
+
+        def finish() -> list[T]:
+            self._after_read(jobs)
+            return [done() for _, done in slots]
+
+        return plan.Pending(self.plan_reads(jobs), finish)
 
     def _allocate(
         self, alloc: Allocator[T], info: TensorInfo
@@ -328,34 +340,18 @@ class Reader:
             f"cannot be held as an array: {exc}"
         )
 
-    def _read_ranges(self, jobs: list[tuple[str, ByteRange, memoryview]]) -> None:
-        """Fill each buffer from its byte range; adjacent ranges share one read call."""
-        jobs = sorted(jobs, key=lambda job: job[1].start)
-        gap_limit = self.source.coalesce_gap
-        run: list[memoryview] = []
-        run_start = run_stop = -1
-        for name, rng, view in jobs:
-            if view.nbytes != rng.length:
-                raise InvalidArgumentError(
-                    f"buffer for {name!r} is {view.nbytes} bytes, expected {rng.length}"
-                )
-            if rng.length == 0:
-                continue
-            if run and rng.start == run_stop:
-                run.append(view)
-                run_stop = rng.stop
-                continue
-            if run and run_stop < rng.start <= run_stop + gap_limit:
-                # a remote source: one request over a small gap beats two requests
-                run.append(memoryview(bytearray(rng.start - run_stop)))
-                run.append(view)
-                run_stop = rng.stop
-                continue
-            if run:
-                self._readinto(run_start, run)
-            run, run_start, run_stop = [view], rng.start, rng.stop
-        if run:
-            self._readinto(run_start, run)
+    def plan_reads(self, jobs: list[plan.Job]) -> list[plan.Piece]:
+        """The pieces that fill each job's buffer from its byte range (see
+        :func:`tensorfile.core.plan.plan`), read through :meth:`_readinto`."""
+        return plan.plan(self.source, self._readinto, jobs)
+
+    def _read_ranges(self, jobs: list[plan.Job]) -> None:
+        """Fill each buffer from its byte range, as planned, then check what was read."""
+        plan.execute(self.plan_reads(jobs))
+        self._after_read(jobs)
+
+    def _after_read(self, jobs: list[plan.Job]) -> None:
+        """Called once ``jobs`` were read: a format that records digests checks them here."""
 
     def _readinto(self, offset: int, buffers: list[memoryview]) -> None:
         self.source.readinto(offset, buffers)

@@ -49,6 +49,7 @@ from ..core.errors import (
     TensorNotFoundError,
     UnsupportedError,
 )
+from ..core.plan import Pending
 from ..core.reader import Allocator, NDArray, Reader, names_list, numpy_allocator
 from ..core.source import Source
 from ..sources import PathOrData, is_url
@@ -207,18 +208,27 @@ class ShardedReader(Reader):
         got = self.read_into(wanted, numpy_allocator)
         return dict(zip(wanted, got, strict=True))
 
-    def read_into(self, names: list[str], alloc: Allocator[T]) -> list[T]:
-        """Read ``names`` with ``alloc``'s buffers, each shard's tensors in one call."""
+    def start_read(self, names: list[str], alloc: Allocator[T]) -> Pending[T]:
+        """The reads of ``names`` from every shard they are in, as one plan: the pieces of
+        all shards run in one pool (parallel across shards, not shard by shard), then each
+        shard checks and finishes its own tensors."""
         by_shard: dict[str, list[int]] = {}
         for i, name in enumerate(names):
             self._reader(name)  # unknown names and misplaced tensors fail before any read
             by_shard.setdefault(self._ck.weight_map[name], []).append(i)
-        out: list[Any] = [None] * len(names)
-        for shard, where in by_shard.items():
-            got = self._readers[shard].read_into([names[i] for i in where], alloc)
-            for i, value in zip(where, got, strict=True):
-                out[i] = value
-        return out
+        parts = [
+            (where, self._readers[shard].start_read([names[i] for i in where], alloc))
+            for shard, where in by_shard.items()
+        ]
+
+        def finish() -> list[T]:
+            out: list[Any] = [None] * len(names)
+            for where, pending in parts:
+                for i, value in zip(where, pending.finish(), strict=True):
+                    out[i] = value
+            return out
+
+        return Pending([p for _, pending in parts for p in pending.pieces], finish)
 
     def close(self) -> None:
         """Close every opened shard."""

@@ -33,6 +33,9 @@ from tensorfile.formats.safetensors.faces import (
     write_file,
     write_sharded,
 )
+from tensorfile.formats.safetensors.faces import (
+    load_sharded as _load_sharded,
+)
 
 from ..core.errors import InvalidArgumentError, InvalidTypeError, SharedTensorsError
 from ..core.sizes import parse_size
@@ -43,6 +46,7 @@ __all__ = [
     "load",
     "load_file",
     "load_model",
+    "load_sharded",
     "save",
     "save_file",
     "save_model",
@@ -454,3 +458,20 @@ def _storage(name: str, tensor: torch.Tensor) -> tuple[Any, int]:
     if not tensor.is_contiguous():
         return ("copy", name), tensor.nelement() * tensor.element_size()
     return (tensor.device, storage_ptr(tensor), storage_size(tensor)), storage_size(tensor)
+
+
+def load_sharded(
+    path: str | os.PathLike[str], device: Any = "cpu", *, verify: bool = False
+) -> dict[str, torch.Tensor]:
+    """Every tensor of a sharded checkpoint (``model.safetensors.index.json``, a folder
+    holding one, or a single file; local or a URL), read as one plan: the shards are read
+    in parallel, not one after the other (a tensorfile extension; the reference has none).
+
+    Example:
+        >>> import tempfile
+        >>> d = tempfile.mkdtemp()
+        >>> _ = save_sharded(torch.nn.Linear(2, 2).state_dict(), d)
+        >>> sorted(load_sharded(d))[:1]
+        ['bias']
+    """
+    return _load_sharded(path, "pt", device, verify=verify)

@@ -14,6 +14,7 @@ from tensorfile.core.errors import (
     SourceError,
     TensorFileError,
 )
+from tensorfile.core.plan import Job
 from tensorfile.core.reader import Reader, digest_covers_data
 from tensorfile.core.source import Source
 from tensorfile.formats.safetensors._digests import check, compare, parse_digests
@@ -129,8 +130,7 @@ class SafetensorsReader(Reader):
         digest = self.recorded().get(name)
         return digest if digest is not None and digest.startswith(algorithm + ":") else None
 
-    def _read_ranges(self, jobs: list[tuple[str, ByteRange, memoryview]]) -> None:
-        super()._read_ranges(jobs)
+    def _after_read(self, jobs: list[Job]) -> None:
         for name, _rng, buf in jobs:
             digest = self.digests.get(name)
             if digest is not None:

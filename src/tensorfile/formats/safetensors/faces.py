@@ -16,6 +16,7 @@ Example:
     [('w', 'I8', [2])]
 """
 
+from tensorfile.formats.safetensors._load import load_sharded
 from tensorfile.formats.safetensors._parse import MAX_HEADER_SIZE
 from tensorfile.formats.safetensors._safe_open import SafeSlice, safe_open
 from tensorfile.formats.safetensors._safe_open import _safe_open_handle as safe_open_handle
@@ -50,6 +51,7 @@ __all__ = [
     "deserialize",
     "face_functions",
     "face_functions_onto",
+    "load_sharded",
     "numpy_dict",
     "prepare_array",
     "safe_open",

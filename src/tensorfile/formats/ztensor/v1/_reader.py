@@ -37,6 +37,7 @@ from tensorfile.core.errors import (
     ZTensorUnsupportedError,
 )
 from tensorfile.core.parallel import workers
+from tensorfile.core.plan import Pending
 from tensorfile.core.reader import (
     Allocator,
     Reader,
@@ -160,7 +161,7 @@ class ZTensorReader(Reader):
         self._ensure_verified(info, "data")
         return super().view(name)
 
-    def read_into(self, names: list[str], alloc: Allocator[T]) -> list[T]:
+    def start_read(self, names: list[str], alloc: Allocator[T]) -> Pending[T]:
         """Read dense tensors into buffers from ``alloc``: raw ones with coalesced reads,
         zstd ones decompressed in place; digests checked."""
         infos = [self.info(n) for n in names]
@@ -172,15 +173,18 @@ class ZTensorReader(Reader):
             for info, slot in zip(infos, slots, strict=True)
             if info.data.encoding == "raw"
         ]
-        self._read_ranges(raw)
-        packed: list[tuple[TensorInfo, memoryview]] = []
-        for info, (view, _finish) in zip(infos, slots, strict=True):
-            if info.data.encoding == "raw":
-                self._check(info, "data", view)
-            else:
-                packed.append((info, view))
-        self._decode_all(packed)
-        return [finish() for _, finish in slots]
+
+        def finish() -> list[T]:
+            packed: list[tuple[TensorInfo, memoryview]] = []
+            for info, (view, _finish) in zip(infos, slots, strict=True):
+                if info.data.encoding == "raw":
+                    self._check(info, "data", view)
+                else:
+                    packed.append((info, view))
+            self._decode_all(packed)
+            return [done() for _, done in slots]
+
+        return Pending(self.plan_reads(raw), finish)
 
     def _decode_all(self, jobs: list[tuple[TensorInfo, memoryview]]) -> None:
         """Decompress components into their buffers, on all cores when there is a lot."""

@@ -37,6 +37,7 @@ from tensorfile.core.errors import (
     ZTensorMissingError,
     ZTensorUnsupportedError,
 )
+from tensorfile.core.plan import Pending
 from tensorfile.core.reader import (
     Allocator,
     Reader,
@@ -345,7 +346,7 @@ class ZTensor2Reader(Reader):
         self._ensure_verified(info, "data")
         return Reader.view(self, name)
 
-    def read_into(self, names: list[str], alloc: Allocator[T]) -> list[T]:
+    def start_read(self, names: list[str], alloc: Allocator[T]) -> Pending[T]:
         """Read dense tensors into buffers from ``alloc``: raw parts of this file with
         coalesced reads, others decoded in place; each checked before it is returned."""
         infos = [self.info(n) for n in names]
@@ -364,12 +365,15 @@ class ZTensor2Reader(Reader):
             for i, s in zip(infos, slots, strict=True)
             if i.data.encoding == "raw" and i.data.shard is None
         ]
-        self._read_ranges(local)
-        for info, (view, _finish) in zip(infos, slots, strict=True):
-            if info.data.encoding != "raw" or info.data.shard is not None:
-                self._fill(info, "data", view)
-            self._after(info, "data", np.frombuffer(view, np.uint8), info.numel)
-        return [finish() for _, finish in slots]
+
+        def finish() -> list[T]:
+            for info, (view, _finish) in zip(infos, slots, strict=True):
+                if info.data.encoding != "raw" or info.data.shard is not None:
+                    self._fill(info, "data", view)
+                self._after(info, "data", np.frombuffer(view, np.uint8), info.numel)
+            return [done() for _, done in slots]
+
+        return Pending(self.plan_reads(local), finish)
 
     def _readinto(self, offset: int, buffers: list[memoryview]) -> None:
         try:
