@@ -1,9 +1,10 @@
 """One whole-process load, run by ``benchmarks.process`` in a fresh interpreter.
 
-Usage: ``python benchmarks/_load_child.py {ref,tf,fss,runai} {numpy,torch,zt2}
+Usage: ``python benchmarks/_load_child.py {ref,tf,tfs,fss,runai} {numpy,torch,zt2}
 {auto,mmap,pread,-} PATH [--check] [--touch]`` (``zt2``: ztensor 2.1.2 against
 ``tensorfile.ztensor``, run from ``.venv-zt2``; ``fss``: fastsafetensors on the CPU without
-GDS; ``runai``: the Run:ai model streamer; both torch only)
+GDS; ``runai``: the Run:ai model streamer; ``tfs``: tensorfile's ``load_sharded``, every shard
+in one read plan, owned tensors; these three torch only)
 
 Imports the library (reference ``safetensors``, ``tensorfile.safetensors``, fastsafetensors
 or the Run:ai streamer), loads every tensor of PATH with ``load_file`` (or the library's own
@@ -132,11 +133,16 @@ def main(argv: list[str]) -> int:
         import tensorfile.safetensors.numpy as module
     else:
         import tensorfile.safetensors.torch as module
+    if lib == "tfs":  # tensorfile's sharded loader: every shard in one read plan, owned
+        loader = module.load_sharded
+        module = None
     t1 = time.perf_counter()
     before = resource.getrusage(resource.RUSAGE_SELF)
     t2 = time.perf_counter()
     paths = shard_paths(path)
-    if module is None:
+    if lib == "tfs":
+        tensors = loader(path)
+    elif module is None:
         tensors = loader(paths)
     elif framework in ("numpy", "zt2"):
         tensors = {}

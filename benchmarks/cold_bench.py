@@ -5,7 +5,8 @@ Rows (``--only load_cold`` selects all four):
 
 * ``cold_load_1g`` / ``warm_load_1g``: the 1 GiB file (16 x 64 MiB F32);
 * ``cold_load_4shard`` / ``warm_load_4shard``: a 4 GiB checkpoint of 4 shards of 1 GiB and a
-  ``model.safetensors.index.json`` (generated once into the data folder).
+  ``model.safetensors.index.json`` (generated once into the data folder); these rows also time
+  ``tfs``, tensorfile's ``load_sharded`` (every shard in one read plan, owned tensors).
 
 Each load is ``python benchmarks/_load_child.py LIB torch BACKEND PATH --touch`` (see there):
 import, load every tensor as a torch CPU tensor, read one byte of every 4 KiB page of every
@@ -52,8 +53,15 @@ COLD_GROUP = "load_cold"
 
 CHILD = REPO / "benchmarks" / "_load_child.py"
 LIBS = ("tf", "ref", "fss", "runai")
+SHARDED_LIBS = ("tf", "tfs", "ref", "fss", "runai")
 PEERS = ("ref", "fss", "runai")
-NAMES = {"tf": "tensorfile", "ref": "safetensors 0.8", "fss": "fastsafetensors", "runai": "Run:ai"}
+NAMES = {
+    "tf": "tensorfile",
+    "tfs": "tensorfile load_sharded",
+    "ref": "safetensors 0.8",
+    "fss": "fastsafetensors",
+    "runai": "Run:ai",
+}
 SHARDS = 4
 
 
@@ -72,7 +80,8 @@ class ColdResult:
     name: str
     description: str
     nbytes: int
-    runs: dict[str, list[Run]] = field(default_factory=lambda: {lib: [] for lib in LIBS})
+    libs: tuple[str, ...] = LIBS
+    runs: dict[str, list[Run]] = field(default_factory=dict)
     floors: dict[str, list[float]] = field(default_factory=dict)
 
     def median(self, lib: str, what: str) -> float:
@@ -96,7 +105,7 @@ class ColdResult:
                     "runs": [r.__dict__ for r in self.runs[lib]],
                     "medians": {f: self.median(lib, f) for f in fields},
                 }
-                for lib in LIBS
+                for lib in self.libs
             },
             "best_peer_wall": NAMES[self.best_peer("wall_s")],
             "wall_ratio_best_peer_over_tf": self.ratio("wall_s"),
@@ -218,7 +227,8 @@ def bench(name: str, path: Path, cold: bool, nbytes: int, repeat: int, settle: f
     compileall.compile_dir(REPO / "src", quiet=1)
     for f in files_of(path):
         page_in(f)
-    crcs = {lib: child(lib, path, "--check")[0]["crc32"] for lib in LIBS}
+    libs = SHARDED_LIBS if path.is_dir() else LIBS
+    crcs = {lib: child(lib, path, "--check")[0]["crc32"] for lib in libs}
     check(
         all(c == crcs["ref"] for c in crcs.values()),
         f"{name}: the libraries loaded different bytes",
@@ -229,9 +239,10 @@ def bench(name: str, path: Path, cold: bool, nbytes: int, repeat: int, settle: f
         f"{'cold' if cold else 'warm'} page cache, {nbytes >> 20} MiB in {what}, fresh process, "
         "every page touched",
         nbytes,
+        libs,
     )
     for rep in range(repeat):
-        for lib in LIBS[rep % len(LIBS) :] + LIBS[: rep % len(LIBS)]:  # rotated: no fixed slot
+        for lib in libs[rep % len(libs) :] + libs[: rep % len(libs)]:  # rotated: no fixed slot
             if cold:
                 evict(path)
             else:
@@ -239,7 +250,7 @@ def bench(name: str, path: Path, cold: bool, nbytes: int, repeat: int, settle: f
                     page_in(f)
             time.sleep(settle)
             data, wall, usage = child(lib, path)
-            result.runs[lib].append(
+            result.runs.setdefault(lib, []).append(
                 Run(
                     wall,
                     data["import_s"],
@@ -287,7 +298,7 @@ def markdown(results: list[ColdResult]) -> str:
         "|---|---|---:|---:|---:|---|",
     ]
     for r in results:
-        for lib in LIBS:
+        for lib in r.libs:
             backends = sorted({run.backend for run in r.runs[lib] if run.backend})
             lines.append(
                 f"| {r.name} | {NAMES[lib]} | {r.median(lib, 'wall_s'):.2f} "

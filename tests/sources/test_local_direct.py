@@ -15,7 +15,7 @@ import pytest
 
 from tensorfile.core.errors import SourceError
 from tensorfile.sources import LocalSource, local
-from tensorfile.sources._direct import ALIGN, open_direct
+from tensorfile.sources._direct import ALIGN, POOL, open_direct
 
 SIZE = (3 << 20) + 4321
 
@@ -74,9 +74,29 @@ def test_a_large_read_runs_in_pieces_on_threads(data_file: tuple[Path, bytes]) -
         src.readinto(3, [memoryview(out)])
         assert out.tobytes() == data[3:]
         assert src.io_threads == local.DISK_THREADS
-        direct = src._direct_file()
-        assert direct is not None
-        assert len(direct._free) <= local.DISK_THREADS  # bounce buffers reused, not piled up
+        assert 0 < POOL.idle() <= local.DISK_THREADS  # bounce buffers reused, not piled up
+    assert POOL.idle() == 0  # the last direct file closed: the pool let its buffers go
+
+
+def test_many_files_share_the_bounce_buffers(tmp_path: Path) -> None:
+    # a checkpoint of many shards read in one plan: buffers per thread, not per shard
+    paths = []
+    for i in range(6):
+        path = tmp_path / f"s{i}.bin"
+        path.write_bytes(bytes([i]) * (1 << 20))
+        paths.append(path)
+    _direct_or_skip(paths[0])
+    sources = [LocalSource(p, direct=True) for p in paths]
+    try:
+        for i, src in enumerate(sources):
+            out = _dest(src.size - 1, 1)
+            src.readinto(1, [memoryview(out)])
+            assert out.tobytes() == bytes([i]) * (src.size - 1)
+        assert POOL.idle() == 1  # one serial reader: one buffer, whatever the file count
+    finally:
+        for src in sources:
+            src.close()
+    assert POOL.idle() == 0
 
 
 def test_concurrent_callers_on_disjoint_ranges(data_file: tuple[Path, bytes]) -> None:

@@ -5,13 +5,13 @@ page-cache pages (fresh memory, which on a lazily backed virtual machine costs a
 the destination's own pages) and then copies them out. ``O_DIRECT`` moves the disk's bytes
 straight into the reader's memory, which must be aligned: offsets, lengths and addresses at
 multiples of :data:`ALIGN`. A tensor's bytes sit at any offset and go to any address, so each
-thread reads aligned blocks into a bounce buffer of its own (page-aligned, allocated once and
-reused) and copies them out with ``memmove`` (which releases the GIL). Where a destination
-happens to sit at the same offset modulo :data:`ALIGN` as its bytes in the file, its aligned
-middle is read straight into it.
+thread reads aligned blocks into a bounce buffer (page-aligned, reused, from a :data:`POOL`
+the process's direct files share) and copies them out with ``memmove`` (which releases the
+GIL). Where a destination happens to sit at the same offset modulo :data:`ALIGN` as its bytes
+in the file, its aligned middle is read straight into it.
 
-Not every filesystem takes ``O_DIRECT`` (tmpfs refuses it): :func:`open_direct` returns None
-there, and the caller reads through the page cache.
+Not every filesystem takes ``O_DIRECT`` (sysfs, procfs, tmpfs before Linux 6.6 refuse it):
+:func:`open_direct` returns None there, and the caller reads through the page cache.
 
 Example:
     >>> import tempfile, os
@@ -39,7 +39,7 @@ import threading
 
 from ..core.errors import SourceError
 
-__all__ = ["ALIGN", "DirectFile", "open_direct"]
+__all__ = ["ALIGN", "POOL", "BouncePool", "DirectFile", "open_direct"]
 
 ALIGN = 4096
 """Offsets, lengths and addresses of direct reads are multiples of this (the strictest
@@ -73,43 +73,87 @@ def open_direct(fd: int, name: str, window: int) -> DirectFile | None:
     return DirectFile(own, name, window)
 
 
+Bounce = tuple[mmap.mmap, memoryview, int]
+"""A bounce buffer: the mapping, a view of it, its address."""
+
+
+class BouncePool:
+    """Bounce buffers shared by every open :class:`DirectFile` of the process, so that a
+    checkpoint of many shards read in one plan holds one buffer per reading thread, not one
+    per thread and per shard. Idle buffers are kept (at most ``keep`` of each size) while
+    any direct file is open, and freed when the last one closes.
+    """
+
+    def __init__(self, keep: int) -> None:
+        self.keep = keep
+        self._free: dict[int, list[Bounce]] = {}
+        self._users = 0
+        self._lock = threading.Lock()
+
+    def opened(self) -> None:
+        with self._lock:
+            self._users += 1
+
+    def closed(self) -> None:
+        with self._lock:
+            self._users -= 1
+            drained = [] if self._users else [b for lst in self._free.values() for b in lst]
+            if not self._users:
+                self._free = {}
+        for bounce in drained:
+            _free(bounce)
+
+    def idle(self) -> int:
+        """Buffers kept for the next read."""
+        with self._lock:
+            return sum(len(lst) for lst in self._free.values())
+
+    def take(self, size: int) -> Bounce:
+        """A free buffer of ``size`` bytes, or a new one (anonymous memory: page-aligned)."""
+        with self._lock:
+            kept = self._free.get(size)
+            if kept:
+                return kept.pop()
+        buf = mmap.mmap(-1, size)
+        view = memoryview(buf)
+        return buf, view, _address(view)
+
+    def give(self, size: int, bounce: Bounce) -> None:
+        with self._lock:
+            kept = self._free.setdefault(size, [])
+            if self._users and len(kept) < self.keep:
+                kept.append(bounce)
+                return
+        _free(bounce)
+
+
+POOL = BouncePool(keep=16)
+"""The process's bounce buffers (16 of 8 MiB at most while direct files are open)."""
+
+
 class DirectFile:
     """Direct reads of one file, from any number of threads at once.
 
-    Each thread gets one bounce buffer of ``window`` bytes plus two alignment blocks the
-    first time it reads, kept until :meth:`close`; the memory held is that times the threads
-    that read. A read that hits the end of the file short of what was asked means the file
-    was truncated after it was opened: a :class:`~tensorfile.errors.SourceError`.
+    Each read takes a bounce buffer of ``window`` bytes plus two alignment blocks from
+    :data:`POOL` and gives it back: the memory held is one buffer per thread reading, shared
+    with the other open direct files. A read that hits the end of the file short of what was
+    asked means the file was truncated after it was opened: a
+    :class:`~tensorfile.errors.SourceError`.
     """
 
     def __init__(self, fd: int, name: str, window: int) -> None:
         self.fd = fd
         self.name = name
         self.window = max(ALIGN, window // ALIGN * ALIGN)
-        self._free: list[tuple[mmap.mmap, memoryview, int]] = []
+        self._size = self.window + 2 * ALIGN
         self._lock = threading.Lock()
         self._closed = False
-
-    def _take(self) -> tuple[mmap.mmap, memoryview, int]:
-        """A bounce buffer: a free one, or a new one (anonymous memory is page-aligned)."""
-        with self._lock:
-            if self._free:
-                return self._free.pop()
-        buf = mmap.mmap(-1, self.window + 2 * ALIGN)
-        view = memoryview(buf)
-        return buf, view, _address(view)
-
-    def _give(self, bounce: tuple[mmap.mmap, memoryview, int]) -> None:
-        with self._lock:
-            if not self._closed:
-                self._free.append(bounce)
-                return
-        _free(bounce)
+        POOL.opened()
 
     def readinto(self, offset: int, buffers: list[memoryview]) -> None:
         """Fill ``buffers`` (writable, contiguous bytes) from consecutive bytes at
         ``offset``."""
-        bounce = self._take()
+        bounce = POOL.take(self._size)
         try:
             pos = offset
             for buf in buffers:
@@ -123,11 +167,9 @@ class DirectFile:
                         done += self._bounced(bounce, here, left, addr + done)
                 pos += buf.nbytes
         finally:
-            self._give(bounce)
+            POOL.give(self._size, bounce)
 
-    def _straight(
-        self, bounce: tuple[mmap.mmap, memoryview, int], offset: int, dest: memoryview, addr: int
-    ) -> int:
+    def _straight(self, bounce: Bounce, offset: int, dest: memoryview, addr: int) -> int:
         """Read the aligned middle of ``dest`` (congruent to ``offset``) straight into it;
         the bytes before the first aligned address go through the bounce buffer. Returns
         the bytes filled."""
@@ -138,9 +180,7 @@ class DirectFile:
         self._pread_exact(dest[:length], offset, length)
         return length
 
-    def _bounced(
-        self, bounce: tuple[mmap.mmap, memoryview, int], offset: int, length: int, addr: int
-    ) -> int:
+    def _bounced(self, bounce: Bounce, offset: int, length: int, addr: int) -> int:
         """Read up to one window covering ``[offset, offset+length)`` into the bounce
         buffer and copy the wanted part to ``addr``. Returns the bytes copied."""
         _, view, base = bounce
@@ -178,19 +218,17 @@ class DirectFile:
                 return
 
     def close(self) -> None:
-        """Close the descriptor and free the bounce buffers (those in use are freed when
-        their read ends)."""
+        """Close the descriptor (the pool frees its idle buffers when the last direct file
+        closes)."""
         with self._lock:
             if self._closed:
                 return
             self._closed = True
-            free, self._free = self._free, []
         os.close(self.fd)
-        for bounce in free:
-            _free(bounce)
+        POOL.closed()
 
 
-def _free(bounce: tuple[mmap.mmap, memoryview, int]) -> None:
+def _free(bounce: Bounce) -> None:
     buf, view, _ = bounce
     view.release()
     buf.close()
