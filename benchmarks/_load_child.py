@@ -1,13 +1,24 @@
 """One whole-process load, run by ``benchmarks.process`` in a fresh interpreter.
 
-Usage: ``python benchmarks/_load_child.py {ref,tf} {numpy,torch,zt2} {mmap,pread,-} PATH
-[--check]`` (``zt2``: ztensor 2.1.2 against ``tensorfile.ztensor``, run from ``.venv-zt2``)
+Usage: ``python benchmarks/_load_child.py {ref,tf,tfs,fss,runai} {numpy,torch,zt2}
+{auto,mmap,pread,-} PATH [--check] [--touch]`` (``zt2``: ztensor 2.1.2 against
+``tensorfile.ztensor``, run from ``.venv-zt2``; ``fss``: fastsafetensors on the CPU without
+GDS; ``runai``: the Run:ai model streamer; ``tfs``: tensorfile's ``load_sharded``, every shard
+in one read plan, owned tensors; these three torch only)
 
-Imports the library (reference ``safetensors`` or ``tensorfile.safetensors``), loads every
-tensor of PATH with ``load_file`` and prints one JSON line: the import and load times measured
-here, this process's peak RSS and the minor page faults taken during the load. ``--check``
-(the untimed warm-up) also prints a CRC-32 of every tensor's bytes so the parent can compare
-the two libraries. Nothing else is imported, so the numbers are what a user's script sees.
+Imports the library (reference ``safetensors``, ``tensorfile.safetensors``, fastsafetensors
+or the Run:ai streamer), loads every tensor of PATH with ``load_file`` (or the library's own
+way) and prints one JSON line: the import and load times measured here, this process's peak
+RSS and the minor page faults taken during the load. PATH may be a folder holding a sharded
+checkpoint (``model.safetensors.index.json``): every shard the index names is loaded, by
+``load_file`` shard after shard (the reference has no sharded loader) or, for fastsafetensors
+and the Run:ai streamer, in one call over all of them. ``--touch`` materialises every tensor
+inside the timed load, the same way for every library: one byte of each 4 KiB page is read
+(a lazy tensor over a mapping is read from the file then; an owned one is already there).
+``--check`` (the untimed warm-up) also prints a CRC-32 of every tensor's bytes, taken after
+the library's loader was closed, so the parent can compare the libraries and see that their
+tensors stay valid on their own. Nothing else is imported, so the numbers are what a user's
+script sees.
 """
 
 from __future__ import annotations
@@ -47,6 +58,48 @@ class _Zt2Ref:
         return out
 
 
+def shard_paths(path: str) -> list[str]:
+    """The shards of the checkpoint in folder ``path`` (from its index), or ``[path]``."""
+    import os
+
+    if not os.path.isdir(path):
+        return [path]
+    with open(os.path.join(path, "model.safetensors.index.json")) as f:
+        names = sorted(set(json.load(f)["weight_map"].values()))
+    return [os.path.join(path, name) for name in names]
+
+
+def load_fss(paths: list[str]) -> dict[str, Any]:
+    """fastsafetensors on the CPU, no GDS: its tensors keep their buffer alive after the
+    loader closes (its docs; ``--check`` verifies the bytes after the close)."""
+    from fastsafetensors import fastsafe_open  # type: ignore[import-untyped]
+
+    with fastsafe_open(filenames=paths, nogds=True, device="cpu", framework="pt") as f:
+        return {k: f.get_tensor(k) for k in f.keys()}
+
+
+def load_runai(paths: list[str]) -> dict[str, Any]:
+    """The Run:ai streamer: ``owned=True`` (its default) gives tensors that stay valid after
+    the streamer closes (``--check`` verifies the bytes after the close)."""
+    from runai_model_streamer import SafetensorsStreamer  # type: ignore[import-untyped]
+
+    with SafetensorsStreamer() as streamer:
+        streamer.stream_files(paths)
+        return dict(streamer.get_tensors())
+
+
+def touch(tensors: dict[str, Any]) -> int:
+    """Read one byte of every 4 KiB page of every tensor (torch), the same for every
+    library: a lazy tensor's pages are read from the file here."""
+    import torch
+
+    total = 0
+    for t in tensors.values():
+        flat = t.reshape(-1).view(torch.uint8)
+        total += int(flat[::4096].sum())
+    return total
+
+
 def _zt2_module(lib: str) -> Any:
     if lib == "ref":
         return _Zt2Ref
@@ -59,8 +112,17 @@ def main(argv: list[str]) -> int:
     t0 = time.perf_counter()
     lib, framework, backend, path = argv[:4]
     check = "--check" in argv[4:]
-    module: Any
-    if framework == "zt2":
+    materialise = "--touch" in argv[4:]
+    module: Any = None
+    if lib in ("fss", "runai"):
+        loader = load_fss if lib == "fss" else load_runai
+        import torch  # noqa: F401  (imported by both libraries: counted as their import)
+
+        if lib == "fss":
+            import fastsafetensors  # noqa: F401
+        else:
+            import runai_model_streamer  # noqa: F401
+    elif framework == "zt2":
         module = _zt2_module(lib)
     elif lib == "ref":
         if framework == "numpy":
@@ -71,13 +133,27 @@ def main(argv: list[str]) -> int:
         import tensorfile.safetensors.numpy as module
     else:
         import tensorfile.safetensors.torch as module
+    if lib == "tfs":  # tensorfile's sharded loader: every shard in one read plan, owned
+        loader = module.load_sharded
+        module = None
     t1 = time.perf_counter()
     before = resource.getrusage(resource.RUSAGE_SELF)
     t2 = time.perf_counter()
-    if framework in ("numpy", "zt2"):
-        tensors = module.load_file(path)
+    paths = shard_paths(path)
+    if lib == "tfs":
+        tensors = loader(path)
+    elif module is None:
+        tensors = loader(paths)
+    elif framework in ("numpy", "zt2"):
+        tensors = {}
+        for p in paths:
+            tensors.update(module.load_file(p))
     else:
-        tensors = module.load_file(path, backend=backend)
+        tensors = {}
+        for p in paths:
+            tensors.update(module.load_file(p, backend=backend))
+    if materialise:
+        touch(tensors)
     t3 = time.perf_counter()
     after = resource.getrusage(resource.RUSAGE_SELF)
     out: dict[str, object] = {
@@ -87,6 +163,11 @@ def main(argv: list[str]) -> int:
         "load_minflt": after.ru_minflt - before.ru_minflt,
         "tensors": len(tensors),
     }
+    if lib == "tf" and framework == "torch":
+        import tensorfile.loading
+
+        choice = tensorfile.loading.last()
+        out["backend"] = choice.backend if choice is not None else backend
     if check:
         import zlib
 

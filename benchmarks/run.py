@@ -17,6 +17,9 @@ What it measures (full size; ``--quick`` shrinks the files so a smoke test takes
 * ``process_load_numpy`` / ``process_load_torch`` / ``process_load_torch_pread`` (``--only
   load_process`` selects the three): the same loads, each in a fresh interpreter, as a user
   sees them (wall time, load time and peak RSS); see ``benchmarks/process.py``.
+* ``cold_load_1g`` / ``warm_load_1g`` / ``cold_load_4shard`` / ``warm_load_4shard`` (``--only
+  load_cold`` selects the four): fresh-process loads from a cold and a warm page cache against
+  the reference, fastsafetensors and the Run:ai streamer; see ``benchmarks/cold_bench.py``.
 * ``view_all``: ``tensorfile.open(path)`` then ``.view(name)`` of every tensor of the 1 GiB
   file. The reference has no zero-copy equivalent, so only the absolute time is given. The
   views map the file without reading it, so its GB/s is "bytes made available per second",
@@ -50,6 +53,7 @@ Usage (from the repository root: ``benchmarks`` and ``tests`` are imported as pa
     .venv/bin/python -m benchmarks.run --only load_numpy --repeat 9 --json out.json
     .venv/bin/python -m benchmarks.run --only load_process     # fresh-process loads, ~2-3 min
     .venv/bin/python -m benchmarks.run --only cache   # the remote cache (benchmarks/cache_bench.py)
+    .venv/bin/python -m benchmarks.run --only load_cold        # cold/warm vs 3 peers, ~10 min
 """
 
 from __future__ import annotations
@@ -75,6 +79,7 @@ import tensorfile
 import tensorfile.safetensors.numpy
 import tensorfile.safetensors.torch
 from benchmarks.cache_bench import CACHE_BENCHMARKS, CACHE_GROUP
+from benchmarks.cold_bench import COLD_BENCHMARKS, COLD_GROUP, ColdResult
 from benchmarks.common import (
     BENCHMARKS,
     N_BIG,
@@ -116,6 +121,7 @@ ALL_BENCHMARKS = (
     + S3_BENCHMARKS
     + FEED_BENCHMARKS
     + CACHE_BENCHMARKS
+    + COLD_BENCHMARKS
 )
 
 # --------------------------------------------------------------------------- benchmarks
@@ -338,11 +344,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--json", type=Path, default=None, help="also write the results here")
     parser.add_argument(
         "--only",
-        choices=(*ALL_BENCHMARKS, PROCESS_GROUP, CACHE_GROUP),
+        choices=(*ALL_BENCHMARKS, PROCESS_GROUP, CACHE_GROUP, COLD_GROUP),
         action="append",
         default=None,
         help=f"run only this benchmark (may be given more than once; {PROCESS_GROUP} selects "
-        f"the fresh-process rows, {CACHE_GROUP} the remote-cache rows)",
+        f"the fresh-process rows, {CACHE_GROUP} the remote-cache rows, {COLD_GROUP} the "
+        "cold/warm rows against every peer)",
     )
     args = parser.parse_args(argv)
     if args.repeat is not None and args.repeat < 1:
@@ -353,6 +360,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.only = [n for n in args.only if n != PROCESS_GROUP] + list(PROCESS_BENCHMARKS)
     if args.only is not None and CACHE_GROUP in args.only:
         args.only = [n for n in args.only if n != CACHE_GROUP] + list(CACHE_BENCHMARKS)
+    if args.only is not None and COLD_GROUP in args.only:
+        args.only = [n for n in args.only if n != COLD_GROUP] + list(COLD_BENCHMARKS)
     return args
 
 
@@ -415,12 +424,20 @@ def main(argv: list[str] | None = None) -> int:
     results: list[Result] = []
     process_results: list[ProcessResult] = []
     load_results: list[LoadResult] = []
+    cold: dict[str, Callable[[], ColdResult]] = {}
+    if any(name in COLD_BENCHMARKS for name in selected):
+        from benchmarks.cold_bench import runners as cold_runners
+
+        cold = cold_runners(cfg, args.quick, settle, args.repeat)
+    cold_results: list[ColdResult] = []
     for name in ALL_BENCHMARKS:
         if name not in selected:
             continue
         print(f"running {name}...", file=sys.stderr, flush=True)
         if name in process:
             process_results.append(process[name]())
+        elif name in cold:
+            cold_results.append(cold[name]())
         else:
             out = runners[name]()
             if isinstance(out, LoadResult):
@@ -474,6 +491,17 @@ def main(argv: list[str] | None = None) -> int:
         )
         print()
         print(cache_markdown(cache_results))
+    if cold_results:
+        from benchmarks.cold_bench import markdown as cold_markdown
+
+        print()
+        print(
+            f"cold and warm loads against every peer: fresh process per load, libraries "
+            f"alternated, {settle:g} s settle before each; medians; ratio = best peer / "
+            "tensorfile"
+        )
+        print()
+        print(cold_markdown(cold_results))
     if args.json is not None:
         payload = {
             "machine": info,
@@ -488,6 +516,7 @@ def main(argv: list[str] | None = None) -> int:
             "process_results": [r.to_json() for r in process_results],
             "remote_load_results": [r.to_json() for r in load_results],
             "cache_results": [r.to_json() for r in cache_results],
+            "cold_results": [r.to_json() for r in cold_results],
         }
         args.json.write_text(json.dumps(payload, indent=2) + "\n")
         print(f"\nwrote {args.json}", file=sys.stderr)

@@ -53,7 +53,7 @@ LAYERS: dict[str, set[str]] = {
     "sources": {"core"},
     "frameworks": {"core"},
     "formats": {"core", "sources", "frameworks"},
-    "safetensors": FACE,
+    "safetensors": FACE | {"loading"},  # load_file's backend="auto" asks loading
     "ztensor": FACE,
     "gguf": FACE,
     "checkpoint": FACE,
@@ -63,6 +63,7 @@ LAYERS: dict[str, set[str]] = {
     "spark": {"core", "dataset", "sources", "formats"},
     "cli": {"core", "ops", "dataset", "sources"},
     "testing": {"core", "sources", "formats", "frameworks"},
+    "loading": {"sources"},  # how load_file reads a file (mount table, page cache)
     "patching": set(),  # (imports tensorfile.safetensors by name, when patched code asks)
 }
 ANYONE = {"core", "_version"}

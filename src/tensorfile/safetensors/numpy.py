@@ -34,6 +34,7 @@ from ..core.dtypes import from_numpy
 from ..core.errors import InvalidArgumentError, InvalidTypeError
 from ..core.reader import NDArray
 from ..core.sizes import parse_size
+from ..loading import resolve
 
 __all__ = ["load", "load_file", "save", "save_file", "save_sharded"]
 
@@ -102,7 +103,7 @@ def load(data: bytes | bytearray | memoryview) -> dict[str, NDArray]:
 def load_file(
     filename: str | os.PathLike[str],
     *,
-    backend: str = "mmap",
+    backend: str = "auto",
     copy: bool = True,
     verify: bool = False,
     cache_dir: str | os.PathLike[str] | bool | None = None,
@@ -119,6 +120,7 @@ def load_file(
         >>> load_file("model.safetensors")["a"].tolist()
         [0.0, 0.0]
     """
+    backend = resolve(filename, backend, owned=copy)
     with safe_open(
         filename, framework="np", backend=backend, verify=verify, cache_dir=cache_dir
     ) as f:

@@ -40,6 +40,7 @@ from tensorfile.formats.safetensors.faces import (
 from ..core.errors import InvalidArgumentError, InvalidTypeError, SharedTensorsError
 from ..core.sizes import parse_size
 from ..frameworks.torch import prepare_tensor
+from ..loading import resolve
 
 __all__ = [
     "load",
@@ -284,7 +285,7 @@ def load_file(
     filename: str | os.PathLike[str],
     device: Any = "cpu",
     *,
-    backend: str = "mmap",
+    backend: str = "auto",
     copy: bool | None = None,
     verify: bool = False,
     cache_dir: str | os.PathLike[str] | bool | None = None,
@@ -295,10 +296,15 @@ def load_file(
     As in the reference, ``backend="mmap"`` on the cpu returns tensors backed by a private
     mapping of the file: loading costs only the header, pages are read when touched, and
     writing to a tensor never changes the file. ``backend="pread"`` (or ``copy=True``)
-    returns owned tensors, read in parallel straight into their storage. On any other
-    device (``"cuda:0"``...) the tensors are made on the device and filled through a small
-    ring of reused pinned host buffers (:mod:`tensorfile.frameworks.torch_stream`): the
-    host holds the ring (about 96 MiB), never the whole model.
+    returns owned tensors, read in parallel straight into their storage (a cold file with
+    ``O_DIRECT``). ``backend="auto"`` (the default) picks per file: ``"mmap"`` on a local
+    disk, first read ahead in parallel when the file is not in the page cache, and
+    ``"pread"`` on a network or FUSE filesystem; :func:`tensorfile.loading.last` says what
+    it chose and why. On any other device (``"cuda:0"``...) the tensors are made on the
+    device and filled through a small ring of reused pinned host buffers
+    (:mod:`tensorfile.frameworks.torch_stream`): the host holds the ring (about 96 MiB),
+    never the whole model. ``cache_dir=`` keeps remote files' chunks in a local cache
+    (see the README's "Caching remote checkpoints").
 
     Example:
         >>> save_file({"a": torch.ones(2)}, "model.safetensors")
@@ -307,6 +313,7 @@ def load_file(
         >>> lazy["a"].tolist(), owned["a"].tolist()
         ([1.0, 1.0], [1.0, 1.0])
     """
+    backend = resolve(filename, backend, owned=bool(copy) or str(device) != "cpu")
     if copy is None:
         copy = backend == "pread" or str(device) != "cpu"
     with safe_open(

@@ -1,4 +1,14 @@
-"""A source over a local file: positional reads for copies, a private mapping for views."""
+"""A source over a local file: positional reads for copies, a private mapping for views.
+
+Large reads run on several threads. A range that is mostly in the page cache is copied out
+of it with ``preadv``; a cold one, on a filesystem of a local block device, is read with
+``O_DIRECT`` through reused aligned bounce buffers (:mod:`._direct`), which skips filling
+page-cache pages the copy never reads again. :meth:`LocalSource.prefetch` reads a range of
+the mapping in ahead, on several threads (``MADV_POPULATE_READ``), so lazy tensors over it
+cost no disk read when first touched. :meth:`LocalSource.mount` says which filesystem the
+file is on (:mod:`._mounts`) and :meth:`LocalSource.resident_fraction` how much of it is
+cached (:mod:`._pagecache`); :mod:`tensorfile.loading` decides from both.
+"""
 
 from __future__ import annotations
 
@@ -8,14 +18,31 @@ import mmap
 import os
 import stat
 import sys
+import threading
 import weakref
 from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
 from ..core.errors import InvalidArgumentError, SourceError, SourceNotFoundError
-from ..core.parallel import PARALLEL_MIN_BYTES, PIECE_BYTES, run_parallel, workers
+from ..core.parallel import partition
 from ..core.source import SourceBase
+from ._pool import cpu_threads, in_turn
+
+if TYPE_CHECKING:  # loaded on first use: a plain open or small read needs neither
+    from ._direct import DirectFile
+    from ._mounts import Mount
 
 __all__ = ["LocalSource"]
+
+IO_CHUNK = 8 << 20
+"""Bytes per piece of a large read or prefetch (measured: see README, "Loading fast")."""
+DISK_THREADS = 8
+"""Threads reading a cold file (``O_DIRECT`` pieces, prefetched ranges): the disk's queue,
+not the CPUs, bounds them."""
+COLD_BELOW = 0.5
+"""A range with less than this fraction of its pages cached is read with ``O_DIRECT``."""
+DIRECT_MIN_BYTES = 1 << 20
+"""Smaller reads go through the page cache whatever its state."""
 
 # Linux moves at most ~2 GiB per read call and takes at most IOV_MAX buffers per preadv.
 _MAX_CALL_BYTES = 1 << 30
@@ -51,6 +78,7 @@ def _refuse_special(name: str, mode: int) -> None:
 # Prefaulting destinations: MADV_POPULATE_WRITE (Linux 5.14+) allocates a range's pages in
 # one call, cheaper than taking one page fault after another inside the read's copy.
 _MADV_POPULATE_WRITE = 23
+_MADV_POPULATE_READ = 22
 _PREFAULT_MIN_BYTES = 1 << 20
 _populate = sys.platform.startswith("linux")  # cleared when the kernel refuses the advice
 
@@ -164,17 +192,15 @@ class LocalSource(SourceBase):
         tensorfile.core.errors.SourceError: ... is a directory, not a regular file; ...
     """
 
-    io_chunk = PIECE_BYTES
-    """Bytes per piece of a planned read (:mod:`tensorfile.core.plan`)."""
+    io_chunk: int = IO_CHUNK
+    """Bytes per piece of a large read (the read planner's ``io_chunk``)."""
 
-    @property
-    def io_threads(self) -> int:
-        """Pieces read at once: one thread per core, at most 8 (copies out of the page cache
-        are CPU-bound; the kernel releases the GIL during ``preadv``)."""
-        return workers(PARALLEL_MIN_BYTES)
-
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, direct: bool | None = None) -> None:
+        """Open ``path``. ``direct``: read cold ranges with ``O_DIRECT`` (None: decided
+        per read from the filesystem and the page cache; True: always, where the filesystem
+        takes it; False: never)."""
         super().__init__()
+        self._direct_choice = direct
         self._closed = True  # until the file is open
         try:
             target = os.fspath(path)
@@ -212,6 +238,7 @@ class LocalSource(SourceBase):
         """
         self = cls.__new__(cls)
         SourceBase.__init__(self)
+        self._direct_choice = None
         self._closed = True
         self.name = name
         try:
@@ -235,6 +262,11 @@ class LocalSource(SourceBase):
         self._fd = fd
         self._size = st.st_size
         self._map: mmap.mmap | None = None
+        self._mount: Mount | bool | None = False  # False: not looked up yet
+        self._direct: DirectFile | bool | None = False  # False: not opened yet
+        self._populate = _populate
+        self._lock = threading.Lock()
+        self._threads = cpu_threads()
         self._closed = False
         self._release = _closer(self, fd)
 
@@ -259,16 +291,190 @@ class LocalSource(SourceBase):
         self.stats.add(length)
         return data
 
+    @property
+    def io_threads(self) -> int:
+        """Threads worth running on this file's pieces at once: more for a cold file read
+        with ``O_DIRECT`` (the disk's queue bounds it), one per CPU for a cached one (the
+        copy bounds it). Set by :meth:`will_read` for the reads it announces."""
+        return self._threads
+
+    def mount(self) -> Mount | None:
+        """The mount the file is on (looked up once), None where the mount table cannot
+        say. Its ``kind`` sorts it: ``local``, ``network``, ``fuse``, ``memory`` ...
+
+        Example:
+            >>> import tempfile
+            >>> with tempfile.NamedTemporaryFile() as f, LocalSource(f.name) as src:
+            ...     m = src.mount()
+            ...     m is None or m.kind in ("local", "memory", "network", "fuse", "unknown")
+            True
+        """
+        from ._mounts import Mount, mount_of
+
+        if self._mount is False:
+            if self._closed:
+                raise SourceError(f"{self.name}: the source is closed")
+            # the descriptor's own path: right for a file opened by descriptor, or renamed
+            where = f"/proc/self/fd/{self._fd}" if os.path.isdir("/proc/self/fd") else self.name
+            try:
+                dev = os.fstat(self._fd).st_dev
+            except OSError:
+                dev = None
+            self._mount = mount_of(where, dev=dev)
+        return self._mount if isinstance(self._mount, Mount) else None
+
+    def resident_fraction(self, start: int = 0, stop: int | None = None) -> float | None:
+        """The fraction of the pages of ``[start, stop)`` (the whole file by default) in
+        the page cache now, None where the kernel cannot say.
+
+        Example:
+            >>> import tempfile, os
+            >>> path = os.path.join(tempfile.mkdtemp(), "f.bin")
+            >>> _ = open(path, "wb").write(b"x" * 10_000)
+            >>> with LocalSource(path) as src:
+            ...     src.resident_fraction()  # just written: cached
+            1.0
+        """
+        from ._pagecache import resident_fraction
+
+        if self._closed:
+            raise SourceError(f"{self.name}: the source is closed")
+        return resident_fraction(self._fd, start, self._size if stop is None else stop)
+
+    def prefetch(self, start: int = 0, stop: int | None = None) -> bool:
+        """Read ``[start, stop)`` (the whole file by default) into the page cache and into
+        this source's mapping (:meth:`buffer`), in pieces of :attr:`io_chunk` bytes on
+        :data:`DISK_THREADS` threads (``MADV_POPULATE_READ``, Linux 5.14+): lazy tensors over
+        the mapping then cost no disk read when first touched, and the pages stay the file's
+        (nothing is copied; the kernel may drop them again under memory pressure). Returns
+        False where the kernel cannot (nothing done, or read-ahead only requested): the
+        pages then come on first touch, as they would have.
+
+        Example:
+            >>> import tempfile, os
+            >>> path = os.path.join(tempfile.mkdtemp(), "f.bin")
+            >>> _ = open(path, "wb").write(b"x" * 100_000)
+            >>> with LocalSource(path) as src:
+            ...     _ = src.prefetch()
+            ...     src.resident_fraction()
+            1.0
+        """
+        stop = self._size if stop is None else min(stop, self._size)
+        view = self.buffer()
+        if stop <= start or not view.nbytes:
+            return True
+        madvise = _libc_madvise() if self._populate else None
+        if madvise is None:
+            return self._read_ahead(start, stop)
+        import ctypes
+
+        try:
+            anchor = ctypes.c_char.from_buffer(view)
+            base = ctypes.addressof(anchor)
+            del anchor  # (the mapping stays: ``view`` holds it)
+            return self._populate_range(madvise, base, start, stop)
+        finally:
+            view.release()
+
+    def _populate_range(
+        self, madvise: Callable[[int, int, int], int], base: int, start: int, stop: int
+    ) -> bool:
+        page = mmap.PAGESIZE
+        first = start // page * page
+        failed = threading.Event()
+
+        def populate(at: int) -> None:
+            if failed.is_set():
+                return
+            length = min(self.io_chunk, stop - at)
+            if madvise(base + at, length, _MADV_POPULATE_READ) != 0:
+                failed.set()  # EINVAL: an old kernel; EFAULT: the file shrank
+
+        in_turn(range(first, stop, self.io_chunk), populate, DISK_THREADS)
+        if failed.is_set():
+            self._populate = False
+            return self._read_ahead(start, stop)
+        return True
+
+    def _read_ahead(self, start: int, stop: int) -> bool:
+        """Ask the kernel to read ``[start, stop)`` ahead, in the background."""
+        from ._pagecache import advise
+
+        advise(self._fd, start, stop, getattr(os, "POSIX_FADV_WILLNEED", 3))
+        return False
+
+    def will_read(self, ranges: list[tuple[int, int]]) -> None:
+        """Reads of ``ranges`` (``(start, stop)`` byte ranges, in order) come next: choose
+        how many threads they are worth (:attr:`io_threads`)."""
+        total = sum(max(0, b - a) for a, b in ranges)
+        if total and ranges and self._wants_direct(ranges[0][0], ranges[-1][1], total):
+            self._threads = DISK_THREADS
+        else:
+            self._threads = cpu_threads()
+
     def readinto(self, offset: int, buffers: list[memoryview]) -> None:
-        """Fill ``buffers`` from consecutive bytes at ``offset`` (scatter read, no copies)."""
+        """Fill ``buffers`` from consecutive bytes at ``offset``: a scatter read with no
+        copy through the page cache's pages when they are cached, ``O_DIRECT`` through a
+        bounce buffer when they are cold; a read larger than :attr:`io_chunk` runs in pieces
+        on :attr:`io_threads` threads. Safe to call from several threads at once."""
         flat = self.byte_buffers(offset, buffers)
         total = sum(b.nbytes for b in flat)
-        if total:
-            run_parallel(offset, flat, self._readinto_serial)
-            self.stats.add(total)
+        if not total:
+            return
+        direct = self._direct_file() if self._wants_direct(offset, offset + total, total) else None
+        if total > self.io_chunk + self.io_chunk // 2:
+            self._threads = DISK_THREADS if direct is not None else cpu_threads()
+            self._run_pieces(offset, flat, direct)
+        else:
+            self._read_piece(offset, flat, direct)
+        self.stats.add(total)
 
-    def _readinto_serial(self, offset: int, buffers: list[memoryview]) -> None:
+    def _wants_direct(self, start: int, stop: int, total: int) -> bool:
+        """Whether ``[start, stop)`` is read with ``O_DIRECT``: when asked to, or when it is
+        large, mostly not cached, and on a local block device's filesystem."""
+        choice = self._direct_choice
+        if choice is not None:
+            return choice and self._direct_file() is not None
+        if total < DIRECT_MIN_BYTES or self._direct is None:
+            return False
+        mount = self.mount()
+        if mount is None or mount.kind != "local":
+            return False
+        cached = self.resident_fraction(start, stop)
+        return cached is not None and cached < COLD_BELOW
+
+    def _direct_file(self) -> DirectFile | None:
+        """The ``O_DIRECT`` twin of the descriptor, opened once (None: refused)."""
+        from ._direct import DirectFile, open_direct
+
+        with self._lock:  # pieces on several threads: opened once
+            if self._direct is False:
+                self._direct = direct = open_direct(self._fd, self.name, self.io_chunk)
+                if direct is not None:
+                    weakref.finalize(self, direct.close).atexit = False
+        return self._direct if isinstance(self._direct, DirectFile) else None
+
+    def _run_pieces(
+        self, offset: int, buffers: list[memoryview], direct: DirectFile | None
+    ) -> None:
+        """Read consecutive ``buffers`` in pieces of about :attr:`io_chunk` bytes, taken in
+        turn by :attr:`io_threads` threads (a thread the host deschedules holds up one piece,
+        not a share of the load); the first failure is raised once every thread is done."""
+        total = sum(b.nbytes for b in buffers)
+        runs = partition(buffers, -(-total // self.io_chunk))
+        pieces = []
+        for run in runs:
+            pieces.append((offset, run))
+            offset += sum(b.nbytes for b in run)
+        in_turn(pieces, lambda piece: self._read_piece(*piece, direct), self._threads)
+
+    def _read_piece(
+        self, offset: int, buffers: list[memoryview], direct: DirectFile | None
+    ) -> None:
         _prefault(buffers)
+        if direct is not None:
+            direct.readinto(offset, buffers)
+            return
         for batch in _split(buffers):
             self._preadv_exact(batch, offset)
             offset += sum(b.nbytes for b in batch)
@@ -317,6 +523,9 @@ class LocalSource(SourceBase):
             except BufferError:
                 pass  # arrays still use the mapping; it is released when they are
             self._map = None
+        if self._direct not in (None, False):
+            self._direct.close()  # type: ignore[union-attr]
+        self._direct = None
         self._release()
 
 
