@@ -185,3 +185,29 @@ def _alloc(info: object) -> tuple[memoryview, object]:
     from tensorfile.core.reader import numpy_allocator
 
     return numpy_allocator(info)  # type: ignore[arg-type]
+
+
+def test_a_large_plan_reports_progress(
+    monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """A plan of PROGRESS_MIN_BYTES or more draws the progress line (forced on, no delay)
+    and ends with the summary; a small one draws nothing."""
+    from tensorfile.core import progress
+
+    monkeypatch.setenv(progress.ENV, "1")
+    monkeypatch.setattr(progress, "DELAY", 0.0)
+    data = bytes(plan.PROGRESS_MIN_BYTES)
+
+    class Slow(MemorySource):  # slow enough for the drawing thread to draw
+        def readinto(self, offset: int, buffers: list[memoryview]) -> None:
+            time.sleep(0.05)
+            super().readinto(offset, buffers)
+
+    src = Slow(data, name="big.bin")
+    buf = memoryview(bytearray(len(data)))
+    plan.execute(plan.plan(src, src.readinto, [("x", ByteRange(0, len(data)), buf)]))
+    err = capfd.readouterr().err
+    assert "loading big.bin: 0.07 GB" in err and " in " in err
+    small = memoryview(bytearray(10))
+    plan.execute(plan.plan(src, src.readinto, [("y", ByteRange(0, 10), small)]))
+    assert capfd.readouterr().err == ""

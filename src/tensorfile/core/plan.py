@@ -40,6 +40,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
+from . import progress
 from .catalog import ByteRange
 from .errors import InvalidArgumentError
 
@@ -49,6 +50,9 @@ T = TypeVar("T")
 
 DEFAULT_CHUNK = 16 << 20
 """Bytes per piece for a source that does not say (``io_chunk``)."""
+
+PROGRESS_MIN_BYTES = 64 << 20
+"""Plans smaller than this never show progress (nor start its thread)."""
 
 MAX_THREADS = 64
 """The most threads one plan runs, whatever its sources ask for."""
@@ -182,11 +186,27 @@ def execute(pieces: Sequence[Piece], threads: int | None = None) -> None:
 
     Pieces are taken in order, so the file is read front to back by the pool as a whole, and
     a thread that the host deschedules holds up one piece, not a fixed share of the load.
+    A plan of :data:`PROGRESS_MIN_BYTES` or more reports its bytes to
+    :func:`tensorfile.core.progress.task` (a line on a terminal once it runs a few seconds).
     """
     n = threads_for(pieces) if threads is None else max(1, threads)
+    total = sum(p.nbytes for p in pieces)
+    if total < PROGRESS_MIN_BYTES:
+        _run(pieces, n, None)
+        return
+    name = getattr(pieces[0].source, "name", "")
+    label = f"loading {name}" if isinstance(name, str) and name else "loading"
+    with progress.task(total, label, delay=progress.DELAY) as bar:
+        _run(pieces, n, bar)
+
+
+def _run(pieces: Sequence[Piece], n: int, bar: progress.Task | None) -> None:
+    """Read every piece on ``n`` threads, telling ``bar`` the bytes of each one done."""
     if n == 1:
         for p in pieces:
             p.read(p.offset, p.buffers)
+            if bar is not None:
+                bar.advance(p.nbytes)
         return
     from concurrent.futures import ThreadPoolExecutor
 
@@ -205,6 +225,8 @@ def execute(pieces: Sequence[Piece], threads: int | None = None) -> None:
             except BaseException:
                 failed.set()
                 raise
+            if bar is not None:
+                bar.advance(p.nbytes)
 
     with ThreadPoolExecutor(n, thread_name_prefix="tensorfile-io") as pool:
         futures = [pool.submit(worker) for _ in range(n)]
