@@ -9,9 +9,19 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from typing import TypeVar
 
-__all__ = ["PARALLEL_MIN_BYTES", "PIECE_BYTES", "partition", "run_parallel", "workers"]
+__all__ = [
+    "PARALLEL_MIN_BYTES",
+    "PIECE_BYTES",
+    "in_threads",
+    "partition",
+    "run_parallel",
+    "workers",
+]
+
+T = TypeVar("T")
 
 PARALLEL_MIN_BYTES = 32 << 20
 PIECE_BYTES = 16 << 20
@@ -62,29 +72,46 @@ def run_parallel(
     if n == 1:
         job(offset, buffers)
         return
-    from concurrent.futures import ThreadPoolExecutor
 
     runs = partition(buffers, max(n, -(-total // PIECE_BYTES)))
     pieces = []
     for run in runs:
         pieces.append((offset, run))
         offset += sum(b.nbytes for b in run)
-    queue = iter(pieces)
+    in_threads(n, pieces, lambda piece: job(*piece))
+
+
+def in_threads(threads: int, items: Iterable[T], job: Callable[[T], None]) -> None:
+    """Run ``job(item)`` for every item on ``threads`` threads, which take the items in
+    order; the first failure stops the items not yet started and is raised once every thread
+    is done (no thread outlives the call).
+
+    Example:
+        >>> seen = []
+        >>> in_threads(2, range(5), seen.append)
+        >>> sorted(seen)
+        [0, 1, 2, 3, 4]
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    queue = iter(items)
     lock = threading.Lock()
     failed = threading.Event()
 
     def worker() -> None:
         while not failed.is_set():
             with lock:
-                piece = next(queue, None)
-            if piece is None:
+                item = next(queue, None)
+            if item is None:
                 return
             try:
-                job(*piece)
+                job(item)
             except BaseException:
                 failed.set()
                 raise
 
-    with ThreadPoolExecutor(n, thread_name_prefix="tensorfile-io") as pool:
-        for future in [pool.submit(worker) for _ in range(n)]:
-            future.result()
+    with ThreadPoolExecutor(threads, thread_name_prefix="tensorfile-io") as pool:
+        futures = [pool.submit(worker) for _ in range(threads)]
+    first = next((e for e in (f.exception() for f in futures) if e is not None), None)
+    if first is not None:
+        raise first

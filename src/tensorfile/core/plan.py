@@ -35,7 +35,6 @@ Example:
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
@@ -43,6 +42,7 @@ from typing import Any, Generic, TypeVar
 from . import progress
 from .catalog import ByteRange
 from .errors import InvalidArgumentError
+from .parallel import in_threads
 
 __all__ = ["DEFAULT_CHUNK", "Job", "Pending", "Piece", "execute", "plan", "threads_for"]
 
@@ -202,35 +202,14 @@ def execute(pieces: Sequence[Piece], threads: int | None = None) -> None:
 
 def _run(pieces: Sequence[Piece], n: int, bar: progress.Task | None) -> None:
     """Read every piece on ``n`` threads, telling ``bar`` the bytes of each one done."""
+
+    def read(p: Piece) -> None:
+        p.read(p.offset, p.buffers)
+        if bar is not None:
+            bar.advance(p.nbytes)
+
     if n == 1:
         for p in pieces:
-            p.read(p.offset, p.buffers)
-            if bar is not None:
-                bar.advance(p.nbytes)
-        return
-    from concurrent.futures import ThreadPoolExecutor
-
-    queue = iter(pieces)
-    lock = threading.Lock()
-    failed = threading.Event()
-
-    def worker() -> None:
-        while not failed.is_set():
-            with lock:
-                p = next(queue, None)
-            if p is None:
-                return
-            try:
-                p.read(p.offset, p.buffers)
-            except BaseException:
-                failed.set()
-                raise
-            if bar is not None:
-                bar.advance(p.nbytes)
-
-    with ThreadPoolExecutor(n, thread_name_prefix="tensorfile-io") as pool:
-        futures = [pool.submit(worker) for _ in range(n)]
-    errors = [f.exception() for f in futures]
-    first = next((e for e in errors if e is not None), None)
-    if first is not None:
-        raise first
+            read(p)
+    else:
+        in_threads(n, pieces, read)

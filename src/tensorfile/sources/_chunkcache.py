@@ -46,6 +46,7 @@ from dataclasses import dataclass
 
 from ..core.atomic import AtomicFile, preallocate, write_all
 from ..core.errors import SourceError
+from ..core.parallel import in_threads
 from ..core.source import Source, SourceBase
 from ._chunkdir import (
     HEADER,
@@ -462,29 +463,9 @@ class CachedSource(SourceBase):
 def _in_threads(
     threads: int, pieces: list[tuple[int, int]], job: Callable[[int, int], None]
 ) -> None:
-    """Run ``job(*piece)`` for every piece on ``threads`` threads, which take the pieces in
-    order; the first failure stops the others (after their current piece) and is raised."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    queue = iter(pieces)
-    lock = threading.Lock()
-    failed = threading.Event()
-
-    def worker() -> None:
-        while not failed.is_set():
-            with lock:
-                piece = next(queue, None)
-            if piece is None:
-                return
-            try:
-                job(*piece)
-            except BaseException:
-                failed.set()
-                raise
-
-    with ThreadPoolExecutor(threads, thread_name_prefix="tensorfile-cache") as pool:
-        for future in [pool.submit(worker) for _ in range(threads)]:
-            future.result()
+    """Run ``job(*piece)`` for every piece on ``threads`` threads (in order; the first
+    failure stops the others and is raised)."""
+    in_threads(threads, pieces, lambda piece: job(*piece))
 
 
 def with_cache(
