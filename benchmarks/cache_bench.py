@@ -38,20 +38,11 @@ from typing import Any
 
 from benchmarks.common import N_BIG, REPO, Config, check, page_in
 from benchmarks.process import CHILD, ProcessResult, Run
+from tests.helpers.pagecache import evict as _evict
 
 CACHE_BENCHMARKS = ("cache_cold", "cache_hit", "cache_hit_cold", "cache_half")
 CACHE_GROUP = "cache"
 """``--only`` name that selects every row above."""
-
-
-def _evict(path: Path) -> None:
-    """Drop ``path``'s pages from the page cache."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
 
 
 def _chunks(cache: Path) -> list[Path]:

@@ -22,15 +22,7 @@ import tensorfile.safetensors.numpy as tfnp
 import tensorfile.safetensors.torch as tft
 from tensorfile.core.errors import InvalidArgumentError, InvalidTypeError, SourceError
 from tensorfile.sources import _mounts
-
-
-def _evict(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
+from tests.helpers.pagecache import evict as _evict
 
 
 @pytest.fixture

@@ -16,6 +16,7 @@ import pytest
 from tensorfile.core.errors import SourceError
 from tensorfile.sources import LocalSource, local
 from tensorfile.sources._direct import ALIGN, POOL, open_direct
+from tests.helpers.pagecache import evict as _evict
 
 SIZE = (3 << 20) + 4321
 
@@ -172,15 +173,6 @@ def test_a_filesystem_that_refuses_o_direct_is_read_through_the_cache() -> None:
         src.readinto(0, [memoryview(out)])
         assert bytes(out) == want
         assert src._direct is None  # refused once, not asked again
-
-
-def _evict(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
 
 
 def test_auto_reads_cold_ranges_direct_and_cached_ones_through_the_cache(

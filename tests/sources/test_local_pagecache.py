@@ -14,15 +14,7 @@ import pytest
 
 from tensorfile.sources import LocalSource, local
 from tensorfile.sources import _pagecache as pagecache
-
-
-def _evict(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
+from tests.helpers.pagecache import evict as _evict
 
 
 @pytest.fixture

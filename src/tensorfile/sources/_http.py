@@ -456,8 +456,9 @@ class HTTPFetcher(Exchanges):
         return Fetched(min(start, total), b"", total)
 
     def _learn_version(self, reply: Reply) -> None:
-        """Remember the first reply's ``ETag``; refuse a later reply whose ETag differs (the
-        file was replaced between two reads of it)."""
+        """Remember the first reply's ``ETag``; refuse a later reply whose ETag differs or is
+        missing (the file was replaced between two reads of it, or the reply cannot show it
+        was not: its bytes may be another version's, and a cache would keep them)."""
         tag = reply.header("ETag")
         tag = tag.strip(" \t") if tag is not None else None
         with self._lock:
@@ -466,10 +467,11 @@ class HTTPFetcher(Exchanges):
                 self.version = tag or None
                 return
             known = self.version
-        if known is not None and tag and tag != known:
+        if known is not None and tag != known:
+            then = f"then {hdr.show(tag)}" if tag else "then a reply without one"
             raise SourceError(
                 f"{self.name}: the file changed while it was being read (ETag {hdr.show(known)}, "
-                f"then {hdr.show(tag)})"
+                f"{then})"
             )
 
     def _learn_size(self, total: int) -> None:
