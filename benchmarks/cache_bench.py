@@ -38,6 +38,7 @@ from typing import Any
 
 from benchmarks.common import N_BIG, REPO, Config, check, page_in
 from benchmarks.process import CHILD, ProcessResult, Run
+from benchmarks.process import markdown as process_markdown
 from tests.helpers.pagecache import evict as _evict
 
 CACHE_BENCHMARKS = ("cache_cold", "cache_hit", "cache_hit_cold", "cache_half")
@@ -186,20 +187,9 @@ def runners(cfg: Config, repeat: int, settle: float) -> dict[str, Callable[[], P
 
 def markdown(results: list[ProcessResult]) -> str:
     """The rows as a table: the peer (described in each row) against the cache."""
-    lines = [
+    return process_markdown(
+        results,
         "| benchmark | peer wall (s) | cache wall (s) | wall ratio (peer/cache) "
         "| peer load (s) | cache load (s) | load ratio | peer peak RSS (MiB) "
         "| cache peak RSS (MiB) | RSS (cache/peer) |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
-    ]
-    for r in results:
-        rss = {lib: r.median(lib, "peak_rss_kib") / 1024 for lib in ("ref", "tf")}
-        lines.append(
-            f"| {r.name}: {r.description} "
-            f"| {r.median('ref', 'wall_s'):.3f} | {r.median('tf', 'wall_s'):.3f} "
-            f"| {r.ratio('wall_s'):.2f} "
-            f"| {r.median('ref', 'load_s'):.3f} | {r.median('tf', 'load_s'):.3f} "
-            f"| {r.ratio('load_s'):.2f} "
-            f"| {rss['ref']:,.0f} | {rss['tf']:,.0f} | {rss['tf'] / rss['ref']:.2f} |"
-        )
-    return "\n".join(lines)
+    )

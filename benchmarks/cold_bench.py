@@ -46,6 +46,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.common import N_BIG, REPO, Config, check, make_big, page_in
+from tests.helpers.pagecache import evict as evict_file
 
 COLD_BENCHMARKS = ("cold_load_1g", "warm_load_1g", "cold_load_4shard", "warm_load_4shard")
 COLD_GROUP = "load_cold"
@@ -154,12 +155,7 @@ def files_of(path: Path) -> list[Path]:
 def evict(path: Path) -> None:
     """Drop the files' pages from the page cache (their data only)."""
     for f in files_of(path):
-        fd = os.open(f, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        finally:
-            os.close(fd)
+        evict_file(f)
 
 
 # The floors, each in a fresh process: the disk alone (O_DIRECT, 8 threads, 8 MiB reads into

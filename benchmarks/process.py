@@ -176,9 +176,12 @@ def runners(cfg: Config, repeat: int, settle: float) -> dict[str, Callable[[], P
     }
 
 
-def markdown(results: list[ProcessResult]) -> str:
+def markdown(results: list[ProcessResult], header: str | None = None) -> str:
+    """The rows as a table: the reference (or the peer each row names) against tensorfile;
+    ``header`` replaces the first line's column names."""
     lines = [
-        "| benchmark | reference wall (s) | tensorfile wall (s) | wall ratio (ref/tf) "
+        header
+        or "| benchmark | reference wall (s) | tensorfile wall (s) | wall ratio (ref/tf) "
         "| reference load (s) | tensorfile load (s) | load ratio (ref/tf) "
         "| reference peak RSS (MiB) | tensorfile peak RSS (MiB) | RSS (tf/ref) |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
