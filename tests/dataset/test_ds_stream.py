@@ -126,7 +126,7 @@ def test_a_cache_smaller_than_the_dataset_never_exceeds_its_limit(s3: Any, tmp_p
             ds.prefetch(shards[i + 1 :])  # background downloads compete for the room too
             got.extend(ds.shard_samples(shard))
             assert _folder_bytes(cache) <= limit
-        for i, shard in enumerate(reversed(shards)):  # again, evicting the other way round
+        for shard in reversed(shards):  # again, evicting the other way round
             got2 = list(ds.shard_samples(shard))
             assert len(got2) == shard.samples
     finally:
