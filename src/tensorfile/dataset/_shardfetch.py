@@ -70,13 +70,20 @@ def download(store: Store, name: str, size: int, fd: int) -> int:
             return 0
         if os.fstat(fd).st_size != size:
             raise SourceError(f"{where}: the cache file is not {size} bytes long")
-        with mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE) as mm:
-            view = memoryview(mm)
+        mm = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        try:
+            with memoryview(mm) as view:
+                pieces = plan(src, src.readinto, [(name, ByteRange(0, size), view)])
+                try:
+                    execute(pieces)
+                finally:
+                    del pieces
+            mm.flush()
+        finally:
             try:
-                execute(plan(src, src.readinto, [(name, ByteRange(0, size), view)]))
-                mm.flush()
-            finally:
-                view.release()
+                mm.close()
+            except BufferError:  # a failed piece's traceback still holds a view: GC closes it
+                pass
         return size
     except (FormatError, SourceError):
         raise
