@@ -192,7 +192,7 @@ def test_an_object_changed_mid_download_is_an_error(http_ds: Any, tmp_path: Path
         first = _shardfetch.FIRST_BYTES
         _shardfetch.FIRST_BYTES = 64 << 10
         try:
-            with pytest.raises(SourceError, match="(?i)etag|changed|version"):
+            with pytest.raises(SourceError, match=r"(?i)etag|changed|version"):
                 ds[0]
         finally:
             _shardfetch.FIRST_BYTES = first
@@ -203,7 +203,7 @@ def test_an_object_changed_mid_download_is_an_error(http_ds: Any, tmp_path: Path
 
 
 def test_a_truncated_or_corrupted_cache_file_is_fetched_again(http_ds: Any, tmp_path: Path) -> None:
-    server, url, cols, shards = http_ds
+    server, url, cols, _ = http_ds
     cache = tmp_path / "c"
     with dataset.open(url, cache_dir=cache) as ds:
         assert_samples(list(ds), expected_rows(cols, 64))
@@ -225,14 +225,14 @@ def test_unusable_cache_folders_and_limits_are_clear_errors(http_ds: Any, tmp_pa
     _, url, _, _ = http_ds
     a_file = tmp_path / "file"
     a_file.write_text("x")
-    with pytest.raises(SourceError, match="cache_dir .* cannot hold the shard cache"):
+    with pytest.raises(SourceError, match=r"cache_dir .* cannot hold the shard cache"):
         dataset.open(url, cache_dir=a_file)
     with pytest.raises(SourceError, match="cannot hold the shard cache"):
         dataset.open(url, cache_dir=a_file / "below")
     with pytest.raises(SourceError, match="cannot hold the shard cache"):
         dataset.open(url, cache_dir="/proc/no-such-cache")  # not writable, even by root
     for bad in (-5, 0, "12 parsecs", "-1GB", 1.5, True, "20 GB of it"):
-        with pytest.raises(InvalidArgumentError, match="cache_limit|size"):
+        with pytest.raises(InvalidArgumentError, match=r"cache_limit|size"):
             dataset.open(url, cache_dir=tmp_path / "c", cache_limit=bad)  # type: ignore[arg-type]
     for bad_n in (-1, 2.0, "8"):
         with pytest.raises(InvalidArgumentError, match="predownload"):
