@@ -45,7 +45,7 @@ def _folder_bytes(cache: Path) -> int:
     except OSError:
         return 0
     for e in entries:
-        if e.name.endswith((".safetensors", ".tmp")):
+        if e.name.endswith((".shard", ".tmp")):
             try:
                 total += e.stat(follow_symlinks=False).st_size
             except OSError:
@@ -81,7 +81,7 @@ def test_epoch_through_the_cache_then_no_bytes_from_the_server(s3: Any, tmp_path
             assert ds.cache is not None and ds.cache.downloads == 0
     assert s3.bytes_read(requests, ".safetensors") == {}  # every shard from the cache
     names = os.listdir(cache / LAYOUT)
-    assert sum(n.endswith(".safetensors") for n in names) == 7
+    assert sum(n.endswith(".shard") for n in names) == 7
     assert not [n for n in names if n.endswith(".tmp")]
 
 
@@ -143,7 +143,7 @@ def test_a_shard_bigger_than_the_limit_is_a_clear_error(s3: Any, tmp_path: Path)
     ds = dataset.open(url, storage_options=s3.options, cache_dir=tmp_path, cache_limit="4KiB")
     with pytest.raises(InvalidArgumentError, match="more than the cache limit of 4,096 bytes"):
         ds[0]
-    assert not [n for n in os.listdir(tmp_path / LAYOUT) if n.endswith((".safetensors", ".tmp"))]
+    assert not [n for n in os.listdir(tmp_path / LAYOUT) if n.endswith((".shard", ".tmp"))]
 
 
 def test_prefetch_downloads_in_the_background_once(s3: Any, tmp_path: Path) -> None:
@@ -156,7 +156,7 @@ def test_prefetch_downloads_in_the_background_once(s3: Any, tmp_path: Path) -> N
         ds.prefetch(ds.shards)  # the same window again: queued once
     ds._stream.wait()  # type: ignore[union-attr]
     assert ds.cache.downloads == 2  # 16 samples ahead: two shards of 8
-    cached = sorted(n for n in os.listdir(tmp_path / LAYOUT) if n.endswith(".safetensors"))
+    cached = sorted(n for n in os.listdir(tmp_path / LAYOUT) if n.endswith(".shard"))
     assert len(cached) == 2
     assert_samples(list(ds.shard_samples(ds.shards[0])), expected_rows(cols, 8))
     assert ds.cache.downloads == 2  # read from what the prefetch left
@@ -180,7 +180,7 @@ def test_prefetch_after_fork_uses_the_childs_own_threads(s3: Any, tmp_path: Path
             os._exit(code)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
-    cached = [n for n in os.listdir(tmp_path / LAYOUT) if n.endswith(".safetensors")]
+    cached = [n for n in os.listdir(tmp_path / LAYOUT) if n.endswith(".shard")]
     assert len(cached) == 2
     ds.close()
 

@@ -121,7 +121,7 @@ def _left(cache: Path) -> list[str]:
     folder = cache / LAYOUT
     if not folder.exists():
         return []
-    return sorted(n for n in os.listdir(folder) if n.endswith((".safetensors", ".tmp")))
+    return sorted(n for n in os.listdir(folder) if n.endswith((".shard", ".tmp")))
 
 
 def _short_body(request: Request, conn: socket.socket, data: bytes, rng: tuple[int, int]) -> bool:

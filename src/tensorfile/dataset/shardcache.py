@@ -8,9 +8,9 @@ ranged GETs into the file) and read from the local copy, memory-mapped like a lo
 Layout, under the cache folder::
 
     shards-v1/.lock                      flock'ed (exclusively) while space is reserved
-    shards-v1/<key>.safetensors          a complete shard
+    shards-v1/<key>.shard                a complete shard
     shards-v1/<key>.lock                 flock'ed (exclusively) while <key> is downloaded
-    shards-v1/.<key>.safetensors.tensorfile-<hex>.tmp    a download in progress
+    shards-v1/.<key>.shard.tensorfile-<hex>.tmp          a download in progress
 
 ``key`` is 40 hex digits of a SHA-256 of the dataset's location (its URL without
 credentials, and the endpoint options), a hash of the manifest (a rewritten dataset never
@@ -88,9 +88,9 @@ WAIT_SECONDS = 120.0
 """How long a read waits for other processes' downloads to free room before it fails."""
 
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
-_DATA = re.compile(r"([0-9a-f]{40})\.safetensors")
+_DATA = re.compile(r"([0-9a-f]{40})\.shard")
 _LOCK = re.compile(r"([0-9a-f]{40})\.lock")
-_TEMP = re.compile(r"\.([0-9a-f]{40}\.safetensors)\.tensorfile-[0-9a-f]{12}\.tmp")
+_TEMP = re.compile(r"\.([0-9a-f]{40}\.shard)\.tensorfile-[0-9a-f]{12}\.tmp")
 _SECRET = ("key", "secret", "token", "password", "passwd", "credential", "auth", "session")
 
 
@@ -212,7 +212,7 @@ class ShardCache:
 
     def path(self, key: str) -> str:
         """The file of a complete shard."""
-        return os.path.join(self.root, f"{key}.safetensors")
+        return os.path.join(self.root, f"{key}.shard")
 
     # -- using shards -------------------------------------------------------------------------
 
