@@ -37,8 +37,9 @@ from ..sources import FsspecStore, Store, open_path
 
 __all__ = ["FIRST_BYTES", "download", "open_remote"]
 
-FIRST_BYTES = 1 << 20
-"""Bytes of the first request of a shard download (it tells the object's size and ETag)."""
+FIRST_BYTES = 64 << 10
+"""Bytes of the first request of a shard download (it tells the object's size and ETag;
+the pieces that follow read those bytes again: small, so the waste is too)."""
 
 
 def open_remote(store: Store, name: str, size: int) -> Source:

@@ -20,7 +20,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from ..core.errors import FormatError, InvalidArgumentError, InvalidTypeError
+from ..core.errors import FormatError, InvalidArgumentError, InvalidTypeError, SourceError
 from ..core.reader import Reader
 from ._prefetch import Prefetcher
 from .manifest import Manifest, ShardEntry
@@ -101,7 +101,10 @@ class Stream:
             self.release(shard.shard_path)
             self._pins[shard.shard_path] = fd
             return reader, keys
-        raise FormatError(f"shard {where} could not be kept in the shard cache")
+        raise SourceError(
+            f"shard {where} was evicted from the shard cache three times before it could be "
+            "opened: the cache limit is too small for the processes sharing it"
+        )
 
     def release(self, shard_path: str) -> None:
         """Stop holding the cached file of ``shard_path`` (it may be evicted)."""

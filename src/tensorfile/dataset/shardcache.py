@@ -263,6 +263,17 @@ class ShardCache:
         it is not cached (once across the node: others wait on the shard's lock). ``protect``:
         keys this process will read soon (evicted last). ``background``: a prefetch, which
         gives up (None) rather than evict shards in use or wait for room."""
+        try:
+            return self._fetch(shard_path, size, protect, background)
+        except OSError as exc:  # the folder removed or made unusable under us
+            raise SourceError(
+                f"{self.store.url(shard_path)}: the shard cache {self.config.folder} failed: "
+                f"{exc.strerror or exc}"
+            ) from exc
+
+    def _fetch(
+        self, shard_path: str, size: int, protect: Collection[str], background: bool
+    ) -> tuple[str, int] | None:
         found = self.open_cached(shard_path, size)
         if found is not None:
             return found
