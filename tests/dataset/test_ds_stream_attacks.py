@@ -334,3 +334,39 @@ def test_two_threads_reading_one_shard_download_it_once(http_ds: Any, tmp_path: 
     assert server.gets(shards[0]) >= 1
     assert ds.cache.downloads + other.cache.downloads == 1  # type: ignore[union-attr]
     assert len(_left(tmp_path / "c")) == 1
+
+
+_RESERVER = textwrap.dedent(
+    """
+    import sys, time
+    from tensorfile import dataset
+    ds = dataset.open(sys.argv[1], cache_dir=sys.argv[2], cache_limit=int(sys.argv[3]))
+    shard = ds.shards[1]
+    tmp = ds.cache._reserve(ds.cache.key(shard.shard_path, shard.bytes), shard.bytes, set(), False)
+    print("reserved", flush=True)
+    time.sleep(600)
+    """
+)
+
+
+def test_a_killed_downloads_reservation_is_released(http_ds: Any, tmp_path: Path) -> None:
+    _, url, cols, _ = http_ds
+    cache = tmp_path / "c"
+    ds = dataset.open(url, cache_dir=cache, cache_limit=1)  # (only to learn the sizes)
+    size = max(s.bytes for s in ds.shards)
+    limit = size + size // 2  # room for one shard: the killed one's reservation holds it
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    child = subprocess.Popen(
+        [sys.executable, "-c", _RESERVER, url, str(cache), str(limit)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    assert child.stdout is not None and child.stdout.readline().strip() == "reserved"
+    assert any(n.endswith(".tmp") for n in _left(cache))
+    os.kill(child.pid, signal.SIGKILL)
+    child.wait(timeout=30)
+    ds = dataset.open(url, cache_dir=cache, cache_limit=limit)
+    np.testing.assert_array_equal(ds[0]["x"], cols["x"][0])  # the dead reservation went
+    assert [n for n in _left(cache) if n.endswith(".tmp")] == []
+    ds.close()
