@@ -547,12 +547,17 @@ def infer_reference(store: Store, manifest: Manifest) -> None:
     if first is None:
         return
     with shard_reader(store, first) as reader:
-        tensors = [(n, list(i.shape)) for n, i in reader.catalog.tensors.items()]
+        cat = reader.catalog.tensors
+    tensors = [(n, list(i.shape)) for n, i in cat.items()]
     try:
         mode, columns = _reference.infer_mode(manifest.schema, first.samples_count, tensors)
     except FormatError as exc:
         raise FormatError(f"{store.url(first.shard_path)}: {exc}") from None
     manifest.mode, manifest.columns = mode, columns
+    if mode == "batch" and not manifest.schema:  # a manifest without its optional schema
+        manifest.schema = {
+            n: {"dtype": i.dtype.name, "shape": list(i.shape)} for n, i in cat.items()
+        }
 
 
 def check_capacity(folder: Location, manifest: Manifest) -> None:

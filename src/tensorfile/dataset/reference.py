@@ -63,7 +63,9 @@ def infer_mode(
 ) -> tuple[str, list[str]]:
     """``(mode, columns)`` of a reference dataset whose shard of ``samples`` rows holds
     ``tensors`` (name, shape; in header order): ``batch`` when its tensors are the schema's
-    keys, each of ``samples`` rows (columns in header order, which is the DataFrame's); else
+    keys (or the manifest has no schema), each of ``samples`` rows, and are not named as
+    ``samples`` keys' tensors are (columns in header order: the reference writes the
+    DataFrame's); else
     ``kv``, whose tensor names are ``{key}__{column}`` (columns in the order of a key's
     tensors). A KV name without the separator (a dataset written with another
     ``kv_separator``, which the manifest does not record) is a :class:`FormatError`.
@@ -76,7 +78,9 @@ def infer_mode(
         tensor 'a-v' is neither a batch column (the schema and the h
     """
     names = [n for n, _ in tensors]
-    if set(names) == set(schema) and all(shape[:1] == [samples] for _, shape in tensors):
+    same = set(names) == set(schema) or not schema  # (the schema is optional)
+    rows = all(shape[:1] == [samples] for _, shape in tensors)
+    if same and rows and not _kv_grid(names, samples):
         return "batch", names
     columns: list[str] = []
     for name in names:
@@ -90,6 +94,16 @@ def infer_mode(
         if col not in columns:
             columns.append(col)
     return "kv", columns
+
+
+def _kv_grid(names: Sequence[str], samples: int) -> bool:
+    """Whether ``names`` are ``{key}__{column}`` for ``samples`` keys times some columns:
+    a KV shard, even where its tensors' first axis happens to be ``samples`` long."""
+    split = [n.rpartition(KV_SEPARATOR) for n in names]
+    if not split or any(not sep or not col for _, sep, col in split):
+        return False
+    keys = {k for k, _, _ in split}
+    return len(keys) == samples and len(names) == samples * len({c for _, _, c in split})
 
 
 # -- writing: the manifest as the reference prints it --------------------------------------
