@@ -237,6 +237,21 @@ def test_a_kv_dataset_with_another_separator_is_a_format_error(tmp_path: Path) -
         dataset.open(tmp_path)
 
 
+def test_a_kv_shard_counting_rows_it_does_not_hold_is_a_format_error(copy: Any) -> None:
+    """What the reference writes for ``duplicatesStrategy=lastWin`` repeats inside a shard:
+    ``samples_count`` counts every row, the shard holds a key once."""
+    kv = copy("kv")
+
+    def edit(doc: dict[str, Any]) -> None:
+        doc["shards"][0]["samples_count"] += 1
+        doc["total_samples"] += 1
+
+    _edit_manifest(kv, edit)
+    ds = dataset.open(kv)
+    with pytest.raises(FormatError, match="the manifest says 4 samples, the shard holds 3 keys"):
+        list(ds)
+
+
 def test_a_kv_shard_whose_tensors_look_like_a_batch_is_kv(tmp_path: Path) -> None:
     """One shard of two keys whose values are two long: every tensor's first axis is the
     shard's sample count, as in a batch; the names (two keys' tensors) say KV."""
