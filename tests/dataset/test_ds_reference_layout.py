@@ -339,3 +339,20 @@ def test_a_bool_column_is_refused_by_the_reference_layout(tmp_path: Path) -> Non
     with pytest.raises(InvalidArgumentError, match="the reference layout has no dtype for column"):
         dataset.write({"m": np.ones((2, 3), bool)}, tmp_path, batch_size=2, layout="reference")
     assert not (tmp_path / MANIFEST).exists()
+
+
+def test_a_reference_dataset_on_s3(s3: Any) -> None:
+    """On an object store the index folder is a prefix of part objects: listed and read."""
+    from tensorfile.dataset.storage import storage_for
+
+    bucket = s3.bucket()
+    url, prefix = s3.url(bucket, "ref", "kv"), f"{bucket}/ref/kv"
+    for path in sorted((FIXTURES / "kv").rglob("*")):
+        if path.is_file():
+            s3.fs.pipe_file(f"{prefix}/{path.relative_to(FIXTURES / 'kv')}", path.read_bytes())
+    with dataset.open(url, storage_options=s3.options) as ds:
+        assert (ds.mode, len(ds)) == ("kv", 5)
+        index = read_index(storage_for(url, s3.options), ds.manifest)
+        assert index is not None and len(index) == 10
+        for k in (4, 1):
+            same(ds.get(f"s{k}"), kv_row(k))

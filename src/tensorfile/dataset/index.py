@@ -121,8 +121,14 @@ def _index_columns(store: Store) -> tuple[list[str], list[str]] | None:
             return None
         with os.fdopen(fd, "rb") as f:
             return _columns(f, path, os.fstat(fd).st_size)
-    data = store.read_bounded(INDEX_NAME, "the index", MAX_INDEX_BYTES)
-    if data is None:  # no object of that name: perhaps a folder of parts
+    try:
+        data = store.read_bounded(INDEX_NAME, "the index", MAX_INDEX_BYTES)
+    except SourceError:  # not a file: a folder (prefix) of parts, or nothing an index is
+        pairs = _folder_columns(store) if store.supports_listing else None
+        if pairs is None:
+            raise
+        return pairs
+    if data is None:  # no object of that name: perhaps a prefix of parts
         return _folder_columns(store) if store.supports_listing else None
     return _columns(io.BytesIO(data), path, len(data))
 
