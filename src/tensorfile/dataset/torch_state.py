@@ -185,7 +185,10 @@ def check_state(state: Any, expect: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(state, dict):
         raise InvalidTypeError(f"a resume state is a dict, got {type(state).__name__}")
     if state.get("format") != FORMAT:
-        raise InvalidArgumentError(f"not a state of tensorfile.dataset.torch ({FORMAT!r})")
+        raise InvalidArgumentError(
+            f"not a state of tensorfile.dataset.torch: its format is {state.get('format')!r}, "
+            f"not {FORMAT!r}"
+        )
     for key in IDENTITY:
         have, want = state.get(key), expect[key]
         if key == "shuffle":
