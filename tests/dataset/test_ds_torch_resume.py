@@ -203,7 +203,7 @@ def test_same_layout_exact_resume_through_stateful_dataloader(ds_path: str) -> N
         world = 2
         expect = [want[t * world * B + rank * B :][:B] for t in range(N // world // B)]
 
-        def make() -> StatefulDataLoader:
+        def make(rank: int = rank, world: int = world) -> StatefulDataLoader:
             it = dataset.open(ds_path).to_torch(
                 shuffle=True, seed=SEED, batch_size=B, rank=rank, world_size=world
             )
@@ -232,6 +232,7 @@ def test_hostile_states_are_refused(ds_path: str, tmp_path: Path) -> None:
     other = str(tmp_path / "other")
     dataset.write({"id": np.arange(N + 1, dtype=np.int64)}, other, batch_size=SHARD)
     foreign = dataset.open(other).to_torch(shuffle=True, seed=SEED, batch_size=B)
+    past_end = {"rank": 0, "world_size": 1, "id": 0, "workers": 1, "base": N + 5, "next_step": 0}
     cases: list[tuple[Any, str]] = [
         (foreign.state_dict(samples=3), "dataset"),
         (ds.to_torch(shuffle=True, seed=12, batch_size=B).state_dict(), "seed"),
