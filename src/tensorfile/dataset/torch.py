@@ -430,10 +430,5 @@ class TorchMap(_TorchDataset):  # type: ignore[type-arg]
     def __getitem__(self, index: int) -> dict[str, Any]:
         return {k: _to_torch(v) for k, v in self.dataset[index].items()}
 
-    def __reduce__(self) -> tuple[Any, ...]:
-        # a DataLoader worker gets the dataset's class and location, not open files
-        return (_remake, (type(self.dataset), self.dataset.storage))
-
-
-def _remake(cls: Any, storage: Any) -> TorchMap:
-    return TorchMap(cls.reopen(storage))
+    # pickled (DataLoader spawn workers) with its dataset, which pickles as its location,
+    # manifest and cache settings, never open files or threads (Dataset.__reduce__)
