@@ -10,6 +10,7 @@ Layout, under the cache folder::
     shards-v1/.lock                      flock'ed (exclusively) while space is reserved
     shards-v1/<key>.shard                a complete shard
     shards-v1/<key>.lock                 flock'ed (exclusively) while <key> is downloaded
+    shards-v1/<key>.sum                  its XXH3-64 and ETag at download (a record)
     shards-v1/.<key>.shard.tensorfile-<hex>.tmp          a download in progress
 
 ``key`` is 40 hex digits of a SHA-256 of the dataset's location (its URL without
@@ -33,8 +34,14 @@ What holds:
   (:class:`~tensorfile.core.atomic.AtomicFile`). A process killed mid-download leaves a
   temporary file whose lock is free: the next reservation removes it (and so releases its
   space), and the shard's lock is free for the next process.
-* **Checked.** A cached file of the wrong size (truncated by another program) is removed
-  and fetched again, never read; the reader checks every header against the manifest.
+* **Checked.** A cached file of the wrong size (truncated by another program), or not a
+  regular file, is removed and fetched again, never read; the reader checks every header
+  against the manifest. That is all by default: data bytes changed in place, or an object
+  replaced on the store under an identical manifest, are seen only with
+  ``$TENSORFILE_CACHE_VERIFY=1`` (each open hashes the file and asks the store for the
+  object's ETag, both compared with the record).
+* **Fork-safe.** Lock-holding descriptors are closed in a forked child
+  (:mod:`._cachefiles`): a child never keeps its parent's locks.
 
 Example:
     >>> parse_limit("512MiB"), parse_limit(1000)
