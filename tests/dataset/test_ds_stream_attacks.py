@@ -370,3 +370,153 @@ def test_a_killed_downloads_reservation_is_released(http_ds: Any, tmp_path: Path
     np.testing.assert_array_equal(ds[0]["x"], cols["x"][0])  # the dead reservation went
     assert [n for n in _left(cache) if n.endswith(".tmp")] == []
     ds.close()
+
+
+def _wait_for(pid: int, deadline: float) -> int:
+    """The exit status of the child ``pid``, killed (and a failure) past ``deadline``."""
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            pytest.fail(f"child {pid} hung")
+        time.sleep(0.02)
+
+
+def test_a_child_forked_mid_prefetch_holds_none_of_its_parents_locks(
+    http_ds: Any, tmp_path: Path
+) -> None:
+    server, url, cols, _ = http_ds
+    server.delay = 0.03  # a shard takes ~0.5 s: the forks land mid-download
+    cache = tmp_path / "c"
+    ds = dataset.open(url, cache_dir=cache, predownload=64)
+    ds.prefetch(ds.shards)
+    deadline = time.monotonic() + 60
+    while not any(n.endswith(".tmp") for n in _left(cache)):
+        assert time.monotonic() < deadline
+        time.sleep(0.005)
+    sleeper = os.fork()
+    if sleeper == 0:  # a worker that outlives the downloads
+        time.sleep(10)
+        os._exit(0)
+    reader = os.fork()
+    if reader == 0:  # a worker reading the shards being downloaded
+        try:
+            ok = all(np.array_equal(ds[i]["x"], cols["x"][i]) for i in (0, 20, 40, 60))
+        except BaseException:
+            ok = False
+        os._exit(0 if ok else 1)
+    try:
+        ds._stream.wait()  # type: ignore[union-attr]
+        assert_samples(list(ds), expected_rows(cols, 64))  # the parent never waits for them
+        assert os.waitpid(sleeper, os.WNOHANG) == (0, 0)  # (the sleeper still sleeps)
+        assert _wait_for(reader, time.monotonic() + 60) == 0
+    finally:
+        os.kill(sleeper, signal.SIGKILL)
+        os.waitpid(sleeper, 0)
+    assert len(_left(cache)) == 4
+    ds.close()
+
+
+def _plant(path: Path, kind: str, target: Path) -> None:
+    if path.exists() or path.is_symlink():
+        path.unlink()
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "dir":
+        path.mkdir()
+        (path / "inside").write_text("x")
+    else:
+        path.symlink_to(target)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dir", "symlink"])
+def test_non_regular_cache_entries_are_removed_and_fetched_again(
+    http_ds: Any, tmp_path: Path, kind: str
+) -> None:
+    _, url, cols, _ = http_ds
+    cache = tmp_path / "c"
+    with dataset.open(url, cache_dir=cache) as ds:
+        assert_samples(list(ds), expected_rows(cols, 64))
+        c = ds.cache
+        assert c is not None
+        keys = [c.key(s.shard_path, s.bytes) for s in ds.shards]
+    root = cache / LAYOUT
+    target = tmp_path / "target"  # a symlink's target: never created, never written
+    _plant(root / f"{keys[0]}.shard", kind, target)
+    _plant(root / f"{keys[1]}.lock", kind, target)
+    (root / f"{keys[2]}.shard").unlink()
+    _plant(root / f"{keys[2]}.lock", kind, target)
+    _plant(root / ".lock", kind, target)
+    _plant(root / f".{keys[3]}.shard.tensorfile-0123456789ab.tmp", kind, target)
+    with dataset.open(url, cache_dir=cache, cache_limit=10 << 20) as ds:
+        assert_samples(list(ds), expected_rows(cols, 64))
+        assert ds.cache is not None and ds.cache.downloads == 2  # shards 0 and 2
+        ds.cache.usage()  # (a sweep: the planted temporary entry goes)
+    assert not target.exists()
+    for entry in root.iterdir():
+        assert entry.is_file() and not entry.is_symlink(), entry
+    assert len(_left(cache)) == 4
+
+
+def test_a_shard_changed_in_place_or_replaced_under_the_same_manifest(
+    http_ds: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server, url, cols, shards = http_ds
+    cache = tmp_path / "c"
+    with dataset.open(url, cache_dir=cache) as ds:
+        assert_samples(list(ds), expected_rows(cols, 64))
+        c = ds.cache
+        assert c is not None
+        key = c.key(ds.shards[0].shard_path, ds.shards[0].bytes)
+    cached = cache / LAYOUT / f"{key}.shard"
+    with open(cached, "r+b") as f:  # the last float of row 15, same size, header intact
+        f.seek(-4, os.SEEK_END)
+        f.write(np.float32(1234.5).tobytes())
+    with dataset.open(url, cache_dir=cache) as ds:  # by default: size and header only
+        assert ds[15]["x"][-1] == np.float32(1234.5)
+    monkeypatch.setenv("TENSORFILE_CACHE_VERIFY", "1")
+    with dataset.open(url, cache_dir=cache) as ds:  # the checksum differs: fetched again
+        np.testing.assert_array_equal(ds[15]["x"], cols["x"][15])
+        assert ds.cache is not None and ds.cache.downloads == 1
+    name = f"ds/{shards[0]}"  # the object replaced out of band: same size, same manifest
+    data = bytearray(server.files[name])
+    data[-4:] = np.float32(-7.0).tobytes()
+    server.files[name] = bytes(data)
+    with dataset.open(url, cache_dir=cache) as ds:  # its ETag differs: fetched again
+        assert ds[15]["x"][-1] == np.float32(-7.0)
+        assert ds.cache is not None and ds.cache.downloads == 1
+    with dataset.open(url, cache_dir=cache) as ds:  # and now it matches: a hit
+        assert ds[15]["x"][-1] == np.float32(-7.0)
+        assert ds.cache is not None and ds.cache.downloads == 0
+
+
+def test_a_store_error_is_raised_as_the_store_said(http_ds: Any, tmp_path: Path) -> None:
+    server, url, _, shards = http_ds
+
+    def forbidden(request: Request, conn: socket.socket, data: bytes, rng: tuple[int, int]) -> bool:
+        conn.sendall(reply(403, {"Content-Length": "0"}))
+        return True
+
+    server.hooks[f"ds/{shards[1]}"] = forbidden
+    ds = dataset.open(url, cache_dir=tmp_path / "c")
+    with pytest.raises(SourceError, match="403") as info:
+        ds[16]
+    assert "the shard cache" not in str(info.value)
+    ds.close()
+
+
+def test_limits_say_what_they_accept_and_a_bytes_cache_dir_works(
+    http_ds: Any, tmp_path: Path
+) -> None:
+    _, url, cols, _ = http_ds
+    for bad in (True, 1.5, b"20GB"):
+        with pytest.raises(InvalidArgumentError, match=r"cache_limit .*size text such as"):
+            dataset.open(url, cache_dir=tmp_path / "c", cache_limit=bad)  # type: ignore[arg-type]
+    with dataset.open(url, cache_dir=os.fsencode(tmp_path / "b")) as ds:
+        np.testing.assert_array_equal(ds[3]["x"], cols["x"][3])
+        assert ds.cache is not None and ds.cache.config.folder == str(tmp_path / "b")
+    mode = (tmp_path / "b" / LAYOUT / ".lock").stat().st_mode & 0o777
+    assert mode & 0o133 == 0  # not executable, not writable by others

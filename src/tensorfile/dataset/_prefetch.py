@@ -41,12 +41,22 @@ class Prefetcher:
     def __init__(self, job: Job, threads: int = THREADS) -> None:
         self._job = job
         self._threads = threads
-        self._lock = threading.Lock()
+        self._mutex = threading.Lock()
+        self._mutex_pid = os.getpid()
         self._pid = -1
         self._pool: ThreadPoolExecutor | None = None
         self._pending: dict[str, Future[Any]] = {}
         self.window: set[str] = set()
         """The keys of the latest :meth:`submit` (this process reads them soon)."""
+
+    @property
+    def _lock(self) -> threading.Lock:
+        """This process' lock: a child forked while a thread held the parent's makes its
+        own (the holder is not in the child; it would never release it)."""
+        if self._mutex_pid != os.getpid():
+            self._mutex = threading.Lock()
+            self._mutex_pid = os.getpid()
+        return self._mutex
 
     def _pool_here(self) -> ThreadPoolExecutor:
         if self._pool is None or self._pid != os.getpid():

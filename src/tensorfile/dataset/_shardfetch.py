@@ -19,7 +19,7 @@ Example:
     >>> fsspec.filesystem("memory").pipe("/fetch-doc/ds/a.bin", b"0123456789")
     >>> fd = os.open(os.path.join(tempfile.mkdtemp(), "a"), os.O_RDWR | os.O_CREAT)
     >>> os.ftruncate(fd, 10)
-    >>> download(store_for("memory://fetch-doc/ds"), "a.bin", 10, fd), os.pread(fd, 4, 6)
+    >>> download(store_for("memory://fetch-doc/ds"), "a.bin", 10, fd)[0], os.pread(fd, 4, 6)
     (10, b'6789')
 """
 
@@ -35,17 +35,18 @@ from ..core.plan import execute, plan
 from ..core.source import RangeRequest, Source
 from ..sources import FsspecStore, Store, open_path
 
-__all__ = ["FIRST_BYTES", "download", "open_remote"]
+__all__ = ["FIRST_BYTES", "download", "open_remote", "remote_version"]
 
 FIRST_BYTES = 64 << 10
 """Bytes of the first request of a shard download (it tells the object's size and ETag;
 the pieces that follow read those bytes again: small, so the waste is too)."""
 
 
-def open_remote(store: Store, name: str, size: int) -> Source:
+def open_remote(store: Store, name: str, size: int, first_bytes: int = FIRST_BYTES) -> Source:
     """A source over the file ``name`` of the remote ``store`` through tensorfile's own
-    clients where they take the store's options, else the store's own source."""
-    first = RangeRequest(0, max(1, min(size, FIRST_BYTES)))
+    clients where they take the store's options, else the store's own source (its first
+    request reads ``first_bytes``)."""
+    first = RangeRequest(0, max(1, min(size, first_bytes)))
     if isinstance(store, FsspecStore):
         try:
             return open_path(f"{store.root}/{name}", first=first, **store.options)
@@ -54,9 +55,10 @@ def open_remote(store: Store, name: str, size: int) -> Source:
     return store.open_source(name, first=first)
 
 
-def download(store: Store, name: str, size: int, fd: int) -> int:
+def download(store: Store, name: str, size: int, fd: int) -> tuple[int, str | None]:
     """Fill the open file ``fd`` (already ``size`` bytes long) with the ``size`` bytes of the
-    shard ``name`` of ``store``; returns the bytes written. See the module docstring for
+    shard ``name`` of ``store``; returns the bytes written and the object's version (its
+    ETag; None when the store gives none). See the module docstring for
     what is checked; an error names the shard's URL."""
     where = store.url(name)
     src = open_remote(store, name, size)
@@ -67,8 +69,10 @@ def download(store: Store, name: str, size: int, fd: int) -> int:
                 f"{where}: the manifest says shard {name} has {size} bytes, the store now "
                 f"has {got} (the object was replaced after the manifest was written)"
             )
+        version = getattr(src, "version", None)
+        version = version if isinstance(version, str) else None
         if size == 0:
-            return 0
+            return 0, version
         if os.fstat(fd).st_size != size:
             raise SourceError(f"{where}: the cache file is not {size} bytes long")
         mm = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
@@ -85,11 +89,27 @@ def download(store: Store, name: str, size: int, fd: int) -> int:
                 mm.close()
             except BufferError:  # a failed piece's traceback still holds a view: GC closes it
                 pass
-        return size
+        return size, version
     except (FormatError, SourceError):
         raise
     except OSError as exc:
         raise SourceError(f"cannot download {where}: {exc.strerror or exc}") from exc
+    finally:
+        _close(src)
+
+
+def remote_version(store: Store, name: str, size: int) -> str | None:
+    """The version (ETag) of the shard ``name`` as the store has it now, in the form
+    :func:`download` returns it, from one request of one byte."""
+    src = open_remote(store, name, size, 1)
+    try:
+        _ = src.size
+        version = getattr(src, "version", None)
+        return version if isinstance(version, str) else None
+    except OSError as exc:
+        if isinstance(exc, SourceError):
+            raise
+        raise SourceError(f"cannot ask {store.url(name)} its version: {exc}") from exc
     finally:
         _close(src)
 

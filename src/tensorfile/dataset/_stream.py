@@ -22,6 +22,7 @@ from typing import Any
 
 from ..core.errors import FormatError, InvalidArgumentError, InvalidTypeError, SourceError
 from ..core.reader import Reader
+from ._cachefiles import close_fd
 from ._prefetch import Prefetcher
 from .manifest import Manifest, ShardEntry
 from .samples import verify_shard
@@ -65,6 +66,7 @@ class Stream:
         self.schema = schema
         self.predownload = predownload
         self._pins: dict[str, int] = {}
+        self._pid = os.getpid()
         self._entries: dict[str, ShardEntry] = {}
         self._prefetcher: Prefetcher | None = None
 
@@ -74,6 +76,7 @@ class Stream:
         is removed and downloaded once more (a file changed on disk by another program); a
         second failure is the shard's own, raised as a
         :class:`~tensorfile.errors.FormatError` naming it."""
+        self._forked()
         cache = self.cache
         window = self._prefetcher.window if self._prefetcher is not None else set()
         where = cache.store.url(shard.shard_path)
@@ -90,13 +93,13 @@ class Stream:
                     reader.close()
                     raise
             except FormatError as exc:
-                os.close(fd)
+                close_fd(fd)
                 cache.discard(shard.shard_path, shard.bytes)
                 if attempt:
                     raise FormatError(f"shard {where}: {exc}") from exc
                 continue
             except BaseException:
-                os.close(fd)
+                close_fd(fd)
                 raise
             self.release(shard.shard_path)
             self._pins[shard.shard_path] = fd
@@ -108,9 +111,17 @@ class Stream:
 
     def release(self, shard_path: str) -> None:
         """Stop holding the cached file of ``shard_path`` (it may be evicted)."""
+        self._forked()
         fd = self._pins.pop(shard_path, None)
         if fd is not None:
-            os.close(fd)
+            close_fd(fd)
+
+    def _forked(self) -> None:
+        """In a forked child: forget the parent's pins (their descriptors, which carry
+        locks, were closed at the fork by :mod:`._cachefiles`; the numbers may be reused)."""
+        if self._pid != os.getpid():
+            self._pins = {}
+            self._pid = os.getpid()
 
     def prefetch(self, shards: Sequence[ShardEntry]) -> None:
         """Queue background downloads of ``shards`` (in the order given) up to
@@ -140,7 +151,7 @@ class Stream:
         shard = self._entries[key]
         found = self.cache.fetch(shard.shard_path, shard.bytes, protect=window, background=True)
         if found is not None:
-            os.close(found[1])
+            close_fd(found[1])
 
     def wait(self) -> None:
         """Wait for the background downloads queued so far."""
@@ -149,6 +160,7 @@ class Stream:
 
     def close(self) -> None:
         """Release every held file and stop the background downloads."""
+        self._forked()
         for path in list(self._pins):
             self.release(path)
         if self._prefetcher is not None:

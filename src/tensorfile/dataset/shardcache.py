@@ -10,6 +10,7 @@ Layout, under the cache folder::
     shards-v1/.lock                      flock'ed (exclusively) while space is reserved
     shards-v1/<key>.shard                a complete shard
     shards-v1/<key>.lock                 flock'ed (exclusively) while <key> is downloaded
+    shards-v1/<key>.sum                  its XXH3-64 and ETag at download (a record)
     shards-v1/.<key>.shard.tensorfile-<hex>.tmp          a download in progress
 
 ``key`` is 40 hex digits of a SHA-256 of the dataset's location (its URL without
@@ -33,8 +34,14 @@ What holds:
   (:class:`~tensorfile.core.atomic.AtomicFile`). A process killed mid-download leaves a
   temporary file whose lock is free: the next reservation removes it (and so releases its
   space), and the shard's lock is free for the next process.
-* **Checked.** A cached file of the wrong size (truncated by another program) is removed
-  and fetched again, never read; the reader checks every header against the manifest.
+* **Checked.** A cached file of the wrong size (truncated by another program), or not a
+  regular file, is removed and fetched again, never read; the reader checks every header
+  against the manifest. That is all by default: data bytes changed in place, or an object
+  replaced on the store under an identical manifest, are seen only with
+  ``$TENSORFILE_CACHE_VERIFY=1`` (each open hashes the file and asks the store for the
+  object's ETag, both compared with the record).
+* **Fork-safe.** Lock-holding descriptors are closed in a forked child
+  (:mod:`._cachefiles`): a child never keeps its parent's locks.
 
 Example:
     >>> parse_limit("512MiB"), parse_limit(1000)
@@ -61,14 +68,28 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..core.atomic import AtomicFile, preallocate, remove_stale_temps
-from ..core.errors import InvalidArgumentError, SourceError
+from ..core.errors import InvalidArgumentError, SourceError, TensorFileError
 from ..core.sizes import parse_size
 from ..sources import CACHE_DIR_ENV, Store
-from ._shardfetch import download
+from ._cachefiles import (
+    adopt,
+    close_fd,
+    digest_fd,
+    forget,
+    guarded,
+    heal,
+    lock_fd,
+    open_fd,
+    read_record,
+    remove_unused,
+    write_record,
+)
+from ._shardfetch import download, remote_version
 
 __all__ = [
     "CACHE_DIR_ENV",
     "CACHE_SIZE_ENV",
+    "CACHE_VERIFY_ENV",
     "DEFAULT_LIMIT",
     "LAYOUT",
     "CacheConfig",
@@ -84,12 +105,14 @@ DEFAULT_LIMIT = 20 << 30
 """The size limit when neither ``cache_limit`` nor ``$TENSORFILE_CACHE_SIZE`` says: 20 GiB."""
 LAYOUT = "shards-v1"
 """The folder under the cache folder that holds this layout."""
+CACHE_VERIFY_ENV = "TENSORFILE_CACHE_VERIFY"
+"""Set to ``1``: every open of a cached shard checks its XXH3-64 against the record made at
+download and asks the store for the object's ETag (the single-file cache's switch too)."""
 WAIT_SECONDS = 120.0
 """How long a read waits for other processes' downloads to free room before it fails."""
 
-_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _DATA = re.compile(r"([0-9a-f]{40})\.shard")
-_LOCK = re.compile(r"([0-9a-f]{40})\.lock")
+_LOCK = re.compile(r"([0-9a-f]{40})\.(?:lock|sum)")
 _TEMP = re.compile(r"\.([0-9a-f]{40}\.shard)\.tensorfile-[0-9a-f]{12}\.tmp")
 _SECRET = ("key", "secret", "token", "password", "passwd", "credential", "auth", "session")
 
@@ -103,6 +126,11 @@ def parse_limit(value: int | str | None) -> int:
         if not text:
             return DEFAULT_LIMIT
         value, where = text, f"${CACHE_SIZE_ENV}"
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise InvalidArgumentError(
+            f"{where} {value!r}: give a whole number of bytes (an int > 0) or a size text "
+            "such as '20GiB' or '500MB'"
+        )
     try:
         return parse_size(value)
     except InvalidArgumentError as exc:
@@ -144,11 +172,12 @@ def cache_folder(cache_dir: Any) -> str | None:
         return os.path.join(base, "tensorfile")
     if cache_dir is False or cache_dir == "":
         return None
-    if not isinstance(cache_dir, str | os.PathLike):
+    if not isinstance(cache_dir, str | bytes | os.PathLike):
         raise InvalidArgumentError(
-            f"cache_dir must be a folder (a str or os.PathLike), a bool or None, got {cache_dir!r}"
+            "cache_dir must be a folder (a str, bytes or os.PathLike), a bool or None, got "
+            f"{cache_dir!r}"
         )
-    text = os.fspath(cache_dir)
+    text = os.fsdecode(cache_dir)
     if not isinstance(text, str) or not text or "\0" in text:
         raise InvalidArgumentError(f"cache_dir is not a usable folder name: {text!r}")
     return text
@@ -177,7 +206,10 @@ class ShardCache:
         self._prefix = f"tensorfile-shards-v1\0{location_id(store)}\0{manifest_digest}"
         self.downloads = 0
         """Shards this object downloaded (in this process)."""
+        self.verify = os.environ.get(CACHE_VERIFY_ENV, "").strip().lower() in ("1", "true", "yes")
+        """Whether opens check the shard's checksum and ETag (``$TENSORFILE_CACHE_VERIFY``)."""
         self._ready = False
+        self._names: dict[str, str] = {}
 
     # -- the folder --------------------------------------------------------------------------
 
@@ -196,8 +228,7 @@ class ShardCache:
         if not os.path.isdir(self.root):
             raise SourceError(f"{where} cannot hold the shard cache: it is not a folder")
         try:
-            fd = os.open(os.path.join(self.root, ".lock"), os.O_RDWR | os.O_CREAT | _O_CLOEXEC)
-            os.close(fd)
+            close_fd(lock_fd(os.path.join(self.root, ".lock"), wait=False))
             probe = AtomicFile(os.path.join(self.root, ".probe"))
             probe.abort()
         except (OSError, SourceError) as exc:
@@ -214,47 +245,79 @@ class ShardCache:
         """The file of a complete shard."""
         return os.path.join(self.root, f"{key}.shard")
 
+    def record(self, key: str) -> str:
+        """The record of a shard (its checksum and ETag at download)."""
+        return os.path.join(self.root, f"{key}.sum")
+
     # -- using shards -------------------------------------------------------------------------
 
     def open_cached(
-        self, shard_path: str, size: int, *, locked: bool = False
+        self, shard_path: str, size: int, *, locked: bool = False, fresh: bool = False
     ) -> tuple[str, int] | None:
         """``(path, fd)`` of the cached shard, its ``fd`` holding a shared lock that marks it
-        in use (close it when done), touched as recently used; None when it is not cached.
-        A file of the wrong size is removed (and None returned); ``locked``: the caller holds
-        the shard's lock."""
+        in use (close it with :func:`._cachefiles.close_fd`), touched as recently used; None
+        when it is not cached. A file of the wrong size, anything but a regular file, and
+        (with :attr:`verify`) a file whose checksum or ETag differs from its record is
+        removed (and None returned); ``locked``: the caller holds the shard's lock;
+        ``fresh``: it was just downloaded (not verified again)."""
         self.prepare()
         key = self.key(shard_path, size)
         path = self.path(key)
         for _ in range(8):
             try:
-                fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | _O_CLOEXEC)
+                fd = open_fd(path, os.O_RDONLY)
             except FileNotFoundError:
                 return None
             except OSError as exc:
+                if exc.errno in (errno.ELOOP, errno.ENXIO, errno.EISDIR):  # a symlink, socket
+                    self._damaged(key, None, locked)
+                    return None
                 raise SourceError(f"cannot read the cached shard {path}: {exc.strerror}") from exc
             try:
-                fcntl.flock(fd, fcntl.LOCK_SH)
                 st = os.fstat(fd)
+                if not stat.S_ISREG(st.st_mode):  # a FIFO, a directory: never read, removed
+                    close_fd(fd)
+                    self._damaged(key, None, locked)
+                    return None
+                fcntl.flock(fd, fcntl.LOCK_SH)
                 try:
                     now = os.stat(path, follow_symlinks=False)
                 except FileNotFoundError:
                     now = None
                 if now is None or (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino):
-                    os.close(fd)  # evicted or replaced meanwhile: look again
+                    close_fd(fd)  # evicted or replaced meanwhile: look again
                     continue
-                if not stat.S_ISREG(st.st_mode) or st.st_size != size:
-                    os.close(fd)
-                    self._discard(key, st, locked)
+                if st.st_size != size or (
+                    self.verify and not fresh and not self._ok(key, fd, size)
+                ):
+                    close_fd(fd)
+                    self._damaged(key, st, locked)
                     return None
                 with contextlib.suppress(OSError):
                     os.utime(path)  # recently used
                 return path, fd
             except BaseException:
                 with contextlib.suppress(OSError):
-                    os.close(fd)
+                    close_fd(fd)
                 raise
         return None
+
+    def _ok(self, key: str, fd: int, size: int) -> bool:
+        """Whether the open shard of ``key`` matches its record: the checksum of its bytes,
+        and the ETag the store gives now (when it gives one)."""
+        found = read_record(self.record(key))
+        if found is None:
+            return False  # (a crash between the two renames, or an older cache)
+        digest, version = found
+        if digest_fd(fd, os.fstat(fd).st_size) != digest:
+            return False
+        if version is None:
+            return True
+        shard = self._names.get(key)
+        if shard is None:
+            return True
+        now = remote_version(self.store, shard, size)
+        return now is None or now == version
 
     def fetch(
         self, shard_path: str, size: int, *, protect: Collection[str] = (), background: bool = False
@@ -263,8 +326,11 @@ class ShardCache:
         it is not cached (once across the node: others wait on the shard's lock). ``protect``:
         keys this process will read soon (evicted last). ``background``: a prefetch, which
         gives up (None) rather than evict shards in use or wait for room."""
+        self._names[self.key(shard_path, size)] = shard_path
         try:
             return self._fetch(shard_path, size, protect, background)
+        except TensorFileError:
+            raise  # (a SourceError of the store is an OSError too: it says what it is)
         except OSError as exc:  # the folder removed or made unusable under us
             raise SourceError(
                 f"{self.store.url(shard_path)}: the shard cache {self.config.folder} failed: "
@@ -292,31 +358,47 @@ class ShardCache:
             if tmp is None:
                 return None
             try:
-                rw = os.open(tmp.tmp, os.O_RDWR | os.O_NOFOLLOW | _O_CLOEXEC)  # (for mmap)
+                rw = open_fd(tmp.tmp, os.O_RDWR)  # (for mmap)
                 try:
-                    download(self.store, shard_path, size, rw)
+                    _, version = download(self.store, shard_path, size, rw)
+                    digest = digest_fd(rw, size)
                 finally:
-                    os.close(rw)
-                tmp.commit()
+                    close_fd(rw)
+                write_record(self.record(key), digest, version)  # (before the shard: see _ok)
+                os.fsync(tmp.fd)
+                tmp.fsync = False
+                with guarded():  # the rename and close are quick: a fork waits for them
+                    forget(tmp.fd)
+                    tmp.commit()
             except BaseException:
-                tmp.abort()
+                with guarded():
+                    forget(tmp.fd)
+                    tmp.abort()
                 raise
             self.downloads += 1
-            return self.open_cached(shard_path, size, locked=True)
+            return self.open_cached(shard_path, size, locked=True, fresh=True)
 
     def discard(self, shard_path: str, size: int) -> None:
         """Remove the cached copy of a shard (one found corrupt by its reader)."""
         key = self.key(shard_path, size)
-        with self._shard_lock(key), contextlib.suppress(OSError):
-            os.unlink(self.path(key))
+        with self._shard_lock(key):
+            for name in (self.path(key), self.record(key)):
+                with contextlib.suppress(OSError):
+                    os.unlink(name)
 
-    def _discard(self, key: str, seen: os.stat_result, locked: bool) -> None:
-        """Remove the cached file of ``key`` if it is still the one seen (wrong size)."""
+    def _damaged(self, key: str, seen: os.stat_result | None, locked: bool) -> None:
+        """Remove the cached file of ``key`` if it is still the one ``seen`` (a wrong size or
+        checksum), or whatever is there if it is not a regular file (``seen`` None)."""
         with contextlib.nullcontext() if locked else self._shard_lock(key):
+            path = self.path(key)
+            if seen is None:
+                heal(path)
+                return
             try:
-                now = os.stat(self.path(key), follow_symlinks=False)
+                now = os.stat(path, follow_symlinks=False)
                 if (now.st_dev, now.st_ino) == (seen.st_dev, seen.st_ino):
-                    os.unlink(self.path(key))
+                    os.unlink(path)
+                    os.unlink(self.record(key))
             except OSError:
                 pass
 
@@ -324,40 +406,20 @@ class ShardCache:
 
     @contextlib.contextmanager
     def _shard_lock(self, key: str) -> Iterator[None]:
-        """Hold the exclusive lock of ``key`` (a lock file that a sweep may remove: the lock
-        is taken on the file the name still holds)."""
-        path = os.path.join(self.root, f"{key}.lock")
-        while True:
-            try:
-                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | _O_CLOEXEC, 0o666)
-            except OSError as exc:
-                raise SourceError(f"cannot lock {path}: {exc.strerror or exc}") from exc
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX)
-                st = os.fstat(fd)
-                try:
-                    now = os.stat(path, follow_symlinks=False)
-                except FileNotFoundError:
-                    now = None
-                if now is not None and (now.st_dev, now.st_ino) == (st.st_dev, st.st_ino):
-                    break
-            except BaseException:
-                os.close(fd)
-                raise
-            os.close(fd)  # removed by a sweep before we locked it: take the new one
+        """Hold the exclusive lock of ``key``."""
+        fd = lock_fd(os.path.join(self.root, f"{key}.lock"))
         try:
             yield
         finally:
-            os.close(fd)
+            close_fd(fd)
 
     @contextlib.contextmanager
     def _cache_lock(self) -> Iterator[None]:
-        fd = os.open(os.path.join(self.root, ".lock"), os.O_RDWR | os.O_CREAT | _O_CLOEXEC, 0o666)
+        fd = lock_fd(os.path.join(self.root, ".lock"))
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
             yield
         finally:
-            os.close(fd)
+            close_fd(fd)
 
     # -- room ---------------------------------------------------------------------------------
 
@@ -400,18 +462,22 @@ class ShardCache:
                 f"{self.store.url()}: a shard of {size:,} bytes does not fit on the disk of "
                 f"the shard cache {self.config.folder} ({free:,} bytes free)"
             )
-        tmp = AtomicFile(self.path(key), fsync=True)
+        with guarded():  # (its descriptor holds a lock: a forked child must close it)
+            heal(self.path(key))
+            tmp = AtomicFile(self.path(key), fsync=True)
+            adopt(tmp.fd)
         try:
             preallocate(tmp.fd, size)
             if os.fstat(tmp.fd).st_size != size:
                 os.ftruncate(tmp.fd, size)
-        except OSError as exc:
-            tmp.abort()
-            raise SourceError(
-                f"cannot write {self.path(key)} in the shard cache: {exc.strerror or exc}"
-            ) from exc
-        except BaseException:
-            tmp.abort()
+        except BaseException as exc:
+            with guarded():
+                forget(tmp.fd)
+                tmp.abort()
+            if isinstance(exc, OSError) and not isinstance(exc, TensorFileError):
+                raise SourceError(
+                    f"cannot write {self.path(key)} in the shard cache: {exc.strerror or exc}"
+                ) from exc
             raise
         return tmp
 
@@ -421,7 +487,7 @@ class ShardCache:
         used = 0
         shards: list[tuple[float, int, str, str]] = []
         temps: set[str] = set()
-        locks: list[str] = []
+        others: set[str] = set()
         with os.scandir(self.root) as entries:
             listed = list(entries)
         for e in listed:
@@ -429,8 +495,11 @@ class ShardCache:
             if m is not None:
                 temps.add(m.group(1))
                 continue
-            if _LOCK.fullmatch(e.name):
-                locks.append(e.name[:-5])
+            m = _LOCK.fullmatch(e.name)
+            if m is not None:
+                others.add(m.group(1))
+                if not e.is_file(follow_symlinks=False):
+                    heal(e.path)  # planted: a lock or record is always a regular file
                 continue
             m = _DATA.fullmatch(e.name)
             if m is None:
@@ -442,6 +511,8 @@ class ShardCache:
             if stat.S_ISREG(st.st_mode):
                 used += st.st_size
                 shards.append((st.st_mtime, st.st_size, m.group(1), e.path))
+            else:
+                heal(e.path)  # planted: no one can be reading it
         for base in sorted(temps):
             remove_stale_temps(os.path.join(self.root, base))  # killed writers' leftovers
         for e in listed:
@@ -450,28 +521,38 @@ class ShardCache:
                     st = os.stat(e.path, follow_symlinks=False)
                 except OSError:
                     continue  # (just removed)
-                used += st.st_size
+                if stat.S_ISREG(st.st_mode):
+                    used += st.st_size
+                else:
+                    heal(e.path)  # planted: no download writes there
         present = {k for _, _, k, _ in shards}
-        for key in locks:
-            if key not in present:
-                self._drop_lock(key)
+        for key in sorted(others - present):
+            self._drop_lock(key)
         return used, shards
 
     def _drop_lock(self, key: str) -> None:
-        """Remove the lock file of a shard that is not cached, if no one holds it."""
+        """Remove the lock file and record of a shard that is not cached, if no one holds its
+        lock (a download writes the record before the shard)."""
         path = os.path.join(self.root, f"{key}.lock")
         try:
-            fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | _O_CLOEXEC)
+            fd = open_fd(path, os.O_RDWR)
+        except FileNotFoundError:
+            if not os.path.lexists(self.path(key)):
+                with contextlib.suppress(OSError):
+                    os.unlink(self.record(key))
+            return
         except OSError:
             return
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            if not os.path.exists(self.path(key)):
+            if not os.path.lexists(self.path(key)):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(self.record(key))
                 os.unlink(path)
         except OSError:
             pass
         finally:
-            os.close(fd)
+            close_fd(fd)
 
     def _evict(
         self,
@@ -491,29 +572,10 @@ class ShardCache:
             _, size, key, path = entry
             if key in protect:
                 continue
-            if self._remove(path, force=force):
+            if remove_unused(path, self.record(key), force=force):
                 freed += size
                 shards.remove(entry)
         return freed
-
-    @staticmethod
-    def _remove(path: str, *, force: bool) -> bool:
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | _O_CLOEXEC)
-        except OSError:
-            return False
-        try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
-                if not force:
-                    return False  # open somewhere: kept while anything else can go
-            os.unlink(path)
-            return True
-        except OSError:
-            return False
-        finally:
-            os.close(fd)
 
     def usage(self) -> int:
         """Bytes the cache folder's shard files and downloads take now."""
