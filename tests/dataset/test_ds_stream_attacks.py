@@ -408,14 +408,26 @@ def test_a_child_forked_mid_prefetch_holds_none_of_its_parents_locks(
         except BaseException:
             ok = False
         os._exit(0 if ok else 1)
+
+    def _stuck(*_: object) -> None:  # a regression blocks in flock: fail, do not hang
+        raise TimeoutError("the parent is still blocked after 120 s: a child holds its locks")
+
+    previous = signal.signal(signal.SIGALRM, _stuck)
+    signal.alarm(120)
     try:
         ds._stream.wait()  # type: ignore[union-attr]
         assert_samples(list(ds), expected_rows(cols, 64))  # the parent never waits for them
         assert os.waitpid(sleeper, os.WNOHANG) == (0, 0)  # (the sleeper still sleeps)
         assert _wait_for(reader, time.monotonic() + 60) == 0
     finally:
-        os.kill(sleeper, signal.SIGKILL)
-        os.waitpid(sleeper, 0)
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+        for pid in (sleeper, reader):
+            try:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+            except (ProcessLookupError, ChildProcessError):
+                pass
     assert len(_left(cache)) == 4
     ds.close()
 
