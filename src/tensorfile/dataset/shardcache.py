@@ -70,7 +70,7 @@ from typing import Any
 from ..core.atomic import AtomicFile, preallocate, remove_stale_temps
 from ..core.errors import InvalidArgumentError, SourceError, TensorFileError
 from ..core.sizes import parse_size
-from ..sources import CACHE_DIR_ENV, Store
+from ..sources import CACHE_DIR_ENV, Store, resolve_cache_dir
 from ._cachefiles import (
     adopt,
     close_fd,
@@ -156,31 +156,14 @@ class CacheConfig:
 def cache_folder(cache_dir: Any) -> str | None:
     """The cache folder: ``cache_dir`` when given (``False`` or ``""``: none; ``True``:
     ``$TENSORFILE_CACHE_DIR``, else ``$XDG_CACHE_HOME/tensorfile``), else
-    ``$TENSORFILE_CACHE_DIR`` (unset or empty: none), as for single files.
+    ``$TENSORFILE_CACHE_DIR`` (unset or empty: none): the single-file cache's rule
+    (:func:`tensorfile.sources.resolve_cache_dir`).
 
     Example:
-        >>> cache_folder("/tmp/c"), cache_folder(False), cache_folder("")
-        ('/tmp/c', None, None)
+        >>> cache_folder("/tmp/c"), cache_folder(False), cache_folder(""), cache_folder(b"/tmp/b")
+        ('/tmp/c', None, None, '/tmp/b')
     """
-    if cache_dir is None:
-        cache_dir = os.environ.get(CACHE_DIR_ENV) or False
-    if cache_dir is True:
-        found = os.environ.get(CACHE_DIR_ENV)
-        if found:
-            return found
-        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-        return os.path.join(base, "tensorfile")
-    if cache_dir is False or cache_dir == "":
-        return None
-    if not isinstance(cache_dir, str | bytes | os.PathLike):
-        raise InvalidArgumentError(
-            "cache_dir must be a folder (a str, bytes or os.PathLike), a bool or None, got "
-            f"{cache_dir!r}"
-        )
-    text = os.fsdecode(cache_dir)
-    if not isinstance(text, str) or not text or "\0" in text:
-        raise InvalidArgumentError(f"cache_dir is not a usable folder name: {text!r}")
-    return text
+    return resolve_cache_dir(cache_dir)
 
 
 def location_id(store: Store) -> str:

@@ -64,6 +64,7 @@ __all__ = [
     "open_path",
     "path_text",
     "redact",
+    "resolve_cache_dir",
     "route",
     "store_for",
 ]

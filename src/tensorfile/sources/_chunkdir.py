@@ -166,7 +166,7 @@ def default_cache_dir() -> str:
     return os.path.join(base, "tensorfile")
 
 
-def resolve_cache_dir(cache_dir: str | os.PathLike[str] | bool | None) -> str | None:
+def resolve_cache_dir(cache_dir: str | bytes | os.PathLike[str] | bool | None) -> str | None:
     """The cache folder a load uses: ``cache_dir`` when given (``False`` or ``""``: none;
     ``True``: :func:`default_cache_dir`), else ``$TENSORFILE_CACHE_DIR`` (unset or empty:
     none).
@@ -181,11 +181,12 @@ def resolve_cache_dir(cache_dir: str | os.PathLike[str] | bool | None) -> str | 
         return default_cache_dir()
     if cache_dir is False or cache_dir == "":
         return None
-    if not isinstance(cache_dir, str | os.PathLike):
+    if not isinstance(cache_dir, str | bytes | os.PathLike):
         raise InvalidArgumentError(
-            f"cache_dir must be a folder (a str or os.PathLike), a bool or None, got {cache_dir!r}"
+            "cache_dir must be a folder (a str, bytes or os.PathLike), a bool or None, got "
+            f"{cache_dir!r}"
         )
-    text = os.fspath(cache_dir)
+    text = os.fsdecode(cache_dir)
     if not isinstance(text, str) or "\0" in text:
         raise InvalidArgumentError(f"cache_dir is not a usable folder name: {text!r}")
     return text or None
