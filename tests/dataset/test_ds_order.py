@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tensorfile.dataset.order import EpochOrder, epoch_order
+from tensorfile.dataset.order import EpochOrder, epoch_order, partition_count
 from tensorfile.errors import InvalidArgumentError
 
 params = st.fixed_dictionaries(
@@ -103,3 +103,42 @@ def test_hostile_arguments() -> None:
     with pytest.raises(InvalidArgumentError):
         o.locate(np.array([7]))
     assert EpochOrder([], shuffle=True).ids(0, 0).tolist() == []
+
+
+def test_a_dataset_smaller_than_a_shuffle_block_is_shuffled_whole() -> None:
+    """Regression: with the defaults (64 partitions, blocks of 2**18) a small dataset was cut
+    into 64 partitions, so a batch was B positions of one partition and the batches held the
+    same samples every epoch. Partitions are never finer than the shuffle block now."""
+    counts = [100] * 10  # N = 1000 < 2**18: one partition, one block, a true permutation
+    assert partition_count(1000, 64, 1 << 18) == 1
+    batches = [
+        [frozenset(b) for b in epoch_order(counts, seed=5, epoch=e, shuffle=True, unit=10)
+         .reshape(-1, 10).tolist()]
+        for e in range(2)
+    ]  # fmt: skip
+    assert not set(batches[0]) & set(batches[1])  # no batch repeats between epochs
+    first = np.array(sorted(batches[0][0]))
+    assert len(set((first // 100).tolist())) > 3  # a batch draws from many shards
+    # partitions appear only for datasets of many blocks, and stay a function of N, P, L
+    assert partition_count(10 << 18, 64, 1 << 18) == 10
+    assert partition_count(1 << 40, 64, 1 << 18) == 64
+    assert partition_count(0, 64, 1 << 18) == 1
+
+
+def test_hostile_sizes_are_refused_with_a_bound() -> None:
+    with pytest.raises(InvalidArgumentError, match="at most"):
+        EpochOrder([2**62] * 3, shuffle=True)  # the sum overflows int64
+    with pytest.raises(InvalidArgumentError, match="at most"):
+        EpochOrder(np.array([2**64 - 1], np.uint64))
+    with pytest.raises(InvalidArgumentError, match="between"):
+        EpochOrder([3], shuffle_block=2**70)
+    with pytest.raises(InvalidArgumentError, match="between"):
+        EpochOrder([3], partitions=2**25)
+    o = EpochOrder([3])
+    with pytest.raises(InvalidArgumentError, match="integers"):
+        o.locate(np.array([1.7]))
+    with pytest.raises(InvalidArgumentError, match=r"\[0, 3\)"):
+        o.locate([2**70])  # type: ignore[arg-type]
+    # a unit far larger than the epoch, and huge claimed shards: exact int64 arithmetic
+    big = EpochOrder([2**61, 2**61 - 1], shuffle=True, unit=2**62, partitions=8, shuffle_block=8)
+    assert big.ids(2**62 - 3, 2**62 - 1).size == 2

@@ -8,15 +8,19 @@ epoch's order ``S`` is ``0 .. N-1``. With ``shuffle``:
 
 1. **Shards permuted.** ``default_rng([seed, epoch, 0]).permutation(n_shards)``; ``Q`` is
    the samples of the shards in that order, each shard's rows in order.
-2. **Canonical partitions.** ``Q`` is cut into ``P = min(partitions, N)`` contiguous
-   partitions, partition ``p`` being ``Q[p*N//P : (p+1)*N//P]``. ``partitions`` is fixed
-   by the caller (default 64) and never derived from the world size: that is what keeps the
-   order the same when the number of nodes, ranks or workers changes (MosaicML Streaming's
-   ``num_canonical_nodes`` idea).
-3. **Bounded shuffle.** Inside a partition, blocks of ``shuffle_block`` (``L``) positions;
-   block ``b`` of partition ``p`` is permuted by
-   ``default_rng([seed, epoch, 1, p, b]).permutation(len)``. A block spans a few shards, so
-   a batch drawn from it touches only those; samples never move out of their block.
+2. **Canonical partitions.** ``Q`` is cut into ``P = min(partitions, max(1, N // L))``
+   contiguous partitions (``L`` = ``shuffle_block``), partition ``p`` being
+   ``Q[p*N//P : (p+1)*N//P]``: never finer than the shuffle block, so a dataset of at most
+   ``2*L - 1`` samples is one partition shuffled whole (a true permutation) and locality
+   partitions appear only for datasets of many blocks. ``P`` depends on ``N``,
+   ``partitions`` (fixed by the caller, default 64) and ``L`` only, never on the world
+   size: that is what keeps the order the same when the number of nodes, ranks or workers
+   changes (MosaicML Streaming's ``num_canonical_nodes`` idea).
+3. **Bounded shuffle.** Inside a partition, blocks of ``L`` positions; block ``b`` of
+   partition ``p`` is permuted by ``default_rng([seed, epoch, 1, p, b]).permutation(len)``.
+   Samples never move out of their block: the **shuffle window** is
+   ``min(L, N / P)`` positions of ``Q`` (the permuted shards), and a block spans a few
+   shards, so a batch drawn from it touches only those.
 4. **Round-robin interleave.** ``S`` takes the partitions in turn, ``unit`` (``B``)
    samples at a time: round ``k`` is, for ``p = 0 .. P-1``, partition ``p``'s positions
    ``[k*B, (k+1)*B)`` (fewer or none where it has ended). Every partition holds ``N//P``
@@ -50,10 +54,11 @@ import numpy as np
 
 from ..core.errors import InvalidArgumentError, InvalidTypeError
 
-__all__ = ["EpochOrder", "epoch_order"]
+__all__ = ["EpochOrder", "epoch_order", "partition_count"]
 
 NDArray = np.ndarray[Any, Any]
 MAX_PARTITIONS = 1 << 24
+MAX_SAMPLES = 1 << 62  # the largest total, shuffle block or unit (int64 arithmetic stays exact)
 _PERM_CACHE_ENTRIES = 1 << 22  # block permutations kept, in positions (int32: 16 MiB)
 
 
@@ -76,10 +81,31 @@ def _counts(counts: Sequence[int] | NDArray) -> NDArray:
             f"counts must be a 1-D sequence of integers (samples per shard), got {arr.dtype} "
             f"of shape {arr.shape}"
         )
-    arr = arr.astype(np.int64)
-    if arr.size and int(arr.min()) < 0:
+    if arr.size and arr.dtype.kind == "i" and int(arr.min()) < 0:
         raise InvalidArgumentError(f"counts must not be negative, shard {int(arr.argmin())} is")
+    if arr.size and int(arr.max()) > MAX_SAMPLES:
+        raise InvalidArgumentError(
+            f"counts must be at most {MAX_SAMPLES} samples each, shard {int(arr.argmax())} "
+            f"claims {int(arr.max())}"
+        )
+    arr = arr.astype(np.int64)
+    total = sum(int(c) for c in arr.tolist())  # Python ints: no silent int64 wrap-around
+    if total > MAX_SAMPLES:
+        raise InvalidArgumentError(
+            f"counts must total at most {MAX_SAMPLES} samples, they claim {total}"
+        )
     return arr
+
+
+def partition_count(total: int, partitions: int, shuffle_block: int) -> int:
+    """``P``, the partitions an epoch of ``total`` samples is cut into (module docstring):
+    never finer than the shuffle block.
+
+    Example:
+        >>> partition_count(1000, 64, 1 << 18), partition_count(10 << 18, 64, 1 << 18)
+        (1, 10)
+    """
+    return max(1, min(partitions, total // shuffle_block))
 
 
 class EpochOrder:
@@ -102,8 +128,8 @@ class EpochOrder:
         self.epoch = _int(epoch, "epoch", 0)
         self.shuffle = bool(shuffle)
         self.partitions = _int(partitions, "partitions", 1, MAX_PARTITIONS)
-        self.block = _int(shuffle_block, "shuffle_block", 1)
-        self.unit = _int(unit, "unit", 1)
+        self.block = _int(shuffle_block, "shuffle_block", 1, MAX_SAMPLES)
+        self.unit = _int(unit, "unit", 1, MAX_SAMPLES)
         self.starts = np.concatenate([[0], np.cumsum(self.counts)]).astype(np.int64)
         self.total = int(self.starts[-1])
         self._perms: OrderedDict[tuple[int, int], NDArray] = OrderedDict()
@@ -112,7 +138,8 @@ class EpochOrder:
         """Block permutations drawn so far (a counter, for tests and benchmarks)."""
         if not self.shuffle or self.total == 0:
             return
-        n, p = self.total, min(self.partitions, self.total)
+        n = self.total
+        p = partition_count(n, self.partitions, self.block)
         self._p = p
         idx = np.arange(p + 1, dtype=np.int64)
         # p*N//P without overflow: p*(N//P) + p*(N%P)//P (p*(N%P) < P*P <= 2**48)
@@ -155,9 +182,22 @@ class EpochOrder:
             >>> [a.tolist() for a in EpochOrder([2, 0, 3]).locate(np.array([1, 2, 4]))]
             [[0, 2, 2], [1, 0, 2]]
         """
-        ids = np.asarray(ids, dtype=np.int64)
-        if ids.size and (int(ids.min()) < 0 or int(ids.max()) >= self.total):
+        try:
+            arr = np.asarray(ids)
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise InvalidArgumentError(
+                f"sample ids must be integers in [0, {self.total}): {exc}"
+            ) from None
+        exotic = arr.dtype.kind == "O" and not all(
+            isinstance(v, int) and not isinstance(v, bool) for v in arr.flat
+        )
+        if arr.size and (arr.dtype.kind not in "iuO" or exotic):
+            raise InvalidArgumentError(
+                f"sample ids must be integers in [0, {self.total}), got {arr.dtype}"
+            )
+        if arr.size and (int(arr.min()) < 0 or int(arr.max()) >= self.total):
             raise InvalidArgumentError(f"sample ids must lie in [0, {self.total})")
+        ids = arr.astype(np.int64)
         shard = np.searchsorted(self.starts[1:], ids, side="right").astype(np.int64)
         return shard, ids - self.starts[shard]
 
@@ -169,10 +209,11 @@ class EpochOrder:
         part = np.empty_like(pos)
         off = np.empty_like(pos)
         early = pos < self._full
-        s = pos[early]
-        rnd, r = np.divmod(s, p * b)
-        part[early] = r // b
-        off[early] = rnd * b + r % b
+        if self._full:  # full rounds exist: p*b <= N, no overflow
+            s = pos[early]
+            rnd, r = np.divmod(s, p * b)
+            part[early] = r // b
+            off[early] = rnd * b + r % b
         late = ~early
         if late.any():
             t = pos[late] - self._full
