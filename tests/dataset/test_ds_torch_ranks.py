@@ -124,7 +124,7 @@ def test_pad_and_uneven(ds_path: str) -> None:
         ds.to_torch(even="maybe")
     with pytest.raises(InvalidArgumentError):
         ds.to_torch(rank=2, world_size=2)
-    with pytest.raises(TypeError):
+    with pytest.raises(InvalidArgumentError):
         ds.to_torch(seed=-1)
 
 
@@ -250,11 +250,21 @@ def test_two_gloo_ranks_with_two_workers_each(ds_path: str, tmp_path: Path) -> N
 
 
 def test_to_torch_checks_its_arguments(ds_path: str) -> None:
-    with pytest.raises(TypeError):
+    with pytest.raises(InvalidArgumentError, match="at least 1"):
         TorchIterable(dataset.open(ds_path), shuffle_buffer=0)
-    it = TorchIterable(dataset.open(ds_path))
     with pytest.raises(TypeError):
+        TorchIterable(dataset.open(ds_path), batch_size=2.0)  # type: ignore[arg-type]
+    it = TorchIterable(dataset.open(ds_path))
+    with pytest.raises(InvalidArgumentError):
         it.set_epoch(-1)
+    ds = dataset.open(ds_path)
+    for even in (0, 1, 0.0, "bogus"):  # only True, False, "drop", "pad" (bools by identity)
+        with pytest.raises(InvalidArgumentError, match="even"):
+            TorchIterable(ds, even=even)  # type: ignore[arg-type]
+    # out of range: refused when made, not when iterated, with the bound
+    for kw in ({"partitions": 0}, {"partitions": 2**25}, {"shuffle_block": 2**70}):
+        with pytest.raises(InvalidArgumentError, match="between"):
+            TorchIterable(ds, shuffle=True, **kw)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(

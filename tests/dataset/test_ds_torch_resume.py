@@ -27,6 +27,7 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 from tensorfile import dataset
 from tensorfile.core.dtypes import from_safetensors
 from tensorfile.dataset.order import epoch_order
+from tensorfile.dataset.torch_state import find_states
 from tensorfile.errors import InvalidArgumentError
 
 N, SHARD, B, SEED = 300, 16, 5, 11
@@ -249,6 +250,9 @@ def test_hostile_states_are_refused(ds_path: str, tmp_path: Path) -> None:
         ({**good, "worker": [1, 2]}, "worker"),
         ({**good, "worker": {"rank": 0}}, "worker"),
         ({**good, "worker": past_end}, "past"),
+        ({**good, "worker": {**past_end, "base": 0, "workers": 2}}, "saved by worker 0 of 2"),
+        ({**good, "digest": "0" * 16}, "digest"),
+        ({**good, "exact_global": "no"}, "exact_global"),
         ([], "no tensorfile"),
         ({"_snapshot": {"x": 1}}, "no tensorfile"),
         ("garbage", "no tensorfile"),
@@ -260,12 +264,88 @@ def test_hostile_states_are_refused(ds_path: str, tmp_path: Path) -> None:
             it.load_state_dict(state)
     with pytest.raises(InvalidArgumentError):
         it.state_dict(samples=N + 1)
-    with pytest.raises(TypeError):
+    with pytest.raises(InvalidArgumentError):
         it.state_dict(samples=-1)
     it.load_state_dict(good)  # still usable after the refusals
     assert sum(len(b["id"]) for b in it) == N - 10
     it.load_state_dict({**good, "samples": N})  # the epoch's end: nothing left
-    assert list(it) == [] and len(it) == 0
+    assert len(it) == 0 and list(it) == []
+    assert len(it) == N // B  # that pass used the resume point up: the next is whole
+    # not refused: an unrelated nested "format" key, numpy integers
+    it.load_state_dict({"meta": {"format": "mine/2"}, "data": [{**good, "samples": np.int64(7)}]})
+    assert it.state_dict()["samples"] == 7
+
+
+def test_a_state_of_other_shards_with_the_same_total_is_refused(tmp_path: Path) -> None:
+    """Regression: only the total and the number of shards were compared; shards of 4, 4, 2
+    and 2, 4, 4 samples were taken for the same dataset."""
+    a, b = str(tmp_path / "a"), str(tmp_path / "b")
+    dataset.write({"x": np.arange(10)}, a, batch_size=4)
+    dataset.write({"x": np.arange(2)}, b, batch_size=2)
+    dataset.write({"x": np.arange(2, 10)}, b, batch_size=4, mode="append")
+    state = dataset.open(a).to_torch(batch_size=2, shuffle=True, seed=1).state_dict(samples=4)
+    with pytest.raises(InvalidArgumentError, match="shards digest"):
+        dataset.open(b).to_torch(batch_size=2, shuffle=True, seed=1).load_state_dict(state)
+
+
+def _xs(it: Any) -> list[int]:
+    return [v for b in it for v in (b["x"].tolist() if b["x"].ndim else [b["x"].item()])]
+
+
+def test_epochs_and_passes_start_where_they_should(tmp_path: Path) -> None:
+    """Regressions: a state taken after set_epoch(e + 1) before its first batch said the
+    whole epoch was consumed; a pass after a resumed pass ran to its end resumed again."""
+    out = str(tmp_path / "ds")
+    dataset.write({"x": np.arange(10)}, out, batch_size=4)
+    it = dataset.open(out).to_torch(batch_size=2, shuffle=True, seed=1)
+    assert len(_xs(it)) == 10 and it.state_dict()["samples"] == 10  # epoch 0 done
+    it.set_epoch(1)
+    state = it.state_dict()
+    assert (state["epoch"], state["samples"]) == (1, 0)
+    again = dataset.open(out).to_torch(batch_size=2, shuffle=True, seed=1)
+    again.load_state_dict(json.loads(json.dumps(state)))
+    assert sorted(_xs(again)) == list(range(10))
+    plain = dataset.open(out).to_torch(batch_size=2)
+    plain.load_state_dict(plain.state_dict(samples=6))
+    assert _xs(plain) == [6, 7, 8, 9] and plain.state_dict()["samples"] == 10
+    assert len(plain) == 5 and _xs(plain) == list(range(10))  # the resume point is used up
+
+
+def test_an_empty_dataset_yields_nothing(tmp_path: Path) -> None:
+    out = str(tmp_path / "empty")
+    dataset.write({"x": np.arange(0)}, out, batch_size=4)
+    for kw in ({"batch_size": 4}, {"shuffle": True}):
+        it = dataset.open(out).to_torch(**kw)
+        assert len(it) == 0 and list(it) == [] and it.state_dict()["samples"] == 0
+
+
+def test_worker_states_resume_only_where_they_are_exact(tmp_path: Path) -> None:
+    """Regressions: one worker's state loaded outside its own layout fell back to a global
+    resume from that worker's bound; single samples without the batch_size hint under
+    DataLoader(batch_size=4, num_workers=2) gave worker states whose ``samples`` is no
+    global bound. Both are refused now; the exact same-layout resume still works."""
+    out = str(tmp_path / "ds")
+    dataset.write({"x": np.arange(24)}, out, batch_size=8)
+    for hint in (None, 4):
+        kw: dict[str, Any] = {"batch_size": hint, "per_sample": True} if hint else {}
+        first = StatefulDataLoader(dataset.open(out).to_torch(**kw), batch_size=4, num_workers=2)
+        head = _xs(b for _, b in zip(range(2), first, strict=False))
+        saved = json.loads(json.dumps(first.state_dict()))
+        del first
+        states = find_states(saved)
+        assert len(states) == 2 and all("worker" in s for s in states)
+        it = dataset.open(out).to_torch(**kw)
+        with pytest.raises(InvalidArgumentError, match="saved by worker 0 of 2 on rank 0 of 1"):
+            it.load_state_dict(states[0])  # one worker's state, not in that worker
+        loader = StatefulDataLoader(dataset.open(out).to_torch(**kw), batch_size=4, num_workers=2)
+        loader.load_state_dict(saved)  # the same layout: exact
+        assert sorted(head + _xs(loader)) == list(range(24))
+        if hint is None:
+            with pytest.raises(InvalidArgumentError, match="per_sample=True"):
+                it.load_state_dict(saved)
+        else:  # a global resume from all the states: exact with the hint
+            it.load_state_dict(saved)
+            assert sorted(head + _xs(it)) == list(range(24))
 
 
 class _InWorker(IterableDataset):  # type: ignore[type-arg]

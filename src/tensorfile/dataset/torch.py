@@ -85,9 +85,9 @@ from torch.utils.data import IterableDataset, get_worker_info
 from ..core import dtypes
 from ..core.errors import InvalidArgumentError, InvalidTypeError
 from ..frameworks.torch import from_numpy
-from .order import EpochOrder
+from .order import MAX_PARTITIONS, MAX_SAMPLES, EpochOrder
 from .torch_batches import Gather
-from .torch_state import Split, check_state, find_states, make_state
+from .torch_state import FORMAT, Split, check_state, find_states, make_state, shards_digest
 
 __all__ = ["ShardedIterable", "TorchIterable", "TorchMap"]
 
@@ -113,9 +113,12 @@ def _to_torch(value: Any) -> Any:
     return from_numpy(arr, dtypes.from_numpy(arr.dtype))
 
 
-def _check_int(value: Any, what: str, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < low:
-        raise InvalidTypeError(f"{what} must be an integer of at least {low}, got {value!r}")
+def _check_int(value: Any, what: str, low: int, high: int | None = None) -> int:
+    if isinstance(value, bool | np.bool_) or not isinstance(value, int | np.integer):
+        raise InvalidTypeError(f"{what} must be an integer, got {value!r}")
+    if value < low or (high is not None and value > high):
+        bound = f"between {low} and {high}" if high is not None else f"at least {low}"
+        raise InvalidArgumentError(f"{what} must be {bound}, got {value}")
     return int(value)
 
 
@@ -144,7 +147,9 @@ class TorchIterable(IterableDataset):  # type: ignore[type-arg]
         shuffle_block: int = 1 << 18,
         shuffle_buffer: int | None = None,
     ) -> None:
-        if even not in (True, False, "drop", "pad"):
+        if not (
+            even is True or even is False or (isinstance(even, str) and even in ("drop", "pad"))
+        ):
             raise InvalidArgumentError(f"even must be True, False, 'drop' or 'pad', got {even!r}")
         if shuffle_buffer is not None:  # the earlier name of shuffle_block
             shuffle_block = _check_int(shuffle_buffer, "shuffle_buffer", 1)
@@ -156,8 +161,8 @@ class TorchIterable(IterableDataset):  # type: ignore[type-arg]
         self.shuffle = bool(shuffle)
         self.seed = _check_int(seed, "seed", 0)
         self.even: bool | str = True if even == "drop" else even
-        self.shuffle_block = _check_int(shuffle_block, "shuffle_block", 1)
-        self.partitions = _check_int(partitions, "partitions", 1)
+        self.shuffle_block = _check_int(shuffle_block, "shuffle_block", 1, MAX_SAMPLES)
+        self.partitions = _check_int(partitions, "partitions", 1, MAX_PARTITIONS)
         self.batch_size = None if batch_size is None else _check_int(batch_size, "batch_size", 1)
         self.batched = self.batch_size is not None and not per_sample
         self.unit = self.batch_size or 1
@@ -169,6 +174,7 @@ class TorchIterable(IterableDataset):  # type: ignore[type-arg]
             raise InvalidArgumentError(f"rank {r} is not below world_size {w}")
         self.counts = [s.samples for s in dataset.manifest.shards]
         self._total = sum(self.counts)
+        self._digest = shards_digest([s.shard_path for s in dataset.manifest.shards], self.counts)
         self.epoch = 0
         self._resume = 0  # the global resume point: samples of the epoch consumed
         self._worker_resume: dict[str, int] | None = None  # a worker's exact position
@@ -188,8 +194,9 @@ class TorchIterable(IterableDataset):  # type: ignore[type-arg]
         """Use the order of ``epoch`` for the next iterations (as ``DistributedSampler``),
         from its beginning; the epoch a state was just loaded for keeps its resume point."""
         epoch = _check_int(epoch, "epoch", 0)
-        if epoch != self.epoch:
+        if epoch != self.epoch:  # a new epoch: nothing of it consumed yet
             self._resume, self._worker_resume = 0, None
+            self._base, self._next_step = 0, None
         self.epoch = epoch
 
     def _split(self, base: int) -> Split:
@@ -217,6 +224,7 @@ class TorchIterable(IterableDataset):  # type: ignore[type-arg]
         return {
             "total": self._total,
             "shards": len(self.counts),
+            "digest": self._digest,
             "seed": self.seed,
             "shuffle": self.shuffle,
             "partitions": self.partitions,
@@ -271,7 +279,11 @@ class TorchIterable(IterableDataset):  # type: ignore[type-arg]
             return make_state(fields, done)
         worker = {"rank": rank, "world_size": world, "id": wid, "workers": workers,
                   "base": base, "next_step": next_step}  # fmt: skip
-        return make_state(fields, done, worker)
+        # single samples without the batch_size hint, several workers: the DataLoader takes
+        # its batch from one worker, not one step from each in turn, so ``samples`` bounds
+        # nothing globally; only this worker's exact position is of use
+        exact = self.batched or self.batch_size is not None or workers == 1
+        return make_state(fields, done, worker, exact_global=exact)
 
     def load_state_dict(self, state: Any) -> None:
         """Resume from ``state``: one :meth:`state_dict`, a list of them (the ranks' or
@@ -290,24 +302,38 @@ class TorchIterable(IterableDataset):  # type: ignore[type-arg]
             [[4, 5]]
         """
         expect = self._identity()
-        if isinstance(state, dict) and "format" in state:
+        if isinstance(state, dict) and state.get("format") == FORMAT:
             chosen = check_state(state, expect)
             worker: dict[str, int] | None = chosen.get("worker")
-            rank, world = _rank(self._rank, self._world)
-            here = (rank, world, *_layout())
-            if worker is not None and get_worker_info() is not None and here == (
-                worker["rank"], worker["world_size"], worker["id"], worker["workers"],
-            ):  # fmt: skip
+            if worker is not None:
+                rank, world = _rank(self._rank, self._world)
+                saved = (worker["rank"], worker["world_size"], worker["id"], worker["workers"])
+                if get_worker_info() is None or (rank, world, *_layout()) != saved:
+                    raise InvalidArgumentError(
+                        f"this state was saved by worker {saved[2]} of {saved[3]} on rank "
+                        f"{saved[0]} of {saved[1]}; with another layout pass all the states "
+                        "to it.load_state_dict (a list, or the whole StatefulDataLoader "
+                        "state) before making the loader"
+                    )
                 self._set_resume(chosen["epoch"], chosen["samples"], worker)
                 return
         else:
             found = find_states(state)
             if not found:
+                other = state.get("format") if isinstance(state, dict) else None
                 raise InvalidArgumentError(
                     f"no tensorfile.dataset.torch resume state in the {type(state).__name__} given"
+                    + (f" (its format is {other!r}, not {FORMAT!r})" if other is not None else "")
                 )
             checked = [check_state(s, expect) for s in found]
             chosen = max(checked, key=lambda s: (s["epoch"], s["samples"]))
+            if chosen.get("exact_global") is False:
+                raise InvalidArgumentError(
+                    "these states were saved by DataLoader workers yielding single samples "
+                    "without the batch_size hint, so their 'samples' say nothing exact about "
+                    "the whole run: pass batch_size (the DataLoader's) with per_sample=True, or "
+                    "resume with loader.load_state_dict on the same layout (which is exact)"
+                )
         self._set_resume(chosen["epoch"], chosen["samples"], None)
 
     def _set_resume(self, epoch: int, samples: int, worker: dict[str, int] | None) -> None:
@@ -315,6 +341,12 @@ class TorchIterable(IterableDataset):  # type: ignore[type-arg]
         self._resume = samples
         self._worker_resume = worker
         self._next_step = None
+
+    def _end_pass(self) -> None:
+        """A pass ran to its end: its resume point is used up, the next pass (without
+        :meth:`set_epoch`) is the whole epoch; ``state_dict()`` still says the epoch is done
+        until that pass starts."""
+        self._resume, self._worker_resume = 0, None
 
     # -- iteration --------------------------------------------------------------------------
 
@@ -336,6 +368,10 @@ class TorchIterable(IterableDataset):  # type: ignore[type-arg]
         wid, workers = _layout()
         rank, world = _rank(self._rank, self._world)
         base, first = self._start(rank, world, wid, workers)
+        self._base, self._next_step = base, first
+        if self._total == 0:  # an empty dataset: nothing to yield (and no schema to gather)
+            self._end_pass()
+            return
         split = Split(self._total, base, world, self.unit, self.even)
         order = EpochOrder(
             self.counts,
@@ -347,7 +383,6 @@ class TorchIterable(IterableDataset):  # type: ignore[type-arg]
             unit=self.unit,
         )
         gather = Gather(self.dataset, self.counts, shared=info is not None and self.batched)
-        self._base, self._next_step = base, first
         steps = iter(range(first, split.rank_steps(rank, self.drop_last), workers))
         ahead: deque[tuple[int, NDArray]] = deque()
         queued = 0
@@ -365,6 +400,7 @@ class TorchIterable(IterableDataset):  # type: ignore[type-arg]
                 queued += ids.size
                 added = True
             if not ahead:
+                self._end_pass()
                 return
             if added and prefetch is not None and predownload > 0:
                 prefetch(self._shards_of(ahead))

@@ -22,14 +22,18 @@ Example:
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from ..core.errors import InvalidArgumentError, InvalidTypeError
 
-__all__ = ["FORMAT", "Split", "check_state", "find_states", "make_state"]
+__all__ = ["FORMAT", "Split", "check_state", "find_states", "make_state", "shards_digest"]
 
 FORMAT = "tensorfile.dataset.torch/1"
 # fields that must agree between a state and the dataset resuming from it
@@ -115,14 +119,35 @@ class Split:
         return iter(range(first, self.rank_steps(rank, drop_last), workers))
 
 
+def shards_digest(paths: list[str], counts: list[int]) -> str:
+    """A short digest of a dataset's shards (paths and sample counts, manifest order): a
+    state of a dataset with the same total and shard count but other shards is refused.
+
+    Example:
+        >>> len(shards_digest(["a.safetensors"], [3]))
+        16
+        >>> shards_digest(["a", "b"], [4, 2]) == shards_digest(["a", "b"], [2, 4])
+        False
+    """
+    text = json.dumps([[p, int(c)] for p, c in zip(paths, counts, strict=True)])
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
 def make_state(
-    fields: dict[str, Any], samples: int, worker: dict[str, int] | None = None
+    fields: dict[str, Any],
+    samples: int,
+    worker: dict[str, int] | None = None,
+    *,
+    exact_global: bool = True,
 ) -> dict[str, Any]:
     """The resume state: ``fields`` (:data:`IDENTITY` and ``epoch``), ``samples`` consumed
-    globally, and for a DataLoader worker its own position."""
+    globally, and for a DataLoader worker its own position (``exact_global`` False where its
+    ``samples`` bounds nothing globally: single samples without the batch_size hint)."""
     state = {"format": FORMAT, **fields, "samples": int(samples)}
     if worker is not None:
         state["worker"] = dict(worker)
+        if not exact_global:
+            state["exact_global"] = False
     return state
 
 
@@ -137,14 +162,9 @@ def find_states(obj: Any, depth: int = 0) -> list[dict[str, Any]]:
     if depth > 12:
         return []
     if isinstance(obj, dict):
-        if "format" in obj:
-            if obj["format"] != FORMAT:
-                raise InvalidArgumentError(
-                    f"not a state of tensorfile.dataset.torch: its format is {obj['format']!r}, "
-                    f"not {FORMAT!r}"
-                )
+        if obj.get("format") == FORMAT:
             return [obj]
-        values: Any = obj.values()
+        values: Any = obj.values()  # another "format" key: someone else's, searched through
     elif isinstance(obj, (list, tuple)):
         values = obj
     else:
@@ -157,13 +177,13 @@ def find_states(obj: Any, depth: int = 0) -> list[dict[str, Any]]:
 
 def _int(state: dict[str, Any], key: str, where: str = "") -> int:
     value = state.get(key)
-    if isinstance(value, bool) or not isinstance(value, int):
+    if isinstance(value, bool | np.bool_) or not isinstance(value, int | np.integer):
         raise InvalidArgumentError(
             f"the resume state's {where}{key!r} is not an integer: {value!r}"
         )
     if value < 0:
         raise InvalidArgumentError(f"the resume state's {where}{key!r} is negative: {value}")
-    return value
+    return int(value)
 
 
 def check_state(state: Any, expect: dict[str, Any]) -> dict[str, Any]:
@@ -173,7 +193,7 @@ def check_state(state: Any, expect: dict[str, Any]) -> dict[str, Any]:
 
     Example:
         >>> ok = {"total": 10, "shards": 2, "seed": 0, "shuffle": False, "partitions": 64,
-        ...       "shuffle_block": 8, "batch_size": 1}
+        ...       "shuffle_block": 8, "batch_size": 1, "digest": "0123456789abcdef"}
         >>> check_state(make_state({**ok, "epoch": 0}, 4), ok)["samples"]
         4
         >>> try:
@@ -203,6 +223,15 @@ def check_state(state: Any, expect: dict[str, Any]) -> dict[str, Any]:
                 if what == "dataset"
                 else f"the resume state is of another {key} ({have}; this dataset's: {want})"
             )
+    if state.get("digest") != expect["digest"]:
+        raise InvalidArgumentError(
+            f"the resume state is of another dataset (shards digest {state.get('digest')!r}; "
+            f"this dataset's: {expect['digest']!r}: other shard files or sample counts)"
+        )
+    if not isinstance(state.get("exact_global", True), bool):
+        raise InvalidArgumentError(
+            f"the resume state's 'exact_global' is not a bool: {state.get('exact_global')!r}"
+        )
     _int(state, "epoch")
     samples = _int(state, "samples")
     if samples > expect["total"]:
