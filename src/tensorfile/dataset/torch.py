@@ -4,12 +4,16 @@ batches; and a map-style dataset for the default collate.
 
 **Order** (:mod:`tensorfile.dataset.order`). An epoch's order ``S`` of the ``N`` samples is
 a function of the dataset, ``seed`` and the epoch only: without ``shuffle`` the manifest's
-order; with it, the shards permuted, cut into ``partitions`` canonical partitions (default
-64, never derived from the world size), each partition shuffled in blocks of
-``shuffle_block`` samples and the partitions interleaved ``B`` samples at a time. Changing
+order; with it, the shards permuted, cut into ``min(partitions, max(1, N // shuffle_block))``
+canonical partitions (``partitions`` default 64, never derived from the world size; never
+finer than the shuffle block, so a small dataset is shuffled whole), each partition shuffled
+in blocks of ``shuffle_block`` samples and the partitions interleaved ``B`` samples at a
+time. Changing
 the number of nodes, ranks or workers between runs changes neither which samples an epoch
 visits nor their global order. The same seed and epoch give the same order run after run;
-call :meth:`TorchIterable.set_epoch` before each epoch.
+call :meth:`TorchIterable.set_epoch` before each epoch (with ``persistent_workers=True``
+the DataLoader's workers keep the copy they started with and never see it: make a new
+DataLoader per epoch, or leave persistent workers off).
 
 **Split** (:mod:`tensorfile.dataset.torch_state`). Ranks consume ``S`` in lockstep steps:
 step ``t`` is ``W*B`` positions (``W`` ranks, ``B`` the per-rank batch) and rank ``r`` takes
@@ -34,18 +38,23 @@ DataLoader's batch size, which keeps the order above) it yields single samples f
 default or a custom collate. ``B`` is ``batch_size``, or 1.
 
 **Resume.** :meth:`TorchIterable.state_dict` is small JSON: the dataset's identity (total,
-shards), the order's parameters, the epoch and ``samples``, the samples of the epoch
-consumed by all ranks together: the trainer's own count when given (``state_dict(samples)``,
-as MosaicML Streaming's), else the object's progress: in the main process (``num_workers=0``)
-its iteration so far; inside a DataLoader worker (torchdata's ``StatefulDataLoader`` asks
-there after every batch and hands each worker its own state back) a lower bound that,
-maximised over a rank's workers, is exactly what the main process received, plus the
-worker's position. :meth:`TorchIterable.load_state_dict` takes one state (a worker's own:
-resumed exactly; else globally), a list of states or a ``StatefulDataLoader.state_dict()``
-(globally, at the largest ``samples``), checks that it is of this dataset and order, and
-continues the epoch at ``S[samples:]`` split among the current ranks and workers (which may
-differ from the saved run's). Seeking costs ``O(shards)``. The state's epoch becomes the
-current one; :meth:`set_epoch` with another epoch starts that one from its beginning.
+shards, a digest of the shard paths and counts), the order's parameters, the epoch and
+``samples``, the samples of the epoch consumed by all ranks together: the trainer's own
+count when given (``state_dict(samples)``, as MosaicML Streaming's), else the object's
+progress: in the main process (``num_workers=0``) its iteration so far; inside a DataLoader
+worker (torchdata's ``StatefulDataLoader`` asks there after every batch and hands each
+worker its own state back) a lower bound that, maximised over a rank's workers, is exactly
+what the main process received, plus the worker's position.
+:meth:`TorchIterable.load_state_dict` takes one state (a worker's own, inside that worker of
+the same layout: resumed exactly; elsewhere refused), a list of states or a
+``StatefulDataLoader.state_dict()`` (globally, at the largest ``samples``), checks that it
+is of this dataset and order, and continues the epoch at ``S[samples:]`` split among the
+current ranks and workers (which may differ from the saved run's). Worker states of single
+samples without the ``batch_size`` hint (several workers) bound nothing globally and refuse
+a global resume. The main process's count rounds down to whole steps. Seeking costs
+``O(shards)``. The state's epoch becomes the current one; :meth:`set_epoch` with another
+epoch starts that one from its beginning, and a pass that ran to its end uses its resume
+point up.
 
 Every value arrives as the matching torch dtype: BF16 as ``torch.bfloat16``, F8 as torch's
 float8 types, unsigned integers as torch's ``uint16``/``uint32``/``uint64``. Only the
@@ -192,7 +201,9 @@ class TorchIterable(IterableDataset):  # type: ignore[type-arg]
 
     def set_epoch(self, epoch: int) -> None:
         """Use the order of ``epoch`` for the next iterations (as ``DistributedSampler``),
-        from its beginning; the epoch a state was just loaded for keeps its resume point."""
+        from its beginning; the epoch a state was just loaded for keeps its resume point.
+        With ``DataLoader(persistent_workers=True)`` the workers keep their own copy and
+        never see it: make a new DataLoader per epoch, or leave persistent workers off."""
         epoch = _check_int(epoch, "epoch", 0)
         if epoch != self.epoch:  # a new epoch: nothing of it consumed yet
             self._resume, self._worker_resume = 0, None
