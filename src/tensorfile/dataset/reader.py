@@ -37,8 +37,9 @@ Example:
 from __future__ import annotations
 
 import bisect
+import hashlib
 import operator
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -46,9 +47,11 @@ import numpy as np
 from ..core.errors import InvalidArgumentError, InvalidTypeError, TensorNotFoundError
 from ..core.reader import Reader
 from ..sources import path_text
+from ._stream import Stream, predownload_for
 from .index import read_index
 from .manifest import Manifest, ShardEntry, kv_name, load_manifest
 from .samples import kv_sample, open_shard, shard_samples
+from .shardcache import CacheConfig, ShardCache
 from .storage import Location, Store, storage_for
 
 __all__ = ["Dataset", "open"]
@@ -59,10 +62,28 @@ NDArray = np.ndarray[Any, Any]
 class Dataset:
     """A dataset folder, opened for reading (see :func:`open`)."""
 
-    def __init__(self, path: Location, manifest: Manifest) -> None:
+    def __init__(
+        self,
+        path: Location,
+        manifest: Manifest,
+        *,
+        cache_dir: Any = False,
+        cache_limit: int | str | None = None,
+        predownload: int | None = None,
+    ) -> None:
         self.storage = storage_for(path)
         self.path = self.storage.url()
         self.manifest = manifest
+        self._stream: Stream | None = None
+        config = CacheConfig.resolve(cache_dir, cache_limit)
+        cached = config is not None and not self.storage.is_local  # local: read in place
+        self.predownload = predownload_for(predownload, manifest, cached=cached)
+        """Samples ahead each worker downloads in the background (:meth:`prefetch`)."""
+        if config is not None and cached:
+            digest = hashlib.sha256(manifest.to_bytes()).hexdigest()
+            cache = ShardCache(config, self.storage, digest)
+            cache.prepare()
+            self._stream = Stream(cache, manifest, manifest.sample_schema(), self.predownload)
         self._starts = [0]
         for s in manifest.shards:
             self._starts.append(self._starts[-1] + s.samples)  # real rows only
@@ -76,10 +97,23 @@ class Dataset:
         self._by_path = {s.shard_path: s for s in manifest.shards}
 
     @classmethod
-    def reopen(cls, location: Location) -> Dataset:
-        """The dataset at ``location`` opened afresh (as :func:`open` does)."""
+    def reopen(cls, location: Location, **cache: Any) -> Dataset:
+        """The dataset at ``location`` opened afresh (as :func:`open` does; ``cache``:
+        :func:`open`'s ``cache_dir``, ``cache_limit`` and ``predownload``)."""
         store = storage_for(location)
-        return cls(store, load_manifest(store, strict=True))
+        return cls(store, load_manifest(store, strict=True), **cache)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled as its store (with its storage options), manifest and cache settings: no
+        open file, no thread (DataLoader spawn workers, Spark tasks)."""
+        c = self.cache
+        cache = (c.config.folder, c.config.limit) if c is not None else (False, None)
+        return (_restore, (type(self), self.storage, self.manifest, *cache, self.predownload))
+
+    @property
+    def cache(self) -> ShardCache | None:
+        """The shard cache of a remote dataset opened with ``cache_dir`` (else None)."""
+        return self._stream.cache if self._stream is not None else None
 
     # -- description --------------------------------------------------------------------
 
@@ -110,15 +144,47 @@ class Dataset:
     # -- access ---------------------------------------------------------------------------
 
     def _reader(self, shard: ShardEntry) -> Reader:
-        """The open reader of ``shard``, its header checked against the manifest."""
+        """The open reader of ``shard``, its header checked against the manifest (from the
+        shard cache, downloaded first, when the dataset has one)."""
         r = self._readers.get(shard.shard_path)
         if r is None:
             if len(self._readers) >= 16:
-                self._readers.pop(next(iter(self._readers))).close()
-            r, keys = open_shard(self.storage, shard, self.manifest, self._sample_schema)
+                self._drop(next(iter(self._readers)))
+            if self._stream is not None:
+                r, keys = self._stream.open(shard)
+            else:
+                r, keys = open_shard(self.storage, shard, self.manifest, self._sample_schema)
             self._readers[shard.shard_path] = r
             self._keys[shard.shard_path] = keys
         return r
+
+    def _drop(self, shard_path: str) -> None:
+        """Close the reader of ``shard_path`` (and release its cached file)."""
+        r = self._readers.pop(shard_path, None)
+        if r is not None:
+            r.close()
+        if self._stream is not None:
+            self._stream.release(shard_path)
+
+    def prefetch(self, shards: Sequence[ShardEntry]) -> None:
+        """Start downloading, in the background, the shards a reader will read next (in that
+        order), up to :attr:`predownload` samples' worth of them, into the shard cache. A
+        shard already cached, queued or downloading is not fetched again; a shard of this
+        window is not evicted by this process' downloads if anything else can go. Without a
+        shard cache (a local dataset, or no ``cache_dir``) nothing happens. Safe after
+        ``fork``: a DataLoader worker starts its own threads.
+
+        Example:
+            >>> import numpy as np, os, tempfile
+            >>> from tensorfile import dataset
+            >>> out = os.path.join(tempfile.mkdtemp(), "ds")
+            >>> _ = dataset.write({"x": np.arange(4, dtype=np.int8)}, out, batch_size=2)
+            >>> ds = dataset.open(out, cache_dir=tempfile.mkdtemp())  # local: no cache
+            >>> ds.prefetch(ds.shards), ds.predownload, ds.cache
+            (None, 0, None)
+        """
+        if self._stream is not None:
+            self._stream.prefetch(shards)
 
     def _locate(self, index: int) -> tuple[ShardEntry, int]:
         n = len(self)
@@ -337,10 +403,11 @@ class Dataset:
         return to_dask(self, columns)
 
     def close(self) -> None:
-        """Close the open shard files."""
-        for r in self._readers.values():
-            r.close()
-        self._readers.clear()
+        """Close the open shard files (and stop starting background downloads)."""
+        for path in list(self._readers):
+            self._drop(path)
+        if self._stream is not None:
+            self._stream.close()
 
     def __enter__(self) -> Dataset:
         return self
@@ -375,11 +442,48 @@ def _stack(samples: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def open(path: Location, *, storage_options: dict[str, Any] | None = None) -> Dataset:
+def _restore(
+    cls: type[Dataset],
+    store: Store,
+    manifest: Manifest,
+    cache_dir: str | bool,
+    cache_limit: int | None,
+    predownload: int,
+) -> Dataset:
+    return cls(
+        store, manifest, cache_dir=cache_dir, cache_limit=cache_limit, predownload=predownload
+    )
+
+
+def open(
+    path: Location,
+    *,
+    storage_options: dict[str, Any] | None = None,
+    cache_dir: Any = None,
+    cache_limit: int | str | None = None,
+    predownload: int | None = None,
+) -> Dataset:
     """Open the dataset at ``path``: a local folder, a ``file://`` URL or any fsspec URL
     (``s3://bucket/ds``, with ``storage_options`` for its filesystem; credentials fsspec finds
-    in the environment work too). Manifest-aware; the index is not needed."""
+    in the environment work too). Manifest-aware; the index is not needed.
+
+    A remote dataset with a ``cache_dir`` (default: ``$TENSORFILE_CACHE_DIR`` when it is
+    set; ``False`` turns it off) is read through a shard cache
+    (:mod:`tensorfile.dataset.shardcache`): each shard is downloaded whole (parallel ranged
+    GETs) into the folder the first time it is needed and read from there, memory-mapped;
+    the folder is shared by every process of the node and holds at most ``cache_limit``
+    bytes (an int, or ``"20GB"``, ``"512MiB"``; default ``$TENSORFILE_CACHE_SIZE``, else
+    20 GiB), least recently used shards evicted. ``predownload``: samples ahead each
+    worker downloads in the background (:meth:`Dataset.prefetch`; default the samples of
+    the two largest shards). A local dataset is read in place: ``cache_dir`` is ignored.
+    """
     if not isinstance(path, Store):
         path = path_text(path)
     store = storage_for(path, storage_options)
-    return Dataset(store, load_manifest(store, strict=True))
+    return Dataset(
+        store,
+        load_manifest(store, strict=True),
+        cache_dir=cache_dir,
+        cache_limit=cache_limit,
+        predownload=predownload,
+    )
