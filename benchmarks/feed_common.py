@@ -70,6 +70,9 @@ class FeedData:
     root: Path
     samples: int
     width: int
+    ids: bool = False
+    """column 0 of sample i holds i (exactly, in float32, below 2**24): the resume rows
+    check which samples a batch holds"""
 
     @property
     def nbytes(self) -> int:
@@ -77,11 +80,15 @@ class FeedData:
 
     def path(self, fmt: str) -> Path:
         suffix = ".parquet" if fmt == "parquet" else ""
-        return self.root / f"feed-{self.samples}x{self.width}-{fmt}{suffix}"
+        ids = "-ids" if self.ids else ""
+        return self.root / f"feed-{self.samples}x{self.width}{ids}-{fmt}{suffix}"
 
     def values(self) -> np.ndarray[Any, Any]:
         rng = np.random.default_rng(0)
-        return rng.standard_normal((self.samples, self.width), dtype=np.float32)
+        x = rng.standard_normal((self.samples, self.width), dtype=np.float32)
+        if self.ids:
+            x[:, 0] = np.arange(self.samples)
+        return x
 
     def make(self, formats: tuple[str, ...]) -> None:
         """Write the formats not written yet (each into a temporary path renamed into place)."""
@@ -302,6 +309,8 @@ class FeedResult:
     """short name -> what it is, tensorfile ("tf") first"""
     target: float | None = None
     times: dict[str, list[float]] = field(default_factory=dict)
+    rates: bool = True
+    """whether samples/s and GB/s mean anything (not for a time to the first batch)"""
 
     def median(self, loader: str) -> float:
         return float(statistics.median(self.times[loader]))
@@ -365,8 +374,6 @@ def markdown(results: list[FeedResult]) -> str:
                     met = "met" if r.ratio >= r.target else "NOT met"
                     target = f" (target ≥ {r.target}: {met})"
                 ratio = f"**{r.ratio:.2f}** vs {r.best_peer}{target}"
-            lines.append(
-                f"| {r.name}: {r.description} | {what} | {t:.3f} | {r.samples / t:,.0f} "
-                f"| {r.nbytes / t / 1e9:.2f} | {ratio} |"
-            )
+            rates = f"{r.samples / t:,.0f} | {r.nbytes / t / 1e9:.2f}" if r.rates else "n/a | n/a"
+            lines.append(f"| {r.name}: {r.description} | {what} | {t:.3f} | {rates} | {ratio} |")
     return "\n".join(lines)
