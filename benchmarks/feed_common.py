@@ -270,9 +270,13 @@ def local_loaders(data: FeedData, workers: int = 2) -> dict[str, Callable[[], fl
     return {"tf": tf, "mds": mds, "wds": wds, "hf": hf, "parquet": parquet}
 
 
+def sums_agree(a: float, b: float) -> bool:
+    """Whether two loaders' sums agree (float32 batch sums added in different orders)."""
+    return abs(a - b) <= 1e-3 * (abs(a) + 1) + 1.0
+
+
 def same_sum(a: float, b: float, what: str) -> None:
-    """The sums of two loaders agree (float32 batch sums added in different orders)."""
-    check(abs(a - b) <= 1e-3 * (abs(a) + 1) + 1.0, f"{what}: sums differ ({a} vs {b})")
+    check(sums_agree(a, b), f"{what}: sums differ ({a} vs {b})")
 
 
 # --------------------------------------------------------------------------- children
@@ -311,6 +315,8 @@ class FeedResult:
     times: dict[str, list[float]] = field(default_factory=dict)
     rates: bool = True
     """whether samples/s and GB/s mean anything (not for a time to the first batch)"""
+    notes: list[str] = field(default_factory=list)
+    """what went wrong in runs left out of the times (a loader's wrong values)"""
 
     def median(self, loader: str) -> float:
         return float(statistics.median(self.times[loader]))
@@ -344,6 +350,7 @@ class FeedResult:
             "ratio_best_peer_over_tf": self.ratio,
             "target": self.target,
             "met": None if self.target is None else self.ratio >= self.target,
+            "notes": self.notes,
         }
 
 
@@ -376,4 +383,5 @@ def markdown(results: list[FeedResult]) -> str:
                 ratio = f"**{r.ratio:.2f}** vs {r.best_peer}{target}"
             rates = f"{r.samples / t:,.0f} | {r.nbytes / t / 1e9:.2f}" if r.rates else "n/a | n/a"
             lines.append(f"| {r.name}: {r.description} | {what} | {t:.3f} | {rates} | {ratio} |")
-    return "\n".join(lines)
+    notes = [f"- {r.name}: {note}" for r in results for note in r.notes]
+    return "\n".join(lines + (["", *notes] if notes else []))
