@@ -282,16 +282,22 @@ def same_sum(a: float, b: float, what: str) -> None:
 # --------------------------------------------------------------------------- children
 
 
-def json_child(module: str, args: list[str], env: dict[str, str] | None = None) -> dict[str, Any]:
+def json_child(
+    module: str, args: list[str], env: dict[str, str] | None = None, *, may_fail: bool = False
+) -> dict[str, Any]:
     """Run ``python -m module child ARGS`` in a fresh interpreter; its last stdout line is
-    JSON. Adds ``wall_s`` (spawn to exit, taken here)."""
+    JSON. Adds ``wall_s`` (spawn to exit, taken here). A child that fails ends the row,
+    unless ``may_fail``: then the result is ``{"error": its last line of stderr}``."""
     argv = [sys.executable, "-m", module, "child", *args]
     full_env = {**os.environ, **(env or {})}
     t0 = time.perf_counter()
     proc = subprocess.run(argv, capture_output=True, cwd=REPO, env=full_env, timeout=600)
     wall = time.perf_counter() - t0
     if proc.returncode != 0:
-        sys.stderr.write(proc.stderr.decode(errors="replace")[-4000:])
+        err = proc.stderr.decode(errors="replace").strip()
+        if may_fail:
+            return {"error": (err.splitlines() or [f"exit status {proc.returncode}"])[-1]}
+        sys.stderr.write(err[-4000:] + "\n")
     check(proc.returncode == 0, f"{module} child {args[:1]} exited {proc.returncode}")
     out: dict[str, Any] = json.loads(proc.stdout.decode().strip().splitlines()[-1])
     out["wall_s"] = wall
