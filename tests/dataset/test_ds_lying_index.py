@@ -128,13 +128,22 @@ def test_a_wrongly_typed_index_is_a_format_error(
         dataset.open(kv).get("k00")
 
 
-@pytest.mark.parametrize("what", ["fifo", "directory"])
-def test_an_index_that_is_not_a_file(kv: Path, what: str) -> None:
+def test_an_index_that_is_not_a_file(kv: Path) -> None:
     path = kv / INDEX
     path.unlink()
-    os.mkfifo(path) if what == "fifo" else path.mkdir()
+    os.mkfifo(path)
     with fifo_guard(path), pytest.raises(SourceError, match="not a regular file"):
         dataset.open(kv).get("k00")
+
+
+def test_an_index_folder_without_parts_is_no_index(kv: Path) -> None:
+    """A folder is how Spark (the reference connector) writes the index; one without part
+    files is no index: the shards' headers answer."""
+    path = kv / INDEX
+    path.unlink()
+    path.mkdir()
+    (path / "_SUCCESS").write_bytes(b"")
+    assert dataset.open(kv).get("k00")["key"] == "k00"
 
 
 def test_a_large_string_index_is_read(kv: Path) -> None:

@@ -23,7 +23,8 @@ from hypothesis import strategies as st
 from torch.utils.data import DataLoader
 
 from tensorfile import dataset
-from tensorfile.dataset.torch import TorchIterable, epoch_ranges
+from tensorfile.dataset.torch import TorchIterable
+from tensorfile.dataset.torch_state import Split
 from tensorfile.errors import InvalidArgumentError
 
 N = 103  # not a multiple of anything used below
@@ -50,31 +51,40 @@ def ds_path(tmp_path_factory: pytest.TempPathFactory) -> str:
 @settings(max_examples=300, deadline=None)
 @given(
     st.integers(0, 500),
+    st.integers(0, 500),
     st.integers(1, 6),
-    st.integers(1, 4),
+    st.integers(1, 9),
     st.sampled_from([True, "pad", False]),
 )
-def test_epoch_ranges_cover_each_position_once(
-    total: int, world: int, workers: int, even: Any
+def test_steps_cover_each_position_once(
+    total: int, base: int, world: int, unit: int, even: Any
 ) -> None:
+    """The lockstep steps from any resume point: each rank's pieces, concatenated step by
+    step, are exactly the positions left (the even= tail apart), and after s steps the
+    positions consumed are a prefix."""
+    base = min(base, total)
+    split = Split(total, base, world, unit, even)
+    left = total - base
+    per_rank = [0] * world
     seen: list[int] = []
-    per_rank = []
-    for rank in range(world):
-        count = 0
-        for w in range(workers):
-            lo, hi = epoch_ranges(total, rank, world, w, workers, even)
+    for t in range(split.steps):
+        for rank in range(world):
+            lo, hi = split.piece(t, rank)
+            assert hi - lo <= unit
             seen += [p % total for p in range(lo, hi)] if total else []
-            count += hi - lo
-        per_rank.append(count)
+            per_rank[rank] += hi - lo
+        if t < split.steps - 1:
+            assert seen == list(range(base, base + split.consumed(t + 1)))
+    assert split.consumed(split.steps) == left
     if even is True:
-        assert per_rank == [total // world] * world
-        assert sorted(seen) == list(range(total // world * world))
+        assert per_rank == [left // world] * world
+        assert seen == list(range(base, base + left // world * world))
     elif even == "pad":
-        assert len(set(per_rank)) == 1 and per_rank[0] * world >= total
-        assert set(seen) == set(range(total))
+        assert len(set(per_rank)) == 1 and per_rank[0] * world >= left
+        assert set(range(base, total)) <= set(seen)
     else:
         assert max(per_rank) - min(per_rank) <= 1
-        assert sorted(seen) == list(range(total))
+        assert seen == list(range(base, total))
 
 
 def _ids(it: Any) -> list[int]:

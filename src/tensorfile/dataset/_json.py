@@ -19,10 +19,22 @@ from typing import Any, NoReturn
 from ..core.errors import FormatError
 from ..formats import SAFETENSORS
 
-__all__ = ["MAX_COUNT", "count", "fail", "kind", "parse_json", "shard_path", "show"]
+__all__ = [
+    "MAX_COUNT",
+    "MODES",
+    "count",
+    "fail",
+    "kind",
+    "parse_json",
+    "shard_path",
+    "show",
+    "tensorfile_block",
+]
 
 MAX_COUNT = (1 << 63) - 1
 """The largest count a manifest may hold."""
+MODES = ("batch", "kv")
+"""The write modes."""
 
 
 def fail(where: str, what: str) -> NoReturn:
@@ -100,3 +112,33 @@ def parse_json(raw: bytes, where: str) -> Any:
         raise FormatError(f"{where} is not valid JSON: {exc}") from None
     except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, int digits limit
         raise FormatError(f"{where} is not valid JSON: {exc}") from None
+
+
+def tensorfile_block(raw: Any, where: str) -> dict[str, Any]:
+    """The ``tensorfile`` object (every field optional; absent: a batch-mode dataset)."""
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        fail(where, f"tensorfile is {kind(raw)}, not an object")
+    mode = raw.get("mode") or "batch"
+    if mode not in MODES:
+        fail(where, f"tensorfile.mode {show(mode)} is not 'batch' or 'kv'")
+    columns = raw.get("columns") or []
+    if not isinstance(columns, list) or not all(isinstance(c, str) and c for c in columns):
+        fail(where, "tensorfile.columns must be an array of column names")
+    if len(set(columns)) != len(columns):
+        fail(where, "tensorfile.columns names a column twice")
+    sep = raw.get("kv_separator", "__")
+    if not isinstance(sep, str) or not sep:
+        fail(where, f"tensorfile.kv_separator {show(sep)} is not a non-empty string")
+    name_col = raw.get("name_col")
+    if name_col is not None and not isinstance(name_col, str):
+        fail(where, f"tensorfile.name_col {show(name_col)} is not a string")
+    return {
+        "mode": mode,
+        "columns": list(columns),
+        "kv_separator": sep,
+        "name_col": name_col or None,
+        "real_samples": raw.get("real_samples"),
+        "dtypes": raw.get("dtypes"),
+    }

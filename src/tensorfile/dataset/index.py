@@ -1,13 +1,15 @@
 """``_tensor_index.parquet`` (§2.3 of the Spark spec): which shard holds each tensor key.
 
-:func:`write_index` writes it (tensor_key, file_name, shape, dtype). :func:`read_index` reads
-the two columns a lookup needs, trusting nothing: the file must be a regular file (a FIFO is
-refused at once), its footer's row counts must be possible for its size before pyarrow
-allocates anything for them, the two columns must be non-null strings, and any pyarrow error
-becomes a :class:`~tensorfile.errors.FormatError` naming the file. An index that does not
-describe the manifest's shards (a shard it names is not listed, a listed shard is missing
-from it, a key is in two shards) is *stale*: :func:`read_index` returns None and the caller
-reads the shard headers instead.
+:func:`write_index` writes it (tensor_key, file_name, shape, dtype; every column non-null, in
+the reference connector's schema). :func:`read_index` reads the two columns a lookup needs,
+from one parquet file or from a folder of part files as Spark writes it (the reference
+connector writes its index with ``df.write.parquet``), trusting nothing: a file must be a
+regular file (a FIFO is refused at once), its footer's row counts must be possible for its size
+before pyarrow allocates anything for them, the two columns must be non-null strings, and any
+pyarrow error becomes a :class:`~tensorfile.errors.FormatError` naming the file. A folder
+without part files is no index. An index that does not describe the manifest's shards (a shard
+it names is not listed, a listed shard is missing from it, a key is in two shards) is *stale*:
+:func:`read_index` returns None and the caller reads the shard headers instead.
 
 Example:
     >>> import os, tempfile
@@ -53,20 +55,24 @@ _ROWS_PER_BYTE = 8  # a unique tensor key costs at least a few bits of the file
 
 
 def index_bytes(rows: list[tuple[str, str, list[int], str]]) -> bytes:
-    """The parquet bytes of an index of ``rows`` (tensor_key, file_name, shape, dtype)."""
+    """The parquet bytes of an index of ``rows`` (tensor_key, file_name, shape, dtype), in the
+    schema of the reference's index: four non-null columns (string, string, list of int32,
+    string)."""
     import io
 
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    table = pa.table(
-        {
-            "tensor_key": pa.array([r[0] for r in rows], pa.string()),
-            "file_name": pa.array([r[1] for r in rows], pa.string()),
-            "shape": pa.array([r[2] for r in rows], pa.list_(pa.int32())),
-            "dtype": pa.array([r[3] for r in rows], pa.string()),
-        }
+    schema = pa.schema(
+        [
+            pa.field("tensor_key", pa.string(), nullable=False),
+            pa.field("file_name", pa.string(), nullable=False),
+            pa.field("shape", pa.list_(pa.int32()), nullable=False),
+            pa.field("dtype", pa.string(), nullable=False),
+        ]
     )
+    columns = [[r[i] for r in rows] for i in range(4)]
+    table = pa.table(columns, schema=schema)
     out = io.BytesIO()
     pq.write_table(table, out)
     return out.getvalue()
@@ -81,31 +87,88 @@ def write_index(folder: Location, rows: list[tuple[str, str, list[int], str]]) -
 
 
 def read_index(folder: Location, manifest: Manifest) -> dict[str, str] | None:
-    """tensor_key -> file_name of the index in ``folder``; None without an index or when it
-    is stale for ``manifest`` (see the module docstring)."""
+    """tensor_key -> file_name of the index in ``folder`` (a parquet file, or a folder of
+    them as Spark writes it); None without an index or when it is stale for ``manifest``
+    (see the module docstring)."""
     store = storage_for(folder)
-    path = store.url(INDEX_NAME)
-    if isinstance(store, LocalStore):
-        fd = open_regular(path, "the index")
-        if fd is None:
-            return None
-        with os.fdopen(fd, "rb") as f:
-            keys, files = _columns(f, path, os.fstat(fd).st_size)
-    else:
-        import io
-
-        data = store.read_bounded(INDEX_NAME, "the index", MAX_INDEX_BYTES)
-        if data is None:
-            return None
-        keys, files = _columns(io.BytesIO(data), path, len(data))
+    pairs = _index_columns(store)
+    if pairs is None:
+        return None
     listed = {s.shard_path for s in manifest.shards}
     out: dict[str, str] = {}
-    for key, file in zip(keys, files, strict=True):
+    for key, file in zip(*pairs, strict=True):
         if file not in listed or out.setdefault(key, file) != file:
             return None
     if {s.shard_path for s in manifest.shards if s.samples_count} - set(out.values()):
         return None
     return out
+
+
+def _index_columns(store: Store) -> tuple[list[str], list[str]] | None:
+    """The tensor_key and file_name columns of the index of ``store``; None without one."""
+    import io
+
+    path = store.url(INDEX_NAME)
+    if isinstance(store, LocalStore):
+        try:
+            is_folder = stat.S_ISDIR(os.lstat(path).st_mode)
+        except OSError:
+            is_folder = False
+        if is_folder:
+            return _folder_columns(store)
+        fd = open_regular(path, "the index")
+        if fd is None:
+            return None
+        with os.fdopen(fd, "rb") as f:
+            return _columns(f, path, os.fstat(fd).st_size)
+    try:
+        data = store.read_bounded(INDEX_NAME, "the index", MAX_INDEX_BYTES)
+    except SourceError:  # not a file: a folder (prefix) of parts, or nothing an index is
+        pairs = _folder_columns(store) if store.supports_listing else None
+        if pairs is None:
+            raise
+        return pairs
+    if data is None:  # no object of that name: perhaps a prefix of parts
+        return _folder_columns(store) if store.supports_listing else None
+    return _columns(io.BytesIO(data), path, len(data))
+
+
+def _folder_columns(store: Store) -> tuple[list[str], list[str]] | None:
+    """The index as Spark's ``df.write.parquet`` leaves it (the reference's): a folder of
+    part files (every ``*.parquet`` whose name starts with neither ``_`` nor ``.``, in name
+    order), beside ``_SUCCESS`` and checksum files; at most :data:`MAX_INDEX_BYTES` in all,
+    each part a regular file. None when the folder holds no part."""
+    import io
+
+    parts = [
+        n
+        for n in store.list_files(INDEX_NAME)
+        if n.endswith(".parquet") and not n.startswith(("_", "."))
+    ]
+    if not parts:
+        return None
+    keys: list[str] = []
+    files: list[str] = []
+    budget = MAX_INDEX_BYTES
+    for part in parts:
+        name = f"{INDEX_NAME}/{part}"
+        if isinstance(store, LocalStore) and not stat.S_ISREG(_lstat_mode(store.path(name))):
+            raise FormatError(f"{store.url(name)}: an index part is not a regular file")
+        data = store.read_bounded(name, "the index", budget)
+        if data is None:  # removed meanwhile: an index being rewritten is no answer
+            return None
+        budget -= len(data)
+        k, f = _columns(io.BytesIO(data), store.url(name), len(data))
+        keys += k
+        files += f
+    return keys, files
+
+
+def _lstat_mode(path: str) -> int:
+    try:
+        return os.lstat(path).st_mode
+    except OSError:
+        return 0
 
 
 def _columns(f: Any, path: str, size: int) -> tuple[list[str], list[str]]:

@@ -23,7 +23,10 @@ the reference's) holds real rows only. Readers (:func:`tensorfile.dataset.open`,
 view, the Spark reader) give the real rows only: :attr:`ShardEntry.samples`. A dataset
 written from an empty input has an empty shard list, which the JSON schema's ``minItems: 1``
 does not allow; tensorfile writes and reads it anyway. A folder of shards without a manifest
-is read through one built from its files (:func:`load_manifest`).
+is read through one built from its files (:func:`load_manifest`). A manifest without the
+``tensorfile`` block is the reference connector's (``Manifest.layout`` ``"reference"``), whose
+mode and columns :func:`load_manifest` tells from its first shard's header, and which
+:meth:`Manifest.to_bytes` prints as the reference does (:mod:`~tensorfile.dataset.reference`).
 
 A manifest is read as a lie until checked: at most :data:`MAX_MANIFEST_BYTES` bytes of a
 regular file (a FIFO is refused, never waited on), JSON without NaN, infinities or nesting
@@ -62,14 +65,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..core import dtypes
-from ..core.errors import FormatError, InvalidArgumentError, TensorFileError
+from ..core.errors import FormatError, InvalidArgumentError
 from ..core.reader import Reader
 from ..formats import SAFETENSORS
+from . import reference as _reference
 from ._json import MAX_COUNT as _MAX_COUNT
 from ._json import count as _count
 from ._json import fail as _fail
 from ._json import kind as _kind
-from ._json import parse_json
+from ._json import parse_json, tensorfile_block
 from ._json import shard_path as _shard_path
 from ._json import show as _show
 from .files import INDEX_NAME, MANIFEST_NAME
@@ -85,10 +89,10 @@ __all__ = [
     "Manifest",
     "ShardEntry",
     "check_capacity",
+    "infer_reference",
     "kv_name",
     "load_manifest",
     "parse_json",
-    "previous_listing",
     "read_manifest",
     "scan_folder",
     "shard_file",
@@ -99,7 +103,6 @@ MAX_MANIFEST_BYTES = 64 << 20
 """The largest manifest read (64 MiB: some 400,000 shards)."""
 MAX_DIMS = 64
 """The most dimensions a schema shape may have (numpy's limit)."""
-_MODES = ("batch", "kv")
 
 
 @dataclass(frozen=True)
@@ -159,6 +162,9 @@ class Manifest:
     columns: list[str] = field(default_factory=list)
     kv_separator: str = "__"
     name_col: str | None = None
+    layout: str = "tensorfile"
+    """``tensorfile`` (with the ``tensorfile`` block) or ``reference`` (as the reference
+    connector writes it: :mod:`~tensorfile.dataset.reference`)."""
 
     def tensor_columns(self) -> list[str]:
         """The tensor columns (recorded by tensorfile, else derived from the schema)."""
@@ -229,7 +235,9 @@ class Manifest:
         real = {s.shard_path: s.real_samples for s in shards if s.real_samples is not None}
         if real:
             extra["real_samples"] = real
-        return {
+        if self.layout == "reference":
+            _check_reference(self.schema, self.kv_separator, real_dtypes)
+        doc = {
             "format_version": "1.0",
             "safetensors_version": "1.0",
             "total_samples": self.total_samples,
@@ -239,8 +247,10 @@ class Manifest:
                 for s in shards
             ],
             "schema": schema,
-            "tensorfile": extra,
         }
+        if self.layout != "reference":
+            doc["tensorfile"] = extra
+        return doc
 
     @classmethod
     def from_json(cls, doc: Any, where: str = "the manifest") -> Manifest:
@@ -265,7 +275,7 @@ class Manifest:
                 _fail(where, f"{key} {_show(doc[key])} is not '1.0'")
         total_samples = _count(doc["total_samples"], "total_samples", where)
         total_bytes = _count(doc["total_bytes"], "total_bytes", where)
-        extra = _extra(doc.get("tensorfile"), where)
+        extra = tensorfile_block(doc.get("tensorfile"), where)
         mode = extra["mode"]
         shards = _shards(doc.get("shards", _MISSING), where)
         shards = _real_samples(extra["real_samples"], shards, mode, where)
@@ -290,12 +300,16 @@ class Manifest:
             columns=columns,
             kv_separator=extra["kv_separator"],
             name_col=extra["name_col"],
+            layout="tensorfile" if "tensorfile" in doc else "reference",
         )
         manifest.schema = _decode_dtypes(schema, extra["dtypes"], manifest.column_of(), where)
         return manifest
 
     def to_bytes(self) -> bytes:
-        """The text of ``dataset_manifest.json`` (UTF-8)."""
+        """The text of ``dataset_manifest.json`` (UTF-8; the reference's printing for its
+        layout)."""
+        if self.layout == "reference":
+            return _reference.manifest_bytes(self.to_json())
         return (json.dumps(self.to_json(), indent=2, ensure_ascii=False) + "\n").encode()
 
     def write(self, folder: Location) -> None:
@@ -358,34 +372,24 @@ def _schema(raw: Any, where: str) -> dict[str, dict[str, Any]]:
     return out
 
 
-def _extra(raw: Any, where: str) -> dict[str, Any]:
-    """The ``tensorfile`` object (every field optional; absent: a batch-mode dataset)."""
-    if raw is None:
-        raw = {}
-    if not isinstance(raw, dict):
-        _fail(where, f"tensorfile is {_kind(raw)}, not an object")
-    mode = raw.get("mode") or "batch"
-    if mode not in _MODES:
-        _fail(where, f"tensorfile.mode {_show(mode)} is not 'batch' or 'kv'")
-    columns = raw.get("columns") or []
-    if not isinstance(columns, list) or not all(isinstance(c, str) and c for c in columns):
-        _fail(where, "tensorfile.columns must be an array of column names")
-    if len(set(columns)) != len(columns):
-        _fail(where, "tensorfile.columns names a column twice")
-    sep = raw.get("kv_separator", "__")
-    if not isinstance(sep, str) or not sep:
-        _fail(where, f"tensorfile.kv_separator {_show(sep)} is not a non-empty string")
-    name_col = raw.get("name_col")
-    if name_col is not None and not isinstance(name_col, str):
-        _fail(where, f"tensorfile.name_col {_show(name_col)} is not a string")
-    return {
-        "mode": mode,
-        "columns": list(columns),
-        "kv_separator": sep,
-        "name_col": name_col or None,
-        "real_samples": raw.get("real_samples"),
-        "dtypes": raw.get("dtypes"),
-    }
+def _check_reference(
+    schema: dict[str, dict[str, Any]], separator: str, stand_ins: dict[str, str]
+) -> None:
+    """The reference layout holds the reference's dtypes and KV separator only."""
+    odd = sorted(stand_ins) + [
+        k for k, v in schema.items() if v["dtype"] not in _reference.REFERENCE_DTYPES
+    ]
+    if odd:
+        raise InvalidArgumentError(
+            f"the reference layout has no dtype for column(s) {', '.join(sorted(set(odd)))} "
+            f"(it knows {', '.join(sorted(_reference.REFERENCE_DTYPES))}); "
+            "write layout='tensorfile'"
+        )
+    if separator != _reference.KV_SEPARATOR:
+        raise InvalidArgumentError(
+            f"the reference layout does not record a kv_separator; {separator!r} would be "
+            f"read back as {_reference.KV_SEPARATOR!r}: write layout='tensorfile'"
+        )
 
 
 def _real_samples(raw: Any, shards: list[ShardEntry], mode: str, where: str) -> list[ShardEntry]:
@@ -476,35 +480,6 @@ def read_manifest(folder: Location) -> Manifest | None:
     return Manifest.from_json(parse_json(raw, path), path)
 
 
-def previous_listing(folder: Location) -> list[str]:
-    """The shard paths the manifest in ``folder`` lists, read leniently: whatever strings sit
-    at ``shards[i].shard_path`` of a readable JSON manifest, else none. This is what an
-    ``overwrite`` passes to :func:`~tensorfile.dataset.files.deletable`, which trusts none
-    of it.
-
-    Example:
-        >>> import os, tempfile
-        >>> folder = tempfile.mkdtemp()
-        >>> _ = open(os.path.join(folder, MANIFEST_NAME), "w").write(
-        ...     '{"shards": [{"shard_path": "../x"}, {"shard_path": 7}]}')
-        >>> previous_listing(folder)
-        ['../x']
-    """
-    try:
-        path, raw = _manifest_bytes(folder)
-        doc = parse_json(raw, path) if raw is not None else None
-    except TensorFileError:
-        return []
-    shards = doc.get("shards") if isinstance(doc, dict) else None
-    if not isinstance(shards, list):
-        return []
-    return [
-        s["shard_path"]
-        for s in shards
-        if isinstance(s, dict) and isinstance(s.get("shard_path"), str)
-    ]
-
-
 def scan_folder(folder: Location) -> Manifest:
     """A batch-mode manifest built from the ``*.safetensors`` files of ``folder`` (name order),
     for datasets written without one: a shard's samples are the shared length of its tensors'
@@ -553,11 +528,36 @@ def load_manifest(folder: Location, *, strict: bool = False) -> Manifest:
         if not store.is_folder():
             raise InvalidArgumentError(f"{store} is not a dataset folder")
         manifest = scan_folder(store)
+    else:
+        infer_reference(store, manifest)
     if strict:
         for s in manifest.shards:
             store.check_shard(s.shard_path, s.bytes)
         check_capacity(store, manifest)
     return manifest
+
+
+def infer_reference(store: Store, manifest: Manifest) -> None:
+    """Set the mode and columns of a reference manifest (which records neither) from the
+    header of its first shard that has samples (:func:`~.reference.infer_mode`); a
+    tensorfile manifest is left as it is."""
+    if manifest.layout != "reference":
+        return
+    first = next((s for s in manifest.shards if s.samples_count), None)
+    if first is None:
+        return
+    with shard_reader(store, first) as reader:
+        cat = reader.catalog.tensors
+    tensors = [(n, list(i.shape)) for n, i in cat.items()]
+    try:
+        mode, columns = _reference.infer_mode(manifest.schema, first.samples_count, tensors)
+    except FormatError as exc:
+        raise FormatError(f"{store.url(first.shard_path)}: {exc}") from None
+    manifest.mode, manifest.columns = mode, columns
+    if mode == "batch" and not manifest.schema:  # a manifest without its optional schema
+        manifest.schema = {
+            n: {"dtype": i.dtype.name, "shape": list(i.shape)} for n, i in cat.items()
+        }
 
 
 def check_capacity(folder: Location, manifest: Manifest) -> None:

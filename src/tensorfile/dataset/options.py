@@ -6,6 +6,11 @@ Names and defaults are the reference connector's (``batch_size``, ``name_col``,
 regard to case as Spark does. Where tensorfile goes further: ``target_shard_size_mb`` takes
 any positive value (the reference: 50-1000), and ``rounding`` chooses how floats become F16
 or BF16 (``nearest_even``, the default, or ``truncate``, the reference's behaviour).
+``layout`` chooses the manifest: ``tensorfile`` (the default: the schema's fields plus a
+``tensorfile`` block recording the mode, the columns, the separator, the real rows of padded
+shards and the dtypes the schema lacks) or ``reference`` (exactly the reference connector's
+manifest, printed as it prints it: no ``tensorfile`` block, so the reference's dtypes and
+KV separator only; padding rows are then read back as samples, as the reference reads them).
 
 Example:
     >>> o = parse_options({"batch_size": "4", "tail_strategy": "pad", "shapes": '{"x": [2, 3]}'})
@@ -42,8 +47,10 @@ _KNOWN = {
     "duplicatesstrategy",
     "generate_index",
     "rounding",
+    "layout",
     "path",
 }
+_REFERENCE = "reference"
 
 
 @dataclass(frozen=True)
@@ -61,6 +68,7 @@ class WriteOptions:
     duplicates_strategy: str = "fail"
     generate_index: bool = False
     rounding: str = "nearest_even"
+    layout: str = "tensorfile"
 
     @property
     def mode(self) -> str:
@@ -180,6 +188,15 @@ def parse_options(options: Mapping[str, Any]) -> WriteOptions:
     rounding = str(opts.get("rounding", "nearest_even")).lower()
     if rounding not in ("nearest_even", "truncate"):
         raise InvalidArgumentError(f"rounding must be nearest_even or truncate, got {rounding!r}")
+    layout = str(opts.get("layout", "tensorfile")).lower()
+    if layout not in ("tensorfile", _REFERENCE):
+        raise InvalidArgumentError(f"layout must be tensorfile or reference, got {layout!r}")
+    if layout == _REFERENCE and (separator != "__" or dtype in _EXTRA_DTYPES):
+        what = f"kv_separator {separator!r}" if separator != "__" else f"dtype {dtype}"
+        raise InvalidArgumentError(
+            f"the reference layout cannot record {what} (its manifest has no field for it; "
+            "the reference writes '__' and the dtypes of its schema): use layout='tensorfile'"
+        )
     return WriteOptions(
         batch_size=batch_size,
         name_col=str(name_col) if name_col else None,
@@ -192,4 +209,5 @@ def parse_options(options: Mapping[str, Any]) -> WriteOptions:
         duplicates_strategy="lastWin" if dup.lower() == "lastwin" else "fail",
         generate_index=_bool(opts.get("generate_index", False), "generate_index"),
         rounding=rounding,
+        layout=layout,
     )

@@ -320,6 +320,57 @@ class Dataset:
         if pending:
             yield _stack(pending)
 
+    def shard_arrays(self, shard: ShardEntry) -> dict[str, NDArray]:
+        """The real samples of one of :attr:`shards` as ``{column: array}``, each array's
+        first axis running over the shard's samples (padding rows left out), for readers
+        that gather batches with numpy indexing (:mod:`tensorfile.dataset.torch`).
+
+        A batch shard's arrays are read-only views over the mapped file (the local file, or
+        the shard cache's copy of a remote one): nothing is read until touched. Where the
+        file cannot be mapped (a remote dataset without a shard cache) or a dtype is
+        bit-packed (F4, F6), they are read-only copies. A key-value shard's tensors are
+        stacked (a copy) in key order, and ``"key"`` holds the keys.
+
+        Example:
+            >>> import numpy as np, os, tempfile
+            >>> from tensorfile import dataset
+            >>> out = os.path.join(tempfile.mkdtemp(), "ds")
+            >>> _ = dataset.write({"x": np.arange(6, dtype=np.int16).reshape(3, 2)}, out,
+            ...                   batch_size=2, tail_strategy="pad")
+            >>> ds = dataset.open(out)
+            >>> a = ds.shard_arrays(ds.shards[1])
+            >>> a["x"].tolist(), a["x"].flags.writeable
+            ([[4, 5]], False)
+        """
+        from ..core import dtypes
+        from ..core.errors import UnsupportedError
+
+        reader = self._reader(shard)
+        n = shard.samples
+        out: dict[str, NDArray] = {}
+        if self.mode == "batch":
+            for c in self._columns:
+                try:
+                    arr = reader.view(c)
+                except UnsupportedError:  # not mappable, or bit-packed: an owned copy
+                    arr = reader.get_tensor(c)
+                    arr.flags.writeable = False
+                out[c] = arr[:n]
+            return out
+        keys = self._shard_keys(shard)[:n]
+        sep = self.manifest.kv_separator
+        for c in self._columns:
+            want = self._sample_schema[c]
+            if keys:
+                arr = np.stack([reader.get_tensor(kv_name(k, sep, c)) for k in keys])
+            else:
+                dt = dtypes.from_safetensors(want["dtype"]).numpy
+                arr = np.empty((0, *want["shape"]), dtype=dt)
+            arr.flags.writeable = False
+            out[c] = arr
+        out["key"] = np.array(keys, dtype=object)
+        return out
+
     def to_torch(
         self,
         *,
@@ -328,16 +379,26 @@ class Dataset:
         rank: int | None = None,
         world_size: int | None = None,
         even: bool | str = True,
-        shuffle_buffer: int = 1024,
+        batch_size: int | None = None,
+        per_sample: bool | None = None,
+        drop_last: bool = False,
+        partitions: int = 64,
+        shuffle_block: int = 1 << 18,
+        shuffle_buffer: int | None = None,
         map_style: bool = False,
     ) -> Any:
         """The samples for PyTorch, as torch tensors of the matching dtype (BF16 as
-        ``torch.bfloat16``). By default a ``torch.utils.data.IterableDataset``: each epoch's
-        samples split across distributed ranks (``torch.distributed``'s rank and world size
-        unless given) and DataLoader workers, every sample read once per epoch; with
-        ``shuffle``, shards in a new order each epoch (``set_epoch(n)``) and samples through
-        a ``shuffle_buffer``; ``even=True`` gives every rank the same number of samples by
-        dropping the ``len % world_size`` surplus, ``even="pad"`` by repeating samples
+        ``torch.bfloat16``). By default a ``torch.utils.data.IterableDataset``
+        (:class:`~tensorfile.dataset.torch.TorchIterable`): each epoch's order is a function
+        of the seed, the epoch and the dataset only (:mod:`tensorfile.dataset.order`), split
+        across distributed ranks (``torch.distributed``'s rank and world size unless given)
+        and DataLoader workers, every sample read once per epoch, resumable mid-epoch
+        (``state_dict``/``load_state_dict``, also with another world size). With
+        ``batch_size=N`` it yields ready batches for ``DataLoader(it, batch_size=None)``;
+        without, single samples (``per_sample=True`` with ``batch_size`` as the DataLoader's
+        batch size keeps the same order). ``even=True`` gives every rank the same number of
+        samples by dropping the ``len % world_size`` surplus, ``even="pad"`` by repeating
+        samples; ``shuffle_buffer`` is the earlier name of ``shuffle_block``
         (:mod:`tensorfile.dataset.torch` says exactly how). ``map_style=True`` gives a
         map-style dataset instead (``len`` and ``[i]``, for samplers and the default
         collate).
@@ -351,6 +412,8 @@ class Dataset:
             >>> it.set_epoch(1)
             >>> len(it), len(list(it))
             (3, 3)
+            >>> [b["x"].shape for b in dataset.open(out).to_torch(batch_size=4)]
+            [torch.Size([4]), torch.Size([2])]
         """
         from .torch import TorchIterable, TorchMap
 
@@ -363,6 +426,11 @@ class Dataset:
             rank=rank,
             world_size=world_size,
             even=even,
+            batch_size=batch_size,
+            per_sample=per_sample,
+            drop_last=drop_last,
+            partitions=partitions,
+            shuffle_block=shuffle_block,
             shuffle_buffer=shuffle_buffer,
         )
 

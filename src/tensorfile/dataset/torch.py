@@ -1,28 +1,55 @@
-"""A dataset's samples for PyTorch: an ``IterableDataset`` split across distributed ranks and
-DataLoader workers, shuffled per epoch, and a map-style dataset for the default collate.
+"""A dataset's samples for PyTorch: an ``IterableDataset`` that feeds training in an order
+independent of the world size, resumes mid-epoch from a small JSON state, and yields ready
+batches; and a map-style dataset for the default collate.
 
-**How an epoch is split** (:class:`TorchIterable`). The epoch's order is the shards in a
-permutation drawn from ``(seed, epoch)`` (or in manifest order without ``shuffle``), each
-shard's samples in order. That sequence of ``N`` samples is cut into one contiguous range
-per rank and each rank's range into one per DataLoader worker, so every sample is read by
-exactly one worker of one rank, and shards are read in long runs (whole rows ranges, not one
-sample at a time). With ``even=True`` (the default, and what ``DistributedSampler`` does with
-``drop_last``) every rank gets ``N // world_size`` samples: the last ``N % world_size`` of
-the epoch's order are dropped, a different few each epoch when shuffling. ``even="pad"``
-instead gives every rank ``ceil(N / world_size)``, repeating samples from the start of the
-epoch's order to fill (``DistributedSampler``'s default). ``even=False`` gives the ranks
-counts that differ by at most one: a loop that needs the same number of steps on every rank
-(any collective in the step) can hang on it (pytorch/pytorch#141069), which is why it is not
-the default. Within a worker, with ``shuffle``, samples pass through a buffer of
-``shuffle_buffer`` samples drawn at random (seeded by seed, epoch, rank and worker). The
-order is the same for the same seed, epoch, world size and workers, and differs from epoch
-to epoch: call :meth:`TorchIterable.set_epoch` before each epoch.
+**Order** (:mod:`tensorfile.dataset.order`). An epoch's order ``S`` of the ``N`` samples is
+a function of the dataset, ``seed`` and the epoch only: without ``shuffle`` the manifest's
+order; with it, the shards permuted, cut into ``partitions`` canonical partitions (default
+64, never derived from the world size), each partition shuffled in blocks of
+``shuffle_block`` samples and the partitions interleaved ``B`` samples at a time. Changing
+the number of nodes, ranks or workers between runs changes neither which samples an epoch
+visits nor their global order. The same seed and epoch give the same order run after run;
+call :meth:`TorchIterable.set_epoch` before each epoch.
 
-``rank``/``world_size`` default to ``torch.distributed``'s when it is initialised, else 0 and
-1. Every value arrives as the matching torch dtype: BF16 as ``torch.bfloat16``, F8 as
-torch's float8 types, unsigned integers as torch's ``uint16``/``uint32``/``uint64``.
+**Split** (:mod:`tensorfile.dataset.torch_state`). Ranks consume ``S`` in lockstep steps:
+step ``t`` is ``W*B`` positions (``W`` ranks, ``B`` the per-rank batch) and rank ``r`` takes
+the contiguous ``r``-th piece of ``B``. DataLoader worker ``w`` of ``K`` produces the steps
+``t ≡ w (mod K)`` of its rank, the order DataLoader's round-robin delivers them in, so after
+``s`` steps on every rank the samples consumed are exactly ``S[base : base + s*W*B]``
+whatever ``W`` and ``K``. ``rank``/``world_size`` default to ``torch.distributed``'s when it
+is initialised, else 0 and 1. The tail: ``even=True`` (the default, what
+``DistributedSampler`` does with ``drop_last``) gives every rank ``M // W`` of the ``M``
+samples left (a last short step where each rank takes an equal piece) and drops the last
+``M % W`` positions (a different few each epoch when shuffling); ``even="pad"`` gives
+``ceil(M / W)`` each, repeating samples from the start of ``S``; ``even=False`` gives counts
+that differ by at most one (a loop with a collective per step can hang on it:
+pytorch/pytorch#141069). ``drop_last=True`` drops each rank's short last batch.
 
-Only this module imports torch.
+**Batches.** ``batch_size=N`` yields ready batches, ``{column: tensor of N rows}`` (a KV
+dataset's ``"key"``: a list of str), for ``DataLoader(it, batch_size=None, num_workers=k)``:
+gathered from the shards' mapped arrays with numpy indexing, no per-sample Python loop, and
+inside a worker written straight into shared memory (:mod:`.torch_batches`). Without
+``batch_size`` (or with ``per_sample=True``, where ``batch_size`` is a hint: the
+DataLoader's batch size, which keeps the order above) it yields single samples for the
+default or a custom collate. ``B`` is ``batch_size``, or 1.
+
+**Resume.** :meth:`TorchIterable.state_dict` is small JSON: the dataset's identity (total,
+shards), the order's parameters, the epoch and ``samples``, the samples of the epoch
+consumed by all ranks together: the trainer's own count when given (``state_dict(samples)``,
+as MosaicML Streaming's), else the object's progress: in the main process (``num_workers=0``)
+its iteration so far; inside a DataLoader worker (torchdata's ``StatefulDataLoader`` asks
+there after every batch and hands each worker its own state back) a lower bound that,
+maximised over a rank's workers, is exactly what the main process received, plus the
+worker's position. :meth:`TorchIterable.load_state_dict` takes one state (a worker's own:
+resumed exactly; else globally), a list of states or a ``StatefulDataLoader.state_dict()``
+(globally, at the largest ``samples``), checks that it is of this dataset and order, and
+continues the epoch at ``S[samples:]`` split among the current ranks and workers (which may
+differ from the saved run's). Seeking costs ``O(shards)``. The state's epoch becomes the
+current one; :meth:`set_epoch` with another epoch starts that one from its beginning.
+
+Every value arrives as the matching torch dtype: BF16 as ``torch.bfloat16``, F8 as torch's
+float8 types, unsigned integers as torch's ``uint16``/``uint32``/``uint64``. Only the
+``torch*`` modules of this package import torch.
 
 Example:
     >>> import numpy as np, os, tempfile
@@ -34,11 +61,19 @@ Example:
     >>> it = TorchIterable(dataset.open(out), shuffle=True, seed=1, rank=1, world_size=2)
     >>> len(it), len(list(it))
     (2, 2)
+    >>> it = TorchIterable(dataset.open(out), batch_size=2)
+    >>> batches = iter(it)
+    >>> next(batches)["x"].tolist(), it.state_dict()["samples"]
+    ([0.0, 1.0], 2)
+    >>> again = TorchIterable(dataset.open(out), batch_size=2)
+    >>> again.load_state_dict(it.state_dict())
+    >>> [b["x"].tolist() for b in again]
+    [[2.0, 3.0], [4.0]]
 """
 
 from __future__ import annotations
 
-import math
+from collections import deque
 from collections.abc import Iterator
 from typing import Any
 
@@ -50,10 +85,14 @@ from torch.utils.data import IterableDataset, get_worker_info
 from ..core import dtypes
 from ..core.errors import InvalidArgumentError, InvalidTypeError
 from ..frameworks.torch import from_numpy
-from .manifest import ShardEntry, load_manifest
-from .samples import open_shard, shard_samples
+from .order import EpochOrder
+from .torch_batches import Gather
+from .torch_state import Split, check_state, find_states, make_state
 
-__all__ = ["ShardedIterable", "TorchIterable", "TorchMap", "epoch_ranges"]
+__all__ = ["ShardedIterable", "TorchIterable", "TorchMap"]
+
+NDArray = np.ndarray[Any, Any]
+_SAMPLE_CHUNK = 256  # per-sample mode: samples gathered at once
 
 
 def _rank(rank: int | None, world_size: int | None) -> tuple[int, int]:
@@ -80,35 +119,14 @@ def _check_int(value: Any, what: str, low: int) -> int:
     return int(value)
 
 
-def epoch_ranges(
-    total: int, rank: int, world_size: int, worker: int, workers: int, even: bool | str
-) -> tuple[int, int]:
-    """The ``[start, stop)`` positions of the epoch's order that ``worker`` of ``rank``
-    reads (past ``total`` they wrap around: ``even="pad"``).
-
-    Example:
-        >>> [epoch_ranges(10, r, 3, 0, 1, True) for r in range(3)]
-        [(0, 3), (3, 6), (6, 9)]
-        >>> [epoch_ranges(10, r, 3, 0, 1, "pad") for r in range(3)]
-        [(0, 4), (4, 8), (8, 12)]
-        >>> [epoch_ranges(10, r, 3, 0, 1, False) for r in range(3)]
-        [(0, 3), (3, 6), (6, 10)]
-    """
-    if even is True or even == "drop":
-        per = total // world_size
-        lo, hi = rank * per, (rank + 1) * per
-    elif even == "pad":
-        per = math.ceil(total / world_size) if total else 0
-        lo, hi = rank * per, (rank + 1) * per
-    else:
-        lo, hi = rank * total // world_size, (rank + 1) * total // world_size
-    n = hi - lo
-    return lo + worker * n // workers, lo + (worker + 1) * n // workers
+def _layout() -> tuple[int, int]:
+    info = get_worker_info()
+    return (info.id, info.num_workers) if info is not None else (0, 1)
 
 
 class TorchIterable(IterableDataset):  # type: ignore[type-arg]
-    """Samples of a :class:`~tensorfile.dataset.reader.Dataset` as dicts of torch tensors,
-    split across ranks and workers (see the module docstring)."""
+    """Samples or batches of a :class:`~tensorfile.dataset.reader.Dataset` as torch
+    tensors, split across ranks and workers, resumable (see the module docstring)."""
 
     def __init__(
         self,
@@ -119,23 +137,43 @@ class TorchIterable(IterableDataset):  # type: ignore[type-arg]
         rank: int | None = None,
         world_size: int | None = None,
         even: bool | str = True,
-        shuffle_buffer: int = 1024,
+        batch_size: int | None = None,
+        per_sample: bool | None = None,
+        drop_last: bool = False,
+        partitions: int = 64,
+        shuffle_block: int = 1 << 18,
+        shuffle_buffer: int | None = None,
     ) -> None:
         if even not in (True, False, "drop", "pad"):
             raise InvalidArgumentError(f"even must be True, False, 'drop' or 'pad', got {even!r}")
+        if shuffle_buffer is not None:  # the earlier name of shuffle_block
+            shuffle_block = _check_int(shuffle_buffer, "shuffle_buffer", 1)
+        if batch_size is None and per_sample is False:
+            raise InvalidArgumentError("per_sample=False (batches) needs a batch_size")
+        self.dataset = dataset
         self.path: str = dataset.path
         self.storage = dataset.storage
         self.shuffle = bool(shuffle)
         self.seed = _check_int(seed, "seed", 0)
-        self.even = even
-        self.shuffle_buffer = _check_int(shuffle_buffer, "shuffle_buffer", 1)
+        self.even: bool | str = True if even == "drop" else even
+        self.shuffle_block = _check_int(shuffle_block, "shuffle_block", 1)
+        self.partitions = _check_int(partitions, "partitions", 1)
+        self.batch_size = None if batch_size is None else _check_int(batch_size, "batch_size", 1)
+        self.batched = self.batch_size is not None and not per_sample
+        self.unit = self.batch_size or 1
+        self.drop_last = bool(drop_last)
         self._rank = None if rank is None else _check_int(rank, "rank", 0)
         self._world = None if world_size is None else _check_int(world_size, "world_size", 1)
         r, w = _rank(self._rank, self._world)
         if r >= w:
             raise InvalidArgumentError(f"rank {r} is not below world_size {w}")
+        self.counts = [s.samples for s in dataset.manifest.shards]
+        self._total = sum(self.counts)
         self.epoch = 0
-        self._total = len(dataset)
+        self._resume = 0  # the global resume point: samples of the epoch consumed
+        self._worker_resume: dict[str, int] | None = None  # a worker's exact position
+        self._base = 0  # where the current (or last) iteration started
+        self._next_step: int | None = None  # the next step it produces (None: not started)
 
     def __getstate__(self) -> dict[str, Any]:
         # pickled for DataLoader workers started by spawn/forkserver, where torch.distributed
@@ -144,71 +182,224 @@ class TorchIterable(IterableDataset):  # type: ignore[type-arg]
         state["_rank"], state["_world"] = _rank(self._rank, self._world)
         return state
 
+    # -- epochs and length ------------------------------------------------------------------
+
     def set_epoch(self, epoch: int) -> None:
-        """Use the order of ``epoch`` for the next iterations (as ``DistributedSampler``)."""
-        self.epoch = _check_int(epoch, "epoch", 0)
+        """Use the order of ``epoch`` for the next iterations (as ``DistributedSampler``),
+        from its beginning; the epoch a state was just loaded for keeps its resume point."""
+        epoch = _check_int(epoch, "epoch", 0)
+        if epoch != self.epoch:
+            self._resume, self._worker_resume = 0, None
+        self.epoch = epoch
+
+    def _split(self, base: int) -> Split:
+        _, world = _rank(self._rank, self._world)
+        return Split(self._total, base, world, self.unit, self.even)
 
     def __len__(self) -> int:
-        """The samples this rank yields per epoch (all its workers together)."""
-        rank, world = _rank(self._rank, self._world)
-        lo, hi = epoch_ranges(self._total, rank, world, 0, 1, self.even)
-        return hi - lo
+        """Batches (batch mode) or samples this rank yields in the next iteration (all its
+        workers together; from the resume point after :meth:`load_state_dict`)."""
+        rank, _ = _rank(self._rank, self._world)
+        split = self._split(self._resume)
+        steps = split.rank_steps(rank, self.drop_last)
+        if self.batched:
+            return steps
+        full = min(steps, split.full)
+        last = 0
+        if steps > split.full:
+            lo, hi = split.piece(split.full, rank)
+            last = hi - lo
+        return full * self.unit + last
 
-    def _order(self, shards: list[ShardEntry]) -> list[ShardEntry]:
-        if not self.shuffle:
-            return list(shards)
-        rng = np.random.default_rng([self.seed, self.epoch])
-        return [shards[i] for i in rng.permutation(len(shards))]
+    # -- resume -----------------------------------------------------------------------------
+
+    def _identity(self) -> dict[str, Any]:
+        return {
+            "total": self._total,
+            "shards": len(self.counts),
+            "seed": self.seed,
+            "shuffle": self.shuffle,
+            "partitions": self.partitions,
+            "shuffle_block": self.shuffle_block,
+            "batch_size": self.unit,
+        }
+
+    def _start(self, rank: int, world: int, wid: int, workers: int) -> tuple[int, int]:
+        """``(base, first step)`` of this worker's next iteration."""
+        w = self._worker_resume
+        if w is not None and (w["rank"], w["world_size"], w["id"], w["workers"]) == (
+            rank,
+            world,
+            wid,
+            workers,
+        ):
+            return w["base"], w["next_step"]
+        return self._resume, wid
+
+    def state_dict(self, samples: int | None = None) -> dict[str, Any]:
+        """The resume state (small, JSON-able): see the module docstring. ``samples``: the
+        samples of this epoch consumed by all ranks together, when the trainer counts them.
+
+        Example:
+            >>> import numpy as np, os, tempfile
+            >>> from tensorfile import dataset
+            >>> out = os.path.join(tempfile.mkdtemp(), "ds")
+            >>> _ = dataset.write({"x": np.arange(8, dtype=np.int8)}, out, batch_size=4)
+            >>> it = dataset.open(out).to_torch(batch_size=2, shuffle=True)
+            >>> s = it.state_dict(samples=6)
+            >>> s["samples"], s["total"], s["shards"], s["format"]
+            (6, 8, 2, 'tensorfile.dataset.torch/1')
+        """
+        fields = {**self._identity(), "epoch": self.epoch}
+        if samples is not None:
+            samples = _check_int(samples, "samples", 0)
+            if samples > self._total:
+                raise InvalidArgumentError(
+                    f"samples {samples} is more than the epoch holds ({self._total})"
+                )
+            return make_state(fields, samples)
+        info = get_worker_info()
+        wid, workers = _layout()
+        rank, world = _rank(self._rank, self._world)
+        if self._next_step is None:
+            base, next_step = self._start(rank, world, wid, workers)
+        else:
+            base, next_step = self._base, self._next_step
+        split = self._split(base)
+        done = base + split.consumed(next_step - workers + 1, self.drop_last)
+        if info is None:
+            return make_state(fields, done)
+        worker = {"rank": rank, "world_size": world, "id": wid, "workers": workers,
+                  "base": base, "next_step": next_step}  # fmt: skip
+        return make_state(fields, done, worker)
+
+    def load_state_dict(self, state: Any) -> None:
+        """Resume from ``state``: one :meth:`state_dict`, a list of them (the ranks' or
+        workers'), or a torchdata ``StatefulDataLoader.state_dict()``. A state of another
+        dataset, seed, shuffle, partitions, shuffle block or batch size raises
+        :class:`~tensorfile.errors.InvalidArgumentError` naming the field.
+
+        Example:
+            >>> import numpy as np, os, tempfile
+            >>> from tensorfile import dataset
+            >>> out = os.path.join(tempfile.mkdtemp(), "ds")
+            >>> _ = dataset.write({"x": np.arange(6, dtype=np.int8)}, out, batch_size=3)
+            >>> it = dataset.open(out).to_torch(batch_size=2, world_size=1, rank=0)
+            >>> it.load_state_dict([{**it.state_dict(samples=2)}, it.state_dict(samples=4)])
+            >>> [b["x"].tolist() for b in it]
+            [[4, 5]]
+        """
+        expect = self._identity()
+        if isinstance(state, dict) and "format" in state:
+            chosen = check_state(state, expect)
+            worker: dict[str, int] | None = chosen.get("worker")
+            rank, world = _rank(self._rank, self._world)
+            here = (rank, world, *_layout())
+            if worker is not None and get_worker_info() is not None and here == (
+                worker["rank"], worker["world_size"], worker["id"], worker["workers"],
+            ):  # fmt: skip
+                self._set_resume(chosen["epoch"], chosen["samples"], worker)
+                return
+        else:
+            found = find_states(state)
+            if not found:
+                raise InvalidArgumentError(
+                    f"no tensorfile.dataset.torch resume state in the {type(state).__name__} given"
+                )
+            checked = [check_state(s, expect) for s in found]
+            chosen = max(checked, key=lambda s: (s["epoch"], s["samples"]))
+        self._set_resume(chosen["epoch"], chosen["samples"], None)
+
+    def _set_resume(self, epoch: int, samples: int, worker: dict[str, int] | None) -> None:
+        self.epoch = epoch
+        self._resume = samples
+        self._worker_resume = worker
+        self._next_step = None
+
+    # -- iteration --------------------------------------------------------------------------
+
+    def _ids(self, order: EpochOrder, lo: int, hi: int) -> NDArray:
+        """Ids at positions ``[lo, hi)`` of the order, wrapping past its end (``pad``)."""
+        total = len(order)
+        if hi <= total:
+            return order.ids(lo, hi)
+        parts, pos = [], lo
+        while pos < hi:
+            a = pos % total
+            b = min(total, a + (hi - pos))
+            parts.append(order.ids(a, b))
+            pos += b - a
+        return np.concatenate(parts)
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         info = get_worker_info()
-        worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
+        wid, workers = _layout()
         rank, world = _rank(self._rank, self._world)
-        manifest = load_manifest(self.storage, strict=True)  # as dataset.open reads it
-        schema = manifest.sample_schema()
-        order = self._order([s for s in manifest.shards if s.samples])
-        total = sum(s.samples for s in order)
-        start, stop = epoch_ranges(total, rank, world, worker, workers, self.even)
-        samples = self._read(order, total, start, stop, manifest, schema)
-        if self.shuffle:
-            samples = self._buffered(samples, rank, worker)
-        for sample in samples:
-            yield {k: _to_torch(v) for k, v in sample.items()}
-
-    def _read(
-        self, order: list[ShardEntry], total: int, start: int, stop: int, manifest: Any, schema: Any
-    ) -> Iterator[dict[str, Any]]:
-        """The samples at positions ``start..stop`` of the epoch's order (wrapping)."""
-        if total == 0:
-            return
-        pos = start
-        while pos < stop:
-            at = pos % total
-            base = 0
-            for shard in order:  # the shard holding position `at`
-                if at < base + shard.samples:
+        base, first = self._start(rank, world, wid, workers)
+        split = Split(self._total, base, world, self.unit, self.even)
+        order = EpochOrder(
+            self.counts,
+            seed=self.seed,
+            epoch=self.epoch,
+            shuffle=self.shuffle,
+            partitions=self.partitions,
+            shuffle_block=self.shuffle_block,
+            unit=self.unit,
+        )
+        gather = Gather(self.dataset, self.counts, shared=info is not None and self.batched)
+        self._base, self._next_step = base, first
+        steps = iter(range(first, split.rank_steps(rank, self.drop_last), workers))
+        ahead: deque[tuple[int, NDArray]] = deque()
+        queued = 0
+        prefetch = getattr(self.dataset, "prefetch", None)
+        predownload = int(getattr(self.dataset, "predownload", 0) or 0)
+        chunk = 1 if self.batched else max(1, _SAMPLE_CHUNK // self.unit)
+        while True:
+            added = False
+            while len(ahead) < chunk or (prefetch is not None and queued < predownload):
+                t = next(steps, None)
+                if t is None:
                     break
-                base += shard.samples
-            first = at - base
-            last = min(shard.samples, first + (stop - pos))
-            reader, keys = open_shard(self.storage, shard, manifest, schema)  # header checked
-            with reader:
-                yield from shard_samples(reader, shard, manifest, keys=keys, start=first, stop=last)
-            pos += last - first
+                ids = self._ids(order, *split.piece(t, rank))
+                ahead.append((t, ids))
+                queued += ids.size
+                added = True
+            if not ahead:
+                return
+            if added and prefetch is not None and predownload > 0:
+                prefetch(self._shards_of(ahead))
+            taken = [ahead.popleft() for _ in range(min(chunk, len(ahead)))]
+            queued -= sum(ids.size for _, ids in taken)
+            if self.batched:
+                t, ids = taken[0]
+                batch = gather(ids)
+                self._next_step = t + workers
+                yield batch
+                continue
+            yield from self._samples(gather, taken, workers)
 
-    def _buffered(
-        self, samples: Iterator[dict[str, Any]], rank: int, worker: int
+    def _samples(
+        self, gather: Gather, taken: list[tuple[int, NDArray]], workers: int
     ) -> Iterator[dict[str, Any]]:
-        rng = np.random.default_rng([self.seed, self.epoch, rank, worker])
-        buf: list[dict[str, Any]] = []
-        for s in samples:
-            buf.append(s)
-            if len(buf) >= self.shuffle_buffer:
-                i = int(rng.integers(len(buf)))
-                buf[i], buf[-1] = buf[-1], buf[i]
-                yield buf.pop()
-        rng.shuffle(buf)
-        yield from buf
+        """Single samples of the pieces ``taken``, gathered at once; a piece's step counts
+        as done when its last sample is handed out."""
+        batch = gather(np.concatenate([ids for _, ids in taken]))
+        i = 0
+        for t, ids in taken:
+            for k in range(ids.size):
+                if k == ids.size - 1:
+                    self._next_step = t + workers
+                yield {c: v[i] for c, v in batch.items()}
+                i += 1
+
+    def _shards_of(self, ahead: deque[tuple[int, NDArray]]) -> list[Any]:
+        """The shard entries of the pieces ahead, each once, in the order first needed."""
+        ids = np.concatenate([ids for _, ids in ahead])
+        starts = np.concatenate([[0], np.cumsum(np.asarray(self.counts, np.int64))])
+        shard = np.searchsorted(starts[1:], ids, side="right")
+        _, first = np.unique(shard, return_index=True)
+        entries = self.dataset.manifest.shards
+        return [entries[int(shard[i])] for i in np.sort(first)]
 
 
 ShardedIterable = TorchIterable
@@ -239,10 +430,5 @@ class TorchMap(_TorchDataset):  # type: ignore[type-arg]
     def __getitem__(self, index: int) -> dict[str, Any]:
         return {k: _to_torch(v) for k, v in self.dataset[index].items()}
 
-    def __reduce__(self) -> tuple[Any, ...]:
-        # a DataLoader worker gets the dataset's class and location, not open files
-        return (_remake, (type(self.dataset), self.dataset.storage))
-
-
-def _remake(cls: Any, storage: Any) -> TorchMap:
-    return TorchMap(cls.reopen(storage))
+    # pickled (DataLoader spawn workers) with its dataset, which pickles as its location,
+    # manifest and cache settings, never open files or threads (Dataset.__reduce__)

@@ -54,10 +54,12 @@ from .convert import Column, columns_and_keys
 from .files import INDEX_NAME, MANIFEST_NAME
 from .index import check_index_slot, follow_manifest, index_bytes, index_exists
 from .manifest import (
+    MAX_MANIFEST_BYTES,
     Manifest,
     ShardEntry,
     check_capacity,
-    previous_listing,
+    infer_reference,
+    parse_json,
     read_manifest,
     shard_reader,
     split_key,
@@ -72,6 +74,7 @@ __all__ = [
     "TaskResult",
     "abort",
     "commit",
+    "previous_listing",
     "start_job",
     "write",
     "write_task",
@@ -294,6 +297,7 @@ def commit(
     try:
         old = read_manifest(store) if mode == "append" else None
         if old is not None:  # what is appended to must be a dataset a reader accepts
+            infer_reference(store, old)
             for entry in old.shards:
                 store.check_shard(entry.shard_path, entry.bytes)
             check_capacity(store, old)
@@ -336,6 +340,7 @@ def commit(
             columns=columns,
             kv_separator=opts.kv_separator,
             name_col=opts.name_col,
+            layout=opts.layout,
         )
         staged_index = index_bytes(index) if with_index else None  # (before the commit)
         # the commit point: the new dataset exists from here on
@@ -550,3 +555,34 @@ def write(
     except BaseException:
         abort(store, job)
         raise
+
+
+def previous_listing(folder: Location) -> list[str]:
+    """The shard paths the manifest in ``folder`` lists, read leniently: whatever strings sit
+    at ``shards[i].shard_path`` of a readable JSON manifest, else none. This is what an
+    ``overwrite`` passes to :func:`~tensorfile.dataset.files.deletable`, which trusts none
+    of it.
+
+    Example:
+        >>> import os, tempfile
+        >>> folder = tempfile.mkdtemp()
+        >>> _ = open(os.path.join(folder, MANIFEST_NAME), "w").write(
+        ...     '{"shards": [{"shard_path": "../x"}, {"shard_path": 7}]}')
+        >>> previous_listing(folder)
+        ['../x']
+    """
+    try:
+        store = storage_for(folder)
+        path = store.url(MANIFEST_NAME)
+        raw = store.read_bounded(MANIFEST_NAME, "the manifest", MAX_MANIFEST_BYTES)
+        doc = parse_json(raw, path) if raw is not None else None
+    except TensorFileError:
+        return []
+    shards = doc.get("shards") if isinstance(doc, dict) else None
+    if not isinstance(shards, list):
+        return []
+    return [
+        s["shard_path"]
+        for s in shards
+        if isinstance(s, dict) and isinstance(s.get("shard_path"), str)
+    ]

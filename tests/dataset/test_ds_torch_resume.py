@@ -1,0 +1,349 @@
+"""Training feeds that resume: the same global order with 2 and 3 gloo ranks, a run SIGKILLed
+mid-epoch and resumed with another world size seeing every remaining sample exactly once,
+exact same-layout resume through torchdata's StatefulDataLoader, hostile states refused,
+batches with every dtype's values and in shared memory inside workers.
+
+The distributed tests run real ranks: processes joined by ``torch.distributed`` (gloo on
+127.0.0.1), each with a DataLoader of two spawned worker processes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from torch.utils.data import DataLoader, IterableDataset
+from torchdata.stateful_dataloader import StatefulDataLoader
+
+from tensorfile import dataset
+from tensorfile.core.dtypes import from_safetensors
+from tensorfile.dataset.order import epoch_order
+from tensorfile.errors import InvalidArgumentError
+
+N, SHARD, B, SEED = 300, 16, 5, 11
+
+
+@pytest.fixture(scope="module")
+def ds_path(tmp_path_factory: pytest.TempPathFactory) -> str:
+    out = str(tmp_path_factory.mktemp("resume") / "ds")
+    ids = np.arange(N, dtype=np.int64)
+    h = np.stack([ids % 100, -(ids % 100)], axis=1).astype(np.float32)
+    dataset.write({"id": ids, "h": h}, out, batch_size=SHARD, dtype="BF16", columns=None)
+    return out
+
+
+def _order(epoch: int = 0) -> list[int]:
+    counts = [SHARD] * (N // SHARD) + [N % SHARD]
+    return epoch_order(counts, seed=SEED, epoch=epoch, shuffle=True, unit=B).tolist()
+
+
+_RANK_SCRIPT = r"""
+import datetime, json, os, sys, time
+import torch, torch.distributed as dist
+from torchdata.stateful_dataloader import StatefulDataLoader
+from tensorfile import dataset
+
+
+def main():
+    rank, world, store, path, out, mode = sys.argv[1:7]
+    rank, world = int(rank), int(world)
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank,
+                            world_size=world, timeout=datetime.timedelta(seconds=60))
+    it = dataset.open(path).to_torch(shuffle=True, seed=11, batch_size=5)
+    if mode == "resume":
+        with open(os.path.join(out, "state.json")) as f:
+            it.load_state_dict(json.load(f)["state"])  # saved by 2 ranks; here 3
+    loader = StatefulDataLoader(it, batch_size=None, num_workers=2,
+                                multiprocessing_context="spawn")
+    log = open(os.path.join(out, f"{mode}-{rank}.jsonl"), "w")
+    for step, batch in enumerate(loader):
+        ids = batch["id"].tolist()
+        assert batch["h"].dtype == torch.bfloat16
+        assert batch["h"][:, 0].tolist() == [i % 100 for i in ids]
+        log.write(json.dumps({"step": step, "ids": ids}) + "\n")
+        log.flush()
+        t = torch.tensor([1])
+        dist.all_reduce(t)  # a training step's collective: the ranks go in lockstep
+        if mode == "kill" and rank == 0:  # checkpoint after the step, atomically
+            tmp = os.path.join(out, "state.json.tmp")
+            with open(tmp, "w") as f:
+                json.dump({"steps": step + 1, "state": loader.state_dict()}, f)
+            os.replace(tmp, os.path.join(out, "state.json"))
+        if mode == "kill" and step + 1 >= 11:
+            time.sleep(120)  # mid-epoch: wait to be killed
+            sys.exit(3)
+    log.close()
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def _run(ds_path: str, out: Path, world: int, mode: str) -> list[subprocess.Popen[bytes]]:
+    script = out / "rank.py"
+    script.write_text(_RANK_SCRIPT)
+    store = out / f"rendezvous-{mode}"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}
+    return [
+        subprocess.Popen(
+            [sys.executable, str(script), str(r), str(world), str(store), ds_path, str(out), mode],
+            env=env,
+            stdout=open(out / f"{mode}-{r}.log", "wb"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own process group: SIGKILL reaches the workers
+        )
+        for r in range(world)
+    ]
+
+
+def _wait(procs: list[subprocess.Popen[bytes]], out: Path, mode: str, until: Any = None) -> None:
+    deadline = time.monotonic() + 240
+    try:
+        while any(p.poll() is None for p in procs) and time.monotonic() < deadline:
+            if until is not None and until():
+                for p in procs:
+                    os.killpg(p.pid, signal.SIGKILL)
+                for p in procs:
+                    p.wait()
+                return
+            time.sleep(0.1)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+    logs = "\n".join((out / f"{mode}-{r}.log").read_text()[-3000:] for r in range(len(procs)))
+    assert [p.returncode for p in procs] == [0] * len(procs), logs
+
+
+def _steps(out: Path, mode: str, world: int) -> list[list[list[int]]]:
+    """Per step, each rank's piece."""
+    per_rank = []
+    for r in range(world):
+        lines = (out / f"{mode}-{r}.jsonl").read_text().splitlines()
+        per_rank.append([json.loads(line)["ids"] for line in lines if line.endswith("}")])
+    steps = max(len(p) for p in per_rank)
+    return [[p[t] for p in per_rank if t < len(p)] for t in range(steps)]
+
+
+def test_two_then_three_ranks_visit_the_same_global_order(ds_path: str, tmp_path: Path) -> None:
+    want = _order()
+    for world in (2, 3):
+        out = tmp_path / str(world)
+        out.mkdir()
+        _wait(_run(ds_path, out, world, "order"), out, "order")
+        steps = _steps(out, "order", world)
+        flat = [i for step in steps for piece in step for i in piece]
+        keep = N - N % world  # even=True: the last N % world positions dropped
+        assert flat == want[:keep]
+        assert all(len({len(p) for p in step}) == 1 for step in steps)  # equal pieces
+
+
+def test_killed_mid_epoch_resumed_with_three_ranks(ds_path: str, tmp_path: Path) -> None:
+    """2 ranks x 2 workers checkpoint a StatefulDataLoader after every step and are
+    SIGKILLed mid-epoch; 3 ranks x 2 workers load that state and finish the epoch: what was
+    seen before the checkpoint and what is seen after are every sample exactly once."""
+    state = tmp_path / "state.json"
+
+    def saved_enough() -> bool:
+        try:
+            return bool(json.loads(state.read_text())["steps"] >= 11)
+        except (OSError, ValueError):
+            return False
+
+    procs = _run(ds_path, tmp_path, 2, "kill")
+    deadline = time.monotonic() + 240
+    while not saved_enough() and time.monotonic() < deadline:
+        assert all(p.poll() is None for p in procs), (tmp_path / "kill-0.log").read_text()
+        time.sleep(0.1)
+    for p in procs:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
+    saved = json.loads(state.read_text())
+    c = saved["steps"]
+    assert c == 11
+    before = [i for step in _steps(tmp_path, "kill", 2)[:c] for piece in step for i in piece]
+    assert len(before) == c * 2 * B
+    _wait(_run(ds_path, tmp_path, 3, "resume"), tmp_path, "resume")
+    after = [i for step in _steps(tmp_path, "resume", 3) for piece in step for i in piece]
+    left = N - c * 2 * B
+    keep = N - left % 3  # even=True with 3 ranks: the last (left % 3) positions dropped
+    assert not set(before) & set(after)
+    assert len(after) == len(set(after))
+    assert sorted(before + after) == sorted(_order()[:keep])
+    assert before + after == _order()[:keep]  # and in the epoch's order
+
+
+def _collect(loader: Any, steps: int | None = None) -> list[list[int]]:
+    got = []
+    for batch in loader:
+        got.append(batch["id"].tolist())
+        if steps is not None and len(got) == steps:
+            break
+    return got
+
+
+def test_same_layout_exact_resume_through_stateful_dataloader(ds_path: str) -> None:
+    """Each worker gets its own state back and continues where it was: the batches after
+    the resume are the ones the uninterrupted run would have delivered."""
+    for rank in range(2):
+        want = _order()
+        world = 2
+        expect = [want[t * world * B + rank * B :][:B] for t in range(N // world // B)]
+
+        def make(rank: int = rank, world: int = world) -> StatefulDataLoader:
+            it = dataset.open(ds_path).to_torch(
+                shuffle=True, seed=SEED, batch_size=B, rank=rank, world_size=world
+            )
+            return StatefulDataLoader(it, batch_size=None, num_workers=2)
+
+        first = make()
+        head = _collect(first, 7)  # odd: the next batch comes from worker 1
+        saved = json.loads(json.dumps(first.state_dict()))  # JSON-able
+        del first
+        second = make()
+        second.load_state_dict(saved)
+        rest = _collect(second)
+        assert head + rest == expect
+        # the same state read by a dataset (not a loader): a global resume, same batches
+        it = dataset.open(ds_path).to_torch(
+            shuffle=True, seed=SEED, batch_size=B, rank=rank, world_size=world
+        )
+        it.load_state_dict(saved)
+        assert _collect(DataLoader(it, batch_size=None, num_workers=2)) == expect[7:]
+
+
+def test_hostile_states_are_refused(ds_path: str, tmp_path: Path) -> None:
+    ds = dataset.open(ds_path)
+    it = ds.to_torch(shuffle=True, seed=SEED, batch_size=B)
+    good = it.state_dict(samples=10)
+    other = str(tmp_path / "other")
+    dataset.write({"id": np.arange(N + 1, dtype=np.int64)}, other, batch_size=SHARD)
+    foreign = dataset.open(other).to_torch(shuffle=True, seed=SEED, batch_size=B)
+    past_end = {"rank": 0, "world_size": 1, "id": 0, "workers": 1, "base": N + 5, "next_step": 0}
+    cases: list[tuple[Any, str]] = [
+        (foreign.state_dict(samples=3), "dataset"),
+        (ds.to_torch(shuffle=True, seed=12, batch_size=B).state_dict(), "seed"),
+        (ds.to_torch(seed=SEED, batch_size=B).state_dict(), "shuffle"),
+        (ds.to_torch(shuffle=True, seed=SEED, batch_size=4).state_dict(), "batch_size"),
+        (ds.to_torch(shuffle=True, seed=SEED, batch_size=B, partitions=8).state_dict(), "parti"),
+        ({**good, "samples": N + 1}, "only"),
+        ({**good, "samples": -1}, "negative"),
+        ({**good, "samples": "10"}, "integer"),
+        ({**good, "samples": True}, "integer"),
+        ({**good, "epoch": None}, "integer"),
+        ({**good, "shuffle": "yes"}, "bool"),
+        ({**good, "format": "mosaicml"}, "format"),
+        ({**good, "worker": [1, 2]}, "worker"),
+        ({**good, "worker": {"rank": 0}}, "worker"),
+        ({**good, "worker": past_end}, "past"),
+        ([], "no tensorfile"),
+        ({"_snapshot": {"x": 1}}, "no tensorfile"),
+        ("garbage", "no tensorfile"),
+        (None, "no tensorfile"),
+        ([good, {**good, "seed": 1}], "seed"),
+    ]
+    for state, says in cases:
+        with pytest.raises(InvalidArgumentError, match=says):
+            it.load_state_dict(state)
+    with pytest.raises(InvalidArgumentError):
+        it.state_dict(samples=N + 1)
+    with pytest.raises(TypeError):
+        it.state_dict(samples=-1)
+    it.load_state_dict(good)  # still usable after the refusals
+    assert sum(len(b["id"]) for b in it) == N - 10
+    it.load_state_dict({**good, "samples": N})  # the epoch's end: nothing left
+    assert list(it) == [] and len(it) == 0
+
+
+class _InWorker(IterableDataset):  # type: ignore[type-arg]
+    """Reports, from inside a DataLoader worker, whether the batches are in shared memory."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def __iter__(self) -> Any:
+        for batch in self.inner:
+            yield {"shared": all(v.is_shared() for k, v in batch.items() if k != "key"),
+                   "batch": batch}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("dtype", "want"),
+    [
+        ("F32", torch.float32),
+        ("BF16", torch.bfloat16),
+        ("F16", torch.float16),
+        ("F8_E4M3", torch.float8_e4m3fn),
+        ("F8_E5M2", torch.float8_e5m2),
+        ("U16", torch.uint16),
+        ("I8", torch.int8),
+        ("F64", torch.float64),
+    ],
+)
+def test_batches_equal_the_written_values(tmp_path: Path, dtype: str, want: Any) -> None:
+    out = str(tmp_path / dtype)
+    values = (np.arange(50 * 3, dtype=np.float32) % 13).reshape(50, 3)
+    dataset.write({"v": values}, out, batch_size=8, shapes={"v": [3]}, dtype=dtype)
+    stored = values.astype(from_safetensors(dtype).numpy).astype(np.float32)
+    ds = dataset.open(out)
+    for shuffle in (False, True):
+        it = ds.to_torch(batch_size=7, shuffle=shuffle, seed=2, partitions=3, shuffle_block=9)
+        order = epoch_order([8] * 6 + [2], seed=2, shuffle=shuffle, unit=7, partitions=3,
+                            shuffle_block=9)  # fmt: skip
+        loader = DataLoader(_InWorker(it), batch_size=None, num_workers=2)
+        got = list(loader)
+        assert all(g["shared"] for g in got)
+        batches = [g["batch"]["v"] for g in got]
+        assert [b.shape[0] for b in batches] == [7] * 7 + [1]
+        assert batches[0].dtype == want
+        rows = torch.cat(batches).to(torch.float32).numpy()
+        assert rows.tolist() == stored[order].tolist()
+
+
+def test_kv_batches_and_drop_last(tmp_path: Path) -> None:
+    out = str(tmp_path / "kv")
+    keys = [f"k{i:02d}" for i in range(23)]
+    dataset.write({"name": keys, "v": np.eye(23, dtype=np.float32)}, out, name_col="name",
+                  target_shard_size_mb=0.0005)  # fmt: skip
+    ds = dataset.open(out)
+    it = ds.to_torch(batch_size=4, shuffle=True, seed=1, drop_last=True)
+    got = list(it)
+    assert len(got) == len(it) == 5  # 23 // 4, the short last batch dropped
+    for b in got:
+        assert isinstance(b["key"], list) and len(b["key"]) == 4
+        assert [int(k[1:]) for k in b["key"]] == b["v"].argmax(1).tolist()
+    assert len({k for b in got for k in b["key"]}) == 20
+
+
+def test_per_sample_mode_with_the_default_collate(ds_path: str) -> None:
+    ds = dataset.open(ds_path)
+    # per_sample with the DataLoader's batch size as the hint: the same batches as batch mode
+    it = ds.to_torch(shuffle=True, seed=SEED, batch_size=B, per_sample=True)
+    assert len(it) == N
+    got = _collect(DataLoader(it, batch_size=B, num_workers=2))
+    batched = _collect(DataLoader(ds.to_torch(shuffle=True, seed=SEED, batch_size=B),
+                                  batch_size=None, num_workers=2))  # fmt: skip
+    assert got == batched
+    plain = DataLoader(ds.to_torch(shuffle=True, seed=SEED), batch_size=8, num_workers=2)
+    batches = list(plain)
+    assert sorted(torch.cat([b["id"] for b in batches]).tolist()) == list(range(N))
+    assert batches[0]["h"].dtype == torch.bfloat16 and batches[0]["h"].shape[1:] == (2,)
+    # resume in per-sample mode at the trainer's own count
+    it = ds.to_torch(seed=SEED, batch_size=B, per_sample=True)
+    it.load_state_dict(it.state_dict(samples=295))
+    assert [int(s["id"]) for s in it] == list(range(295, 300))
+    it.set_epoch(1)  # another epoch: from its start
+    assert len(list(it)) == N
