@@ -134,7 +134,8 @@ def run(cfg: Config, quick: bool) -> list[FeedResult]:
     ]
     for r in rows:
         r.times = {name: [] for name in LOADERS}
-    for i in range(max(1, min(cfg.repeat_big, 5)) + 1):  # the first pair is a warm-up
+    repeat = 1 if quick else max(1, min(cfg.repeat_big, 5))
+    for i in range(repeat + 1):  # the first pair is a warm-up
         for lib in LOADERS:
             out = json_child(MODULE, [lib, str(data.path(lib)), str(consumed)])
             ok = out["rows"] == BATCH and out["width"] == WIDTH and out["distinct"] == BATCH

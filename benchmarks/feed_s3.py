@@ -145,7 +145,7 @@ class Server:
 # --------------------------------------------------------------------------- rows
 
 
-def feed_s3(cfg: Config, server: Server, data: FeedData) -> list[FeedResult]:
+def feed_s3(cfg: Config, server: Server, data: FeedData, quick: bool) -> list[FeedResult]:
     data.make(("tf", "mds"))
     print("uploading the feed data to SeaweedFS...", file=sys.stderr, flush=True)
     urls = {lib: server.upload(data.path(lib)) for lib in S3_LOADERS}
@@ -162,6 +162,8 @@ def feed_s3(cfg: Config, server: Server, data: FeedData) -> list[FeedResult]:
     runs = {lib: 0 for lib in S3_LOADERS}  # correct runs so far
     want = float(data.values().sum(dtype=np.float64))
     repeat = max(1, min(cfg.repeat_big, 5)) + 1  # the first round is a warm-up
+    if quick:
+        repeat = 2
     attempts = 0
     while min(runs.values()) < repeat and attempts < 3 * repeat:
         attempts += 1
@@ -258,7 +260,7 @@ def runners(cfg: Config, quick: bool) -> dict[str, Callable[[], list[FeedResult]
     server = Server(cfg)
     data = FeedData(cfg.data, 65_536 // (16 if quick else 1), WIDTH)
     return {
-        "feed_s3": lambda: feed_s3(cfg, server, data),
+        "feed_s3": lambda: feed_s3(cfg, server, data, quick),
         "feed_s3_read": lambda: feed_s3_read(cfg, server, data),
     }
 
