@@ -9,6 +9,8 @@
   ``batch_size=1024``), WebDataset (tar shards, ``.batched(1024)``), Hugging Face
   ``datasets`` (Arrow, slices of 1,024) and pyarrow parquet batches (row groups split over
   the workers, ``torch.from_numpy``); see benchmarks/feed_common.py for each peer's data.
+  A last line, no peer, gives the floor of any such feed on this machine: the shards' rows
+  memory-mapped and handed to DataLoader as they lie (``MappedBatches``).
 
 Every batch's values are summed (a sum of the first value of each row would not read the
 pages) and the sums must agree. Samples/s = samples ÷ the median time. ``--quick`` uses
@@ -80,13 +82,14 @@ FEED_TORCH_LOADERS = {
     "wds": "WebDataset (tar)",
     "hf": "HF datasets (Arrow slices)",
     "parquet": "pyarrow parquet batches",
+    "floor": "floor: mapped shard rows as they lie (no peer)",
 }
 
 
 def feed_torch(cfg: Config, samples: int) -> FeedResult:
     """An epoch through DataLoader(num_workers=2), tensorfile against the four peers."""
     data = FeedData(cfg.data, samples, WIDTH)
-    data.make(tuple(FEED_TORCH_LOADERS))
+    data.make(("tf", "mds", "wds", "hf", "parquet"))
     fns = local_loaders(data)
     sums = {name: fn() for name, fn in fns.items()}  # warm-up, page-in and check
     for name, total in sums.items():

@@ -219,6 +219,34 @@ class HFSlices:
         return dict(self.ds[i * BATCH : (i + 1) * BATCH])
 
 
+class MappedBatches(IterableDataset[dict[str, Any]]):
+    """The floor of any DataLoader feed: the tensorfile shards' rows, memory-mapped, handed
+    to DataLoader as they lie (``torch.from_numpy`` of a ``np.memmap`` slice: no decoding,
+    no Python per sample), shards split over the workers. What remains is DataLoader's own
+    work: the worker copies each batch into shared memory, the main process reads it."""
+
+    def __init__(self, folder: str) -> None:
+        super().__init__()
+        self.files = sorted(str(p) for p in Path(folder).glob("*.safetensors"))
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        import struct
+
+        import torch
+        from torch.utils.data import get_worker_info
+
+        info = get_worker_info()
+        k, w = (1, 0) if info is None else (info.num_workers, info.id)
+        for path in self.files[w::k]:
+            with open(path, "rb") as f:
+                (n,) = struct.unpack("<Q", f.read(8))
+                x = json.loads(f.read(n))["x"]
+            start, _ = x["data_offsets"]
+            rows = np.memmap(path, np.float32, "r", 8 + n + start, tuple(x["shape"]))
+            for i in range(0, len(rows), BATCH):
+                yield {"x": torch.from_numpy(np.asarray(rows[i : i + BATCH]))}
+
+
 def _wds_decode(raw: bytes) -> np.ndarray[Any, Any]:
     return np.frombuffer(raw, np.float32)
 
@@ -267,7 +295,13 @@ def local_loaders(data: FeedData, workers: int = 2) -> dict[str, Callable[[], fl
         batches = ParquetBatches(str(data.path("parquet")), data.width)
         return loader_sum(DataLoader(batches, batch_size=None, num_workers=workers))
 
-    return {"tf": tf, "mds": mds, "wds": wds, "hf": hf, "parquet": parquet}
+    def floor() -> float:
+        from torch.utils.data import DataLoader
+
+        batches = MappedBatches(str(data.path("tf")))
+        return loader_sum(DataLoader(batches, batch_size=None, num_workers=workers))
+
+    return {"tf": tf, "mds": mds, "wds": wds, "hf": hf, "parquet": parquet, "floor": floor}
 
 
 def sums_agree(a: float, b: float) -> bool:
@@ -316,7 +350,7 @@ class FeedResult:
     samples: int
     nbytes: int
     loaders: dict[str, str]
-    """short name -> what it is, tensorfile ("tf") first"""
+    """short name -> what it is, tensorfile ("tf") first; "floor" is no peer (a bound)"""
     target: float | None = None
     times: dict[str, list[float]] = field(default_factory=dict)
     rates: bool = True
@@ -329,7 +363,7 @@ class FeedResult:
 
     @property
     def best_peer(self) -> str:
-        peers = [name for name in self.loaders if name != "tf"]
+        peers = [name for name in self.loaders if name not in ("tf", "floor")]
         return min(peers, key=self.median)
 
     @property
