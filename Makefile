@@ -24,8 +24,17 @@ $(VENV)/.core: $(PY) pyproject.toml constraints.txt
 	$(INSTALL) -e .
 	touch $@
 
+# MosaicML Streaming, a peer of the training-feed benchmarks, is installed on its own with
+# --no-deps: it pins numpy<2.2, transformers<5 and xxhash<4 (this project uses numpy 2.4,
+# transformers 5, xxhash 4; its code works with them) and requires torchvision (whose PyPI
+# wheel does not load against the CPU torch; the benchmarks stub out `streaming.vision`) and
+# every cloud SDK. Its run-time needs (Brotli, python-snappy, zstd, catalogue, boto3, xxhash)
+# are in the dev extras.
+STREAMING := mosaicml-streaming==0.13.0
+
 $(VENV)/.dev: $(PY) pyproject.toml constraints.txt
 	$(INSTALL) -e '.[dev]'
+	$(PIP) install --no-deps $(STREAMING)
 	touch $@ $(VENV)/.core
 
 $(ZT2)/.ready: constraints.txt
@@ -63,7 +72,7 @@ reference-suite: $(VENV)/.dev
 # rewrite constraints.txt's pins from the current .venv (its comments and the torch pin stay)
 lock: $(VENV)/.dev
 	{ sed -n '1,/^torch==/p' constraints.txt; \
-	  $(PY) -m pip freeze --exclude-editable | grep -v -i -E '^(torch|tensorfile|ztensor)=='; } > constraints.txt.new
+	  $(PY) -m pip freeze --exclude-editable | grep -v -i -E '^(torch|tensorfile|ztensor|mosaicml-streaming)=='; } > constraints.txt.new
 	mv constraints.txt.new constraints.txt
 
 clean:

@@ -1,56 +1,45 @@
-"""Feeding trainers: a 1 GiB dataset iterated through ``iter_arrow`` and through
-``to_torch`` with two DataLoader workers, against reading the same data from parquet with
-pyarrow (``ParquetFile.iter_batches``), in one process, alternately.
+"""Feeding trainers from page-cached local data, in one process, loaders alternated.
 
-The data: 65,536 samples × 4,096 float32 (16 KiB a sample, 1 GiB), as a tensorfile dataset
-of 64 shards (``batch_size`` 1,024) and as one parquet file (``fixed_size_list<float>[4096]``,
-row groups of 1,024 rows, uncompressed, as the dataset is). Both files are page-cached.
+* ``feed_iter_arrow``: a 1 GiB dataset (65,536 samples × 4,096 float32, 64 shards)
+  iterated with ``ds.iter_arrow(1024)`` against pyarrow reading the same data from one
+  uncompressed parquet file (``ParquetFile.iter_batches(1024)``, row groups of 1,024).
+* ``feed_torch``: an epoch of the same samples through ``DataLoader(..., num_workers=2)``:
+  tensorfile's batch mode (``DataLoader(ds.to_torch(batch_size=1024), batch_size=None)``)
+  against MosaicML Streaming (MDS, ``StreamingDataset(local=...)``, DataLoader
+  ``batch_size=1024``), WebDataset (tar shards, ``.batched(1024)``), Hugging Face
+  ``datasets`` (Arrow, slices of 1,024) and pyarrow parquet batches (row groups split over
+  the workers, ``torch.from_numpy``); see benchmarks/feed_common.py for each peer's data.
+  A last line, no peer, gives the floor of any such feed on this machine: the shards' rows
+  memory-mapped and handed to DataLoader as they lie (``MappedBatches``).
 
-* ``feed_iter_arrow``: ``ds.iter_arrow(1024)`` against ``iter_batches(1024)``; every batch's
-  values are touched (a sum of the first value of each row would not read the pages).
-* ``feed_torch``: ``DataLoader(ds.to_torch(), batch_size=1024, num_workers=2)``, every
-  batch summed, against the parquet batches turned into torch tensors
-  (``torch.from_numpy``) and summed.
-
-Samples/s = 65,536 ÷ the median time (the README gives both). ``--quick`` uses 1/16 of it.
+Every batch's values are summed (a sum of the first value of each row would not read the
+pages) and the sums must agree. Samples/s = samples ÷ the median time. ``--quick`` uses
+1/16 of the samples.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from benchmarks.common import Config, Result, alternate, check
+from benchmarks.feed_common import FeedData, FeedResult, alternate_loaders, local_loaders, same_sum
 
 FEED_BENCHMARKS = ("feed_iter_arrow", "feed_torch")
 WIDTH = 4096
 BATCH = 1024
 
 
-def runners(cfg: Config, quick: bool) -> dict[str, Callable[[], Result]]:
+def runners(cfg: Config, quick: bool) -> dict[str, Callable[[], Result | FeedResult]]:
     samples = 65_536 // (16 if quick else 1)
-    ds_path = str(cfg.data / f"feed-ds-{samples}")
-    pq_path = str(cfg.data / f"feed-{samples}.parquet")
-    nbytes = samples * WIDTH * 4
+    data = FeedData(cfg.data, samples, WIDTH)
+    ds_path, pq_path = str(data.path("tf")), str(data.path("parquet"))
+    nbytes = data.nbytes
 
     def make() -> None:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
-        from tensorfile import dataset
-
-        if os.path.exists(os.path.join(ds_path, "dataset_manifest.json")) and os.path.exists(
-            pq_path
-        ):
-            return
-        rng = np.random.default_rng(0)
-        x = rng.standard_normal((samples, WIDTH), dtype=np.float32)
-        dataset.write({"x": x}, ds_path, batch_size=BATCH, shapes={"x": [WIDTH]})
-        arr = pa.FixedSizeListArray.from_arrays(pa.array(x.reshape(-1)), WIDTH)
-        pq.write_table(pa.table({"x": arr}), pq_path, row_group_size=BATCH, compression="none")
+        data.make(("tf", "parquet"))
 
     def pq_batches() -> Any:
         import pyarrow.parquet as pq
@@ -69,19 +58,6 @@ def runners(cfg: Config, quick: bool) -> dict[str, Callable[[], Result]]:
     def arrow_pq() -> float:
         return float(sum(values(b).sum() for b in pq_batches()))
 
-    def torch_tf() -> float:
-        from torch.utils.data import DataLoader
-
-        from tensorfile import dataset
-
-        loader = DataLoader(dataset.open(ds_path).to_torch(), batch_size=BATCH, num_workers=2)
-        return float(sum(b["x"].sum().item() for b in loader))
-
-    def torch_pq() -> float:
-        import torch
-
-        return float(sum(torch.from_numpy(values(b)).sum().item() for b in pq_batches()))
-
     def row(name: str, what: str, tf: Callable[[], float], ref: Callable[[], float]) -> Result:
         make()
         a, b = tf(), ref()
@@ -96,11 +72,36 @@ def runners(cfg: Config, quick: bool) -> dict[str, Callable[[], Result]]:
             arrow_tf,
             arrow_pq,
         ),
-        "feed_torch": lambda: row(
-            "feed_torch",
-            "torch batches of 1024: to_torch + DataLoader(2 workers) vs pyarrow parquet "
-            "+ torch.from_numpy",
-            torch_tf,
-            torch_pq,
-        ),
+        "feed_torch": lambda: feed_torch(cfg, samples),
     }
+
+
+FEED_TORCH_LOADERS = {
+    "tf": "tensorfile to_torch(batch_size=1024)",
+    "mds": "MosaicML Streaming (MDS)",
+    "wds": "WebDataset (tar)",
+    "hf": "HF datasets (Arrow slices)",
+    "parquet": "pyarrow parquet batches",
+    "floor": "floor: mapped shard rows as they lie (no peer)",
+}
+
+
+def feed_torch(cfg: Config, samples: int) -> FeedResult:
+    """An epoch through DataLoader(num_workers=2), tensorfile against the four peers."""
+    data = FeedData(cfg.data, samples, WIDTH)
+    data.make(("tf", "mds", "wds", "hf", "parquet"))
+    fns = local_loaders(data)
+    sums = {name: fn() for name, fn in fns.items()}  # warm-up, page-in and check
+    for name, total in sums.items():
+        same_sum(sums["tf"], total, f"feed_torch ({name})")
+    result = FeedResult(
+        "feed_torch",
+        f"an epoch, DataLoader(num_workers=2), batches of 1024, {samples:,} samples x "
+        f"{WIDTH} F32, page-cached",
+        samples,
+        data.nbytes,
+        FEED_TORCH_LOADERS,
+        target=1.5,
+    )
+    result.times = alternate_loaders(fns, max(1, min(cfg.repeat_big, 5)))
+    return result

@@ -20,6 +20,11 @@ What it measures (full size; ``--quick`` shrinks the files so a smoke test takes
 * ``cold_load_1g`` / ``warm_load_1g`` / ``cold_load_4shard`` / ``warm_load_4shard`` (``--only
   load_cold`` selects the four): fresh-process loads from a cold and a warm page cache against
   the reference, fastsafetensors and the Run:ai streamer; see ``benchmarks/cold_bench.py``.
+* ``feed_iter_arrow`` / ``feed_torch`` / ``feed_s3`` / ``feed_s3_read`` / ``feed_resume`` /
+  ``shuffle_quality`` (``--only feed`` selects them): feeding training (DataLoader epochs
+  against MosaicML Streaming, WebDataset, Hugging Face ``datasets`` and parquet; from S3
+  through the shard cache; resuming mid-epoch; the shuffle's quality); see
+  ``benchmarks/feed.py``, ``feed_s3.py``, ``feed_resume.py`` and ``shuffle_quality.py``.
 * ``view_all``: ``tensorfile.open(path)`` then ``.view(name)`` of every tensor of the 1 GiB
   file. The reference has no zero-copy equivalent, so only the absolute time is given. The
   views map the file without reading it, so its GB/s is "bytes made available per second",
@@ -54,6 +59,7 @@ Usage (from the repository root: ``benchmarks`` and ``tests`` are imported as pa
     .venv/bin/python -m benchmarks.run --only load_process     # fresh-process loads, ~2-3 min
     .venv/bin/python -m benchmarks.run --only cache   # the remote cache (benchmarks/cache_bench.py)
     .venv/bin/python -m benchmarks.run --only load_cold        # cold/warm vs 3 peers, ~10 min
+    .venv/bin/python -m benchmarks.run --only feed --repeat 3  # training feeds (issue 26)
 """
 
 from __future__ import annotations
@@ -98,12 +104,17 @@ from benchmarks.common import (
     timed,
 )
 from benchmarks.feed import FEED_BENCHMARKS
+from benchmarks.feed_common import FeedResult
+from benchmarks.feed_common import markdown as feed_markdown
+from benchmarks.feed_resume import RESUME_BENCHMARKS
+from benchmarks.feed_s3 import FEED_S3_BENCHMARKS
 from benchmarks.process import PROCESS_BENCHMARKS, PROCESS_GROUP, ProcessResult
 from benchmarks.process import markdown as process_markdown
 from benchmarks.process import runners as process_runners
 from benchmarks.remote_load import LoadResult
 from benchmarks.remote_load import markdown as load_markdown
 from benchmarks.s3_bench import S3_BENCHMARKS
+from benchmarks.shuffle_quality import SHUFFLE_BENCHMARKS, ShuffleQuality
 from benchmarks.zt import ZT_BENCHMARKS
 from benchmarks.zt import runners as zt_runners
 from benchmarks.zt2 import ZT2_BENCHMARKS
@@ -111,6 +122,8 @@ from benchmarks.zt2 import ZT2_BENCHMARKS
 SPARK_BENCHMARKS = ("spark_write", "spark_read", "spark_read_batch64k", "spark_read_floor")
 REMOTE_HEADER_BENCHMARKS = ("remote_header_small", "remote_header_big")
 REMOTE_BENCHMARKS = (*REMOTE_HEADER_BENCHMARKS, "http_load_1g", "http_load_4g_sharded")
+FEED_GROUP = "feed"
+"""``--only`` name that selects every training-feed row (issue 26)."""
 ALL_BENCHMARKS = (
     BENCHMARKS
     + PROCESS_BENCHMARKS
@@ -120,6 +133,9 @@ ALL_BENCHMARKS = (
     + REMOTE_BENCHMARKS
     + S3_BENCHMARKS
     + FEED_BENCHMARKS
+    + FEED_S3_BENCHMARKS
+    + RESUME_BENCHMARKS
+    + SHUFFLE_BENCHMARKS
     + CACHE_BENCHMARKS
     + COLD_BENCHMARKS
 )
@@ -344,12 +360,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--json", type=Path, default=None, help="also write the results here")
     parser.add_argument(
         "--only",
-        choices=(*ALL_BENCHMARKS, PROCESS_GROUP, CACHE_GROUP, COLD_GROUP),
+        choices=(*ALL_BENCHMARKS, PROCESS_GROUP, CACHE_GROUP, COLD_GROUP, FEED_GROUP),
         action="append",
         default=None,
         help=f"run only this benchmark (may be given more than once; {PROCESS_GROUP} selects "
         f"the fresh-process rows, {CACHE_GROUP} the remote-cache rows, {COLD_GROUP} the "
-        "cold/warm rows against every peer)",
+        f"cold/warm rows against every peer, {FEED_GROUP} the training-feed rows)",
     )
     args = parser.parse_args(argv)
     if args.repeat is not None and args.repeat < 1:
@@ -360,6 +376,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.only = [n for n in args.only if n != PROCESS_GROUP] + list(PROCESS_BENCHMARKS)
     if args.only is not None and CACHE_GROUP in args.only:
         args.only = [n for n in args.only if n != CACHE_GROUP] + list(CACHE_BENCHMARKS)
+    if args.only is not None and FEED_GROUP in args.only:
+        feed = (*FEED_BENCHMARKS, *FEED_S3_BENCHMARKS, *RESUME_BENCHMARKS, *SHUFFLE_BENCHMARKS)
+        args.only = [n for n in args.only if n != FEED_GROUP] + list(feed)
     if args.only is not None and COLD_GROUP in args.only:
         args.only = [n for n in args.only if n != COLD_GROUP] + list(COLD_BENCHMARKS)
     return args
@@ -380,13 +399,24 @@ def main(argv: list[str] | None = None) -> int:
     cfg.data.mkdir(parents=True, exist_ok=True)
 
     selected = args.only or list(ALL_BENCHMARKS)
-    header_only = ("open_header", "zt_open_manifest", *SPARK_BENCHMARKS, *REMOTE_HEADER_BENCHMARKS)
+    header_only = (
+        "open_header",
+        "zt_open_manifest",
+        *SPARK_BENCHMARKS,
+        *REMOTE_HEADER_BENCHMARKS,
+        *FEED_BENCHMARKS,
+        *FEED_S3_BENCHMARKS,
+        *RESUME_BENCHMARKS,
+        *SHUFFLE_BENCHMARKS,
+    )  # rows that do not read the 1 GiB file
     if any(name not in header_only for name in selected):
         make_big(cfg)
     if "open_header" in selected:
         make_header(cfg)
 
-    runners: dict[str, Callable[[], Result | LoadResult]] = {
+    runners: dict[
+        str, Callable[[], Result | LoadResult | FeedResult | list[FeedResult] | ShuffleQuality]
+    ] = {
         "load_numpy": lambda: bench_load(cfg, "numpy"),
         "load_torch": lambda: bench_load(cfg, "torch"),
         "load_torch_pread": lambda: bench_load(cfg, "torch", "pread"),
@@ -408,6 +438,18 @@ def main(argv: list[str] | None = None) -> int:
         from benchmarks.feed import runners as feed_runners
 
         runners.update(feed_runners(cfg, args.quick))
+    if any(name in FEED_S3_BENCHMARKS for name in selected):
+        from benchmarks.feed_s3 import runners as feed_s3_runners
+
+        runners.update(feed_s3_runners(cfg, args.quick))
+    if any(name in RESUME_BENCHMARKS for name in selected):
+        from benchmarks.feed_resume import runners as resume_runners
+
+        runners.update(resume_runners(cfg, args.quick))
+    if any(name in SHUFFLE_BENCHMARKS for name in selected):
+        from benchmarks.shuffle_quality import runners as shuffle_runners
+
+        runners.update(shuffle_runners())
     if any(name in REMOTE_BENCHMARKS for name in selected):
         from benchmarks.remote_bench import runners as remote_runners
 
@@ -424,6 +466,8 @@ def main(argv: list[str] | None = None) -> int:
     results: list[Result] = []
     process_results: list[ProcessResult] = []
     load_results: list[LoadResult] = []
+    feed_results: list[FeedResult] = []
+    shuffle_results: list[ShuffleQuality] = []
     cold: dict[str, Callable[[], ColdResult]] = {}
     if any(name in COLD_BENCHMARKS for name in selected):
         from benchmarks.cold_bench import runners as cold_runners
@@ -442,6 +486,12 @@ def main(argv: list[str] | None = None) -> int:
             out = runners[name]()
             if isinstance(out, LoadResult):
                 load_results.append(out)
+            elif isinstance(out, FeedResult):
+                feed_results.append(out)
+            elif isinstance(out, list):
+                feed_results.extend(out)
+            elif isinstance(out, ShuffleQuality):
+                shuffle_results.append(out)
             else:
                 results.append(out)
         gc.collect()
@@ -502,6 +552,19 @@ def main(argv: list[str] | None = None) -> int:
         )
         print()
         print(cold_markdown(cold_results))
+    if feed_results:
+        print()
+        print(
+            "training feeds: medians (fresh process per run for feed_s3 and feed_resume, "
+            "in one process otherwise), loaders alternated; ratio = best peer / tensorfile"
+        )
+        print()
+        print(feed_markdown(feed_results))
+    for table in shuffle_results:
+        print()
+        print(table.title)
+        print()
+        print(table.markdown())
     if args.json is not None:
         payload = {
             "machine": info,
@@ -517,6 +580,8 @@ def main(argv: list[str] | None = None) -> int:
             "remote_load_results": [r.to_json() for r in load_results],
             "cache_results": [r.to_json() for r in cache_results],
             "cold_results": [r.to_json() for r in cold_results],
+            "feed_results": [r.to_json() for r in feed_results],
+            "shuffle_quality": [t.to_json() for t in shuffle_results],
         }
         args.json.write_text(json.dumps(payload, indent=2) + "\n")
         print(f"\nwrote {args.json}", file=sys.stderr)
