@@ -282,9 +282,7 @@ def test_a_lying_real_samples_fails_open(padded: tuple[Path, Any], name: str) ->
     assert str(folder) in text and MANIFEST in text
     for word in words:
         assert word in text, text
-    # the torch view opens the manifest the same way
-    with pytest.raises(FormatError, match="real_samples"):
-        list(dataset.Dataset(str(folder), Manifest([], {})).to_torch())
+    # (the torch feed reads the manifest its dataset was opened with: no other way in)
 
 
 def test_real_samples_in_a_kv_dataset_is_refused(tmp_path: Path) -> None:

@@ -36,6 +36,7 @@ import numpy as np
 import torch
 
 from ..core import dtypes
+from ..core.errors import FormatError
 from ..frameworks.torch import from_numpy, torch_dtype
 
 __all__ = ["Gather", "ShardArrays"]
@@ -132,8 +133,17 @@ class Gather:
     def __init__(self, dataset: Any, counts: Any, *, shared: bool = False) -> None:
         self.starts = np.concatenate([[0], np.cumsum(np.asarray(counts, np.int64))])
         schema = dataset.manifest.sample_schema()
-        self.columns = {c: _Column(schema[c]["dtype"], schema[c]["shape"])
-                        for c in dataset.manifest.tensor_columns()}  # fmt: skip
+        columns = dataset.manifest.tensor_columns()
+        missing = [c for c in columns if c not in schema]
+        if missing:  # a lying manifest: a shard's own check names what it gets wrong
+            for entry in dataset.manifest.shards:
+                if entry.samples:
+                    dataset.shard_arrays(entry)
+                    break
+            raise FormatError(
+                f"{dataset.path}: the manifest's schema does not describe column(s) {missing}"
+            )
+        self.columns = {c: _Column(schema[c]["dtype"], schema[c]["shape"]) for c in columns}
         self.kv = dataset.mode == "kv"
         self.shared = shared
         self.arrays = ShardArrays(dataset)
