@@ -25,19 +25,16 @@ RSS ratio: cache ÷ peer.
 from __future__ import annotations
 
 import atexit
-import json
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import N_BIG, REPO, Config, check, page_in
-from benchmarks.process import CHILD, ProcessResult, Run
+from benchmarks.common import N_BIG, Config, check, page_in
+from benchmarks.process import ProcessResult, Run, child, run_of
 from benchmarks.process import markdown as process_markdown
 from tests.helpers.pagecache import evict as _evict
 
@@ -55,27 +52,8 @@ def _child(target: str, cache: Path | None, *extra: str) -> tuple[dict[str, Any]
     env = {k: v for k, v in os.environ.items() if not k.startswith("TENSORFILE_CACHE")}
     if cache is not None:
         env["TENSORFILE_CACHE_DIR"] = str(cache)
-    argv = [sys.executable, str(CHILD), "tf", "torch", "pread", target, *extra]
-    t0 = time.perf_counter()
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, cwd=REPO, env=env)
-    assert proc.stdout is not None
-    out = proc.stdout.read()
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - t0
-    proc.stdout.close()
-    check(os.waitstatus_to_exitcode(status) == 0, f"cache child ({target}) failed")
-    data = json.loads(out)
-    run = Run(
-        wall_s=wall,
-        import_s=data["import_s"],
-        load_s=data["load_s"],
-        peak_rss_kib=data["peak_rss_kib"],
-        minflt=usage.ru_minflt,
-        load_minflt=data["load_minflt"],
-        cpu_user_s=usage.ru_utime,
-        cpu_sys_s=usage.ru_stime,
-    )
-    return data, run
+    data, wall, usage = child("tf", "torch", "pread", target, *extra, env=env)
+    return data, run_of(data, wall, usage)
 
 
 class _Bench:

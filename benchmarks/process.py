@@ -108,12 +108,18 @@ class ProcessResult:
 
 
 def child(
-    lib: str, framework: str, backend: str, path: str, *extra: str
+    lib: str,
+    framework: str,
+    backend: str,
+    path: str,
+    *extra: str,
+    env: dict[str, str] | None = None,
 ) -> tuple[dict[str, Any], float, Any]:
-    """Run one child: its JSON line, its wall time (spawn to exit) and its rusage."""
+    """Run one child (``env``: its environment, else this one's): its JSON line, its wall
+    time (spawn to exit) and its rusage."""
     argv = [sys.executable, str(CHILD), lib, framework, backend, path, *extra]
     t0 = time.perf_counter()
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, cwd=REPO)
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, cwd=REPO, env=env)
     assert proc.stdout is not None
     out = proc.stdout.read()  # one short line, read until the child closes its end
     _, status, usage = os.wait4(proc.pid, 0)
@@ -125,7 +131,11 @@ def child(
 
 
 def timed_child(lib: str, framework: str, backend: str, path: str) -> Run:
-    data, wall, usage = child(lib, framework, backend, path)
+    return run_of(*child(lib, framework, backend, path))
+
+
+def run_of(data: dict[str, Any], wall: float, usage: Any) -> Run:
+    """The :class:`Run` of one child from what :func:`child` returns."""
     return Run(
         wall_s=wall,
         import_s=data["import_s"],
