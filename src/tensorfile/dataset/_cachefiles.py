@@ -59,6 +59,7 @@ __all__ = [
     "heal",
     "held",
     "lock_fd",
+    "lock_same",
     "open_fd",
     "read_record",
     "remove_unused",
@@ -155,12 +156,7 @@ def lock_fd(path: str, *, wait: bool = True) -> int:
                 continue
             if not wait:
                 return fd
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            try:
-                now = os.stat(path, follow_symlinks=False)
-            except FileNotFoundError:
-                now = None
-            if now is not None and (now.st_dev, now.st_ino) == (st.st_dev, st.st_ino):
+            if lock_same(fd, path, st, fcntl.LOCK_EX):
                 return fd
         except BaseException:
             if fd >= 0:
@@ -168,6 +164,18 @@ def lock_fd(path: str, *, wait: bool = True) -> int:
             raise
         close_fd(fd)  # removed by a sweep before we locked it: take the new one
     raise SourceError(f"cannot lock {path}: it is replaced again and again")
+
+
+def lock_same(fd: int, path: str, st: os.stat_result, how: int) -> bool:
+    """``flock(fd, how)`` (waiting), then whether ``path`` still names the file ``fd`` is
+    open on (``st``: its fstat); False when it was removed or replaced meanwhile (the
+    caller closes ``fd`` and opens the name again)."""
+    fcntl.flock(fd, how)
+    try:
+        now = os.stat(path, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    return (now.st_dev, now.st_ino) == (st.st_dev, st.st_ino)
 
 
 def remove_unused(path: str, record: str, *, force: bool) -> bool:

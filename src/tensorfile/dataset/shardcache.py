@@ -79,6 +79,7 @@ from ._cachefiles import (
     guarded,
     heal,
     lock_fd,
+    lock_same,
     open_fd,
     read_record,
     remove_unused,
@@ -262,12 +263,7 @@ class ShardCache:
                     close_fd(fd)
                     self._damaged(key, None, locked)
                     return None
-                fcntl.flock(fd, fcntl.LOCK_SH)
-                try:
-                    now = os.stat(path, follow_symlinks=False)
-                except FileNotFoundError:
-                    now = None
-                if now is None or (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino):
+                if not lock_same(fd, path, st, fcntl.LOCK_SH):
                     close_fd(fd)  # evicted or replaced meanwhile: look again
                     continue
                 if st.st_size != size or (
@@ -498,18 +494,20 @@ class ShardCache:
                 heal(e.path)  # planted: no one can be reading it
         for base in sorted(temps):
             remove_stale_temps(os.path.join(self.root, base))  # killed writers' leftovers
+        counted = {k for _, _, k, _ in shards}
         for e in listed:
-            if _TEMP.fullmatch(e.name):
+            m = _TEMP.fullmatch(e.name)
+            if m is not None:
                 try:
                     st = os.stat(e.path, follow_symlinks=False)
-                except OSError:
-                    continue  # (just removed)
+                except OSError:  # a dead writer's, removed; or renamed into place since
+                    used += _renamed(self.root, m.group(1), counted, shards)  # the listing
+                    continue
                 if stat.S_ISREG(st.st_mode):
                     used += st.st_size
                 else:
                     heal(e.path)  # planted: no download writes there
-        present = {k for _, _, k, _ in shards}
-        for key in sorted(others - present):
+        for key in sorted(others - counted):
             self._drop_lock(key)
         return used, shards
 
@@ -565,3 +563,24 @@ class ShardCache:
         self.prepare()
         with self._cache_lock():
             return self._scan()[0]
+
+
+def _renamed(
+    root: str, name: str, counted: set[str], shards: list[tuple[float, int, str, str]]
+) -> int:
+    """The bytes of shard file ``name`` when a download renamed it into place after the
+    folder was listed (its temporary file was listed, the shard was not): counted once, so
+    that a scan racing a commit never sees the cache emptier than it is."""
+    m = _DATA.fullmatch(name)
+    if m is None or m.group(1) in counted:
+        return 0
+    path = os.path.join(root, name)
+    try:
+        st = os.stat(path, follow_symlinks=False)
+    except OSError:
+        return 0  # (a dead writer's temporary file, removed)
+    if not stat.S_ISREG(st.st_mode):
+        return 0
+    counted.add(m.group(1))
+    shards.append((st.st_mtime, st.st_size, m.group(1), path))
+    return st.st_size
