@@ -127,6 +127,10 @@ def test_to_hf_features_and_values(batch_ds: str, kv_ds: str, tmp_path: Path) ->
     want = _expected()
     for c, v in want.items():
         assert np.array_equal(np.asarray(h[c]), v), c
+    # the method takes the cache folder too (it went to ~/.cache/huggingface before)
+    cache = tmp_path / "method-cache"
+    assert len(dataset.open(batch_ds).to_hf(cache_dir=str(cache))) == len(h)
+    assert any(cache.iterdir())
     stream = dataset.open(kv_ds).to_hf(streaming=True)
     assert isinstance(stream, datasets.IterableDataset)
     got = sorted((r["doc"], list(r["emb"])) for r in stream)

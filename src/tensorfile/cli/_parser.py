@@ -69,7 +69,7 @@ Exit status:
 TOP_STATUS = """\
 Exit status:
   0  success
-  1  the files differ (diff --fail-on-diff)
+  1  the files differ (diff --fail-on-diff), or verification failed (verify)
   2  bad usage, or a file could not be read or is not a valid tensor file
   130  interrupted"""
 

@@ -2,10 +2,11 @@
 
 The composition root: it parses arguments, runs one command, and maps every error to one
 line on stderr and an exit status. Exit status: 0 success, 1 differences found (``diff
---fail-on-diff``), 2 bad usage or unreadable input (with several paths: any of them, after
-the others were processed), 130 interrupted. The parser is :mod:`._parser`'s, one module per
-command renders its results (:mod:`._inspect`, :mod:`._ident`, :mod:`._diff`,
-:mod:`._meta`), and :mod:`._each` runs a command on several files.
+--fail-on-diff``) or verification failed (``verify``), 2 bad usage or unreadable input (with
+several paths: any of them, after the others were processed), 130 interrupted. The parser is
+:mod:`._parser`'s, one module per command renders its results (:mod:`._inspect`,
+:mod:`._ident`, :mod:`._diff`, :mod:`._meta`), and :mod:`._each` runs a command on several
+files.
 
 Example:
     >>> main(["summary", "/nonexistent.safetensors"])

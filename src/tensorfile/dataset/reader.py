@@ -449,12 +449,19 @@ class Dataset:
 
         return iter_arrow(self, batch_size, columns, low_precision=low_precision)
 
-    def to_hf(self, *, streaming: bool = False, columns: list[str] | None = None) -> Any:
+    def to_hf(
+        self,
+        *,
+        streaming: bool = False,
+        columns: list[str] | None = None,
+        cache_dir: str | None = None,
+    ) -> Any:
         """A Hugging Face ``datasets.Dataset`` (``IterableDataset`` with ``streaming``) with
-        features matching the schema: :mod:`tensorfile.dataset.hf`."""
+        features matching the schema, written into ``cache_dir`` (default: the ``datasets``
+        cache): :mod:`tensorfile.dataset.hf`."""
         from .hf import to_hf
 
-        return to_hf(self, streaming=streaming, columns=columns)
+        return to_hf(self, streaming=streaming, columns=columns, cache_dir=cache_dir)
 
     def to_ray(self, columns: list[str] | None = None, **options: Any) -> Any:
         """A ``ray.data.Dataset``, a read task per group of shards:

@@ -235,6 +235,6 @@ def index_message(name: str, shards: list[str]) -> str:
     return (
         f"{name} is a sharded checkpoint index (like model.safetensors.index.json) naming "
         f"{len(shards):,} shard{'' if len(shards) == 1 else 's'}{which}, not a tensor file: "
-        "open the shards themselves (reading a checkpoint through its index is not supported "
-        "yet)"
+        "open it by its path (tensorfile.open reads the index and its shards as one file), "
+        "or open the shards themselves"
     )

@@ -98,7 +98,7 @@ def _destination(
     names = [x for f in formats.FORMATS.values() if f.writable for x in f.suffixes]
     raise InvalidArgumentError(
         f"cannot tell the output format from {dst!r}: name it {', '.join(names[:-1])} or "
-        f"{names[-1]}, or pass to= ({', '.join(targets())})"
+        f"{names[-1]}, or pass to= (--to on the command line: {', '.join(targets())})"
     )
 
 

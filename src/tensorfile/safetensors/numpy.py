@@ -36,7 +36,7 @@ from ..core.reader import NDArray
 from ..core.sizes import parse_size
 from ..loading import resolve
 
-__all__ = ["load", "load_file", "save", "save_file", "save_sharded"]
+__all__ = ["load", "load_file", "load_sharded", "save", "save_file", "save_sharded"]
 
 
 def _prepare(tensor_dict: dict[str, Any]) -> list[Prepared]:

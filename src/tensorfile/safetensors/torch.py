@@ -304,7 +304,7 @@ def load_file(
     device and filled through a small ring of reused pinned host buffers
     (:mod:`tensorfile.frameworks.torch_stream`): the host holds the ring (about 96 MiB),
     never the whole model. ``cache_dir=`` keeps remote files' chunks in a local cache
-    (see the README's "Caching remote checkpoints").
+    (see "Caching remote checkpoints" in docs/guides/remote.md).
 
     Example:
         >>> save_file({"a": torch.ones(2)}, "model.safetensors")

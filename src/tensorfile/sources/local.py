@@ -35,7 +35,7 @@ if TYPE_CHECKING:  # loaded on first use: a plain open or small read needs neith
 __all__ = ["LocalSource"]
 
 IO_CHUNK = 8 << 20
-"""Bytes per piece of a large read or prefetch (measured: see README, "Loading fast")."""
+"""Bytes per piece of a large read or prefetch (measured: see docs/benchmarks.md)."""
 DISK_THREADS = 8
 """Threads reading a cold file (``O_DIRECT`` pieces, prefetched ranges): the disk's queue,
 not the CPUs, bounds them."""

@@ -1,14 +1,15 @@
 """``s3://`` objects read by tensorfile's own client: the strict HTTP transport of
 :mod:`._http`, each request signed with AWS Signature Version 4 (:mod:`._sigv4`).
 
-Why not boto3, s3fs or obstore: measured on a real S3 server on 127.0.0.1 (SeaweedFS; see the
-README's "Loading from object stores and HTTP"), concurrent ranged GETs received straight into
-the tensors' buffers are as fast as obstore's Rust client and faster than boto3 or s3fs, and
-they are the only way that holds a load's peak memory to the tensors (every library hands
-back a buffer of its own that must be copied). The transport already checks every reply the
-way an S3 reply must be checked: a ``206`` whose ``Content-Range`` is exactly the range asked
-for, nothing read past it, a deadline per request, the object's ``ETag`` the same in every
-reply (an object replaced mid-load is an error, not a mix of two versions).
+Why not boto3, s3fs or obstore: measured on a real S3 server on 127.0.0.1 (SeaweedFS; see
+the documentation's benchmarks page, docs/benchmarks.md), concurrent ranged GETs received
+straight into the tensors' buffers are as fast as obstore's Rust client and faster than
+boto3 or s3fs, and they are the only way that holds a load's peak memory to the tensors
+(every library hands back a buffer of its own that must be copied). The transport already
+checks every reply the way an S3 reply must be checked: a ``206`` whose ``Content-Range`` is
+exactly the range asked for, nothing read past it, a deadline per request, the object's
+``ETag`` the same in every reply (an object replaced mid-load is an error, not a mix of two
+versions).
 
 Where the endpoint, region and credentials come from: :mod:`._s3config` (``storage_options``
 in s3fs's names, then the ``AWS_*`` environment variables, then botocore's chain when it is

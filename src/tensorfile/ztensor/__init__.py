@@ -1,5 +1,5 @@
-"""zTensor: read and write both containers, v1.0 (``shared/seeds/004``, magic ``ZTEN1000``)
-and v2 (the container ztensor 2.x writes, magic ``89 5A 54 32 0D 0A 1A 0A``).
+"""zTensor: read and write both containers, v1.0 (the zTensor v1.0 specification, magic
+``ZTEN1000``) and v2 (the container ztensor 2.x writes, magic ``89 5A 54 32 0D 0A 1A 0A``).
 
 :func:`open`, :func:`load_file` and ``tensorfile.open`` read either, told apart by the
 magic. Writing is v1.0 by default; ``version=2`` writes v2 (:class:`Writer2`).
