@@ -14,7 +14,7 @@ INSTALL := $(PIP) install -c constraints.txt
 # in .venv): the interoperability tests and the v2 benchmark rows run it from its own venv.
 ZT2 := .venv-zt2
 
-.PHONY: demo test lint typecheck pytest bench reference-suite clean lock
+.PHONY: demo test lint typecheck pytest bench reference-suite clean lock docs docs-serve browser
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -51,16 +51,29 @@ demo: $(VENV)/.core
 	$(PY) examples/demo.py demo-output
 
 lint: $(VENV)/.dev
-	$(PY) -m ruff check src tests benchmarks examples tools conftest.py
-	$(PY) -m ruff format --check src tests benchmarks examples tools conftest.py
+	$(PY) -m ruff check src tests benchmarks examples tools docs/hooks conftest.py
+	$(PY) -m ruff format --check src tests benchmarks examples tools docs/hooks conftest.py
 
 typecheck: $(VENV)/.dev
 	$(PY) -m mypy
 
-pytest: $(VENV)/.dev $(ZT2)/.ready
-	$(PY) -m pytest -q tests --doctest-modules src/tensorfile
+# the docs site's smoke test opens the built site in Debian's chromium (tests/docs/test_site.py)
+browser:
+	@command -v chromium >/dev/null || { apt-get update -q && apt-get install -y -q chromium; }
+
+pytest: $(VENV)/.dev $(ZT2)/.ready browser
+	$(PY) -m pytest -q --durations=25 tests --doctest-modules src/tensorfile
 
 test: lint typecheck pytest
+
+# the documentation site (mkdocs.yml, docs/) into site/, strictly: a broken link, a missing
+# reference target or a docstring that cannot be rendered fails it. make test builds it too.
+docs: $(VENV)/.dev
+	$(PY) -m mkdocs build --strict
+
+# the site at http://127.0.0.1:8000, rebuilt as docs/ and the docstrings change
+docs-serve: $(VENV)/.dev
+	$(PY) -m mkdocs serve --dev-addr 127.0.0.1:8000
 
 bench: $(VENV)/.dev $(ZT2)/.bench
 	$(PY) -m benchmarks.run
@@ -76,4 +89,4 @@ lock: $(VENV)/.dev
 	mv constraints.txt.new constraints.txt
 
 clean:
-	rm -rf $(VENV) $(ZT2) demo-output bench-data .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(ZT2) demo-output bench-data site .pytest_cache .mypy_cache .ruff_cache

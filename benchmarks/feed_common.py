@@ -386,6 +386,7 @@ class FeedResult:
                 }
                 for name, what in self.loaders.items()
             },
+            "rates": self.rates,
             "best_peer": self.best_peer,
             "ratio_best_peer_over_tf": self.ratio,
             "target": self.target,

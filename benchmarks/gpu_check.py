@@ -266,6 +266,9 @@ def main(argv: list[str] | None = None) -> int:
             for x in loaders:
                 report["rows"].append(_row(size, mode, x, data, runs[x], checks[x], oracle))
     report["total_s"] = time.perf_counter() - began
+    report["measured"] = time.strftime("%Y-%m-%d", time.gmtime())
+    report["python"] = sys.version.split()[0]
+    report["torch"] = torch.__version__
     _print(report)
     if a.json:
         Path(a.json).write_text(json.dumps(report, indent=1))

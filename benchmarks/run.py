@@ -45,9 +45,9 @@ with the garbage collector collected before and disabled during each timed call,
 freed right after it (outside the timing).
 
 How to read it: the times are medians; ratio = reference median / tensorfile median, so > 1
-means tensorfile is faster. The target column holds the thresholds of the issue (load_file
+means tensorfile is faster. The target column holds the project's targets (load_file
 >= 2.0, save_file >= 1.0, open of a 100k-tensor header >= 1.0); the torch rows are not in the
-issue and show the numpy target in parentheses, for information. GB/s = 1e9 bytes per second
+targets and show the numpy target in parentheses, for information. GB/s = 1e9 bytes per second
 of tensorfile (tensor bytes for load/save/view, header bytes for open_header). The machines
 are shared and noisy: compare ratios rather than absolute times, and rerun before believing
 a small difference. Nothing here asserts on a time.
@@ -59,14 +59,16 @@ Usage (from the repository root: ``benchmarks`` and ``tests`` are imported as pa
     .venv/bin/python -m benchmarks.run --only load_process     # fresh-process loads, ~2-3 min
     .venv/bin/python -m benchmarks.run --only cache   # the remote cache (benchmarks/cache_bench.py)
     .venv/bin/python -m benchmarks.run --only load_cold        # cold/warm vs 3 peers, ~10 min
-    .venv/bin/python -m benchmarks.run --only feed --repeat 3  # training feeds (issue 26)
+    .venv/bin/python -m benchmarks.run --only feed --repeat 3  # training feeds
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import functools
 import gc
+import importlib.metadata
 import json
 import os
 import platform
@@ -119,11 +121,26 @@ from benchmarks.zt import ZT_BENCHMARKS
 from benchmarks.zt import runners as zt_runners
 from benchmarks.zt2 import ZT2_BENCHMARKS
 
+PEERS = (
+    "safetensors",
+    "ztensor",
+    "fastsafetensors",
+    "runai-model-streamer",
+    "mosaicml-streaming",
+    "webdataset",
+    "datasets",
+    "pyarrow",
+    "pyspark",
+    "boto3",
+    "s3fs",
+)
+"""Distributions whose versions ``--json`` records (the peers the rows compare against)."""
+
 SPARK_BENCHMARKS = ("spark_write", "spark_read", "spark_read_batch64k", "spark_read_floor")
 REMOTE_HEADER_BENCHMARKS = ("remote_header_small", "remote_header_big")
 REMOTE_BENCHMARKS = (*REMOTE_HEADER_BENCHMARKS, "http_load_1g", "http_load_4g_sharded")
 FEED_GROUP = "feed"
-"""``--only`` name that selects every training-feed row (issue 26)."""
+"""``--only`` name that selects every training-feed row."""
 ALL_BENCHMARKS = (
     BENCHMARKS
     + PROCESS_BENCHMARKS
@@ -295,7 +312,19 @@ def machine_info() -> dict[str, Any]:
         "torch": torch.__version__,
         "safetensors": safetensors.__version__,
         "tensorfile": tensorfile.__version__,
+        "peers": peer_versions(),
     }
+
+
+def peer_versions() -> dict[str, str | None]:
+    """The installed version of every peer in ``PEERS`` (None where it is not installed)."""
+    versions: dict[str, str | None] = {}
+    for name in PEERS:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
 
 
 def fmt_time(seconds: float | None) -> str:
@@ -497,6 +526,10 @@ def main(argv: list[str] | None = None) -> int:
         gc.collect()
 
     info = machine_info()
+    if any(name in ZT2_BENCHMARKS for name in selected):
+        from benchmarks.zt2 import peer_version
+
+        info["peers"]["ztensor (.venv-zt2, the zt2 rows' peer)"] = peer_version()
     print()
     print(
         f"machine: {info['cpu_count']} CPUs ({info['usable_cpus']} usable, torch threads "
@@ -507,7 +540,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"size: {'quick' if args.quick else 'full'}; repeat {cfg.repeat_small} small / "
         f"{cfg.repeat_big} for the big file; medians; ratio = reference / tensorfile "
-        f"(> 1: tensorfile faster); targets in parentheses are not in the issue"
+        f"(> 1: tensorfile faster); targets in parentheses are for information only"
     )
     if results:
         print()
@@ -567,6 +600,8 @@ def main(argv: list[str] | None = None) -> int:
         print(table.markdown())
     if args.json is not None:
         payload = {
+            "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+            "argv": sys.argv[1:] if argv is None else list(argv),
             "machine": info,
             "config": {
                 **asdict(cfg),

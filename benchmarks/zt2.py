@@ -75,6 +75,17 @@ ZSTD = "zt.zstd-seekable/1"
 # --------------------------------------------------------------------------- parent side
 
 
+def peer_version() -> str | None:
+    """The version of ``ztensor`` in ``.venv-zt2`` (None when that environment is missing)."""
+    if not ZT2_PYTHON.exists():
+        return None
+    code = "import importlib.metadata as m; print(m.version('ztensor'))"
+    done = subprocess.run([str(ZT2_PYTHON), "-c", code], capture_output=True, text=True)
+    if done.returncode != 0:
+        return None
+    return done.stdout.strip() or None
+
+
 def runners(cfg: Config, selected: list[str]) -> dict[str, Callable[[], Result]]:
     """Runners for the v2 rows: the first one called runs the child for all selected rows."""
     wanted = [n for n in ZT2_BENCHMARKS if n in selected]

@@ -183,9 +183,11 @@ REDIRECTS = {"/moved/": 302, "/permanent/": 301, "/p308/": 308, "/t307/": 307}
 
 class _RangeHandler(http.server.SimpleHTTPRequestHandler):
     """Serves single byte ranges (``bytes=a-b``, ``bytes=a-``, ``bytes=-n``) like nginx, and
-    logs each request in the nginx fixture's format."""
+    logs each request in the nginx fixture's format. With ``etag`` set it also sends an
+    ``ETag`` (the file's size and mtime, as nginx makes it), so clients can cache."""
 
     log_path: Path
+    etag = False
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
@@ -230,6 +232,8 @@ class _RangeHandler(http.server.SimpleHTTPRequestHandler):
         self.send_header("Content-Length", str(stop - start))
         if status == 206:
             self.send_header("Content-Range", f"bytes {start}-{stop - 1}/{size}")
+        if self.etag:
+            self.send_header("ETag", f'"{os.stat(path).st_mtime_ns:x}-{size:x}"')
         self.end_headers()
         with open(path, "rb") as f:
             f.seek(start)
@@ -241,14 +245,16 @@ class _RangeHandler(http.server.SimpleHTTPRequestHandler):
             pass
 
 
-def start_range_server(root: Path, log: Path) -> tuple[Server, _Stopper]:
-    """Serve ``root`` with Range support on a free port, logging to ``log`` as nginx does."""
+def start_range_server(root: Path, log: Path, etag: bool = False) -> tuple[Server, _Stopper]:
+    """Serve ``root`` with Range support on a free port, logging to ``log`` as nginx does
+    (with an ``ETag`` on each reply if ``etag``)."""
 
     class Handler(_RangeHandler):
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, directory=str(root), **kwargs)
 
     Handler.log_path = log
+    Handler.etag = etag
     Handler.protocol_version = "HTTP/1.1"
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     threading.Thread(target=httpd.serve_forever, daemon=True).start()

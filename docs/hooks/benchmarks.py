@@ -1,0 +1,424 @@
+"""MkDocs hook: the benchmark tables, rendered from the runner's committed ``--json`` output.
+
+A page line ``<!-- benchmarks: GROUP -->`` is replaced by the tables of
+``docs/benchmarks/GROUP.json`` (written by ``python -m benchmarks.run ... --json``) and a line
+saying when and on what machine they were measured. A missing or unreadable file fails the
+build (:class:`MissingBenchmarks`): a page must never show an empty table as if it were a
+result. The one exception is ``gpu`` (``benchmarks/gpu_check.py --json``, measured only when a
+GPU machine is lent), which renders a note instead.
+
+The rendering needs nothing but the JSON (no benchmark dependency is imported), so the site
+builds anywhere the runner's output is committed.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+DATA = Path(__file__).resolve().parents[1] / "benchmarks"
+"""Where the committed JSON files live (``docs/benchmarks/``)."""
+
+PLACEHOLDER = re.compile(r"^<!-- benchmarks: ([A-Za-z0-9_-]+) -->[ \t]*$", re.MULTILINE)
+OPTIONAL = {"gpu": "*Not measured in this build: no GPU machine was available for it.*"}
+"""Groups whose JSON may be missing, and what the page says then."""
+
+
+class MissingBenchmarks(FileNotFoundError):
+    """A page asks for a group whose JSON file is not committed (or cannot be read)."""
+
+
+# ------------------------------------------------------------------------------ formatting
+
+
+def _seconds(value: float | None) -> str:
+    if value is None:
+        return "n/a"
+    return f"{value:.4f}" if value >= 0.01 else f"{value:.6f}"
+
+
+def _ratio(value: float | None) -> str:
+    if value is None:
+        return "n/a"
+    return f"{value:.2f}" if value >= 0.1 else f"{value:.3f}"
+
+
+def _mib(kib: float) -> str:
+    return f"{kib / 1024:,.0f}"
+
+
+def _table(head: list[str], align: str, rows: list[list[str]]) -> list[str]:
+    """A Markdown table; ``align`` has one letter per column: l(eft) or r(ight)."""
+    marks = {"l": "---", "r": "---:", "c": ":---:"}
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join(marks[a] for a in align) + "|"]
+    lines += ["| " + " | ".join(cells) + " |" for cells in rows]
+    return lines
+
+
+def _label(row: dict[str, Any]) -> str:
+    return f"`{row['name']}`: {row['description']}"
+
+
+# ------------------------------------------------------------------------------ sections
+
+
+def _results(rows: list[dict[str, Any]], _payload: dict[str, Any]) -> list[str]:
+    """In-process rows: peer and tensorfile alternated in one interpreter."""
+    out = []
+    for r in rows:
+        if r.get("target") is None:
+            target = met = "n/a"
+        else:
+            stated = r.get("target_in_issue", True)
+            target = f"≥ {r['target']:.1f}"
+            met = "yes" if r["met"] else "**no**"
+            if not stated:
+                target, met = f"({target})", f"({met})"
+        out.append(
+            [
+                _label(r),
+                _seconds(r.get("reference_median_s")),
+                _seconds(r.get("tensorfile_median_s")),
+                _ratio(r.get("ratio")),
+                target,
+                met,
+                f"{r['tensorfile_gbps']:,.2f}",
+            ]
+        )
+    head = ["benchmark", "peer (s)", "tensorfile (s)", "ratio (peer / tf)", "target", "met"]
+    return _table([*head, "tensorfile GB/s"], "lrrrrcr", out)
+
+
+def _process(
+    rows: list[dict[str, Any]], peer: str = "reference", tf: str = "tensorfile", short: str = ""
+) -> list[str]:
+    short = short or "ref/tf"
+    out = []
+    for r in rows:
+        ref, mine = r["reference"]["medians"], r["tensorfile"]["medians"]
+        out.append(
+            [
+                _label(r),
+                f"{ref['wall_s']:.3f}",
+                f"{mine['wall_s']:.3f}",
+                f"{r['wall_ratio']:.2f}",
+                f"{ref['load_s']:.3f}",
+                f"{mine['load_s']:.3f}",
+                f"{r['load_ratio']:.2f}",
+                _mib(ref["peak_rss_kib"]),
+                _mib(mine["peak_rss_kib"]),
+                f"{r['rss_ratio_tf_over_ref']:.2f}",
+            ]
+        )
+    flipped = "/".join(reversed(short.split("/")))
+    head = [
+        "benchmark",
+        f"{peer} wall (s)",
+        f"{tf} wall (s)",
+        f"wall ratio ({short})",
+        f"{peer} load (s)",
+        f"{tf} load (s)",
+        f"load ratio ({short})",
+        f"{peer} peak RSS (MiB)",
+        f"{tf} peak RSS (MiB)",
+        f"RSS ({flipped})",
+    ]
+    return _table(head, "lrrrrrrrrr", out)
+
+
+def _process_results(rows: list[dict[str, Any]], _payload: dict[str, Any]) -> list[str]:
+    """Fresh-process rows: one new interpreter per load."""
+    return _process(rows)
+
+
+def _cache_results(rows: list[dict[str, Any]], _payload: dict[str, Any]) -> list[str]:
+    """The chunk cache against the peer each row names."""
+    return _process(rows, "peer", "cache", "peer/cache")
+
+
+REMOTE_LOADERS = {
+    "tf": "tensorfile",
+    "urllib": "urllib GET + safetensors.torch.load",
+    "boto3": "boto3 get_object + safetensors.torch.load",
+    "s3fs": "s3fs cat_file + safetensors.torch.load",
+    "runai": "Run:ai streamer",
+}
+
+
+def _remote_load_results(rows: list[dict[str, Any]], _payload: dict[str, Any]) -> list[str]:
+    """Remote loads: one line per loader, the ratio on tensorfile's line."""
+    out = []
+    for r in rows:
+        for name, lo in r["loaders"].items():
+            ratio = ""
+            if name == "tf":
+                met = "met" if r["met"] else "**not met**"
+                ratio = (
+                    f"**{r['load_ratio_best_peer_over_tf']:.2f}** vs {r['best_peer']}"
+                    f"; target ≥ {r['target']}: {met}"
+                )
+            out.append(
+                [
+                    _label(r) if name == next(iter(r["loaders"])) else "",
+                    f"**{REMOTE_LOADERS[name]}**"
+                    if name == "tf"
+                    else REMOTE_LOADERS.get(name, name),
+                    f"{lo['median_wall_s']:.2f}",
+                    f"{lo['median_load_s']:.2f}",
+                    f"{r['bytes'] / lo['median_load_s'] / 1e9:.2f}",
+                    f"{lo['median_peak_rss_mib']:,.0f}",
+                    f"{lo['added_rss_over_tensors']:.2f}",
+                    ratio,
+                ]
+            )
+    head = ["benchmark", "loader", "wall (s)", "load (s)", "GB/s", "peak RSS (MiB)"]
+    return _table([*head, "added RSS / tensors", "load ratio (best peer / tf)"], "llrrrrrl", out)
+
+
+def _cold_results(rows: list[dict[str, Any]], _payload: dict[str, Any]) -> list[str]:
+    """Cold and warm page cache, every peer: one line per library, floors, the ratios."""
+    out = []
+    for r in rows:
+        libs = {k: v for k, v in r.items() if isinstance(v, dict) and "medians" in v}
+        first = True
+        for lib, data in libs.items():
+            m = data["medians"]
+            backends = sorted({run["backend"] for run in data["runs"] if run.get("backend")})
+            shown = f"**{lib}**" if lib.startswith("tensorfile") else lib
+            if backends:
+                shown += f" (backend: {', '.join(backends)})"
+            out.append(
+                [
+                    _label(r) if first else "",
+                    shown,
+                    f"{m['wall_s']:.2f}",
+                    f"{m['load_s']:.2f}",
+                    _mib(m["peak_rss_kib"]),
+                ]
+            )
+            first = False
+        for key, floor in r.get("floors_s", {}).items():
+            out.append(["", f"*floor: {key} alone*", "", f"{floor['median']:.2f}", ""])
+        out.append(
+            [
+                "",
+                "best peer / tensorfile",
+                f"**{r['wall_ratio_best_peer_over_tf']:.2f}** ({r['best_peer_wall']})",
+                f"**{r['load_ratio_best_peer_over_tf']:.2f}** ({r['best_peer_load']})",
+                "",
+            ]
+        )
+    return _table(["benchmark", "library", "wall (s)", "load (s)", "peak RSS (MiB)"], "llrrr", out)
+
+
+def _feed_results(rows: list[dict[str, Any]], _payload: dict[str, Any]) -> list[str]:
+    """Training feeds: one line per loader, the ratio on tensorfile's line."""
+    out = []
+    notes = []
+    for r in rows:
+        first = True
+        for name, lo in r["loaders"].items():
+            ratio = ""
+            if name == "tf":
+                best = r["loaders"].get(r["best_peer"], {}).get("what", r["best_peer"])
+                ratio = f"**{r['ratio_best_peer_over_tf']:.2f}** vs {best}"
+                if r.get("target") is not None:
+                    met = "met" if r["met"] else "**not met**"
+                    ratio += f"; target ≥ {r['target']}: {met}"
+            rates = ["n/a", "n/a"] if not r.get("rates", True) else [
+                f"{lo['samples_per_s']:,.0f}",
+                f"{lo['gbps']:.2f}",
+            ]  # fmt: skip
+            what = f"*{lo['what']}*" if name == "floor" else lo["what"]
+            out.append([_label(r) if first else "", what, f"{lo['median_s']:.3f}", *rates, ratio])
+            first = False
+        notes += [f"- `{r['name']}`: {note}" for note in r.get("notes", [])]
+    head = ["benchmark", "loader", "median (s)", "samples/s", "GB/s", "ratio (best peer / tf)"]
+    lines = _table(head, "llrrrl", out)
+    return lines + (["", *notes] if notes else [])
+
+
+def _shuffle_quality(tables: list[dict[str, Any]], _payload: dict[str, Any]) -> list[str]:
+    """How well each order mixes (not a speed row)."""
+    lines: list[str] = []
+    for t in tables:
+        out = [
+            [
+                name,
+                f"{r['neighbour distance']:.4f}",
+                f"{r['same-shard neighbours']:.4f}",
+                f"{r['shards per batch']:.1f}",
+                f"{r['displacement']:.4f}",
+                f"{r['ms']:.1f}",
+            ]
+            for name, r in t["rows"].items()
+        ]
+        if lines:
+            lines.append("")
+        lines.append(f"{t['samples']:,} samples in shards of {t['shard']:,}:")
+        lines.append("")
+        lines += _table(
+            [
+                "order",
+                "neighbour distance (÷ N)",
+                "same-shard neighbours",
+                "shards per batch",
+                "displacement (÷ N)",
+                "ms",
+            ],
+            "lrrrrr",
+            out,
+        )
+    return lines
+
+
+SECTIONS: dict[str, Callable[[list[dict[str, Any]], dict[str, Any]], list[str]]] = {
+    "results": _results,
+    "process_results": _process_results,
+    "remote_load_results": _remote_load_results,
+    "cache_results": _cache_results,
+    "cold_results": _cold_results,
+    "feed_results": _feed_results,
+    "shuffle_quality": _shuffle_quality,
+}
+"""The runner's JSON keys, in the order the tables appear."""
+
+
+def _rerun(argv: list[str], group: str | None) -> str:
+    """The runner's command line, its ``--json`` pointed at the committed file."""
+    args: list[str] = []
+    skip = False
+    for arg in argv:
+        if skip or arg.startswith("--json="):
+            skip = False
+            continue
+        if arg == "--json":
+            skip = True
+            continue
+        args.append(arg)
+    if group is not None:
+        args += ["--json", f"docs/benchmarks/{group}.json"]
+    return " ".join(["python -m benchmarks.run", *args])
+
+
+def _measured_on(payload: dict[str, Any], group: str | None = None) -> str:
+    m = payload["machine"]
+    cfg = payload.get("config", {})
+    date = str(payload.get("date", "an unrecorded date"))[:10]
+    cpus = f"{m['cpu_count']} CPUs"
+    if m.get("usable_cpus") not in (None, m["cpu_count"]):
+        cpus += f" ({m['usable_cpus']} usable)"
+    versions = [f"Python {m['python']}", f"tensorfile {m['tensorfile']}"]
+    versions += [f"numpy {m['numpy']}", f"torch {m['torch']}"]
+    peers = m.get("peers") or {"safetensors": m.get("safetensors")}
+    versions += [f"{name} {v}" for name, v in peers.items() if v]
+    how = ["quick size (a smoke test, not a measurement)" if cfg.get("quick") else "full size"]
+    if cfg and payload.get("results"):
+        how.append(
+            f"in-process rows: {cfg['repeat_small']} runs each ({cfg['repeat_big']} for the "
+            "1 GiB rows)"
+        )
+    fresh = ("process_results", "cache_results", "remote_load_results", "cold_results")
+    if cfg and any(payload.get(key) for key in fresh):
+        how.append(
+            f"fresh processes: {cfg['settle_s']:g} s settle before each"
+            + (f", {cfg['process_repeat']} per library" if payload.get("process_results") else "")
+        )
+    line = (
+        f"*Measured on {date}, on {m['platform']} ({m['machine']}), {cpus}; "
+        f"{', '.join(versions)}; {'; '.join(how)}.*"
+    )
+    if payload.get("argv"):
+        line += f" Rerun: `{_rerun(payload['argv'], group)}`."
+    return line
+
+
+def render(payload: dict[str, Any], group: str | None = None) -> str:
+    """The Markdown of one runner payload: every non-empty section's table, then the
+    machine line. Raises ``ValueError`` when the payload holds no rows at all."""
+    parts: list[str] = []
+    for key, section in SECTIONS.items():
+        rows = payload.get(key) or []
+        if rows:
+            parts.append("\n".join(section(rows, payload)))
+    if not parts:
+        raise ValueError("the benchmark file holds no results")
+    parts.append(_measured_on(payload, group))
+    return "\n\n".join(parts)
+
+
+def render_gpu(payload: dict[str, Any]) -> str:
+    """The Markdown of ``benchmarks/gpu_check.py --json``."""
+
+    def f(value: Any, spec: str) -> str:
+        return "n/a" if value is None else format(value, spec)
+
+    out = []
+    for r in payload["rows"]:
+        equal = {True: "yes", False: "**no**", None: "n/a"}[r.get("equal")]
+        if r.get("errors"):
+            equal += f" ({r['errors'][0]})"
+        loader = GPU_LOADERS.get(r["loader"], r["loader"])
+        out.append(
+            [
+                f"{r['size_mib']:,} MiB",
+                r["mode"],
+                f"**{loader}**" if r["loader"] == "tf" else loader,
+                f(r["load_s"], ".3f"),
+                f(r["gb_s"], ".2f"),
+                f(r["peak_rss_gib"], ".2f"),
+                f(r["extra_rss_gib"], ".2f"),
+                equal,
+                str(r["runs"]),
+            ]
+        )
+    head = ["file", "page cache", "loader", "load (s, median)", "GB/s", "peak RSS (GiB)"]
+    lines = _table([*head, "RSS added by the load (GiB)", "same values", "runs"], "lllrrrrll", out)
+    when = payload.get("measured", "an unrecorded date")
+    soft = [f"Python {payload['python']}"] if payload.get("python") else []
+    if payload.get("torch"):
+        soft.append(f"torch {payload['torch']}")
+    skipped = ", ".join(payload.get("skipped") or []) or "none"
+    lines += [
+        "",
+        f"*Measured on {when}, on {payload['device']} with {payload['cpus']} CPUs"
+        + (f"; {', '.join(soft)}" if soft else "")
+        + f"; loaders skipped (not installed): {skipped}.*",
+    ]
+    return "\n".join(lines)
+
+
+GPU_LOADERS = {
+    "tf": "tensorfile",
+    "tf8": "tensorfile, 8 threads",
+    "ref": "safetensors",
+    "fastsafe": "fastsafetensors",
+    "runai": "Run:ai streamer",
+}
+
+
+def render_group(group: str, data: Path = DATA) -> str:
+    """The Markdown for ``<!-- benchmarks: GROUP -->``, from ``data/GROUP.json``."""
+    path = data / f"{group}.json"
+    if not path.is_file():
+        if group in OPTIONAL:
+            return OPTIONAL[group]
+        raise MissingBenchmarks(
+            f"{path} is missing: run `python -m benchmarks.run --only ... --json {path}` "
+            "(see docs/benchmarks.md) and commit it"
+        )
+    try:
+        payload = json.loads(path.read_text())
+        return render_gpu(payload) if group == "gpu" else render(payload, group)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise MissingBenchmarks(f"{path} cannot be rendered: {exc!r}") from exc
+
+
+def on_page_markdown(markdown: str, **kwargs: Any) -> str:
+    return PLACEHOLDER.sub(lambda m: render_group(m.group(1)), markdown)
+
+
+__all__ = ["MissingBenchmarks", "on_page_markdown", "render", "render_gpu", "render_group"]

@@ -1,0 +1,78 @@
+"""The example runner's reading of pages: what runs, markers, and output matching."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.docs.blocks import blocks, output_matches
+
+PAGE = """# A page
+
+```python
+x = 1
+```
+
+<!-- example: not-run: needs a CUDA GPU -->
+```python
+y = x.cuda()
+```
+
+=== "tab"
+
+    ```python
+    z = x + 1
+    ```
+
+<!-- example: exit=1 -->
+```console
+$ tensorfile diff a b
+1 tensor changed
+...
+$ echo done \\
+  twice
+```
+
+```bash
+make demo
+```
+"""
+
+
+def test_kinds_markers_and_indented_blocks() -> None:
+    found = blocks(PAGE)
+    assert [b.kind for b in found] == ["python", "python", "python", "console", "bash"]
+    assert [b.runs for b in found] == [True, False, True, True, False]
+    assert found[1].not_run == "needs a CUDA GPU"
+    assert found[2].code == "z = x + 1"
+    console = found[3]
+    assert console.exit_status == 1
+    assert [c.command for c in console.commands] == ["tensorfile diff a b", "echo done \n  twice"]
+    assert console.commands[0].expected == ["1 tensor changed", "..."]
+    assert console.commands[1].expected is None
+
+
+def test_a_not_run_marker_needs_its_reason() -> None:
+    with pytest.raises(ValueError, match="reason"):
+        blocks("<!-- example: not-run -->\n```python\nx\n```\n")
+
+
+def test_an_unknown_marker_is_refused() -> None:
+    with pytest.raises(ValueError, match="unknown"):
+        blocks("<!-- example: sometimes -->\n```python\nx\n```\n")
+
+
+@pytest.mark.parametrize(
+    ("expected", "actual", "fits"),
+    [
+        (["a", "b"], ["a", "b", ""], True),
+        (["a", "b"], ["a", "c"], False),
+        (["a", "..."], ["a", "x", "y"], True),
+        (["...", "z"], ["z"], True),
+        (["took ... s"], ["took 0.1 s"], True),
+        (["took ... s"], ["took 0.1 ms!"], False),
+        (["a"], ["a", "b"], False),
+        (["a   "], ["a"], True),
+    ],
+)
+def test_output_matching(expected: list[str], actual: list[str], fits: bool) -> None:
+    assert output_matches(expected, actual) is fits

@@ -1,0 +1,218 @@
+"""The documentation site builds strictly, documents every public name, and works in a real
+browser (Debian's chromium, driven by Playwright).
+
+The build runs once per test session (``mkdocs build --strict``, as ``make docs`` does): a
+broken link, an unknown reference target or a docstring the reference cannot render fails it.
+"""
+
+from __future__ import annotations
+
+import http.server
+import importlib
+import json
+import os
+import pkgutil
+import shutil
+import subprocess
+import sys
+import threading
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import tensorfile
+
+REPO = Path(__file__).resolve().parents[2]
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+
+# the modules the reference documents, every name of their __all__ (docs/reference/*.md)
+PUBLIC = (
+    "tensorfile",
+    "tensorfile.errors",
+    "tensorfile.safetensors",
+    "tensorfile.safetensors.numpy",
+    "tensorfile.safetensors.torch",
+    "tensorfile.safetensors.flax",
+    "tensorfile.safetensors.tensorflow",
+    "tensorfile.safetensors.paddle",
+    "tensorfile.safetensors.mlx",
+    "tensorfile.ztensor",
+    "tensorfile.gguf",
+    "tensorfile.checkpoint",
+    "tensorfile.loading",
+    "tensorfile.patching",
+    "tensorfile.ops",
+    "tensorfile.sources",
+    "tensorfile.formats",
+    "tensorfile.frameworks",
+    "tensorfile.dataset",
+    "tensorfile.dataset.torch",
+    "tensorfile.dataset.order",
+    "tensorfile.dataset.arrow",
+    "tensorfile.dataset.hf",
+    "tensorfile.dataset.ray",
+    "tensorfile.dataset.dask",
+    "tensorfile.spark",
+    "tensorfile.testing",
+)
+# packages of tensorfile that are not an API of their own: the program, and the parts
+# the packages above are built from
+INTERNAL = ("tensorfile.cli", "tensorfile.core")
+
+
+def mkdocs_build(config_dir: Path, site: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(site)],
+        cwd=config_dir,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+    )
+
+
+@pytest.fixture(scope="session")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The site, built strictly from docs/ and mkdocs.yml."""
+    out = tmp_path_factory.mktemp("site")
+    done = mkdocs_build(REPO, out)
+    if done.returncode != 0:
+        pytest.fail(f"mkdocs build --strict failed:\n{done.stdout}\n{done.stderr}"[-6000:])
+    return out
+
+
+def inventory(site: Path) -> set[str]:
+    """The names in the site's objects.inv (Sphinx's format: 4 header lines, then zlib)."""
+    raw = (site / "objects.inv").read_bytes().split(b"\n", 4)
+    return {line.split(" ", 1)[0] for line in zlib.decompress(raw[4]).decode().splitlines()}
+
+
+def test_the_site_builds_strictly(site: Path) -> None:
+    assert (site / "index.html").is_file()
+    assert (site / "search" / "search_index.json").is_file()
+
+
+def test_every_public_name_is_in_the_reference(site: Path) -> None:
+    names = inventory(site)
+    missing = []
+    for module_name in PUBLIC:
+        module = importlib.import_module(module_name)
+        for name in module.__all__:
+            obj = getattr(module, name)
+            home = getattr(obj, "__module__", None)
+            # documented where it is exported, or where it lives (the ops functions, whose
+            # names are also their submodules')
+            if f"{module_name}.{name}" not in names and f"{home}.{name}" not in names:
+                missing.append(f"{module_name}.{name}")
+    assert not missing, missing
+
+
+def test_every_public_package_is_listed() -> None:
+    """A new public package of tensorfile must be added to the reference (and PUBLIC)."""
+    found = {
+        f"tensorfile.{m.name}"
+        for m in pkgutil.iter_modules(tensorfile.__path__)
+        if not m.name.startswith("_")
+    }
+    assert found - set(PUBLIC) - set(INTERNAL) == set()
+
+
+def test_the_cli_reference_is_generated_from_the_parser(site: Path) -> None:
+    from tensorfile.cli._parser import build_parser
+
+    html = (site / "reference" / "cli" / "index.html").read_text(encoding="utf-8")
+    parser = build_parser()
+    commands = next(a for a in parser._actions if a.dest == "command").choices
+    assert commands
+    for name, sub in commands.items():
+        assert f"tensorfile {name}" in html
+        for action in sub._actions:
+            for flag in action.option_strings:
+                assert flag in html, (name, flag)
+
+
+def test_the_error_tree_is_drawn(site: Path) -> None:
+    import tensorfile.errors
+
+    html = (site / "reference" / "errors" / "index.html").read_text(encoding="utf-8")
+    for name in tensorfile.errors.__all__:
+        assert f"<code>{name}</code>" in html, name
+
+
+def test_a_broken_link_fails_the_build(tmp_path: Path) -> None:
+    for name in ("mkdocs.yml",):
+        shutil.copy(REPO / name, tmp_path / name)
+    shutil.copytree(REPO / "docs", tmp_path / "docs")
+    shutil.copytree(REPO / "src", tmp_path / "src", ignore=shutil.ignore_patterns("__pycache__"))
+    page = tmp_path / "docs" / "getting-started.md"
+    page.write_text(page.read_text() + "\nSee [the missing page](no-such-page.md).\n")
+    done = mkdocs_build(tmp_path, tmp_path / "site")
+    assert done.returncode != 0
+    assert "no-such-page.md" in done.stdout + done.stderr
+
+
+@pytest.fixture(scope="session")
+def served(site: Path) -> Iterator[str]:
+    """The built site on a real HTTP server on 127.0.0.1."""
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def __init__(self, *args: object, **kwargs: object) -> None:
+            super().__init__(*args, directory=str(site), **kwargs)  # type: ignore[arg-type]
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Quiet)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def test_the_home_page_and_search_work_in_chromium(served: str, tmp_path: Path) -> None:
+    """Debian's chromium, headless: the home page renders with its navigation, the search
+    index loads, and a search finds the reference page of ``safe_open``."""
+    from playwright.sync_api import sync_playwright
+
+    index = json.loads(_get(f"{served}/search/search_index.json"))
+    assert len(index["docs"]) > 100
+    with sync_playwright() as p:
+        browser = p.chromium.launch(
+            executable_path=CHROMIUM,
+            args=[
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--no-first-run",
+            ],
+        )
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            errors: list[str] = []
+            page.on("pageerror", lambda exc: errors.append(str(exc)))
+            page.goto(f"{served}/", wait_until="load")
+            assert "tensorfile" in page.title()
+            nav = page.locator("nav.md-nav--primary").inner_text()
+            for section in ("Getting started", "Guides", "Reference", "Benchmarks"):
+                assert section in nav
+            page.screenshot(path=str(tmp_path / "home.png"))
+            page.keyboard.press("s")  # Material's shortcut opens the search box
+            page.fill("input.md-search__input", "safe_open")
+            results = page.locator(".md-search-result__item")
+            results.first.wait_for(timeout=30_000)
+            assert "safe_open" in page.locator(".md-search-result").inner_text()
+            assert not errors, errors
+        finally:
+            browser.close()
+
+
+def _get(url: str) -> str:
+    import urllib.request
+
+    with urllib.request.urlopen(url, timeout=30) as reply:
+        text: str = reply.read().decode()
+        return text
