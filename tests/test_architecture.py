@@ -43,7 +43,7 @@ def _imports(name: str) -> set[str]:
 GRAPH = {name: _imports(name) & MODULES.keys() for name in MODULES}
 
 
-# The layer table (DESIGN.md, "Allowed arrows"): which parts of tensorfile each part may
+# The layer table (DESIGN.md; docs/architecture.md): which parts of tensorfile each part may
 # import, at module level or inside a function. Every part may import `core` and `_version`.
 # The faces (`safetensors`, `ztensor`, `gguf`, `checkpoint`, `errors`) re-export what
 # `formats` and `core` implement; `testing` ships the conformance suites.

@@ -5,6 +5,8 @@
   the next ``$`` line, are its expected output (``...`` alone on a line: any lines; ``...``
   inside a line: any text).
 * any other fence is shown, not run.
+* in python blocks, a `print(...)  # shown` line is checked: the comment must start with
+  what was printed (or match it, `...` standing for any text).
 
 A marker on the line right above a fence changes that: ``<!-- example: not-run: REASON -->``
 (compiled, not run: a GPU, a cloud account), ``<!-- example: exit=N -->`` (each command of the
@@ -157,3 +159,63 @@ def output_matches(expected: list[str], actual: list[str]) -> bool:
         return result
 
     return fit(0, 0)
+
+
+PRINT_CALL = "__docs_print__"
+
+
+def checked_prints(code: str, first_line: int) -> str:
+    """``code`` with each ``print(...)  # shown`` line turned into a call of
+    :data:`PRINT_CALL` that also checks the printed text against the comment (the comment must
+    start with it; words after it explain). Prints with keywords, or none of their own line,
+    stay as they are."""
+    import ast
+    import io
+    import tokenize
+
+    comments: dict[int, tuple[int, str]] = {}
+    try:
+        for tok in tokenize.generate_tokens(io.StringIO(code).readline):
+            if tok.type == tokenize.COMMENT:
+                comments[tok.start[0]] = (tok.start[1], tok.string[1:].strip())
+    except (tokenize.TokenError, IndentationError, SyntaxError):
+        return code
+    lines = code.split("\n")
+    for number, (column, comment) in comments.items():
+        line = lines[number - 1]
+        statement = line[:column].rstrip()
+        stripped = statement.strip()
+        if not stripped.startswith("print(") or not comment:
+            continue
+        try:
+            tree = ast.parse(stripped)
+        except SyntaxError:
+            continue
+        node = tree.body[0] if len(tree.body) == 1 else None
+        if not (
+            isinstance(node, ast.Expr)
+            and isinstance(node.value, ast.Call)
+            and isinstance(node.value.func, ast.Name)
+            and node.value.func.id == "print"
+            and node.value.args
+            and not node.value.keywords
+        ):
+            continue
+        indent = statement[: len(statement) - len(statement.lstrip())]
+        inner = stripped[len("print(") : -1]
+        lines[number - 1] = (
+            f"{indent}{PRINT_CALL}({inner}, expected={comment!r}, line={first_line + number - 1})"
+        )
+    return "\n".join(lines)
+
+
+def print_matches(printed: str, comment: str) -> bool:
+    """Whether a ``# comment`` shows what was printed: it starts with the printed text (words
+    after it explain), whitespace evened out; or, holding ``...`` (any text), it matches the
+    whole printed text."""
+    text = " ".join(printed.split())
+    shown = " ".join(comment.split())
+    if shown.startswith(text):
+        return True
+    pattern = ".*".join(re.escape(p) for p in shown.split("..."))
+    return "..." in shown and re.fullmatch(pattern, text) is not None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.docs.blocks import blocks, output_matches
+from tests.docs.blocks import PRINT_CALL, blocks, checked_prints, output_matches, print_matches
 
 PAGE = """# A page
 
@@ -76,3 +76,18 @@ def test_an_unknown_marker_is_refused() -> None:
 )
 def test_output_matching(expected: list[str], actual: list[str], fits: bool) -> None:
     assert output_matches(expected, actual) is fits
+
+
+def test_print_comments_are_checked() -> None:
+    code = (
+        'x = 2\nprint(x + 1)  # 3, the sum\nif x:\n    print("a", x)  # a 2\nprint(x, end="")  # 9'
+    )
+    out = checked_prints(code, 10)
+    lines = out.split("\n")
+    assert lines[1] == f"{PRINT_CALL}(x + 1, expected='3, the sum', line=11)"
+    assert lines[3] == f"    {PRINT_CALL}(\"a\", x, expected='a 2', line=13)"
+    assert lines[4] == 'print(x, end="")  # 9'  # keywords: left alone
+    assert print_matches("3", "3, the sum")
+    assert print_matches("(64, 32)", "(64,  32)")
+    assert print_matches("took 0.25 s", "took ... s")
+    assert not print_matches("4", "3, the sum")

@@ -21,7 +21,14 @@ from typing import Any
 import pytest
 
 from tests.docs import samples
-from tests.docs.blocks import Block, blocks, output_matches
+from tests.docs.blocks import (
+    PRINT_CALL,
+    Block,
+    blocks,
+    checked_prints,
+    output_matches,
+    print_matches,
+)
 from tests.docs.conftest import fresh_folder, upload_samples
 
 REPO = Path(__file__).resolve().parents[2]
@@ -48,7 +55,21 @@ def _in_folder(folder: Path, env: dict[str, str]) -> Iterator[None]:
         os.environ.update(old_env)
 
 
+def _print_checker(page: str, wrong: list[str]) -> Any:
+    """The ``print`` of the examples' ``print(...)  # shown`` lines: prints, and notes each
+    comment that does not show what was printed."""
+
+    def checked(*args: Any, expected: str, line: int) -> None:
+        text = " ".join(str(a) for a in args)
+        print(text)
+        if "\n" not in text and not print_matches(text, expected):
+            wrong.append(f"{page}:{line}: printed {text!r}, the comment says {expected!r}")
+
+    return checked
+
+
 def _run_python(page: str, block: Block, code: str, namespace: dict[str, Any]) -> None:
+    code = checked_prints(code, block.line)
     compiled = compile(code, f"{page}:{block.line}", "exec")
     try:
         exec(compiled, namespace)
@@ -124,13 +145,15 @@ def test_the_examples_of_each_page_run(
     env = _environment(tmp_path, s3)
     child_env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
     child_env.update(env)
-    namespace: dict[str, Any] = {"__name__": "__docs__"}
+    wrong: list[str] = []
+    namespace: dict[str, Any] = {"__name__": "__docs__", PRINT_CALL: _print_checker(page, wrong)}
     with _in_folder(folder, env):
         for block in runnable:
             if block.kind == "python":
                 _run_python(page, block, block.code.replace(EXAMPLE_URL, url), namespace)
             else:
                 _run_console(page, block, url, folder, child_env)
+    assert not wrong, "comments that do not show what the example prints:\n" + "\n".join(wrong)
 
 
 def test_no_page_names_an_issue() -> None:

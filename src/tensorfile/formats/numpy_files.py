@@ -372,7 +372,8 @@ def _check_dtypes(tensors: Sequence[TensorSpec]) -> None:
         dt = spec.dtype.numpy
         if dt.kind == "V" or dt.type.__module__.startswith("ml_dtypes") or spec.dtype.is_subbyte:
             raise UnsupportedError(
-                f"tensor {spec.name!r} is {spec.dtype.name}, which .npy cannot hold without pickle"
+                f"tensor {spec.name!r} is {spec.dtype.name}, "
+                "which .npz/.npy cannot hold without pickle"
             )
 
 

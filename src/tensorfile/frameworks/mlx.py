@@ -2,9 +2,9 @@
 
 mlx is imported when an adapter is made or an array is saved, not before. A file's tensors
 become ``mx.array`` of their numpy arrays, as in the reference (so F64 tensors arrive as
-float32 arrays, mlx's rule for numpy input); bf16 goes through its 16-bit pattern both
-ways, which the reference cannot do (mlx issue 1296). The dtypes mlx has no type for (F8,
-F6, F4) are refused by name.
+float32 arrays, mlx's rule for numpy input); bf16 goes through its 16-bit pattern both ways,
+which the reference cannot do (an mlx limitation). The dtypes mlx has no type for (F8, F6,
+F4) are refused by name.
 
 Example:
     >>> import numpy as np

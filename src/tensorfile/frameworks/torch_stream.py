@@ -9,8 +9,9 @@ sources alike); the calling thread copies each filled buffer's tensor pieces int
 destinations with ``copy_(non_blocking=True)`` on a side CUDA stream and records an event;
 a buffer is read into again only once its event has passed. Reads of later chunks
 therefore overlap the host-to-device copies of earlier ones, and **peak host memory is the
-ring: buffers x chunk_bytes** (by default ``(threads + 2) x 16 MiB``: 96 MiB with 4 reader
-threads), whatever the model's size. On CUDA the buffers are pinned (page-locked), so the
+ring: buffers x chunk_bytes** (by default ``(threads + 2)`` buffers of the source's
+``io_chunk``: 8 MiB for local files and URLs, so 80 MiB with 8 reader threads; 16 MiB where a
+source sets none), whatever the model's size. On CUDA the buffers are pinned (page-locked), so the
 copies are true asynchronous DMA; where pinning fails, and on other devices, they are
 plain buffers and copies are synchronous. With ``device="cpu"`` the same pipeline runs
 with plain copies, which is how it is tested on machines without an accelerator.

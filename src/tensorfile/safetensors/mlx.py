@@ -3,7 +3,7 @@
 mlx (or numpy) arrays go through numpy, so the file is the one
 :mod:`tensorfile.safetensors.numpy` writes, and ``safe_open(framework="mlx")`` reads them
 back; F64 tensors load as float32 arrays there, mlx's rule for numpy input, as in the
-reference. bf16 arrays, which the reference cannot save (mlx issue 1296), save and load
+reference. bf16 arrays, which the reference cannot save (an mlx limitation), save and load
 through their bit patterns. The dtypes mlx lacks (F8, F6, F4) are refused by name
 (:class:`~tensorfile.errors.UnsupportedError`). mlx is imported on first use.
 
