@@ -275,7 +275,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("b", help="the file to compare with (any kind of path, a URL too)")
     p.add_argument("--format", choices=("text", "md"), default="text", help="text or markdown")
     p.add_argument("--data", action="store_true", help="also compare the tensor bytes")
-    p.add_argument("--verbose", action="store_true", help="show metadata values whole")
+    p.add_argument(
+        "--verbose",
+        action="store_true",
+        help="show metadata values whole and each tensor's storage change",
+    )
     p.add_argument(
         "--fail-on-diff", action="store_true", help="exit with status 1 when the files differ"
     )
