@@ -53,6 +53,20 @@ def _in_folder(folder: Path, env: dict[str, str]) -> Iterator[None]:
         os.chdir(old_cwd)
         os.environ.clear()
         os.environ.update(old_env)
+        _forget_filesystems()
+        patching = sys.modules.get("tensorfile.patching")
+        if patching is not None:  # a page that failed while patched leaves no patch behind
+            patching.unpatch_safetensors()
+
+
+def _forget_filesystems() -> None:
+    """Drop the fsspec filesystems a page made: fsspec caches each instance by its arguments,
+    and one made under the page's AWS_ENDPOINT_URL would serve a later test its endpoint."""
+    fsspec = sys.modules.get("fsspec")
+    if fsspec is None:
+        return
+    for cls in list(fsspec.registry.values()):
+        cls.clear_instance_cache()
 
 
 def _print_checker(page: str, wrong: list[str]) -> Any:
