@@ -97,11 +97,23 @@ from ..frameworks.torch import from_numpy
 from .order import MAX_PARTITIONS, MAX_SAMPLES, EpochOrder
 from .torch_batches import Gather
 from .torch_state import FORMAT, Split, check_state, find_states, make_state, shards_digest
+from .torch_sync import Shared
 
 __all__ = ["ShardedIterable", "TorchIterable", "TorchMap"]
 
 NDArray = np.ndarray[Any, Any]
 _SAMPLE_CHUNK = 256  # per-sample mode: samples gathered at once
+
+
+_UNKNOWN_POSITION = (
+    "this feed was iterated by DataLoader worker processes, so the main process's object "
+    "cannot know how many batches the training loop took (the workers run ahead of it by "
+    "prefetch_factor batches each); a state from it would replay or skip samples. Pass the "
+    "count: it.state_dict(samples=N), N the samples of this epoch all ranks consumed "
+    "(batches taken x batch size x world size), or use torchdata's StatefulDataLoader and "
+    "save loader.state_dict(). After set_epoch (another epoch) or load_state_dict the "
+    "position is known again"
+)
 
 
 def _rank(rank: int | None, world_size: int | None) -> tuple[int, int]:
@@ -189,6 +201,8 @@ class TorchIterable(IterableDataset):  # type: ignore[type-arg]
         self._worker_resume: dict[str, int] | None = None  # a worker's exact position
         self._base = 0  # where the current (or last) iteration started
         self._next_step: int | None = None  # the next step it produces (None: not started)
+        self._shared = Shared()  # with the copies in DataLoader workers (.torch_sync)
+        self._gen = 0  # the generation of the shared epoch and resume point this copy has
 
     def __getstate__(self) -> dict[str, Any]:
         # pickled for DataLoader workers started by spawn/forkserver, where torch.distributed
@@ -202,13 +216,28 @@ class TorchIterable(IterableDataset):  # type: ignore[type-arg]
     def set_epoch(self, epoch: int) -> None:
         """Use the order of ``epoch`` for the next iterations (as ``DistributedSampler``),
         from its beginning; the epoch a state was just loaded for keeps its resume point.
-        With ``DataLoader(persistent_workers=True)`` the workers keep their own copy and
-        never see it: make a new DataLoader per epoch, or leave persistent workers off."""
+        It reaches a DataLoader's workers, persistent ones too (at their next pass)."""
         epoch = _check_int(epoch, "epoch", 0)
         if epoch != self.epoch:  # a new epoch: nothing of it consumed yet
             self._resume, self._worker_resume = 0, None
             self._base, self._next_step = 0, None
-        self.epoch = epoch
+            self.epoch = epoch
+            self._publish()
+
+    def _publish(self) -> None:
+        """In the main process: the epoch and resume point just set reach the workers'
+        copies (persistent ones at their next pass), and the position is known again."""
+        if get_worker_info() is None:
+            self._gen = self._shared.publish(self.epoch, self._resume)
+
+    def _adopt(self) -> None:
+        """In a worker: take up the epoch and resume point the main process set after this
+        copy was made (a persistent worker's copy), and say that workers ran."""
+        gen, epoch, resume = self._shared.current()
+        if gen != self._gen:
+            self._gen, self.epoch = gen, epoch
+            self._resume, self._worker_resume = resume, None
+        self._shared.mark_ran()
 
     def _split(self, base: int) -> Split:
         _, world = _rank(self._rank, self._world)
@@ -278,6 +307,8 @@ class TorchIterable(IterableDataset):  # type: ignore[type-arg]
                 )
             return make_state(fields, samples)
         info = get_worker_info()
+        if info is None and self._shared.ran:
+            raise InvalidArgumentError(_UNKNOWN_POSITION)
         wid, workers = _layout()
         rank, world = _rank(self._rank, self._world)
         if self._next_step is None:
@@ -352,6 +383,7 @@ class TorchIterable(IterableDataset):  # type: ignore[type-arg]
         self._resume = samples
         self._worker_resume = worker
         self._next_step = None
+        self._publish()
 
     def _end_pass(self) -> None:
         """A pass ran to its end: its resume point is used up, the next pass (without
@@ -376,6 +408,10 @@ class TorchIterable(IterableDataset):  # type: ignore[type-arg]
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         info = get_worker_info()
+        if info is None:
+            self._shared.clear_ran()  # its own iteration: its count is exact again
+        else:
+            self._adopt()
         wid, workers = _layout()
         rank, world = _rank(self._rank, self._world)
         base, first = self._start(rank, world, wid, workers)
