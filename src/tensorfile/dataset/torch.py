@@ -11,9 +11,8 @@ in blocks of ``shuffle_block`` samples and the partitions interleaved ``B`` samp
 time. Changing
 the number of nodes, ranks or workers between runs changes neither which samples an epoch
 visits nor their global order. The same seed and epoch give the same order run after run;
-call :meth:`TorchIterable.set_epoch` before each epoch (with ``persistent_workers=True``
-the DataLoader's workers keep the copy they started with and never see it: make a new
-DataLoader per epoch, or leave persistent workers off).
+call :meth:`TorchIterable.set_epoch` before each epoch (it reaches the DataLoader's workers,
+``persistent_workers=True`` ones too, at their next pass: :mod:`.torch_sync`).
 
 **Split** (:mod:`tensorfile.dataset.torch_state`). Ranks consume ``S`` in lockstep steps:
 step ``t`` is ``W*B`` positions (``W`` ranks, ``B`` the per-rank batch) and rank ``r`` takes
@@ -41,7 +40,11 @@ default or a custom collate. ``B`` is ``batch_size``, or 1.
 shards, a digest of the shard paths and counts), the order's parameters, the epoch and
 ``samples``, the samples of the epoch consumed by all ranks together: the trainer's own
 count when given (``state_dict(samples)``, as MosaicML Streaming's), else the object's
-progress: in the main process (``num_workers=0``) its iteration so far; inside a DataLoader
+progress: in the main process (``num_workers=0``) its iteration so far; in the main process
+after DataLoader workers ran, nothing (they run ahead of the training loop, and the main
+process cannot see what the loop took): refused, naming ``samples=`` and
+``StatefulDataLoader``, until :meth:`~TorchIterable.set_epoch` (another epoch) or
+:meth:`~TorchIterable.load_state_dict` makes the position known again; inside a DataLoader
 worker (torchdata's ``StatefulDataLoader`` asks there after every batch and hands each
 worker its own state back) a lower bound that, maximised over a rank's workers, is exactly
 what the main process received, plus the worker's position.
@@ -112,7 +115,7 @@ _UNKNOWN_POSITION = (
     "count: it.state_dict(samples=N), N the samples of this epoch all ranks consumed "
     "(batches taken x batch size x world size), or use torchdata's StatefulDataLoader and "
     "save loader.state_dict(). After set_epoch (another epoch) or load_state_dict the "
-    "position is known again"
+    "position is known again."
 )
 
 
@@ -286,7 +289,10 @@ class TorchIterable(IterableDataset):  # type: ignore[type-arg]
 
     def state_dict(self, samples: int | None = None) -> dict[str, Any]:
         """The resume state (small, JSON-able): see the module docstring. ``samples``: the
-        samples of this epoch consumed by all ranks together, when the trainer counts them.
+        samples of this epoch consumed by all ranks together, when the trainer counts them
+        (batches taken x batch size x world size). Without it, in the main process after
+        DataLoader workers iterated this feed, raises
+        :class:`~tensorfile.errors.InvalidArgumentError`: the position is not known there.
 
         Example:
             >>> import numpy as np, os, tempfile

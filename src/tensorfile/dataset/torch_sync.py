@@ -43,7 +43,7 @@ class Shared:
     """The shared block of one feed and its worker copies (see the module docstring)."""
 
     def __init__(self) -> None:
-        self.values = torch.zeros(4, dtype=torch.int64).share_memory_()
+        self.values = torch.zeros(4, dtype=torch.int64).share_memory_()  # type: ignore[no-untyped-call]
 
     @property
     def ran(self) -> bool:
