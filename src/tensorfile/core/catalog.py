@@ -167,6 +167,18 @@ class TensorInfo(NamedTuple):
             return name.upper()
 
     @property
+    def quantization(self) -> str | None:
+        """The block type of a quantized tensor in :attr:`common_dtype`'s vocabulary (GGUF's
+        ``Q8_0``, ``Q4_K``...; its :attr:`dtype` is ``U8``, the bytes of the blocks); None
+        for any other tensor.
+
+        Example:
+            >>> TensorInfo("w", dtypes.from_name("U8"), (32,), {}, "quantized", "q8_0").quantization
+            'Q8_0'
+        """
+        return self.common_dtype if self.layout == "quantized" else None
+
+    @property
     def decoded_nbytes(self) -> int:
         """Bytes of the tensor's dense, decoded data, never of its stored encoding: from the
         dtype and shape, or, for a type whose element size tensorfile cannot vouch for (a

@@ -4,13 +4,13 @@ is ``tensorfile.open``): safetensors (one file, or a sharded checkpoint: an inde
 folder holding it), zTensor v1.0 and v2, GGUF, numpy ``.npz``/``.npy`` and PyTorch pickles
 (``torch.load(weights_only=True)`` only; see :mod:`tensorfile.formats.torch_pickle`).
 
-GGUF's quantized tensors are dequantized to float32 with the ``gguf`` package's routines
-when it is installed, and refused by type name when it is not.
+Quantized tensors (GGUF's, and those zTensor v2 stores in ggml's ``gguf.<type>/1`` layouts)
+are dequantized to float32 by their reader (``get_tensor(name, dequantize=True)``; see
+:mod:`tensorfile.formats.ggml`).
 """
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -19,8 +19,6 @@ from typing import Any
 import numpy as np
 
 from ..core import dtypes
-from ..core.errors import UnsupportedError
-from ..core.reader import Reader
 from ..core.values import plain
 from ..sources import is_url
 
@@ -95,7 +93,7 @@ def _source(src: str, reader: Any) -> ConvertSource:
 
     def get(name: str) -> Any:
         if reader.info(name).layout == "quantized":
-            return _dequantize(reader, name)
+            return reader.get_tensor(name, dequantize=True)
         return reader.get_tensor(name)
 
     single = None
@@ -111,28 +109,3 @@ def _source(src: str, reader: Any) -> ConvertSource:
         reader.close,
         single,
     )
-
-
-def _dequantize(reader: Reader, name: str) -> np.ndarray[Any, Any]:
-    info = reader.info(name)
-    kind = (info.dtype_name or "").upper()
-    try:
-        import gguf
-    except ImportError:
-        raise UnsupportedError(
-            f"tensor {name!r} is quantized ({kind}); converting it needs the gguf package "
-            "(pip install gguf) to dequantize it"
-        ) from None
-    qtype = getattr(gguf.GGMLQuantizationType, kind, None)
-    if qtype is None:
-        raise UnsupportedError(f"tensor {name!r}: gguf cannot dequantize {kind}")
-    if math.prod(info.shape) == 0:  # no blocks: nothing to dequantize (gguf cannot reshape)
-        return np.zeros(info.shape, np.float32)
-    rng = info.byte_range
-    raw = np.frombuffer(reader.source.read(rng.start, rng.length), np.uint8)
-    rows = info.shape[:-1] if info.shape else ()
-    try:
-        out = gguf.quants.dequantize(raw.reshape(*rows, -1), qtype)
-    except (ValueError, NotImplementedError) as exc:
-        raise UnsupportedError(f"tensor {name!r}: gguf cannot dequantize {kind}: {exc}") from exc
-    return np.ascontiguousarray(out, dtype=np.float32).reshape(info.shape)
