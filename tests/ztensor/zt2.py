@@ -35,6 +35,12 @@ def _run(*args: str) -> None:
     assert done.returncode == 0, f"ztensor 2.1.2 failed: {done.stderr[-3000:]}"
 
 
+def convert(src: Path, dst: Path) -> None:
+    """``ztensor.convert(src, dst)`` with ztensor 2.1.2: ``src`` (a GGUF, a safetensors
+    file...) as the zTensor v2 file ``dst``."""
+    _run("convert", str(src), str(dst))
+
+
 def to_json(value: Any) -> Any:
     """An attribute value as the peer exchanges it (bytes as ``{"$bytes": hex}``)."""
     if isinstance(value, bytes):

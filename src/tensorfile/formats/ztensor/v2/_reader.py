@@ -307,6 +307,8 @@ class ZTensor2Reader(Reader):
     # -- dense tensors --------------------------------------------------------------------
 
     def _dense(self, info: TensorInfo) -> None:
+        if info.layout == "quantized":
+            super()._dense(info)  # says how: get_tensor(name, dequantize=True)
         if info.layout != "dense" or self._objects[info.name]["layout"] != "dense":
             raise ZTensorUnsupportedError(
                 f"tensor {info.name!r} is {info.layout}, not dense; get_tensor() returns it "

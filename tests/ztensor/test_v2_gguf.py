@@ -1,0 +1,75 @@
+"""A GGUF converted to zTensor v2 by ztensor 2.1.2 (``ztensor.convert``): its quantized
+tensors are objects of layout ``gguf.<type>/1`` (one ``u8`` part holding the GGUF's blocks,
+the shape in elements). tensorfile reads them as it reads the GGUF's quantized tensors:
+the same type and byte length in ``inspect`` and ``diff``, the same content id, and
+``convert`` dequantizes them as it does the GGUF's."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import gguf
+import numpy as np
+import pytest
+
+import tensorfile
+from tensorfile.errors import UnsupportedError
+from tensorfile.ops import content_hash, convert, diff, inspect
+from tensorfile.safetensors.numpy import load_file
+from tests.ztensor import zt2
+
+Q8_0 = gguf.GGMLQuantizationType.Q8_0
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, np.ndarray]:
+    """A GGUF (a Q8_0 and a plain tensor), the zTensor v2 file ztensor 2.1.2 makes of it,
+    and the Q8_0 tensor's values as the gguf package dequantizes them."""
+    d = tmp_path_factory.mktemp("zt2gguf")
+    values = np.linspace(-1, 1, 4096, dtype=np.float32).reshape(32, 128)
+    q = gguf.quants.quantize(values, Q8_0)
+    w = gguf.GGUFWriter(str(d / "m.gguf"), arch="llama")
+    w.add_tensor("plain", np.ones((8, 4), np.float32))
+    w.add_tensor("q", q, raw_dtype=Q8_0)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    zt2.convert(d / "m.gguf", d / "m.zt")
+    return d / "m.gguf", d / "m.zt", gguf.quants.dequantize(q, Q8_0)
+
+
+def test_ztensor_writes_the_blocks_as_a_gguf_layout(files: tuple[Path, Path, np.ndarray]) -> None:
+    _, zt, _ = files
+    obj = zt2.read(zt)["objects"]["q"]
+    assert obj["layout"] == "gguf.q8_0/1" and obj["shape"] == [32, 128]
+    assert obj["parts"]["data"]["dtype"] == "u8" and obj["parts"]["data"]["bytes"].size == 4352
+
+
+def test_read_as_the_gguf_is(files: tuple[Path, Path, np.ndarray]) -> None:
+    src, zt, want = files
+    with tensorfile.open(zt) as r:
+        info = r.info("q")
+        assert (info.quantization, info.shape, info.nbytes) == ("Q8_0", (32, 128), 4352)
+        assert np.array_equal(r.get_tensor("q", dequantize=True), want)
+        with pytest.raises(UnsupportedError, match="dequantize=True"):
+            r.view("q")
+    found = inspect(str(zt))
+    assert [(t.name, t.nbytes) for t in found.tensors] == [("plain", 128), ("q", 4352)]
+    assert diff(str(src), str(zt)).changed == []
+    assert content_hash(str(zt)) == content_hash(str(src))
+
+
+def test_converts_to_safetensors_as_the_gguf_does(
+    files: tuple[Path, Path, np.ndarray], tmp_path: Path
+) -> None:
+    src, zt, want = files
+    from_zt = convert(zt, tmp_path / "zt.safetensors")
+    from_gguf = convert(src, tmp_path / "gguf.safetensors")
+    assert from_zt.notes == from_gguf.notes == ("q: dequantized from q8_0",)
+    a, b = (
+        load_file(str(tmp_path / "zt.safetensors")),
+        load_file(str(tmp_path / "gguf.safetensors")),
+    )
+    assert np.array_equal(a["q"], want) and np.array_equal(b["q"], want)
+    assert np.array_equal(a["plain"], b["plain"])
