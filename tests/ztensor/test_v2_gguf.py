@@ -66,10 +66,39 @@ def test_converts_to_safetensors_as_the_gguf_does(
     src, zt, want = files
     from_zt = convert(zt, tmp_path / "zt.safetensors")
     from_gguf = convert(src, tmp_path / "gguf.safetensors")
-    assert from_zt.notes == from_gguf.notes == ("q: dequantized from q8_0",)
+    assert from_gguf.notes == ("q: dequantized from q8_0",)
+    assert from_zt.notes == (  # ztensor 2.1.2 digests every part (xxh3)
+        "q: dequantized from q8_0",
+        "checksums: the source's digests are not kept: xxh3 (1 tensor); pass checksum= "
+        "(--checksum) to have safetensors store its own",
+    )
     a, b = (
         load_file(str(tmp_path / "zt.safetensors")),
         load_file(str(tmp_path / "gguf.safetensors")),
     )
     assert np.array_equal(a["q"], want) and np.array_equal(b["q"], want)
     assert np.array_equal(a["plain"], b["plain"])
+
+
+def test_blocks_that_do_not_fit_their_type_stay_an_extension_layout(tmp_path: Path) -> None:
+    """An object that claims a ggml layout but whose bytes or attributes do not fit the
+    type is not read as quantized: it stays an extension layout, exposed structurally."""
+    block = np.float16(0.5).tobytes() + bytes(range(32))
+    part = {"dtype": "u8", "bytes": block}
+    zt2.write(
+        tmp_path / "x.zt",
+        {
+            "ok": {"shape": [32], "layout": "gguf.q8_0/1", "parts": {"data": part},
+                   "attributes": {"block_bytes": 34, "elems_per_block": 32}},
+            "short": {"shape": [64], "layout": "gguf.q8_0/1", "parts": {"data": part}},
+            "said": {"shape": [32], "layout": "gguf.q8_0/1", "parts": {"data": part},
+                     "attributes": {"block_bytes": 36}},
+            "plain": {"shape": [32], "layout": "gguf.f32/1", "parts": {"data": part}},
+        },
+    )  # fmt: skip
+    with tensorfile.open(tmp_path / "x.zt") as r:
+        assert r.info("ok").quantization == "Q8_0"
+        assert r.get_tensor("ok", dequantize=True)[:3].tolist() == [0.0, 0.5, 1.0]
+        for name in ("short", "said", "plain"):
+            assert r.info(name).layout.startswith("gguf."), name
+            assert r.info(name).quantization is None

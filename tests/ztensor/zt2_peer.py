@@ -87,7 +87,14 @@ def write(spec_path: str, npz: str, out: str) -> None:
             if p.get("encoding"):
                 entry["encoding"] = p["encoding"]
             parts[role] = entry
-        w.add_object(name, obj["shape"], parts, layout=obj.get("layout", "dense"))
+        attributes = obj.get("attributes")
+        w.add_object(
+            name,
+            obj["shape"],
+            parts,
+            layout=obj.get("layout", "dense"),
+            attributes=None if attributes is None else _from_json(attributes),
+        )
     w.finish()
 
 

@@ -21,6 +21,7 @@ import numpy as np
 from ..core import dtypes
 from ..core.values import plain
 from ..sources import is_url
+from ._convert_losses import Kept
 
 __all__ = ["ConvertSource", "Item", "open_source"]
 
@@ -50,6 +51,7 @@ class ConvertSource:
     _get: Any = field(repr=False)
     _close: Any = field(repr=False, default=None)
     single_safetensors: str | None = None  # a lone local safetensors file (copied as is)
+    kept: Kept = field(default_factory=lambda: Kept("", {}))  # what a destination may lose
 
     def get(self, name: str) -> Any:
         """The tensor: a numpy array, or a zTensor CSRTensor/COOTensor."""
@@ -83,8 +85,12 @@ def _source(src: str, reader: Any) -> ConvertSource:
     shards = getattr(reader, "shards", None)
     sharded = bool(shards) and isinstance(shards, list)
     items: list[Item] = []
+    digests: dict[str, int] = {}
     for name in sorted(reader.keys()):  # name order, whatever the file's: one output per input
         info = reader.info(name)
+        if info.layout != "quantized":  # (a dequantized tensor's digest is of its blocks)
+            for alg in {c.digest.partition(":")[0] for c in info.components.values() if c.digest}:
+                digests[alg] = digests.get(alg, 0) + 1
         if info.layout == "quantized":
             note = f"dequantized from {info.dtype_name}"
             items.append(Item(name, dtypes.from_name("F32"), info.shape, "dense", note))
@@ -100,12 +106,17 @@ def _source(src: str, reader: Any) -> ConvertSource:
     if not sharded and reader.format == "safetensors" and not is_url(src):
         single = src if os.path.isfile(src) else None
     # zt2: CBOR values; GGUF: typed values (made plain by _values)
-    metadata = getattr(reader, "attributes", None) or reader.typed_metadata
+    metadata = _values(getattr(reader, "attributes", None) or reader.typed_metadata)
+    attributes = getattr(reader, "object_attributes", None)
+    owned = tuple(  # (those of ggml blocks describe the blocks, which are dequantized)
+        i.name for i in items if attributes is not None and not i.note and attributes(i.name)
+    )
     return ConvertSource(
         "sharded-safetensors" if sharded else reader.format,
         items,
-        _values(metadata),
+        metadata,
         get,
         reader.close,
         single,
+        Kept(reader.format, metadata, digests, owned),
     )

@@ -40,7 +40,7 @@ from tensorfile.core import dtypes
 from tensorfile.core.catalog import ByteRange, Catalog, Component, TensorInfo
 from tensorfile.core.errors import ZTensorError
 from tensorfile.core.reader import brief
-from tensorfile.formats.gguf import block_type
+from tensorfile.formats.gguf import GGML_TYPES, block_type
 from tensorfile.formats.ztensor.v2._format import (
     ALIGN_FLOOR,
     FOOTER_SIZE,
@@ -344,7 +344,7 @@ def _object(name: Any, raw: Any, ctx: _Ctx) -> tuple[TensorInfo, str, Any]:
     if layout in LAYOUTS:
         _check_layout(name, layout, shape, parts, where)
     main = parts.get("data") or parts.get("values") or parts[min(parts)]
-    blocks = _ggml_blocks(layout, shape, parts)
+    blocks = _ggml_blocks(layout, shape, parts, attributes)
     info = TensorInfo(
         name,
         main.dtype,
@@ -356,16 +356,24 @@ def _object(name: Any, raw: Any, ctx: _Ctx) -> tuple[TensorInfo, str, Any]:
     return info, layout, attributes
 
 
-def _ggml_blocks(layout: str, shape: tuple[int, ...], parts: dict[str, Component]) -> str | None:
+def _ggml_blocks(
+    layout: str, shape: tuple[int, ...], parts: dict[str, Component], attributes: Any
+) -> str | None:
     """The ggml block type of an object ztensor's GGUF conversion wrote (``gguf.q8_0/1``:
-    one ``u8`` part, the blocks as the GGUF stored them), read as GGUF's quantized tensors
+    one ``u8`` part, the blocks as the GGUF stored them; attributes ``block_bytes`` and
+    ``elems_per_block``, when given, those of the type), read as GGUF's quantized tensors
     are; None for any other object (an extension layout, exposed structurally)."""
     if not layout.startswith("gguf.") or set(parts) != {"data"}:
         return None
     data = parts["data"]
     if data.logical is not None or storage_of(data) != "u8":
         return None
-    return block_type(layout, shape, decoded_length(data))
+    found = block_type(layout, shape, decoded_length(data))
+    if found is None or not isinstance(attributes, dict):
+        return found
+    _, block, size = next(t for t in GGML_TYPES.values() if t[0] == found)
+    said = (attributes.get("elems_per_block", block), attributes.get("block_bytes", size))
+    return found if said == (block, size) else None
 
 
 def _shards(raw: Any, name: str) -> dict[str, ShardEntry]:
