@@ -404,8 +404,8 @@ class ZTensor2Reader(Reader):
         bytes, or, with ``dequantize``, float32 values (see :mod:`tensorfile.formats.ggml`)."""
         info = self.info(name)
         if dequantize and info.layout == "quantized":
-            raw = self.read_component(name, "data", np.uint8)
-            return ggml.dequantize(raw, info.stored_dtype, info.shape, name)
+            blocks = self.read_component(name, "data", np.uint8)
+            return ggml.dequantize(blocks, info.stored_dtype, info.shape, name)
         layout = self._objects[name]["layout"]
         if layout == "dense":
             return self.read_into([name], numpy_allocator)[0]
