@@ -34,6 +34,7 @@ from tensorfile.core.reader import Reader, brief, names_list
 from tensorfile.core.source import Source
 from tensorfile.core.values import TypedValue, plain
 from tensorfile.formats import GGUF, ggml
+from tensorfile.formats.ggml import dequantize
 
 __all__ = [
     "GGML_TYPES",
@@ -48,6 +49,7 @@ __all__ = [
     "GGUFValue",
     "block_type",
     "catalog_of",
+    "dequantize",
     "open_reader",
     "read_catalog",
     "read_header",
