@@ -14,7 +14,7 @@ import pytest
 
 import tensorfile
 from tensorfile.errors import UnsupportedError
-from tensorfile.ops import content_hash, convert, diff, inspect
+from tensorfile.ops import content_hash, convert, diff, inspect, verify
 from tensorfile.safetensors.numpy import load_file
 from tests.ztensor import zt2
 
@@ -58,6 +58,21 @@ def test_read_as_the_gguf_is(files: tuple[Path, Path, np.ndarray]) -> None:
     assert [(t.name, t.nbytes) for t in found.tensors] == [("plain", 128), ("q", 4352)]
     assert diff(str(src), str(zt)).changed == []
     assert content_hash(str(zt)) == content_hash(str(src))
+
+
+def test_verify_compares_the_digests_of_the_blocks(
+    files: tuple[Path, Path, np.ndarray], tmp_path: Path
+) -> None:
+    _, zt, _ = files
+    assert verify(zt, deep=True).digests_checked == 2
+    with tensorfile.open(zt) as r:
+        at = r.info("q").byte_range.start
+    bad = tmp_path / "bad.zt"
+    raw = bytearray(zt.read_bytes())
+    raw[at + 5] ^= 0xFF
+    bad.write_bytes(raw)
+    report = verify(bad, deep=True)
+    assert not report.ok and [f.subject for f in report.failures] == ["q"]
 
 
 def test_converts_to_safetensors_as_the_gguf_does(
