@@ -117,3 +117,19 @@ def test_blocks_that_do_not_fit_their_type_stay_an_extension_layout(tmp_path: Pa
         for name in ("short", "said", "plain"):
             assert r.info(name).layout.startswith("gguf."), name
             assert r.info(name).quantization is None
+
+
+def test_compressed_blocks_keep_the_gguf_content_id(tmp_path: Path) -> None:
+    block = np.frombuffer(np.float16(0.5).tobytes() + bytes(range(32)), np.uint8)
+    w = gguf.GGUFWriter(str(tmp_path / "b.gguf"), arch="llama")
+    w.add_tensor("q", block.reshape(1, 34), raw_dtype=Q8_0)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    part = {"dtype": "u8", "bytes": block.tobytes(), "encoding": "zt.zstd-seekable/1"}
+    zt2.write(tmp_path / "z.zt", {"q": {"shape": [1, 32], "layout": "gguf.q8_0/1",
+                                        "parts": {"data": part}}}, canonical=False)  # fmt: skip
+    with tensorfile.open(tmp_path / "z.zt") as r:
+        assert r.info("q").encoding != "raw" and r.info("q").quantization == "Q8_0"
+    assert content_hash(str(tmp_path / "z.zt")) == content_hash(str(tmp_path / "b.gguf"))

@@ -77,8 +77,9 @@ class TensorInfo(NamedTuple):
         dtype: element type.
         shape: logical shape.
         components: the stored pieces, by role (``"data"`` for dense tensors).
-        layout: ``"dense"``, ``"sparse_csr"``, ``"sparse_coo"``, ``"quantized"`` (GGUF's
-            block types, stored as bytes) or a format extension.
+        layout: ``"dense"``, ``"sparse_csr"``, ``"sparse_coo"``, ``"quantized"`` (ggml's
+            block types, stored as bytes: GGUF's, and zTensor v2's ``gguf.<type>/1``
+            objects; :attr:`quantization` names the type) or a format extension.
         dtype_name: the element type as the file names it, when that is not ``dtype.name``
             (zTensor's ``float32``, GGUF's ``q4_k``).
         file: the file holding the tensor, in a catalog of several files (a sharded
