@@ -1,24 +1,33 @@
 """Every claim the docs make about the reference ``safetensors`` (0.8.0, the pinned one), shown
 against the real library.
 
-Each row of the tables of docs/differences.md, each framework bullet there, and each row of
-the "What you gain" table of docs/guides/migrating.md has a test here, named after the row
-(:data:`ROWS` maps each row to its test, and :func:`test_every_row_has_its_test` fails when
-a row is added, renamed or dropped without its test). Each test runs the real ``safetensors``
-and tensorfile side by side and shows the stated difference.
+Each row of the tables of docs/differences.md, each framework bullet there, each row of the
+"What you gain" table of docs/guides/migrating.md and of the table of
+docs/guides/errors.md has a test here, named after the row (:data:`ROWS` maps each row to
+its test, and :func:`test_every_row_has_its_test` fails when a row is added, renamed or
+dropped without one). Each test runs the real ``safetensors`` and tensorfile side by side and
+shows the stated difference. Claims in prose are shown too: the whitespace the reference's
+JSON parser skips (guides/formats.md) by ``test_whitespace_before_header``, its 8-byte
+alignment (guides/convert-verify.md) by ``test_align``, its digests-as-text reading
+(guides/convert-verify.md) by ``test_digests``, its header limit (guides/errors.md) by
+``test_header_limit``, its owned numpy arrays (guides/loading-fast.md) by
+``test_numpy_load_file_gives_owned_writable_arrays``, and the byte-swapped big-endian
+arrays under differences.md's writing table by ``test_numpy_arrays_not_c_ordered``.
 
-Rows a test here cannot show (:data:`NOT_SHOWN`):
+Rows no test here shows (``"NOT_SHOWN"`` in :data:`ROWS`), and why:
 
 - migrating.md, "`load_file`": that the reference fills buffers in one thread is a fact of
   its Rust code; counting threads while it runs would be a race, not a test.
-- migrating.md, "loading to a GPU": needs a CUDA device (the benchmarks show it, on an H100).
-- differences.md's zTensor table compares with the ``ztensor`` package, not ``safetensors``:
-  the scalar row is shown by tests/ztensor/test_zt_interop.py
-  (``test_reference_dense_reads_in_tensorfile``), the digest row by the same module's
-  checksum tests.
-- differences.md's prose on huggingface_hub, weight-inspect and the Spark connector is not a
-  table row: tests/safetensors/test_sharded_save.py, tests/ops/test_ops_hash.py and
-  tests/dataset show those.
+- migrating.md, "loading to a GPU": needs a CUDA device (the benchmarks show it, on an H100),
+  as does loading-fast.md's "the reference ... copies tensor by tensor from pageable memory".
+
+Rows that compare with other packages are shown where those packages are tested:
+differences.md's zTensor table (the ``ztensor`` package) by tests/ztensor/test_zt_interop.py
+(``test_reference_dense_reads_in_tensorfile`` for the scalar, the checksum tests for the
+digests); its prose on huggingface_hub by tests/safetensors/test_sharded_save.py (that
+huggingface_hub removes the old files before it writes the new ones is read from its source,
+``save_torch_state_dict``; no test here kills it mid-save); weight-inspect's hash by
+tests/ops/test_ops_hash.py; the Spark connector's layout by tests/dataset.
 """
 
 from __future__ import annotations
@@ -445,6 +454,9 @@ def test_digests(small: Path, tmp_path: Path) -> None:
         ref_np.save_file(x, tmp_path / "r.safetensors", checksum="xxh3")  # type: ignore[call-arg]
     path = tmp_path / "t.safetensors"
     tf_np.save_file(x, path, checksum="xxh3")
+    with safetensors.safe_open(str(path), framework="np") as f:  # digests are text to it
+        assert isinstance(f.metadata()["tensorfile.digests"], str)
+        assert np.array_equal(f.get_tensor("a"), x["a"])
     raw = bytearray(path.read_bytes())
     raw[-1] ^= 1
     path.write_bytes(bytes(raw))
