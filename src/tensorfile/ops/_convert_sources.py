@@ -24,7 +24,10 @@ from ..core.reader import Reader
 from ..core.values import plain
 from ..sources import is_url
 
-__all__ = ["ConvertSource", "Item", "open_source"]
+__all__ = ["DEQUANTIZED", "ConvertSource", "Item", "open_source"]
+
+DEQUANTIZED = dtypes.from_name("F32")
+"""The dtype a quantized tensor is converted to (``tensorfile inspect`` quotes the size)."""
 
 
 @dataclass(frozen=True)
@@ -89,7 +92,7 @@ def _source(src: str, reader: Any) -> ConvertSource:
         info = reader.info(name)
         if info.layout == "quantized":
             note = f"dequantized from {info.dtype_name}"
-            items.append(Item(name, dtypes.from_name("F32"), info.shape, "dense", note))
+            items.append(Item(name, DEQUANTIZED, info.shape, "dense", note))
         else:
             items.append(Item(name, info.dtype, info.shape, info.layout))
 
