@@ -500,3 +500,20 @@ def test_inspect_sharded_human(tmp_path: Path, capsys: Any) -> None:
     assert {row[0]: row[5] for row in rows} == {
         n: f"model-0000{i}-of-00002.safetensors" for i, g in enumerate(groups, 1) for n in g
     }
+
+
+def test_a_sharded_checkpoint_has_one_format_name_in_every_command(
+    tmp_path: Path, capsys: Any
+) -> None:
+    """inspect, summary, verify and convert call a sharded checkpoint by the same format name
+    (safetensors; verify adds how many shards, as inspect lists them)."""
+    index, _ = _two_shards(tmp_path)
+    folder = index.parent
+    assert run_json(capsys, "inspect", folder)["format"] == "safetensors"
+    assert run(capsys, "summary", folder).out.split(",")[0] == "safetensors"
+    doc = run_json(capsys, "verify", folder)
+    assert (doc["format"], doc["shards"]) == ("safetensors", 2)
+    verified = run(capsys, "verify", folder).out
+    assert verified.startswith(f"{folder}: OK (safetensors, 2 shards, 7 tensors: "), verified
+    converted = run_json(capsys, "convert", folder, tmp_path / "one.safetensors")
+    assert converted["source_format"] == "safetensors"

@@ -107,7 +107,7 @@ def _source(src: str, reader: Any) -> ConvertSource:
     # zt2: CBOR values; GGUF: typed values (made plain by _values)
     metadata = getattr(reader, "attributes", None) or reader.typed_metadata
     return ConvertSource(
-        "sharded-safetensors" if sharded else reader.format,
+        reader.format,  # a sharded checkpoint is safetensors, as inspect and verify say
         items,
         _values(metadata),
         get,
