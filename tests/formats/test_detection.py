@@ -278,7 +278,8 @@ def test_random_bytes_show_their_first_bytes(tmp_path: Path) -> None:
     path.write_bytes(bytes(range(256)) * 4)
     message = str(_raises(lambda: tensorfile.open(path)))
     assert message == (
-        f"{path} is not a tensor file tensorfile knows (safetensors, zTensor, GGUF, npz, npy, PyTorch pickle): its first "
+        f"{path} is not a tensor file tensorfile knows (safetensors, zTensor, GGUF, npz, npy, "
+        "PyTorch pickle): its first "
         "16 of 1,024 bytes are b'\\x00\\x01\\x02\\x03\\x04\\x05\\x06\\x07\\x08\\t\\n\\x0b\\x0c\\r"
         "\\x0e\\x0f'..."
     )

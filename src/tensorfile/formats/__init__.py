@@ -12,7 +12,7 @@ which takes the tensors one at a time from ``get(name)`` (memory: about the larg
 name (``safetensors``, ``ztensor``, ``npz``, ``npy``, or an alias: ``zt`` is zTensor v1.0,
 ``zt2`` zTensor v2) into a format and its options.
 
-Besides the tensor file formats (safetensors, zTensor, GGUF, npz, npy, PyTorch pickle) the registry holds import and
+Besides the tensor file formats (safetensors, zTensor, GGUF) the registry holds import and
 export entries: ``npz`` and ``npy`` (numpy, read and written) and ``pytorch`` (PyTorch
 pickles, read only and only through ``torch.load(weights_only=True)``). Detection knows them
 by their content: an ``.npy`` by its magic and header, a zip archive by its members (``.npy``

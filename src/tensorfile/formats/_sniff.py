@@ -36,8 +36,8 @@ __all__ = [
     "looks_like",
     "looks_like_json",
     "not_a_tensor_file",
-    "resemblance",
     "printable",
+    "resemblance",
     "shown",
 ]
 

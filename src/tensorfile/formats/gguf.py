@@ -20,7 +20,9 @@ Example:
 from __future__ import annotations
 
 import math
+import re
 import struct
+from array import array
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -30,11 +32,12 @@ from tensorfile.core.catalog import ByteRange, Catalog, Component, TensorInfo
 from tensorfile.core.errors import GGUFError, SourceError
 from tensorfile.core.reader import Reader, brief
 from tensorfile.core.source import Source
-from tensorfile.core.values import TypedValue, plain
+from tensorfile.core.values import STRING_SEP, LazyStrings, TypedValue, plain
 from tensorfile.formats import GGUF
 
 __all__ = [
     "GGML_TYPES",
+    "LAZY_STRINGS",
     "MAX_ARRAY_DEPTH",
     "MAX_ARRAY_ITEMS",
     "MAX_HEADER_BYTES",
@@ -238,8 +241,8 @@ class _Cursor:
     def unpack(self, fmt: str, what: str) -> Any:
         return struct.unpack(fmt, self.take(struct.calcsize(fmt), what))[0]
 
-    def string(self, what: str, limit: int = MAX_STRING_BYTES) -> str:
-        """A GGUF string (u64 length, UTF-8 bytes) of at most ``limit`` bytes."""
+    def raw_string(self, what: str, limit: int = MAX_STRING_BYTES) -> bytes:
+        """A GGUF string's bytes (u64 length, then them; at most ``limit``), not decoded."""
         n = self.unpack("<Q", what)
         if n > limit:
             raise GGUFError(
@@ -247,14 +250,67 @@ class _Cursor:
                 f"{self.pos - 8:,}; tensorfile reads strings of at most {limit:,} bytes",
                 offset=self.pos - 8,
             )
-        raw = self.take(n, what)
+        return self.take(n, what)
+
+    def string(self, what: str, limit: int = MAX_STRING_BYTES) -> str:
+        """A GGUF string (u64 length, UTF-8 bytes) of at most ``limit`` bytes."""
+        raw = self.raw_string(what, limit)
         try:
             return raw.decode("utf-8")
         except UnicodeDecodeError as exc:
-            raise GGUFError(
-                f"{self.source.name}: {what} is not UTF-8 (offset {self.pos - n + exc.start:,})",
-                offset=self.pos - n + exc.start,
-            ) from None
+            raise self.not_utf8(what, self.pos - len(raw) + exc.start) from None
+
+    def not_utf8(self, what: str, offset: int) -> GGUFError:
+        """The error for a string that is not UTF-8, its first bad byte at ``offset``."""
+        return GGUFError(
+            f"{self.source.name}: {what} is not UTF-8 (offset {offset:,})", offset=offset
+        )
+
+    def lazy_strings(self, count: int, what: str) -> LazyStrings:
+        """``count`` strings in a row, checked (lengths, limits, strict UTF-8) as
+        :meth:`strings` checks them, but kept as one text (:class:`LazyStrings`): a
+        vocabulary's hundreds of thousands of tokens become a list only when asked for."""
+        begin = self.pos
+        pieces: list[bytes] = []  # the array's bytes, length prefixes and all
+        starts = array("Q")  # where each string's bytes start, from ``begin``
+        unpack_from = _U64.unpack_from
+        done = 0
+        while done < count:
+            buf, start = self._buf, self.pos - self._buf_start
+            first, end, base = start, len(buf), self._buf_start - begin
+            while done < count and start + 8 <= end:
+                stop = start + 8 + unpack_from(buf, start)[0]
+                if stop > end:
+                    break
+                starts.append(base + start + 8)
+                start = stop
+                done += 1
+            pieces.append(buf[first:start])
+            self.pos = self._buf_start + start
+            if done < count:  # the next string crosses the chunk: read it on its own
+                at = self.pos - begin
+                raw = self.raw_string(f"{what}[{done}]")
+                pieces.append(_U64.pack(len(raw)) + raw)
+                starts.append(at + 8)
+                done += 1
+        marked = bytearray(b"".join(pieces))
+        for at in starts:  # each length becomes a marker no UTF-8 text decodes to
+            marked[at - 8 : at] = _MARKER
+        text = marked.decode("utf-8", "surrogateescape").replace(_ESCAPED_MARKER, STRING_SEP)
+        if text.count(STRING_SEP) != count or _ESCAPED.search(text) is not None:
+            raise self._first_bad(marked, starts, begin, what)  # bytes that are not UTF-8
+        return LazyStrings(text[1:], count)
+
+    def _first_bad(self, marked: bytearray, starts: Any, begin: int, what: str) -> GGUFError:
+        """The error for the first string of a :meth:`lazy_strings` array that is not UTF-8
+        (``marked``: the array's bytes, ``starts`` where each string begins)."""
+        ends = [*(at - 8 for at in starts[1:]), len(marked)]
+        for i, (at, stop) in enumerate(zip(starts, ends, strict=True)):
+            try:
+                bytes(marked[at:stop]).decode("utf-8")
+            except UnicodeDecodeError as exc:
+                return self.not_utf8(f"{what}[{i}]", begin + at + exc.start)
+        raise AssertionError("a string array that decodes failed to")  # pragma: no cover
 
     def strings(self, count: int, what: str) -> list[str]:
         """``count`` strings in a row (a vocabulary: hundreds of thousands of them), parsed
@@ -284,6 +340,13 @@ class _Cursor:
 
 
 _U64 = struct.Struct("<Q")
+_MARKER = b"\xff" * 8  # never in UTF-8 text: replaces each length of a lazy string array
+_ESCAPED_MARKER = _MARKER.decode("utf-8", "surrogateescape")
+_ESCAPED = re.compile("[\udc80-\udcff]")  # a byte that is not UTF-8, as surrogateescape says
+
+LAZY_STRINGS = 4096
+"""String arrays of this many items or more are kept as one text (:class:`LazyStrings`):
+a vocabulary is a list only when asked for (``tensorfile summary`` never asks)."""
 
 
 MAX_ARRAY_DEPTH = 16
@@ -347,6 +410,8 @@ def _value(cur: _Cursor, type_id: int, key: str, budget: list[int], depth: int =
             items = [bool(v) for v in items]
         elif elem_name == "float32":
             bits = list(struct.unpack(f"<{count}I", raw))
+    elif count >= LAZY_STRINGS:
+        return cur.lazy_strings(count, f"metadata {key!r}")
     else:
         items = cur.strings(count, f"metadata {key!r}")
     return GGUFValue("array", items, elem_name, bits)
