@@ -22,7 +22,6 @@ from __future__ import annotations
 import math
 import re
 import struct
-from array import array
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -269,47 +268,47 @@ class _Cursor:
     def lazy_strings(self, count: int, what: str) -> LazyStrings:
         """``count`` strings in a row, checked (lengths, limits, strict UTF-8) as
         :meth:`strings` checks them, but kept as one text (:class:`LazyStrings`): a
-        vocabulary's hundreds of thousands of tokens become a list only when asked for."""
+        vocabulary's hundreds of thousands of tokens become a list only when asked for.
+        Each length is overwritten, in a copy of the chunk in hand, with bytes no UTF-8 text
+        holds, and the whole array is decoded at once."""
         begin = self.pos
-        pieces: list[bytes] = []  # the array's bytes, length prefixes and all
-        starts = array("Q")  # where each string's bytes start, from ``begin``
+        pieces: list[bytes | bytearray] = []  # the array's bytes, each length marked
         unpack_from = _U64.unpack_from
         done = 0
         while done < count:
             buf, start = self._buf, self.pos - self._buf_start
-            first, end, base = start, len(buf), self._buf_start - begin
+            first, end = start, len(buf)
+            marked = bytearray(buf)
             while done < count and start + 8 <= end:
                 stop = start + 8 + unpack_from(buf, start)[0]
                 if stop > end:
                     break
-                starts.append(base + start + 8)
+                marked[start : start + 8] = _MARKER
                 start = stop
                 done += 1
-            pieces.append(buf[first:start])
+            pieces.append(marked[first:start])
             self.pos = self._buf_start + start
             if done < count:  # the next string crosses the chunk: read it on its own
-                at = self.pos - begin
-                raw = self.raw_string(f"{what}[{done}]")
-                pieces.append(_U64.pack(len(raw)) + raw)
-                starts.append(at + 8)
+                pieces.append(_MARKER + self.raw_string(f"{what}[{done}]"))
                 done += 1
-        marked = bytearray(b"".join(pieces))
-        for at in starts:  # each length becomes a marker no UTF-8 text decodes to
-            marked[at - 8 : at] = _MARKER
-        text = marked.decode("utf-8", "surrogateescape").replace(_ESCAPED_MARKER, STRING_SEP)
+        decoded = b"".join(pieces).decode("utf-8", "surrogateescape")
+        text = decoded.replace(_ESCAPED_MARKER, STRING_SEP)
         if text.count(STRING_SEP) != count or _ESCAPED.search(text) is not None:
-            raise self._first_bad(marked, starts, begin, what)  # bytes that are not UTF-8
+            raise self._first_bad(begin, count, what)  # bytes that are not UTF-8
         return LazyStrings(text[1:], count)
 
-    def _first_bad(self, marked: bytearray, starts: Any, begin: int, what: str) -> GGUFError:
-        """The error for the first string of a :meth:`lazy_strings` array that is not UTF-8
-        (``marked``: the array's bytes, ``starts`` where each string begins)."""
-        ends = [*(at - 8 for at in starts[1:]), len(marked)]
-        for i, (at, stop) in enumerate(zip(starts, ends, strict=True)):
+    def _first_bad(self, begin: int, count: int, what: str) -> GGUFError:
+        """The error for the first string that is not UTF-8 of the ``count`` strings at
+        ``begin`` (:meth:`lazy_strings` found one), read again: as :meth:`strings` says it."""
+        data = self._read(begin, self.pos - begin)
+        at = 0
+        for i in range(count):
+            n = _U64.unpack_from(data, at)[0]
             try:
-                bytes(marked[at:stop]).decode("utf-8")
+                data[at + 8 : at + 8 + n].decode("utf-8")
             except UnicodeDecodeError as exc:
-                return self.not_utf8(f"{what}[{i}]", begin + at + exc.start)
+                return self.not_utf8(f"{what}[{i}]", begin + at + 8 + exc.start)
+            at += 8 + n
         raise AssertionError("a string array that decodes failed to")  # pragma: no cover
 
     def strings(self, count: int, what: str) -> list[str]:
