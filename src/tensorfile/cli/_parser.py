@@ -13,9 +13,9 @@ import argparse
 from collections.abc import Callable
 from typing import NoReturn
 
-from .. import formats
 from .._version import __version__
 from ..core.digests import ALGORITHMS
+from ..ops.inspect import readable
 from ._convert import TARGETS, run_convert
 from ._diff import run_diff
 from ._ident import run_id, run_summary
@@ -31,7 +31,7 @@ __all__ = ["Command", "UsageError", "build_parser"]
 Command = Callable[[argparse.Namespace, Output], int]
 
 PATH_HELP = (
-    f"a file of a format tensorfile reads ({formats.known()}), a sharded checkpoint "
+    f"a file of a format tensorfile reads ({readable()}), a sharded checkpoint "
     "(*.safetensors.index.json or a folder holding one), a quoted glob (one checkpoint), or "
     "a URL; several paths (as a shell expands a glob): each file in turn"
 )

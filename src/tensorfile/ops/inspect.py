@@ -29,6 +29,7 @@ from typing import Any
 
 from tensorfile.core.values import TypedValue
 
+from .. import formats
 from ..core.catalog import Catalog, ShardInfo, TensorInfo
 from ._catalogs import file_dtype, load
 from ._convert_sources import DEQUANTIZED
@@ -43,10 +44,22 @@ __all__ = [
     "inspect",
     "json_metadata",
     "module_tree",
+    "readable",
 ]
 
 SCHEMA = 1
 _DENSE = ("dense", "quantized")  # GGUF's quantized blocks are dense tensors of blocks
+
+
+def readable() -> str:
+    """The formats :func:`inspect` (and every operation) reads, as messages list them: the
+    registry's (:func:`tensorfile.formats.known`).
+
+    Example:
+        >>> readable()
+        'safetensors, zTensor, GGUF, npz, npy, PyTorch pickle'
+    """
+    return formats.known()
 
 
 @dataclass(frozen=True)
