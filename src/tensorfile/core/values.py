@@ -74,6 +74,9 @@ class LazyStrings(TypedValue):
         (False, 2, ['a', 'b'], True)
         >>> v == TypedValue("array", ["a", "b"], "string")
         True
+        >>> w = LazyStrings("a" + STRING_SEP + "c", 2)
+        >>> v == w, w.materialized
+        (False, False)
         >>> import pickle
         >>> pickle.loads(pickle.dumps(v)).value
         ['a', 'b']
@@ -111,6 +114,8 @@ class LazyStrings(TypedValue):
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, TypedValue):
             return NotImplemented
+        if isinstance(other, LazyStrings):  # two vocabularies (diff): their texts, no lists
+            return self.count == other.count and self.joined == other.joined
         return TypedValue(self.type, self.value, self.element_type) == TypedValue(
             other.type, other.value, other.element_type, other.bits, other.items
         )
