@@ -15,6 +15,9 @@ takes ~20 s to parse such a file, so it is left out):
 * ``gguf_load``: :func:`tensorfile.ops.load` (the header into a Structure).
 * ``gguf_structural_hash``: :func:`tensorfile.ops.structural_hash` of the path (load + hash:
   what ``tensorfile id`` and ``summary`` do).
+* ``gguf_summary``: ``tensorfile summary`` of the path, the command in-process (its output
+  discarded); ``--tokens 262144`` is llama.cpp's gemma vocabulary. The vocabulary is never
+  made a list of tokens (:class:`tensorfile.core.values.LazyStrings`).
 * ``gguf_inspect``: :func:`tensorfile.ops.inspect` of the path.
 * ``gguf_content_hash``: :func:`tensorfile.ops.content_hash` (``tensorfile id --content``).
 * ``gguf_diff``: :func:`tensorfile.ops.diff` of the file against a copy with one token
@@ -24,8 +27,10 @@ takes ~20 s to parse such a file, so it is left out):
 from __future__ import annotations
 
 import argparse
+import contextlib
 import cProfile
 import gc
+import os
 import pstats
 import statistics
 import sys
@@ -39,6 +44,7 @@ import gguf
 import numpy as np
 
 from tensorfile import ops
+from tensorfile.cli.app import main as main_cli
 
 
 def vocabulary(n: int, *, variant: int = 0) -> list[str]:
@@ -89,11 +95,19 @@ def _times(fn: Callable[[], Any], repeat: int) -> list[float]:
     return times
 
 
+def _summary(path: Path) -> None:
+    """``tensorfile summary PATH``, in-process, its line discarded."""
+    with open(os.devnull, "w") as sink, contextlib.redirect_stdout(sink):
+        if main_cli(["summary", str(path)]) != 0:
+            raise RuntimeError(f"tensorfile summary {path} failed")
+
+
 def rows(a: Path, b: Path) -> dict[str, Callable[[], Any]]:
     """Each benchmark's call."""
     return {
         "gguf_load": lambda: ops.load(str(a)),
         "gguf_structural_hash": lambda: ops.structural_hash(str(a)),
+        "gguf_summary": lambda: _summary(a),
         "gguf_inspect": lambda: ops.inspect(str(a)),
         "gguf_content_hash": lambda: ops.content_hash(str(a)),
         "gguf_diff": lambda: ops.diff(str(a), str(b)),

@@ -23,7 +23,7 @@ COMMANDS = [
     ("meta",),
     ("meta", "--set", "a=b"),
 ]
-KNOWN = "not a tensor file tensorfile knows (safetensors, zTensor, GGUF)"
+KNOWN = "not a tensor file tensorfile knows (safetensors, zTensor, GGUF, npz, npy, PyTorch pickle)"
 INDEX = {"weight_map": {"a": "m-00001-of-00002.safetensors", "b": "m-00002-of-00002.safetensors"}}
 
 CASES: dict[str, tuple[bytes, str]] = {

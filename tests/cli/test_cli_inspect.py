@@ -154,6 +154,44 @@ def test_inspect_gguf_human(tmp_path: Path, capsys: Any) -> None:
     assert table_rows(r.out, 5) == want
 
 
+def test_inspect_gguf_quantized_says_stored_and_dequantized(tmp_path: Path, capsys: Any) -> None:
+    """A quantized GGUF's tensor data counted two ways, each labelled: the blocks stored, and
+    float32 once dequantized, which is the figure convert reports."""
+    f32 = np.random.default_rng(0).standard_normal((8, 64)).astype(np.float32)
+    q = gguf.quants.quantize(f32, gguf.GGMLQuantizationType.Q8_0)
+    path = tmp_path / "q.gguf"
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_tensor("q", q, raw_shape=q.shape, raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+    w.add_tensor("f", np.ones(4, np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    stored = q.nbytes + 16  # 8 rows of 2 Q8_0 blocks of 34 bytes, and 4 float32
+    dequantized = f32.nbytes + 16
+    line = run(capsys, "inspect", path).out.splitlines()[1]
+    assert line.endswith(
+        f"· 2 tensors · 516 parameters · {stored:,} B of tensor data as stored "
+        f"({dequantized / 1000:.1f} kB dequantized, as converted)"
+    ), line
+    converted = run_json(capsys, "convert", path, tmp_path / "q.safetensors")
+    assert converted["bytes_in"] == dequantized
+
+
+def test_inspect_omits_the_header_of_formats_without_one(tmp_path: Path, capsys: Any) -> None:
+    """An npz archive and a PyTorch pickle have no header to count: no "header 0 bytes"."""
+    import torch
+
+    np.savez(tmp_path / "a.npz", w=np.ones((3, 4), np.float32))
+    torch.save({"w": torch.ones(3, 4)}, tmp_path / "a.pt")
+    np.save(tmp_path / "a.npy", np.ones((3, 4), np.float32))
+    for name in ("a.npz", "a.pt"):
+        line = run(capsys, "inspect", tmp_path / name).out.splitlines()[1]
+        assert line == "1 tensor · 12 parameters · 48 B of tensor data", (name, line)
+    line = run(capsys, "inspect", tmp_path / "a.npy").out.splitlines()[1]
+    assert line == "header 128 bytes · 1 tensor · 12 parameters · 48 B of tensor data", line
+
+
 # -- --tree and --verbose ----------------------------------------------------------------------
 
 TREE = """\
@@ -462,3 +500,20 @@ def test_inspect_sharded_human(tmp_path: Path, capsys: Any) -> None:
     assert {row[0]: row[5] for row in rows} == {
         n: f"model-0000{i}-of-00002.safetensors" for i, g in enumerate(groups, 1) for n in g
     }
+
+
+def test_a_sharded_checkpoint_has_one_format_name_in_every_command(
+    tmp_path: Path, capsys: Any
+) -> None:
+    """inspect, summary, verify and convert call a sharded checkpoint by the same format name
+    (safetensors; verify adds how many shards, as inspect lists them)."""
+    index, _ = _two_shards(tmp_path)
+    folder = index.parent
+    assert run_json(capsys, "inspect", folder)["format"] == "safetensors"
+    assert run(capsys, "summary", folder).out.split(",")[0] == "safetensors"
+    doc = run_json(capsys, "verify", folder)
+    assert (doc["format"], doc["shards"]) == ("safetensors", 2)
+    verified = run(capsys, "verify", folder).out
+    assert verified.startswith(f"{folder}: OK (safetensors, 2 shards, 7 tensors: "), verified
+    converted = run_json(capsys, "convert", folder, tmp_path / "one.safetensors")
+    assert converted["source_format"] == "safetensors"

@@ -251,6 +251,27 @@ def test_help_has_an_example_exit_statuses_and_urls(capsys: Any, command: str) -
         assert "Several paths" in r.out
 
 
+@pytest.mark.parametrize("command", ["inspect", "meta", "summary", "id", "verify"])
+def test_help_lists_every_format_the_registry_reads(capsys: Any, command: str) -> None:
+    from tensorfile.formats import FORMATS
+
+    r = run(capsys, command, "--help")
+    text = " ".join(r.out.split())  # argparse wraps the path help over lines
+    for fmt in FORMATS.values():
+        assert fmt.title in text, (command, fmt.title)
+
+
+def test_top_level_help_says_which_commands_read_data(capsys: Any) -> None:
+    r = run(capsys, "--help")
+    text = " ".join(r.out.split())
+    headers_only, _, rest = text.partition(" read headers only")
+    assert rest, text
+    for command in ("convert", "verify"):  # they read every tensor: not headers only
+        assert command not in headers_only.rsplit(".", 1)[-1], headers_only
+        assert command in rest.split(" read tensor data")[0], rest
+    assert "reading headers only" not in text
+
+
 # -- progress on a terminal ----------------------------------------------------------------------
 
 _IN_A_TTY = """

@@ -267,7 +267,10 @@ def test_common_non_tensor_files_are_named(blob: bytes, words: str) -> None:
     err = _raises(lambda: tensorfile.open(blob))
     assert isinstance(err, UnknownFormatError)
     assert f"looks like {words}" in str(err)
-    assert "not a tensor file tensorfile knows (safetensors, zTensor, GGUF)" in str(err)
+    assert (
+        "not a tensor file tensorfile knows (safetensors, zTensor, GGUF, npz, npy, PyTorch pickle)"
+        in str(err)
+    )
 
 
 def test_random_bytes_show_their_first_bytes(tmp_path: Path) -> None:
@@ -275,7 +278,8 @@ def test_random_bytes_show_their_first_bytes(tmp_path: Path) -> None:
     path.write_bytes(bytes(range(256)) * 4)
     message = str(_raises(lambda: tensorfile.open(path)))
     assert message == (
-        f"{path} is not a tensor file tensorfile knows (safetensors, zTensor, GGUF): its first "
+        f"{path} is not a tensor file tensorfile knows (safetensors, zTensor, GGUF, npz, npy, "
+        "PyTorch pickle): its first "
         "16 of 1,024 bytes are b'\\x00\\x01\\x02\\x03\\x04\\x05\\x06\\x07\\x08\\t\\n\\x0b\\x0c\\r"
         "\\x0e\\x0f'..."
     )
@@ -289,7 +293,7 @@ def test_an_empty_file_says_so(tmp_path: Path) -> None:
         assert isinstance(err, UnknownFormatError), name
         assert str(err) == (
             f"{path} is empty (0 bytes), not a tensor file tensorfile knows "
-            "(safetensors, zTensor, GGUF)"
+            "(safetensors, zTensor, GGUF, npz, npy, PyTorch pickle)"
         ), name
 
 

@@ -68,7 +68,10 @@ def test_a_zip_of_something_else_is_still_a_zip_archive(tmp_path: Path) -> None:
     with pytest.raises(UnknownFormatError) as raised:
         tensorfile.open(b"PK\x03\x04" + bytes(60))
     message = str(raised.value)
-    assert "not a tensor file tensorfile knows (safetensors, zTensor, GGUF)" in message
+    assert (
+        "not a tensor file tensorfile knows (safetensors, zTensor, GGUF, npz, npy, PyTorch pickle)"
+        in message
+    )
 
 
 def test_an_empty_npz_is_an_archive_of_nothing(tmp_path: Path) -> None:

@@ -163,7 +163,8 @@ def _index(folder: Path) -> dict:  # type: ignore[type-arg]
 def test_a_clean_checkpoint_verifies(checkpoint: Path) -> None:
     report = verify(checkpoint, deep=True)
     assert report.ok, report.failures
-    assert report.format == "sharded-safetensors" and report.tensors_checked == 6
+    assert report.format == "safetensors" and report.tensors_checked == 6
+    assert report.shards == len(set(_index(checkpoint)["weight_map"].values()))
     assert verify(checkpoint / "model.safetensors.index.json").ok
     assert _cli("verify", str(checkpoint)).returncode == 0
 

@@ -9,6 +9,7 @@ import json
 import socket
 import struct
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -20,11 +21,13 @@ from tensorfile import ztensor
 from tensorfile.core.source import RangeRequest, SuffixRequest
 from tensorfile.errors import SafetensorError, SourceError, UnknownFormatError
 from tensorfile.safetensors import safe_open
+from tensorfile.safetensors.numpy import load_file as load_file_np
 from tensorfile.safetensors.numpy import save, save_file
-from tensorfile.sources import HTTPSource, _prefix, open_path
+from tensorfile.sources import HTTPSource, RangeIgnoredWarning, _prefix, open_path
 from tensorfile.sources.remote import SPECULATIVE_BYTES
 from tests.helpers.checkpoints import write_gguf
 from tests.helpers.hostile_http import HostileServer, Request, reply, serve_bytes, stream_zeros
+from tests.helpers.servers import start_plain_server
 
 LIMIT = _prefix.FULL_DOWNLOAD_LIMIT
 
@@ -87,6 +90,9 @@ def test_a_ztensor_file_whose_index_is_at_the_end(plain: Any) -> None:
         assert f.source.stats.requests == 1
 
 
+@pytest.mark.filterwarnings(
+    "ignore::tensorfile.sources.RangeIgnoredWarning"
+)  # reads 80 kB of 1.3 MB
 def test_threads_share_what_was_kept(plain: Any) -> None:
     from concurrent.futures import ThreadPoolExecutor
 
@@ -328,3 +334,50 @@ def test_the_command_line_opts_in_with_a_flag(big: Any, capsys: Any, monkeypatch
     allowed = run(capsys, "id", "--content", "--allow-full-download", url)
     assert allowed.code == 0, allowed.err
     assert "TENSORFILE_ALLOW_FULL_DOWNLOAD" not in __import__("os").environ  # restored
+
+
+# -- a download far bigger than the read: warned, once per server ----------------------------
+
+
+def _tensor_far_in(path: Path) -> np.ndarray:
+    """A safetensors file whose last tensor (1.5 kB) lies 3 MB in, after a big one (one
+    dtype: the writer orders them by name)."""
+    small = (np.arange(1536) % 251).astype(np.uint8)
+    save_file({"big": np.zeros(3_000_000, np.uint8), "small": small}, str(path))
+    return small
+
+
+def test_a_big_download_for_a_small_read_warns_once_per_server(tmp_path: Path) -> None:
+    """A server that ignores Range made a 1.5 kB tensor cost the file's first 3 MB: allowed
+    (under the 64 MiB limit), but said, once per origin in a process."""
+    server, stopper = start_plain_server(tmp_path)
+    try:
+        small = _tensor_far_in(tmp_path / "a.safetensors")
+        _tensor_far_in(tmp_path / "b.safetensors")
+        with pytest.warns(RangeIgnoredWarning) as caught:
+            with tensorfile.open(f"{server.url}/a.safetensors") as f:
+                np.testing.assert_array_equal(f.get_tensor("small"), small)
+        assert len(caught) == 1
+        message = str(caught[0].message)
+        assert message.startswith(f"{server.url}/a.safetensors: the server ignores Range"), message
+        assert "reading 1,536 bytes of it downloaded its first 3," in message, message
+        assert f"warned once for {server.url}" in message, message
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", RangeIgnoredWarning)  # the same origin: once only
+            with tensorfile.open(f"{server.url}/b.safetensors") as f:
+                np.testing.assert_array_equal(f.get_tensor("small"), small)
+    finally:
+        stopper.terminate()
+
+
+def test_reading_what_was_downloaded_does_not_warn(tmp_path: Path) -> None:
+    """A whole load of the file needs every byte a whole-file reply sends: no warning."""
+    server, stopper = start_plain_server(tmp_path)
+    try:
+        small = _tensor_far_in(tmp_path / "a.safetensors")
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", RangeIgnoredWarning)
+            loaded = load_file_np(f"{server.url}/a.safetensors")
+        np.testing.assert_array_equal(loaded["small"], small)
+    finally:
+        stopper.terminate()

@@ -5,7 +5,10 @@ tree and ``--json`` alike; metadata values are cut to :data:`~._values.VALUE_LIM
 characters unless ``--verbose``; a table with no rows is not drawn. The table's ``file
 offsets`` are absolute offsets in the file for every format (see
 :func:`~tensorfile.ops.inspect.file_offsets`), so ``safetensors`` and zTensor rows mean the
-same thing; ``--json`` has them as ``offset`` beside the header's own ``data_offsets``.
+same thing; ``--json`` has them as ``offset`` beside the header's own ``data_offsets``. A
+file without a header (an npz archive, a PyTorch pickle: ``header_size`` 0) has no
+``header`` count in the text. A file with quantized tensors (GGUF) has its tensor data
+counted as stored and, beside it, dequantized: the figure ``convert`` reports.
 """
 
 from __future__ import annotations
@@ -101,9 +104,13 @@ def run_inspect(args: argparse.Namespace, out: Output) -> int:
 def _header(r: InspectResult, out: Output, *, verbose: bool) -> None:
     version = f" {r.version}" if r.version else ""
     out.line(f"{r.format}{version}  {r.path}")
+    header = f"header {plural(r.header_size, 'byte')} · " if r.header_size else ""
+    data = f"{human_bytes(r.total_bytes)} of tensor data"
+    if r.dequantized_bytes != r.total_bytes:  # what convert's figure counts
+        data += f" as stored ({human_bytes(r.dequantized_bytes)} dequantized, as converted)"
     out.line(
-        f"header {plural(r.header_size, 'byte')} · {plural(r.tensor_count, 'tensor')} · "
-        f"{plural(r.parameter_count, 'parameter')} · {human_bytes(r.total_bytes)} of tensor data"
+        f"{header}{plural(r.tensor_count, 'tensor')} · "
+        f"{plural(r.parameter_count, 'parameter')} · {data}"
     )
     out.line(f"structural hash {r.structural_hash}")
     if r.shards:

@@ -15,6 +15,7 @@ from typing import NoReturn
 
 from .._version import __version__
 from ..core.digests import ALGORITHMS
+from ..ops.inspect import readable
 from ._convert import TARGETS, run_convert
 from ._diff import run_diff
 from ._ident import run_id, run_summary
@@ -30,9 +31,9 @@ __all__ = ["Command", "UsageError", "build_parser"]
 Command = Callable[[argparse.Namespace, Output], int]
 
 PATH_HELP = (
-    "a safetensors, zTensor or GGUF file, a sharded checkpoint (*.safetensors.index.json or "
-    "a folder holding one), a quoted glob (one checkpoint), or a URL; several paths (as a "
-    "shell expands a glob): each file in turn"
+    f"a file of a format tensorfile reads ({readable()}), a sharded checkpoint "
+    "(*.safetensors.index.json or a folder holding one), a quoted glob (one checkpoint), or "
+    "a URL; several paths (as a shell expands a glob): each file in turn"
 )
 
 PATHS = """\
@@ -65,6 +66,12 @@ Exit status:
   1  the files differ, with --fail-on-diff
   2  bad usage, or a file could not be read or is not a valid tensor file
   130  interrupted"""
+
+DESCRIPTION = """\
+Inspect, identify, diff, edit, convert and verify tensor files. inspect, id, summary, diff
+and meta read headers only; id --content, diff --data, convert and verify read tensor
+data too, one tensor at a time (and any command reads a PyTorch pickle whole: it has to
+be unpickled to be known)."""
 
 TOP_STATUS = """\
 Exit status:
@@ -214,7 +221,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
     parser = _Parser(
         prog="tensorfile",
-        description="Inspect, identify, diff and edit tensor files, reading headers only.",
+        description=DESCRIPTION,
         epilog=f"{PATHS}\n\n{TOP_STATUS}",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -29,6 +29,7 @@ def _json(r: VerifyReport) -> dict[str, Any]:
         "schema": "tensorfile.verify/1",
         "path": r.path,
         "format": r.format,
+        "shards": r.shards,
         "ok": r.ok,
         "deep": r.deep,
         "tensors_checked": r.tensors_checked,
@@ -85,12 +86,13 @@ def run_verify(args: argparse.Namespace, out: Output) -> int:
         return r
 
     def show(r: VerifyReport, label: str | None) -> None:
+        kind = f"{r.format}, {plural(r.shards, 'shard')}" if r.shards else r.format
         if r.ok:
             n = plural(r.tensors_checked, "tensor")
-            out.line(f"{r.path}: OK ({r.format}, {n}: {_what(r)})")
+            out.line(f"{r.path}: OK ({kind}, {n}: {_what(r)})")
             return
         out.line(
-            f"{r.path}: FAILED ({r.format}, {plural(len(r.failures), 'failure')}, "
+            f"{r.path}: FAILED ({kind}, {plural(len(r.failures), 'failure')}, "
             f"{plural(r.tensors_checked, 'tensor')} read)"
         )
         grouped = False

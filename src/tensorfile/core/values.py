@@ -29,7 +29,12 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["TypedValue", "plain", "short_float32"]
+__all__ = ["STRING_SEP", "LazyStrings", "TypedValue", "plain", "short_float32"]
+
+STRING_SEP = "\ud800"
+"""What joins the items of a string array in one text (:attr:`LazyStrings.joined`, the
+structural hash): a lone surrogate, which no text read from a file holds (every reader
+decodes strict UTF-8)."""
 
 _F32_MAX = float(np.finfo(np.float32).max)
 
@@ -54,6 +59,74 @@ class TypedValue:
     element_type: str | None = None
     bits: Any = None
     items: tuple[TypedValue, ...] | None = None
+
+
+class LazyStrings(TypedValue):
+    """A string array (a GGUF vocabulary: hundreds of thousands of tokens) kept as one text,
+    its items joined by :data:`STRING_SEP`: ``value``, the list of items, is made on first
+    use, so what needs only the array's canonical text (the structural hash, ``tensorfile
+    summary``) never makes a list of them. Otherwise a :class:`TypedValue` like any other
+    (``type`` ``array``, ``element_type`` ``string``), equal to one with the same items.
+
+    Example:
+        >>> v = LazyStrings("a" + STRING_SEP + "b", 2)
+        >>> v.materialized, len(v), v.value, v.materialized
+        (False, 2, ['a', 'b'], True)
+        >>> v == TypedValue("array", ["a", "b"], "string")
+        True
+        >>> w = LazyStrings("a" + STRING_SEP + "c", 2)
+        >>> v == w, w.materialized
+        (False, False)
+        >>> import pickle
+        >>> pickle.loads(pickle.dumps(v)).value
+        ['a', 'b']
+    """
+
+    __slots__ = ("_items", "count", "joined")
+
+    joined: str
+    count: int
+    _items: list[str] | None
+
+    def __init__(self, joined: str, count: int) -> None:
+        for name, value in (("type", "array"), ("element_type", "string"), ("bits", None),
+                            ("items", None), ("joined", joined), ("count", count),
+                            ("_items", None)):  # fmt: skip
+            object.__setattr__(self, name, value)
+
+    @property
+    def value(self) -> list[str]:
+        """The items, as a list (made once, on first use)."""
+        if self._items is None:
+            items = self.joined.split(STRING_SEP) if self.count else []
+            object.__setattr__(self, "_items", items)
+            return items
+        return self._items
+
+    @property
+    def materialized(self) -> bool:
+        """Whether :attr:`value` has been made."""
+        return self._items is not None
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, TypedValue):
+            return NotImplemented
+        if isinstance(other, LazyStrings):  # two vocabularies (diff): their texts, no lists
+            return self.count == other.count and self.joined == other.joined
+        return TypedValue(self.type, self.value, self.element_type) == TypedValue(
+            other.type, other.value, other.element_type, other.bits, other.items
+        )
+
+    __hash__ = None  # type: ignore[assignment]  # (a list inside, as any array's)
+
+    def __reduce__(self) -> tuple[type[LazyStrings], tuple[str, int]]:
+        return LazyStrings, (self.joined, self.count)  # pickled (Spark) and copied as built
+
+    def __repr__(self) -> str:
+        return f"LazyStrings({self.count:,} items)"
 
 
 def short_float32(value: float) -> float:

@@ -80,6 +80,7 @@ __all__ = [
     "detect",
     "get",
     "guess",
+    "known",
     "label",
     "metadata_text",
     "open_reader",
@@ -156,8 +157,9 @@ class Format:
             an object of it (one module implementing two formats).
         writable: tensorfile writes it (:meth:`save`).
         sparse: its writer keeps sparse layouts (else they must be made dense first).
-        tensor_file: a tensor file format proper (messages list these); False for the import
-            and export entries (numpy arrays, PyTorch pickles).
+        tensor_file: a tensor file format proper, known by its magic number alone; False for
+            the import and export entries (numpy arrays, PyTorch pickles), which detection
+            checks further. Messages list every format (:func:`known`).
         hint_suffixes: name endings that make content the format if the bytes agree but
             cannot prove it alone (a pickle named ``.bin``); never used by :func:`guess`.
     """
@@ -399,6 +401,16 @@ def label(fmt: Format, options: Mapping[str, Any]) -> str:
     return fmt.name
 
 
+def known() -> str:
+    """Every format tensorfile reads, as the words messages and help texts list them.
+
+    Example:
+        >>> known()
+        'safetensors, zTensor, GGUF, npz, npy, PyTorch pickle'
+    """
+    return ", ".join(f.title for f in FORMATS.values())
+
+
 def get(name: str) -> Format:
     """The format called ``name``; :class:`InvalidArgumentError` when there is none."""
     try:
@@ -444,7 +456,8 @@ def detect(source: Source) -> Format:
         ... except UnknownFormatError as exc:
         ...     print(exc)
         ls.safetensors looks like an HTML page, not a tensor file tensorfile knows \
-(safetensors, zTensor, GGUF): its first 16 of 21 bytes are b'<!DOCTYPE html><'...
+(safetensors, zTensor, GGUF, npz, npy, PyTorch pickle): its first 16 of 21 bytes are \
+b'<!DOCTYPE html><'...
     """
     size = source.size
     head = source.read(0, min(DETECT_BYTES, size))
@@ -458,8 +471,7 @@ def detect(source: Source) -> Format:
         return found
     if _is_safetensors(source, head):
         return SAFETENSORS
-    known = ", ".join(f.title for f in FORMATS.values() if f.tensor_file)
-    raise _sniff.not_a_tensor_file(source, head, known, _LOOKS_LIKE)
+    raise _sniff.not_a_tensor_file(source, head, known(), _LOOKS_LIKE)
 
 
 def _import_format(source: Source, head: bytes) -> Format | None:

@@ -19,6 +19,7 @@ Example:
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -36,6 +37,7 @@ __all__ = [
     "looks_like_json",
     "not_a_tensor_file",
     "printable",
+    "resemblance",
     "shown",
 ]
 
@@ -53,6 +55,7 @@ _MAX_INDEX_BYTES = 64 << 20  # the largest index parsed (as the operations' limi
 _SHORTEST = 10  # no tensor file is shorter (safetensors: the length prefix and "{}")
 
 _BOM = b"\xef\xbb\xbf"
+_ERROR_KEY = re.compile(rb'^\{\s*"(?:error|errors|message)"\s*:')  # {"error": ...}
 _TEXT = frozenset(range(0x20, 0x7F)) | frozenset(b"\t\n\r\f\v")
 
 # (prefix, what a file starting with it is); checked in order, first match wins
@@ -118,6 +121,8 @@ def looks_like(head: bytes, signatures: Iterable[tuple[bytes, str]] = ()) -> str
     if lower.startswith(b"<?xml"):
         return "an XML document"
     if looks_like_json(head):
+        if text[:1] == b"{" and _ERROR_KEY.search(text[:256]):
+            return "a JSON error response (a failed download?)"
         return "a JSON document"
     if text and _is_utf8_text(head):
         return "a text file"
@@ -215,16 +220,47 @@ def not_a_tensor_file(
             f"it is only {size} byte{'s' if size > 1 else ''} long ({shown(sniff)}), "
             "too short for any of them"
         )
-    elif size <= len(first):
-        detail = f"its {size} bytes are {shown(sniff)}"
     else:
-        detail = f"its first {len(first)} of {size:,} bytes are {shown(sniff)}"
+        detail = _first_bytes(sniff, size)
     return UnknownFormatError(
         f"{prefix} a tensor file tensorfile knows ({known}): {detail}",
         path=name,
         head=first,
         size=size,
     )
+
+
+def _first_bytes(sniff: bytes, size: int) -> str:
+    """The words that show a ``size``-byte file's first bytes (``sniff``: at least them)."""
+    first = sniff[:SHOWN_BYTES]
+    if size <= len(first):
+        return f"its {size} bytes are {shown(sniff)}"
+    return f"its first {len(first)} of {size:,} bytes are {shown(sniff)}"
+
+
+def resemblance(source: Source, what_not: str) -> str | None:
+    """The start of a message for a file a format's reader refused at its first bytes (a
+    safetensors header length that is really text), when the file looks like something
+    else: ``"NAME looks like WHAT, not WHAT_NOT: its first 16 of N bytes are ..."``; None
+    when it looks like nothing :func:`looks_like` knows. Reads at most :data:`SNIFF_BYTES`.
+
+    Example:
+        >>> from tensorfile.sources import MemorySource
+        >>> lfs = b"version https://git-lfs.github.com/spec/v1\\noid sha256:0\\nsize 9\\n"
+        >>> print(resemblance(MemorySource(lfs, name="m.safetensors"), "a safetensors file"))
+        m.safetensors looks like a Git LFS pointer (run `git lfs pull`), not a safetensors \
+file: its first 16 of 63 bytes are b'version https://'...
+        >>> resemblance(MemorySource(bytes(64)), "a safetensors file") is None
+        True
+    """
+    size = source.size
+    sniff = source.read(0, min(size, SNIFF_BYTES))
+    what = looks_like(sniff)
+    if what is None:
+        return None
+    name = source.name
+    subject = "the data" if name.startswith("<") and name.endswith(">") else name  # <memory>
+    return f"{subject} looks like {what}, not {what_not}: {_first_bytes(sniff, size)}"
 
 
 def index_message(name: str, shards: list[str]) -> str:

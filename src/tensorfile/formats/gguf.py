@@ -20,6 +20,7 @@ Example:
 from __future__ import annotations
 
 import math
+import re
 import struct
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -32,12 +33,13 @@ from tensorfile.core.catalog import ByteRange, Catalog, Component, TensorInfo
 from tensorfile.core.errors import GGUFError, SourceError
 from tensorfile.core.reader import Reader, brief, names_list
 from tensorfile.core.source import Source
-from tensorfile.core.values import TypedValue, plain
+from tensorfile.core.values import STRING_SEP, LazyStrings, TypedValue, plain
 from tensorfile.formats import GGUF, ggml
 from tensorfile.formats.ggml import dequantize
 
 __all__ = [
     "GGML_TYPES",
+    "LAZY_STRINGS",
     "MAX_ARRAY_DEPTH",
     "MAX_ARRAY_ITEMS",
     "MAX_HEADER_BYTES",
@@ -263,8 +265,8 @@ class _Cursor:
     def unpack(self, fmt: str, what: str) -> Any:
         return struct.unpack(fmt, self.take(struct.calcsize(fmt), what))[0]
 
-    def string(self, what: str, limit: int = MAX_STRING_BYTES) -> str:
-        """A GGUF string (u64 length, UTF-8 bytes) of at most ``limit`` bytes."""
+    def raw_string(self, what: str, limit: int = MAX_STRING_BYTES) -> bytes:
+        """A GGUF string's bytes (u64 length, then them; at most ``limit``), not decoded."""
         n = self.unpack("<Q", what)
         if n > limit:
             raise GGUFError(
@@ -272,14 +274,67 @@ class _Cursor:
                 f"{self.pos - 8:,}; tensorfile reads strings of at most {limit:,} bytes",
                 offset=self.pos - 8,
             )
-        raw = self.take(n, what)
+        return self.take(n, what)
+
+    def string(self, what: str, limit: int = MAX_STRING_BYTES) -> str:
+        """A GGUF string (u64 length, UTF-8 bytes) of at most ``limit`` bytes."""
+        raw = self.raw_string(what, limit)
         try:
             return raw.decode("utf-8")
         except UnicodeDecodeError as exc:
-            raise GGUFError(
-                f"{self.source.name}: {what} is not UTF-8 (offset {self.pos - n + exc.start:,})",
-                offset=self.pos - n + exc.start,
-            ) from None
+            raise self.not_utf8(what, self.pos - len(raw) + exc.start) from None
+
+    def not_utf8(self, what: str, offset: int) -> GGUFError:
+        """The error for a string that is not UTF-8, its first bad byte at ``offset``."""
+        return GGUFError(
+            f"{self.source.name}: {what} is not UTF-8 (offset {offset:,})", offset=offset
+        )
+
+    def lazy_strings(self, count: int, what: str) -> LazyStrings:
+        """``count`` strings in a row, checked (lengths, limits, strict UTF-8) as
+        :meth:`strings` checks them, but kept as one text (:class:`LazyStrings`): a
+        vocabulary's hundreds of thousands of tokens become a list only when asked for.
+        Each length is overwritten, in a copy of the chunk in hand, with bytes no UTF-8 text
+        holds, and the whole array is decoded at once."""
+        begin = self.pos
+        pieces: list[bytes | bytearray] = []  # the array's bytes, each length marked
+        unpack_from = _U64.unpack_from
+        done = 0
+        while done < count:
+            buf, start = self._buf, self.pos - self._buf_start
+            first, end = start, len(buf)
+            marked = bytearray(buf)
+            while done < count and start + 8 <= end:
+                stop = start + 8 + unpack_from(buf, start)[0]
+                if stop > end:
+                    break
+                marked[start : start + 8] = _MARKER
+                start = stop
+                done += 1
+            pieces.append(marked[first:start])
+            self.pos = self._buf_start + start
+            if done < count:  # the next string crosses the chunk: read it on its own
+                pieces.append(_MARKER + self.raw_string(f"{what}[{done}]"))
+                done += 1
+        decoded = b"".join(pieces).decode("utf-8", "surrogateescape")
+        text = decoded.replace(_ESCAPED_MARKER, STRING_SEP)
+        if text.count(STRING_SEP) != count or _ESCAPED.search(text) is not None:
+            raise self._first_bad(begin, count, what)  # bytes that are not UTF-8
+        return LazyStrings(text[1:], count)
+
+    def _first_bad(self, begin: int, count: int, what: str) -> GGUFError:
+        """The error for the first string that is not UTF-8 of the ``count`` strings at
+        ``begin`` (:meth:`lazy_strings` found one), read again: as :meth:`strings` says it."""
+        data = self._read(begin, self.pos - begin)
+        at = 0
+        for i in range(count):
+            n = _U64.unpack_from(data, at)[0]
+            try:
+                data[at + 8 : at + 8 + n].decode("utf-8")
+            except UnicodeDecodeError as exc:
+                return self.not_utf8(f"{what}[{i}]", begin + at + 8 + exc.start)
+            at += 8 + n
+        raise AssertionError("a string array that decodes failed to")  # pragma: no cover
 
     def strings(self, count: int, what: str) -> list[str]:
         """``count`` strings in a row (a vocabulary: hundreds of thousands of them), parsed
@@ -309,6 +364,13 @@ class _Cursor:
 
 
 _U64 = struct.Struct("<Q")
+_MARKER = b"\xff" * 8  # never in UTF-8 text: replaces each length of a lazy string array
+_ESCAPED_MARKER = _MARKER.decode("utf-8", "surrogateescape")
+_ESCAPED = re.compile("[\udc80-\udcff]")  # a byte that is not UTF-8, as surrogateescape says
+
+LAZY_STRINGS = 4096
+"""String arrays of this many items or more are kept as one text (:class:`LazyStrings`):
+a vocabulary is a list only when asked for (``tensorfile summary`` never asks)."""
 
 
 MAX_ARRAY_DEPTH = 16
@@ -372,6 +434,8 @@ def _value(cur: _Cursor, type_id: int, key: str, budget: list[int], depth: int =
             items = [bool(v) for v in items]
         elif elem_name == "float32":
             bits = list(struct.unpack(f"<{count}I", raw))
+    elif count >= LAZY_STRINGS:
+        return cur.lazy_strings(count, f"metadata {key!r}")
     else:
         items = cur.strings(count, f"metadata {key!r}")
     return GGUFValue("array", items, elem_name, bits)

@@ -23,7 +23,10 @@ from ..core.values import plain
 from ..sources import is_url
 from ._convert_losses import Kept
 
-__all__ = ["ConvertSource", "Item", "open_source"]
+__all__ = ["DEQUANTIZED", "ConvertSource", "Item", "open_source"]
+
+DEQUANTIZED = dtypes.from_name("F32")
+"""The dtype a quantized tensor is converted to (``tensorfile inspect`` quotes the size)."""
 
 
 @dataclass(frozen=True)
@@ -93,7 +96,7 @@ def _source(src: str, reader: Any) -> ConvertSource:
                 digests[alg] = digests.get(alg, 0) + 1
         if info.layout == "quantized":
             note = f"dequantized from {info.dtype_name}"
-            items.append(Item(name, dtypes.from_name("F32"), info.shape, "dense", note))
+            items.append(Item(name, DEQUANTIZED, info.shape, "dense", note))
         else:
             items.append(Item(name, info.dtype, info.shape, info.layout))
 
@@ -112,7 +115,7 @@ def _source(src: str, reader: Any) -> ConvertSource:
         i.name for i in items if attributes is not None and not i.note and attributes(i.name)
     )
     return ConvertSource(
-        "sharded-safetensors" if sharded else reader.format,
+        reader.format,  # a sharded checkpoint is safetensors, as inspect and verify say
         items,
         metadata,
         get,

@@ -56,7 +56,7 @@ import struct
 from collections.abc import Callable, Iterator
 from typing import Any, NoReturn
 
-from tensorfile.core.values import TypedValue
+from tensorfile.core.values import STRING_SEP, LazyStrings, TypedValue
 
 from ..core.catalog import Catalog, TensorInfo
 from ..core.digests import ALGORITHMS, Digest
@@ -85,9 +85,9 @@ _GGUF_PLAIN_SIZES["f64"] = 8
 _ESCAPES: dict[str, str] = {chr(cp): f"\\u{cp:04x}" for cp in (*range(0x20), 0x7F)}
 _ESCAPES.update({'"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"})
 _NEEDS_ESCAPE = re.compile('["\\\\\x00-\x1f\x7f]')
-# joins the items of a string array so that they are escaped in one pass: a lone surrogate,
-# which no text read from a file holds (every reader decodes strict UTF-8)
-_SEP = "\ud800"
+# joins the items of a string array so that they are escaped in one pass (a lone surrogate,
+# which no text read from a file holds: a LazyStrings keeps its items so joined)
+_SEP = STRING_SEP
 
 
 def _escape_match(m: re.Match[str]) -> str:
@@ -130,6 +130,8 @@ def _array(value: TypedValue) -> str:
     kind = value.element_type or ""
     if kind == "array" and value.items is not None:  # an array of arrays: each in turn
         return "[" + ",".join(canonical_value(v) for v in value.items) + "]"
+    if isinstance(value, LazyStrings) and value.count:  # a vocabulary: never made a list
+        return '["' + _escape(value.joined).replace(_SEP, '","') + '"]'
     items, bits = value.value, value.bits
     if not items and not bits:
         return "[]"

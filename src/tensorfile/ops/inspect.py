@@ -29,8 +29,10 @@ from typing import Any
 
 from tensorfile.core.values import TypedValue
 
+from .. import formats
 from ..core.catalog import Catalog, ShardInfo, TensorInfo
 from ._catalogs import file_dtype, load
+from ._convert_sources import DEQUANTIZED
 from .hash import structural_hash
 
 __all__ = [
@@ -42,10 +44,22 @@ __all__ = [
     "inspect",
     "json_metadata",
     "module_tree",
+    "readable",
 ]
 
 SCHEMA = 1
 _DENSE = ("dense", "quantized")  # GGUF's quantized blocks are dense tensors of blocks
+
+
+def readable() -> str:
+    """The formats :func:`inspect` (and every operation) reads, as messages list them: the
+    registry's (:func:`tensorfile.formats.known`).
+
+    Example:
+        >>> readable()
+        'safetensors, zTensor, GGUF, npz, npy, PyTorch pickle'
+    """
+    return formats.known()
 
 
 @dataclass(frozen=True)
@@ -70,6 +84,25 @@ class InspectResult:
     def dtype_of(self, t: TensorInfo) -> str:
         """The tensor's dtype as the file names it, GGUF's upper-cased (``F32``, ``Q4_K``)."""
         return file_dtype(self.format, t)
+
+    @property
+    def dequantized_bytes(self) -> int:
+        """``total_bytes`` with every quantized tensor (GGUF's blocks) counted dequantized,
+        as :func:`tensorfile.convert` writes it (float32): what a conversion reads out.
+
+        Example:
+            >>> import numpy as np, os, tempfile
+            >>> from tensorfile.safetensors.numpy import save_file
+            >>> path = os.path.join(tempfile.mkdtemp(), "m.safetensors")
+            >>> save_file({"w": np.zeros(4, np.float16)}, path)
+            >>> r = inspect(path)
+            >>> r.total_bytes, r.dequantized_bytes  # nothing quantized: the same
+            (8, 8)
+        """
+        extra = sum(
+            DEQUANTIZED.nbytes(t.numel) - t.nbytes for t in self.tensors if t.layout == "quantized"
+        )
+        return self.total_bytes + extra
 
     def to_json(self) -> dict[str, Any]:
         """The ``--json`` document (schema 1). Each tensor has ``offset``, the absolute

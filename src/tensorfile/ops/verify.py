@@ -177,12 +177,13 @@ class VerifyReport:
 
     Attributes:
         path: the file or checkpoint verified.
-        format: its format (``safetensors``, ``ztensor``, ``gguf``, or
-            ``sharded-safetensors`` for a checkpoint).
+        format: its format (``safetensors``, ``ztensor``, ``gguf``...; ``safetensors`` for a
+            sharded checkpoint too, as ``inspect`` says).
         tensors_checked: tensors whose bytes were read.
         failures: every rule that does not hold, in file order.
         deep: whether values were read.
         stats: per-tensor NaN/Inf/BOOL counts (deep only; tensors with something to count).
+        shards: the shard files a sharded checkpoint's index names (0: one file).
     """
 
     path: str
@@ -193,6 +194,7 @@ class VerifyReport:
     stats: tuple[TensorStats, ...] = field(default=())
     checks: tuple[TensorCheck, ...] = field(default=())
     """What was compared for each tensor read (see :class:`TensorCheck`)."""
+    shards: int = 0
 
     @property
     def digests_checked(self) -> int:
@@ -374,13 +376,22 @@ def verify(
     index = target if is_url(target) and is_index(target) else None
     if index is None and not is_url(target):
         index = index_path(target)
+    shards = 0
     if index is not None:
-        _checkpoint(run, locate_checkpoint(index, allow_full_download=allow_full_download))
-        fmt = "sharded-safetensors"
+        ck = locate_checkpoint(index, allow_full_download=allow_full_download)
+        _checkpoint(run, ck)
+        fmt, shards = "safetensors", len(set(ck.weight_map.values()))
     else:
         fmt = _single(run, target, allow_full_download)
     return VerifyReport(
-        target, fmt, run.checked, tuple(run.failures), deep, tuple(run.stats), tuple(run.checks)
+        target,
+        fmt,
+        run.checked,
+        tuple(run.failures),
+        deep,
+        tuple(run.stats),
+        tuple(run.checks),
+        shards,
     )
 
 

@@ -36,6 +36,7 @@ from .store import Store
 if TYPE_CHECKING:
     from ._chunkcache import CachedSource
     from ._prefix import ALLOW_ENV as ALLOW_FULL_DOWNLOAD_ENV
+    from ._prefix import RangeIgnoredWarning
     from .fsspec_store import FsspecStore
     from .local_store import LocalStore
     from .memory_store import MemoryStore
@@ -53,6 +54,7 @@ __all__ = [
     "LocalStore",
     "MemorySource",
     "MemoryStore",
+    "RangeIgnoredWarning",
     "ReadStats",
     "Route",
     "Source",
@@ -192,6 +194,10 @@ def __getattr__(name: str) -> Any:
         from ._prefix import ALLOW_ENV
 
         return ALLOW_ENV
+    if name == "RangeIgnoredWarning":
+        from ._prefix import RangeIgnoredWarning
+
+        return RangeIgnoredWarning
     if name == "CachedSource":
         from ._chunkcache import CachedSource
 

@@ -144,6 +144,7 @@ class HTTPFetcher(Exchanges):
         self._init_exchanges()
         self._whole = threading.Lock()  # one whole-file reply at a time (Range ignored)
         self._planned = 0  # the end of what the load being planned reads (will_read)
+        self._wanted = 0  # the bytes it reads (a whole-file reply costs more: a warning)
         self._refused: tuple[int, str] | None = None  # a whole-file read refused: how far
         self._size: int | None = None
         self.version: str | None = None
@@ -220,6 +221,7 @@ class HTTPFetcher(Exchanges):
         """The ``(start, stop)`` byte ranges a load is about to read (the read planner says
         so): from a server that ignores ``Range``, one reply is read as far as the last."""
         self._planned = max((stop for _start, stop in ranges), default=0)
+        self._wanted = sum(stop - start for start, stop in ranges)
 
     def _from_whole_file(self, start: int, stop: int, buffers: list[memoryview]) -> bool:
         """The server ignores ``Range`` (its replies are the whole file): pieces of a load
@@ -362,9 +364,13 @@ class HTTPFetcher(Exchanges):
         self._check_page(reply, data, total)
         self._prefix.keep(data, total)
         if isinstance(request, SuffixRequest):
-            return Fetched(max(0, total - request.length), data[-request.length :], total)
-        start = min(request.start, total)
-        return Fetched(start, data[start : min(request.stop, total)], total)
+            got = Fetched(max(0, total - request.length), data[-request.length :], total)
+        else:
+            start = min(request.start, total)
+            got = Fetched(start, data[start : min(request.stop, total)], total)
+        asked = max(len(got.data), self._wanted)  # a load asks for its tensors at once
+        _prefix.warn_download(self.name, self._url.origin, asked=asked, read=len(data))
+        return got
 
     def _read_head(self, reply: Reply, kept: bytes, stop: int | None, length: int | None) -> bytes:
         """The first ``stop`` bytes of a whole-file body (None: all of it, refused past the

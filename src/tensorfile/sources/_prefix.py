@@ -9,6 +9,10 @@ as the read needs and keeps those first bytes (the *prefix*) for the reads that 
   or ``$TENSORFILE_ALLOW_FULL_DOWNLOAD=1``). A refusal names the option.
 * :class:`Prefix` keeps the bytes read so far, shared by the threads of one reader; a read
   inside it costs no request.
+* :func:`warn_download` warns, once per origin and process (:class:`RangeIgnoredWarning`),
+  when such a reply costs :data:`WARN_BYTES` or more beyond the bytes asked for (and four
+  times them): below the refusal, the download is allowed but not silent (48 MB read for a
+  1.5 kB tensor).
 * :func:`html_page` recognises a web page served in place of a tensor file (a directory
   listing, a login page): ``Content-Type: text/html`` *and* first bytes that look like HTML.
   :class:`NotATensorFileError` says so, naming the URL without its secrets.
@@ -32,6 +36,7 @@ from __future__ import annotations
 
 import os
 import threading
+import warnings
 
 from ..core.errors import InvalidArgumentError, SourceError, UnknownFormatError
 from ..core.source import ByteRequest, RangeRequest
@@ -41,19 +46,30 @@ from ._cache import Fetched
 __all__ = [
     "ALLOW_ENV",
     "FULL_DOWNLOAD_LIMIT",
+    "WARN_BYTES",
+    "WASTE_RATIO",
     "NotATensorFileError",
     "Prefix",
+    "RangeIgnoredWarning",
     "allow_full_download",
     "html_page",
     "looks_like_html",
     "not_a_tensor_file",
     "plan",
+    "warn_download",
 ]
 
 FULL_DOWNLOAD_LIMIT = 64 << 20
 """The most bytes (64 MiB) tensorfile reads of a reply from a server that ignores ``Range``,
 unless the caller allows a full download: a small file is read whole, a big one only as far
 as its header (when that is under the limit)."""
+
+WARN_BYTES = 1 << 20
+"""Bytes beyond those asked for that one whole-file reply may cost before tensorfile warns
+(:func:`warn_download`): reading a small file whole is no surprise, 48 MB for a tensor is."""
+
+WASTE_RATIO = 4
+"""...and at least this many times the bytes asked for (reading half a file is no waste)."""
 
 ALLOW_ENV = "TENSORFILE_ALLOW_FULL_DOWNLOAD"
 """The environment variable that allows full downloads when the caller says nothing (``1``,
@@ -117,6 +133,45 @@ def plan(*, need: int | None, size: int | None, kept: int, allow: bool, name: st
     if not allow:
         ahead = min(ahead, FULL_DOWNLOAD_LIMIT)
     return max(need, ahead)
+
+
+class RangeIgnoredWarning(UserWarning):
+    """A server ignores ``Range`` requests, so a read downloaded the file from its first byte,
+    far more than was asked for (below the :data:`FULL_DOWNLOAD_LIMIT` refusal). Warned once
+    per origin (scheme, host and port) and process; silence it with
+    ``warnings.filterwarnings("ignore", category=RangeIgnoredWarning)``."""
+
+
+_warned: set[tuple[str, str, int]] = set()  # the origins warned about in this process
+_warned_lock = threading.Lock()
+
+
+def warn_download(name: str, origin: tuple[str, str, int], *, asked: int, read: int) -> bool:
+    """Warn (:class:`RangeIgnoredWarning`) that a whole-file reply from the server at
+    ``origin`` cost ``read`` bytes where ``asked`` bytes of ``name`` (a redacted URL) were
+    wanted, when that is :data:`WARN_BYTES` or more beyond them and :data:`WASTE_RATIO` times
+    them, and this origin has not been warned about yet in this process; whether it warned.
+
+    Example:
+        >>> warn_download("http://h/m", ("http", "h", 80), asked=100, read=1000)
+        False
+    """
+    if read - asked < WARN_BYTES or read < WASTE_RATIO * asked:
+        return False
+    with _warned_lock:
+        if origin in _warned:
+            return False
+        _warned.add(origin)
+    scheme, host, port = origin
+    warnings.warn(
+        f"{name}: the server ignores Range requests (HTTP 200: the whole file), so reading "
+        f"{asked:,} bytes of it downloaded its first {read:,} bytes; "
+        f"tensorfile reads up to {FULL_DOWNLOAD_LIMIT:,} bytes of a file this way and refuses "
+        f"more unless allow_full_download=True (warned once for {scheme}://{host}:{port})",
+        RangeIgnoredWarning,
+        stacklevel=2,
+    )
+    return True
 
 
 def over_limit(name: str, got: int) -> SourceError:

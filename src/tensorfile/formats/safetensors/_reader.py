@@ -8,6 +8,7 @@ from typing import Any
 from tensorfile.core.catalog import ByteRange, Catalog, Component, TensorInfo
 from tensorfile.core.digests import Digest
 from tensorfile.core.errors import (
+    HeaderTooLargeError,
     InvalidTensorEntryError,
     MissingTensorError,
     SafetensorIOError,
@@ -17,8 +18,15 @@ from tensorfile.core.errors import (
 from tensorfile.core.plan import Job
 from tensorfile.core.reader import Reader, digest_covers_data
 from tensorfile.core.source import Source
+from tensorfile.formats._sniff import resemblance
 from tensorfile.formats.safetensors._digests import check, compare, parse_digests
-from tensorfile.formats.safetensors._parse import N_LEN, Header, parse_header, parse_header_length
+from tensorfile.formats.safetensors._parse import (
+    MAX_HEADER_SIZE,
+    N_LEN,
+    Header,
+    parse_header,
+    parse_header_length,
+)
 
 __all__ = ["SafetensorsReader", "catalog_of", "read_header"]
 
@@ -30,11 +38,31 @@ def read_header(source: Source) -> Header:
     size = source.size
     try:
         prefix = source.read(0, min(N_LEN, size))
-        n = parse_header_length(prefix, size)
+        try:
+            n = parse_header_length(prefix, size)
+        except HeaderTooLargeError as exc:
+            raise _not_safetensors(source, prefix, exc) from None
         data = source.read(N_LEN, n)
     except SourceError as exc:
         raise SafetensorIOError(f"cannot read the header of {source.name}: {exc}") from exc
     return parse_header(data, size)
+
+
+def _not_safetensors(
+    source: Source, prefix: bytes, exc: HeaderTooLargeError
+) -> HeaderTooLargeError:
+    """``exc`` (a header length over the limit), saying what the file looks like when its
+    first bytes are something else (a Git LFS pointer, an HTML page, a JSON error body: what
+    a failed download leaves), still a :class:`HeaderTooLargeError`."""
+    what = resemblance(source, "a safetensors file")
+    if what is None:
+        return exc
+    n = int.from_bytes(prefix[:N_LEN], "little")
+    return HeaderTooLargeError(
+        f"{what} (read as a safetensors header length, bytes 0-7 say {n}: over the "
+        f"{MAX_HEADER_SIZE}-byte limit)",
+        offset=exc.offset,
+    )
 
 
 class _Tensors(Mapping[str, TensorInfo]):
