@@ -108,13 +108,17 @@ class FormatModule(Protocol):
     """What a format's implementing module provides (the writer side only where the format
     is writable, ``edit_metadata`` only where it is editable)."""
 
-    def read_catalog(self, source: Source) -> Catalog:
-        """Read and validate the header, return the catalog."""
+    def read_catalog(self, source: Source, *, key: str | None = None) -> Catalog:
+        """Read and validate the header, return the catalog (``key``: only where the format
+        is :attr:`Format.nested`)."""
         ...
 
-    def open_reader(self, source: Source, *, verify: bool | None = None) -> Reader:
+    def open_reader(
+        self, source: Source, *, verify: bool | None = None, key: str | None = None
+    ) -> Reader:
         """A reader over ``source`` (which the reader then owns); ``verify``: check stored
-        digests as tensors are read (None: the format's default)."""
+        digests as tensors are read (None: the format's default); ``key``: only where the
+        format is :attr:`Format.nested`, the entries under that dotted name."""
         ...
 
     def edit_metadata(self, path: str, change: MetadataChange) -> bool:
@@ -160,6 +164,8 @@ class Format:
             and export entries (numpy arrays, PyTorch pickles).
         hint_suffixes: name endings that make content the format if the bytes agree but
             cannot prove it alone (a pickle named ``.bin``); never used by :func:`guess`.
+        nested: its files hold nested dictionaries, of which ``key=`` picks one (PyTorch
+            pickles: :meth:`open_reader` and :meth:`read_catalog` take ``key``).
     """
 
     name: str
@@ -174,12 +180,40 @@ class Format:
     sparse: bool = False
     tensor_file: bool = True
     hint_suffixes: tuple[str, ...] = field(default=())
+    nested: bool = False
 
     def impl(self) -> FormatModule:
         """The implementing module."""
         module, _, attr = self.module.partition(":")
         found: Any = importlib.import_module(module)
         return cast(FormatModule, getattr(found, attr) if attr else found)
+
+    def _check_key(self, key: str | None, name: str) -> None:
+        if key is not None and not self.nested:
+            raise InvalidArgumentError(
+                f"{name}: key={key!r} picks a dictionary inside a PyTorch pickle; this is a "
+                f"{self.title} file"
+            )
+        if key is not None and (not isinstance(key, str) or not key):
+            raise InvalidArgumentError(f"key must be a non-empty dotted name, got {key!r}")
+
+    def open_reader(
+        self, source: Source, *, verify: bool | None = None, key: str | None = None
+    ) -> Reader:
+        """The implementing module's reader over ``source``; ``key`` (a format with
+        :attr:`nested` dictionaries only): the entries under that dotted name."""
+        self._check_key(key, source.name)
+        if key is None:
+            return self.impl().open_reader(source, verify=verify)
+        return self.impl().open_reader(source, verify=verify, key=key)
+
+    def read_catalog(self, source: Source, *, key: str | None = None) -> Catalog:
+        """The implementing module's catalog of ``source`` (``key``: see
+        :meth:`open_reader`)."""
+        self._check_key(key, source.name)
+        if key is None:
+            return self.impl().read_catalog(source)
+        return self.impl().read_catalog(source, key=key)
 
     def first_request(self, size: int = FIRST_READ) -> ByteRequest:
         """The first request to a remote file of this format: its head or its tail."""
@@ -300,6 +334,7 @@ PYTORCH = Format(
     module="tensorfile.formats.torch_pickle",
     tensor_file=False,
     hint_suffixes=(".pt", ".pth", ".ckpt", ".bin"),
+    nested=True,
 )
 
 FORMATS: dict[str, Format] = {f.name: f for f in (SAFETENSORS, ZTENSOR, GGUF, NPZ, NPY, PYTORCH)}
@@ -524,6 +559,7 @@ def open_reader(
     allow_full_download: bool | None = None,
     verify: bool | None = None,
     cache_dir: CacheDir = None,
+    key: str | None = None,
 ) -> Reader:
     """Open a tensor file (a path, an ``http(s)://`` or fsspec URL, or its bytes) and return
     a :class:`~tensorfile.core.reader.Reader`. Over HTTP, the header costs one range request
@@ -535,7 +571,11 @@ def open_reader(
     ``cache_dir`` keeps a remote file in a local folder, chunk by chunk (see
     :func:`tensorfile.sources.open_path`).
 
-    The format is detected from the first bytes unless ``format`` names it. The reader has
+    The format is detected from the first bytes unless ``format`` names it. ``key`` picks
+    a dictionary inside a PyTorch pickle by its dotted name (``"model_state_dict"``): only
+    the entries under it are read, named from there on (see
+    :mod:`tensorfile.formats.torch_pickle`); for other formats it is an
+    :class:`~tensorfile.errors.InvalidArgumentError`. The reader has
     ``keys()``, ``metadata``, ``info(name)``, ``view(name)`` (zero-copy, read-only),
     ``get_tensor(name)`` (an owned copy) and ``read_slice(name, index)``, and is a context
     manager.
@@ -553,14 +593,18 @@ def open_reader(
         path_or_data, first=first, allow_full_download=allow_full_download, cache_dir=cache_dir
     )
     with opened as source, naming(source.name):  # every error names the file
-        return (fmt or detect(source)).impl().open_reader(source, verify=verify)
+        return (fmt or detect(source)).open_reader(source, verify=verify, key=key)
 
 
 def read_catalog(
-    path_or_data: PathOrData, *, format: str | None = None, allow_full_download: bool | None = None
+    path_or_data: PathOrData,
+    *,
+    format: str | None = None,
+    allow_full_download: bool | None = None,
+    key: str | None = None,
 ) -> Catalog:
     """The catalog of a tensor file, from its header alone (the source is closed after);
-    ``allow_full_download`` as for :func:`open_reader`.
+    ``allow_full_download`` and ``key`` as for :func:`open_reader`.
 
     Example:
         >>> import numpy as np
@@ -573,6 +617,6 @@ def read_catalog(
     with open_input(path_or_data, first=first, allow_full_download=allow_full_download) as source:
         try:
             with naming(source.name):
-                return (fmt or detect(source)).impl().read_catalog(source)
+                return (fmt or detect(source)).read_catalog(source, key=key)
         finally:
             source.close()

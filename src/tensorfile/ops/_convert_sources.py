@@ -20,9 +20,11 @@ import numpy as np
 
 from ..core import dtypes
 from ..core.errors import UnsupportedError
+from ..core.extras import require
 from ..core.reader import Reader
 from ..core.values import plain
 from ..sources import is_url
+from .inspect import not_tensors
 
 __all__ = ["ConvertSource", "Item", "open_source"]
 
@@ -52,6 +54,7 @@ class ConvertSource:
     _get: Any = field(repr=False)
     _close: Any = field(repr=False, default=None)
     single_safetensors: str | None = None  # a lone local safetensors file (copied as is)
+    not_tensors: dict[str, str] = field(default_factory=dict)  # a pickle's other entries
 
     def get(self, name: str) -> Any:
         """The tensor: a numpy array, or a zTensor CSRTensor/COOTensor."""
@@ -68,12 +71,15 @@ def _values(meta: Mapping[str, Any]) -> dict[str, Any]:
     return {str(key): plain(value) for key, value in meta.items()}
 
 
-def open_source(src: str, *, allow_full_download: bool | None = None) -> ConvertSource:
+def open_source(
+    src: str, *, allow_full_download: bool | None = None, key: str | None = None
+) -> ConvertSource:
     """Open ``src`` (a file, URL, sharded checkpoint index or folder) for conversion
-    (``allow_full_download``: see :func:`tensorfile.sources.open_path`)."""
+    (``allow_full_download``: see :func:`tensorfile.sources.open_path`; ``key``: one
+    dictionary of a PyTorch pickle, see :mod:`tensorfile.formats.torch_pickle`)."""
     from ..formats.checkpoint import open as open_any
 
-    reader: Any = open_any(src, allow_full_download=allow_full_download)
+    reader: Any = open_any(src, allow_full_download=allow_full_download, key=key)
     try:
         return _source(src, reader)
     except BaseException:
@@ -110,19 +116,15 @@ def _source(src: str, reader: Any) -> ConvertSource:
         get,
         reader.close,
         single,
+        not_tensors(reader.catalog) if reader.format == "pytorch" else {},
     )
 
 
 def _dequantize(reader: Reader, name: str) -> np.ndarray[Any, Any]:
     info = reader.info(name)
     kind = (info.dtype_name or "").upper()
-    try:
-        import gguf
-    except ImportError:
-        raise UnsupportedError(
-            f"tensor {name!r} is quantized ({kind}); converting it needs the gguf package "
-            "(pip install gguf) to dequantize it"
-        ) from None
+    what = f"tensor {name!r} is quantized ({kind}); dequantizing it for the conversion"
+    gguf = require("gguf", what, package="gguf")
     qtype = getattr(gguf.GGMLQuantizationType, kind, None)
     if qtype is None:
         raise UnsupportedError(f"tensor {name!r}: gguf cannot dequantize {kind}")

@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..core.errors import InvalidArgumentError, SourceError, UnsupportedError
+from ..core.extras import require
 from ._urls import scrub
 
 __all__ = ["OBJECT_STORES", "connect", "describe", "failure", "protocols_of"]
@@ -48,12 +49,7 @@ def connect(url: str, options: Mapping[str, Any], shown: str, needs: str) -> tup
     :class:`~tensorfile.errors.UnsupportedError`; options the filesystem does not take are an
     :class:`~tensorfile.errors.InvalidArgumentError`; anything else a :class:`SourceError`.
     """
-    try:
-        import fsspec
-    except ImportError:
-        raise UnsupportedError(
-            f"{shown}: {needs} needs fsspec: pip install 'tensorfile[remote]'"
-        ) from None
+    fsspec = require("fsspec", f"{shown}: {needs}", extra="remote")
     try:
         fs, path = fsspec.core.url_to_fs(url, **options)
     except ImportError as exc:
