@@ -59,6 +59,7 @@ from ..core.reader import Reader
 from ..core.source import FIRST_READ, ByteRequest, RangeRequest, Source, SuffixRequest
 from ..sources import CacheDir, PathOrData, open_input, path_text
 from . import _sniff
+from ._text import metadata_text
 
 __all__ = [
     "ALIASES",
@@ -87,6 +88,9 @@ __all__ = [
     "writable_names",
 ]
 
+Key = str | None
+"""A dotted name of a dictionary in a :attr:`Format.nested` format's file, or None."""
+
 MetadataChange = Callable[[Mapping[str, str]], dict[str, str]]
 """Given a file's metadata, the metadata it should have."""
 
@@ -108,17 +112,13 @@ class FormatModule(Protocol):
     """What a format's implementing module provides (the writer side only where the format
     is writable, ``edit_metadata`` only where it is editable)."""
 
-    def read_catalog(self, source: Source, *, key: str | None = None) -> Catalog:
-        """Read and validate the header, return the catalog (``key``: only where the format
-        is :attr:`Format.nested`)."""
+    def read_catalog(self, source: Source) -> Catalog:
+        """Read and validate the header, return the catalog."""
         ...
 
-    def open_reader(
-        self, source: Source, *, verify: bool | None = None, key: str | None = None
-    ) -> Reader:
+    def open_reader(self, source: Source, *, verify: bool | None = None) -> Reader:
         """A reader over ``source`` (which the reader then owns); ``verify``: check stored
-        digests as tensors are read (None: the format's default); ``key``: only where the
-        format is :attr:`Format.nested`, the entries under that dotted name."""
+        digests as tensors are read (None: the format's default)."""
         ...
 
     def edit_metadata(self, path: str, change: MetadataChange) -> bool:
@@ -165,7 +165,7 @@ class Format:
         hint_suffixes: name endings that make content the format if the bytes agree but
             cannot prove it alone (a pickle named ``.bin``); never used by :func:`guess`.
         nested: its files hold nested dictionaries, of which ``key=`` picks one (PyTorch
-            pickles: :meth:`open_reader` and :meth:`read_catalog` take ``key``).
+            pickles: its module's ``open_reader`` and ``read_catalog`` take ``key``).
     """
 
     name: str
@@ -188,32 +188,20 @@ class Format:
         found: Any = importlib.import_module(module)
         return cast(FormatModule, getattr(found, attr) if attr else found)
 
-    def _check_key(self, key: str | None, name: str) -> None:
-        if key is not None and not self.nested:
-            raise InvalidArgumentError(
-                f"{name}: key={key!r} picks a dictionary inside a PyTorch pickle; this is a "
-                f"{self.title} file"
-            )
-        if key is not None and (not isinstance(key, str) or not key):
-            raise InvalidArgumentError(f"key must be a non-empty dotted name, got {key!r}")
+    def open_reader(self, source: Source, *, verify: bool | None = None, key: Key = None) -> Reader:
+        """The module's reader of ``source``; ``key``: a :attr:`nested` format's dictionary."""
+        module: Any = self.impl()  # (only a nested format's module takes ``key``)
+        return cast(Reader, module.open_reader(source, verify=verify, **self._key(key, source)))
 
-    def open_reader(
-        self, source: Source, *, verify: bool | None = None, key: str | None = None
-    ) -> Reader:
-        """The implementing module's reader over ``source``; ``key`` (a format with
-        :attr:`nested` dictionaries only): the entries under that dotted name."""
-        self._check_key(key, source.name)
-        if key is None:
-            return self.impl().open_reader(source, verify=verify)
-        return self.impl().open_reader(source, verify=verify, key=key)
+    def read_catalog(self, source: Source, *, key: Key = None) -> Catalog:
+        """The module's catalog of ``source`` (``key``: as for :meth:`open_reader`)."""
+        return self.impl().read_catalog(source, **self._key(key, source))
 
-    def read_catalog(self, source: Source, *, key: str | None = None) -> Catalog:
-        """The implementing module's catalog of ``source`` (``key``: see
-        :meth:`open_reader`)."""
-        self._check_key(key, source.name)
-        if key is None:
-            return self.impl().read_catalog(source)
-        return self.impl().read_catalog(source, key=key)
+    def _key(self, key: Key, source: Source) -> dict[str, str]:
+        if key is None or (self.nested and isinstance(key, str) and key):
+            return {} if key is None else {"key": key}
+        what = f"key={key!r} picks a dictionary of a PyTorch pickle by its dotted name"
+        raise InvalidArgumentError(f"{source.name}: {what}; this is a {self.title} file")
 
     def first_request(self, size: int = FIRST_READ) -> ByteRequest:
         """The first request to a remote file of this format: its head or its tail."""
@@ -366,32 +354,6 @@ _LOOKS_LIKE = (
     (NPZ.magic, "a zip archive (torch.save writes one: a PyTorch .bin/.pt checkpoint?)"),
 )
 """What files of the import formats that are not one look like (for the messages)."""
-
-
-def metadata_text(metadata: Mapping[str, Any]) -> dict[str, str]:
-    """Metadata as text, for a format that holds only text: text values as they are,
-    others (numbers, lists, GGUF values) as JSON; a GGUF float32 as the shortest number
-    that reads back as the same float32 (:func:`tensorfile.core.values.plain`).
-
-    Example:
-        >>> from tensorfile.core.values import TypedValue
-        >>> metadata_text({"a": "x", "n": 3, "l": [1, "ü"]})
-        {'a': 'x', 'n': '3', 'l': '[1, "ü"]'}
-        >>> metadata_text({"eps": TypedValue("float32", 9.999999960041972e-13)})
-        {'eps': '1e-12'}
-    """
-    import json
-
-    from tensorfile.core.values import plain
-
-    out: dict[str, str] = {}
-    for key, value in metadata.items():
-        inner = plain(value)  # GGUFValue
-        if isinstance(inner, str):
-            out[str(key)] = inner
-        else:
-            out[str(key)] = json.dumps(inner, ensure_ascii=False, default=str)
-    return out
 
 
 def writable_names() -> list[str]:
@@ -571,11 +533,9 @@ def open_reader(
     ``cache_dir`` keeps a remote file in a local folder, chunk by chunk (see
     :func:`tensorfile.sources.open_path`).
 
-    The format is detected from the first bytes unless ``format`` names it. ``key`` picks
-    a dictionary inside a PyTorch pickle by its dotted name (``"model_state_dict"``): only
-    the entries under it are read, named from there on (see
-    :mod:`tensorfile.formats.torch_pickle`); for other formats it is an
-    :class:`~tensorfile.errors.InvalidArgumentError`. The reader has
+    The format is detected from the first bytes unless ``format`` names it. ``key`` reads
+    one dictionary of a PyTorch pickle (``"model_state_dict"``), named from there on
+    (:mod:`tensorfile.formats.torch_pickle`; other formats refuse it). The reader has
     ``keys()``, ``metadata``, ``info(name)``, ``view(name)`` (zero-copy, read-only),
     ``get_tensor(name)`` (an owned copy) and ``read_slice(name, index)``, and is a context
     manager.
@@ -601,7 +561,7 @@ def read_catalog(
     *,
     format: str | None = None,
     allow_full_download: bool | None = None,
-    key: str | None = None,
+    key: Key = None,
 ) -> Catalog:
     """The catalog of a tensor file, from its header alone (the source is closed after);
     ``allow_full_download`` and ``key`` as for :func:`open_reader`.
