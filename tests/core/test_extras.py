@@ -104,7 +104,7 @@ def test_the_helper_names_the_package_and_leaves_tensorfile_bugs_alone() -> None
         UnsupportedError, match=r"x needs no_pkg_here, .*pip install 'tensorfile\[e\]'"
     ):
         require("no_pkg_here.sub", "x", extra="e")
-    with pytest.raises(UnsupportedError, match="pip install gguf$"):
+    with pytest.raises(UnsupportedError, match=r"pip install gguf$"):
         with needing("dequantizing", package="gguf"):
             import no_gguf_here  # type: ignore[import-not-found]  # noqa: F401
     with pytest.raises(ModuleNotFoundError):  # a module of tensorfile's own missing: a bug

@@ -146,7 +146,7 @@ def test_convert_keeps_plain_values_as_metadata_and_says_so(tmp_path: Path) -> N
 def test_key_errors_say_what_can_be_picked(tmp_path: Path) -> None:
     path = tmp_path / "train.pth"
     _checkpoint(path)
-    with pytest.raises(InvalidArgumentError, match="no key 'model'.*'model_state_dict'"):
+    with pytest.raises(InvalidArgumentError, match=r"no key 'model'.*'model_state_dict'"):
         tensorfile.open(path, key="model")
     with pytest.raises(InvalidArgumentError, match=r"key 'epoch' holds no tensors \(int\)"):
         tensorfile.open(path, key="epoch")
@@ -195,7 +195,7 @@ def test_a_checkpoint_with_an_object_is_refused_unexecuted(tmp_path: Path) -> No
         lambda: tensorfile.inspect(str(path)),
         lambda: tensorfile.convert(path, tmp_path / "o.safetensors"),
     ):
-        with pytest.raises(UnsupportedError, match="refused by torch.load.*GLOBAL posix.system"):
+        with pytest.raises(UnsupportedError, match=r"refused by torch\.load.*GLOBAL posix\.system"):
             call()
     assert not marker.exists() and not (tmp_path / "o.safetensors").exists()
 
