@@ -81,7 +81,7 @@ def run_summary(args: argparse.Namespace, out: Output) -> int:
         doc = {"schema": SCHEMA, "format": s.format, "path": s.path, "version": s.version,
                "tensor_count": len(s.tensors), "metadata_count": len(s.metadata),
                "structural_hash": digest}  # fmt: skip
-        others = not_tensors(s)
+        others = not_tensors(r[0])
         if others:  # a PyTorch pickle's entries that are not tensors (in the metadata)
             doc["not_tensor_count"] = len(others)
         return doc
