@@ -210,3 +210,23 @@ def test_lists_of_tensors_and_top_level_values(tmp_path: Path) -> None:
     torch.save({"epoch": 3, "note": b"\x00raw"}, tmp_path / "plain.pt")  # no tensor at all
     with tensorfile.open(tmp_path / "plain.pt") as f:
         assert f.keys() == [] and f.attributes == {"epoch": 3, "note": "b'\\x00raw'"}
+
+
+def test_shared_and_self_holding_containers(tmp_path: Path) -> None:
+    """A dict shared by two entries is read under both names; a list that holds itself is,
+    inside itself, a text naming it; a pickle of a dict referred to twice at every level
+    (2**40 entries in a few kB) is refused, not walked."""
+    t = torch.ones(2)
+    shared = {"w": t}
+    loop: list[Any] = [t]
+    loop.append(loop)
+    torch.save({"a": shared, "b": shared, "loop": loop}, tmp_path / "s.pt")
+    with tensorfile.open(tmp_path / "s.pt") as f:
+        assert f.keys() == ["a.w", "b.w", "loop.0"]
+        assert f.attributes == {"loop.1": "(the same object as 'loop')"}
+    bomb: dict[str, Any] = {"w": t}
+    for _ in range(40):
+        bomb = {"a": bomb, "b": bomb}
+    torch.save(bomb, tmp_path / "bomb.pt")
+    with pytest.raises(UnsupportedError, match="flattens to more than"):
+        tensorfile.open(tmp_path / "bomb.pt")

@@ -16,9 +16,9 @@ is read whole):
 
 * dicts, lists and tuples that hold tensors are flattened with dotted names
   (``{"model": {"w": t}}``: ``model.w``; an optimizer's ``{"state": {0: {"exp_avg": t}}}``:
-  ``state.0.exp_avg``; ``{"layers": [t, u]}``: ``layers.0``, ``layers.1``); dict keys must
-  be text or integers; two entries that flatten to the same name (a dotted key and a
-  nested dict) are refused, naming it;
+  ``state.0.exp_avg``; ``{"layers": [t, u]}``: ``layers.0``, ``layers.1``), a key that is
+  not text by its text (``str(key)``); two entries that flatten to the same name (a dotted
+  key and a nested dict, ``0`` and ``"0"``) are refused, naming it;
 * a lone tensor: one tensor named after the file (``lone.pt``: ``lone``);
 * every other entry (a number, text, None, a list or dict that holds no tensor) is not a
   tensor: it becomes a metadata value under its dotted name (``epoch``,
@@ -171,39 +171,50 @@ def _is_container(value: Any, torch: Any) -> bool:
     return isinstance(value, Mapping | list | tuple) and not isinstance(value, torch.Size)
 
 
-def _children(value: Any, name: str, where: str) -> list[tuple[str, Any]]:
-    """The named children of a container that holds tensors (dict keys: text or integers;
-    list and tuple items: their index)."""
+def _children(value: Any, name: str) -> list[tuple[str, Any]]:
+    """The named children of a container that holds containers: a dict's by the text of
+    their keys (``0`` for the integer 0), a list's and a tuple's by their index."""
     items = value.items() if isinstance(value, Mapping) else enumerate(value)
-    out = []
-    for key, child in items:
-        if not isinstance(key, str | int):
-            under = repr(name) if name else "the top"
-            raise UnsupportedError(f"{where}: key {key!r} under {under} is not text or an integer")
-        out.append((f"{name}.{key}" if name else str(key), child))
-    return out
+    return [(f"{name}.{key}" if name else str(key), child) for key, child in items]
 
 
-def _walk(obj: Any, where: str) -> Checkpoint:
+_LEFT = -2
+"""The parent of a stack entry that marks the end of a container's walk."""
+
+
+def _walk(obj: Any, where: str, limit: int) -> Checkpoint:
     """Flatten ``obj`` (see the module docstring) without recursion: a dict nested thousands
-    deep, which ``torch.load`` accepts, is walked like any other."""
+    deep, which ``torch.load`` accepts, is walked like any other. A container shared by two
+    entries is read under both names; one that holds itself is, inside itself, a text value
+    naming it; more than ``limit`` entries (a pickle can refer to one list twice at every
+    level: 2**60 entries in a few bytes) is refused."""
     torch = sys.modules["torch"]
     # pre-order: (name, value, parent); a container is opened only if it holds a container
     nodes: list[tuple[str, Any, int]] = []
     stack: list[tuple[str, Any, int]] = [("", obj, -1)]
-    opened: set[int] = set()
+    path: dict[int, str] = {}  # the containers being walked (a repeat of one: a cycle)
     while stack:
         name, value, parent = stack.pop()
+        if parent == _LEFT:
+            del path[id(value)]
+            continue
+        if _is_container(value, torch) and id(value) in path:
+            value = f"(the same object as {path[id(value)]!r})"
         nodes.append((name, value, parent))
-        if not _is_container(value, torch) or id(value) in opened:
+        if len(nodes) > limit:
+            raise UnsupportedError(
+                f"{where}: the pickle refers to its containers so often that it flattens to "
+                f"more than {limit:,} entries"
+            )
+        if not _is_container(value, torch):
             continue
         members = value.values() if isinstance(value, Mapping) else value
         if parent >= 0 and all(isinstance(v, _SCALARS) for v in members):
             continue  # a leaf of plain values (char2idx, a loss history)
-        opened.add(id(value))
+        path[id(value)] = name
         here = len(nodes) - 1
-        kids = [(n, v, here) for n, v in _children(value, name, where)]
-        stack.extend(reversed(kids))  # popped in the container's order
+        stack.append((name, value, _LEFT))  # popped once every child is walked
+        stack.extend(reversed([(n, v, here) for n, v in _children(value, name)]))
     holds = [isinstance(v, torch.Tensor) for _, v, _ in nodes]
     for i in range(len(nodes) - 1, 0, -1):  # children come after their parent
         if holds[i]:
@@ -276,6 +287,10 @@ def describe(value: Any) -> str:
     return f"{kind} of {len(members):,} {what}{many}"
 
 
+_MIN_ENTRIES = 100_000
+"""Entries any pickle may flatten to; past it, one for each byte of the file (each entry of
+a pickle costs at least a byte unless it is a second reference to a container)."""
+
 _DEPTH = 64
 """How deep :func:`plain_value` follows nested containers (deeper: their text)."""
 
@@ -302,7 +317,7 @@ def plain_value(value: Any, depth: int = 0) -> Any:
 def read_checkpoint(source: Source, *, key: str | None = None) -> Checkpoint:
     """The tensors (torch tensors, as loaded) and other entries of the pickle in ``source``,
     by flattened name; with ``key``, those under it only (see the module docstring)."""
-    found = _walk(_load(source), source.name)
+    found = _walk(_load(source), source.name, source.size + _MIN_ENTRIES)
     return found if key is None else _select(found, key, source.name)
 
 
