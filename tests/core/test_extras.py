@@ -109,3 +109,20 @@ def test_the_helper_names_the_package_and_leaves_tensorfile_bugs_alone() -> None
             import no_gguf_here  # type: ignore[import-not-found]  # noqa: F401
     with pytest.raises(ModuleNotFoundError):  # a module of tensorfile's own missing: a bug
         require("tensorfile.no_such_module", "x", extra="e")
+
+
+def test_s3_datasets_without_s3fs_name_the_s3_extra() -> None:
+    """(A single s3:// file may be read by tensorfile's own S3 client, which needs no
+    package: the dataset store is fsspec's.)"""
+    found = _without(
+        ["s3fs"],
+        """
+        import tensorfile.dataset
+        step("dataset", lambda: tensorfile.dataset.open("s3://bucket/ds"))
+        """,
+    )
+    for step in ("dataset",):
+        assert found[step].startswith("UnsupportedError: s3://bucket/"), found
+        assert found[step].endswith(
+            "needs s3fs, which is not installed: " + install_hint(extra="s3")
+        )
