@@ -20,6 +20,7 @@ from pathlib import Path
 import ml_dtypes
 import numpy as np
 import pytest
+import safetensors
 import safetensors.numpy
 import torch
 import ztensor as zt1
@@ -277,11 +278,14 @@ def test_pickle_shapes_convert_names_and_refuse_collisions(tmp_path: Path) -> No
     torch.save({"a.b": torch.ones(2), "a": {"b": torch.zeros(2)}}, tmp_path / "dup.pt")
     with pytest.raises(UnsupportedError, match=r"'a\.b'"):
         convert(tmp_path / "dup.pt", tmp_path / "dup.safetensors")
+    assert not (tmp_path / "dup.safetensors").exists()
+    # a value that is not a tensor is kept as metadata, and the notes say so
     torch.save({"w": torch.ones(2), "opt": {"step": 3}}, tmp_path / "step.pt")
     run = _cli("convert", str(tmp_path / "step.pt"), str(tmp_path / "step.safetensors"))
-    assert run.returncode == 2 and "opt.step" in run.stderr
-    assert not (tmp_path / "dup.safetensors").exists()
-    assert not (tmp_path / "step.safetensors").exists()
+    assert run.returncode == 0, run.stderr
+    assert "note: not tensors, kept as metadata: opt (dict of 1 int)" in run.stdout
+    with safetensors.safe_open(str(tmp_path / "step.safetensors"), "np") as f:
+        assert f.metadata() == {"opt": '{"step": 3}'} and list(f.keys()) == ["w"]
 
 
 def test_bf16_to_npz_is_refused_before_anything_is_written(tmp_path: Path) -> None:

@@ -207,12 +207,12 @@ def test_a_pickle_that_needs_more_than_weights_is_refused_unexecuted(tmp_path: P
             return (os.system, (f"touch {tmp_path / 'executed'}",))
 
     torch.save({"w": torch.ones(2), "evil": Evil()}, tmp_path / "evil.pt")
-    with pytest.raises(UnsupportedError, match="weights_only"):
+    with pytest.raises(UnsupportedError, match="weights_only") as caught:
         tensorfile.open(tmp_path / "evil.pt")
     assert not (tmp_path / "executed").exists()
-    torch.save({"w": torch.ones(2), "step": 3}, tmp_path / "step.pt")
-    with pytest.raises(UnsupportedError, match="step holds a value of type int"):
-        tensorfile.open(tmp_path / "step.pt")
+    # torch's own reason, in one line, without its advice to load the file unsafely
+    assert "unsupported GLOBAL posix.system" in str(caught.value)
+    assert "\n" not in str(caught.value) and "\x1b" not in str(caught.value)
 
 
 # -- writing through the registry ---------------------------------------------------------

@@ -49,6 +49,7 @@ def run_convert(args: argparse.Namespace, out: Output) -> int:
             densify=args.densify,
             progress=report,
             allow_full_download=args.allow_full_download or None,
+            key=args.key,
         )
     if out.json_mode:
         out.json(_json(r))

@@ -12,6 +12,7 @@ from typing import Any
 
 from ..core.catalog import Catalog
 from ..ops import content_hash, load, structural_hash
+from ..ops.inspect import not_tensors
 from ._each import for_each
 from ._output import Output
 from ._progress import HASH_DELAY, progress
@@ -72,14 +73,18 @@ def run_summary(args: argparse.Namespace, out: Output) -> int:
     allow = args.allow_full_download or None
 
     def read(path: str) -> tuple[Catalog, str]:
-        s = load(path, allow_full_download=allow)
+        s = load(path, allow_full_download=allow, key=args.key)
         return s, _structural(s, out)
 
     def to_json(r: tuple[Catalog, str]) -> dict[str, Any]:
         s, digest = r
-        return {"schema": SCHEMA, "format": s.format, "path": s.path, "version": s.version,
-                "tensor_count": len(s.tensors), "metadata_count": len(s.metadata),
-                "structural_hash": digest}  # fmt: skip
+        doc = {"schema": SCHEMA, "format": s.format, "path": s.path, "version": s.version,
+               "tensor_count": len(s.tensors), "metadata_count": len(s.metadata),
+               "structural_hash": digest}  # fmt: skip
+        others = not_tensors(r[0])
+        if others:  # a PyTorch pickle's entries that are not tensors (in the metadata)
+            doc["not_tensor_count"] = len(others)
+        return doc
 
     def show(r: tuple[Catalog, str], label: str | None) -> None:
         s, digest = r

@@ -23,7 +23,13 @@ from rich.tree import Tree
 
 from ..core.catalog import TensorInfo
 from ..ops import inspect
-from ..ops.inspect import InspectResult, ModuleGroup, file_offsets, module_tree
+from ..ops.inspect import (
+    InspectResult,
+    ModuleGroup,
+    file_offsets,
+    module_tree,
+    not_tensors_text,
+)
 from ._each import for_each
 from ._output import Output, human_bytes, printable
 from ._progress import HASH_DELAY, progress
@@ -89,7 +95,7 @@ def run_inspect(args: argparse.Namespace, out: Output) -> int:
 
     def read(path: str) -> InspectResult:
         with progress(out, "hashing the header", unit="items", delay=HASH_DELAY) as report:
-            return inspect(path, progress=report, allow_full_download=allow)
+            return inspect(path, progress=report, allow_full_download=allow, key=args.key)
 
     def show(r: InspectResult, _label: str | None) -> None:
         _header(r, out, verbose=args.verbose)
@@ -126,6 +132,9 @@ def _header(r: InspectResult, out: Output, *, verbose: bool) -> None:
             out.line(f"  {key}: {value_text(meta[key], limit)}")
     else:
         out.line("no metadata")
+    if r.not_tensors:  # a PyTorch pickle's other entries (their values are the metadata)
+        text = not_tensors_text(r.not_tensors, None if verbose else 8)
+        out.line(f"not tensors ({len(r.not_tensors):,}, kept as metadata): {text}")
     if not r.parameters_by_dtype:  # no tensors: no table of nothing
         return
     table = Table(title=None, show_edge=False)

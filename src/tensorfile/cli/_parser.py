@@ -101,6 +101,7 @@ Examples:
   tensorfile inspect ./llama-checkpoint --tree
   tensorfile inspect https://huggingface.co/org/model/resolve/main/model.safetensors
   tensorfile inspect *.gguf --json
+  tensorfile inspect train.pth --key model_state_dict    # one dictionary of a checkpoint
 
 {_several("inspect")}
 
@@ -151,13 +152,16 @@ Examples:
   tensorfile convert ./checkpoint merged.safetensors            # a sharded checkpoint in
   tensorfile convert big.safetensors ./ck --shard-size 5GB       # shards + index, like hf
   tensorfile convert pytorch_model.bin model.safetensors         # torch.load(weights_only)
+  tensorfile convert train.pth model.safetensors --key model_state_dict   # the model only
   tensorfile convert model.gguf model.safetensors                # quantized: dequantized
 
 Sources: safetensors (a file or a sharded checkpoint), zTensor v1.0/v2, GGUF, .npz, .npy,
 PyTorch pickles (.pt, .pth, .bin; torch.load(weights_only=True) only: never a full
-unpickler). The output format comes from --to or DST's extension (.safetensors, .zt = v1.0,
-.npz). Tensor by tensor (memory: about the largest tensor), atomic, the content id kept
-(tensorfile id --content). Sparse tensors to safetensors/npz need --densify.
+unpickler; entries that are not tensors, such as a training checkpoint's epoch, become
+metadata, and --key picks one dictionary). The output format comes from --to or DST's
+extension (.safetensors, .zt = v1.0, .npz). Tensor by tensor (memory: about the largest
+tensor), atomic, the content id kept (tensorfile id --content). Sparse tensors to
+safetensors/npz need --densify.
 
 {CONVERT_STATUS}""",
     "verify": f"""\
@@ -217,6 +221,16 @@ def _check_id(args: argparse.Namespace) -> str | None:
     return f"{' and '.join(given)} {'needs' if len(given) == 1 else 'need'} --content"
 
 
+KEY_HELP = (
+    "read only this dictionary of a PyTorch pickle, by its dotted name (a training "
+    "checkpoint's model_state_dict): its tensors named from there on"
+)
+
+
+def _key(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--key", default=None, metavar="NAME", help=KEY_HELP)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
     parser = _Parser(
@@ -252,6 +266,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--verbose", action="store_true", help="list every tensor; show metadata values whole"
     )
+    _key(p)
 
     p = command("id", run_id, "the structural hash (weight-inspect's), or --content")
     p.add_argument("path", nargs="+", metavar="PATH", help=PATH_HELP)
@@ -276,6 +291,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("summary", run_summary, "one line: format,version,tensors,metadata,hash")
     p.add_argument("path", nargs="+", metavar="PATH", help=PATH_HELP)
+    _key(p)
 
     p = command("diff", run_diff, "tensors and metadata added, removed and changed")
     p.add_argument("a", help=PATH_HELP.split("; several")[0])
@@ -327,6 +343,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="write a sharded safetensors checkpoint into the folder DST (5GB...)",
     )
     p.add_argument("--densify", action="store_true", help="store sparse tensors dense")
+    _key(p)
 
     p = command("verify", run_verify, "check structure, digests, shards (and values, --deep)")
     p.add_argument("path", nargs="+", metavar="PATH", help=PATH_HELP)

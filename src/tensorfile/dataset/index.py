@@ -30,6 +30,7 @@ import stat
 from typing import Any
 
 from ..core.errors import ConcurrentWriteError, FormatError, SourceError, TensorFileError
+from ..core.extras import needing
 from ..sources import LocalStore, Store
 from .files import INDEX_NAME, MANIFEST_NAME, open_regular
 from .manifest import Manifest
@@ -60,8 +61,9 @@ def index_bytes(rows: list[tuple[str, str, list[int], str]]) -> bytes:
     string)."""
     import io
 
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+    with needing("writing a dataset's index (parquet)", extra="dataset"):
+        import pyarrow as pa
+        import pyarrow.parquet as pq
 
     schema = pa.schema(
         [
@@ -173,8 +175,9 @@ def _lstat_mode(path: str) -> int:
 
 def _columns(f: Any, path: str, size: int) -> tuple[list[str], list[str]]:
     """The tensor_key and file_name columns of the parquet file ``f`` of ``size`` bytes."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+    with needing(f"{path}: reading the dataset's index (parquet)", extra="dataset"):
+        import pyarrow as pa
+        import pyarrow.parquet as pq
 
     try:
         pf = pq.ParquetFile(f)

@@ -45,6 +45,7 @@ from typing import Any
 import numpy as np
 
 from ..core.errors import InvalidArgumentError, InvalidTypeError, TensorNotFoundError
+from ..core.extras import needing
 from ..core.reader import Reader
 from ..sources import path_text
 from ._stream import Stream, predownload_for
@@ -415,7 +416,8 @@ class Dataset:
             >>> [b["x"].shape for b in dataset.open(out).to_torch(batch_size=4)]
             [torch.Size([4]), torch.Size([2])]
         """
-        from .torch import TorchIterable, TorchMap
+        with needing("Dataset.to_torch()", extra="torch"):
+            from .torch import TorchIterable, TorchMap
 
         if map_style:
             return TorchMap(self)
@@ -437,7 +439,8 @@ class Dataset:
     def to_arrow(self, columns: list[str] | None = None, *, low_precision: str = "float32") -> Any:
         """Every sample as a ``pyarrow.Table``; BF16/F8 widened to float32 (or, with
         ``low_precision="binary"``, kept as bytes): :mod:`tensorfile.dataset.arrow`."""
-        from .arrow import to_arrow
+        with needing("Dataset.to_arrow()", extra="dataset"):
+            from .arrow import to_arrow
 
         return to_arrow(self, columns, low_precision=low_precision)
 
@@ -445,7 +448,8 @@ class Dataset:
         self, batch_size: int, columns: list[str] | None = None, *, low_precision: str = "float32"
     ) -> Iterator[Any]:
         """``pyarrow.RecordBatch``es of ``batch_size`` samples, streamed shard by shard."""
-        from .arrow import iter_arrow
+        with needing("Dataset.iter_arrow()", extra="dataset"):
+            from .arrow import iter_arrow
 
         return iter_arrow(self, batch_size, columns, low_precision=low_precision)
 
@@ -459,23 +463,26 @@ class Dataset:
         """A Hugging Face ``datasets.Dataset`` (``IterableDataset`` with ``streaming``) with
         features matching the schema, written into ``cache_dir`` (default: the ``datasets``
         cache): :mod:`tensorfile.dataset.hf`."""
-        from .hf import to_hf
+        with needing("Dataset.to_hf()", extra="hf"):
+            from .hf import to_hf
 
-        return to_hf(self, streaming=streaming, columns=columns, cache_dir=cache_dir)
+            return to_hf(self, streaming=streaming, columns=columns, cache_dir=cache_dir)
 
     def to_ray(self, columns: list[str] | None = None, **options: Any) -> Any:
         """A ``ray.data.Dataset``, a read task per group of shards:
         :mod:`tensorfile.dataset.ray`."""
-        from .ray import to_ray
+        with needing("Dataset.to_ray()", extra="ray"):
+            from .ray import to_ray
 
-        return to_ray(self, columns, **options)
+            return to_ray(self, columns, **options)
 
     def to_dask(self, columns: list[str] | None = None) -> dict[str, Any]:
         """``{column: dask.array}``, a chunk per shard, read lazily:
         :mod:`tensorfile.dataset.dask`."""
-        from .dask import to_dask
+        with needing("Dataset.to_dask()", extra="dask"):
+            from .dask import to_dask
 
-        return to_dask(self, columns)
+            return to_dask(self, columns)
 
     def close(self) -> None:
         """Close the open shard files (and stop starting background downloads)."""

@@ -59,6 +59,7 @@ from ..core.reader import Reader
 from ..core.source import FIRST_READ, ByteRequest, RangeRequest, Source, SuffixRequest
 from ..sources import CacheDir, PathOrData, open_input, path_text
 from . import _sniff
+from ._text import metadata_text
 
 __all__ = [
     "ALIASES",
@@ -87,6 +88,9 @@ __all__ = [
     "read_catalog",
     "writable_names",
 ]
+
+Key = str | None
+"""A dotted name of a dictionary in a :attr:`Format.nested` format's file, or None."""
 
 MetadataChange = Callable[[Mapping[str, str]], dict[str, str]]
 """Given a file's metadata, the metadata it should have."""
@@ -162,6 +166,8 @@ class Format:
             checks further. Messages list every format (:func:`known`).
         hint_suffixes: name endings that make content the format if the bytes agree but
             cannot prove it alone (a pickle named ``.bin``); never used by :func:`guess`.
+        nested: its files hold nested dictionaries, of which ``key=`` picks one (PyTorch
+            pickles: its module's ``open_reader`` and ``read_catalog`` take ``key``).
     """
 
     name: str
@@ -176,12 +182,28 @@ class Format:
     sparse: bool = False
     tensor_file: bool = True
     hint_suffixes: tuple[str, ...] = field(default=())
+    nested: bool = False
 
     def impl(self) -> FormatModule:
         """The implementing module."""
         module, _, attr = self.module.partition(":")
         found: Any = importlib.import_module(module)
         return cast(FormatModule, getattr(found, attr) if attr else found)
+
+    def open_reader(self, source: Source, *, verify: bool | None = None, key: Key = None) -> Reader:
+        """The module's reader of ``source``; ``key``: a :attr:`nested` format's dictionary."""
+        module: Any = self.impl()  # (only a nested format's module takes ``key``)
+        return cast(Reader, module.open_reader(source, verify=verify, **self._key(key, source)))
+
+    def read_catalog(self, source: Source, *, key: Key = None) -> Catalog:
+        """The module's catalog of ``source`` (``key``: as for :meth:`open_reader`)."""
+        return self.impl().read_catalog(source, **self._key(key, source))
+
+    def _key(self, key: Key, source: Source) -> dict[str, str]:
+        if key is None or (self.nested and isinstance(key, str) and key):
+            return {} if key is None else {"key": key}
+        what = f"key={key!r} picks a dictionary of a PyTorch pickle by its dotted name"
+        raise InvalidArgumentError(f"{source.name}: {what}; this is a {self.title} file")
 
     def first_request(self, size: int = FIRST_READ) -> ByteRequest:
         """The first request to a remote file of this format: its head or its tail."""
@@ -302,6 +324,7 @@ PYTORCH = Format(
     module="tensorfile.formats.torch_pickle",
     tensor_file=False,
     hint_suffixes=(".pt", ".pth", ".ckpt", ".bin"),
+    nested=True,
 )
 
 FORMATS: dict[str, Format] = {f.name: f for f in (SAFETENSORS, ZTENSOR, GGUF, NPZ, NPY, PYTORCH)}
@@ -333,32 +356,6 @@ _LOOKS_LIKE = (
     (NPZ.magic, "a zip archive (torch.save writes one: a PyTorch .bin/.pt checkpoint?)"),
 )
 """What files of the import formats that are not one look like (for the messages)."""
-
-
-def metadata_text(metadata: Mapping[str, Any]) -> dict[str, str]:
-    """Metadata as text, for a format that holds only text: text values as they are,
-    others (numbers, lists, GGUF values) as JSON; a GGUF float32 as the shortest number
-    that reads back as the same float32 (:func:`tensorfile.core.values.plain`).
-
-    Example:
-        >>> from tensorfile.core.values import TypedValue
-        >>> metadata_text({"a": "x", "n": 3, "l": [1, "ü"]})
-        {'a': 'x', 'n': '3', 'l': '[1, "ü"]'}
-        >>> metadata_text({"eps": TypedValue("float32", 9.999999960041972e-13)})
-        {'eps': '1e-12'}
-    """
-    import json
-
-    from tensorfile.core.values import plain
-
-    out: dict[str, str] = {}
-    for key, value in metadata.items():
-        inner = plain(value)  # GGUFValue
-        if isinstance(inner, str):
-            out[str(key)] = inner
-        else:
-            out[str(key)] = json.dumps(inner, ensure_ascii=False, default=str)
-    return out
 
 
 def writable_names() -> list[str]:
@@ -536,6 +533,7 @@ def open_reader(
     allow_full_download: bool | None = None,
     verify: bool | None = None,
     cache_dir: CacheDir = None,
+    key: str | None = None,
 ) -> Reader:
     """Open a tensor file (a path, an ``http(s)://`` or fsspec URL, or its bytes) and return
     a :class:`~tensorfile.core.reader.Reader`. Over HTTP, the header costs one range request
@@ -547,7 +545,9 @@ def open_reader(
     ``cache_dir`` keeps a remote file in a local folder, chunk by chunk (see
     :func:`tensorfile.sources.open_path`).
 
-    The format is detected from the first bytes unless ``format`` names it. The reader has
+    The format is detected from the first bytes unless ``format`` names it. ``key`` reads
+    one dictionary of a PyTorch pickle (``"model_state_dict"``), named from there on
+    (:mod:`tensorfile.formats.torch_pickle`; other formats refuse it). The reader has
     ``keys()``, ``metadata``, ``info(name)``, ``view(name)`` (zero-copy, read-only),
     ``get_tensor(name)`` (an owned copy) and ``read_slice(name, index)``, and is a context
     manager.
@@ -565,14 +565,18 @@ def open_reader(
         path_or_data, first=first, allow_full_download=allow_full_download, cache_dir=cache_dir
     )
     with opened as source, naming(source.name):  # every error names the file
-        return (fmt or detect(source)).impl().open_reader(source, verify=verify)
+        return (fmt or detect(source)).open_reader(source, verify=verify, key=key)
 
 
 def read_catalog(
-    path_or_data: PathOrData, *, format: str | None = None, allow_full_download: bool | None = None
+    path_or_data: PathOrData,
+    *,
+    format: str | None = None,
+    allow_full_download: bool | None = None,
+    key: Key = None,
 ) -> Catalog:
     """The catalog of a tensor file, from its header alone (the source is closed after);
-    ``allow_full_download`` as for :func:`open_reader`.
+    ``allow_full_download`` and ``key`` as for :func:`open_reader`.
 
     Example:
         >>> import numpy as np
@@ -585,6 +589,6 @@ def read_catalog(
     with open_input(path_or_data, first=first, allow_full_download=allow_full_download) as source:
         try:
             with naming(source.name):
-                return (fmt or detect(source)).impl().read_catalog(source)
+                return (fmt or detect(source)).read_catalog(source, key=key)
         finally:
             source.close()

@@ -90,10 +90,15 @@ def open_file_source(path: str, *, local: bool, allow_full_download: bool | None
 
 
 def file_catalog(
-    path: str, *, local: bool = False, allow_full_download: bool | None = None
+    path: str,
+    *,
+    local: bool = False,
+    allow_full_download: bool | None = None,
+    key: str | None = None,
 ) -> Catalog:
     """The catalog of one file, from its header (``path``, ``stats`` and, for a URL shown
-    without its credentials, ``opened_from`` filled in).
+    without its credentials, ``opened_from`` filled in); ``key``: a dictionary of a PyTorch
+    pickle (:func:`tensorfile.formats.open_reader`).
 
     Example:
         >>> import numpy as np
@@ -107,8 +112,7 @@ def file_catalog(
     """
     source = open_file_source(path, local=local, allow_full_download=allow_full_download)
     with closing(source), naming(source.name):
-        fmt = detect(source)
-        cat = fmt.impl().read_catalog(source)
+        cat = detect(source).read_catalog(source, key=key)
     opened = {source.name: path} if source.name != path else {}
     return replace(cat, path=source.name, stats=(source.stats,), opened_from=opened)
 

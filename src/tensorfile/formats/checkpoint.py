@@ -311,6 +311,7 @@ def open(
     allow_full_download: bool | None = None,
     verify: bool | None = None,
     cache_dir: CacheDir = None,
+    key: str | None = None,
 ) -> Reader:
     """Open a tensor file, or a sharded checkpoint (see the module docstring), and return a
     :class:`~tensorfile.core.reader.Reader` (a :class:`ShardedReader` for a checkpoint);
@@ -319,6 +320,10 @@ def open(
     zTensor checks its own unless ``verify=False``). ``cache_dir`` keeps a remote file in a
     local folder, chunk by chunk (see :func:`tensorfile.sources.open_path`); the shards of
     a remote checkpoint take ``$TENSORFILE_CACHE_DIR`` (an explicit ``cache_dir`` is refused).
+    ``key`` reads one dictionary of a PyTorch pickle (a training checkpoint's
+    ``"model_state_dict"``), its entries named from there on; the pickle's other entries that
+    are not tensors (``epoch``...) are its ``metadata`` (see
+    :mod:`tensorfile.formats.torch_pickle`).
 
     Example:
         >>> import numpy as np, tensorfile
@@ -333,7 +338,9 @@ def open(
             from .catalogs import local_target
 
             target = local_target(target)  # a file:// URL keeps the local rules
-            if is_url(target):
+            if key is not None:
+                pass  # one file: a sharded checkpoint holds no pickle to pick from
+            elif is_url(target):
                 if is_index(target):
                     _no_cache_dir(cache_dir, target)
                     return open_checkpoint(
@@ -355,4 +362,5 @@ def open(
         allow_full_download=allow_full_download,
         verify=verify,
         cache_dir=cache_dir,
+        key=key,
     )

@@ -1,5 +1,7 @@
-"""ggml's quantized block types as float32: what ``get_tensor(name, dequantize=True)`` and
-``tensorfile.convert`` do with a GGUF tensor of type Q8_0, Q4_K...
+"""ggml's tensor types: the table of type ids with their block sizes (:data:`GGML_TYPES`,
+which GGUF headers and ztensor's GGUF conversions name), and the quantized block types as
+float32: what ``get_tensor(name, dequantize=True)`` and ``tensorfile.convert`` do with a GGUF
+tensor of type Q8_0, Q4_K...
 
 The simple block types (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1) are decoded here with numpy; the
 others (the K-quants, the IQ types...) with the ``gguf`` package's
@@ -21,9 +23,85 @@ from typing import Any
 
 import numpy as np
 
+from tensorfile.core import dtypes
 from tensorfile.core.errors import UnsupportedError
+from tensorfile.core.extras import install_hint
 
-__all__ = ["NUMPY_TYPES", "dequantize"]
+__all__ = ["DEQUANTIZED", "GGML_TYPES", "NUMPY_TYPES", "PLAIN_TYPES", "block_type", "dequantize"]
+
+# ggml type id: (name, block size in elements, bytes per block)
+GGML_TYPES: dict[int, tuple[str, int, int]] = {
+    0: ("f32", 1, 4),
+    1: ("f16", 1, 2),
+    2: ("q4_0", 32, 18),
+    3: ("q4_1", 32, 20),
+    6: ("q5_0", 32, 22),
+    7: ("q5_1", 32, 24),
+    8: ("q8_0", 32, 34),
+    9: ("q8_1", 32, 36),
+    10: ("q2_k", 256, 84),
+    11: ("q3_k", 256, 110),
+    12: ("q4_k", 256, 144),
+    13: ("q5_k", 256, 176),
+    14: ("q6_k", 256, 210),
+    15: ("q8_k", 256, 292),
+    16: ("iq2_xxs", 256, 66),
+    17: ("iq2_xs", 256, 74),
+    18: ("iq3_xxs", 256, 98),
+    19: ("iq1_s", 256, 50),
+    20: ("iq4_nl", 32, 18),
+    21: ("iq3_s", 256, 110),
+    22: ("iq2_s", 256, 82),
+    23: ("iq4_xs", 256, 136),
+    24: ("i8", 1, 1),
+    25: ("i16", 1, 2),
+    26: ("i32", 1, 4),
+    27: ("i64", 1, 8),
+    28: ("f64", 1, 8),
+    29: ("iq1_m", 256, 56),
+    30: ("bf16", 1, 2),
+    34: ("tq1_0", 256, 54),
+    35: ("tq2_0", 256, 66),
+    39: ("mxfp4", 32, 17),
+}
+
+PLAIN_TYPES: dict[str, str] = {
+    "f32": "F32",
+    "f16": "F16",
+    "bf16": "BF16",
+    "f64": "F64",
+    "i8": "I8",
+    "i16": "I16",
+    "i32": "I32",
+    "i64": "I64",
+}
+"""The ggml types that are plain element types, with tensorfile's name for each; the others
+are quantized blocks (read as bytes)."""
+
+
+def block_type(layout: str, shape: tuple[int, ...], nbytes: int) -> str | None:
+    """The ggml block type (``"q8_0"``) of a zTensor v2 object of layout ``layout`` that
+    ztensor's GGUF conversion writes (``"gguf.q8_0/1"``: the blocks as stored, in one ``u8``
+    part of ``nbytes`` bytes, ``shape`` in elements and numpy's order), when ``shape`` and
+    ``nbytes`` fit the type's blocks; None for any other layout.
+
+    Example:
+        >>> block_type("gguf.q8_0/1", (2, 32), 68), block_type("gguf.q8_0/1", (2, 32), 64)
+        ('q8_0', None)
+    """
+    if not layout.startswith("gguf.") or not layout.endswith("/1"):
+        return None
+    name = layout[5:-2]
+    for type_name, block, size in GGML_TYPES.values():
+        if type_name == name and name not in PLAIN_TYPES:
+            rows_fit = not shape or shape[-1] % block == 0
+            return name if rows_fit and -(-math.prod(shape) // block) * size == nbytes else None
+    return None
+
+
+DEQUANTIZED = dtypes.from_name("F32")
+"""The dtype a quantized tensor is dequantized to (``convert`` writes it, ``inspect`` quotes
+its size)."""
 
 NDArray = np.ndarray[Any, Any]
 _BLOCK = 32
@@ -104,7 +182,8 @@ def _with_gguf(raw: NDArray, kind: str, shape: tuple[int, ...], name: str) -> ND
     """Dequantize with the ``gguf`` package (the types tensorfile does not decode itself)."""
     way = (
         f"tensorfile decodes {', '.join(t.upper() for t in NUMPY_TYPES)} itself; for "
-        f"{kind.upper()} install the gguf package (pip install gguf), or use llama.cpp"
+        f"{kind.upper()} install the gguf package ({install_hint(package='gguf')}), "
+        "or use llama.cpp"
     )
     try:
         import gguf

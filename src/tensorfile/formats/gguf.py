@@ -35,7 +35,7 @@ from tensorfile.core.reader import Reader, brief, names_list
 from tensorfile.core.source import Source
 from tensorfile.core.values import STRING_SEP, LazyStrings, TypedValue, plain
 from tensorfile.formats import GGUF, ggml
-from tensorfile.formats.ggml import dequantize
+from tensorfile.formats.ggml import GGML_TYPES, PLAIN_TYPES, block_type, dequantize
 
 __all__ = [
     "GGML_TYPES",
@@ -74,55 +74,6 @@ MAX_HEADER_BYTES = 256 << 20
 _CHUNK = 1 << 20
 _MAX_I64 = (1 << 63) - 1
 
-# ggml type id: (name, block size in elements, bytes per block)
-GGML_TYPES: dict[int, tuple[str, int, int]] = {
-    0: ("f32", 1, 4),
-    1: ("f16", 1, 2),
-    2: ("q4_0", 32, 18),
-    3: ("q4_1", 32, 20),
-    6: ("q5_0", 32, 22),
-    7: ("q5_1", 32, 24),
-    8: ("q8_0", 32, 34),
-    9: ("q8_1", 32, 36),
-    10: ("q2_k", 256, 84),
-    11: ("q3_k", 256, 110),
-    12: ("q4_k", 256, 144),
-    13: ("q5_k", 256, 176),
-    14: ("q6_k", 256, 210),
-    15: ("q8_k", 256, 292),
-    16: ("iq2_xxs", 256, 66),
-    17: ("iq2_xs", 256, 74),
-    18: ("iq3_xxs", 256, 98),
-    19: ("iq1_s", 256, 50),
-    20: ("iq4_nl", 32, 18),
-    21: ("iq3_s", 256, 110),
-    22: ("iq2_s", 256, 82),
-    23: ("iq4_xs", 256, 136),
-    24: ("i8", 1, 1),
-    25: ("i16", 1, 2),
-    26: ("i32", 1, 4),
-    27: ("i64", 1, 8),
-    28: ("f64", 1, 8),
-    29: ("iq1_m", 256, 56),
-    30: ("bf16", 1, 2),
-    34: ("tq1_0", 256, 54),
-    35: ("tq2_0", 256, 66),
-    39: ("mxfp4", 32, 17),
-}
-
-PLAIN_TYPES: dict[str, str] = {
-    "f32": "F32",
-    "f16": "F16",
-    "bf16": "BF16",
-    "f64": "F64",
-    "i8": "I8",
-    "i16": "I16",
-    "i32": "I32",
-    "i64": "I64",
-}
-"""The ggml types that are plain element types, with tensorfile's name for each; the others
-are quantized blocks (read as bytes)."""
-
 # metadata value type id: (name, struct format or None)
 _VALUE_TYPES: dict[int, tuple[str, str | None]] = {
     0: ("uint8", "<B"),
@@ -139,26 +90,6 @@ _VALUE_TYPES: dict[int, tuple[str, str | None]] = {
     11: ("int64", "<q"),
     12: ("float64", "<d"),
 }
-
-
-def block_type(layout: str, shape: tuple[int, ...], nbytes: int) -> str | None:
-    """The ggml block type (``"q8_0"``) of a zTensor v2 object of layout ``layout`` that
-    ztensor's GGUF conversion writes (``"gguf.q8_0/1"``: the blocks as stored, in one ``u8``
-    part of ``nbytes`` bytes, ``shape`` in elements and numpy's order), when ``shape`` and
-    ``nbytes`` fit the type's blocks; None for any other layout.
-
-    Example:
-        >>> block_type("gguf.q8_0/1", (2, 32), 68), block_type("gguf.q8_0/1", (2, 32), 64)
-        ('q8_0', None)
-    """
-    if not layout.startswith("gguf.") or not layout.endswith("/1"):
-        return None
-    name = layout[5:-2]
-    for type_name, block, size in GGML_TYPES.values():
-        if type_name == name and name not in PLAIN_TYPES:
-            rows_fit = not shape or shape[-1] % block == 0
-            return name if rows_fit and -(-math.prod(shape) // block) * size == nbytes else None
-    return None
 
 
 GGUFValue = TypedValue

@@ -2,52 +2,86 @@
 ``pytorch``.
 
 Read only through ``torch.load(weights_only=True)``: never an unrestricted unpickler, so a
-pickle that needs anything but tensors, containers and plain values is refused unexecuted
-(an :class:`~tensorfile.errors.UnsupportedError` quoting torch's reason). torch is imported
-only when such a file is opened; a local file is loaded with ``mmap=True`` (the tensors stay
-in the page cache, not in memory) where torch can and its name is a PyTorch one (torch
-routes a path by its name: a ``*.safetensors`` path is not loaded as a pickle), others from
-their bytes.
+pickle that needs anything but tensors, containers and plain values (an object of any
+other class) is refused unexecuted (an :class:`~tensorfile.errors.UnsupportedError` quoting
+torch's reason). torch is imported only when such a file is opened (without it: an
+UnsupportedError naming the ``torch`` extra); a local file is loaded with ``mmap=True`` (the
+tensors stay in the page cache, not in memory) where torch can and its name is a PyTorch
+one (torch routes a path by its name: a ``*.safetensors`` path is not loaded as a pickle),
+others from their bytes.
 
-What the pickle holds becomes tensors by these rules:
+What the pickle holds becomes tensors and metadata by these rules (a training checkpoint,
+``{"model_state_dict": ..., "optimizer_state_dict": ..., "epoch": 3, "char2idx": {...}}``,
+is read whole):
 
-* a dict of tensors: its keys; nested dicts are flattened with dotted names
-  (``{"model": {"w": t}}``: ``model.w``); two tensors that flatten to the same name (a
-  dotted key and a nested dict) are refused, naming it;
+* dicts, lists and tuples that hold tensors are flattened with dotted names
+  (``{"model": {"w": t}}``: ``model.w``; an optimizer's ``{"state": {0: {"exp_avg": t}}}``:
+  ``state.0.exp_avg``; ``{"layers": [t, u]}``: ``layers.0``, ``layers.1``), a key that is
+  not text by its text (``str(key)``); two entries that flatten to the same name (a dotted
+  key and a nested dict, ``0`` and ``"0"``) are refused, naming it;
 * a lone tensor: one tensor named after the file (``lone.pt``: ``lone``);
-* anything else (a number, a list, an optimizer step) is refused, naming where it is;
-  only dense (strided) tensors are read.
+* every other entry (a number, text, None, a list or dict that holds no tensor) is not a
+  tensor: it becomes a metadata value under its dotted name (``epoch``,
+  ``optimizer_state_dict.param_groups``), kept whole as a JSON-like value
+  (:func:`plain_value`: dict keys as text, tuples as lists; bytes, complex numbers, torch
+  dtypes and devices as their text) in the reader's :attr:`~PickleReader.attributes`
+  (``3``), and as text in its ``metadata`` (text as it is, other values as JSON: ``"3"``,
+  as every format whose metadata is text has it); the catalog's ``extra["not_tensors"]``
+  describes each
+  (``{"epoch": "int", "char2idx": "dict of 80 ints"}``: :func:`describe`), which
+  ``inspect`` and ``convert`` report. Converted to safetensors (text metadata only), text
+  values are kept as they are and the others as JSON text; zTensor v2 keeps the values;
+  npz keeps no metadata (convert says so);
+* ``key="model_state_dict"`` (``--key`` on the command line) reads only the entries under
+  that dotted name, named from there on (``weight``, not ``model_state_dict.weight``: what
+  ``model.load_state_dict`` wants); a key that holds no tensors is refused, naming the
+  keys that do.
 
-Tensors are served from the loaded arrays (:meth:`~tensorfile.core.reader.Reader.view` is
-zero-copy on them); the catalog's format is ``pytorch``, its metadata empty. Writing
-PyTorch pickles is not supported (:attr:`~tensorfile.formats.Format.writable` is False).
+Only dense (strided) tensors are read. Tensors are served from the loaded arrays
+(:meth:`~tensorfile.core.reader.Reader.view` is zero-copy on them); the catalog's format is
+``pytorch``. Writing PyTorch pickles is not supported
+(:attr:`~tensorfile.formats.Format.writable` is False).
 
 Example:
     >>> import os, tempfile, torch, tensorfile
     >>> path = os.path.join(tempfile.mkdtemp(), "m.pt")
-    >>> torch.save({"model": {"w": torch.ones(2, 3)}}, path)
+    >>> torch.save({"model": {"w": torch.ones(2, 3)}, "epoch": 3}, path)
     >>> with tensorfile.open(path) as f:
-    ...     f.format, f.keys(), f.view("model.w").sum()
-    ('pytorch', ['model.w'], np.float32(6.0))
+    ...     f.format, f.keys(), f.view("model.w").sum(), f.metadata, f.attributes
+    ('pytorch', ['model.w'], np.float32(6.0), {'epoch': '3'}, {'epoch': 3})
+    >>> with tensorfile.open(path, key="model") as f:
+    ...     f.keys(), f.metadata
+    (['w'], {})
 """
 
 from __future__ import annotations
 
 import io
 import os
+import sys
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from ..core import dtypes
 from ..core.catalog import ByteRange, Catalog, Component, TensorInfo
-from ..core.errors import SourceError, UnsupportedError
+from ..core.errors import InvalidArgumentError, SourceError, UnsupportedError
+from ..core.extras import require
 from ..core.source import Source
-from . import PYTORCH
+from . import PYTORCH, metadata_text
 from ._arrays import ArraysReader, ArraysSource, Segment, SourceFile, file_stem
 
-__all__ = ["load_tensors", "open_reader", "read_catalog"]
+__all__ = [
+    "Checkpoint",
+    "PickleReader",
+    "describe",
+    "load_tensors",
+    "open_reader",
+    "plain_value",
+    "read_catalog",
+    "read_checkpoint",
+]
 
 
 SAFE_TORCH = (2, 6)
@@ -69,19 +103,37 @@ def torch_is_safe(version: str) -> bool:
     return tuple(parts) >= SAFE_TORCH
 
 
-def _load(source: Source) -> Any:
-    """``torch.load(weights_only=True)`` of the file in ``source``, with a torch new enough
-    that it cannot be bypassed."""
-    try:
-        import torch
-    except ImportError:
-        raise UnsupportedError(f"{source.name}: reading a PyTorch pickle needs torch") from None
+def _torch(source: Source) -> Any:
+    """torch, new enough that ``torch.load(weights_only=True)`` cannot be bypassed."""
+    torch = require("torch", f"{source.name}: reading a PyTorch pickle", extra="torch")
     if not torch_is_safe(torch.__version__):
         raise UnsupportedError(
             f"{source.name}: torch {torch.__version__} is installed, and before 2.6 "
             "torch.load(weights_only=True) could be made to run code (CVE-2025-32434); "
             "tensorfile reads pickles only with torch>=2.6 (pip install -U torch)"
         )
+    return torch
+
+
+def _reason(exc: BaseException) -> str:
+    """torch's reason for refusing a pickle, in one line: the weights-only unpickler's own
+    words (``Unsupported global: GLOBAL builtins.print was not an allowed global by
+    default``, ``Trying to load unsupported GLOBAL posix.system whose module posix is
+    blocked``) without torch's advice to load the file unsafely; else the first line."""
+    text = str(exc)
+    for line in (found.strip() for found in text.splitlines()):
+        if line.startswith("WeightsUnpickler error:"):
+            line = line.removeprefix("WeightsUnpickler error:").strip()
+            return line.split(". Please use", 1)[0].rstrip(".")
+        if "GLOBAL " in line:
+            return line.rstrip(".")
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _load(source: Source) -> Any:
+    """``torch.load(weights_only=True)`` of the file in ``source``, with a torch new enough
+    that it cannot be bypassed."""
+    torch = _torch(source)
     from ..sources import LocalSource
 
     try:
@@ -97,58 +149,190 @@ def _load(source: Source) -> Any:
     except SourceError:
         raise
     except Exception as exc:  # torch's UnpicklingError and friends: the reason is theirs
-        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise UnsupportedError(
             f"{source.name}: refused by torch.load(weights_only=True), the only way tensorfile "
-            f"reads pickles: {reason}"
+            f"reads pickles (it never runs code from one): {_reason(exc)}"
         ) from None
 
 
-def _flatten(obj: Any, prefix: str, out: dict[str, Any], where: str) -> None:
-    """Nested dicts of tensors as dotted names, without recursion (a dict nested thousands
-    deep, which ``torch.load`` accepts, is walked like any other), in the pickle's order."""
-    import torch
+_SCALARS = (type(None), bool, int, float, complex, str, bytes, bytearray)
+"""Values that are leaves of a checkpoint (torch.Size, dtypes and devices are too)."""
 
-    stack: list[tuple[str, Any]] = [(prefix, obj)]
+
+class Checkpoint(NamedTuple):
+    """What a pickle holds, flattened: its tensors and its other entries (plain values:
+    numbers, text, lists, dicts of them) by dotted name, in the pickle's order."""
+
+    tensors: dict[str, Any]
+    values: dict[str, Any]
+
+
+def _is_container(value: Any, torch: Any) -> bool:
+    return isinstance(value, Mapping | list | tuple) and not isinstance(value, torch.Size)
+
+
+def _children(value: Any, name: str) -> list[tuple[str, Any]]:
+    """The named children of a container that holds containers: a dict's by the text of
+    their keys (``0`` for the integer 0), a list's and a tuple's by their index."""
+    items = value.items() if isinstance(value, Mapping) else enumerate(value)
+    return [(f"{name}.{key}" if name else str(key), child) for key, child in items]
+
+
+_LEFT = -2
+"""The parent of a stack entry that marks the end of a container's walk."""
+
+
+def _walk(obj: Any, where: str, limit: int) -> Checkpoint:
+    """Flatten ``obj`` (see the module docstring) without recursion: a dict nested thousands
+    deep, which ``torch.load`` accepts, is walked like any other. A container shared by two
+    entries is read under both names; one that holds itself is, inside itself, a text value
+    naming it; more than ``limit`` entries (a pickle can refer to one list twice at every
+    level: 2**60 entries in a few bytes) is refused."""
+    torch = sys.modules["torch"]
+    # pre-order: (name, value, parent); a container is opened only if it holds a container
+    nodes: list[tuple[str, Any, int]] = []
+    stack: list[tuple[str, Any, int]] = [("", obj, -1)]
+    path: dict[int, str] = {}  # the containers being walked (a repeat of one: a cycle)
     while stack:
-        name, value = stack.pop()
-        if isinstance(value, torch.Tensor):
-            if name in out:
-                raise UnsupportedError(
-                    f"{where}: two tensors flatten to the name {name!r} (a dotted key and a "
-                    "nested dict); rename one"
-                )
-            out[name] = value
+        name, value, parent = stack.pop()
+        if parent == _LEFT:
+            del path[id(value)]
             continue
-        if not isinstance(value, Mapping):
+        if _is_container(value, torch) and id(value) in path:
+            value = f"(the same object as {path[id(value)]!r})"
+        nodes.append((name, value, parent))
+        if len(nodes) > limit:
             raise UnsupportedError(
-                f"{where}: {name or 'the pickle'} holds a value of type "
-                f"{type(value).__name__}, not a tensor; only (nested) dicts of tensors are read"
+                f"{where}: the pickle refers to its containers so often that it flattens to "
+                f"more than {limit:,} entries"
             )
-        children = []
-        for key, child in value.items():
-            if not isinstance(key, str):
-                raise UnsupportedError(
-                    f"{where}: key {key!r} under {name or 'the top'} is not text"
-                )
-            children.append((f"{name}.{key}" if name else key, child))
-        stack.extend(reversed(children))  # popped in the dict's order
+        if not _is_container(value, torch):
+            continue
+        members = value.values() if isinstance(value, Mapping) else value
+        if parent >= 0 and all(isinstance(v, _SCALARS) for v in members):
+            continue  # a leaf of plain values (char2idx, a loss history)
+        path[id(value)] = name
+        here = len(nodes) - 1
+        stack.append((name, value, _LEFT))  # popped once every child is walked
+        stack.extend(reversed([(n, v, here) for n, v in _children(value, name)]))
+    holds = [isinstance(v, torch.Tensor) for _, v, _ in nodes]
+    for i in range(len(nodes) - 1, 0, -1):  # children come after their parent
+        if holds[i]:
+            holds[nodes[i][2]] = True
+    holds[0] = holds[0] or _is_container(obj, torch)  # the top's entries are entries
+    found = Checkpoint({}, {})
+    for i, (name, value, parent) in enumerate(nodes):
+        if parent >= 0 and not holds[parent]:
+            continue  # inside a plain value, kept whole
+        if isinstance(value, torch.Tensor):
+            into = found.tensors
+        elif holds[i]:
+            continue  # a container of tensors: its children are the entries
+        else:
+            into = found.values
+        name = name or file_stem(where)  # a lone tensor or value: named after the file
+        if name in into:
+            raise UnsupportedError(
+                f"{where}: two entries flatten to the name {name!r} (a dotted key and "
+                "a nested dict); rename one"
+            )
+        into[name] = value
+    return found
 
 
-def load_tensors(source: Source) -> dict[str, np.ndarray[Any, Any]]:
+def _select(found: Checkpoint, key: str, where: str) -> Checkpoint:
+    """The entries under the dotted name ``key``, named from there on."""
+    lead = key + "."
+    picked = Checkpoint(
+        {n[len(lead) :]: v for n, v in found.tensors.items() if n.startswith(lead)},
+        {n[len(lead) :]: v for n, v in found.values.items() if n.startswith(lead)},
+    )
+    if picked.tensors:
+        return picked
+    if key in found.tensors:
+        raise InvalidArgumentError(
+            f"{where}: key {key!r} is a tensor, not a dictionary of them: leave key out "
+            "to read it with the others"
+        )
+    if key in found.values or picked.values:
+        what = describe(found.values[key]) if key in found.values else "no tensors"
+        raise InvalidArgumentError(f"{where}: key {key!r} holds no tensors ({what})")
+    tops = list(dict.fromkeys(n.split(".", 1)[0] for n in found.tensors if "." in n))
+    choose = f": choose one of {', '.join(repr(t) for t in tops)}" if tops else ""
+    raise InvalidArgumentError(f"{where}: the pickle has no key {key!r}{choose}")
+
+
+def _type_name(value: Any) -> str:
+    return "None" if value is None else type(value).__name__
+
+
+def describe(value: Any) -> str:
+    """A short description of a checkpoint entry that is not a tensor.
+
+    Example:
+        >>> describe(3), describe(None), describe({"a": 1, "b": 2}), describe([0.5, 1.0])
+        ('int', 'None', 'dict of 2 ints', 'list of 2 floats')
+        >>> describe([{"lr": 0.1}]), describe(["a", 1]), describe(())
+        ('list of 1 dict', 'list of 2 values', 'empty tuple')
+    """
+    if not isinstance(value, Mapping | list | tuple | set | frozenset):
+        return _type_name(value)
+    kind = "dict" if isinstance(value, Mapping) else type(value).__name__
+    members = list(value.values() if isinstance(value, Mapping) else value)
+    if not members:
+        return f"empty {kind}"
+    types = {_type_name(v) for v in members}
+    what = types.pop() if len(types) == 1 else "value"
+    many = "" if len(members) == 1 or what == "None" else ("es" if what[-1] == "s" else "s")
+    return f"{kind} of {len(members):,} {what}{many}"
+
+
+_MIN_ENTRIES = 100_000
+"""Entries any pickle may flatten to; past it, one for each byte of the file (each entry of
+a pickle costs at least a byte unless it is a second reference to a container)."""
+
+_DEPTH = 64
+"""How deep :func:`plain_value` follows nested containers (deeper: their text)."""
+
+
+def plain_value(value: Any, depth: int = 0) -> Any:
+    """A checkpoint entry as a JSON-like value, the form metadata keeps it in: dicts (keys
+    as text), lists (tuples and sets too), text, numbers, booleans and None; anything else
+    (bytes, a complex number, a torch dtype or device) as its text, ``str(value)``.
+
+    Example:
+        >>> plain_value({"betas": (0.9, 0.999), 0: None, "d": b"x"})
+        {'betas': [0.9, 0.999], '0': None, 'd': "b'x'"}
+    """
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    if depth < _DEPTH and isinstance(value, Mapping):
+        return {str(k): plain_value(v, depth + 1) for k, v in value.items()}
+    if depth < _DEPTH and isinstance(value, list | tuple | set | frozenset):
+        items = sorted(value, key=repr) if isinstance(value, set | frozenset) else value
+        return [plain_value(v, depth + 1) for v in items]
+    return str(value)
+
+
+def read_checkpoint(source: Source, *, key: str | None = None) -> Checkpoint:
+    """The tensors (torch tensors, as loaded) and other entries of the pickle in ``source``,
+    by flattened name; with ``key``, those under it only (see the module docstring)."""
+    found = _walk(_load(source), source.name, source.size + _MIN_ENTRIES)
+    return found if key is None else _select(found, key, source.name)
+
+
+def load_tensors(
+    source: Source, *, key: str | None = None
+) -> tuple[dict[str, np.ndarray[Any, Any]], dict[str, Any]]:
     """The tensors of the pickle in ``source`` as numpy arrays (sharing memory with what
-    torch loaded), by flattened name (see the module docstring)."""
-    import torch
-
+    torch loaded), and its other entries as they were loaded, by flattened name (see the
+    module docstring)."""
+    found = read_checkpoint(source, key=key)
+    torch = sys.modules["torch"]
     from ..frameworks.torch import to_numpy
 
-    obj = _load(source)
-    if isinstance(obj, torch.Tensor):  # a lone tensor: named after the file, as .npy
-        obj = {file_stem(source.name): obj}
-    flat: dict[str, Any] = {}
-    _flatten(obj, "", flat, source.name)
     arrays: dict[str, np.ndarray[Any, Any]] = {}
-    for name, t in flat.items():
+    for name, t in found.tensors.items():
         if t.layout != torch.strided:
             raise UnsupportedError(
                 f"{source.name}: tensor {name!r} is {t.layout}; only dense tensors"
@@ -160,15 +344,15 @@ def load_tensors(source: Source) -> dict[str, np.ndarray[Any, Any]]:
             arrays[name] = to_numpy(t.detach().cpu().contiguous())
         except UnsupportedError as exc:
             raise UnsupportedError(f"{source.name}: tensor {name!r}: {exc}") from None
-    return arrays
+    return arrays, found.values
 
 
 def _keep(arr: np.ndarray[Any, Any]) -> Callable[[], np.ndarray[Any, Any]]:
     return lambda: arr
 
 
-def _open(source: Source) -> tuple[Catalog, list[Segment]]:
-    arrays = load_tensors(source)
+def _open(source: Source, key: str | None) -> tuple[Catalog, list[Segment]]:
+    arrays, values = load_tensors(source, key=key)
     tensors: dict[str, TensorInfo] = {}
     segments = []
     at = source.size
@@ -184,15 +368,34 @@ def _open(source: Source) -> tuple[Catalog, list[Segment]]:
         tensors[name] = TensorInfo(name, dt, tuple(arr.shape), {"data": Component(rng, dt)})
         segments.append(Segment(at, arr.nbytes, _keep(arr)))
         at += arr.nbytes
-    return Catalog("pytorch", {}, tensors, 0, 0), segments
+    attributes = {name: plain_value(v) for name, v in values.items()}
+    extra = {
+        "attributes": attributes,
+        "not_tensors": {name: describe(v) for name, v in values.items()},
+    }
+    return Catalog("pytorch", metadata_text(attributes), tensors, 0, 0, extra=extra), segments
 
 
-def read_catalog(source: Source) -> Catalog:
-    """The catalog of the PyTorch pickle in ``source`` (the pickle is loaded to learn it)."""
-    return _open(source)[0]
+def read_catalog(source: Source, *, key: str | None = None) -> Catalog:
+    """The catalog of the PyTorch pickle in ``source`` (the pickle is loaded to learn it);
+    ``key``: the entries under that dotted name only (see the module docstring)."""
+    return _open(source, key)[0]
 
 
-def open_reader(source: Source, *, verify: bool | None = None) -> ArraysReader:
-    """A reader over the PyTorch pickle in ``source``."""
-    catalog, segments = _open(source)
-    return ArraysReader(ArraysSource(source.name, source, segments), catalog)
+class PickleReader(ArraysReader):
+    """A reader over a PyTorch pickle's tensors; :attr:`attributes` are its entries that are
+    not tensors, as values (text in :attr:`metadata`)."""
+
+    @property
+    def attributes(self) -> dict[str, Any]:
+        """The pickle's entries that are not tensors, as JSON-like values by dotted name."""
+        found: dict[str, Any] = dict(self.catalog.extra.get("attributes", {}))  # type: ignore[call-overload]
+        return found
+
+
+def open_reader(
+    source: Source, *, verify: bool | None = None, key: str | None = None
+) -> PickleReader:
+    """A reader over the PyTorch pickle in ``source`` (``key``: see :func:`read_catalog`)."""
+    catalog, segments = _open(source, key)
+    return PickleReader(ArraysSource(source.name, source, segments), catalog)

@@ -31,6 +31,7 @@ import numpy as np
 
 from ..core.dtypes import DType
 from ..core.errors import InvalidArgumentError, UnsupportedError
+from ..core.extras import require
 from ..core.reader import Reader, brief
 from ._base import Framework
 from ._f4 import f4_shape
@@ -77,12 +78,7 @@ class TorchFramework(Framework):
     name = "torch"
 
     def __init__(self, device: Any = "cpu", *, stream: bool | None = None) -> None:
-        try:
-            import torch  # noqa: F401
-        except ImportError as exc:
-            raise UnsupportedError(
-                "framework 'pt' needs torch: pip install tensorfile[torch]"
-            ) from exc
+        require("torch", "framework 'pt'", extra="torch")
         check_torch_device(device)
         self.device = device
         self.stream = stream

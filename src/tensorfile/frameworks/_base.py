@@ -18,7 +18,6 @@ Example:
 
 from __future__ import annotations
 
-import importlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from types import ModuleType
@@ -29,6 +28,7 @@ import numpy as np
 from ..core import dtypes
 from ..core.dtypes import DType
 from ..core.errors import InvalidArgumentError, InvalidTypeError, UnsupportedError
+from ..core.extras import require
 from ..core.reader import Reader, brief, numpy_allocator
 
 __all__ = [
@@ -79,13 +79,7 @@ def import_framework(module: str, framework: str, extra: str) -> ModuleType:
         ...
         tensorfile.core.errors.UnsupportedError: framework 'nsf' needs no_such_framework, ...
     """
-    try:
-        return importlib.import_module(module)
-    except ImportError as exc:
-        raise UnsupportedError(
-            f"framework {framework!r} needs {module}, which is not installed: "
-            f"pip install 'tensorfile[{extra}]'"
-        ) from exc
+    return require(module, f"framework {framework!r}", extra=extra)
 
 
 class ArrayFramework(Framework, ABC):

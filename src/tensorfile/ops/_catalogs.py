@@ -109,8 +109,15 @@ def open_readers(
     return out
 
 
-def load(path: str | os.PathLike[str], *, allow_full_download: bool | None = None) -> Catalog:
+def load(
+    path: str | os.PathLike[str],
+    *,
+    allow_full_download: bool | None = None,
+    key: str | None = None,
+) -> Catalog:
     """The catalog of a file, a sharded checkpoint (index or folder) or a glob of files.
+    ``key`` reads one dictionary of a PyTorch pickle (see
+    :mod:`tensorfile.formats.torch_pickle`); only one file takes it.
 
     A sharded checkpoint's index names its shards by plain relative names: local shards are
     opened as local files, and only inside the index's folder; a remote index's shards are
@@ -125,6 +132,10 @@ def load(path: str | os.PathLike[str], *, allow_full_download: bool | None = Non
     if "\0" in target:
         raise InvalidArgumentError(f"the path {target!r} holds a NUL character")
     target = local_target(target)  # a file:// URL keeps the local rules
+    if key is not None:
+        if not is_url(target) and not os.path.lexists(target):
+            raise SourceError(f"{target}: no such file (key= reads one PyTorch pickle)")
+        return file_catalog(target, local=not is_url(target), key=key)
     if is_url(target):
         allow = allow_full_download
         if is_index(target):

@@ -20,13 +20,12 @@ import numpy as np
 
 from ..core import dtypes
 from ..core.values import plain
+from ..formats.ggml import DEQUANTIZED
 from ..sources import is_url
 from ._convert_losses import Kept
+from .inspect import not_tensors
 
-__all__ = ["DEQUANTIZED", "ConvertSource", "Item", "open_source"]
-
-DEQUANTIZED = dtypes.from_name("F32")
-"""The dtype a quantized tensor is converted to (``tensorfile inspect`` quotes the size)."""
+__all__ = ["ConvertSource", "Item", "open_source"]
 
 
 @dataclass(frozen=True)
@@ -55,6 +54,7 @@ class ConvertSource:
     _close: Any = field(repr=False, default=None)
     single_safetensors: str | None = None  # a lone local safetensors file (copied as is)
     kept: Kept = field(default_factory=lambda: Kept("", {}))  # what a destination may lose
+    not_tensors: dict[str, str] = field(default_factory=dict)  # a pickle's other entries
 
     def get(self, name: str) -> Any:
         """The tensor: a numpy array, or a zTensor CSRTensor/COOTensor."""
@@ -71,12 +71,15 @@ def _values(meta: Mapping[str, Any]) -> dict[str, Any]:
     return {str(key): plain(value) for key, value in meta.items()}
 
 
-def open_source(src: str, *, allow_full_download: bool | None = None) -> ConvertSource:
+def open_source(
+    src: str, *, allow_full_download: bool | None = None, key: str | None = None
+) -> ConvertSource:
     """Open ``src`` (a file, URL, sharded checkpoint index or folder) for conversion
-    (``allow_full_download``: see :func:`tensorfile.sources.open_path`)."""
+    (``allow_full_download``: see :func:`tensorfile.sources.open_path`; ``key``: one
+    dictionary of a PyTorch pickle, see :mod:`tensorfile.formats.torch_pickle`)."""
     from ..formats.checkpoint import open as open_any
 
-    reader: Any = open_any(src, allow_full_download=allow_full_download)
+    reader: Any = open_any(src, allow_full_download=allow_full_download, key=key)
     try:
         return _source(src, reader)
     except BaseException:
@@ -122,4 +125,5 @@ def _source(src: str, reader: Any) -> ConvertSource:
         reader.close,
         single,
         Kept(reader.format, metadata, digests, owned),
+        not_tensors(reader.catalog) if reader.format == "pytorch" else {},
     )

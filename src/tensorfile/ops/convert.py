@@ -47,6 +47,7 @@ from ..sources import is_url
 from . import _convert_sinks as sinks
 from ._convert_losses import losses
 from ._convert_sources import ConvertSource, Item, open_source
+from .inspect import not_tensors_text
 
 __all__ = ["ConvertResult", "convert", "targets"]
 
@@ -155,12 +156,17 @@ def convert(
     densify: bool = False,
     progress: Callable[[int, int], None] | None = None,
     allow_full_download: bool | None = None,
+    key: str | None = None,
 ) -> ConvertResult:
     """Convert ``src`` to ``dst`` (see the module docstring for sources and destinations).
 
     ``progress(done, total)`` is called with tensor bytes written, as the work advances.
     ``allow_full_download`` lets a remote source from a server that ignores ``Range`` be
-    read whole (see :func:`tensorfile.sources.open_path`).
+    read whole (see :func:`tensorfile.sources.open_path`). ``key`` converts one dictionary
+    of a PyTorch pickle (a training checkpoint's ``"model_state_dict"``), its tensors named
+    from there on; without it, every tensor of the pickle is converted, and its entries that
+    are not tensors (``epoch``...) go across as metadata where the destination holds
+    metadata (the notes say which; see :mod:`tensorfile.formats.torch_pickle`).
 
     Example:
         >>> import numpy as np, os, tempfile
@@ -190,7 +196,7 @@ def convert(
     if not is_url(src_s) and _same_file(src_s, dst_s):
         raise InvalidArgumentError(f"{src_s}: the source and the destination are the same file")
     _check_overlap(src_s, dst_s, folder=shard_size is not None)
-    source = open_source(src_s, allow_full_download=allow_full_download)
+    source = open_source(src_s, allow_full_download=allow_full_download, key=key)
     try:
         return _run(source, src_s, dst_s, fmt, options, densify, progress)
     finally:
@@ -210,6 +216,11 @@ def _run(
     total = sum(i.nbytes for i in items)
     done = 0
     notes = [f"{i.name}: {i.note}" for i in items if i.note]
+    if source.not_tensors:  # a pickle's epoch, char2idx...: its metadata
+        kept = "kept as metadata"  # by the tensor file formats; the numpy ones hold none
+        if not fmt.tensor_file:
+            kept = f"not kept ({fmt.title} holds no metadata)"
+        notes.append(f"not tensors, {kept}: {not_tensors_text(source.not_tensors)}")
     densified = tuple(i.name for i in items if i.layout != "dense" and not fmt.sparse)
     name = formats.label(fmt, options)
 

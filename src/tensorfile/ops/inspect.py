@@ -31,8 +31,8 @@ from tensorfile.core.values import TypedValue
 
 from .. import formats
 from ..core.catalog import Catalog, ShardInfo, TensorInfo
+from ..formats.ggml import DEQUANTIZED
 from ._catalogs import file_dtype, load
-from ._convert_sources import DEQUANTIZED
 from .hash import structural_hash
 
 __all__ = [
@@ -44,6 +44,8 @@ __all__ = [
     "inspect",
     "json_metadata",
     "module_tree",
+    "not_tensors",
+    "not_tensors_text",
     "readable",
 ]
 
@@ -80,6 +82,10 @@ class InspectResult:
     tensors: tuple[TensorInfo, ...]
     shards: tuple[ShardInfo, ...] | None = None
     bytes_read: int = field(default=0, compare=False)
+    not_tensors: Mapping[str, str] = field(default_factory=dict)
+    """The entries of a PyTorch pickle that are not tensors, described by name
+    (``{"epoch": "int", "char2idx": "dict of 80 ints"}``); their values are in
+    ``metadata``."""
 
     def dtype_of(self, t: TensorInfo) -> str:
         """The tensor's dtype as the file names it, GGUF's upper-cased (``F32``, ``Q4_K``)."""
@@ -137,6 +143,8 @@ class InspectResult:
                 for t in self.tensors
             ],
         }
+        if self.not_tensors:
+            doc["not_tensors"] = dict(self.not_tensors)
         if self.shards is not None:
             doc["shards"] = [
                 {"path": s.path, "tensor_count": s.tensor_count, "total_bytes": s.total_bytes}
@@ -247,6 +255,7 @@ def inspect(
     *,
     progress: Callable[[int, int], None] | None = None,
     allow_full_download: bool | None = None,
+    key: str | None = None,
 ) -> InspectResult:
     """Inspect a file, sharded checkpoint or glob (or an already loaded catalog).
 
@@ -256,7 +265,9 @@ def inspect(
     has empty ``tensors``, ``parameters_by_dtype`` and ``bytes_by_dtype``.
     ``progress(done, total)`` is passed to :func:`~tensorfile.ops.hash.structural_hash` (the
     one step that can take long: a vocabulary-sized GGUF header). ``allow_full_download``:
-    see :func:`tensorfile.sources.open_path`.
+    see :func:`tensorfile.sources.open_path`. ``key`` reads one dictionary of a PyTorch
+    pickle (``"model_state_dict"``); a pickle's entries that are not tensors are its
+    metadata, and ``not_tensors`` describes them (see :mod:`tensorfile.formats.torch_pickle`).
 
     Example:
         >>> import numpy as np, os, tempfile
@@ -267,7 +278,8 @@ def inspect(
         >>> [(t.name, r.dtype_of(t), t.shape) for t in r.tensors], r.parameters_by_dtype
         ([('w', 'F32', (2, 3))], {'F32': 6})
     """
-    s = load(path, allow_full_download=allow_full_download) if isinstance(path, str) else path
+    allow = allow_full_download
+    s = load(path, allow_full_download=allow, key=key) if isinstance(path, str) else path
     params: dict[str, int] = defaultdict(int)
     nbytes: dict[str, int] = defaultdict(int)
     tensors = tuple(s.by_name())
@@ -290,7 +302,35 @@ def inspect(
         tensors=tensors,
         shards=s.shards,
         bytes_read=s.bytes_read,
+        not_tensors=not_tensors(s),
     )
+
+
+def not_tensors(cat: Catalog) -> dict[str, str]:
+    """What the entries of ``cat`` that are not tensors are, by name (a PyTorch pickle's
+    ``epoch``, ``char2idx``...; empty for the other formats).
+
+    Example:
+        >>> extra = {"not_tensors": {"epoch": "int"}}
+        >>> not_tensors(Catalog("pytorch", {"epoch": "3"}, {}, 0, 0, extra=extra))
+        {'epoch': 'int'}
+    """
+    found = cat.extra.get("not_tensors")
+    return dict(found) if isinstance(found, Mapping) else {}
+
+
+def not_tensors_text(described: Mapping[str, str], limit: int | None = 8) -> str:
+    """The entries that are not tensors in one line, the first ``limit`` of them by name
+    (None: all).
+
+    Example:
+        >>> not_tensors_text({"epoch": "int", "cer": "float", "char2idx": "dict of 80 ints"}, 2)
+        'epoch (int), cer (float) and 1 more'
+    """
+    items = list(described.items())
+    shown = items if limit is None else items[:limit]
+    text = ", ".join(f"{name} ({what})" for name, what in shown)
+    return text + (f" and {len(items) - len(shown):,} more" if len(shown) < len(items) else "")
 
 
 @dataclass(frozen=True)

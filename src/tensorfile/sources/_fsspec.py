@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..core.errors import InvalidArgumentError, SourceError, UnsupportedError
+from ..core.extras import missing, require
 from ._urls import scrub
 
 __all__ = ["OBJECT_STORES", "connect", "describe", "failure", "protocols_of"]
@@ -40,6 +41,10 @@ def failure(doing: str, shown: str, exc: BaseException, url: str) -> SourceError
     return SourceError(f"cannot {doing} {shown}: {describe(exc, url)}")
 
 
+_S3_SCHEMES = ("s3", "s3a")
+"""URL schemes fsspec reads with s3fs (the ``s3`` extra installs both)."""
+
+
 def connect(url: str, options: Mapping[str, Any], shown: str, needs: str) -> tuple[Any, str]:
     """The fsspec filesystem of ``url`` (with ``options``) and the path in it. ``shown`` is
     the redacted URL messages name; ``needs`` says what needs fsspec (``"reading it"``).
@@ -48,15 +53,13 @@ def connect(url: str, options: Mapping[str, Any], shown: str, needs: str) -> tup
     :class:`~tensorfile.errors.UnsupportedError`; options the filesystem does not take are an
     :class:`~tensorfile.errors.InvalidArgumentError`; anything else a :class:`SourceError`.
     """
-    try:
-        import fsspec
-    except ImportError:
-        raise UnsupportedError(
-            f"{shown}: {needs} needs fsspec: pip install 'tensorfile[remote]'"
-        ) from None
+    s3 = url.split("://", 1)[0].lower() in _S3_SCHEMES
+    fsspec = require("fsspec", f"{shown}: {needs}", extra="s3" if s3 else "remote")
     try:
         fs, path = fsspec.core.url_to_fs(url, **options)
     except ImportError as exc:
+        if s3:  # fsspec's filesystem for S3 is s3fs, which the s3 extra installs
+            raise missing(f"{shown}: {needs}", "s3fs", extra="s3") from None
         raise UnsupportedError(
             f"{shown}: the filesystem's package is missing: {describe(exc, url)}"
         ) from None

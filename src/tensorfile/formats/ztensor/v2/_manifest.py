@@ -40,7 +40,7 @@ from tensorfile.core import dtypes
 from tensorfile.core.catalog import ByteRange, Catalog, Component, TensorInfo
 from tensorfile.core.errors import ZTensorError
 from tensorfile.core.reader import brief
-from tensorfile.formats.gguf import GGML_TYPES, block_type
+from tensorfile.formats.ggml import GGML_TYPES, block_type
 from tensorfile.formats.ztensor.v2._format import (
     ALIGN_FLOOR,
     FOOTER_SIZE,

@@ -1,0 +1,128 @@
+"""A plain install (no torch, no pyarrow) gets a message naming the extra to install, never a
+bare ModuleNotFoundError or the command line's "internal error": run in a real interpreter
+where ``import torch`` / ``import pyarrow`` fail (``sys.modules[name] = None``, set before
+tensorfile is imported), through the real API and command line."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import tensorfile.dataset
+from tensorfile.core.extras import install_hint, needing, require
+from tensorfile.errors import UnsupportedError
+
+
+def _without(modules: list[str], body: str) -> dict[str, str]:
+    """Run ``body`` in a fresh interpreter where ``modules`` cannot be imported; what each
+    step reported, by step name (the body calls ``step(name, callable)``)."""
+    code = textwrap.dedent(
+        """
+        import json, sys
+        for name in {modules!r}:
+            sys.modules[name] = None
+        import tensorfile
+        from tensorfile.errors import TensorFileError
+        found = {{}}
+        def step(name, call):
+            try:
+                call()
+                found[name] = "ok"
+            except TensorFileError as exc:
+                found[name] = type(exc).__name__ + ": " + str(exc)
+            except Exception as exc:
+                found[name] = "FOREIGN " + type(exc).__name__ + ": " + str(exc)
+        """
+    ).format(modules=modules)
+    code += textwrap.dedent(body) + "\nprint(json.dumps(found))\n"
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    return dict(json.loads(run.stdout.strip().splitlines()[-1]))
+
+
+def test_pickles_without_torch_name_the_torch_extra(tmp_path: Path) -> None:
+    path = tmp_path / "m.pt"
+    torch.save({"w": torch.ones(2), "epoch": 1}, path)
+    found = _without(
+        ["torch"],
+        f"""
+        import contextlib, io
+        from tensorfile.cli.app import main
+        step("open", lambda: tensorfile.open({str(path)!r}))
+        step("convert", lambda: tensorfile.convert({str(path)!r}, {str(tmp_path / "o.npz")!r}))
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            code = main(["inspect", {str(path)!r}])
+        found["cli"] = f"{{code}} {{err.getvalue()}}"
+        """,
+    )
+    hint = "pip install 'tensorfile[torch]'"
+    for step in ("open", "convert"):
+        assert found[step].startswith("UnsupportedError: "), found
+        assert "needs torch, which is not installed" in found[step] and hint in found[step]
+    assert found["cli"].startswith("2 tensorfile: error: unsupported: "), found["cli"]
+    assert hint in found["cli"] and "internal error" not in found["cli"]
+    assert found["cli"].count("\n") == 1
+
+
+def test_dataset_loaders_without_their_packages_name_the_extra(tmp_path: Path) -> None:
+    out = tmp_path / "ds"
+    tensorfile.dataset.write({"x": np.arange(8, dtype=np.float32)}, str(out), batch_size=4)
+    found = _without(
+        ["torch", "pyarrow"],
+        f"""
+        import tensorfile.dataset
+        ds = tensorfile.dataset.open({str(out)!r})
+        step("read", lambda: ds[0])
+        step("to_torch", lambda: ds.to_torch())
+        step("to_arrow", lambda: ds.to_arrow())
+        step("iter_arrow", lambda: next(ds.iter_arrow(2)))
+        step("to_hf", lambda: ds.to_hf())
+        """,
+    )
+    assert found["read"] == "ok"  # reading samples needs neither
+    want = {
+        "to_torch": ("Dataset.to_torch() needs torch", "torch"),
+        "to_arrow": ("Dataset.to_arrow() needs pyarrow", "dataset"),
+        "iter_arrow": ("Dataset.iter_arrow() needs pyarrow", "dataset"),
+        "to_hf": ("Dataset.to_hf() needs pyarrow", "hf"),
+    }
+    for step, (text, extra) in want.items():
+        assert found[step].startswith(f"UnsupportedError: {text}, which is not installed"), found
+        assert found[step].endswith(install_hint(extra=extra)), found[step]
+
+
+def test_the_helper_names_the_package_and_leaves_tensorfile_bugs_alone() -> None:
+    with pytest.raises(
+        UnsupportedError, match=r"x needs no_pkg_here, .*pip install 'tensorfile\[e\]'"
+    ):
+        require("no_pkg_here.sub", "x", extra="e")
+    with pytest.raises(UnsupportedError, match=r"pip install gguf$"):
+        with needing("dequantizing", package="gguf"):
+            import no_gguf_here  # type: ignore[import-not-found]  # noqa: F401
+    with pytest.raises(ModuleNotFoundError):  # a module of tensorfile's own missing: a bug
+        require("tensorfile.no_such_module", "x", extra="e")
+
+
+def test_s3_datasets_without_s3fs_name_the_s3_extra() -> None:
+    """(A single s3:// file may be read by tensorfile's own S3 client, which needs no
+    package: the dataset store is fsspec's.)"""
+    found = _without(
+        ["s3fs"],
+        """
+        import tensorfile.dataset
+        step("dataset", lambda: tensorfile.dataset.open("s3://bucket/ds"))
+        """,
+    )
+    for step in ("dataset",):
+        assert found[step].startswith("UnsupportedError: s3://bucket/"), found
+        assert found[step].endswith(
+            "needs s3fs, which is not installed: " + install_hint(extra="s3")
+        )
