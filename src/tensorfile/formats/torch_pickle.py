@@ -287,8 +287,8 @@ def describe(value: Any) -> str:
     return f"{kind} of {len(members):,} {what}{many}"
 
 
-_MIN_ENTRIES = 100_000
-"""Entries any pickle may flatten to; past it, one for each byte of the file (each entry of
+_MIN_ENTRIES = 1 << 17
+"""Entries any pickle may flatten to (131,072); past it, one for each byte of the file (each entry of
 a pickle costs at least a byte unless it is a second reference to a container)."""
 
 _DEPTH = 64
