@@ -3,9 +3,14 @@
 Each page is one test: its ``python`` blocks run in page order in one namespace and its
 ``console`` commands in bash, all in a fresh folder holding the sample files
 (``tensorfile samples``: :mod:`tensorfile.samples`), with ``https://example.com/`` served
-by a real HTTP server and
-``s3://examples/`` by a real S3 API server. A block marked ``not-run`` (it needs a GPU or a
-cloud account: the page says which) is compiled, not run. Conventions: tests/docs/blocks.py.
+by a real HTTP server and ``s3://examples/`` by a real S3 API server. A block marked
+``not-run`` (it needs a GPU or a cloud account: the page says which) is compiled, not run.
+Conventions: tests/docs/blocks.py.
+
+Each page runs a second time as a reader with only ``pip install .`` runs it: in one process
+of a plain virtual environment (no extras), on samples made there by ``tensorfile samples``;
+there a block runs as printed or its first line names what it needs, which that environment
+lacks (``# needs: pip install 'tensorfile[torch]'``).
 """
 
 from __future__ import annotations
