@@ -34,11 +34,7 @@ import hashlib
 import json
 import os
 import shutil
-import struct
-import sys
 import tempfile
-import zipfile
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,9 +42,10 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from .core.errors import InvalidArgumentError
+from ..core.errors import InvalidArgumentError
+from ._pickle import save_torch_pickle
 
-__all__ = ["NAMES", "Written", "main", "make", "state_dict"]
+__all__ = ["NAMES", "Written", "make", "state_dict"]
 
 NAMES = ("model.safetensors", "model-v2.safetensors", "model.zt", "ckpt", "model.pt", "data")
 """What :func:`make` writes, in the order it reports them."""
@@ -88,8 +85,8 @@ def state_dict() -> dict[str, NDArray]:
 
 def _write_all(folder: Path) -> None:
     """Every sample into the (empty) ``folder``."""
-    from . import dataset, ztensor
-    from .safetensors.numpy import save_file, save_sharded
+    from .. import dataset, ztensor
+    from ..safetensors.numpy import save_file, save_sharded
 
     tensors = state_dict()
     save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})
@@ -99,7 +96,7 @@ def _write_all(folder: Path) -> None:
     save_file(v2, folder / "model-v2.safetensors", metadata={"format": "pt"})
     ztensor.save_file(tensors, folder / "model.zt")
     save_sharded(tensors, folder / "ckpt", max_shard_size=10_000, metadata={"format": "pt"})
-    _save_torch_pickle(tensors, folder / "model.pt")
+    save_torch_pickle(tensors, folder / "model.pt")
     rng = np.random.default_rng(1)
     dataset.write(
         {
@@ -109,79 +106,6 @@ def _write_all(folder: Path) -> None:
         folder / "data",
         batch_size=100,
     )
-
-
-# torch's storage class for each dtype a sample has
-_STORAGES = {"float32": "FloatStorage", "float16": "HalfStorage", "bfloat16": "BFloat16Storage"}
-_STORAGES["int64"] = "LongStorage"
-_ALIGN = 64  # torch.save aligns each storage's bytes in the zip to 64
-
-
-def _pickle_str(text: str) -> bytes:
-    raw = text.encode()
-    return b"X" + struct.pack("<I", len(raw)) + raw  # BINUNICODE
-
-
-def _pickle_int(value: int) -> bytes:
-    return b"J" + struct.pack("<i", value)  # BININT
-
-
-def _pickle_ints(values: Sequence[int]) -> bytes:
-    return b"(" + b"".join(_pickle_int(v) for v in values) + b"t"  # MARK ... TUPLE
-
-
-def _tensor_pickle(key: str, arr: NDArray) -> bytes:
-    """``torch._utils._rebuild_tensor_v2`` of storage ``key``, as ``torch.save`` pickles a
-    contiguous tensor (the opcodes torch's ``weights_only`` unpickler accepts)."""
-    strides: list[int] = []
-    step = 1
-    for n in reversed(arr.shape):
-        strides.insert(0, step)
-        step *= n
-    storage = (
-        b"("
-        + _pickle_str("storage")
-        + b"ctorch\n"
-        + _STORAGES[str(arr.dtype)].encode()
-        + b"\n"
-        + _pickle_str(key)
-        + _pickle_str("cpu")
-        + _pickle_int(arr.size)
-        + b"tQ"  # TUPLE, BINPERSID
-    )
-    return (
-        b"ctorch._utils\n_rebuild_tensor_v2\n("
-        + storage
-        + _pickle_int(0)
-        + _pickle_ints(arr.shape)
-        + _pickle_ints(strides)
-        + b"\x89"  # NEWFALSE: requires_grad
-        + b"ccollections\nOrderedDict\n)R"  # backward hooks: OrderedDict()
-        + b"tR"
-    )
-
-
-def _save_torch_pickle(tensors: Mapping[str, NDArray], path: Path) -> None:
-    """A dict of tensors as the zip ``torch.save`` writes, without torch: a protocol-2
-    pickle of ``_rebuild_tensor_v2`` calls and each storage's bytes, stored at a multiple
-    of 64 bytes. ``torch.load(weights_only=True)`` reads it back exactly."""
-    body = [b"\x80\x02}("]  # PROTO 2, EMPTY_DICT, MARK
-    for i, (name, arr) in enumerate(tensors.items()):
-        body.append(_pickle_str(name) + _tensor_pickle(str(i), arr))
-    body.append(b"u.")  # SETITEMS, STOP
-    root = path.stem
-    entries = [(f"{root}/data.pkl", b"".join(body)), (f"{root}/byteorder", sys.byteorder.encode())]
-    for i, arr in enumerate(tensors.values()):  # native byte order, as the entry above says
-        entries.append((f"{root}/data/{i}", np.ascontiguousarray(arr).tobytes()))
-    entries.append((f"{root}/version", b"3\n"))
-    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as z:
-        for name, data in entries:
-            info = zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0))
-            start = z.fp.tell() if z.fp is not None else 0
-            header = 30 + len(name.encode()) + 4  # 4: the extra field's own header
-            info.extra = b"FB" + struct.pack("<H", -(start + header) % _ALIGN)
-            info.extra += b"Z" * (-(start + header) % _ALIGN)
-            z.writestr(info, data)
 
 
 def _digest(path: Path) -> str:
@@ -269,14 +193,3 @@ def make(folder: str | os.PathLike[str], *, force: bool = False) -> list[Written
         return [Written(name, actions[name], _size(target / name)) for name in NAMES]
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m tensorfile.samples DIR [--force]``: the same as ``tensorfile samples``."""
-    from .cli.app import main as cli
-
-    return cli(["samples", *(sys.argv[1:] if argv is None else argv)])
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
