@@ -1,6 +1,8 @@
 # Two commands set up everything on a fresh machine:
 #   make demo   create .venv, install tensorfile, run the demo on generated sample files
 #   make test   create .venv, install tensorfile[dev], run lint, type checks and the whole test suite
+# make test also needs Java 17 (the Spark tests), Debian's chromium (installed with apt-get when
+# run as root) and about 6 GB for .venv: tools/check_prereqs.py says what is missing first.
 # `make bench` runs the benchmark runner (not part of the tests).
 
 SHELL := /bin/bash
@@ -14,7 +16,7 @@ INSTALL := $(PIP) install -c constraints.txt
 # in .venv): the interoperability tests and the v2 benchmark rows run it from its own venv.
 ZT2 := .venv-zt2
 
-.PHONY: demo test lint typecheck pytest bench reference-suite clean lock docs docs-serve browser
+.PHONY: demo test prereqs lint typecheck pytest bench reference-suite clean lock docs docs-serve browser
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -57,19 +59,31 @@ lint: $(VENV)/.dev
 typecheck: $(VENV)/.dev
 	$(PY) -m mypy
 
-# the docs site's smoke test opens the built site in Debian's chromium (tests/docs/test_site.py)
-browser:
+# what make test needs beyond Python and make (Java 17, chromium or root to install it, disk
+# space for .venv): one line for each missing piece, before anything is installed
+prereqs:
+	@$(PYTHON) tools/check_prereqs.py
+
+# the docs site's smoke test opens the built site in Debian's chromium (tests/docs/test_site.py);
+# installed here as root (prereqs stops anyone else with what to install)
+browser: prereqs
 	@command -v chromium >/dev/null || { apt-get update -q && apt-get install -y -q chromium; }
 
-pytest: $(VENV)/.dev $(ZT2)/.ready browser
+pytest: prereqs $(VENV)/.dev $(ZT2)/.ready browser
 	$(PY) -m pytest -q --durations=25 tests --doctest-modules src/tensorfile
 
-test: lint typecheck pytest
+test: prereqs lint typecheck pytest
 
-# the documentation site (mkdocs.yml, docs/) into site/, strictly: a broken link, a missing
-# reference target or a docstring that cannot be rendered fails it. make test builds it too.
+# Material for MkDocs prints an end-of-life banner on every build unless this is set (the
+# banner names it): for `make docs`, `make docs-serve` and the site's build in `make test`
+export NO_MKDOCS_2_WARNING := 1
+
+# the documentation site (mkdocs.yml, docs/) into $(SITE), strictly: a broken link, a missing
+# reference target or a docstring that cannot be rendered fails it. make test builds it too
+# (tests/docs/test_site.py runs this target).
+SITE := site
 docs: $(VENV)/.dev
-	$(PY) -m mkdocs build --strict
+	$(PY) -m mkdocs build --strict -d $(SITE)
 
 # the site at http://127.0.0.1:8000, rebuilt as docs/ and the docstrings change
 docs-serve: $(VENV)/.dev

@@ -66,6 +66,11 @@ def spark() -> Iterator[Any]:
     (``local[2,4]`` starts faster while working on a test).
     """
     pytest.importorskip("pyspark")
+    from tools.check_prereqs import java_problem
+
+    problem = java_problem(dict(os.environ))  # one line, not a JVM that fails to start
+    if problem is not None:
+        pytest.fail(problem, pytrace=False)
     os.environ["PYSPARK_PYTHON"] = sys.executable
     # the standalone workers of local-cluster keep their folders here, not in the venv's
     # pyspark/work

@@ -46,6 +46,16 @@ def _ratio(value: float | None) -> str:
     return f"{value:.2f}" if value >= 0.1 else f"{value:.3f}"
 
 
+def _spread(peer: list[float], tf: list[float]) -> str:
+    """The lowest and highest ratio of the paired runs (peer's i-th ÷ tensorfile's i-th: the
+    runs alternate, so each pair shared the host's minute), as ``"(lo–hi)"``; empty when
+    there are fewer than two pairs. A headline quotes this range, not one run's ratio."""
+    ratios = sorted(p / t for p, t in zip(peer, tf, strict=False) if t > 0)
+    if len(ratios) < 2:
+        return ""
+    return f" ({ratios[0]:.2f}–{ratios[-1]:.2f})"
+
+
 def _mib(kib: float) -> str:
     return f"{kib / 1024:,.0f}"
 
@@ -99,15 +109,20 @@ def _process(
     out = []
     for r in rows:
         ref, mine = r["reference"]["medians"], r["tensorfile"]["medians"]
+        runs = r["reference"].get("runs", []), r["tensorfile"].get("runs", [])
+
+        def spread(key: str, runs: tuple[list[dict[str, Any]], ...] = runs) -> str:
+            return _spread([x[key] for x in runs[0]], [x[key] for x in runs[1]])
+
         out.append(
             [
                 _label(r),
                 f"{ref['wall_s']:.3f}",
                 f"{mine['wall_s']:.3f}",
-                f"{r['wall_ratio']:.2f}",
+                f"{r['wall_ratio']:.2f}{spread('wall_s')}",
                 f"{ref['load_s']:.3f}",
                 f"{mine['load_s']:.3f}",
-                f"{r['load_ratio']:.2f}",
+                f"{r['load_ratio']:.2f}{spread('load_s')}",
                 _mib(ref["peak_rss_kib"]),
                 _mib(mine["peak_rss_kib"]),
                 f"{r['rss_ratio_tf_over_ref']:.2f}",
@@ -118,10 +133,10 @@ def _process(
         "benchmark",
         f"{peer} wall (s)",
         f"{tf} wall (s)",
-        f"wall ratio ({short})",
+        f"wall ratio ({short}): median (runs)",
         f"{peer} load (s)",
         f"{tf} load (s)",
-        f"load ratio ({short})",
+        f"load ratio ({short}): median (runs)",
         f"{peer} peak RSS (MiB)",
         f"{tf} peak RSS (MiB)",
         f"RSS ({flipped})",
@@ -223,8 +238,10 @@ def _feed_results(rows: list[dict[str, Any]], _payload: dict[str, Any]) -> list[
         for name, lo in r["loaders"].items():
             ratio = ""
             if name == "tf":
-                best = r["loaders"].get(r["best_peer"], {}).get("what", r["best_peer"])
-                ratio = f"**{r['ratio_best_peer_over_tf']:.2f}** vs {best}"
+                peer = r["loaders"].get(r["best_peer"], {})
+                best = peer.get("what", r["best_peer"])
+                runs = _spread(peer.get("times_s", []), lo.get("times_s", []))
+                ratio = f"**{r['ratio_best_peer_over_tf']:.2f}**{runs} vs {best}"
                 if r.get("target") is not None:
                     met = "met" if r["met"] else "**not met**"
                     ratio += f"; target ≥ {r['target']}: {met}"
@@ -236,8 +253,8 @@ def _feed_results(rows: list[dict[str, Any]], _payload: dict[str, Any]) -> list[
             out.append([_label(r) if first else "", what, f"{lo['median_s']:.3f}", *rates, ratio])
             first = False
         notes += [f"- `{r['name']}`: {note}" for note in r.get("notes", [])]
-    head = ["benchmark", "loader", "median (s)", "samples/s", "GB/s", "ratio (best peer / tf)"]
-    lines = _table(head, "llrrrl", out)
+    head = ["benchmark", "loader", "median (s)", "samples/s", "GB/s"]
+    lines = _table([*head, "ratio (best peer / tf): median (runs)"], "llrrrl", out)
     return lines + (["", *notes] if notes else [])
 
 
@@ -356,6 +373,18 @@ def render_gpu(payload: dict[str, Any]) -> str:
     def f(value: Any, spec: str) -> str:
         return "n/a" if value is None else format(value, spec)
 
+    def versus_reference(r: dict[str, Any]) -> str:
+        """On tensorfile's line: the reference's load time ÷ tensorfile's, median (runs)."""
+        ref = next(
+            (x for x in payload["rows"]
+             if x["loader"] == "ref" and (x["size_mib"], x["mode"]) == (r["size_mib"], r["mode"])),
+            None,
+        )  # fmt: skip
+        if r["loader"] != "tf" or ref is None or not r.get("load_s") or ref.get("load_s") is None:
+            return ""
+        spread = _spread(ref.get("all_load_s", []), r.get("all_load_s", []))
+        return f"{ref['load_s'] / r['load_s']:.2f}{spread}"
+
     out = []
     for r in payload["rows"]:
         equal = {True: "yes", False: "**no**", None: "n/a"}[r.get("equal")]
@@ -373,10 +402,12 @@ def render_gpu(payload: dict[str, Any]) -> str:
                 f(r["extra_rss_gib"], ".2f"),
                 equal,
                 str(r["runs"]),
+                versus_reference(r),
             ]
         )
     head = ["file", "page cache", "loader", "load (s, median)", "GB/s", "peak RSS (GiB)"]
-    lines = _table([*head, "RSS added by the load (GiB)", "same values", "runs"], "lllrrrrll", out)
+    head += ["RSS added by the load (GiB)", "same values", "runs"]
+    lines = _table([*head, "safetensors / tf: median (runs)"], "lllrrrrllr", out)
     when = payload.get("measured", "an unrecorded date")
     soft = [f"Python {payload['python']}"] if payload.get("python") else []
     if payload.get("torch"):

@@ -348,6 +348,60 @@ def test_worker_states_resume_only_where_they_are_exact(tmp_path: Path) -> None:
             assert sorted(head + _xs(it)) == list(range(24))
 
 
+def _batches(epoch: int = 0, start: int = 0) -> list[list[int]]:
+    """The batches of ``B`` one rank with any number of workers delivers from ``start``."""
+    order = _order(epoch)[start:]
+    return [order[i : i + B] for i in range(0, len(order), B)]
+
+
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_plain_dataloader_workers_state_refused_not_replayed(ds_path: str, context: str) -> None:
+    """Regression (issue 36): after ``DataLoader(it, num_workers=2)`` and a break after 10
+    batches, ``it.state_dict()`` in the main process said ``samples: 0`` without a word and a
+    resume from it replayed the epoch. The main process cannot know what the loop took (the
+    workers run ahead), so it refuses and names the ways that are exact; those resume
+    exactly: no sample twice, none lost."""
+    it = dataset.open(ds_path).to_torch(shuffle=True, seed=SEED, batch_size=B)
+    assert it.state_dict()["samples"] == 0  # before any iteration: the start, as documented
+    loader = DataLoader(it, batch_size=None, num_workers=2, multiprocessing_context=context)
+    head = _collect(loader, 10)
+    assert head == _batches()[:10]
+    with pytest.raises(InvalidArgumentError, match=r"DataLoader worker") as refused:
+        it.state_dict()
+    assert "state_dict(samples=N)" in str(refused.value)
+    assert "StatefulDataLoader" in str(refused.value)
+    if context == "spawn":
+        return  # one spawned case is enough for the worker-to-main signal; the rest is fork
+    state = json.loads(json.dumps(it.state_dict(samples=len(head) * B)))  # the trainer's count
+    resumed = dataset.open(ds_path).to_torch(shuffle=True, seed=SEED, batch_size=B)
+    resumed.load_state_dict(state)
+    assert resumed.state_dict()["samples"] == 10 * B  # known again: the point just loaded
+    rest = _collect(DataLoader(resumed, batch_size=None, num_workers=2))
+    assert head + rest == _batches()
+    with pytest.raises(InvalidArgumentError, match="DataLoader worker"):
+        resumed.state_dict()  # a pass run to its end in the workers: still unknown here
+    resumed.set_epoch(1)  # another epoch: nothing of it consumed, known again
+    assert (resumed.state_dict()["epoch"], resumed.state_dict()["samples"]) == (1, 0)
+    for batch in it:  # the main process's own iteration: its count is exact again
+        if batch["id"].tolist() == _batches()[2]:
+            break
+    assert it.state_dict()["samples"] == 3 * B
+
+
+def test_persistent_workers_follow_set_epoch_and_load_state_dict(ds_path: str) -> None:
+    """Regression (issue 35/36): with ``persistent_workers=True`` the workers kept the copy
+    they started with, so ``set_epoch`` and ``load_state_dict`` in the main process never
+    reached them (the second pass was epoch 0 again, the resume the whole epoch)."""
+    it = dataset.open(ds_path).to_torch(shuffle=True, seed=SEED, batch_size=B)
+    loader = DataLoader(it, batch_size=None, num_workers=2, persistent_workers=True)
+    assert _collect(loader) == _batches(0)
+    it.set_epoch(1)
+    assert _collect(loader) == _batches(1)
+    it.load_state_dict(it.state_dict(samples=7 * B))
+    assert _collect(loader) == _batches(1, 7 * B)
+    assert _collect(loader) == _batches(1)  # that pass used the resume point up
+
+
 class _InWorker(IterableDataset):  # type: ignore[type-arg]
     """Reports, from inside a DataLoader worker, whether the batches are in shared memory."""
 

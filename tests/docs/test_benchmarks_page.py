@@ -82,3 +82,69 @@ def test_placeholders_are_replaced_in_place() -> None:
     assert "<!-- benchmarks:" not in out
     assert out.startswith("# B\n\nbefore\n\n| ")
     assert out.endswith("\n\nafter\n")
+
+
+# the headlines: README's "Why" and the home page's "Measured"
+HEADLINES = {"README.md": "## Why", "docs/index.md": "## Measured"}
+FACTOR = re.compile(r"(?<![\d.])(\d+(?:\.\d+)?)(?:–(\d+(?:\.\d+)?))?×")
+RUN_RANGE = re.compile(r"(\d+\.\d+)(?:\*\*)? \((\d+\.\d+)–(\d+\.\d+)\)")
+
+
+def headline_bullets(text: str, section: str) -> list[str]:
+    """The bullets of ``section`` (a '## ' heading) of a Markdown text, each joined into one
+    line."""
+    body = text.split(section + "\n", 1)[1].split("\n## ", 1)[0]
+    bullets: list[str] = []
+    for line in body.splitlines():
+        if line.startswith("- "):
+            bullets.append(line[2:])
+        elif line.startswith("  ") and bullets:
+            bullets[-1] += " " + line.strip()
+    return bullets
+
+
+def measured_ranges() -> tuple[set[tuple[str, str]], set[str]]:
+    """Every per-run range and every median the rendered tables give, rounded as a headline
+    writes them (one decimal)."""
+    ranges, medians = set(), set()
+    for group in GROUPS:
+        for median, lo, hi in RUN_RANGE.findall(hook.render_group(group)):
+            ranges.add((f"{float(lo):.1f}", f"{float(hi):.1f}"))
+            medians.add(f"{float(median):.1f}")
+    return ranges, medians
+
+
+def unmeasured_figures(bullet: str, ranges: set[tuple[str, str]], medians: set[str]) -> list[str]:
+    """The factors of a headline that are not a range of runs the tables give, or a median
+    named as such that the tables give."""
+    wrong = []
+    for m in FACTOR.finditer(bullet):
+        lo, hi = m.group(1), m.group(2)
+        if hi is not None:
+            ok = (lo, hi) in ranges
+        else:
+            ok = bullet[: m.start()].endswith("median ") and lo in medians
+        if not ok:
+            wrong.append(m.group(0))
+    return wrong
+
+
+@pytest.mark.parametrize("path", list(HEADLINES))
+def test_headlines_quote_the_range_of_runs(path: str) -> None:
+    """A headline quotes the range its table measured across runs ("1.4–2.5×"), never a
+    single run's or a single median's figure on its own; a median may follow, named."""
+    ranges, medians = measured_ranges()
+    bullets = headline_bullets((REPO / path).read_text(encoding="utf-8"), HEADLINES[path])
+    assert len(bullets) >= 3
+    for bullet in bullets:
+        assert FACTOR.search(bullet), bullet
+        assert not unmeasured_figures(bullet, ranges, medians), bullet
+
+
+def test_a_headline_with_one_best_number_fails() -> None:
+    ranges, medians = measured_ranges()
+    assert ("1.4", "2.5") in ranges and "2.2" in medians
+    assert unmeasured_figures("**2.2× the reference's `load_file`**", ranges, medians) == ["2.2×"]
+    assert unmeasured_figures("**2.5× the reference**", ranges, medians) == ["2.5×"]
+    assert unmeasured_figures("**1.4–2.5×** the reference (median 2.2×)", ranges, medians) == []
+    assert unmeasured_figures("**1.5–2.5×** the reference", ranges, medians) == ["1.5–2.5×"]

@@ -7,6 +7,7 @@ broken link, an unknown reference target or a docstring the reference cannot ren
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import importlib
 import json
@@ -19,6 +20,7 @@ import threading
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -74,13 +76,30 @@ def mkdocs_build(config_dir: Path, site: Path) -> subprocess.CompletedProcess[st
 
 
 @pytest.fixture(scope="session")
-def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The site, built strictly from docs/ and mkdocs.yml."""
+def site_build(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> tuple[Path, subprocess.CompletedProcess[str]]:
+    """The site, built strictly from docs/ and mkdocs.yml by ``make docs`` as a user runs it
+    (the environment without the tests' NO_MKDOCS_2_WARNING), with this interpreter and
+    into a temporary folder (the Makefile's .venv is not made: ``-o``); and the build."""
     out = tmp_path_factory.mktemp("site")
-    done = mkdocs_build(REPO, out)
+    done = subprocess.run(
+        ["make", "-s", "-o", ".venv/.dev", "docs", f"PY={sys.executable}", f"SITE={out}"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={k: v for k, v in os.environ.items() if k != "NO_MKDOCS_2_WARNING"},
+    )
     if done.returncode != 0:
-        pytest.fail(f"mkdocs build --strict failed:\n{done.stdout}\n{done.stderr}"[-6000:])
-    return out
+        pytest.fail(f"make docs failed:\n{done.stdout}\n{done.stderr}"[-6000:])
+    return out, done
+
+
+@pytest.fixture(scope="session")
+def site(site_build: tuple[Path, subprocess.CompletedProcess[str]]) -> Path:
+    """The site that ``make docs`` built."""
+    return site_build[0]
 
 
 def inventory(site: Path) -> set[str]:
@@ -92,6 +111,16 @@ def inventory(site: Path) -> set[str]:
 def test_the_site_builds_strictly(site: Path) -> None:
     assert (site / "index.html").is_file()
     assert (site / "search" / "search_index.json").is_file()
+
+
+def test_make_docs_prints_only_the_build_log(
+    site_build: tuple[Path, subprocess.CompletedProcess[str]],
+) -> None:
+    """No banner (Material for MkDocs prints one on every build unless the Makefile sets
+    NO_MKDOCS_2_WARNING, which the banner names; issue 36): only mkdocs' INFO lines."""
+    done = site_build[1]
+    lines = (done.stdout + done.stderr).splitlines()
+    assert [line for line in lines if line.strip() and not line.startswith("INFO ")] == []
 
 
 def test_every_public_name_is_in_the_reference(site: Path) -> None:
@@ -171,13 +200,11 @@ def served(site: Path) -> Iterator[str]:
     httpd.server_close()
 
 
-def test_the_home_page_and_search_work_in_chromium(served: str, tmp_path: Path) -> None:
-    """Debian's chromium, headless: the home page renders with its navigation, the search
-    index loads, and a search finds the reference page of ``safe_open``."""
+@contextlib.contextmanager
+def chromium() -> Iterator[Any]:
+    """Debian's chromium, headless, driven by Playwright."""
     from playwright.sync_api import sync_playwright
 
-    index = json.loads(_get(f"{served}/search/search_index.json"))
-    assert len(index["docs"]) > 100
     with sync_playwright() as p:
         browser = p.chromium.launch(
             executable_path=CHROMIUM,
@@ -191,23 +218,104 @@ def test_the_home_page_and_search_work_in_chromium(served: str, tmp_path: Path) 
             ],
         )
         try:
-            page = browser.new_page(viewport={"width": 1280, "height": 900})
-            errors: list[str] = []
-            page.on("pageerror", lambda exc: errors.append(str(exc)))
-            page.goto(f"{served}/", wait_until="load")
-            assert "tensorfile" in page.title()
-            nav = page.locator("nav.md-nav--primary").inner_text()
-            for section in ("Getting started", "Guides", "Reference", "Benchmarks"):
-                assert section in nav
-            page.screenshot(path=str(tmp_path / "home.png"))
-            page.keyboard.press("s")  # Material's shortcut opens the search box
-            page.fill("input.md-search__input", "safe_open")
-            results = page.locator(".md-search-result__item")
-            results.first.wait_for(timeout=30_000)
-            assert "safe_open" in page.locator(".md-search-result").inner_text()
-            assert not errors, errors
+            yield browser
         finally:
             browser.close()
+
+
+def test_the_home_page_and_search_work_in_chromium(served: str, tmp_path: Path) -> None:
+    """Debian's chromium, headless: the home page renders with its navigation, the search
+    index loads, and a search finds the reference page of ``safe_open``."""
+    index = json.loads(_get(f"{served}/search/search_index.json"))
+    assert len(index["docs"]) > 100
+    with chromium() as browser:
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        errors: list[str] = []
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        page.goto(f"{served}/", wait_until="load")
+        assert "tensorfile" in page.title()
+        nav = page.locator("nav.md-nav--primary").inner_text()
+        for section in ("Getting started", "Guides", "Reference", "Benchmarks"):
+            assert section in nav
+        page.screenshot(path=str(tmp_path / "home.png"))
+        page.keyboard.press("s")  # Material's shortcut opens the search box
+        page.fill("input.md-search__input", "safe_open")
+        results = page.locator(".md-search-result__item")
+        results.first.wait_for(timeout=30_000)
+        assert "safe_open" in page.locator(".md-search-result").inner_text()
+        assert not errors, errors
+
+
+# common widths: a laptop, a small laptop or tablet across, a tablet, a phone
+WIDTHS = (1280, 1024, 768, 390)
+# the pages with the widest content: long code lines, wide tables, signatures
+WIDE_PAGES = (
+    "",
+    "guides/feeding/",
+    "guides/migrating/",
+    "guides/cli/",
+    "differences/",
+    "benchmarks/",
+    "reference/tensorfile/",
+    "reference/cli/",
+)
+# what overflows a page: the document wider than the window, a code block reaching past the
+# window's right edge, a block of code (not a console session or printed text, which keep
+# their columns and scroll inside the block) whose lines are cut at the block's edge
+LAYOUT = """() => {
+  const width = window.innerWidth;
+  const blocks = [...document.querySelectorAll('.md-content pre > code')];
+  const out = blocks.filter(c => c.getBoundingClientRect().right > width + 0.5);
+  const cut = blocks.filter(c => !c.closest('.language-console, .language-text')
+                                 && c.scrollWidth > c.clientWidth + 1);
+  return {
+    width: width,
+    scrollWidth: document.documentElement.scrollWidth,
+    blocks: blocks.length,
+    outside: out.map(c => c.textContent.slice(0, 60)),
+    cut: cut.map(c => c.textContent.slice(0, 60)),
+  };
+}"""
+
+
+def test_the_layout_fits_common_widths(served: str, tmp_path: Path) -> None:
+    """At 1280, 1024, 768 and 390 px no page is wider than the window and every code block
+    stays inside it (code wraps; console sessions scroll inside their block). A screenshot
+    of each page and width is left in the test's folder to check by eye."""
+    problems = []
+    with chromium() as browser:
+        for width in WIDTHS:
+            page = browser.new_page(viewport={"width": width, "height": 900})
+            for path in WIDE_PAGES:
+                page.goto(f"{served}/{path}", wait_until="load")
+                got = page.evaluate(LAYOUT)
+                shot = f"{path.strip('/').replace('/', '_') or 'home'}-{width}.png"
+                page.screenshot(path=str(tmp_path / shot))
+                if got["scrollWidth"] > got["width"] or got["outside"] or got["cut"]:
+                    problems.append((path, got))
+                if path == "guides/feeding/":
+                    assert got["blocks"] > 10  # the check saw the page's code
+            page.close()
+    assert not problems, problems
+
+
+def test_the_api_page_begins_with_open(served: str) -> None:
+    """``tensorfile.open``, the entry point, is the first name on the package's reference
+    page and in its table of contents; the reference's own internals come last in the
+    navigation."""
+    with chromium() as browser:
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        page.goto(f"{served}/reference/tensorfile/", wait_until="load")
+        headings = page.locator(".md-content .doc-heading[id^='tensorfile.']")
+        assert headings.first.get_attribute("id") == "tensorfile.open"
+        toc = page.locator("nav.md-nav--secondary a.md-nav__link").all_inner_texts()
+        assert [t.strip() for t in toc][1] == "open", toc[:3]
+        nav = [
+            t.strip() for t in page.locator("nav.md-nav--primary a.md-nav__link").all_inner_texts()
+        ]
+    reference = nav[nav.index("tensorfile") :]
+    for internal in ("tensorfile.sources", "tensorfile.loading", "tensorfile.formats"):
+        assert reference.index(internal) > reference.index("Command line")
 
 
 def _get(url: str) -> str:

@@ -11,6 +11,9 @@ from pathlib import Path
 
 import pytest
 
+import tensorfile
+from tests.helpers.paths import is_inside, package_folder
+
 
 def run(code: str, tmp_path: Path) -> str:
     done = subprocess.run(
@@ -44,7 +47,8 @@ def test_imports_resolve_to_the_drop_in_and_back(tmp_path: Path) -> None:
         safetensors.numpy.save_file({"w": np.arange(4, dtype=np.float32)}, p)
         tensorfile.unpatch_safetensors()
         import safetensors.numpy as ref
-        assert ref.__name__ == "safetensors.numpy" and "tensorfile" not in ref.__file__
+        assert ref.__name__ == "safetensors.numpy", ref.__name__
+        print("ref file:", ref.__file__)
         print("ref reads:", ref.load_file(p)["w"].tolist())
         with tensorfile.patched_safetensors():
             import safetensors.numpy as again
@@ -59,8 +63,31 @@ def test_imports_resolve_to_the_drop_in_and_back(tmp_path: Path) -> None:
         tmp_path,
     )
     assert "rust: ModuleNotFoundError True" in out
+    ref_file = out.split("ref file: ", 1)[1].splitlines()[0]
+    # by folder, not by the word: a checkout named tensorfile holds the reference in its .venv
+    assert not is_inside(ref_file, package_folder(tensorfile)), ref_file
     assert "ref reads: [0.0, 1.0, 2.0, 3.0]" in out
     assert "warned: True" in out
+
+
+def test_the_reference_is_told_apart_by_folder_not_by_name(tmp_path: Path) -> None:
+    """A clone named ``tensorfile`` with its venv inside: the reference's module there is
+    not in the package, the package's own module is (issue 36: the test above searched the
+    path for the word "tensorfile" and failed in such a checkout)."""
+    clone = tmp_path / "tensorfile"
+    package = clone / "src" / "tensorfile"
+    ref = clone / ".venv" / "lib" / "python3.11" / "site-packages" / "safetensors" / "numpy.py"
+    ours = package / "safetensors" / "numpy.py"
+    for f in (ref, ours):
+        f.parent.mkdir(parents=True)
+        f.write_text("")
+    (package / "__init__.py").write_text("")
+    assert "tensorfile" in str(ref)  # what the old check looked at
+    assert not is_inside(ref, package)
+    assert is_inside(ours, package) and is_inside(package, package)
+    assert not is_inside(clone / "src" / "tensorfile-extra" / "m.py", package)  # a prefix
+    (tmp_path / "link").symlink_to(package)
+    assert is_inside(tmp_path / "link" / "safetensors" / "numpy.py", package)
 
 
 @pytest.mark.parametrize("shards", [False, True])

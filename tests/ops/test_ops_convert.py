@@ -322,18 +322,34 @@ def test_unquantized_gguf_keeps_the_content_id(tmp_path: Path) -> None:
     assert np.array_equal(safetensors.numpy.load_file(str(tmp_path / "m.safetensors"))["f32"], f32)
 
 
-def test_quantized_gguf_without_the_gguf_package_is_refused_by_type(tmp_path: Path) -> None:
-    _gguf(tmp_path / "q.gguf", quantized=True)
+def test_quantized_gguf_without_the_gguf_package(tmp_path: Path) -> None:
+    """Q8_0 (and the other simple block types) dequantize without the gguf package; a type
+    tensorfile does not decode itself (Q6_K) is refused by name, saying what would do it."""
+    f32 = _gguf(tmp_path / "q.gguf", quantized=True)
+    want = gguf.quants.dequantize(
+        gguf.quants.quantize(f32, gguf.GGMLQuantizationType.Q8_0), gguf.GGMLQuantizationType.Q8_0
+    )
+    q6k = gguf.GGMLQuantizationType.Q6_K
+    writer = gguf.GGUFWriter(str(tmp_path / "k.gguf"), "llama")
+    writer.add_tensor("k", np.zeros((2, 210), np.uint8), raw_dtype=q6k)  # 2 rows of 256
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
     code = (
         "import sys; sys.modules['gguf'] = None\n"  # an interpreter where gguf cannot be imported
         "from tensorfile.cli.app import main\n"
-        f"sys.exit(main(['convert', {str(tmp_path / 'q.gguf')!r}, "
-        f"{str(tmp_path / 'q.safetensors')!r}]))"
+        f"assert main(['convert', {str(tmp_path / 'q.gguf')!r}, "
+        f"{str(tmp_path / 'q.safetensors')!r}]) == 0\n"
+        f"sys.exit(main(['convert', {str(tmp_path / 'k.gguf')!r}, "
+        f"{str(tmp_path / 'k.safetensors')!r}]))"
     )
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert run.returncode == 2, run.stderr
-    assert "'q' is quantized (Q8_0)" in run.stderr and "gguf package" in run.stderr
-    assert not (tmp_path / "q.safetensors").exists()
+    assert np.array_equal(safetensors.numpy.load_file(str(tmp_path / "q.safetensors"))["q"], want)
+    assert "'k' is quantized (Q6_K)" in run.stderr and "pip install gguf" in run.stderr
+    assert "llama.cpp" in run.stderr
+    assert not (tmp_path / "k.safetensors").exists()
 
 
 def test_legacy_pickles_load_without_mmap(tmp_path: Path) -> None:

@@ -35,6 +35,12 @@ def _run(*args: str) -> None:
     assert done.returncode == 0, f"ztensor 2.1.2 failed: {done.stderr[-3000:]}"
 
 
+def convert(src: Path, dst: Path) -> None:
+    """``ztensor.convert(src, dst)`` with ztensor 2.1.2: ``src`` (a GGUF, a safetensors
+    file...) as the zTensor v2 file ``dst``."""
+    _run("convert", str(src), str(dst))
+
+
 def to_json(value: Any) -> Any:
     """An attribute value as the peer exchanges it (bytes as ``{"$bytes": hex}``)."""
     if isinstance(value, bytes):
@@ -68,8 +74,8 @@ def write(
     canonical: bool = True,
     align: int | None = None,
 ) -> None:
-    """Write ``objects`` (``{name: {shape, layout, parts: {part: {dtype, logical?,
-    encoding?, bytes}}}}``) with ztensor 2.1.2's writer."""
+    """Write ``objects`` (``{name: {shape, layout, attributes?, parts: {part: {dtype,
+    logical?, encoding?, bytes}}}}``) with ztensor 2.1.2's writer."""
     arrays: dict[str, np.ndarray[Any, Any]] = {}
     spec: dict[str, Any] = {
         "objects": {},
@@ -87,6 +93,7 @@ def write(
             "shape": list(obj["shape"]),
             "layout": obj.get("layout", "dense"),
             "parts": parts,
+            "attributes": to_json(obj["attributes"]) if "attributes" in obj else None,
         }
     spec_path, npz = path.with_suffix(".spec.json"), path.with_suffix(".spec.npz")
     spec_path.write_text(json.dumps(spec))

@@ -4,6 +4,7 @@ writes zTensor v2 files with the reference implementation and exchanges values a
 
     python zt2_peer.py read FILE.zt OUT.npz OUT.json
     python zt2_peer.py write SPEC.json ARRAYS.npz OUT.zt
+    python zt2_peer.py convert SRC DST.zt       (ztensor.convert: any format it reads)
 
 A part's bytes are its decoded bytes (``Tensor.tobytes``), as uint8 arrays named ``a<i>``
 in the npz; the JSON says which object and part each is. Attribute values that JSON cannot
@@ -86,10 +87,21 @@ def write(spec_path: str, npz: str, out: str) -> None:
             if p.get("encoding"):
                 entry["encoding"] = p["encoding"]
             parts[role] = entry
-        w.add_object(name, obj["shape"], parts, layout=obj.get("layout", "dense"))
+        attributes = obj.get("attributes")
+        w.add_object(
+            name,
+            obj["shape"],
+            parts,
+            layout=obj.get("layout", "dense"),
+            attributes=None if attributes is None else _from_json(attributes),
+        )
     w.finish()
+
+
+def convert(src: str, dst: str) -> None:
+    ztensor.convert(src, dst)
 
 
 if __name__ == "__main__":
     command, *args = sys.argv[1:]
-    {"read": read, "write": write}[command](*args)
+    {"read": read, "write": write, "convert": convert}[command](*args)

@@ -77,8 +77,9 @@ class TensorInfo(NamedTuple):
         dtype: element type.
         shape: logical shape.
         components: the stored pieces, by role (``"data"`` for dense tensors).
-        layout: ``"dense"``, ``"sparse_csr"``, ``"sparse_coo"``, ``"quantized"`` (GGUF's
-            block types, stored as bytes) or a format extension.
+        layout: ``"dense"``, ``"sparse_csr"``, ``"sparse_coo"``, ``"quantized"`` (ggml's
+            block types, stored as bytes: GGUF's, and zTensor v2's ``gguf.<type>/1``
+            objects; :attr:`quantization` names the type) or a format extension.
         dtype_name: the element type as the file names it, when that is not ``dtype.name``
             (zTensor's ``float32``, GGUF's ``q4_k``).
         file: the file holding the tensor, in a catalog of several files (a sharded
@@ -165,6 +166,18 @@ class TensorInfo(NamedTuple):
             return dtypes.from_name(name).name
         except KeyError:
             return name.upper()
+
+    @property
+    def quantization(self) -> str | None:
+        """The block type of a quantized tensor in :attr:`common_dtype`'s vocabulary (GGUF's
+        ``Q8_0``, ``Q4_K``...; its :attr:`dtype` is ``U8``, the bytes of the blocks); None
+        for any other tensor.
+
+        Example:
+            >>> TensorInfo("w", dtypes.from_name("U8"), (32,), {}, "quantized", "q8_0").quantization
+            'Q8_0'
+        """
+        return self.common_dtype if self.layout == "quantized" else None
 
     @property
     def decoded_nbytes(self) -> int:

@@ -248,6 +248,11 @@ class Reader:
     # -- reading -------------------------------------------------------------------------
 
     def _dense(self, info: TensorInfo) -> None:
+        if info.layout == "quantized":
+            raise UnsupportedError(
+                f"tensor {info.name!r} is quantized ({info.common_dtype}): "
+                f"get_tensor({info.name!r}, dequantize=True) returns it as float32"
+            )
         if (
             info.layout != "dense"
             or set(info.components) != {"data"}

@@ -11,9 +11,8 @@ in blocks of ``shuffle_block`` samples and the partitions interleaved ``B`` samp
 time. Changing
 the number of nodes, ranks or workers between runs changes neither which samples an epoch
 visits nor their global order. The same seed and epoch give the same order run after run;
-call :meth:`TorchIterable.set_epoch` before each epoch (with ``persistent_workers=True``
-the DataLoader's workers keep the copy they started with and never see it: make a new
-DataLoader per epoch, or leave persistent workers off).
+call :meth:`TorchIterable.set_epoch` before each epoch (it reaches the DataLoader's workers,
+``persistent_workers=True`` ones too, at their next pass: :mod:`.torch_sync`).
 
 **Split** (:mod:`tensorfile.dataset.torch_state`). Ranks consume ``S`` in lockstep steps:
 step ``t`` is ``W*B`` positions (``W`` ranks, ``B`` the per-rank batch) and rank ``r`` takes
@@ -41,7 +40,11 @@ default or a custom collate. ``B`` is ``batch_size``, or 1.
 shards, a digest of the shard paths and counts), the order's parameters, the epoch and
 ``samples``, the samples of the epoch consumed by all ranks together: the trainer's own
 count when given (``state_dict(samples)``, as MosaicML Streaming's), else the object's
-progress: in the main process (``num_workers=0``) its iteration so far; inside a DataLoader
+progress: in the main process (``num_workers=0``) its iteration so far; in the main process
+after DataLoader workers ran, nothing (they run ahead of the training loop, and the main
+process cannot see what the loop took): refused, naming ``samples=`` and
+``StatefulDataLoader``, until :meth:`~TorchIterable.set_epoch` (another epoch) or
+:meth:`~TorchIterable.load_state_dict` makes the position known again; inside a DataLoader
 worker (torchdata's ``StatefulDataLoader`` asks there after every batch and hands each
 worker its own state back) a lower bound that, maximised over a rank's workers, is exactly
 what the main process received, plus the worker's position.
@@ -97,11 +100,23 @@ from ..frameworks.torch import from_numpy
 from .order import MAX_PARTITIONS, MAX_SAMPLES, EpochOrder
 from .torch_batches import Gather
 from .torch_state import FORMAT, Split, check_state, find_states, make_state, shards_digest
+from .torch_sync import Shared
 
 __all__ = ["ShardedIterable", "TorchIterable", "TorchMap"]
 
 NDArray = np.ndarray[Any, Any]
 _SAMPLE_CHUNK = 256  # per-sample mode: samples gathered at once
+
+
+_UNKNOWN_POSITION = (
+    "this feed was iterated by DataLoader worker processes, so the main process's object "
+    "cannot know how many batches the training loop took (the workers run ahead of it by "
+    "prefetch_factor batches each); a state from it would replay or skip samples. Pass the "
+    "count: it.state_dict(samples=N), N the samples of this epoch all ranks consumed "
+    "(batches taken x batch size x world size), or use torchdata's StatefulDataLoader and "
+    "save loader.state_dict(). After set_epoch (another epoch) or load_state_dict the "
+    "position is known again."
+)
 
 
 def _rank(rank: int | None, world_size: int | None) -> tuple[int, int]:
@@ -189,6 +204,8 @@ class TorchIterable(IterableDataset):  # type: ignore[type-arg]
         self._worker_resume: dict[str, int] | None = None  # a worker's exact position
         self._base = 0  # where the current (or last) iteration started
         self._next_step: int | None = None  # the next step it produces (None: not started)
+        self._shared = Shared()  # with the copies in DataLoader workers (.torch_sync)
+        self._gen = 0  # the generation of the shared epoch and resume point this copy has
 
     def __getstate__(self) -> dict[str, Any]:
         # pickled for DataLoader workers started by spawn/forkserver, where torch.distributed
@@ -202,13 +219,28 @@ class TorchIterable(IterableDataset):  # type: ignore[type-arg]
     def set_epoch(self, epoch: int) -> None:
         """Use the order of ``epoch`` for the next iterations (as ``DistributedSampler``),
         from its beginning; the epoch a state was just loaded for keeps its resume point.
-        With ``DataLoader(persistent_workers=True)`` the workers keep their own copy and
-        never see it: make a new DataLoader per epoch, or leave persistent workers off."""
+        It reaches a DataLoader's workers, persistent ones too (at their next pass)."""
         epoch = _check_int(epoch, "epoch", 0)
         if epoch != self.epoch:  # a new epoch: nothing of it consumed yet
             self._resume, self._worker_resume = 0, None
             self._base, self._next_step = 0, None
-        self.epoch = epoch
+            self.epoch = epoch
+            self._publish()
+
+    def _publish(self) -> None:
+        """In the main process: the epoch and resume point just set reach the workers'
+        copies (persistent ones at their next pass), and the position is known again."""
+        if get_worker_info() is None:
+            self._gen = self._shared.publish(self.epoch, self._resume)
+
+    def _adopt(self) -> None:
+        """In a worker: take up the epoch and resume point the main process set after this
+        copy was made (a persistent worker's copy), and say that workers ran."""
+        gen, epoch, resume = self._shared.current()
+        if gen != self._gen:
+            self._gen, self.epoch = gen, epoch
+            self._resume, self._worker_resume = resume, None
+        self._shared.mark_ran()
 
     def _split(self, base: int) -> Split:
         _, world = _rank(self._rank, self._world)
@@ -257,7 +289,10 @@ class TorchIterable(IterableDataset):  # type: ignore[type-arg]
 
     def state_dict(self, samples: int | None = None) -> dict[str, Any]:
         """The resume state (small, JSON-able): see the module docstring. ``samples``: the
-        samples of this epoch consumed by all ranks together, when the trainer counts them.
+        samples of this epoch consumed by all ranks together, when the trainer counts them
+        (batches taken x batch size x world size). Without it, in the main process after
+        DataLoader workers iterated this feed, raises
+        :class:`~tensorfile.errors.InvalidArgumentError`: the position is not known there.
 
         Example:
             >>> import numpy as np, os, tempfile
@@ -278,6 +313,8 @@ class TorchIterable(IterableDataset):  # type: ignore[type-arg]
                 )
             return make_state(fields, samples)
         info = get_worker_info()
+        if info is None and self._shared.ran:
+            raise InvalidArgumentError(_UNKNOWN_POSITION)
         wid, workers = _layout()
         rank, world = _rank(self._rank, self._world)
         if self._next_step is None:
@@ -352,6 +389,7 @@ class TorchIterable(IterableDataset):  # type: ignore[type-arg]
         self._resume = samples
         self._worker_resume = worker
         self._next_step = None
+        self._publish()
 
     def _end_pass(self) -> None:
         """A pass ran to its end: its resume point is used up, the next pass (without
@@ -376,6 +414,10 @@ class TorchIterable(IterableDataset):  # type: ignore[type-arg]
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         info = get_worker_info()
+        if info is None:
+            self._shared.clear_ran()  # its own iteration: its count is exact again
+        else:
+            self._adopt()
         wid, workers = _layout()
         rank, world = _rank(self._rank, self._world)
         base, first = self._start(rank, world, wid, workers)

@@ -21,17 +21,20 @@ from __future__ import annotations
 
 import math
 import struct
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 from tensorfile.core import dtypes
 from tensorfile.core.catalog import ByteRange, Catalog, Component, TensorInfo
 from tensorfile.core.errors import GGUFError, SourceError
-from tensorfile.core.reader import Reader, brief
+from tensorfile.core.reader import Reader, brief, names_list
 from tensorfile.core.source import Source
 from tensorfile.core.values import TypedValue, plain
-from tensorfile.formats import GGUF
+from tensorfile.formats import GGUF, ggml
+from tensorfile.formats.ggml import dequantize
 
 __all__ = [
     "GGML_TYPES",
@@ -44,7 +47,9 @@ __all__ = [
     "GGUFHeader",
     "GGUFTensor",
     "GGUFValue",
+    "block_type",
     "catalog_of",
+    "dequantize",
     "open_reader",
     "read_catalog",
     "read_header",
@@ -132,6 +137,26 @@ _VALUE_TYPES: dict[int, tuple[str, str | None]] = {
     11: ("int64", "<q"),
     12: ("float64", "<d"),
 }
+
+
+def block_type(layout: str, shape: tuple[int, ...], nbytes: int) -> str | None:
+    """The ggml block type (``"q8_0"``) of a zTensor v2 object of layout ``layout`` that
+    ztensor's GGUF conversion writes (``"gguf.q8_0/1"``: the blocks as stored, in one ``u8``
+    part of ``nbytes`` bytes, ``shape`` in elements and numpy's order), when ``shape`` and
+    ``nbytes`` fit the type's blocks; None for any other layout.
+
+    Example:
+        >>> block_type("gguf.q8_0/1", (2, 32), 68), block_type("gguf.q8_0/1", (2, 32), 64)
+        ('q8_0', None)
+    """
+    if not layout.startswith("gguf.") or not layout.endswith("/1"):
+        return None
+    name = layout[5:-2]
+    for type_name, block, size in GGML_TYPES.values():
+        if type_name == name and name not in PLAIN_TYPES:
+            rows_fit = not shape or shape[-1] % block == 0
+            return name if rows_fit and -(-math.prod(shape) // block) * size == nbytes else None
+    return None
 
 
 GGUFValue = TypedValue
@@ -496,6 +521,41 @@ class GGUFFileReader(Reader):
 
     _plain: dict[str, Any] | None = None
 
+    def get_tensor(self, name: str, *, dequantize: bool = False) -> Any:
+        """An owned numpy copy of ``name``. A quantized tensor (``info(name).quantization``:
+        ``Q8_0``, ``Q4_K``...) is refused unless ``dequantize`` is true; it is then
+        dequantized to float32 (see :func:`tensorfile.formats.ggml.dequantize`). Plain
+        tensors are read as they are either way.
+
+        Example:
+            >>> import struct
+            >>> import numpy as np
+            >>> from tensorfile.sources import MemorySource
+            >>> def s(t): return struct.pack("<Q", len(t)) + t
+            >>> head = (MAGIC + struct.pack("<IQQ", 3, 1, 0) + s(b"q") + struct.pack("<I", 1)
+            ...         + struct.pack("<Q", 32) + struct.pack("<IQ", 8, 0))   # q8_0
+            >>> block = np.float16(0.5).tobytes() + bytes(range(32))
+            >>> r = open_reader(MemorySource(head + bytes(-len(head) % 32) + block))
+            >>> r.info("q").quantization, r.get_tensor("q", dequantize=True)[:3].tolist()
+            ('Q8_0', [0.0, 0.5, 1.0])
+        """
+        info = self.info(name)
+        if dequantize and info.layout == "quantized":
+            rng = info.byte_range
+            raw = np.frombuffer(self.source.read(rng.start, rng.length), np.uint8)
+            return ggml.dequantize(raw, info.stored_dtype, info.shape, name)
+        return super().get_tensor(name)
+
+    def get_tensors(
+        self, names: Iterable[str] | None = None, *, dequantize: bool = False
+    ) -> dict[str, Any]:
+        """Owned numpy copies of ``names`` (all tensors by default); quantized ones as
+        :meth:`get_tensor` gives them (refused unless ``dequantize`` is true)."""
+        names = self.keys() if names is None else names_list(names)
+        plain = [n for n in names if not dequantize or self.info(n).layout != "quantized"]
+        got = super().get_tensors(plain)
+        return {n: got[n] if n in got else self.get_tensor(n, dequantize=True) for n in names}
+
     @property
     def metadata(self) -> Mapping[str, Any]:
         """The metadata as plain Python values (see the class docstring)."""
@@ -505,8 +565,8 @@ class GGUFFileReader(Reader):
 
 
 def open_reader(source: Source, *, verify: bool | None = None) -> Reader:
-    """A read-only reader over a GGUF file: plain tensors as arrays; quantized ones are
-    described but not decoded.
+    """A read-only reader over a GGUF file: plain tensors as arrays; quantized ones
+    dequantized to float32 on request (``get_tensor(name, dequantize=True)``).
 
     Example:
         >>> import struct

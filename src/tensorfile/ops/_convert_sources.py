@@ -4,13 +4,13 @@ is ``tensorfile.open``): safetensors (one file, or a sharded checkpoint: an inde
 folder holding it), zTensor v1.0 and v2, GGUF, numpy ``.npz``/``.npy`` and PyTorch pickles
 (``torch.load(weights_only=True)`` only; see :mod:`tensorfile.formats.torch_pickle`).
 
-GGUF's quantized tensors are dequantized to float32 with the ``gguf`` package's routines
-when it is installed, and refused by type name when it is not.
+Quantized tensors (GGUF's, and those zTensor v2 stores in ggml's ``gguf.<type>/1`` layouts)
+are dequantized to float32 by their reader (``get_tensor(name, dequantize=True)``; see
+:mod:`tensorfile.formats.ggml`).
 """
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -19,10 +19,9 @@ from typing import Any
 import numpy as np
 
 from ..core import dtypes
-from ..core.errors import UnsupportedError
-from ..core.reader import Reader
 from ..core.values import plain
 from ..sources import is_url
+from ._convert_losses import Kept
 
 __all__ = ["ConvertSource", "Item", "open_source"]
 
@@ -52,6 +51,7 @@ class ConvertSource:
     _get: Any = field(repr=False)
     _close: Any = field(repr=False, default=None)
     single_safetensors: str | None = None  # a lone local safetensors file (copied as is)
+    kept: Kept = field(default_factory=lambda: Kept("", {}))  # what a destination may lose
 
     def get(self, name: str) -> Any:
         """The tensor: a numpy array, or a zTensor CSRTensor/COOTensor."""
@@ -85,8 +85,12 @@ def _source(src: str, reader: Any) -> ConvertSource:
     shards = getattr(reader, "shards", None)
     sharded = bool(shards) and isinstance(shards, list)
     items: list[Item] = []
+    digests: dict[str, int] = {}
     for name in sorted(reader.keys()):  # name order, whatever the file's: one output per input
         info = reader.info(name)
+        if info.layout != "quantized":  # (a dequantized tensor's digest is of its blocks)
+            for alg in {c.digest.partition(":")[0] for c in info.components.values() if c.digest}:
+                digests[alg] = digests.get(alg, 0) + 1
         if info.layout == "quantized":
             note = f"dequantized from {info.dtype_name}"
             items.append(Item(name, dtypes.from_name("F32"), info.shape, "dense", note))
@@ -95,44 +99,24 @@ def _source(src: str, reader: Any) -> ConvertSource:
 
     def get(name: str) -> Any:
         if reader.info(name).layout == "quantized":
-            return _dequantize(reader, name)
+            return reader.get_tensor(name, dequantize=True)
         return reader.get_tensor(name)
 
     single = None
     if not sharded and reader.format == "safetensors" and not is_url(src):
         single = src if os.path.isfile(src) else None
     # zt2: CBOR values; GGUF: typed values (made plain by _values)
-    metadata = getattr(reader, "attributes", None) or reader.typed_metadata
+    metadata = _values(getattr(reader, "attributes", None) or reader.typed_metadata)
+    attributes = getattr(reader, "object_attributes", None)
+    owned = tuple(  # (those of ggml blocks describe the blocks, which are dequantized)
+        i.name for i in items if attributes is not None and not i.note and attributes(i.name)
+    )
     return ConvertSource(
         "sharded-safetensors" if sharded else reader.format,
         items,
-        _values(metadata),
+        metadata,
         get,
         reader.close,
         single,
+        Kept(reader.format, metadata, digests, owned),
     )
-
-
-def _dequantize(reader: Reader, name: str) -> np.ndarray[Any, Any]:
-    info = reader.info(name)
-    kind = (info.dtype_name or "").upper()
-    try:
-        import gguf
-    except ImportError:
-        raise UnsupportedError(
-            f"tensor {name!r} is quantized ({kind}); converting it needs the gguf package "
-            "(pip install gguf) to dequantize it"
-        ) from None
-    qtype = getattr(gguf.GGMLQuantizationType, kind, None)
-    if qtype is None:
-        raise UnsupportedError(f"tensor {name!r}: gguf cannot dequantize {kind}")
-    if math.prod(info.shape) == 0:  # no blocks: nothing to dequantize (gguf cannot reshape)
-        return np.zeros(info.shape, np.float32)
-    rng = info.byte_range
-    raw = np.frombuffer(reader.source.read(rng.start, rng.length), np.uint8)
-    rows = info.shape[:-1] if info.shape else ()
-    try:
-        out = gguf.quants.dequantize(raw.reshape(*rows, -1), qtype)
-    except (ValueError, NotImplementedError) as exc:
-        raise UnsupportedError(f"tensor {name!r}: gguf cannot dequantize {kind}: {exc}") from exc
-    return np.ascontiguousarray(out, dtype=np.float32).reshape(info.shape)

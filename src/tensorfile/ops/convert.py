@@ -15,6 +15,8 @@ the content id (:func:`tensorfile.ops.content_hash`). A lone safetensors file co
 safetensors is copied byte for byte. Metadata goes across: text values as they are, others
 (GGUF arrays, zTensor v2 values) as JSON text where the destination holds only text.
 Sparse zTensor tensors go to formats without sparse layouts only with ``densify=True``.
+Nothing is lost silently: what the destination cannot keep (metadata in ``.npz``, GGUF's
+value types, stored digests...) is said in :attr:`ConvertResult.notes`.
 
 Example:
     >>> import numpy as np, os, tempfile
@@ -43,6 +45,7 @@ from ..core.errors import InvalidArgumentError, SourceError
 from ..formats.catalogs import index_path, local_target, locate_checkpoint
 from ..sources import is_url
 from . import _convert_sinks as sinks
+from ._convert_losses import losses
 from ._convert_sources import ConvertSource, Item, open_source
 
 __all__ = ["ConvertResult", "convert", "targets"]
@@ -70,7 +73,10 @@ class ConvertResult:
         bytes_in: tensor bytes as the source describes them (dequantized, densified sizes).
         files: the files written (one, or a checkpoint's shards and index).
         densified: sparse tensors stored dense.
-        notes: anything worth knowing (dequantized tensors, copied bytes, metadata as JSON).
+        notes: anything worth knowing, every loss included: dequantized tensors, a copy
+            byte for byte, metadata the destination cannot hold (none in ``.npz``, JSON
+            text for values that are not text where it holds only text, GGUF's value
+            types), stored digests and zTensor v2 object attributes not kept.
     """
 
     src: str
@@ -232,6 +238,7 @@ def _run(
             label=name,
         )
         files = tuple(written)
+        notes += losses(source.kept, fmt, options, name)
     bytes_out = sum(os.path.getsize(f) for f in files if os.path.isfile(f))
     return ConvertResult(
         src, dst, source.format, name, len(items), total, bytes_out, files, densified, tuple(notes)

@@ -453,6 +453,10 @@ def _tensor_chunks(reader: Reader, name: str) -> Iterator[bytes | bytearray]:
             yield packed[pos : pos + _CHUNK]
         return
     value = reader.get_tensor(name)
+    if is_extension(value) and info.layout == "quantized":  # ggml blocks (zTensor v2), as
+        for part in components(value).values():  # GGUF stores them: one content id for both
+            yield part.tobytes()
+        return
     if is_extension(value):  # an extension layout: its components, by role
         for role, part in components(value).items():
             yield role.encode() + b"\n" + part.tobytes()

@@ -248,7 +248,8 @@ class _Run:
         """Read every named tensor of ``reader``, recording what fails."""
         for name in names:
             try:
-                if reader.info(name).layout == "quantized":  # blocks: their stored bytes
+                info = reader.info(name)
+                if info.layout == "quantized" and reader.format == "gguf":  # stored blocks
                     _read_stored(reader, name)
                     self.checked += 1
                     self.checks.append(TensorCheck(name, ("structure",)))

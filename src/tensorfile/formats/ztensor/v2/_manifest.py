@@ -4,7 +4,9 @@ manifest, and the :class:`~tensorfile.core.catalog.Catalog` it describes.
 Each object becomes a :class:`~tensorfile.core.catalog.TensorInfo` whose components are the
 object's parts. The two registered sparse profiles are given tensorfile's layout names
 (``zt.sparse_csr/1`` is ``"sparse_csr"``, ``zt.sparse_coo/1`` is ``"sparse_coo"``); other
-layouts keep their profile id and are exposed structurally. Each part's digest covers its
+layouts keep their profile id and are exposed structurally, except ggml's block types as
+ztensor's GGUF conversion writes them (``gguf.q8_0/1``), which read as GGUF's quantized
+tensors do (layout ``"quantized"``, ``dtype_name`` the ggml type). Each part's digest covers its
 decoded bytes (``Component.digest_over == "decoded"``), an encoded part carries its
 ``decoded_length``, a part in another file names its shard.
 
@@ -38,6 +40,7 @@ from tensorfile.core import dtypes
 from tensorfile.core.catalog import ByteRange, Catalog, Component, TensorInfo
 from tensorfile.core.errors import ZTensorError
 from tensorfile.core.reader import brief
+from tensorfile.formats.gguf import GGML_TYPES, block_type
 from tensorfile.formats.ztensor.v2._format import (
     ALIGN_FLOOR,
     FOOTER_SIZE,
@@ -341,15 +344,36 @@ def _object(name: Any, raw: Any, ctx: _Ctx) -> tuple[TensorInfo, str, Any]:
     if layout in LAYOUTS:
         _check_layout(name, layout, shape, parts, where)
     main = parts.get("data") or parts.get("values") or parts[min(parts)]
+    blocks = _ggml_blocks(layout, shape, parts, attributes)
     info = TensorInfo(
         name,
         main.dtype,
         shape,
         parts,
-        LAYOUTS.get(layout, layout),
-        main.logical or storage_of(main),
+        "quantized" if blocks else LAYOUTS.get(layout, layout),
+        blocks or main.logical or storage_of(main),
     )
     return info, layout, attributes
+
+
+def _ggml_blocks(
+    layout: str, shape: tuple[int, ...], parts: dict[str, Component], attributes: Any
+) -> str | None:
+    """The ggml block type of an object ztensor's GGUF conversion wrote (``gguf.q8_0/1``:
+    one ``u8`` part, the blocks as the GGUF stored them; attributes ``block_bytes`` and
+    ``elems_per_block``, when given, those of the type), read as GGUF's quantized tensors
+    are; None for any other object (an extension layout, exposed structurally)."""
+    if not layout.startswith("gguf.") or set(parts) != {"data"}:
+        return None
+    data = parts["data"]
+    if data.logical is not None or storage_of(data) != "u8":
+        return None
+    found = block_type(layout, shape, decoded_length(data))
+    if found is None or not isinstance(attributes, dict):
+        return found
+    _, block, size = next(t for t in GGML_TYPES.values() if t[0] == found)
+    said = (attributes.get("elems_per_block", block), attributes.get("block_bytes", size))
+    return found if said == (block, size) else None
 
 
 def _shards(raw: Any, name: str) -> dict[str, ShardEntry]:

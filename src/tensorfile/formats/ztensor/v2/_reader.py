@@ -48,6 +48,7 @@ from tensorfile.core.reader import (
     numpy_allocator,
 )
 from tensorfile.core.source import Source
+from tensorfile.formats import ggml
 from tensorfile.formats.ztensor._layouts import ExtensionTensor
 from tensorfile.formats.ztensor.v2 import _seekable as _v2_seekable
 from tensorfile.formats.ztensor.v2._container import open_shard, read_catalog, verify_shard
@@ -306,6 +307,8 @@ class ZTensor2Reader(Reader):
     # -- dense tensors --------------------------------------------------------------------
 
     def _dense(self, info: TensorInfo) -> None:
+        if info.layout == "quantized":
+            super()._dense(info)  # says how: get_tensor(name, dequantize=True)
         if info.layout != "dense" or self._objects[info.name]["layout"] != "dense":
             raise ZTensorUnsupportedError(
                 f"tensor {info.name!r} is {info.layout}, not dense; get_tensor() returns it "
@@ -393,11 +396,16 @@ class ZTensor2Reader(Reader):
 
     # -- any tensor -----------------------------------------------------------------------
 
-    def get_tensor(self, name: str) -> Any:
+    def get_tensor(self, name: str, *, dequantize: bool = False) -> Any:
         """The tensor as an owned value: a numpy array (dense), :class:`CSRTensor`,
         :class:`COOTensor`, or :class:`ExtensionTensor` (layouts tensorfile does not know,
-        parts as arrays of their element type, or bytes for sub-byte types)."""
+        parts as arrays of their element type, or bytes for sub-byte types). An object of
+        ggml blocks (``gguf.q8_0/1``, layout ``"quantized"``) is an ExtensionTensor of its
+        bytes, or, with ``dequantize``, float32 values (see :mod:`tensorfile.formats.ggml`)."""
         info = self.info(name)
+        if dequantize and info.layout == "quantized":
+            blocks = self.read_component(name, "data", np.uint8)
+            return ggml.dequantize(blocks, info.stored_dtype, info.shape, name)
         layout = self._objects[name]["layout"]
         if layout == "dense":
             return self.read_into([name], numpy_allocator)[0]
