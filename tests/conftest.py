@@ -6,6 +6,7 @@ import os
 import sys
 import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import ml_dtypes
@@ -38,6 +39,16 @@ def s3() -> Any:
     server = s3_helpers.start()
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def plain_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The ``bin`` folder of a virtual environment holding ``pip install .`` of this checkout
+    (the base dependencies, no extras), as a user's plain install; built once per session
+    (about 15 s), shared by every test that needs a real install."""
+    from tests.helpers.venvs import plain_install
+
+    return plain_install(tmp_path_factory.mktemp("plain-install"))
 
 
 MASTER = os.environ.get("TENSORFILE_SPARK_MASTER") or "local-cluster[2,1,1024]"

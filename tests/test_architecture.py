@@ -61,10 +61,13 @@ LAYERS: dict[str, set[str]] = {
     "ops": {"core", "formats", "sources", "frameworks"},
     "dataset": {"core", "formats", "sources", "frameworks"},
     "spark": {"core", "dataset", "sources", "formats"},
-    "cli": {"core", "ops", "dataset", "sources"},
+    "cli": {"core", "ops", "dataset", "sources", "samples"},
     "testing": {"core", "sources", "formats", "frameworks"},
     "loading": {"sources"},  # how load_file reads a file (mount table, page cache)
     "patching": set(),  # (imports tensorfile.safetensors by name, when patched code asks)
+    # the docs' sample files, written through the faces a user writes them with;
+    # `python -m tensorfile.samples` is `tensorfile samples`
+    "samples": {"dataset", "safetensors", "ztensor", "cli"},
 }
 ANYONE = {"core", "_version"}
 
@@ -187,7 +190,9 @@ def test_format_knowledge_is_written_once() -> None:
         assert holders == ["tensorfile.formats"], (literal, holders)
     assert registry.exists()
     # outside docstrings: the safetensors suffix, the index suffix, the first-read size
-    assert _holders(".safetensors", but=("tensorfile.testing",)) == ["tensorfile.formats"]
+    # (the sample files' names are not format knowledge)
+    but = ("tensorfile.testing", "tensorfile.samples")
+    assert _holders(".safetensors", but=but) == ["tensorfile.formats"]
     assert _holders(".index.json") == ["tensorfile.formats._index"]
     assert _holders(100_000) == ["tensorfile.core.source"]
 

@@ -8,6 +8,11 @@
 * in python blocks, a `print(...)  # shown` line is checked: the comment must start with
   what was printed (or match it, `...` standing for any text).
 
+An example that needs more than ``pip install .`` says so to the reader on its first line, a
+comment naming what to install: ``# needs: pip install 'tensorfile[torch]'`` (extras of
+tensorfile or other packages, as pip takes them). The plain-install test
+(tests/docs/test_plain_install.py) skips such a block only where that is not installed.
+
 A marker on the line right above a fence changes that: ``<!-- example: not-run: REASON -->``
 (compiled, not run: a GPU, a cloud account), ``<!-- example: exit=N -->`` (each command of the
 block exits N).
@@ -21,6 +26,7 @@ from dataclasses import dataclass, field
 FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<ticks>`{3,}|~{3,})[ \t]*(?P<info>[^`\n]*)$")
 MARKER = re.compile(r"^\s*<!--\s*example:\s*(?P<body>.*?)\s*-->\s*$")
 RUN_KINDS = ("python", "console")
+NEEDS = re.compile(r"^#\s*needs:\s*pip install\s+(?P<what>\S.*?)\s*$")
 
 
 @dataclass
@@ -43,6 +49,7 @@ class Block:
     not_run: str | None = None
     exit_status: int = 0
     commands: list[Command] = field(default_factory=list)
+    needs: tuple[str, ...] = ()
 
     @property
     def runs(self) -> bool:
@@ -66,6 +73,16 @@ def _marker(lines: list[str], fence_index: int) -> tuple[str | None, int]:
     if ex is not None:
         return None, int(ex.group(1))
     raise ValueError(f"line {fence_index}: unknown example marker {body!r}")
+
+
+def needs(code: str) -> tuple[str, ...]:
+    """What a block's first line says it needs installed (``# needs: pip install X Y``):
+    the requirements as pip takes them (quotes removed), none without that line."""
+    import shlex
+
+    first = code.split("\n", 1)[0].strip()
+    m = NEEDS.match(first)
+    return tuple(shlex.split(m.group("what"))) if m else ()
 
 
 def _dedent(line: str, indent: str) -> str:
@@ -125,8 +142,11 @@ def blocks(text: str) -> list[Block]:
         code = "\n".join(_dedent(t, indent) for t in lines[i + 1 : j])
         not_run, status = _marker(lines, i)
         block = Block("python" if kind == "py" else kind, i + 2, code, not_run, status)
-        if block.kind == "console":
-            block.commands = console_commands(code, i + 2)
+        block.needs = needs(code)
+        if block.kind == "console":  # the needs line is a comment, not a command's output
+            skip = 1 if block.needs else 0
+            rest = "\n".join(code.split("\n")[skip:])
+            block.commands = console_commands(rest, i + 2 + skip)
         out.append(block)
         i = j + 1
     return out

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.docs import samples
+import tensorfile.samples
 from tests.helpers.servers import start_range_server
 
 
@@ -19,7 +19,7 @@ from tests.helpers.servers import start_range_server
 def sample_files(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The sample files, made once per test session (each page gets a copy)."""
     made = tmp_path_factory.mktemp("doc-samples")
-    samples.make(made)
+    tensorfile.samples.make(made)
     return made
 
 

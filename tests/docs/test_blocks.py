@@ -51,6 +51,36 @@ def test_kinds_markers_and_indented_blocks() -> None:
     assert console.commands[1].expected is None
 
 
+NEEDS = """
+```python
+# needs: pip install 'tensorfile[torch]' safetensors
+import torch
+```
+
+```console
+# needs: pip install "tensorfile[spark,s3]"
+$ tensorfile summary model.pt
+model.pt,pytorch,...
+```
+
+```python
+import numpy  # needs: nothing, not on the first line
+```
+"""
+
+
+def test_what_an_example_needs_is_on_its_first_line() -> None:
+    """The reader sees it; the plain-install test skips the block only for it."""
+    py, console, plain = blocks(NEEDS)
+    assert py.needs == ("tensorfile[torch]", "safetensors")
+    assert console.needs == ("tensorfile[spark,s3]",)
+    assert [c.command for c in console.commands] == ["tensorfile summary model.pt"]
+    assert console.commands[0].expected == ["model.pt,pytorch,..."]
+    assert console.commands[0].line == 9  # the line of the page it is on
+    assert plain.needs == ()
+    assert py.runs and console.runs and plain.runs
+
+
 def test_a_not_run_marker_needs_its_reason() -> None:
     with pytest.raises(ValueError, match="reason"):
         blocks("<!-- example: not-run -->\n```python\nx\n```\n")

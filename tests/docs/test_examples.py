@@ -2,16 +2,24 @@
 
 Each page is one test: its ``python`` blocks run in page order in one namespace and its
 ``console`` commands in bash, all in a fresh folder holding the sample files
-(tests/docs/samples.py), with ``https://example.com/`` served by a real HTTP server and
-``s3://examples/`` by a real S3 API server. A block marked ``not-run`` (it needs a GPU or a
-cloud account: the page says which) is compiled, not run. Conventions: tests/docs/blocks.py.
+(``tensorfile samples``: :mod:`tensorfile.samples`), with ``https://example.com/`` served
+by a real HTTP server and ``s3://examples/`` by a real S3 API server. A block marked
+``not-run`` (it needs a GPU or a cloud account: the page says which) is compiled, not run.
+Conventions: tests/docs/blocks.py.
+
+Each page runs a second time as a reader with only ``pip install .`` runs it: in one process
+of a plain virtual environment (no extras), on samples made there by ``tensorfile samples``;
+there a block runs as printed or its first line names what it needs, which that environment
+lacks (``# needs: pip install 'tensorfile[torch]'``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -20,21 +28,13 @@ from typing import Any
 
 import pytest
 
-from tests.docs import samples
-from tests.docs.blocks import (
-    PRINT_CALL,
-    Block,
-    blocks,
-    checked_prints,
-    output_matches,
-    print_matches,
-)
+from tensorfile.samples import NAMES
+from tests.docs.blocks import blocks
 from tests.docs.conftest import fresh_folder, upload_samples
+from tests.docs.runner import REPO, run_blocks
 
-REPO = Path(__file__).resolve().parents[2]
 PAGES = sorted(p.relative_to(REPO).as_posix() for p in (REPO / "docs").rglob("*.md"))
 PAGES.append("README.md")
-EXAMPLE_URL = "https://example.com/"
 BUCKET = "examples"
 
 
@@ -69,55 +69,13 @@ def _forget_filesystems() -> None:
         cls.clear_instance_cache()
 
 
-def _print_checker(page: str, wrong: list[str]) -> Any:
-    """The ``print`` of the examples' ``print(...)  # shown`` lines: prints, and notes each
-    comment that does not show what was printed."""
-
-    def checked(*args: Any, expected: str, line: int) -> None:
-        text = " ".join(str(a) for a in args)
-        print(text)
-        if "\n" not in text and not print_matches(text, expected):
-            wrong.append(f"{page}:{line}: printed {text!r}, the comment says {expected!r}")
-
-    return checked
-
-
-def _run_python(page: str, block: Block, code: str, namespace: dict[str, Any]) -> None:
-    code = checked_prints(code, block.line)
-    compiled = compile(code, f"{page}:{block.line}", "exec")
-    try:
-        exec(compiled, namespace)
-    except Exception as exc:
-        raise AssertionError(f"{page}:{block.line}: the example raised {exc!r}") from exc
-
-
-def _run_console(page: str, block: Block, url: str, folder: Path, env: dict[str, str]) -> None:
-    for command in block.commands:
-        done = subprocess.run(
-            ["bash", "-c", command.command.replace(EXAMPLE_URL, url)],
-            cwd=folder,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            timeout=300,
-        )
-        where = f"{page}:{command.line}: $ {command.command}"
-        assert done.returncode == block.exit_status, (
-            f"{where}\nexited {done.returncode}, not {block.exit_status}:\n{done.stdout}"
-        )
-        if command.expected is not None:
-            actual = done.stdout.split("\n")
-            assert output_matches(command.expected, actual), (
-                f"{where}\nprinted:\n{done.stdout}\nexpected:\n" + "\n".join(command.expected)
-            )
-
-
-def _environment(tmp: Path, s3: Any | None) -> dict[str, str]:
+def _environment(tmp: Path, s3: Any | None, bin_dir: Path, path: Path) -> dict[str, str]:
+    """The variables an example runs with: ``bin_dir`` first on ``PATH`` (where
+    ``tensorfile`` and ``python`` are), ``path`` as ``PYTHONPATH``."""
     env = {
         "TENSORFILE_CACHE_DIR": str(tmp / "cache"),
-        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
-        "PYTHONPATH": str(REPO / "src"),
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
+        "PYTHONPATH": str(path),
     }
     if s3 is not None:
         env.update(
@@ -129,14 +87,30 @@ def _environment(tmp: Path, s3: Any | None) -> dict[str, str]:
     return env
 
 
+def _page_folder(
+    request: pytest.FixtureRequest,
+    page: str,
+    text: str,
+    made: Path,
+    prefix: str = "",
+) -> tuple[Path, str, Any]:
+    """A fresh folder for ``page`` holding a copy of the samples in ``made``, its URL on
+    the HTTP server, and the S3 server holding the samples where the page names
+    ``s3://examples/`` (else None)."""
+    slug = prefix + re.sub(r"[^A-Za-z0-9]+", "-", page_id(page)).strip("-")
+    folder = fresh_folder(request.getfixturevalue("pages_root"), slug)
+    shutil.copytree(made, folder, dirs_exist_ok=True)
+    url = f"{request.getfixturevalue('http_base')}/{slug}/"
+    s3 = None
+    if f"s3://{BUCKET}/" in text:
+        s3 = request.getfixturevalue("s3")
+        upload_samples(s3, made, BUCKET)
+    return folder, url, s3
+
+
 @pytest.mark.parametrize("page", PAGES, ids=[page_id(p) for p in PAGES])
 def test_the_examples_of_each_page_run(
-    page: str,
-    request: pytest.FixtureRequest,
-    sample_files: Path,
-    pages_root: Path,
-    http_base: str,
-    tmp_path: Path,
+    page: str, request: pytest.FixtureRequest, sample_files: Path, tmp_path: Path
 ) -> None:
     text = (REPO / page).read_text(encoding="utf-8")
     found = blocks(text)
@@ -146,28 +120,71 @@ def test_the_examples_of_each_page_run(
     runnable = [b for b in found if b.runs]
     if not runnable:
         return
-    slug = re.sub(r"[^A-Za-z0-9]+", "-", page_id(page)).strip("-")
-    folder = fresh_folder(pages_root, slug)
-    samples.copy_into(sample_files, folder)
-    url = f"{http_base}/{slug}/"
-    s3 = None
-    if f"s3://{BUCKET}/" in text:
-        s3 = request.getfixturevalue("s3")
-        upload_samples(s3, sample_files, BUCKET)
+    folder, url, s3 = _page_folder(request, page, text, sample_files)
     if "pyspark" in text:
         request.getfixturevalue("spark")
-    env = _environment(tmp_path, s3)
+    env = _environment(tmp_path, s3, Path(sys.executable).parent, REPO / "src")
     child_env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
     child_env.update(env)
-    wrong: list[str] = []
-    namespace: dict[str, Any] = {"__name__": "__docs__", PRINT_CALL: _print_checker(page, wrong)}
     with _in_folder(folder, env):
-        for block in runnable:
-            if block.kind == "python":
-                _run_python(page, block, block.code.replace(EXAMPLE_URL, url), namespace)
-            else:
-                _run_console(page, block, url, folder, child_env)
+        wrong = run_blocks(page, runnable, url, folder, child_env)
     assert not wrong, "comments that do not show what the example prints:\n" + "\n".join(wrong)
+
+
+@pytest.fixture(scope="module")
+def plain_samples(plain_venv: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The sample files as a reader of the site makes them: ``tensorfile samples DIR`` in a
+    plain install (no extras)."""
+    made = tmp_path_factory.mktemp("plain-samples") / "examples"
+    done = subprocess.run(
+        [str(plain_venv / "tensorfile"), "samples", str(made)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
+    printed = [line.split()[:2] for line in done.stdout.splitlines()]
+    names = [str(made / n) + (os.sep if (made / n).is_dir() else "") for n in NAMES]
+    assert printed == [["wrote", name] for name in names], done.stdout
+    assert sorted(p.name for p in made.iterdir()) == sorted(NAMES)  # nothing else left there
+    return made
+
+
+@pytest.mark.parametrize("page", PAGES, ids=[page_id(p) for p in PAGES])
+def test_each_example_runs_on_a_plain_install_or_names_what_it_needs(
+    page: str,
+    request: pytest.FixtureRequest,
+    plain_venv: Path,
+    plain_samples: Path,
+    tmp_path: Path,
+) -> None:
+    """A reader with ``pip install .`` alone makes the samples with ``tensorfile samples``
+    and runs the page's examples in order, in one process of that install: each runs as
+    printed, or its first line names what it needs (``# needs: pip install ...``) and that
+    is not installed there."""
+    text = (REPO / page).read_text(encoding="utf-8")
+    if not any(b.runs for b in blocks(text)):
+        return
+    folder, url, s3 = _page_folder(request, page, text, plain_samples, prefix="plain-")
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    env.update(_environment(tmp_path, s3, plain_venv, REPO))  # REPO: tests.docs.runner
+    report = tmp_path / "report.json"
+    runner = [str(plain_venv / "python"), "-m", "tests.docs.runner"]
+    done = subprocess.run(
+        [*runner, page, str(folder), url, str(report)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, f"{done.stdout[-3000:]}\n{done.stderr[-6000:]}"
+    result = json.loads(report.read_text(encoding="utf-8"))
+    assert result["ok"]
+    assert not result["wrong"], "\n".join(result["wrong"])
+    if result["tensorfile"] is not None:  # the page's examples used the plain install's
+        assert Path(result["tensorfile"]).is_relative_to(plain_venv.parent), result
 
 
 def test_no_page_names_an_issue() -> None:

@@ -2,15 +2,15 @@
 makes ``import safetensors`` give tensorfile's drop-in in every interpreter started with it,
 through ``tensorfile-patch.pth``, which the package installs in the root of site-packages.
 
-Each case starts a real interpreter of a fresh virtual environment whose site-packages
-holds the hook, so Python's ``site`` runs it at startup as it would after ``pip install``
-(tensorfile and the libraries come from ``PYTHONPATH``). The packaging itself is checked by
-building both wheels (``pip install .`` and ``pip install -e .`` install these)."""
+Each case starts a real interpreter of a virtual environment where ``pip install .`` put
+the hook in site-packages, so Python's ``site`` runs it at startup (tensorfile and the
+libraries come from ``PYTHONPATH``: this checkout's, and the test environment's). The
+packaging itself is checked by building both wheels (``pip install .`` and ``pip install
+-e .`` install these)."""
 
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import sysconfig
@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 import tensorfile
+from tests.helpers.venvs import copy_project
 
 ROOT = Path(__file__).resolve().parents[2]
 HOOK = ROOT / "src" / "tensorfile-patch.pth"
@@ -29,19 +30,10 @@ ENV = "TENSORFILE_PATCH_SAFETENSORS"
 
 
 @pytest.fixture(scope="module")
-def python(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The interpreter of a new virtual environment with the hook in its site-packages."""
-    venv = tmp_path_factory.mktemp("hook") / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
-    exe = venv / "bin" / "python"
-    purelib = subprocess.run(
-        [str(exe), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
-    shutil.copy(HOOK, Path(purelib) / HOOK.name)
-    return exe
+def python(plain_venv: Path) -> Path:
+    """The interpreter of a virtual environment where ``pip install .`` put the hook in
+    site-packages (the session's plain install, tests/helpers/venvs.py)."""
+    return plain_venv / "python"
 
 
 def start(
@@ -155,13 +147,7 @@ def test_transformers_from_pretrained_under_the_variable(python: Path, tmp_path:
 def test_both_wheels_put_the_hook_in_the_root_of_site_packages(tmp_path: Path) -> None:
     """``pip install .`` installs the wheel, ``pip install -e .`` the editable wheel (PEP
     660): both carry the hook at their root, which is site-packages once installed."""
-    project = tmp_path / "project"
-    project.mkdir()
-    for name in ("setup.py", "pyproject.toml", "README.md", "MANIFEST.in"):
-        shutil.copy(ROOT / name, project / name)
-    shutil.copytree(
-        ROOT / "src", project / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info")
-    )
+    project = copy_project(tmp_path / "project")
     out = tmp_path / "dist"
     out.mkdir()
     for hook in ("build_wheel", "build_editable"):  # one process each: setuptools keeps state

@@ -22,6 +22,7 @@ from ._ident import run_id, run_summary
 from ._inspect import run_inspect
 from ._meta import run_meta
 from ._output import Output
+from ._samples import run_samples
 from ._text import plural
 from ._values import VALUE_LIMIT
 from ._verify import run_verify
@@ -192,6 +193,21 @@ it echoes are cut to {plural(VALUE_LIMIT, "character")}. GGUF files and URLs are
 {PATHS}
 
 {STATUS}""",
+    "samples": """\
+Examples:
+  tensorfile samples examples        # then: cd examples, and run the documentation's examples
+  python -m tensorfile.samples examples   # the same
+
+Writes model.safetensors, model-v2.safetensors, model.zt, ckpt/ (a sharded checkpoint),
+model.pt (a PyTorch pickle) and data/ (a dataset of 1,000 rows): the files the
+documentation's examples read. Needs only the package (no torch). Each file is made in a
+temporary folder and renamed into place; one already there with the same content is left
+alone, one that differs is replaced only with --force (otherwise nothing is written).
+
+Exit status:
+  0  written (or already there)
+  2  a sample already in DIR differs (without --force), or DIR cannot be written
+  130  interrupted""",
 }
 
 
@@ -242,7 +258,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"tensorfile {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    def command(name: str, run: Command, help: str) -> argparse.ArgumentParser:
+    def command(
+        name: str, run: Command, help: str, *, reads: bool = True
+    ) -> argparse.ArgumentParser:
         p = sub.add_parser(
             name,
             help=help,
@@ -251,6 +269,9 @@ def build_parser() -> argparse.ArgumentParser:
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
         p.add_argument("--json", action="store_true", help="print JSON on stdout, nothing else")
+        if not reads:  # writes local files only: no server to download from
+            p.set_defaults(run=run, parser=p)
+            return p
         p.add_argument(
             "--allow-full-download",
             action="store_true",
@@ -348,4 +369,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("verify", run_verify, "check structure, digests, shards (and values, --deep)")
     p.add_argument("path", nargs="+", metavar="PATH", help=PATH_HELP)
     p.add_argument("--deep", action="store_true", help="also read every value (NaN, Inf, BOOL)")
+
+    p = command(
+        "samples", run_samples, "write the sample files the documentation uses", reads=False
+    )
+    p.add_argument("dir", metavar="DIR", help="the folder to write them into (made if missing)")
+    p.add_argument(
+        "--force", action="store_true", help="replace samples in DIR that differ from these"
+    )
     return parser
