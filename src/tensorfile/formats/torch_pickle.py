@@ -288,8 +288,9 @@ def describe(value: Any) -> str:
 
 
 _MIN_ENTRIES = 1 << 17
-"""Entries any pickle may flatten to (131,072); past it, one for each byte of the file (each entry of
-a pickle costs at least a byte unless it is a second reference to a container)."""
+"""Entries any pickle may flatten to (131,072); past it, one for each byte of the file
+(each entry of a pickle costs at least a byte unless it is a second reference to a
+container)."""
 
 _DEPTH = 64
 """How deep :func:`plain_value` follows nested containers (deeper: their text)."""
