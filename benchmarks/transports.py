@@ -106,7 +106,7 @@ def s3_clients(srv: Any, bucket: str, key: str, size: int, view: memoryview) -> 
     from botocore.config import Config as BotoConfig
     from obstore.store import S3Store
 
-    from tensorfile.sources.s3_source import S3Source
+    from tensorfile.sources.s3.s3_source import S3Source
 
     url = f"s3://{bucket}/{key}"
 

@@ -240,11 +240,17 @@ def _loaded(statement: str) -> list[str]:
 
 def test_import_tensorfile_loads_only_what_it_needs() -> None:
     loaded = _loaded("import tensorfile")
-    for heavy in ("http.client", "ssl", "tensorfile.ops", "tensorfile.sources.remote", "torch"):
+    for heavy in (
+        "http.client",
+        "ssl",
+        "tensorfile.ops",
+        "tensorfile.sources.http.remote",
+        "torch",
+    ):
         assert heavy not in loaded, heavy
     for later in ("fsspec", "pytest", "tensorfile.testing", "tensorfile.formats.catalogs"):
         assert later not in loaded, later  # loaded when a store, a suite or a checkpoint is used
     assert not [m for m in loaded if m.startswith("tensorfile.sources.") and "store" in m[19:]
-                and m != "tensorfile.sources.store"]  # fmt: skip
+                and m != "tensorfile.sources.stores.store"]  # fmt: skip
     assert "http.client" not in _loaded("import tensorfile.safetensors.numpy")
     assert "ssl" not in _loaded("import tensorfile.core.source")

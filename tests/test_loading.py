@@ -21,7 +21,7 @@ import tensorfile.loading as loading
 import tensorfile.safetensors.numpy as tfnp
 import tensorfile.safetensors.torch as tft
 from tensorfile.core.errors import InvalidArgumentError, InvalidTypeError, SourceError
-from tensorfile.sources import _mounts
+from tensorfile.sources.local import _mounts
 from tests.helpers.pagecache import evict as _evict
 
 

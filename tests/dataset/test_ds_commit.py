@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-import tensorfile.dataset.writer as writer_module
+import tensorfile.dataset.writing.writer as writer_module
 from tensorfile import dataset
 from tensorfile.errors import TensorFileError
 from tensorfile.sources import LocalStore

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from tensorfile import dataset
-from tensorfile.dataset.files import SHARD_NAME, deletable, delete_previous
+from tensorfile.dataset.layout.files import SHARD_NAME, deletable, delete_previous
 from tensorfile.errors import FormatError, SourceError
 from tests.helpers.checkpoints import shard_files, snapshot
 from tests.helpers.lying_datasets import INDEX, MANIFEST, edit_manifest, fifo_guard, shard_name

@@ -17,11 +17,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-import tensorfile.dataset.writer as writer_module
+import tensorfile.dataset.writing.writer as writer_module
 from tensorfile import dataset
-from tensorfile.dataset.convert import columns_and_keys
-from tensorfile.dataset.manifest import read_manifest
-from tensorfile.dataset.options import parse_options
+from tensorfile.dataset.layout.manifest import read_manifest
+from tensorfile.dataset.writing.columns import columns_and_keys
+from tensorfile.dataset.writing.options import parse_options
 from tensorfile.errors import ConcurrentWriteError, SourceError
 from tensorfile.sources import LocalStore, MemoryStore, Store
 from tests.helpers.datasets import cols_a, cols_b
@@ -321,7 +321,7 @@ def test_a_late_index_does_not_replace_a_later_commits(
     """A commit whose manifest another commit replaced before its index was written leaves
     the index to that later commit (found by a hostile review: the late index landed last
     and was stale until the next write)."""
-    from tensorfile.dataset.index import read_index
+    from tensorfile.dataset.layout.index import read_index
 
     store = make_store(where)
     dataset.write(_kv(["a", "b"]), store, name_col="name", generate_index=True)
@@ -346,7 +346,7 @@ def test_an_overwrite_does_not_remove_the_index_of_a_later_commit(
 ) -> None:
     """An overwrite without an index removes the old one only while its own manifest is
     current: an append that asked for an index and committed in between keeps it."""
-    from tensorfile.dataset.index import read_index
+    from tensorfile.dataset.layout.index import read_index
 
     store = make_store(where)
     dataset.write(_kv(["a"]), store, name_col="name", generate_index=True)

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-import tensorfile.dataset.writer as writer_module
+import tensorfile.dataset.writing.writer as writer_module
 from tensorfile import dataset
 from tensorfile.errors import ConcurrentWriteError, TensorFileError
 from tests.dataset.test_ds_concurrent import Job

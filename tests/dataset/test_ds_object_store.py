@@ -21,8 +21,8 @@ import pytest
 import safetensors.numpy
 
 from tensorfile import dataset
-from tensorfile.dataset import writer as writer_module
-from tensorfile.dataset.storage import storage_for
+from tensorfile.dataset.layout.storage import storage_for
+from tensorfile.dataset.writing import writer as writer_module
 from tensorfile.errors import (
     FormatError,
     InvalidArgumentError,
@@ -210,7 +210,7 @@ def test_huge_manifest_on_s3_is_refused_unread(
     s3: Any, ds_url: tuple[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     url, prefix = ds_url
-    from tensorfile.dataset import manifest as manifest_module
+    from tensorfile.dataset.layout import manifest as manifest_module
 
     monkeypatch.setattr(manifest_module, "MAX_MANIFEST_BYTES", 1000)
     s3.fs.pipe_file(f"{prefix}/dataset_manifest.json", b" " * 5000)
@@ -304,8 +304,8 @@ def test_storage_for_rules(tmp_path: Path) -> None:
 def test_a_late_task_of_an_ended_job_removes_what_it_wrote(
     s3: Any, tmp_path: Path, where: str
 ) -> None:
-    from tensorfile.dataset.convert import columns_and_keys
-    from tensorfile.dataset.options import parse_options
+    from tensorfile.dataset.writing.columns import columns_and_keys
+    from tensorfile.dataset.writing.options import parse_options
 
     url = str(tmp_path / "ds") if where == "local" else s3.url(s3.bucket(), "ds")
     opts_ = {} if where == "local" else {"storage_options": s3.options}

@@ -20,9 +20,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from tensorfile import dataset
-from tensorfile.dataset.index import read_index
-from tensorfile.dataset.manifest import Manifest
-from tensorfile.dataset.reference import manifest_bytes, scala_order
+from tensorfile.dataset.layout.index import read_index
+from tensorfile.dataset.layout.manifest import Manifest
+from tensorfile.dataset.layout.reference import manifest_bytes, scala_order
 from tensorfile.errors import FormatError, InvalidArgumentError
 
 from ..helpers.manifests import INDEX, MANIFEST, schema_errors
@@ -171,7 +171,7 @@ def test_an_index_part_that_is_not_a_regular_file_is_refused(copy: Any, what: st
 
 
 def test_an_index_folder_over_the_bound_is_refused(copy: Any, monkeypatch: Any) -> None:
-    from tensorfile.dataset import index
+    from tensorfile.dataset.layout import index
 
     kv = copy("kv")
     monkeypatch.setattr(index, "MAX_INDEX_BYTES", 1500)  # the parts add up to more
@@ -343,7 +343,7 @@ def test_a_bool_column_is_refused_by_the_reference_layout(tmp_path: Path) -> Non
 
 def test_a_reference_dataset_on_s3(s3: Any) -> None:
     """On an object store the index folder is a prefix of part objects: listed and read."""
-    from tensorfile.dataset.storage import storage_for
+    from tensorfile.dataset.layout.storage import storage_for
 
     bucket = s3.bucket()
     url, prefix = s3.url(bucket, "ref", "kv"), f"{bucket}/ref/kv"

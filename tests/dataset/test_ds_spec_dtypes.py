@@ -17,7 +17,7 @@ import pytest
 
 from tensorfile import dataset
 from tensorfile.core import dtypes
-from tensorfile.dataset.spec_dtypes import SPEC_DTYPES, stand_in
+from tensorfile.dataset.layout.spec_dtypes import SPEC_DTYPES, stand_in
 from tensorfile.errors import FormatError, InvalidArgumentError
 from tests.helpers.checkpoints import read_shard
 from tests.helpers.lying_datasets import MANIFEST, edit_manifest

@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 from tensorfile import dataset
-from tensorfile.dataset.shardcache import LAYOUT
+from tensorfile.dataset.cache.shardcache import LAYOUT
 from tensorfile.errors import InvalidArgumentError
 from tests.helpers.samples import assert_samples, expected_rows
 

@@ -23,8 +23,8 @@ from hypothesis import strategies as st
 from torch.utils.data import DataLoader
 
 from tensorfile import dataset
+from tensorfile.dataset.feed.torch_state import Split
 from tensorfile.dataset.torch import TorchIterable
-from tensorfile.dataset.torch_state import Split
 from tensorfile.errors import InvalidArgumentError
 
 N = 103  # not a multiple of anything used below

@@ -26,8 +26,8 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 
 from tensorfile import dataset
 from tensorfile.core.dtypes import from_safetensors
+from tensorfile.dataset.feed.torch_state import find_states
 from tensorfile.dataset.order import epoch_order
-from tensorfile.dataset.torch_state import find_states
 from tensorfile.errors import InvalidArgumentError
 
 N, SHARD, B, SEED = 300, 16, 5, 11

@@ -22,8 +22,8 @@ torch = pytest.importorskip("torch")
 from torch.utils.data import DataLoader  # noqa: E402
 
 from tensorfile import dataset  # noqa: E402
+from tensorfile.dataset.cache.shardcache import LAYOUT  # noqa: E402
 from tensorfile.dataset.order import epoch_order  # noqa: E402
-from tensorfile.dataset.shardcache import LAYOUT  # noqa: E402
 
 N = 96
 SHARD = 16

@@ -18,7 +18,7 @@ from tensorfile.core.source import RangeRequest, SuffixRequest
 from tensorfile.errors import SourceError
 from tensorfile.safetensors.numpy import save
 from tensorfile.sources import HTTPSource
-from tensorfile.sources.remote import SPECULATIVE_BYTES
+from tensorfile.sources.http.remote import SPECULATIVE_BYTES
 from tests.helpers.hostile_http import (
     HostileServer,
     Request,

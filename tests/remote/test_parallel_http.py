@@ -21,7 +21,7 @@ import safetensors.numpy
 import tensorfile.safetensors.numpy as tf_numpy
 from tensorfile.errors import InvalidArgumentError, SourceError
 from tensorfile.sources import HTTPSource
-from tensorfile.sources.remote import DEFAULT_IO_CHUNK, DEFAULT_IO_THREADS
+from tensorfile.sources.http.remote import DEFAULT_IO_CHUNK, DEFAULT_IO_THREADS
 from tests.helpers.hostile_http import HostileServer, Request, drip, parse_range, reply
 
 DATA = os.urandom(3 << 20)

@@ -23,8 +23,9 @@ from tensorfile.errors import SafetensorError, SourceError, UnknownFormatError
 from tensorfile.safetensors import safe_open
 from tensorfile.safetensors.numpy import load_file as load_file_np
 from tensorfile.safetensors.numpy import save, save_file
-from tensorfile.sources import HTTPSource, RangeIgnoredWarning, _prefix, open_path
-from tensorfile.sources.remote import SPECULATIVE_BYTES
+from tensorfile.sources import HTTPSource, RangeIgnoredWarning, open_path
+from tensorfile.sources.http import _prefix
+from tensorfile.sources.http.remote import SPECULATIVE_BYTES
 from tests.helpers.checkpoints import write_gguf
 from tests.helpers.hostile_http import HostileServer, Request, reply, serve_bytes, stream_zeros
 from tests.helpers.servers import start_plain_server

@@ -18,7 +18,7 @@ from tensorfile.cli.app import main
 from tensorfile.errors import SourceError, UnsupportedError
 from tensorfile.safetensors.numpy import save_file
 from tensorfile.sources import HTTPSource
-from tensorfile.sources.remote import SPECULATIVE_BYTES
+from tensorfile.sources.http.remote import SPECULATIVE_BYTES
 
 
 def _model(n: int, width: int = 4) -> dict[str, np.ndarray]:

@@ -27,8 +27,8 @@ import tensorfile.safetensors.numpy
 import tensorfile.safetensors.torch as tf_torch
 from tensorfile.errors import InvalidArgumentError, SourceError, SourceNotFoundError
 from tensorfile.sources import open_path
-from tensorfile.sources.fsspec_source import FsspecSource
-from tensorfile.sources.s3_source import S3Source, open_s3
+from tensorfile.sources.s3.s3_source import S3Source, open_s3
+from tensorfile.sources.stores.fsspec_source import FsspecSource
 
 
 def _model(seed: int, n: int = 6, numel: int = 300_000) -> dict[str, np.ndarray]:

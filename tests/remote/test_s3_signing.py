@@ -12,8 +12,8 @@ from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials as BotoCredentials
 
 from tensorfile.errors import InvalidArgumentError
-from tensorfile.sources._s3config import _shared_file, parse_s3_url, s3_settings
-from tensorfile.sources._sigv4 import EMPTY_SHA256, Credentials, sign_get
+from tensorfile.sources.s3._s3config import _shared_file, parse_s3_url, s3_settings
+from tensorfile.sources.s3._sigv4 import EMPTY_SHA256, Credentials, sign_get
 
 
 @pytest.mark.parametrize("token", [None, "session-token/+="])

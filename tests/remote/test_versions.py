@@ -11,7 +11,7 @@ import pytest
 
 from tensorfile.errors import SourceError
 from tensorfile.sources import HTTPSource
-from tensorfile.sources.fsspec_source import FsspecSource
+from tensorfile.sources.stores.fsspec_source import FsspecSource
 from tests.helpers.hostile_http import HostileServer, Request, parse_range, reply
 
 DATA = bytes(range(256)) * 1024  # 256 KiB: more than the first read

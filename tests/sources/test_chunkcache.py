@@ -21,7 +21,7 @@ import safetensors.numpy as ref
 from tensorfile.core.atomic import AtomicFile
 from tensorfile.safetensors.numpy import load_file, save_file
 from tensorfile.sources import CachedSource, CacheWarning, open_path
-from tensorfile.sources._chunkdir import (
+from tensorfile.sources.cache._chunkdir import (
     CACHE_CHUNK_ENV,
     CACHE_DIR_ENV,
     LAYOUT,
@@ -180,7 +180,7 @@ def _config(chunk: int = 1000, limit: int = 1 << 30, verify: bool = False) -> Ca
 
 
 def _cached(url: str, folder: Path, config: CacheSettings) -> CachedSource:
-    from tensorfile.sources.fsspec_source import FsspecSource
+    from tensorfile.sources.stores.fsspec_source import FsspecSource
 
     inner = FsspecSource(url)
     return CachedSource(inner, url=url, folder=str(folder), config=config)

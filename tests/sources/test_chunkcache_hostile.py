@@ -24,7 +24,7 @@ from tensorfile.core.source import RangeRequest
 from tensorfile.errors import SourceError
 from tensorfile.safetensors.numpy import load_file, save
 from tensorfile.sources import CachedSource, CacheWarning, HTTPSource, open_path
-from tensorfile.sources._chunkdir import (
+from tensorfile.sources.cache._chunkdir import (
     CACHE_CHUNK_ENV,
     CACHE_DIR_ENV,
     HEADER,

@@ -38,8 +38,8 @@ from tensorfile import dataset, ztensor
 from tensorfile.safetensors import safe_open
 from tensorfile.safetensors.numpy import save_file
 from tensorfile.sources import HTTPSource, LocalSource, MemorySource
-from tensorfile.sources.fileobj import open_file_object
-from tensorfile.sources.fsspec_source import FsspecSource
+from tensorfile.sources.local.fileobj import open_file_object
+from tensorfile.sources.stores.fsspec_source import FsspecSource
 from tests.helpers.checkpoints import MODEL, write_gguf, write_sharded
 
 root, url, mode = sys.argv[1], sys.argv[2], sys.argv[3]

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 
 from tensorfile.sources import Source, open_path
-from tensorfile.sources.fsspec_source import FsspecSource
+from tensorfile.sources.stores.fsspec_source import FsspecSource
 from tests.sources.conformance import SourceConformance
 
 fsspec = pytest.importorskip("fsspec")

@@ -14,8 +14,9 @@ import numpy as np
 import pytest
 
 from tensorfile.core.errors import SourceError
-from tensorfile.sources import LocalSource, local
-from tensorfile.sources._direct import ALIGN, POOL, open_direct
+from tensorfile.sources import LocalSource
+from tensorfile.sources.local import local
+from tensorfile.sources.local._direct import ALIGN, POOL, open_direct
 from tests.helpers.pagecache import evict as _evict
 
 SIZE = (3 << 20) + 4321

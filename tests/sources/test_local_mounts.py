@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tensorfile.sources import LocalSource
-from tensorfile.sources._mounts import kind_of, mount_of, parse_mountinfo
+from tensorfile.sources.local._mounts import kind_of, mount_of, parse_mountinfo
 
 
 def _line(point: str, fstype: str, dev: str = "0:99", tags: str = "") -> str:

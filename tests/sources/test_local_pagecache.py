@@ -12,8 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tensorfile.sources import LocalSource, local
-from tensorfile.sources import _pagecache as pagecache
+from tensorfile.sources import LocalSource
+from tensorfile.sources.local import _pagecache as pagecache
+from tensorfile.sources.local import local
 from tests.helpers.pagecache import evict as _evict
 
 

@@ -11,7 +11,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tensorfile.sources import LocalSource, local
+from tensorfile.sources import LocalSource
+from tensorfile.sources.local import local
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ import pytest
 
 from tensorfile.errors import InvalidArgumentError
 from tensorfile.sources import HTTPSource, redact
-from tensorfile.sources._urls import WITHHELD, parse_http_url, scrub
+from tensorfile.sources.http._urls import WITHHELD, parse_http_url, scrub
 
 SECRET = "hunter2pw"
 

@@ -13,8 +13,8 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tensorfile.dataset.manifest import ShardEntry
-from tensorfile.dataset.storage import SHARD_FIRST_READ
+from tensorfile.dataset.layout.manifest import ShardEntry
+from tensorfile.dataset.layout.storage import SHARD_FIRST_READ
 from tensorfile.spark._read import group_shards
 from tests.helpers.spark import df_of, load, save
 

@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from tensorfile import dataset
-from tensorfile.dataset.reference import manifest_bytes, scala_order
+from tensorfile.dataset.layout.reference import manifest_bytes, scala_order
 from tests.helpers.manifests import INDEX, MANIFEST, SHARD_RE, schema_errors
 from tests.helpers.spark import df_of, load, save
 

@@ -17,10 +17,10 @@ Example:
     ['a', 'b']
 """
 
-from .manifest import Manifest, ShardEntry, read_manifest
-from .options import WriteOptions, parse_options
-from .reader import Dataset, open
-from .writer import TaskResult, abort, commit, write, write_task
+from .layout.manifest import Manifest, ShardEntry, read_manifest
+from .reading.reader import Dataset, open
+from .writing.options import WriteOptions, parse_options
+from .writing.writer import TaskResult, abort, commit, write, write_task
 
 __all__ = [
     "Dataset",

@@ -9,7 +9,7 @@
 * :class:`CachedSource` keeps remote files in a local folder, chunk by chunk
   (``cache_dir=``, ``$TENSORFILE_CACHE_DIR``): a partial hit fetches only what is missing.
 * :func:`route` decides once what a path or URL names; :func:`is_url` and
-  :func:`local_path_of` ask it. The local path rules are in :mod:`.paths`.
+  :func:`local_path_of` ask it. The local path rules are in :mod:`.local.paths`.
 
 The remote parts load their transport (``http.client``, fsspec) only when a URL is opened.
 :func:`redact` is how any message shows a URL: without ``user:password@``, query string or
@@ -25,22 +25,22 @@ from typing import TYPE_CHECKING, Any
 
 from ..core.errors import InvalidArgumentError
 from ..core.source import ByteRequest, RangeRequest, ReadStats, Source
-from ._cache import HEAD_BYTES
-from ._chunkdir import CACHE_DIR_ENV, CacheWarning, resolve_cache_dir
-from ._urls import redact
-from .local import LocalSource
-from .memory import MemorySource
+from .cache._chunkdir import CACHE_DIR_ENV, CacheWarning, resolve_cache_dir
+from .http._cache import HEAD_BYTES
+from .http._urls import redact
+from .local.local import LocalSource
+from .local.memory import MemorySource
 from .router import Route, StoreLocation, is_url, local_path_of, path_text, route, store_for
-from .store import Store
+from .stores.store import Store
 
 if TYPE_CHECKING:
-    from ._chunkcache import CachedSource
-    from ._prefix import ALLOW_ENV as ALLOW_FULL_DOWNLOAD_ENV
-    from ._prefix import RangeIgnoredWarning
-    from .fsspec_store import FsspecStore
-    from .local_store import LocalStore
-    from .memory_store import MemoryStore
-    from .remote import HTTPSource
+    from .cache._chunkcache import CachedSource
+    from .http._prefix import ALLOW_ENV as ALLOW_FULL_DOWNLOAD_ENV
+    from .http._prefix import RangeIgnoredWarning
+    from .http.remote import HTTPSource
+    from .stores.fsspec_store import FsspecStore
+    from .stores.local_store import LocalStore
+    from .stores.memory_store import MemoryStore
 
 __all__ = [
     "ALLOW_FULL_DOWNLOAD_ENV",
@@ -90,7 +90,7 @@ def open_path(
 ) -> Source:
     """A source for a local path (or ``file://`` URL), an ``http(s)://`` URL, an ``s3://``
     URL (tensorfile's S3 client, or fsspec where it declines: see
-    :func:`~.s3_source.open_s3`) or any fsspec URL, as :func:`route` decides. ``first`` is the
+    :func:`~.s3.s3_source.open_s3`) or any fsspec URL, as :func:`route` decides. ``first`` is the
     first request of a remote source (the caller's format decides: the head or the tail).
     ``allow_full_download`` is :class:`HTTPSource`'s (for a server that ignores ``Range``;
     other sources need no such permission).
@@ -118,23 +118,23 @@ def open_path(
         first = RangeRequest(0, HEAD_BYTES)  # (only the version and size: chunks hold the rest)
     source: Source
     if r.kind == "http":
-        from .remote import HTTPSource
+        from .http.remote import HTTPSource
 
         source = HTTPSource(
             r.target, first=first, allow_full_download=allow_full_download, **options
         )
     elif r.protocol in ("s3", "s3a"):  # tensorfile's own S3 client, or fsspec where it declines
-        from .s3_source import open_s3
+        from .s3.s3_source import open_s3
 
         source = open_s3(r.target, first=first, **options)
     else:
-        from .fsspec_source import FsspecSource
+        from .stores.fsspec_source import FsspecSource
 
         source = FsspecSource(r.target, first=first, **options)
     if folder is None:
         return source
-    from ._chunkcache import with_cache
-    from ._chunkdir import settings
+    from .cache._chunkcache import with_cache
+    from .cache._chunkdir import settings
 
     try:
         extra = repr(sorted((k, repr(v)) for k, v in _endpoint_options(options).items()))
@@ -187,31 +187,31 @@ def open_input(
 
 def __getattr__(name: str) -> Any:
     if name == "HTTPSource":  # the HTTP stack loads when it is first asked for
-        from .remote import HTTPSource
+        from .http.remote import HTTPSource
 
         return HTTPSource
     if name == "ALLOW_FULL_DOWNLOAD_ENV":  # (the variable; allow_full_download= is the way)
-        from ._prefix import ALLOW_ENV
+        from .http._prefix import ALLOW_ENV
 
         return ALLOW_ENV
     if name == "RangeIgnoredWarning":
-        from ._prefix import RangeIgnoredWarning
+        from .http._prefix import RangeIgnoredWarning
 
         return RangeIgnoredWarning
     if name == "CachedSource":
-        from ._chunkcache import CachedSource
+        from .cache._chunkcache import CachedSource
 
         return CachedSource
     if name == "FsspecStore":
-        from .fsspec_store import FsspecStore
+        from .stores.fsspec_store import FsspecStore
 
         return FsspecStore
     if name == "LocalStore":  # the stores load when a dataset (or a test) asks for one
-        from .local_store import LocalStore
+        from .stores.local_store import LocalStore
 
         return LocalStore
     if name == "MemoryStore":
-        from .memory_store import MemoryStore
+        from .stores.memory_store import MemoryStore
 
         return MemoryStore
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

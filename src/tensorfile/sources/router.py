@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from ..core.errors import InvalidArgumentError, InvalidTypeError
-from .store import Store
+from .stores.store import Store
 
 __all__ = [
     "Route",
@@ -207,10 +207,10 @@ def store_for(
     *,
     read_only: bool = False,
 ) -> Store:
-    """The :class:`~.store.Store` of a location (routed by :func:`route`): a local path or a
-    ``file://`` URL is a :class:`~.local_store.LocalStore` (made absolute: a Spark job ships
+    """The :class:`~.stores.store.Store` of a location (routed by :func:`route`): a local path or a
+    ``file://`` URL is a :class:`~.stores.local_store.LocalStore` (made absolute: a Spark job ships
     the store to executors whose working directories are not the driver's); any other URL
-    (``memory://`` included) an :class:`~.fsspec_store.FsspecStore` with
+    (``memory://`` included) an :class:`~.stores.fsspec_store.FsspecStore` with
     ``storage_options``. Options for a local folder are refused, not ignored.
 
     Example:
@@ -239,9 +239,9 @@ def store_for(
             raise InvalidArgumentError(
                 f"storage_options apply to remote URLs, not to the local folder {r.target}"
             )
-        from .local_store import LocalStore
+        from .stores.local_store import LocalStore
 
         return LocalStore(os.path.abspath(r.target), read_only=read_only)
-    from .fsspec_store import FsspecStore
+    from .stores.fsspec_store import FsspecStore
 
     return FsspecStore(text, storage_options, read_only=read_only)

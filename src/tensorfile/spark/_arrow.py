@@ -12,8 +12,8 @@ from pyspark.sql.types import ArrayType, DataType, DoubleType, StructField, Stru
 
 from ..core.errors import UnsupportedError
 from ..core.reader import Reader
-from ..dataset.manifest import Manifest, ShardEntry
-from ..dataset.samples import kv_sample
+from ..dataset.layout.manifest import Manifest, ShardEntry
+from ..dataset.reading.samples import kv_sample
 from ._types import TENSOR_STRUCT, key_field
 
 __all__ = ["batch_rows", "files_batch", "kv_rows"]

@@ -36,11 +36,11 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from ..core.errors import InvalidArgumentError, SourceError
-from ..dataset.index import read_index
-from ..dataset.manifest import Manifest, ShardEntry, kv_name, load_manifest
-from ..dataset.options import column_list
-from ..dataset.samples import open_shard
-from ..dataset.storage import Store
+from ..dataset.layout.index import read_index
+from ..dataset.layout.manifest import Manifest, ShardEntry, kv_name, load_manifest
+from ..dataset.layout.storage import Store
+from ..dataset.reading.samples import open_shard
+from ..dataset.writing.options import column_list
 from ._arrow import batch_rows, files_batch, kv_rows
 from ._types import key_field
 

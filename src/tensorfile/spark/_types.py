@@ -24,7 +24,7 @@ from pyspark.sql.types import (
 )
 
 from ..core.errors import UnsupportedError
-from ..dataset.manifest import Manifest
+from ..dataset.layout.manifest import Manifest
 
 __all__ = ["SPARK_TYPES", "TENSOR_STRUCT", "key_field", "row_schema", "spark_type"]
 

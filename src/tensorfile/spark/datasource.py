@@ -26,10 +26,11 @@ subset of the columns (or ``option("columns", "a,b")``) to read only those.
 
 Both sides trust the dataset folder no more than :mod:`tensorfile.dataset` does: the driver
 checks the manifest and every listed shard file before planning partitions, each task checks
-its shard's header against the manifest (:func:`~tensorfile.dataset.samples.open_shard`), and
-an overwrite deletes only what :func:`~tensorfile.dataset.files.deletable` allows. A lying
-manifest or shard fails the query with tensorfile's error (``FormatError: ...``) in the
-message Spark raises in the driver.
+its shard's header against the manifest
+(:func:`~tensorfile.dataset.reading.samples.open_shard`), and an overwrite deletes only what
+:func:`~tensorfile.dataset.layout.files.deletable` allows. A lying manifest or shard fails the
+query with tensorfile's error (``FormatError: ...``) in the message Spark raises in the
+driver.
 """
 
 from __future__ import annotations
@@ -53,10 +54,10 @@ from pyspark.sql.types import (
 )
 
 from ..core.errors import InvalidArgumentError
-from ..dataset import convert, writer
-from ..dataset.manifest import load_manifest
-from ..dataset.options import WriteOptions, column_list, parse_options
-from ..dataset.storage import Store, storage_for
+from ..dataset.layout.manifest import load_manifest
+from ..dataset.layout.storage import Store, storage_for
+from ..dataset.writing import columns, writer
+from ..dataset.writing.options import WriteOptions, column_list, parse_options
 from ._read import Reader
 from ._types import TENSOR_STRUCT, row_schema
 from .workers import prepare_driver
@@ -166,7 +167,7 @@ class _Writer(DataSourceArrowWriter):
         if not batches:
             return _Commit(writer.TaskResult(folder, [], []))
         table = pa.Table.from_batches(batches)
-        cols, rows, keys = convert.columns_and_keys(table, self.opts)
+        cols, rows, keys = columns.columns_and_keys(table, self.opts)
         result = writer.write_task(cols, rows, keys, self.opts, folder, task_id, self.store)
         return _Commit(result)
 

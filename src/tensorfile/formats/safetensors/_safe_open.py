@@ -42,7 +42,7 @@ from tensorfile.formats.safetensors._reader import SafetensorsReader
 from tensorfile.formats.safetensors._slices import reference_index
 from tensorfile.frameworks import Framework, get_framework
 from tensorfile.sources import CacheDir, MemorySource, is_url, open_input
-from tensorfile.sources.fileobj import open_file_object
+from tensorfile.sources.local.fileobj import open_file_object
 
 __all__ = ["SafeSlice", "_safe_open_handle", "safe_open"]
 

@@ -1,0 +1,267 @@
+"""The shard cache's files at the system level: descriptors that carry locks (closed in a
+child after ``fork``), damaged entries healed, and each shard's record (checksum, ETag).
+
+**Locks and fork.** A ``flock`` belongs to an open file description, and ``fork`` gives the
+child every description of the parent. A DataLoader worker forked while a background
+download holds a shard's lock (or the temporary file's, which the rename moves onto the
+shard file) would keep that lock for its whole life: the parent's threads would wait for
+the child, and a child reading that shard would wait for itself. So every descriptor of
+the cache that can carry a lock is opened through :func:`open_fd` (or :func:`adopt`\\ ed)
+and closed through :func:`close_fd`; an ``os.register_at_fork`` handler closes all of them
+in the child (the parent's locks then end when the parent closes its own copies), and a
+fork waits while one is being opened or closed (:func:`guarded`), so the list is exact.
+
+**Damaged entries.** Anything but a regular file at a shard, temporary, record or lock
+name (a FIFO, a directory, a symlink, a socket) is removed without being followed
+(:func:`heal`) and the shard fetched again, as a file of the wrong size is.
+
+**Records.** ``<key>.sum`` holds the XXH3-64 of the shard as downloaded and the ETag the
+download saw; it is written (atomically) after the shard is renamed into place.
+
+Example:
+    >>> import os, tempfile
+    >>> folder = tempfile.mkdtemp()
+    >>> fd = open_fd(os.path.join(folder, "a.lock"), os.O_RDWR | os.O_CREAT)
+    >>> fd in held()
+    True
+    >>> close_fd(fd); fd in held()
+    False
+    >>> os.mkfifo(os.path.join(folder, "b.shard"))
+    >>> heal(os.path.join(folder, "b.shard")), os.listdir(folder)
+    (True, ['a.lock'])
+    >>> write_record(os.path.join(folder, "c.sum"), "xxh3:00ff", '"v1"')
+    >>> read_record(os.path.join(folder, "c.sum"))
+    ('xxh3:00ff', '"v1"')
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import mmap
+import os
+import shutil
+import stat
+import threading
+from collections.abc import Iterator
+
+from ...core.atomic import atomic_write
+from ...core.digests import Digest
+from ...core.errors import SourceError
+
+__all__ = [
+    "adopt",
+    "close_fd",
+    "digest_fd",
+    "forget",
+    "guarded",
+    "heal",
+    "held",
+    "lock_fd",
+    "lock_same",
+    "open_fd",
+    "read_record",
+    "remove_unused",
+    "write_record",
+]
+
+_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_GUARD = [threading.Lock()]
+_HELD: set[int] = set()
+_RECORD_BYTES = 4096
+
+
+@contextlib.contextmanager
+def guarded() -> Iterator[None]:
+    """Hold off ``fork`` (and the other openers) while descriptors are opened or closed."""
+    with _GUARD[0]:
+        yield
+
+
+def open_fd(path: str, flags: int, mode: int = 0o644) -> int:
+    """``os.open`` (never following a symlink, never blocking on a FIFO, close-on-exec),
+    the descriptor remembered until :func:`close_fd`: a forked child closes it."""
+    flags |= os.O_NOFOLLOW | os.O_NONBLOCK | _O_CLOEXEC
+    with _GUARD[0]:
+        fd = os.open(path, flags, mode)
+        _HELD.add(fd)
+    return fd
+
+
+def adopt(fd: int) -> None:
+    """Remember ``fd`` as :func:`open_fd` does (call it inside :func:`guarded`, with the
+    call that opened it)."""
+    _HELD.add(fd)
+
+
+def forget(fd: int) -> None:
+    """Stop remembering ``fd`` (call it inside :func:`guarded`, with the call that closes
+    it)."""
+    _HELD.discard(fd)
+
+
+def close_fd(fd: int) -> None:
+    """Close a descriptor of :func:`open_fd`."""
+    with _GUARD[0]:
+        _HELD.discard(fd)
+        os.close(fd)
+
+
+def held() -> frozenset[int]:
+    """The descriptors remembered now (tests)."""
+    return frozenset(_HELD)
+
+
+def _before_fork() -> None:
+    _GUARD[0].acquire()
+
+
+def _after_fork_parent() -> None:
+    _GUARD[0].release()
+
+
+def _after_fork_child() -> None:
+    fds = sorted(_HELD)
+    _HELD.clear()
+    for fd in fds:  # the threads that owned them are not in the child
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    _GUARD[0] = threading.Lock()
+
+
+os.register_at_fork(
+    before=_before_fork, after_in_parent=_after_fork_parent, after_in_child=_after_fork_child
+)
+
+
+def lock_fd(path: str, *, wait: bool = True) -> int:
+    """A descriptor of the lock file ``path`` (created if need be), exclusively locked
+    (``wait``: else not locked) on the file the name still holds (a sweep may remove a
+    lock file). Anything but a regular file there is removed first (a planted symlink
+    is never followed, a FIFO never waited on)."""
+    for _ in range(16):
+        try:
+            fd = open_fd(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            if heal(path):
+                continue
+            raise SourceError(f"cannot lock {path}: {exc.strerror or exc}") from exc
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                close_fd(fd)
+                fd = -1
+                heal(path)
+                continue
+            if not wait:
+                return fd
+            if lock_same(fd, path, st, fcntl.LOCK_EX):
+                return fd
+        except BaseException:
+            if fd >= 0:
+                close_fd(fd)
+            raise
+        close_fd(fd)  # removed by a sweep before we locked it: take the new one
+    raise SourceError(f"cannot lock {path}: it is replaced again and again")
+
+
+def lock_same(fd: int, path: str, st: os.stat_result, how: int) -> bool:
+    """``flock(fd, how)`` (waiting), then whether ``path`` still names the file ``fd`` is
+    open on (``st``: its fstat); False when it was removed or replaced meanwhile (the
+    caller closes ``fd`` and opens the name again)."""
+    fcntl.flock(fd, how)
+    try:
+        now = os.stat(path, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    return (now.st_dev, now.st_ino) == (st.st_dev, st.st_ino)
+
+
+def remove_unused(path: str, record: str, *, force: bool) -> bool:
+    """Remove the shard file ``path`` (and its ``record``) unless it is open somewhere (a
+    shared lock held); ``force``: even then (the name goes, the readers keep their copy)."""
+    try:
+        fd = open_fd(path, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            if not force:
+                return False  # open somewhere: kept while anything else can go
+        os.unlink(path)
+        with contextlib.suppress(OSError):
+            os.unlink(record)
+        return True
+    except OSError:
+        return False
+    finally:
+        close_fd(fd)
+
+
+def heal(path: str) -> bool:
+    """Remove what is at ``path`` if it is not a regular file (a directory with what it
+    holds, symlinks not followed); True when something was removed. One that cannot be
+    removed is a :class:`~tensorfile.errors.SourceError` naming it."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        raise SourceError(f"cannot check the shard cache entry {path}: {exc.strerror}") from exc
+    if stat.S_ISREG(st.st_mode):
+        return False
+    try:
+        if stat.S_ISDIR(st.st_mode):
+            shutil.rmtree(path)  # (symlinks inside are removed, not followed)
+        else:
+            os.unlink(path)
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        raise SourceError(
+            f"the shard cache entry {path} is not a regular file and cannot be removed: "
+            f"{exc.strerror or exc}"
+        ) from exc
+    return True
+
+
+def digest_fd(fd: int, size: int) -> str:
+    """The XXH3-64 of the first ``size`` bytes of the open file ``fd`` (``xxh3:<hex>``)."""
+    d = Digest("xxh3")
+    if size:
+        with mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ) as mm:
+            for at in range(0, size, 64 << 20):
+                with memoryview(mm)[at : at + (64 << 20)] as piece:
+                    d.update(piece)
+    return d.value()
+
+
+def write_record(path: str, digest: str, version: str | None) -> None:
+    """Write a shard's record (atomically)."""
+    data = json.dumps({"xxh3": digest, "etag": version}).encode()
+    heal(path)
+    with atomic_write(path) as fd:
+        os.write(fd, data)
+
+
+def read_record(path: str) -> tuple[str, str | None] | None:
+    """``(digest, etag)`` of a shard's record; None when there is none or it is unreadable."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | _O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        doc = json.loads(os.read(fd, _RECORD_BYTES))
+        digest, version = doc["xxh3"], doc["etag"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    finally:
+        os.close(fd)
+    if not isinstance(digest, str) or not (version is None or isinstance(version, str)):
+        return None
+    return digest, version

@@ -1,0 +1,482 @@
+"""A local, chunk-granular cache in front of a remote file (:class:`CachedSource`).
+
+The file is cut into chunks on a fixed grid (16 MiB by default). A read takes the chunks
+it touches from the cache folder when they are there (``pread`` straight into the
+destination) and fetches the missing ones from the remote source, several neighbours in one
+request, straight into the destination where the read covers them, then publishes each as
+a file renamed into place. A partial hit fetches only what is missing; a full hit costs one
+small request (the one that tells the file's version and size).
+
+The folder, the keys, the chunk files' header and the eviction are :mod:`._chunkdir`'s.
+What is guaranteed:
+
+* A chunk is served only when its header names this file (key, offset, length) and the
+  file has exactly the header's length; with ``verify`` (``$TENSORFILE_CACHE_VERIFY=1``)
+  chunks are written with a CRC-32 and read only when it matches. A chunk that fails is
+  deleted and fetched again.
+* A file without a version (a server that sends no ``ETag``) is not cached: a stale hit
+  would return wrong bytes. A weak ETag (``W/...``) says "equivalent", not "the same
+  bytes", so it is not used either.
+* A folder that cannot be written (read-only, full, a permission missing) costs a
+  :class:`~._chunkdir.CacheWarning` and the load goes on over the network.
+* Several threads of one process that need the same missing chunk fetch it once; several
+  processes may each fetch it (each renames its own copy into place: same bytes).
+
+Example:
+    >>> import fsspec, tempfile
+    >>> fsspec.filesystem("memory").pipe("/doc/c.bin", bytes(range(200)) * 100)
+    >>> from tensorfile.sources import open_path
+    >>> folder = tempfile.mkdtemp()
+    >>> with open_path("memory://doc/c.bin", cache_dir=folder) as src:
+    ...     src.read(10, 3), src.cache_stats.misses
+    (b'\\n\\x0b\\x0c', 1)
+    >>> with open_path("memory://doc/c.bin", cache_dir=folder) as src:
+    ...     src.read(19_990, 3), src.cache_stats.hits, src.cache_stats.misses
+    (b'\\xbe\\xbf\\xc0', 1, 0)
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import threading
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ...core.atomic import AtomicFile, preallocate, write_all
+from ...core.errors import SourceError
+from ...core.parallel import in_threads
+from ...core.source import Source, SourceBase
+from ..local.local import _prefault
+from ._chunkdir import (
+    HEADER,
+    LAYOUT,
+    RESERVE,
+    CacheSettings,
+    ChunkHeader,
+    cache_key,
+    chunk_name,
+    free_space,
+    sweep,
+    sweep_due,
+    warn,
+    write_info,
+)
+
+__all__ = ["CacheStats", "CachedSource", "with_cache"]
+
+_MAX_RUN = 64 << 20
+"""Missing neighbours fetched in one request: at most this many bytes (a transport may
+hold a whole reply in memory) and at most :data:`_MAX_CHUNKS` chunks (each is published
+once its request is done)."""
+_MAX_CHUNKS = 4
+_O_READ = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)
+
+
+@dataclass(slots=True)
+class CacheStats:
+    """What a :class:`CachedSource` took from the cache and from the network."""
+
+    hits: int = 0
+    """Chunks read from the cache (a chunk read twice counts twice)."""
+    misses: int = 0
+    """Chunks fetched from the remote source."""
+    bytes_from_cache: int = 0
+    bytes_fetched: int = 0
+    chunks_written: int = 0
+    rejected: int = 0
+    """Chunk files refused (wrong header, length or checksum) and deleted."""
+
+
+class _Dest:
+    """Consecutive destination buffers that start at ``offset`` of the file."""
+
+    def __init__(self, offset: int, buffers: list[memoryview]) -> None:
+        self.starts: list[int] = []
+        self.buffers = buffers
+        pos = offset
+        for b in buffers:
+            self.starts.append(pos)
+            pos += b.nbytes
+
+    def views(self, start: int, stop: int) -> list[memoryview]:
+        """The pieces of the buffers that hold bytes ``[start, stop)`` of the file."""
+        out = []
+        i = max(0, bisect.bisect_right(self.starts, start) - 1)
+        while start < stop and i < len(self.buffers):
+            b, s = self.buffers[i], self.starts[i]
+            lo, hi = start - s, min(stop - s, b.nbytes)
+            if hi > lo:
+                out.append(b[lo:hi])
+                start = s + hi
+            i += 1
+        return out
+
+
+def _crc(parts: list[memoryview]) -> int:
+    crc = 0
+    for p in parts:
+        crc = zlib.crc32(p, crc)
+    return crc
+
+
+def _pread_all(fd: int, views: list[memoryview], pos: int) -> bool:
+    """Fill ``views`` from ``fd`` at ``pos``; False when the file ends first."""
+    views = [v for v in views if v.nbytes]
+    while views:
+        n = os.preadv(fd, views[:1024], pos)
+        if n <= 0:
+            return False
+        pos += n
+        while views and n >= views[0].nbytes:
+            n -= views[0].nbytes
+            views.pop(0)
+        if n:
+            views[0] = views[0][n:]
+    return True
+
+
+class CachedSource(SourceBase):
+    """``inner`` (a remote source with a ``version``) read through the chunk cache in
+    ``folder`` (see the module docstring). Safe to read from several threads at once.
+
+    Args:
+        inner: the remote source; closed with this one.
+        url: the file's URL as the caller gave it (only a hash of it, without credentials,
+            is stored).
+        folder: the cache folder (``chunks-v1/`` is created in it).
+        config: the size limit, chunk size and whether to check CRCs.
+        extra: what else names the file (an fsspec endpoint), part of the key.
+    """
+
+    def __init__(
+        self, inner: Source, *, url: str, folder: str, config: CacheSettings, extra: str = ""
+    ) -> None:
+        super().__init__()
+        version = getattr(inner, "version", None)
+        if not isinstance(version, str) or not version:
+            raise SourceError(f"{inner.name}: a file without a version cannot be cached")
+        self.inner = inner
+        self.name = inner.name
+        self.version = version
+        self.coalesce_gap = inner.coalesce_gap
+        self.config = config
+        self.io_chunk = config.chunk
+        self.io_threads = max(int(getattr(inner, "io_threads", 1)), 4)
+        self.cache_stats = CacheStats()
+        self._size = inner.size
+        key = cache_key(url, version, self._size, config.chunk, extra)
+        self._key7 = bytes.fromhex(key[:14])
+        self.root = os.path.join(folder, LAYOUT)
+        self.folder = os.path.join(self.root, key)
+        self._info = {"url": inner.name, "version": version, "size": self._size,
+                      "chunk": config.chunk}  # fmt: skip
+        self._lock = threading.Lock()
+        self._inflight: dict[int, threading.Event] = {}
+        self._touched: set[int] = set()
+        self._unwritten = 0  # bytes written since the last sweep
+        self._every = max(config.chunk, min(config.limit // 16, 1 << 30))
+        self.writable = True
+        if os.path.isdir(self.root) and sweep_due(self.root):
+            self._sweep()  # (before this file's folder is made: a sweep removes empty ones)
+        if self.writable:
+            self.writable = self._prepare()
+
+    # -- the folder -----------------------------------------------------------------------
+
+    def _prepare(self) -> bool:
+        """Create the file's folder; False (with a warning) when it cannot be written."""
+        try:
+            os.makedirs(self.folder, exist_ok=True)
+            write_info(self.folder, self._info)
+            return True
+        except (OSError, SourceError) as exc:
+            self._cannot_write(exc)
+            return False
+
+    def _cannot_write(self, exc: BaseException) -> None:
+        self.writable = False
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        warn(f"{self.name}: the cache folder {self.root} cannot be written ({why}); "
+             "reading over the network")  # fmt: skip
+
+    def _sweep(self) -> None:
+        try:
+            sweep(self.root, self.config.limit)
+        except OSError as exc:
+            self._cannot_write(exc)
+        self._unwritten = 0
+
+    def _path(self, index: int) -> str:
+        return os.path.join(self.folder, chunk_name(index))
+
+    def _span(self, index: int) -> tuple[int, int]:
+        start = index * self.config.chunk
+        return start, min(start + self.config.chunk, self._size)
+
+    # -- reading ----------------------------------------------------------------------------
+
+    @property
+    def size(self) -> int:
+        """The remote file's size."""
+        return self._size
+
+    def _read(self, offset: int, length: int) -> bytes:
+        out = bytearray(length)
+        self._fill(offset, [memoryview(out)])
+        return bytes(out)
+
+    def readinto(self, offset: int, buffers: list[memoryview]) -> None:
+        """Fill ``buffers`` from consecutive bytes at ``offset``: cached chunks from the
+        folder, missing ones from the network (and then into the folder)."""
+        flat = self.byte_buffers(offset, buffers)
+        if sum(b.nbytes for b in flat):
+            self._fill(offset, flat)
+
+    def _fill(self, offset: int, flat: list[memoryview]) -> None:
+        """Fill ``flat`` from ``offset``: a read of many chunks in pieces of
+        :data:`_MAX_CHUNKS` chunks on :attr:`io_threads` threads (a read planner that
+        hands out pieces of :attr:`io_chunk` bytes never gets here with more than two)."""
+        total = sum(b.nbytes for b in flat)
+        dest = _Dest(offset, flat)
+        stop = offset + total
+        per = self.config.chunk * _MAX_CHUNKS
+        pieces = []
+        a = offset
+        while a < stop:
+            b = min(stop, (a // per + 1) * per)
+            pieces.append((a, b))
+            a = b
+        threads = min(self.io_threads, len(pieces))
+        if threads > 1:
+            _in_threads(threads, pieces, lambda a, b: self._fill_range(a, b, dest))
+        else:
+            self._fill_range(offset, stop, dest)
+        with self._lock:
+            self.stats.add(total)
+
+    def _fill_range(self, start: int, stop: int, dest: _Dest) -> None:
+        _prefault(dest.views(start, stop))  # (fresh pages: faster in one go, as local files)
+        k, last = start // self.config.chunk, (stop - 1) // self.config.chunk
+        while k <= last:
+            found = self._hit(k, start, stop, dest)
+            if found is True:
+                k += 1
+                continue
+            run, busy = self._claim(k, last, recheck=found is None)
+            if busy is not None:
+                busy.wait()  # another thread fetches it: then it is a hit (or ours to fetch)
+                continue
+            if not run:
+                continue  # it appeared meanwhile: read it
+            try:
+                self._fetch(run, start, stop, dest)
+            finally:
+                self._release(run)
+            k = run[-1] + 1
+
+    def _hit(self, index: int, start: int, stop: int, dest: _Dest) -> bool | None:
+        """Read the part of chunk ``index`` in ``[start, stop)`` from its file: True; None
+        when there is no such file; False when it cannot be read or is not right (then it
+        is deleted, where it can be)."""
+        try:
+            fd = os.open(self._path(index), _O_READ)
+        except FileNotFoundError:
+            return None
+        except OSError:
+            return False
+        try:
+            ok = self._read_chunk(fd, index, start, stop, dest)
+            if not ok:
+                self._reject(index, fd)
+            return ok
+        except OSError:
+            return False
+        finally:
+            os.close(fd)
+
+    def _read_chunk(self, fd: int, index: int, start: int, stop: int, dest: _Dest) -> bool:
+        cs, ce = self._span(index)
+        n = ce - cs
+        if os.fstat(fd).st_size != HEADER.size + n:
+            return False
+        head = ChunkHeader.unpack(os.pread(fd, HEADER.size, 0))
+        if head is None or (head.key, head.start, head.length) != (self._key7, cs, n):
+            return False
+        ws, we = max(cs, start), min(ce, stop)
+        if not self.config.verify:
+            if not _pread_all(fd, dest.views(ws, we), HEADER.size + ws - cs):
+                return False
+        elif ws == cs and we == ce:
+            views = dest.views(ws, we)
+            if head.crc is None:
+                return False  # written without a CRC: fetched again (with one)
+            if not _pread_all(fd, views, HEADER.size) or _crc(views) != head.crc:
+                return False
+        else:
+            if head.crc is None:
+                return False
+            whole = memoryview(bytearray(n))
+            if not _pread_all(fd, [whole], HEADER.size) or zlib.crc32(whole) != head.crc:
+                return False
+            pos = ws - cs
+            for v in dest.views(ws, we):
+                v[:] = whole[pos : pos + v.nbytes]
+                pos += v.nbytes
+        with self._lock:
+            self.cache_stats.hits += 1
+            self.cache_stats.bytes_from_cache += we - ws
+            touch = index not in self._touched
+            self._touched.add(index)
+        if touch:  # least recently used goes first: this one was used now
+            try:
+                os.utime(fd)
+            except OSError:
+                pass
+        return True
+
+    def _reject(self, index: int, fd: int) -> None:
+        """Delete chunk ``index``'s file (the one open as ``fd``, not a newer one)."""
+        with self._lock:
+            self.cache_stats.rejected += 1
+        try:
+            st, now = os.fstat(fd), os.stat(self._path(index))
+            if (st.st_dev, st.st_ino) == (now.st_dev, now.st_ino):
+                os.unlink(self._path(index))
+        except OSError:
+            pass
+
+    def _claim(
+        self, index: int, last: int, recheck: bool
+    ) -> tuple[list[int], threading.Event | None]:
+        """Mark chunk ``index`` and its missing neighbours up to ``last`` as being fetched
+        by this thread: ``(run, None)``; ``([], event)`` when another thread fetches
+        ``index``; ``([], None)`` when (``recheck``: it was missing) its file appeared
+        meanwhile. A chunk whose file was there but unusable is fetched without a look."""
+        per = self.config.chunk
+        with self._lock:
+            busy = self._inflight.get(index)
+            if busy is not None:
+                return [], busy
+            if recheck and os.path.exists(self._path(index)):
+                return [], None
+            run = [index]
+            while (
+                run[-1] < last
+                and len(run) < _MAX_CHUNKS
+                and (len(run) + 1) * per <= _MAX_RUN
+                and run[-1] + 1 not in self._inflight
+                and not os.path.exists(self._path(run[-1] + 1))
+            ):
+                run.append(run[-1] + 1)
+            for k in run:
+                self._inflight[k] = threading.Event()
+        return run, None
+
+    def _release(self, run: list[int]) -> None:
+        with self._lock:
+            for k in run:
+                self._inflight.pop(k).set()
+
+    def _fetch(self, run: list[int], start: int, stop: int, dest: _Dest) -> None:
+        """Fetch chunks ``run`` (neighbours) in one request: the wanted part straight into
+        ``dest``, the rest of the first and last chunk into scratch buffers; then publish
+        each chunk."""
+        rs, re_ = self._span(run[0])[0], self._span(run[-1])[1]
+        ws, we = max(rs, start), min(re_, stop)
+        views = dest.views(ws, we)
+        if not self.writable:  # nothing will be kept: fetch only what is wanted
+            self.inner.readinto(ws, views)
+            with self._lock:
+                self.cache_stats.misses += len(run)
+                self.cache_stats.bytes_fetched += we - ws
+            return
+        if ws > rs:
+            views.insert(0, memoryview(bytearray(ws - rs)))
+        if re_ > we:
+            views.append(memoryview(bytearray(re_ - we)))
+        self.inner.readinto(rs, views)
+        with self._lock:
+            self.cache_stats.misses += len(run)
+            self.cache_stats.bytes_fetched += re_ - rs
+        got = _Dest(rs, views)
+        for k in run:
+            cs, ce = self._span(k)
+            self._publish(k, got.views(cs, ce))
+
+    # -- writing ----------------------------------------------------------------------------
+
+    def _publish(self, index: int, parts: list[memoryview]) -> None:
+        """Write chunk ``index`` to a temporary file and rename it into place; a failure
+        costs a warning and the cache is not written again by this source."""
+        cs, ce = self._span(index)
+        n = ce - cs
+        if free_space(self.folder) < n + RESERVE:
+            self._sweep()
+            if free_space(self.folder) < n + RESERVE:
+                self._cannot_write(OSError(28, "less than 1 GiB would be left free"))
+                return
+        crc = _crc(parts) if self.config.verify else None  # (~0.5 s per GiB: only if asked)
+        head = ChunkHeader(self._key7, cs, n, crc).pack()
+        for attempt in range(2):
+            try:
+                f = AtomicFile(self._path(index))
+            except SourceError as exc:
+                if attempt == 0 and not os.path.isdir(self.folder) and self._prepare():
+                    continue  # a sweep removed the (empty) folder meanwhile
+                self._cannot_write(exc)
+                return
+            try:
+                preallocate(f.fd, HEADER.size + n)
+                write_all(f.fd, memoryview(head))
+                for p in parts:
+                    write_all(f.fd, p)
+                f.commit()
+            except (OSError, SourceError) as exc:
+                f.abort()
+                self._cannot_write(exc)
+                return
+            break
+        with self._lock:
+            self.cache_stats.chunks_written += 1
+            self._unwritten += n
+            due = self._unwritten >= self._every
+        if due:
+            self._sweep()
+
+    # -- lifetime ---------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close the remote source; sweep the folder when this source wrote to it."""
+        if self._closed:
+            return
+        super().close()
+        self.inner.close()
+        if self.writable and self._unwritten:
+            self._sweep()
+
+    def __repr__(self) -> str:
+        return f"<CachedSource {self.name} in {self.folder}>"
+
+
+def _in_threads(
+    threads: int, pieces: list[tuple[int, int]], job: Callable[[int, int], None]
+) -> None:
+    """Run ``job(*piece)`` for every piece on ``threads`` threads (in order; the first
+    failure stops the others and is raised)."""
+    in_threads(threads, pieces, lambda piece: job(*piece))
+
+
+def with_cache(
+    inner: Source, *, url: str, folder: str, config: CacheSettings, extra: str = ""
+) -> Source:
+    """``inner`` behind the chunk cache in ``folder``; ``inner`` itself (with a
+    :class:`~._chunkdir.CacheWarning`) when its file has no strong version to key on."""
+    version = getattr(inner, "version", None)
+    if not isinstance(version, str) or not version or version.startswith("W/"):
+        why = "a weak ETag" if isinstance(version, str) and version else "no ETag or version"
+        warn(f"{inner.name}: not cached: the server gives {why} (a cached copy could not be "
+             "told from a changed file)")  # fmt: skip
+        return inner
+    return CachedSource(inner, url=url, folder=folder, config=config, extra=extra)
