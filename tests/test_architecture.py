@@ -60,7 +60,7 @@ LAYERS: dict[str, set[str]] = {
     "errors": {"core"},
     "ops": {"core", "formats", "sources", "frameworks"},
     "dataset": {"core", "formats", "sources", "frameworks"},
-    "spark": {"core", "dataset", "sources", "formats"},
+    "spark": {"core", "dataset"},
     "cli": {"core", "ops", "dataset", "sources", "samples"},
     "testing": {"core", "sources", "formats", "frameworks"},
     "loading": {"sources"},  # how load_file reads a file (mount table, page cache)
@@ -96,6 +96,72 @@ def test_imports_follow_the_layer_table() -> None:
             if other == "" or (other not in ANYONE and other not in LAYERS[own]):
                 wrong.append(f"{name} -> {dep}")
     assert wrong == []
+
+
+# Inside the two parts built of sub-packages, the same kind of table: which sub-packages each
+# sub-package may import (module-level or inside a function). "" is a module at the part's top
+# (sources/router.py; the dataset's public face modules such as dataset/torch.py); the part's
+# __init__ (its face) may import any of them. No exceptions.
+SUB_LAYERS: dict[str, dict[str, set[str]]] = {
+    "sources": {
+        "local": set(),  # local files, file objects, bytes in memory, the local path rules
+        "http": {"local"},  # the transport (a reply may be read into a local file's buffers)
+        "cache": {"local", "http"},  # chunks of remote files in a local folder
+        "stores": {"local", "http"},  # the Store interface; local, memory, fsspec stores
+        "s3": {"http", "stores"},  # the S3 client on the HTTP transport (fsspec where it declines)
+        "": {"stores"},  # the router
+    },
+    "dataset": {
+        "layout": set(),  # manifest, index, dtypes, the reference layout, files, storage
+        "writing": {"layout"},
+        "cache": set(),  # the shard cache
+        "feed": set(),  # order, the torch feed, its state and batches
+        "reading": {"layout", "cache", "feed", "loaders"},  # Dataset.to_torch/to_arrow/...
+        "loaders": {"layout", "reading"},  # a shard's samples (reading.samples)
+        "": {"feed", "loaders"},  # the public face modules (dataset/torch.py, ...)
+    },
+}
+
+
+def _sub(module: str) -> str | None:
+    """The sub-package of ``module`` inside its part ("": a module at the part's top; None:
+    the part's own ``__init__``)."""
+    parts = module.split(".")
+    if len(parts) == 2:
+        return None
+    top = ".".join(parts[:3])
+    return parts[2] if top in MODULES and MODULES[top][1] else ""
+
+
+def test_every_sub_package_is_in_its_table() -> None:
+    for part, table in SUB_LAYERS.items():
+        subs = {_sub(n) for n in MODULES if _part(n) == part} - {None}
+        assert subs == table.keys(), part
+
+
+def test_sub_packages_follow_their_table() -> None:
+    """Within ``sources`` and ``dataset``: no arrow between sub-packages the table does not
+    allow."""
+    wrong = []
+    for name, deps in sorted(GRAPH.items()):
+        part = _part(name)
+        if part not in SUB_LAYERS or (own := _sub(name)) is None:
+            continue
+        for dep in sorted(deps):
+            other = _sub(dep) if _part(dep) == part else None
+            if other is None or other == own:
+                continue
+            if other not in SUB_LAYERS[part][own]:
+                wrong.append(f"{name} -> {dep}")
+    assert wrong == []
+
+
+def test_no_package_folder_has_more_than_16_modules() -> None:
+    """A folder of more than 16 modules of its own (``__init__.py`` not counted) holds several
+    concepts: each gets a sub-package."""
+    counts = {d: len([f for f in d.glob("*.py") if f.name != "__init__.py"]) for d in
+              {p.parent for p, _ in MODULES.values()}}  # fmt: skip
+    assert {str(d.relative_to(SRC)): n for d, n in counts.items() if n > 16} == {}
 
 
 def _private_names(name: str) -> set[str]:
@@ -250,7 +316,7 @@ def test_import_tensorfile_loads_only_what_it_needs() -> None:
         assert heavy not in loaded, heavy
     for later in ("fsspec", "pytest", "tensorfile.testing", "tensorfile.formats.catalogs"):
         assert later not in loaded, later  # loaded when a store, a suite or a checkpoint is used
-    assert not [m for m in loaded if m.startswith("tensorfile.sources.") and "store" in m[19:]
-                and m != "tensorfile.sources.stores.store"]  # fmt: skip
+    stores = {m for m in loaded if m.startswith("tensorfile.sources.stores")}
+    assert stores <= {"tensorfile.sources.stores", "tensorfile.sources.stores.store"}, stores
     assert "http.client" not in _loaded("import tensorfile.safetensors.numpy")
     assert "ssl" not in _loaded("import tensorfile.core.source")
