@@ -2,6 +2,6 @@
 
 Errors (:mod:`.errors`), the dtype table (:mod:`.dtypes`), the format-neutral catalog
 (:mod:`.catalog`), the Source protocol (:mod:`.source`), the Reader and its slicing and
-bit-packing helpers (:mod:`.reader`), parallel transfers (:mod:`.parallel`) and atomic
+helpers (:mod:`.reader`), bit-packing of sub-byte dtypes (:mod:`.dtypes`), parallel transfers (:mod:`.parallel`) and atomic
 writes (:mod:`.atomic`). Nothing here imports any other part of tensorfile.
 """

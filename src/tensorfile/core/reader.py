@@ -24,7 +24,7 @@ from typing import Any, Self, TypeVar
 
 import numpy as np
 
-from . import packing, plan, slicing
+from . import dtypes, plan, slicing
 from .catalog import Catalog, TensorInfo
 from .errors import (
     InvalidArgumentError,
@@ -113,7 +113,7 @@ def numpy_allocator(info: TensorInfo) -> tuple[memoryview, Callable[[], NDArray]
         numel = math.prod(shape)
 
         def unpacked() -> NDArray:
-            return packing.unpack(packed, dt.bits, numel).view(dt.numpy).reshape(shape)
+            return dtypes.unpack(packed, dt.bits, numel).view(dt.numpy).reshape(shape)
 
         return bytes_view(packed), unpacked
     arr = empty_for_reading(info.shape, dt.numpy)

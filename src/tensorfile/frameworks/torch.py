@@ -105,7 +105,7 @@ def from_numpy(arr: np.ndarray[Any, Any], dt: DType) -> torch.Tensor:
     """A torch tensor sharing ``arr``'s memory (bf16/f8 through a same-width int view)."""
     tdt = torch_dtype(dt)
     if dt.is_subbyte:
-        from ..core.packing import pack
+        from ..core.dtypes import pack
 
         packed = pack(np.ascontiguousarray(arr).reshape(-1).view(np.uint8), dt.bits)
         return torch.from_numpy(packed).view(tdt).reshape(f4_shape(dt, arr.shape, to="torch"))

@@ -23,7 +23,7 @@ from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
-from tensorfile.core import dtypes, packing, slicing
+from tensorfile.core import dtypes, slicing
 from tensorfile.core.atomic import AtomicFile, atomic_write, preallocate, write_all
 from tensorfile.core.chunks import check_chunk
 from tensorfile.core.digests import METADATA_KEY, Digest, digest_of, placeholder
@@ -126,7 +126,7 @@ def prepare_array(name: str, arr: Any) -> Prepared:
                 f"tensor {name!r}: {arr.size} {dt.name} elements do not fill whole bytes"
             )
         codes = np.ascontiguousarray(arr).reshape(-1).view(np.uint8)
-        return Prepared(name, dt, arr.shape, bytes_view(packing.pack(codes, dt.bits)))
+        return Prepared(name, dt, arr.shape, bytes_view(dtypes.pack(codes, dt.bits)))
     if arr.dtype.byteorder == ">":
         arr = arr.astype(arr.dtype.newbyteorder("<"))
     if not arr.flags.c_contiguous:

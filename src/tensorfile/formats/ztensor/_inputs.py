@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from tensorfile.core import dtypes, packing
+from tensorfile.core import dtypes
 from tensorfile.core.dtypes import DType
 from tensorfile.core.errors import (
     InvalidArgumentError,
@@ -286,7 +286,7 @@ def _array_bytes(name: str, arr: np.ndarray[Any, Any]) -> tuple[DType, memoryvie
             raw = (raw != 0).astype(np.uint8)
         return dt, bytes_view(raw), raw
     if dt.is_subbyte:
-        packed = packing.pack(arr.reshape(-1).view(np.uint8), dt.bits)
+        packed = dtypes.pack(arr.reshape(-1).view(np.uint8), dt.bits)
         return dt, bytes_view(packed), packed
     return dt, bytes_view(arr), arr
 

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from tensorfile.core import packing
+from tensorfile.core import dtypes
 from tensorfile.core.catalog import Component
 from tensorfile.core.errors import ZTensorError
 from tensorfile.formats.ztensor._layouts import COOTensor, CSRTensor
@@ -58,7 +58,7 @@ def elements(comp: Component, data: NDArray, count: int) -> NDArray:
     unpacked, one element per byte)."""
     dt = comp.dtype
     if dt.is_subbyte:
-        return packing.unpack(data, dt.bits, count).view(dt.numpy)
+        return dtypes.unpack(data, dt.bits, count).view(dt.numpy)
     return data.view(dt.numpy)
 
 
