@@ -45,6 +45,7 @@ PUBLIC = (
     "tensorfile.checkpoint",
     "tensorfile.loading",
     "tensorfile.patching",
+    "tensorfile.samples",
     "tensorfile.ops",
     "tensorfile.sources",
     "tensorfile.formats",
