@@ -283,7 +283,7 @@ def test_pickle_shapes_convert_names_and_refuse_collisions(tmp_path: Path) -> No
     torch.save({"w": torch.ones(2), "opt": {"step": 3}}, tmp_path / "step.pt")
     run = _cli("convert", str(tmp_path / "step.pt"), str(tmp_path / "step.safetensors"))
     assert run.returncode == 0, run.stderr
-    assert "note: not tensors, kept as metadata: opt (dict of 1 int)" in run.stdout
+    assert "note: not tensors, kept as metadata, as JSON text: opt (dict of 1 int)" in run.stdout
     with safetensors.safe_open(str(tmp_path / "step.safetensors"), "np") as f:
         assert f.metadata() == {"opt": '{"step": 3}'} and list(f.keys()) == ["w"]
 

@@ -43,7 +43,7 @@ def test_convert_with_key_writes_the_model_only(tmp_path: Path, capsys: Any) -> 
     got = ref_load_file(str(dst))
     assert sorted(got) == sorted(model.state_dict())
     r = run(capsys, "convert", path, tmp_path / "all.safetensors")
-    assert r.code == 0 and "note: not tensors, kept as metadata: " in r.out, r
+    assert r.code == 0 and "note: not tensors, kept as metadata, as JSON text: " in r.out, r
     doc = run_json(capsys, "convert", path, tmp_path / "all.npz")
     assert any("not kept (npz holds no metadata)" in n for n in doc["notes"])
 

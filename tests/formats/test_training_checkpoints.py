@@ -127,7 +127,7 @@ def test_convert_keeps_plain_values_as_metadata_and_says_so(tmp_path: Path) -> N
     r = tensorfile.convert(path, tmp_path / "all.safetensors")
     assert r.tensors == len(_flat(oracle))
     (note,) = [n for n in r.notes if n.startswith("not tensors")]
-    assert note.startswith("not tensors, kept as metadata: ")
+    assert note.startswith("not tensors, kept as metadata, as JSON text: ")
     assert "epoch (int)" in note and f"char2idx (dict of {len(CHARS)} ints)" in note
     with ref_safe_open(str(tmp_path / "all.safetensors"), "np") as f:
         meta = f.metadata()

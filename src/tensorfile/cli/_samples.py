@@ -9,6 +9,7 @@ import os
 from ..samples import make
 from ._each import EXIT_OK
 from ._output import Output
+from ._text import plural
 
 __all__ = ["run_samples"]
 
@@ -27,5 +28,5 @@ def run_samples(args: argparse.Namespace, out: Output) -> int:
     for w in written:
         path = os.path.join(args.dir, w.name)
         shown = path + os.sep if os.path.isdir(path) else path
-        out.line(f"{w.action:<9} {shown}  ({w.size:,} bytes)")
+        out.line(f"{w.action:<9} {shown}  ({plural(w.size, 'byte')})")
     return EXIT_OK

@@ -117,6 +117,8 @@ def _source(src: str, reader: Any) -> ConvertSource:
     owned = tuple(  # (those of ggml blocks describe the blocks, which are dequantized)
         i.name for i in items if attributes is not None and not i.note and attributes(i.name)
     )
+    # a pickle's plain values (epoch, char2idx...) are its metadata: convert notes them once
+    others = not_tensors(reader.catalog) if reader.format == "pytorch" else {}
     return ConvertSource(
         reader.format,  # a sharded checkpoint is safetensors, as inspect and verify say
         items,
@@ -124,6 +126,6 @@ def _source(src: str, reader: Any) -> ConvertSource:
         get,
         reader.close,
         single,
-        Kept(reader.format, metadata, digests, owned),
-        not_tensors(reader.catalog) if reader.format == "pytorch" else {},
+        Kept(reader.format, {k: v for k, v in metadata.items() if k not in others}, digests, owned),
+        others,
     )

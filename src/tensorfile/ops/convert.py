@@ -218,6 +218,8 @@ def _run(
     notes = [f"{i.name}: {i.note}" for i in items if i.note]
     if source.not_tensors:  # a pickle's epoch, char2idx...: its metadata
         kept = "kept as metadata"  # by the tensor file formats; the numpy ones hold none
+        if not (fmt is formats.ZTENSOR and options.get("version") == 2):  # (CBOR: as they are)
+            kept += ", as JSON text"
         if not fmt.tensor_file:
             kept = f"not kept ({fmt.title} holds no metadata)"
         notes.append(f"not tensors, {kept}: {not_tensors_text(source.not_tensors)}")
