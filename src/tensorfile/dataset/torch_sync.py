@@ -129,10 +129,6 @@ class Shared:
         """Called by a worker starting a pass."""
         self._set(_RAN, 1)
 
-    def clear_ran(self) -> None:
-        """Called by the main process when its own count is exact again."""
-        self._set(_RAN, 0)
-
     def publish(self, epoch: int, resume: int) -> int:
         """The main process set the epoch and resume point: stored under a new generation
         (returned), and the workers' earlier passes forgotten."""
