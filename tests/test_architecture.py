@@ -66,8 +66,9 @@ LAYERS: dict[str, set[str]] = {
     "loading": {"sources"},  # how load_file reads a file (mount table, page cache)
     "patching": set(),  # (imports tensorfile.safetensors by name, when patched code asks)
     # the docs' sample files, written through the faces a user writes them with;
-    # `python -m tensorfile.samples` is `tensorfile samples`
-    "samples": {"dataset", "safetensors", "ztensor", "cli"},
+    # `python -m tensorfile.samples` is `tensorfile samples`; runs on a folder take turns
+    # under the folder lock of `sources.LocalStore`
+    "samples": {"dataset", "safetensors", "ztensor", "cli", "sources"},
 }
 ANYONE = {"core", "_version"}
 

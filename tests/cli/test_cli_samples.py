@@ -135,3 +135,113 @@ def test_a_file_in_place_of_the_folder_is_refused(tmp_path: Path) -> None:
     (tmp_path / "f").write_text("x")
     with pytest.raises(InvalidArgumentError, match="is a file, not a folder"):
         make(tmp_path / "f")
+
+
+# Runs ``make(DIR, force=True)`` once per kill point in a forked child that SIGKILLs itself
+# just before its ``at``-th rename in DIR itself (the commit; the writers' own renames are
+# inside the staging folder): a real kill at every step of the commit, deterministically.
+_KILLED = r"""
+import os, signal, sys
+from pathlib import Path
+import tensorfile.samples as samples
+real = os.replace
+for at, folder in enumerate(Path(p) for p in sys.argv[1:]):
+    pid = os.fork()
+    if pid == 0:
+        calls = [0]
+        def replace(src, dst, *args, **kwargs):
+            if folder in (Path(src).parent, Path(dst).parent):
+                if calls[0] == at:
+                    os.kill(os.getpid(), signal.SIGKILL)
+                calls[0] += 1
+            return real(src, dst, *args, **kwargs)
+        os.replace = replace
+        samples.make(folder, force=True)
+        os._exit(0)
+    print(at, os.waitpid(pid, 0)[1])
+"""
+
+
+def _mine(folder: Path) -> None:
+    """A user's own ``model.safetensors`` (a file) and ``ckpt/`` (a folder)."""
+    folder.mkdir()
+    (folder / "model.safetensors").write_bytes(b"mine")
+    (folder / "ckpt").mkdir()
+    (folder / "ckpt" / "mine.txt").write_text("mine")
+
+
+def _is_mine(path: Path) -> bool:
+    return (path / "mine.txt").is_file() if path.is_dir() else path.read_bytes() == b"mine"
+
+
+def test_a_kill_at_any_step_hides_no_file_and_the_next_run_cleans_up(tmp_path: Path) -> None:
+    """Regression (hostile review of issue 36, L4): a SIGKILL left the staging folder
+    ``.tensorfile-samples-*`` for good (later runs never removed it), and with ``--force`` a
+    kill between moving the user's file aside and moving the sample in left the user's file
+    hidden in it. Now a file is replaced in one rename (never hidden), a folder moved aside
+    is put back by the next run, and the next run leaves no staging folder."""
+    folders = [tmp_path / f"run{at}" for at in range(8)]  # the commit has 7 renames
+    for folder in folders:
+        _mine(folder)
+    proc = subprocess.run(
+        [sys.executable, "-c", _KILLED, *map(str, folders)],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    status = [line.split()[1] for line in proc.stdout.splitlines()]
+    assert status[0] == "9" and set(status) <= {"9", "0"}, status  # killed; run to its end
+    for folder in folders:
+        assert (folder / "model.safetensors").is_file(), folder  # a file is never hidden
+        try:  # the next run (without --force): a folder moved aside is back first
+            make(folder)
+            refused = ""
+        except InvalidArgumentError as exc:
+            refused = str(exc)
+        kept = [n for n in ("model.safetensors", "ckpt") if str(folder / n) in refused]
+        assert bool(kept) == bool(refused), refused
+        assert [n for n in ("model.safetensors", "ckpt") if _is_mine(folder / n)] == kept
+        assert {p.name for p in folder.iterdir()} <= set(NAMES), folder  # no staging left
+        done = {w.name: w.action for w in make(folder, force=True)}
+        assert [n for n in kept if done[n] == "replaced"] == kept
+        assert sorted(p.name for p in folder.iterdir()) == sorted(NAMES)
+
+
+_RACER = r"""
+import os, sys, time
+from pathlib import Path
+import tensorfile.samples as samples
+folder, me, other = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
+real, first = os.replace, [True]
+def replace(src, dst, *args, **kwargs):
+    if first[0] and Path(dst).parent == folder:  # this run's first rename into DIR
+        first[0] = False
+        me.touch()  # wait (a while) for the other run to reach the same point
+        end = time.monotonic() + 2
+        while not other.exists() and time.monotonic() < end:
+            time.sleep(0.01)
+    return real(src, dst, *args, **kwargs)
+os.replace = replace
+print(sorted({w.action for w in samples.make(folder)}))
+"""
+
+
+def test_two_runs_on_one_folder_take_turns(tmp_path: Path) -> None:
+    """Regression (hostile review of issue 36, L5): two runs on one empty folder that
+    reached their renames together: the loser failed with a raw ``OSError`` [Errno 39]
+    (its ``ckpt`` folder renamed onto the other's). Runs take turns now: one writes, the
+    other finds every sample in place."""
+    folder = tmp_path / "examples"
+    a, b = tmp_path / "a.ready", tmp_path / "b.ready"
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _RACER, str(folder), str(me), str(other)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for me, other in ((a, b), (b, a))
+    ]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [err[-2000:] for _, err in outs]
+    assert sorted(out.strip() for out, _ in outs) == ["['unchanged']", "['wrote']"]
+    assert sorted(p.name for p in folder.iterdir()) == sorted(NAMES)

@@ -382,10 +382,27 @@ def test_plain_dataloader_workers_state_refused_not_replayed(ds_path: str, conte
         resumed.state_dict()  # a pass run to its end in the workers: still unknown here
     resumed.set_epoch(1)  # another epoch: nothing of it consumed, known again
     assert (resumed.state_dict()["epoch"], resumed.state_dict()["samples"]) == (1, 0)
-    for batch in it:  # the main process's own iteration: its count is exact again
-        if batch["id"].tolist() == _batches()[2]:
-            break
-    assert it.state_dict()["samples"] == 3 * B
+
+
+def test_a_peek_in_the_main_process_keeps_the_refusal(ds_path: str) -> None:
+    """Regression (hostile review of issue 36, L7): after workers took batches, one
+    ``next(iter(it))`` in the main process (a look at a batch's keys) cleared the 'workers
+    ran' flag, and ``state_dict()`` then returned the peek's count (one batch) silently, a
+    resume from it replaying the epoch. It stays refused until ``load_state_dict`` or
+    ``set_epoch`` (another epoch) makes the position known again."""
+    it = dataset.open(ds_path).to_torch(shuffle=True, seed=SEED, batch_size=B)
+    head = _collect(DataLoader(it, batch_size=None, num_workers=2), 3)
+    assert next(iter(it))["id"].tolist() == _batches()[0]  # the peek
+    with pytest.raises(InvalidArgumentError, match="DataLoader worker"):
+        it.state_dict()
+    for batch in it:  # a whole pass of its own in the main process: still unknown
+        assert batch["id"].numel() == B
+    with pytest.raises(InvalidArgumentError, match="DataLoader worker"):
+        it.state_dict()
+    it.load_state_dict(it.state_dict(samples=len(head) * B))  # known again
+    batches = iter(it)
+    assert next(batches)["id"].tolist() == _batches()[3]
+    assert it.state_dict()["samples"] == 4 * B
 
 
 def test_persistent_workers_follow_set_epoch_and_load_state_dict(ds_path: str) -> None:

@@ -12,7 +12,12 @@ run (the dataset's shard names aside).
 
 Everything is written into a temporary folder inside ``DIR`` first, then renamed into
 place: a sample already there with the same content is left alone, and one that differs is
-replaced only with ``force`` (otherwise nothing is written and the error names it).
+replaced only with ``force`` (otherwise nothing is written and the error names it). A file
+is renamed over the one it replaces (one atomic step: the old file or the new one is there,
+never neither); a folder is first moved into the temporary folder, so a run killed between
+the two renames leaves it there, and the next run puts it back before it starts. Runs on one
+``DIR`` take turns (an exclusive ``flock`` of ``DIR`` itself, dropped by the kernel if the
+run is killed), and each removes the temporary folders that killed runs left.
 
 Not to be confused with :mod:`tensorfile.dataset.samples`, the rows of a dataset's shards.
 
@@ -33,6 +38,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -43,6 +49,7 @@ import ml_dtypes
 import numpy as np
 
 from ..core.errors import InvalidArgumentError
+from ..sources import LocalStore
 from ._pickle import save_torch_pickle
 
 __all__ = ["NAMES", "Written", "make", "state_dict"]
@@ -51,6 +58,9 @@ NAMES = ("model.safetensors", "model-v2.safetensors", "model.zt", "ckpt", "model
 """What :func:`make` writes, in the order it reports them."""
 
 NDArray = np.ndarray[Any, Any]
+_STAGING = ".tensorfile-samples-"  # + tempfile.mkdtemp's 8 characters
+_STAGING_NAME = re.compile(re.escape(_STAGING) + r"[a-z0-9_]{8}")
+_OLD = ".old-"  # a folder being replaced, inside the staging folder
 
 
 @dataclass(frozen=True)
@@ -140,6 +150,33 @@ def _size(path: Path) -> int:
     return path.stat().st_size
 
 
+def _recover(target: Path) -> None:
+    """Under the folder's lock: the staging folders of killed runs, ours by their name and
+    ownerless (a live run would hold the lock), removed; a sample folder one of them had
+    moved aside and not yet replaced put back first."""
+    for staging in target.iterdir():
+        if not _STAGING_NAME.fullmatch(staging.name) or staging.is_symlink():
+            continue
+        if staging.is_dir():
+            for name in NAMES:
+                old, where = staging / f"{_OLD}{name}", target / name
+                if (old.exists() or old.is_symlink()) and not (
+                    where.exists() or where.is_symlink()
+                ):
+                    os.replace(old, where)
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _put(new: Path, where: Path, staging: Path) -> None:
+    """``new`` renamed to ``where``. A file over a file is one atomic rename; a folder (or a
+    file where a folder is) cannot be renamed over the old one, which goes into ``staging``
+    first (where :func:`_recover` finds it if the run is killed before the second rename)."""
+    present = where.exists() or where.is_symlink()
+    if present and (new.is_dir() or (where.is_dir() and not where.is_symlink())):
+        os.replace(where, staging / f"{_OLD}{where.name}")
+    os.replace(new, where)
+
+
 def make(folder: str | os.PathLike[str], *, force: bool = False) -> list[Written]:
     """Write every sample file (:data:`NAMES`) into ``folder`` (made if missing) and say
     what was done with each.
@@ -164,32 +201,37 @@ def make(folder: str | os.PathLike[str], *, force: bool = False) -> list[Written
     if target.exists() and not target.is_dir():
         raise InvalidArgumentError(f"{target} is a file, not a folder to write the samples into")
     target.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".tensorfile-samples-", dir=target))
-    try:
-        _write_all(staging)
-        actions = {}
-        for name in NAMES:
-            old = target / name
-            if not old.exists() and not old.is_symlink():
-                actions[name] = "wrote"
-            elif _fingerprint(old) == _fingerprint(staging / name):
-                actions[name] = "unchanged"
-            else:
-                actions[name] = "replaced"
-        differ = [name for name, action in actions.items() if action == "replaced"]
-        if differ and not force:
-            named = ", ".join(str(target / name) for name in differ)
-            raise InvalidArgumentError(
-                f"{named} {'exists' if len(differ) == 1 else 'exist'} and "
-                f"{'is not the sample' if len(differ) == 1 else 'are not the samples'}: "
-                "nothing was written (--force, or force=True, replaces "
-                f"{'it' if len(differ) == 1 else 'them'}; or choose another folder)"
-            )
-        for name, action in actions.items():
-            if action == "replaced":  # the old one out of the way first, removed below
-                os.replace(target / name, staging / f".old-{name}")
-            if action != "unchanged":
-                os.replace(staging / name, target / name)
-        return [Written(name, actions[name], _size(target / name)) for name in NAMES]
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+    with LocalStore(os.path.abspath(target)).locked():  # one run at a time in a folder
+        _recover(target)
+        staging = Path(tempfile.mkdtemp(prefix=_STAGING, dir=target))
+        try:
+            return _commit(target, staging, force)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+
+
+def _commit(target: Path, staging: Path, force: bool) -> list[Written]:
+    """The samples made in ``staging``, compared with ``target``'s and renamed into it."""
+    _write_all(staging)
+    actions = {}
+    for name in NAMES:
+        old = target / name
+        if not old.exists() and not old.is_symlink():
+            actions[name] = "wrote"
+        elif _fingerprint(old) == _fingerprint(staging / name):
+            actions[name] = "unchanged"
+        else:
+            actions[name] = "replaced"
+    differ = [name for name, action in actions.items() if action == "replaced"]
+    if differ and not force:
+        named = ", ".join(str(target / name) for name in differ)
+        raise InvalidArgumentError(
+            f"{named} {'exists' if len(differ) == 1 else 'exist'} and "
+            f"{'is not the sample' if len(differ) == 1 else 'are not the samples'}: "
+            "nothing was written (--force, or force=True, replaces "
+            f"{'it' if len(differ) == 1 else 'them'}; or choose another folder)"
+        )
+    for name, action in actions.items():
+        if action != "unchanged":
+            _put(staging / name, target / name, staging)
+    return [Written(name, actions[name], _size(target / name)) for name in NAMES]

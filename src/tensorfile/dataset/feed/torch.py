@@ -414,10 +414,10 @@ class TorchIterable(IterableDataset):  # type: ignore[type-arg]
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         info = get_worker_info()
-        if info is None:
-            self._shared.clear_ran()  # its own iteration: its count is exact again
-        else:
+        if info is not None:
             self._adopt()
+        # in the main process after workers ran, an iteration of its own (a peek at a
+        # batch) says nothing of what the loop took from them: still refused (.torch_sync)
         wid, workers = _layout()
         rank, world = _rank(self._rank, self._world)
         base, first = self._start(rank, world, wid, workers)

@@ -1,5 +1,5 @@
 """What a :class:`~tensorfile.dataset.torch.TorchIterable` shares with its copies in
-DataLoader worker processes: a few integers in shared memory, made with the feed.
+DataLoader worker processes: a few integers in shared memory.
 
 A DataLoader with ``num_workers > 0`` iterates copies of the feed in worker processes (forked:
 inherited; spawned: pickled into them), so the main process's object sees none of their
@@ -9,16 +9,24 @@ batches they produced are not the batches consumed). What it can know, through t
 
 - **the workers ran** (``ran``): a worker sets it when it starts a pass; the main process
   clears it when the position becomes known again (``set_epoch`` to another epoch,
-  ``load_state_dict``, an iteration of its own). While it is set, the main process's count
-  says nothing and ``state_dict()`` without ``samples=`` is refused;
+  ``load_state_dict``; not an iteration of its own, which says nothing of what the workers'
+  batches were). While it is set, the main process's count says nothing and
+  ``state_dict()`` without ``samples=`` is refused;
 - **the epoch and resume point the main process last set** (``publish``), with a generation
   number: a worker whose copy is of an older generation (``persistent_workers=True`` keeps the
   copy the worker started with) takes them up at the start of its next pass, so ``set_epoch``
   and ``load_state_dict`` in the main process reach persistent workers too.
 
-The block is a torch tensor in shared memory: torch's reductions hand it to spawned workers as
-the same memory, forked workers inherit it, and any other pickling (``copy.deepcopy``) copies
-its values.
+**Memory.** The block is made with the feed as anonymous shared memory (``mmap`` of no
+file): forked workers inherit it, and it holds no file descriptor, so a program may keep
+thousands of feeds. A process that is not forked cannot reach it: when the feed is pickled
+for another process (spawned or forkserver DataLoader workers, a multiprocessing queue:
+multiprocessing's ``ForkingPickler``) a second block is made once, a torch tensor in shared
+memory (one file descriptor, which torch hands to the other process), and from then on the
+main process writes both and reads the workers' ``ran`` from either. Any other pickling
+(``copy.deepcopy``, ``pickle.dumps``) copies the values into a new block of the copy's own.
+A block that cannot be made (no file descriptor left, no memory) raises
+:class:`~tensorfile.errors.SourceError`.
 
 Example:
     >>> s = Shared()
@@ -32,43 +40,113 @@ Example:
 
 from __future__ import annotations
 
+import mmap
+from multiprocessing.reduction import ForkingPickler
+from typing import Any
+
+import numpy as np
 import torch
+
+from ..core.errors import SourceError
 
 __all__ = ["Shared"]
 
 _RAN, _GEN, _EPOCH, _RESUME = range(4)
+_FIELDS = 4
+NDArray = np.ndarray[Any, Any]
+
+
+def _anonymous(values: list[int] | None = None) -> tuple[mmap.mmap, NDArray]:
+    """A block of anonymous shared memory (inherited by forked processes, no descriptor)."""
+    try:
+        memory = mmap.mmap(-1, _FIELDS * 8, flags=mmap.MAP_SHARED | mmap.MAP_ANONYMOUS)
+    except OSError as exc:
+        raise SourceError(
+            f"cannot map the few bytes of shared memory a torch feed shares with its "
+            f"DataLoader workers: {exc} (too many feeds alive, or the process's memory "
+            "mappings at their limit)"
+        ) from exc
+    block: NDArray = np.frombuffer(memory, dtype=np.int64)
+    if values is not None:
+        block[:] = values
+    return memory, block
 
 
 class Shared:
     """The shared block of one feed and its worker copies (see the module docstring)."""
 
     def __init__(self) -> None:
-        self.values = torch.zeros(4, dtype=torch.int64).share_memory_()  # type: ignore[no-untyped-call]
+        self._memory: mmap.mmap | None  # the anonymous block (none in a spawned copy)
+        self._memory, first = _anonymous()
+        self._tensor: torch.Tensor | None = None  # the block other processes can open
+        self._blocks: list[NDArray] = [first]
+
+    @classmethod
+    def _of_tensor(cls, tensor: torch.Tensor) -> Shared:
+        """The copy in a process the feed was pickled into: the tensor's block alone."""
+        self = cls.__new__(cls)
+        self._memory, self._tensor, self._blocks = None, tensor, [tensor.numpy()]
+        return self
+
+    @classmethod
+    def _of_values(cls, values: list[int]) -> Shared:
+        self = cls.__new__(cls)
+        self._memory, first = _anonymous(values)
+        self._tensor, self._blocks = None, [first]
+        return self
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # copy.deepcopy, pickle: the copy's own block, with the values of this one
+        return (Shared._of_values, ([int(v) for v in self._blocks[0]],))
+
+    def for_process(self) -> torch.Tensor:
+        """The block as a torch tensor in shared memory, made on the first call (pickled
+        for another process; see the module docstring)."""
+        if self._tensor is None:
+            try:
+                tensor = torch.tensor(self._blocks[0].tolist(), dtype=torch.int64)
+                tensor.share_memory_()  # type: ignore[no-untyped-call]
+            except (RuntimeError, OSError) as exc:
+                raise SourceError(
+                    "cannot make the shared memory block a torch feed shares with DataLoader "
+                    f"workers started by spawn or forkserver: {exc} (raise the open files "
+                    "limit, `ulimit -n`, or use fewer feeds with such workers)"
+                ) from exc
+            self._tensor = tensor
+            self._blocks.append(tensor.numpy())
+        return self._tensor
+
+    def _set(self, index: int, value: int) -> None:
+        for block in self._blocks:
+            block[index] = value
 
     @property
     def ran(self) -> bool:
         """Whether DataLoader workers started a pass since the position was last known."""
-        return bool(self.values[_RAN])
+        return any(bool(block[_RAN]) for block in self._blocks)
 
     def mark_ran(self) -> None:
         """Called by a worker starting a pass."""
-        self.values[_RAN] = 1
-
-    def clear_ran(self) -> None:
-        """Called by the main process when its own count is exact again."""
-        self.values[_RAN] = 0
+        self._set(_RAN, 1)
 
     def publish(self, epoch: int, resume: int) -> int:
         """The main process set the epoch and resume point: stored under a new generation
         (returned), and the workers' earlier passes forgotten."""
-        gen = int(self.values[_GEN]) + 1
-        self.values[_EPOCH] = epoch
-        self.values[_RESUME] = resume
-        self.values[_RAN] = 0
-        self.values[_GEN] = gen
+        gen = int(self._blocks[0][_GEN]) + 1
+        self._set(_EPOCH, epoch)
+        self._set(_RESUME, resume)
+        self._set(_RAN, 0)
+        self._set(_GEN, gen)
         return gen
 
     def current(self) -> tuple[int, int, int]:
         """``(generation, epoch, resume)`` as the main process last published them."""
-        gen, epoch, resume = self.values[_GEN : _RESUME + 1].tolist()
-        return int(gen), int(epoch), int(resume)
+        gen, epoch, resume = (int(v) for v in self._blocks[0][_GEN : _RESUME + 1])
+        return gen, epoch, resume
+
+
+def _reduce_for_process(shared: Shared) -> tuple[Any, ...]:
+    return (Shared._of_tensor, (shared.for_process(),))
+
+
+ForkingPickler.register(Shared, _reduce_for_process)
