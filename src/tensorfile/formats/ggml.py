@@ -189,6 +189,10 @@ def dequantize(raw: NDArray, type_name: str, shape: tuple[int, ...], name: str) 
     ``shape`` (numpy's order), from its stored blocks ``raw`` (uint8, as the file holds
     them). See the module docstring for the types decoded."""
     kind = type_name.lower()
+    if layout_bytes(f"gguf.{kind}/1", shape) == -1:  # (a GGUF reader refuses such a shape)
+        raise UnsupportedError(
+            f"tensor {name!r}: shape {list(shape)} is not rows of whole {kind.upper()} blocks"
+        )
     numel = math.prod(shape)
     if numel == 0:
         return np.zeros(shape, np.float32)
@@ -201,7 +205,8 @@ def dequantize(raw: NDArray, type_name: str, shape: tuple[int, ...], name: str) 
                 f"tensor {name!r}: {raw.size:,} bytes are not the {blocks:,} {kind.upper()} "
                 f"blocks of shape {list(shape)}"
             )
-        out = decode(raw.reshape(blocks, size)).reshape(-1)[:numel]
+        with np.errstate(all="ignore"):  # garbage blocks: inf and NaN, as ggml gives them
+            out = decode(raw.reshape(blocks, size)).reshape(-1)[:numel]
         return np.ascontiguousarray(out, np.float32).reshape(shape)
     return _with_gguf(raw, kind, shape, name)
 
@@ -222,10 +227,11 @@ def _with_gguf(raw: NDArray, kind: str, shape: tuple[int, ...], name: str) -> ND
         raise UnsupportedError(f"tensor {name!r}: the gguf package does not know {kind.upper()}")
     rows = shape[:-1] if shape else ()
     try:
-        out = gguf.quants.dequantize(raw.reshape(*rows, -1), qtype)
-    except (ValueError, NotImplementedError) as exc:
+        with np.errstate(all="ignore"):  # garbage blocks: inf and NaN, as ggml gives them
+            out = gguf.quants.dequantize(raw.reshape(*rows, -1), qtype)
+        return np.ascontiguousarray(out, dtype=np.float32).reshape(shape)
+    except Exception as exc:  # (the package's own failures: ValueError, TypeError, ...)
         raise UnsupportedError(
-            f"tensor {name!r}: the gguf package cannot dequantize {kind.upper()} ({exc}); "
-            "llama.cpp may"
+            f"tensor {name!r}: the gguf package cannot dequantize {kind.upper()} of shape "
+            f"{list(shape)} ({type(exc).__name__}: {exc}); llama.cpp may"
         ) from exc
-    return np.ascontiguousarray(out, dtype=np.float32).reshape(shape)
