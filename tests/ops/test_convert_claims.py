@@ -10,6 +10,7 @@ tensorfile's own error, and leave no file behind.
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -55,7 +56,7 @@ def _refused(src: Path, tmp_path: Path, target: tuple[str, ...], *message: str) 
     assert done.stderr.startswith("tensorfile: error: "), done.stderr
     for part in message:
         assert part in done.stderr, done.stderr
-    assert sorted(p.name for p in out.rglob("*")) == []  # nothing left, not even a temp
+    assert [p.name for p in out.rglob("*") if not p.is_dir()] == []  # not even a temp file
 
 
 def _zt2_file(path: Path, objects: dict[str, Any]) -> Path:
@@ -109,3 +110,24 @@ def test_a_decoded_length_zstd_cannot_reach_is_refused_before_anything_is_writte
     src = tmp_path / "bomb.zt"
     src.write_bytes(assemble({"objects": {"t": obj}}, {4096: stream}))
     _refused(src, tmp_path, ("out.safetensors",), "tensor 't'", "zstd expands at most")
+
+
+def test_a_decoded_length_within_zstd_s_reach_reserves_nothing_before_it_is_decoded(
+    tmp_path: Path,
+) -> None:
+    """A part whose claim zstd could reach (40 MB from 2 KB) is only found out by decoding
+    it: the safetensors writer reserves a tensor's region when its data is in hand, never
+    from the specs, so the lie is an error before a byte of the output is reserved."""
+    import zstandard
+
+    data = np.random.default_rng(0).integers(0, 256, 2000, dtype=np.uint8).tobytes()
+    frame = zstandard.ZstdCompressor(write_checksum=True).compress(data)
+    stream = seekable([frame], [2000])
+    claimed = 40_000_000
+    obj = dense("u8", [claimed], 4096, len(stream))
+    obj["parts"]["data"].update(encoding="zt.zstd-seekable/1", decoded_length=claimed)
+    src = tmp_path / "lie.zt"
+    src.write_bytes(assemble({"objects": {"t": obj}}, {4096: stream}))
+    for target in [("out.safetensors",), ("ck", "--shard-size", "100MB")]:
+        _refused(src, tmp_path, target, "tensor 't'")
+        shutil.rmtree(tmp_path / "out")
