@@ -131,3 +131,23 @@ def test_a_decoded_length_within_zstd_s_reach_reserves_nothing_before_it_is_deco
     for target in [("out.safetensors",), ("ck", "--shard-size", "100MB")]:
         _refused(src, tmp_path, target, "tensor 't'")
         shutil.rmtree(tmp_path / "out")
+
+
+def test_a_dtype_the_destination_lacks_is_refused_before_anything_is_written(
+    tmp_path: Path,
+) -> None:
+    """zTensor v1.0 has no float8: the tensor is refused before the 20 MB tensor named
+    before it is written (it used to be written first, past the limit here)."""
+    import ml_dtypes
+
+    from tensorfile.safetensors.numpy import save_file
+
+    src = tmp_path / "m.safetensors"
+    save_file(
+        {
+            "a": np.zeros(5_000_000, np.float32),
+            "z": np.zeros(4, np.float32).astype(ml_dtypes.float8_e4m3fn),
+        },
+        str(src),
+    )
+    _refused(src, tmp_path, ("out.zt",), "tensor 'z'", "float8_e4m3fn has no zTensor v1.0")
