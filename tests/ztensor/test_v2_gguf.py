@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import tensorfile
-from tensorfile.errors import UnsupportedError
+from tensorfile.errors import FormatError, UnsupportedError
 from tensorfile.ops import content_hash, convert, diff, inspect, verify
 from tensorfile.safetensors.numpy import load_file
 from tests.ztensor import zt2
@@ -109,14 +109,35 @@ def test_blocks_that_do_not_fit_their_type_stay_an_extension_layout(tmp_path: Pa
             "said": {"shape": [32], "layout": "gguf.q8_0/1", "parts": {"data": part},
                      "attributes": {"block_bytes": 36}},
             "plain": {"shape": [32], "layout": "gguf.f32/1", "parts": {"data": part}},
+            "scalar": {"shape": [], "layout": "gguf.q8_0/1", "parts": {"data": part}},
         },
     )  # fmt: skip
     with tensorfile.open(tmp_path / "x.zt") as r:
         assert r.info("ok").quantization == "Q8_0"
         assert r.get_tensor("ok", dequantize=True)[:3].tolist() == [0.0, 0.5, 1.0]
-        for name in ("short", "said", "plain"):
+        for name in ("short", "said", "plain", "scalar"):
             assert r.info(name).layout.startswith("gguf."), name
             assert r.info(name).quantization is None
+
+
+@pytest.mark.parametrize(
+    ("shape", "nbytes", "said"),
+    [([], 144, "cannot be whole blocks"), ([1, 256], 100, "is 144 bytes")],
+    ids=["no dimensions", "short"],
+)
+def test_blocks_that_do_not_fit_their_type_are_refused_by_convert(
+    tmp_path: Path, shape: list[int], nbytes: int, said: str
+) -> None:
+    """An object of a ggml layout whose part is not the blocks of its shape (a Q4_K with no
+    dimensions, as ztensor 2.1.2 writes it from such a GGUF; too few bytes) is not what it
+    says: convert refuses it by name before it plans the output from its shape."""
+    part = {"dtype": "u8", "bytes": bytes(nbytes)}
+    zt2.write(tmp_path / "x.zt", {"w": {"shape": shape, "layout": "gguf.q4_k/1",
+                                        "parts": {"data": part}}})  # fmt: skip
+    with pytest.raises(FormatError, match=f"tensor 'w' .*{said}.*parts hold {nbytes}") as caught:
+        convert(tmp_path / "x.zt", tmp_path / "out.safetensors")
+    assert caught.value.tensor == "w"
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(("out", ".out"))]
 
 
 def test_compressed_blocks_keep_the_gguf_content_id(tmp_path: Path) -> None:

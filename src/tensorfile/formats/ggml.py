@@ -27,7 +27,15 @@ from tensorfile.core import dtypes
 from tensorfile.core.errors import UnsupportedError
 from tensorfile.core.extras import install_hint
 
-__all__ = ["DEQUANTIZED", "GGML_TYPES", "NUMPY_TYPES", "PLAIN_TYPES", "block_type", "dequantize"]
+__all__ = [
+    "DEQUANTIZED",
+    "GGML_TYPES",
+    "NUMPY_TYPES",
+    "PLAIN_TYPES",
+    "block_type",
+    "dequantize",
+    "layout_bytes",
+]
 
 # ggml type id: (name, block size in elements, bytes per block)
 GGML_TYPES: dict[int, tuple[str, int, int]] = {
@@ -89,13 +97,33 @@ def block_type(layout: str, shape: tuple[int, ...], nbytes: int) -> str | None:
         >>> block_type("gguf.q8_0/1", (2, 32), 68), block_type("gguf.q8_0/1", (2, 32), 64)
         ('q8_0', None)
     """
+    name = layout[5:-2] if layout.startswith("gguf.") and layout.endswith("/1") else ""
+    if name in PLAIN_TYPES or layout_bytes(layout, shape) != nbytes:
+        return None
+    return name
+
+
+def layout_bytes(layout: str, shape: tuple[int, ...]) -> int | None:
+    """The bytes a zTensor v2 object of layout ``gguf.<type>/1`` and ``shape`` (elements,
+    numpy's order) holds when it is what it says: whole blocks of the ggml type, its rows
+    whole blocks (a block type has at least one dimension, as in ggml); -1 when no such
+    object can be (a shape that is not whole blocks); None for a layout that names no
+    ggml type (an extension layout tensorfile cannot size).
+
+    Example:
+        >>> layout_bytes("gguf.q8_0/1", (2, 32)), layout_bytes("gguf.q8_0/1", ())
+        (68, -1)
+        >>> layout_bytes("quantized_4bit", (2, 32)) is None
+        True
+    """
     if not layout.startswith("gguf.") or not layout.endswith("/1"):
         return None
     name = layout[5:-2]
     for type_name, block, size in GGML_TYPES.values():
-        if type_name == name and name not in PLAIN_TYPES:
-            rows_fit = not shape or shape[-1] % block == 0
-            return name if rows_fit and -(-math.prod(shape) // block) * size == nbytes else None
+        if type_name == name:
+            if block > 1 and (not shape or shape[-1] % block):
+                return -1
+            return -(-math.prod(shape) // block) * size
     return None
 
 
@@ -161,6 +189,10 @@ def dequantize(raw: NDArray, type_name: str, shape: tuple[int, ...], name: str) 
     ``shape`` (numpy's order), from its stored blocks ``raw`` (uint8, as the file holds
     them). See the module docstring for the types decoded."""
     kind = type_name.lower()
+    if layout_bytes(f"gguf.{kind}/1", shape) == -1:  # (a GGUF reader refuses such a shape)
+        raise UnsupportedError(
+            f"tensor {name!r}: shape {list(shape)} is not rows of whole {kind.upper()} blocks"
+        )
     numel = math.prod(shape)
     if numel == 0:
         return np.zeros(shape, np.float32)
@@ -173,7 +205,8 @@ def dequantize(raw: NDArray, type_name: str, shape: tuple[int, ...], name: str) 
                 f"tensor {name!r}: {raw.size:,} bytes are not the {blocks:,} {kind.upper()} "
                 f"blocks of shape {list(shape)}"
             )
-        out = decode(raw.reshape(blocks, size)).reshape(-1)[:numel]
+        with np.errstate(all="ignore"):  # garbage blocks: inf and NaN, as ggml gives them
+            out = decode(raw.reshape(blocks, size)).reshape(-1)[:numel]
         return np.ascontiguousarray(out, np.float32).reshape(shape)
     return _with_gguf(raw, kind, shape, name)
 
@@ -194,10 +227,11 @@ def _with_gguf(raw: NDArray, kind: str, shape: tuple[int, ...], name: str) -> ND
         raise UnsupportedError(f"tensor {name!r}: the gguf package does not know {kind.upper()}")
     rows = shape[:-1] if shape else ()
     try:
-        out = gguf.quants.dequantize(raw.reshape(*rows, -1), qtype)
-    except (ValueError, NotImplementedError) as exc:
+        with np.errstate(all="ignore"):  # garbage blocks: inf and NaN, as ggml gives them
+            out = gguf.quants.dequantize(raw.reshape(*rows, -1), qtype)
+        return np.ascontiguousarray(out, dtype=np.float32).reshape(shape)
+    except Exception as exc:  # (the package's own failures: ValueError, TypeError, ...)
         raise UnsupportedError(
-            f"tensor {name!r}: the gguf package cannot dequantize {kind.upper()} ({exc}); "
-            "llama.cpp may"
+            f"tensor {name!r}: the gguf package cannot dequantize {kind.upper()} of shape "
+            f"{list(shape)} ({type(exc).__name__}: {exc}); llama.cpp may"
         ) from exc
-    return np.ascontiguousarray(out, dtype=np.float32).reshape(shape)

@@ -374,7 +374,8 @@ def _value(cur: _Cursor, type_id: int, key: str, budget: list[int], depth: int =
 
 def _check_shape(t: GGUFTensor, name: str, at: int) -> None:
     """ggml's rules for a tensor's shape: its element count (zero dimensions aside) is a
-    64-bit signed integer, and a row of a block type holds whole blocks."""
+    64-bit signed integer, and a row of a block type holds whole blocks (so a tensor of a
+    block type has a dimension: with none, ggml's row is one element)."""
     count = 1
     for d in t.shape:
         if d:
@@ -387,6 +388,13 @@ def _check_shape(t: GGUFTensor, name: str, at: int) -> None:
             tensor=t.name,
         )
     known = GGML_TYPES.get(t.type_id)
+    if known is not None and known[1] > 1 and not t.shape:  # (ggml: ne[0] = 1, not a block)
+        raise GGUFError(
+            f"{name}: tensor {t.name!r} is {known[0]}, whose rows are blocks of {known[1]} "
+            "elements, but it has no dimensions",
+            offset=at,
+            tensor=t.name,
+        )
     if known is not None and t.shape and t.shape[0] % known[1]:
         raise GGUFError(
             f"{name}: tensor {t.name!r} is {known[0]}, whose rows are blocks of {known[1]} "

@@ -19,8 +19,11 @@ from typing import Any
 import numpy as np
 
 from ..core import dtypes
+from ..core.catalog import TensorInfo
+from ..core.errors import FormatError
 from ..core.values import plain
-from ..formats.ggml import DEQUANTIZED
+from ..formats.ggml import DEQUANTIZED, layout_bytes
+from ..formats.ztensor import MAX_ZSTD_RATIO
 from ..sources import is_url
 from ._convert_losses import Kept
 from .inspect import not_tensors
@@ -87,6 +90,38 @@ def open_source(
         raise
 
 
+def _check_backed(info: TensorInfo) -> None:
+    """Refuse a tensor whose shape or parts claim more bytes than the file has for them,
+    before any plan is made from the claim (an output's size, its preallocation): an
+    encoded part that says it decodes to more than zstd (the only compression tensorfile
+    decodes) can expand its stored bytes to, and an object of a ggml layout
+    (``gguf.q8_0/1``) that is not the blocks of its shape, which its reader exposes as an
+    extension layout. (Raw parts are checked against shapes by their readers, quantized
+    tensors are their blocks, sparse ones hold what their parts say.)"""
+    held = 0
+    for role, c in info.components.items():
+        if c.decoded_length is None:
+            held += c.range.length
+            continue
+        if c.decoded_length > MAX_ZSTD_RATIO * c.range.length + (1 << 20):
+            raise FormatError(
+                f"tensor {info.name!r}: part {role!r} claims to decode to "
+                f"{c.decoded_length:,} bytes from {c.range.length:,} stored ({c.encoding}); "
+                f"zstd expands at most {MAX_ZSTD_RATIO:,} times: the file is not what it says",
+                tensor=info.name,
+            )
+        held += c.decoded_length
+    claimed = layout_bytes(info.layout, info.shape)
+    if claimed is None or claimed == held:
+        return
+    blocks = "cannot be whole blocks of its type" if claimed < 0 else f"is {claimed:,} bytes"
+    raise FormatError(
+        f"tensor {info.name!r} (layout {info.layout!r}) claims shape {list(info.shape)}, which "
+        f"{blocks}, but its parts hold {held:,} bytes: the file is not what it says",
+        tensor=info.name,
+    )
+
+
 def _source(src: str, reader: Any) -> ConvertSource:
     shards = getattr(reader, "shards", None)
     sharded = bool(shards) and isinstance(shards, list)
@@ -97,6 +132,7 @@ def _source(src: str, reader: Any) -> ConvertSource:
         if info.layout != "quantized":  # (a dequantized tensor's digest is of its blocks)
             for alg in {c.digest.partition(":")[0] for c in info.components.values() if c.digest}:
                 digests[alg] = digests.get(alg, 0) + 1
+        _check_backed(info)
         if info.layout == "quantized":
             note = f"dequantized from {info.dtype_name}"
             items.append(Item(name, DEQUANTIZED, info.shape, "dense", note))

@@ -325,7 +325,6 @@ class StreamWriter:
         self._done = False
         try:
             write_all(self._fd, memoryview(header))
-            preallocate(self._fd, pos)
         except OSError as exc:
             self.abort()
             raise SourceError(f"cannot write {path}: {exc.strerror or exc}") from exc
@@ -370,6 +369,8 @@ class StreamWriter:
                 f"{view.nbytes} more would overflow it"
             )
         try:
+            if index == 0 and stop > start:  # its region, reserved once its data is in hand:
+                preallocate(self._fd, stop - start, start)  # never from the specs alone
             write_all(self._fd, view, start + done)
         except OSError as exc:
             self.abort()

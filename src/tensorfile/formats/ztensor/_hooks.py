@@ -312,8 +312,14 @@ def save(
         >>> ztensor.open(path).attributes
         {'n': 3}
     """
+    from tensorfile.formats.ztensor._inputs import dtype_of, ztensor_dtype
     from tensorfile.formats.ztensor.v1._writer import Writer
 
+    for spec in tensors:  # every dtype first: nothing written for a file that cannot be
+        if version == 1:
+            ztensor_dtype(spec.name, spec.dtype)
+        else:
+            dtype_of(spec.name, spec.dtype.name)
     text = metadata_text(metadata)
     if version == 1:
         attributes: dict[str, Any] = text
