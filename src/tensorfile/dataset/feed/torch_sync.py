@@ -47,7 +47,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..core.errors import SourceError
+from ...core.errors import SourceError
 
 __all__ = ["Shared"]
 
