@@ -198,6 +198,20 @@ def test_no_private_imports_across_parts() -> None:
     assert wrong == []
 
 
+def test_ztensor_versions_do_not_import_each_other() -> None:
+    """zTensor v1.0 and v2 stand side by side: which version a writer or a reader is, is
+    chosen above both (``formats/ztensor/_writer.py``, ``_hooks.py``), never by one of them."""
+    v1, v2 = "tensorfile.formats.ztensor.v1", "tensorfile.formats.ztensor.v2"
+    wrong = [
+        f"{name} -> {dep}"
+        for name, deps in sorted(GRAPH.items())
+        for dep in sorted(deps)
+        for own, other in ((v1, v2), (v2, v1))
+        if name.startswith(own) and dep.startswith(other)
+    ]
+    assert wrong == []
+
+
 def test_no_module_is_over_600_lines() -> None:
     long = {n: len(p.read_text().splitlines()) for n, (p, _) in MODULES.items()}
     assert {n: k for n, k in long.items() if k > 600} == {}

@@ -57,8 +57,8 @@ Example:
 
 from tensorfile.formats.ztensor._hooks import load_file, open
 from tensorfile.formats.ztensor._layouts import COOTensor, CSRTensor, ExtensionTensor
+from tensorfile.formats.ztensor._writer import Writer, save_file
 from tensorfile.formats.ztensor.v1._reader import ZTensorReader
-from tensorfile.formats.ztensor.v1._writer import Writer, save_file
 from tensorfile.formats.ztensor.v2._reader import ZTensor2Reader
 from tensorfile.formats.ztensor.v2._writer import Writer2
 

@@ -313,7 +313,7 @@ def save(
         {'n': 3}
     """
     from tensorfile.formats.ztensor._inputs import dtype_of, ztensor_dtype
-    from tensorfile.formats.ztensor.v1._writer import Writer
+    from tensorfile.formats.ztensor._writer import Writer
 
     for spec in tensors:  # every dtype first: nothing written for a file that cannot be
         if version == 1:

@@ -1,8 +1,8 @@
 """Write zTensor v1.0 files: component by component, atomically.
 
-A :class:`Writer` appends each tensor's components to a temporary file as it is given them
+A :class:`Writer1` appends each tensor's components to a temporary file as it is given them
 (64-byte aligned, zero padding, optionally zstd-compressed and digested), so only the tensor
-in hand is in memory; :meth:`Writer.close` appends the CBOR manifest and the footer and
+in hand is in memory; :meth:`Writer1.close` appends the CBOR manifest and the footer and
 renames the file into place. An error, or leaving a ``with`` block by an exception, leaves
 whatever was at the destination untouched. The layout is the v1.0 reference writer's: the
 magic, the components in the order given, the manifest straight after the last component.
@@ -10,7 +10,7 @@ magic, the components in the order given, the manifest straight after the last c
 Example:
     >>> import numpy as np, os, tempfile
     >>> path = os.path.join(tempfile.mkdtemp(), "m.zt")
-    >>> with Writer(path, attributes={"license": "MIT"}) as w:
+    >>> with Writer1(path, attributes={"license": "MIT"}) as w:
     ...     w.add("w", np.arange(6, dtype=np.float32).reshape(2, 3))
     ...     w.add("b", np.zeros(3, np.float16), compression="zstd", checksum="crc32c")
     >>> open(path, "rb").read(8)
@@ -46,7 +46,6 @@ from tensorfile.formats.ztensor._container_writer import (
 )
 from tensorfile.formats.ztensor._inputs import (
     attributes_of,
-    check_version,
     dense_array,
     sparse_of,
     text_of,
@@ -60,9 +59,8 @@ from tensorfile.formats.ztensor.v1._manifest import (
     encode_manifest,
     numel_within,
 )
-from tensorfile.formats.ztensor.v2._writer import Writer2
 
-__all__ = ["GENERATOR", "Writer", "save_file"]
+__all__ = ["GENERATOR", "Writer1"]
 
 GENERATOR = f"tensorfile {_version}"
 _MAX_U64 = (1 << 64) - 1
@@ -70,8 +68,9 @@ _ALONE = 256 << 20
 """save_file compresses dense tensors this large one at a time (on all cores)."""
 
 
-class Writer(ContainerWriter):
-    """Append tensors to a new zTensor file, one at a time.
+class Writer1(ContainerWriter):
+    """Append tensors to a new zTensor v1.0 file, one at a time (what ``ztensor.Writer(path)``
+    makes: :mod:`tensorfile.formats.ztensor._writer` chooses the version).
 
     Args:
         path: destination; it appears (atomically) when the writer is closed.
@@ -81,15 +80,7 @@ class Writer(ContainerWriter):
         level: zstd level (1-22; negative levels are faster still).
         checksum: ``None``, ``"crc32c"`` or ``"sha256"``: the default digest per component.
         fsync: flush the file and its folder entry to stable storage on close.
-        version: 1 (zTensor v1.0, the default) or 2: ``Writer(path, version=2, ...)`` is a
-            zTensor v2 writer (:class:`~tensorfile.formats.ztensor.v2._writer.Writer2`, which also
-            takes ``align``).
     """
-
-    def __new__(cls, *args: Any, version: Any = 1, **kwargs: Any) -> Any:
-        if check_version(version) == 2:
-            return Writer2(*args, **kwargs)  # (not a Writer: __init__ is not called)
-        return super().__new__(cls)
 
     def __init__(
         self,
@@ -100,11 +91,7 @@ class Writer(ContainerWriter):
         level: int = 3,
         checksum: str | None = None,
         fsync: bool = False,
-        version: int = 1,
-        align: int | None = None,
     ) -> None:
-        if align is not None:
-            raise InvalidArgumentError("align= is a zTensor v2 option (pass version=2)")
         self.path = path_of(path)
         self._attributes = attributes_of(attributes)
         self._set_options(compression, level, checksum)
@@ -290,44 +277,3 @@ class Writer(ContainerWriter):
     def _tail(self) -> bytes:
         manifest = encode_manifest(self._entries, self._attributes, GENERATOR)
         return manifest + struct.pack("<Q", len(manifest))
-
-
-def save_file(
-    tensors: Mapping[str, Any],
-    path: str | os.PathLike[str],
-    *,
-    attributes: Mapping[str, Any] | None = None,
-    compression: str | None = None,
-    level: int = 3,
-    checksum: str | None = None,
-    fsync: bool = False,
-    version: int = 1,
-    align: int | None = None,
-) -> None:
-    """Write ``tensors`` (name → array, torch tensor or sparse tensor) to a zTensor file:
-    zTensor v1.0, or v2 with ``version=2`` (see :func:`.v2._writer.save_file`,
-    which also takes ``align``; there ``checksum`` is ``"xxh3"`` or ``"sha256"``).
-
-    Example:
-        >>> import numpy as np, os, tempfile
-        >>> from tensorfile import ztensor
-        >>> path = os.path.join(tempfile.mkdtemp(), "m.zt")
-        >>> ztensor.save_file({"w": np.ones((2, 2), np.float32)}, path, checksum="crc32c")
-        >>> ztensor.load_file(path)["w"].sum()
-        np.float32(4.0)
-    """
-    if not isinstance(tensors, Mapping):
-        raise InvalidArgumentError(
-            f"expected a mapping of names to tensors, got {type(tensors).__name__}"
-        )
-    with Writer(
-        path,
-        attributes=attributes,
-        compression=compression,
-        level=level,
-        checksum=checksum,
-        fsync=fsync,
-        version=version,
-        align=align,
-    ) as writer:
-        writer._add_all(tensors.items())
