@@ -198,6 +198,20 @@ def test_no_private_imports_across_parts() -> None:
     assert wrong == []
 
 
+def test_the_faces_import_no_private_module() -> None:
+    """A face (``tensorfile.safetensors``, ``tensorfile.ztensor``, ...) re-exports what a
+    format package names for it (its ``faces`` module), never a private module of it."""
+    faces = ("safetensors", "ztensor", "gguf", "checkpoint", "errors")
+    wrong = [
+        f"{name} -> {dep}"
+        for name, deps in sorted(GRAPH.items())
+        if _part(name) in faces
+        for dep in sorted(deps)
+        if any(p.startswith("_") and not p.startswith("__") for p in dep.split(".")[1:])
+    ]
+    assert wrong == []
+
+
 def test_ztensor_versions_do_not_import_each_other() -> None:
     """zTensor v1.0 and v2 stand side by side: which version a writer or a reader is, is
     chosen above both (``formats/ztensor/_writer.py``, ``_hooks.py``), never by one of them."""

@@ -55,12 +55,18 @@ Example:
     ('2', [0, 1, 2], {'epoch': 3})
 """
 
-from tensorfile.formats.ztensor._hooks import load_file, open
-from tensorfile.formats.ztensor._layouts import COOTensor, CSRTensor, ExtensionTensor
-from tensorfile.formats.ztensor._writer import Writer, save_file
-from tensorfile.formats.ztensor.v1._reader import ZTensorReader
-from tensorfile.formats.ztensor.v2._reader import ZTensor2Reader
-from tensorfile.formats.ztensor.v2._writer import Writer2
+from tensorfile.formats.ztensor.faces import (
+    COOTensor,
+    CSRTensor,
+    ExtensionTensor,
+    Writer,
+    Writer2,
+    ZTensor2Reader,
+    ZTensorReader,
+    load_file,
+    open,
+    save_file,
+)
 
 from ..core.errors import (
     ZTensorChecksumError,
