@@ -16,7 +16,8 @@ Example:
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from tensorfile.formats.checkpoint import ShardedReader, open
+from tensorfile.formats.checkpoint import ShardedReader
+from tensorfile.formats.open import open
 
 from ._version import __version__
 from .core.catalog import ByteRange, Catalog, Component, TensorInfo

@@ -7,6 +7,7 @@ Example:
     'ShardedReader'
 """
 
-from tensorfile.formats.checkpoint import ShardedReader, open
+from tensorfile.formats.checkpoint import ShardedReader
+from tensorfile.formats.open import open
 
 __all__ = ["ShardedReader", "open"]

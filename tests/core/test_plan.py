@@ -162,7 +162,7 @@ def test_empty_plans_and_empty_tensors() -> None:
 def test_a_sharded_checkpoint_is_one_plan(tmp_path: Path) -> None:
     """The pieces of every shard run in one pool: a load of 4 shards sees reads of several
     shards in flight at once (shard by shard it would never overlap two files)."""
-    from tensorfile.formats.checkpoint import open as open_checkpoint
+    from tensorfile.formats.open import open as open_checkpoint
     from tensorfile.safetensors.numpy import load_sharded, save_sharded
 
     tensors = {f"w{i}": np.full((64, 1024), i, np.float32) for i in range(8)}  # 256 KiB each

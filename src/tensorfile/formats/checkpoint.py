@@ -1,12 +1,11 @@
-"""Sharded checkpoints as one reader, and the ``tensorfile.open`` that knows them.
+"""Sharded checkpoints as one reader.
 
-:func:`open` (``tensorfile.open``) reads what :func:`tensorfile.formats.open_reader` reads,
-and also a sharded safetensors checkpoint: its ``*.safetensors.index.json`` (a path, an
-``http(s)://`` URL or an fsspec URL) or a local folder holding one (a folder holding no index
-but exactly one ``*.safetensors`` file opens that file). The :class:`ShardedReader` has the
-reader surface (``keys()``, ``metadata``, ``info``, ``view``, ``get_tensor``,
-``read_slice``, ``get_tensors``), opens each shard on first use and only once, and checks
-that a shard holds the tensors the index places in it.
+:func:`open_checkpoint` reads a sharded safetensors checkpoint: its
+``*.safetensors.index.json`` (a path, an ``http(s)://`` URL or an fsspec URL) or a local
+folder holding one; ``tensorfile.open`` (:mod:`tensorfile.formats.open`) opens one through
+it. The :class:`ShardedReader` has the reader surface (``keys()``, ``metadata``, ``info``,
+``view``, ``get_tensor``, ``read_slice``, ``get_tensors``), opens each shard on first use and
+only once, and checks that a shard holds the tensors the index places in it.
 
 A :class:`ShardedReader` is a :class:`~tensorfile.core.reader.Reader`: ``catalog`` is the
 checkpoint's whole catalog (every shard's header read, each tensor's ``file`` its shard) and
@@ -32,8 +31,6 @@ Example:
 
 from __future__ import annotations
 
-import glob
-import os
 import threading
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
@@ -44,7 +41,6 @@ from ..core.errors import (
     InvalidArgumentError,
     InvalidTypeError,
     SafetensorError,
-    SourceError,
     TensorFileError,
     TensorNotFoundError,
     UnsupportedError,
@@ -52,14 +48,12 @@ from ..core.errors import (
 from ..core.plan import Pending
 from ..core.reader import Allocator, NDArray, Reader, names_list, numpy_allocator
 from ..core.source import Source
-from ..sources import CacheDir, PathOrData, is_url
-from . import SAFETENSORS, open_reader
-from ._index import INDEX_SUFFIX, is_index
+from . import open_reader
 
 if TYPE_CHECKING:  # catalogs (the index reader) loads when a checkpoint is opened
     from .catalogs import CheckpointIndex
 
-__all__ = ["ShardedReader", "open", "open_checkpoint"]
+__all__ = ["ShardedReader", "open_checkpoint"]
 
 T = TypeVar("T")
 
@@ -277,90 +271,3 @@ def open_checkpoint(
 
     ck = locate_checkpoint(target, allow_full_download=allow_full_download)
     return ShardedReader(ck, verify=verify)
-
-
-def _no_cache_dir(cache_dir: CacheDir, target: str) -> None:
-    """Refuse ``cache_dir=`` for a remote checkpoint (its shards take
-    ``$TENSORFILE_CACHE_DIR``)."""
-    if cache_dir is not None:
-        raise InvalidArgumentError(
-            f"{target}: cache_dir= applies to single files; the shards of a checkpoint are "
-            "cached through $TENSORFILE_CACHE_DIR"
-        )
-
-
-def _lone_file(folder: str) -> str | None:
-    """The folder's one ``*.safetensors`` file; None when it has none; a
-    :class:`SourceError` naming them when it has several (which one is meant is unknown)."""
-    pattern = "*" + SAFETENSORS.suffixes[0]
-    found = sorted(glob.glob(os.path.join(glob.escape(folder), pattern)))
-    if len(found) > 1:
-        names = ", ".join(os.path.basename(f) for f in found[:5])
-        more = f" and {len(found) - 5:,} more" if len(found) > 5 else ""
-        raise SourceError(
-            f"{folder} is a directory with no *.safetensors.index.json and {len(found):,} "
-            f".safetensors files ({names}{more}): pass one of them"
-        )
-    return found[0] if found else None
-
-
-def open(
-    path_or_data: PathOrData,
-    *,
-    format: str | None = None,
-    allow_full_download: bool | None = None,
-    verify: bool | None = None,
-    cache_dir: CacheDir = None,
-    key: str | None = None,
-) -> Reader:
-    """Open a tensor file, or a sharded checkpoint (see the module docstring), and return a
-    :class:`~tensorfile.core.reader.Reader` (a :class:`ShardedReader` for a checkpoint);
-    everything else is :func:`tensorfile.formats.open_reader`'s. ``verify=True`` checks the
-    digests a file records as its tensors are read (safetensors' ``tensorfile.digests``;
-    zTensor checks its own unless ``verify=False``). ``cache_dir`` keeps a remote file in a
-    local folder, chunk by chunk (see :func:`tensorfile.sources.open_path`); the shards of
-    a remote checkpoint take ``$TENSORFILE_CACHE_DIR`` (an explicit ``cache_dir`` is refused).
-    ``key`` reads one dictionary of a PyTorch pickle (a training checkpoint's
-    ``"model_state_dict"``), its entries named from there on; the pickle's other entries that
-    are not tensors (``epoch``...) are its ``metadata`` (see
-    :mod:`tensorfile.formats.torch_pickle`).
-
-    Example:
-        >>> import numpy as np, tensorfile
-        >>> from tensorfile.safetensors.numpy import save
-        >>> with tensorfile.open(save({"w": np.ones((2, 2), np.float32)})) as f:
-        ...     f.format, f.info("w").shape
-        ('safetensors', (2, 2))
-    """
-    if format is None and isinstance(path_or_data, str | os.PathLike):
-        target = os.fspath(path_or_data)
-        if isinstance(target, str) and target:
-            from .catalogs import local_target
-
-            target = local_target(target)  # a file:// URL keeps the local rules
-            if key is not None:
-                pass  # one file: a sharded checkpoint holds no pickle to pick from
-            elif is_url(target):
-                if is_index(target):
-                    _no_cache_dir(cache_dir, target)
-                    return open_checkpoint(
-                        target, allow_full_download=allow_full_download, verify=verify
-                    )
-            elif target.endswith(INDEX_SUFFIX):
-                return open_checkpoint(
-                    target, allow_full_download=allow_full_download, verify=verify
-                )
-            elif os.path.isdir(target):
-                if glob.glob(os.path.join(glob.escape(target), "*" + INDEX_SUFFIX)):
-                    return open_checkpoint(
-                        target, allow_full_download=allow_full_download, verify=verify
-                    )  # (several indexes: an error naming them)
-                path_or_data = _lone_file(target) or target  # else "is a directory"
-    return open_reader(
-        path_or_data,
-        format=format,
-        allow_full_download=allow_full_download,
-        verify=verify,
-        cache_dir=cache_dir,
-        key=key,
-    )

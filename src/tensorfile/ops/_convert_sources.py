@@ -1,5 +1,5 @@
 """What :func:`tensorfile.convert` reads: one interface over every source it takes, all of
-them opened through the format registry (:func:`tensorfile.formats.checkpoint.open`, which
+them opened through the format registry (:func:`tensorfile.formats.open.open`, which
 is ``tensorfile.open``): safetensors (one file, or a sharded checkpoint: an index or the
 folder holding it), zTensor v1.0 and v2, GGUF, numpy ``.npz``/``.npy`` and PyTorch pickles
 (``torch.load(weights_only=True)`` only; see :mod:`tensorfile.formats.torch_pickle`).
@@ -80,7 +80,7 @@ def open_source(
     """Open ``src`` (a file, URL, sharded checkpoint index or folder) for conversion
     (``allow_full_download``: see :func:`tensorfile.sources.open_path`; ``key``: one
     dictionary of a PyTorch pickle, see :mod:`tensorfile.formats.torch_pickle`)."""
-    from ..formats.checkpoint import open as open_any
+    from ..formats.open import open as open_any
 
     reader: Any = open_any(src, allow_full_download=allow_full_download, key=key)
     try:

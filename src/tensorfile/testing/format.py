@@ -41,7 +41,7 @@ import numpy as np
 from ..core import dtypes
 from ..core.errors import TensorFileError, UnsupportedError
 from ..formats import Format, TensorSpec, detect, get
-from ..formats.checkpoint import open as open_file
+from ..formats.open import open as open_file
 from ..sources import LocalSource
 
 __all__ = ["FormatConformance"]

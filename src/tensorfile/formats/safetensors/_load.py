@@ -29,7 +29,7 @@ def load_sharded(
 ) -> dict[str, Any]:
     """Every tensor of the checkpoint ``path`` (an index file or URL, a folder holding one,
     or a single file) as ``framework``'s tensors on ``device``, in the checkpoint's order."""
-    from tensorfile.formats.checkpoint import open as open_checkpoint
+    from tensorfile.formats.open import open as open_checkpoint
 
     fw = get_framework(framework, device)
     with open_checkpoint(os.fspath(path), verify=verify or None) as reader:
