@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from ..core.errors import InvalidArgumentError
 from ..core.source import ByteRequest, RangeRequest, ReadStats, Source
 from .cache._chunkdir import CACHE_DIR_ENV, CacheWarning, resolve_cache_dir
-from .http._cache import HEAD_BYTES
+from .http._first_read import HEAD_BYTES
 from .http._urls import redact
 from .local.local import LocalSource
 from .local.memory import MemorySource

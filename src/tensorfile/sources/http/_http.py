@@ -62,10 +62,10 @@ from ...core.source import ByteRequest, RangeRequest, ReadStats, SuffixRequest, 
 from ..local.local import _prefault
 from . import _headers as hdr
 from . import _prefix
-from ._cache import Fetched
 from ._conn import DeadlineExceeded, clock_of
 from ._exchange import FOREIGN as _FOREIGN
 from ._exchange import Exchanges, Reply
+from ._first_read import Fetched
 from ._request import (
     USER_AGENT,
     Want,

@@ -41,7 +41,7 @@ import warnings
 from ...core.errors import InvalidArgumentError, SourceError, UnknownFormatError
 from ...core.source import ByteRequest, RangeRequest
 from . import _headers as hdr
-from ._cache import Fetched
+from ._first_read import Fetched
 
 __all__ = [
     "ALLOW_ENV",

@@ -1,9 +1,9 @@
-"""Remote files as Sources: a transport (a fetcher of byte ranges) under a cache policy.
+"""Remote files as Sources: a transport (a fetcher of byte ranges) behind a first read.
 
 :class:`RemoteSource` is the Source protocol over any fetcher: the first request is the one
 the caller chose (by default the first 100,000 bytes, huggingface_hub's speculative header
 read; the end of the file for zTensor, whose manifest is there), kept in a
-:class:`~._cache.SpeculativeCache`, so a header that fits costs one request. Nearby reads are
+:class:`~._first_read.FirstRead`, so a header that fits costs one request. Nearby reads are
 merged by readers (:attr:`coalesce_gap`). :class:`HTTPSource` uses the strict HTTP transport
 of :mod:`._http`; :class:`~.fsspec_source.FsspecSource` uses fsspec.
 
@@ -28,7 +28,7 @@ import os
 
 from ...core.errors import InvalidArgumentError
 from ...core.source import FIRST_READ, ByteRequest, RangeRequest, ReadStats, SourceBase, scatter
-from ._cache import Fetcher, SpeculativeCache
+from ._first_read import Fetcher, FirstRead
 from ._http import MIN_SPEED, HTTPFetcher
 
 __all__ = [
@@ -119,12 +119,12 @@ class RemoteSource(SourceBase):
         """Bytes per piece of a load (one request each)."""
         self._fetcher = fetcher
         self._into = getattr(fetcher, "fetch_into", None)
-        self._cache = SpeculativeCache(fetcher, first or RangeRequest(0, SPECULATIVE_BYTES))
+        self._first = FirstRead(fetcher, first or RangeRequest(0, SPECULATIVE_BYTES))
 
     @property
     def size(self) -> int:
         """The file's size, learned from the first reply."""
-        return self._cache.size
+        return self._first.size
 
     @property
     def version(self) -> str | None:
@@ -134,7 +134,7 @@ class RemoteSource(SourceBase):
         return found if isinstance(found, str) else None
 
     def _read(self, offset: int, length: int) -> bytes:
-        return self._cache.read(offset, length)
+        return self._first.read(offset, length)
 
     def will_read(self, ranges: list[tuple[int, int]]) -> None:
         """What a load is about to read (the read planner's hint), passed to the fetcher
@@ -151,13 +151,13 @@ class RemoteSource(SourceBase):
         total = sum(b.nbytes for b in flat)
         if not total:
             return
-        found = self._cache.cached(offset, total)
+        found = self._first.cached(offset, total)
         if found is not None:
             scatter(found, flat)
         elif self._into is not None:
             self._into(offset, [b for b in flat if b.nbytes])
         else:
-            scatter(self._cache.read(offset, total), flat)
+            scatter(self._first.read(offset, total), flat)
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name}>"

@@ -27,7 +27,7 @@ from typing import Any
 
 from ...core.errors import SourceError
 from ...core.source import ByteRequest, ReadStats, SuffixRequest
-from ..http._cache import Fetched
+from ..http._first_read import Fetched
 from ..http._urls import redact
 from ..http.remote import RemoteSource
 from ._fsspec import connect, describe, failure

@@ -1,7 +1,7 @@
-"""Caching policies for remote sources, wrapped around a fetcher (as fsspec's ``caching``).
+"""The speculative first read of a remote file, wrapped around a fetcher.
 
 A *fetcher* is anything with ``fetch(request) -> Fetched`` (:class:`~._http.HTTPFetcher`,
-the fsspec fetcher). :class:`SpeculativeCache` makes the first request the one the caller
+the fsspec fetcher). :class:`FirstRead` makes the first request the one the caller
 chose (the head of the file, or its end for a format whose index is there), learns the file
 size from it and serves later reads that fall inside it without a request; the first bytes
 (magic numbers, read by format detection) are kept once fetched.
@@ -16,7 +16,7 @@ Example:
     ...         stop = r.stop if isinstance(r, RangeRequest) else len(self.data)
     ...         return Fetched(start, self.data[start:stop], len(self.data))
     >>> f = Bytes(b"0123456789")
-    >>> c = SpeculativeCache(f, RangeRequest(0, 4))
+    >>> c = FirstRead(f, RangeRequest(0, 4))
     >>> c.size, c.read(1, 2), c.read(6, 3), f.calls
     (10, b'12', b'678', 2)
 """
@@ -29,7 +29,7 @@ from typing import Protocol
 from ...core.errors import SourceError
 from ...core.source import ByteRequest, RangeRequest
 
-__all__ = ["HEAD_BYTES", "Fetched", "Fetcher", "SpeculativeCache"]
+__all__ = ["HEAD_BYTES", "Fetched", "Fetcher", "FirstRead"]
 
 HEAD_BYTES = 64
 """The first bytes of a file, fetched once and kept: format detection reads them twice."""
@@ -53,7 +53,7 @@ class Fetcher(Protocol):
         ...
 
 
-class SpeculativeCache:
+class FirstRead:
     """Serve reads through ``fetcher``, keeping the reply to ``first`` and the file's head."""
 
     def __init__(self, fetcher: Fetcher, first: ByteRequest) -> None:
