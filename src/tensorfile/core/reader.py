@@ -4,7 +4,8 @@
 raw tensors on a mapped file (:meth:`Reader.view`), owned copies read straight into freshly
 allocated arrays (:meth:`Reader.get_tensor`), and slices that read only the rows they need
 (:meth:`Reader.read_slice`). Framework bridges reuse :meth:`Reader.read_into` with their own
-allocator, so torch tensors are filled in place without an intermediate numpy copy.
+allocator, so torch tensors are filled in place without an intermediate numpy copy; those
+that plan their own reads read a file's bytes through :meth:`Reader.readinto`.
 
 Example:
     >>> import numpy as np, tensorfile
@@ -347,8 +348,8 @@ class Reader:
 
     def plan_reads(self, jobs: list[plan.Job]) -> list[plan.Piece]:
         """The pieces that fill each job's buffer from its byte range (see
-        :func:`tensorfile.core.plan.plan`), read through :meth:`_readinto`."""
-        return plan.plan(self.source, self._readinto, jobs)
+        :func:`tensorfile.core.plan.plan`), read through :meth:`readinto`."""
+        return plan.plan(self.source, self.readinto, jobs)
 
     def _read_ranges(self, jobs: list[plan.Job]) -> None:
         """Fill each buffer from its byte range, as planned, then check what was read."""
@@ -358,7 +359,21 @@ class Reader:
     def _after_read(self, jobs: list[plan.Job]) -> None:
         """Called once ``jobs`` were read: a format that records digests checks them here."""
 
-    def _readinto(self, offset: int, buffers: list[memoryview]) -> None:
+    def readinto(self, offset: int, buffers: list[memoryview]) -> None:
+        """Fill ``buffers``, one after the other, with the file's stored bytes from ``offset``
+        on (a raw tensor's are its ``info(name).byte_range``); a failed read is this format's
+        error. For bridges that plan their own reads (the pinned torch stream reads chunks
+        of several tensors into one staging buffer); every other read is :meth:`read_into`'s.
+
+        Example:
+            >>> import numpy as np, tensorfile
+            >>> from tensorfile.safetensors.numpy import save
+            >>> with tensorfile.open(save({"w": np.arange(3, dtype=np.int8)})) as r:
+            ...     out = bytearray(3)
+            ...     r.readinto(r.info("w").byte_range.start, [memoryview(out)])
+            >>> list(out)
+            [0, 1, 2]
+        """
         self.source.readinto(offset, buffers)
 
     def read_slice(self, name: str, key: Any) -> NDArray:
@@ -388,10 +403,10 @@ class Reader:
         base = info.byte_range.start + p.prefix * dt.itemsize
         arr = self._empty(info, (len(p.span), *rest))
         if p.dense:
-            self._readinto(base + p.span[0] * row_bytes, [bytes_view(arr)])
+            self.readinto(base + p.span[0] * row_bytes, [bytes_view(arr)])
         else:
             for k, row in enumerate(p.span):
-                self._readinto(base + row * row_bytes, [bytes_view(arr[k])])
+                self.readinto(base + row * row_bytes, [bytes_view(arr[k])])
         ndim = len(info.shape)
         sub = arr.reshape((1,) * p.axis + arr.shape) if p.axis < ndim else arr.reshape((1,) * ndim)
         out = sub[(*p.key, Ellipsis)]

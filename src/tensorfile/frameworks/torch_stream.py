@@ -387,7 +387,7 @@ class _Pipeline:
             event.synchronize()
         chunk = self.chunks[index]
         reader = self.readers[chunk.reader]
-        reader._readinto(chunk.start, [self.views[b][: chunk.length]])
+        reader.readinto(chunk.start, [self.views[b][: chunk.length]])
 
     def _copy(self, chunk: Chunk, b: int) -> None:
         """Copy chunk's pieces from buffer ``b`` into the destination tensors."""

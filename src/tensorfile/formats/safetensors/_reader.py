@@ -204,7 +204,7 @@ class SafetensorsReader(Reader):
             tensor=info.name,
         )
 
-    def _readinto(self, offset: int, buffers: list[memoryview]) -> None:
+    def readinto(self, offset: int, buffers: list[memoryview]) -> None:
         try:
             self.source.readinto(offset, buffers)
         except SourceError as exc:

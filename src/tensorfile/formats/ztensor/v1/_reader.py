@@ -212,7 +212,7 @@ class ZTensorReader(Reader):
         self._ensure_verified(info, "data")
         return super().read_slice(name, key)
 
-    def _readinto(self, offset: int, buffers: list[memoryview]) -> None:
+    def readinto(self, offset: int, buffers: list[memoryview]) -> None:
         try:
             self.source.readinto(offset, buffers)
         except SourceError as exc:

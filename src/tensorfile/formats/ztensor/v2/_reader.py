@@ -378,7 +378,7 @@ class ZTensor2Reader(Reader):
 
         return Pending(self.plan_reads(local), finish)
 
-    def _readinto(self, offset: int, buffers: list[memoryview]) -> None:
+    def readinto(self, offset: int, buffers: list[memoryview]) -> None:
         try:
             self.source.readinto(offset, buffers)
         except SourceError as exc:
