@@ -15,6 +15,7 @@ from typing import TypeVar
 __all__ = [
     "PARALLEL_MIN_BYTES",
     "PIECE_BYTES",
+    "cpu_threads",
     "in_threads",
     "partition",
     "run_parallel",
@@ -28,12 +29,16 @@ PIECE_BYTES = 16 << 20
 _CHUNK_ALIGN = 1 << 20
 
 
-def workers(total: int) -> int:
-    """Threads to use for a transfer of ``total`` bytes."""
-    if total < PARALLEL_MIN_BYTES:
-        return 1
+def cpu_threads() -> int:
+    """Threads for copying in memory (cached pages, buffers): one per CPU this process may
+    run on, at most 8."""
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return max(1, min(8, cpus or 1))
+
+
+def workers(total: int) -> int:
+    """Threads to use for a transfer of ``total`` bytes."""
+    return 1 if total < PARALLEL_MIN_BYTES else cpu_threads()
 
 
 def partition(buffers: list[memoryview], parts: int) -> list[list[memoryview]]:
@@ -83,8 +88,9 @@ def run_parallel(
 
 def in_threads(threads: int, items: Iterable[T], job: Callable[[T], None]) -> None:
     """Run ``job(item)`` for every item on ``threads`` threads, which take the items in
-    order; the first failure stops the items not yet started and is raised once every thread
-    is done (no thread outlives the call).
+    order (a thread the host deschedules holds up one item, not a fixed share); the first
+    failure stops the items not yet started and is raised once every thread is done (no
+    thread outlives the call). One thread (or fewer): on the calling thread, in order.
 
     Example:
         >>> seen = []
@@ -92,9 +98,13 @@ def in_threads(threads: int, items: Iterable[T], job: Callable[[T], None]) -> No
         >>> sorted(seen)
         [0, 1, 2, 3, 4]
     """
+    queue = iter(items)
+    if threads <= 1:
+        for item in queue:
+            job(item)
+        return
     from concurrent.futures import ThreadPoolExecutor
 
-    queue = iter(items)
     lock = threading.Lock()
     failed = threading.Event()
 

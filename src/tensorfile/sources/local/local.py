@@ -24,9 +24,8 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from ...core.errors import InvalidArgumentError, SourceError, SourceNotFoundError
-from ...core.parallel import partition
+from ...core.parallel import cpu_threads, in_threads, partition
 from ...core.source import SourceBase
-from ._pool import cpu_threads, in_turn
 
 if TYPE_CHECKING:  # loaded on first use: a plain open or small read needs neither
     from ._direct import DirectFile
@@ -390,7 +389,7 @@ class LocalSource(SourceBase):
             if madvise(base + at, length, _MADV_POPULATE_READ) != 0:
                 failed.set()  # EINVAL: an old kernel; EFAULT: the file shrank
 
-        in_turn(range(first, stop, self.io_chunk), populate, DISK_THREADS)
+        in_threads(DISK_THREADS, range(first, stop, self.io_chunk), populate)
         if failed.is_set():
             self._populate = False
             return self._read_ahead(start, stop)
@@ -466,7 +465,7 @@ class LocalSource(SourceBase):
         for run in runs:
             pieces.append((offset, run))
             offset += sum(b.nbytes for b in run)
-        in_turn(pieces, lambda piece: self._read_piece(*piece, direct), self._threads)
+        in_threads(self._threads, pieces, lambda piece: self._read_piece(*piece, direct))
 
     def _read_piece(
         self, offset: int, buffers: list[memoryview], direct: DirectFile | None
