@@ -14,7 +14,7 @@ import pytest
 
 from tensorfile.sources import LocalSource
 from tensorfile.sources.local import _pagecache as pagecache
-from tensorfile.sources.local import local
+from tensorfile.sources.local import advice
 from tests.helpers.pagecache import evict as _evict
 
 
@@ -85,7 +85,7 @@ def test_prefetch_without_populate_asks_for_read_ahead(
     def refusing(addr: int, length: int, advice: int) -> int:
         return -1
 
-    monkeypatch.setattr(local, "_libc_madvise", lambda: refusing)
+    monkeypatch.setattr(advice, "libc_madvise", lambda: refusing)
     with LocalSource(cold_file) as src:
         assert src.prefetch() is False
         assert src._populate is False  # not tried again by this source

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from tensorfile.sources import LocalSource
-from tensorfile.sources.local import local
+from tensorfile.sources.local import advice
 
 
 @pytest.fixture
@@ -44,7 +44,7 @@ def test_large_and_small_buffers_are_filled(data_file: tuple[Path, bytes]) -> No
 def test_buffers_it_cannot_advise_are_skipped() -> None:
     readonly = memoryview(bytes(2 << 20))
     strided = memoryview(np.zeros(4 << 20, np.uint8))[::2]
-    local._prefault([readonly, strided, memoryview(bytearray(10))])  # no error
+    advice.prefault([readonly, strided, memoryview(bytearray(10))])  # no error
 
 
 def test_a_kernel_without_the_advice_turns_it_off(
@@ -57,12 +57,12 @@ def test_a_kernel_without_the_advice_turns_it_off(
         ctypes.set_errno(errno.EINVAL)
         return -1
 
-    monkeypatch.setattr(local, "_populate", True)
-    monkeypatch.setattr(local, "_libc_madvise", lambda: refusing)
+    monkeypatch.setattr(advice, "_populate", True)
+    monkeypatch.setattr(advice, "libc_madvise", lambda: refusing)
     path, data = data_file
     assert _read(path, 0, [2 << 20, 2 << 20]) == [data[: 2 << 20], data[2 << 20 : 4 << 20]]
-    assert calls == [local._MADV_POPULATE_WRITE]  # tried once, then left alone
-    assert local._populate is False
+    assert calls == [advice.MADV_POPULATE_WRITE]  # tried once, then left alone
+    assert advice._populate is False
     assert _read(path, 1, [2 << 20]) == [data[1 : (2 << 20) + 1]]
     assert len(calls) == 1
 
@@ -74,18 +74,18 @@ def test_other_failures_are_ignored(
         ctypes.set_errno(errno.ENOMEM)
         return -1
 
-    monkeypatch.setattr(local, "_populate", True)
-    monkeypatch.setattr(local, "_libc_madvise", lambda: failing)
+    monkeypatch.setattr(advice, "_populate", True)
+    monkeypatch.setattr(advice, "libc_madvise", lambda: failing)
     path, data = data_file
     assert _read(path, 0, [3 << 20]) == [data[: 3 << 20]]
-    assert local._populate is True
+    assert advice._populate is True
 
 
 def test_without_madvise_nothing_is_attempted(
     data_file: tuple[Path, bytes], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(local, "_populate", True)
-    monkeypatch.setattr(local, "_libc_madvise", lambda: None)
+    monkeypatch.setattr(advice, "_populate", True)
+    monkeypatch.setattr(advice, "libc_madvise", lambda: None)
     path, data = data_file
     assert _read(path, 0, [2 << 20]) == [data[: 2 << 20]]
-    assert local._populate is False
+    assert advice._populate is False

@@ -48,7 +48,7 @@ from ...core.atomic import AtomicFile, preallocate, write_all
 from ...core.errors import SourceError
 from ...core.parallel import in_threads
 from ...core.source import Source, SourceBase
-from ..local.local import _prefault
+from ..local.advice import prefault
 from ._chunkdir import (
     HEADER,
     LAYOUT,
@@ -257,7 +257,7 @@ class CachedSource(SourceBase):
             self.stats.add(total)
 
     def _fill_range(self, start: int, stop: int, dest: _Dest) -> None:
-        _prefault(dest.views(start, stop))  # (fresh pages: faster in one go, as local files)
+        prefault(dest.views(start, stop))  # (fresh pages: faster in one go, as local files)
         k, last = start // self.config.chunk, (stop - 1) // self.config.chunk
         while k <= last:
             found = self._hit(k, start, stop, dest)

@@ -59,7 +59,7 @@ import time
 
 from ...core.errors import InvalidArgumentError, SourceError, SourceNotFoundError
 from ...core.source import ByteRequest, RangeRequest, ReadStats, SuffixRequest, scatter
-from ..local.local import _prefault
+from ..local.advice import prefault
 from . import _headers as hdr
 from . import _prefix
 from ._conn import DeadlineExceeded, clock_of
@@ -201,7 +201,7 @@ class HTTPFetcher(Exchanges):
                 # fresh destination pages allocated in one call per buffer, while the body
                 # is already arriving in the socket's buffer (measured: a 1 GiB load over
                 # loopback HTTP ~20% faster than faulting them in one by one in the copy)
-                _prefault(buffers)
+                prefault(buffers)
                 try:
                     self._receive(reply, buffers)
                 except _Broken as exc:

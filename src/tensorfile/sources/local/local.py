@@ -12,12 +12,9 @@ cached (:mod:`._pagecache`); :mod:`tensorfile.loading` decides from both.
 
 from __future__ import annotations
 
-import errno
-import functools
 import mmap
 import os
 import stat
-import sys
 import threading
 import weakref
 from collections.abc import Callable, Iterator
@@ -26,6 +23,7 @@ from typing import TYPE_CHECKING
 from ...core.errors import InvalidArgumentError, SourceError, SourceNotFoundError
 from ...core.parallel import cpu_threads, in_threads, partition
 from ...core.source import SourceBase
+from . import advice
 
 if TYPE_CHECKING:  # loaded on first use: a plain open or small read needs neither
     from ._direct import DirectFile
@@ -72,63 +70,6 @@ def _refuse_special(name: str, mode: int) -> None:
         f"{name} is {kind + ', not' if kind else 'not'} a regular file; tensorfile reads "
         "tensor files from regular files only"
     )
-
-
-# Prefaulting destinations: MADV_POPULATE_WRITE (Linux 5.14+) allocates a range's pages in
-# one call, cheaper than taking one page fault after another inside the read's copy.
-_MADV_POPULATE_WRITE = 23
-_MADV_POPULATE_READ = 22
-_PREFAULT_MIN_BYTES = 1 << 20
-_populate = sys.platform.startswith("linux")  # cleared when the kernel refuses the advice
-
-
-@functools.cache
-def _libc_madvise() -> Callable[[int, int, int], int] | None:
-    """libc's ``madvise`` through ctypes (imported on first use), or None."""
-    try:
-        import ctypes
-
-        fn = ctypes.CDLL(None, use_errno=True).madvise
-    except (ImportError, OSError, AttributeError):
-        return None
-    fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-    fn.restype = ctypes.c_int
-    return fn
-
-
-def _prefault(buffers: list[memoryview]) -> None:
-    """Fault in the whole pages of each large buffer before it is read into.
-
-    Fresh memory is allocated on its first write. Inside ``preadv`` that costs a page fault
-    per page, each interrupting the copy; one ``madvise(MADV_POPULATE_WRITE)`` per buffer
-    allocates them in a loop in the kernel instead (a 1 GiB load ~15% faster, in a fresh
-    process and in a warm one). The pages are the ones the read writes next, so nothing
-    more is held. Best effort: where the kernel or the memory does not support it, the read
-    faults the pages in as before.
-    """
-    global _populate
-    if not _populate:
-        return
-    madvise = _libc_madvise()
-    if madvise is None:
-        _populate = False
-        return
-    import ctypes
-
-    page = mmap.PAGESIZE
-    for buf in buffers:
-        if buf.nbytes < _PREFAULT_MIN_BYTES:
-            continue
-        try:
-            addr = ctypes.addressof(ctypes.c_char.from_buffer(buf))
-        except (TypeError, ValueError, BufferError):  # read-only or not contiguous
-            continue
-        start = -(-addr // page) * page
-        stop = (addr + buf.nbytes) // page * page
-        if stop > start and madvise(start, stop - start, _MADV_POPULATE_WRITE) != 0:
-            if ctypes.get_errno() == errno.EINVAL:  # a kernel before 5.14
-                _populate = False
-                return
 
 
 def _split(buffers: list[memoryview]) -> Iterator[list[memoryview]]:
@@ -263,7 +204,7 @@ class LocalSource(SourceBase):
         self._map: mmap.mmap | None = None
         self._mount: Mount | bool | None = False  # False: not looked up yet
         self._direct: DirectFile | bool | None = False  # False: not opened yet
-        self._populate = _populate
+        self._populate = advice.populating()
         self._lock = threading.Lock()
         self._threads = cpu_threads()
         self._closed = False
@@ -362,7 +303,7 @@ class LocalSource(SourceBase):
         view = self.buffer()
         if stop <= start or not view.nbytes:
             return True
-        madvise = _libc_madvise() if self._populate else None
+        madvise = advice.libc_madvise() if self._populate else None
         if madvise is None:
             return self._read_ahead(start, stop)
         import ctypes
@@ -386,7 +327,7 @@ class LocalSource(SourceBase):
             if failed.is_set():
                 return
             length = min(self.io_chunk, stop - at)
-            if madvise(base + at, length, _MADV_POPULATE_READ) != 0:
+            if madvise(base + at, length, advice.MADV_POPULATE_READ) != 0:
                 failed.set()  # EINVAL: an old kernel; EFAULT: the file shrank
 
         in_threads(DISK_THREADS, range(first, stop, self.io_chunk), populate)
@@ -470,7 +411,7 @@ class LocalSource(SourceBase):
     def _read_piece(
         self, offset: int, buffers: list[memoryview], direct: DirectFile | None
     ) -> None:
-        _prefault(buffers)
+        advice.prefault(buffers)
         if direct is not None:
             direct.readinto(offset, buffers)
             return
