@@ -25,7 +25,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -111,12 +110,6 @@ class Split:
         if steps >= last:
             return self.left
         return max(steps, 0) * self.world * self.unit
-
-    def worker_steps(self, rank: int, worker: int, workers: int, first: int, drop_last: bool
-                     ) -> Iterator[int]:  # fmt: skip
-        """The steps worker ``worker`` of ``workers`` produces, from ``first`` (one of its
-        own): ``t ≡ worker (mod workers)``, the order DataLoader's round-robin delivers."""
-        return iter(range(first, self.rank_steps(rank, drop_last), workers))
 
 
 def shards_digest(paths: list[str], counts: list[int]) -> str:

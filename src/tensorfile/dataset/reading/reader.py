@@ -97,13 +97,6 @@ class Dataset:
         self._by_key: dict[str, str] | None = None  # key -> shard, from the shard headers
         self._by_path = {s.shard_path: s for s in manifest.shards}
 
-    @classmethod
-    def reopen(cls, location: Location, **cache: Any) -> Dataset:
-        """The dataset at ``location`` opened afresh (as :func:`open` does; ``cache``:
-        :func:`open`'s ``cache_dir``, ``cache_limit`` and ``predownload``)."""
-        store = storage_for(location)
-        return cls(store, load_manifest(store, strict=True), **cache)
-
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickled as its store (with its storage options), manifest and cache settings: no
         open file, no thread (DataLoader spawn workers, Spark tasks)."""

@@ -103,12 +103,6 @@ class ZTensor2Reader(Reader):
         """True for a data shard: a container with no manifest (and no tensors)."""
         return bool(self.catalog.extra.get("data_shard"))
 
-    def layout_id(self, name: str) -> str:
-        """The layout profile id the manifest gives ``name`` (``"zt.sparse_csr/1"``)."""
-        self.info(name)
-        layout: str = self._objects[name]["layout"]
-        return layout
-
     def object_attributes(self, name: str) -> dict[str, Any] | None:
         """The attributes of object ``name``, when it has any."""
         self.info(name)
