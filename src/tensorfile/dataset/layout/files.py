@@ -4,9 +4,9 @@ of what a commit may delete.
 
 A manifest, an index and the folder itself can lie: a name can be a FIFO, a directory or a
 symlink to somewhere else, and a manifest can list any path at all. The path rules are the
-store's, decided once for every local route (:mod:`tensorfile.sources.paths`:
-:func:`open_regular`, :func:`read_bounded`, :func:`check_shard_file`, :func:`is_plain_name`,
-re-exported here); what is the dataset's:
+store's, decided once for every local route (:mod:`tensorfile.sources.local.paths`:
+:func:`open_regular`, :func:`read_bounded`, :func:`is_plain_name`, re-exported here; a listed
+shard's path is checked by its ``check_member``); what is the dataset's:
 
 * :func:`deletable` decides what a commit may delete of the previous dataset: regular files
   (not symlinks) directly inside the folder, named like shards (§3.2 of the Spark spec),
@@ -33,13 +33,12 @@ from collections.abc import Collection, Iterable
 from typing import TypeGuard
 
 from ...formats import SAFETENSORS
-from ...sources.local.paths import check_member, is_plain_name, open_regular, read_bounded
+from ...sources.local.paths import is_plain_name, open_regular, read_bounded
 
 __all__ = [
     "INDEX_NAME",
     "MANIFEST_NAME",
     "SHARD_NAME",
-    "check_shard_file",
     "deletable",
     "deletable_names",
     "delete_previous",
@@ -57,9 +56,6 @@ SHARD_NAME = re.compile(
 )
 """``part-{taskId:05d}-{shardIndex:04d}-{uuid}.safetensors`` (§3.2; wider ids have more
 digits): the only names a commit deletes."""
-
-check_shard_file = check_member
-"""The listed shard's path, checked (:func:`tensorfile.sources.paths.check_member`)."""
 
 
 def _is_shard_name(name: object) -> TypeGuard[str]:

@@ -509,7 +509,7 @@ def load_manifest(folder: Location, *, strict: bool = False) -> Manifest:
 
     With ``strict`` (what :func:`tensorfile.dataset.open` does) the folder is checked first and
     every shard the manifest lists must be a regular file inside the folder of the listed size
-    (:func:`~tensorfile.dataset.files.check_shard_file`).
+    (:func:`tensorfile.sources.local.paths.check_member`).
 
     Example:
         >>> import numpy as np, os, tempfile
