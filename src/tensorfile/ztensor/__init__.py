@@ -55,43 +55,5 @@ Example:
     ('2', [0, 1, 2], {'epoch': 3})
 """
 
-from tensorfile.formats.ztensor.faces import (
-    COOTensor,
-    CSRTensor,
-    ExtensionTensor,
-    Writer,
-    Writer2,
-    ZTensor2Reader,
-    ZTensorReader,
-    load_file,
-    open,
-    save_file,
-)
-
-from ..core.errors import (
-    ZTensorChecksumError,
-    ZTensorError,
-    ZTensorIOError,
-    ZTensorMissingError,
-    ZTensorUnsupportedError,
-    ZTensorWarning,
-)
-
-__all__ = [
-    "COOTensor",
-    "CSRTensor",
-    "ExtensionTensor",
-    "Writer",
-    "Writer2",
-    "ZTensor2Reader",
-    "ZTensorChecksumError",
-    "ZTensorError",
-    "ZTensorIOError",
-    "ZTensorMissingError",
-    "ZTensorReader",
-    "ZTensorUnsupportedError",
-    "ZTensorWarning",
-    "load_file",
-    "open",
-    "save_file",
-]
+from tensorfile.formats.ztensor.faces import *  # noqa: F403
+from tensorfile.formats.ztensor.faces import __all__ as __all__

@@ -37,8 +37,8 @@ class Writer(Writer1):
         level: zstd level (1-22; negative levels are faster still).
         checksum: ``None``, ``"crc32c"`` or ``"sha256"``: the default digest per component.
         fsync: flush the file and its folder entry to stable storage on close.
-        version: 1 (zTensor v1.0, the default) or 2.
-        align: v2 only (see :class:`~tensorfile.ztensor.Writer2`).
+        version: 1 (zTensor v1.0, the default) or 2 (a :class:`~tensorfile.ztensor.Writer2`).
+        align: v2 only (see :class:`~tensorfile.ztensor.Writer2`); refused for v1.0.
 
     Example:
         >>> import numpy as np, os, tempfile
@@ -54,29 +54,6 @@ class Writer(Writer1):
         if check_version(version) == 2:
             return Writer2(*args, **kwargs)  # (not a Writer: __init__ is not called)
         return super().__new__(cls)
-
-    def __init__(
-        self,
-        path: str | os.PathLike[str],
-        *,
-        attributes: Mapping[str, str] | None = None,
-        compression: str | None = None,
-        level: int = 3,
-        checksum: str | None = None,
-        fsync: bool = False,
-        version: int = 1,
-        align: int | None = None,
-    ) -> None:
-        if align is not None:
-            raise InvalidArgumentError("align= is a zTensor v2 option (pass version=2)")
-        super().__init__(
-            path,
-            attributes=attributes,
-            compression=compression,
-            level=level,
-            checksum=checksum,
-            fsync=fsync,
-        )
 
 
 def save_file(

@@ -5,7 +5,7 @@ opens either container, ``_writer`` chooses the writer a version asks for, ``_la
 sparse tensors, ``v1/`` and ``v2/`` the two containers). This module names what
 :mod:`tensorfile.ztensor` re-exports: :func:`open`, :func:`load_file`, :func:`save_file`,
 the writers (:class:`Writer`, :class:`Writer2`), the readers (:class:`ZTensorReader`,
-:class:`ZTensor2Reader`) and the sparse and extension tensors.
+:class:`ZTensor2Reader`), the sparse and extension tensors, and the format's errors.
 
 Example:
     >>> import numpy as np, os, tempfile
@@ -16,6 +16,14 @@ Example:
     [0, 1, 2]
 """
 
+from tensorfile.core.errors import (
+    ZTensorChecksumError,
+    ZTensorError,
+    ZTensorIOError,
+    ZTensorMissingError,
+    ZTensorUnsupportedError,
+    ZTensorWarning,
+)
 from tensorfile.formats.ztensor._hooks import load_file, open
 from tensorfile.formats.ztensor._layouts import COOTensor, CSRTensor, ExtensionTensor
 from tensorfile.formats.ztensor._writer import Writer, save_file
@@ -30,7 +38,13 @@ __all__ = [
     "Writer",
     "Writer2",
     "ZTensor2Reader",
+    "ZTensorChecksumError",
+    "ZTensorError",
+    "ZTensorIOError",
+    "ZTensorMissingError",
     "ZTensorReader",
+    "ZTensorUnsupportedError",
+    "ZTensorWarning",
     "load_file",
     "open",
     "save_file",

@@ -69,17 +69,10 @@ _ALONE = 256 << 20
 
 
 class Writer1(ContainerWriter):
-    """Append tensors to a new zTensor v1.0 file, one at a time (what ``ztensor.Writer(path)``
-    makes: :mod:`tensorfile.formats.ztensor._writer` chooses the version).
-
-    Args:
-        path: destination; it appears (atomically) when the writer is closed.
-        attributes: file-level text attributes (recommended keys: ``license``,
-            ``description``, ``framework``, ``model_name``, ``created_at``).
-        compression: ``None`` (raw) or ``"zstd"``: the default for every component.
-        level: zstd level (1-22; negative levels are faster still).
-        checksum: ``None``, ``"crc32c"`` or ``"sha256"``: the default digest per component.
-        fsync: flush the file and its folder entry to stable storage on close.
+    """Append tensors to a new zTensor v1.0 file, one at a time: the writer behind
+    :class:`tensorfile.ztensor.Writer` (whose docstring says what each argument means), which
+    makes one unless ``version=2`` (:mod:`tensorfile.formats.ztensor._writer` chooses);
+    ``align`` is a v2 option, refused here.
     """
 
     def __init__(
@@ -91,7 +84,11 @@ class Writer1(ContainerWriter):
         level: int = 3,
         checksum: str | None = None,
         fsync: bool = False,
+        version: int = 1,
+        align: int | None = None,
     ) -> None:
+        if align is not None:
+            raise InvalidArgumentError("align= is a zTensor v2 option (pass version=2)")
         self.path = path_of(path)
         self._attributes = attributes_of(attributes)
         self._set_options(compression, level, checksum)
