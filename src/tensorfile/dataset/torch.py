@@ -5,6 +5,6 @@ view (:meth:`tensorfile.dataset.Dataset.to_torch`).
 The public import path; the implementation lives in :mod:`tensorfile.dataset.feed.torch`.
 """
 
-from .feed.torch import TorchIterable, TorchMap
+from .feed.torch import ShardedIterable, TorchIterable, TorchMap
 
-__all__ = ["TorchIterable", "TorchMap"]
+__all__ = ["ShardedIterable", "TorchIterable", "TorchMap"]

@@ -102,7 +102,7 @@ from .torch_batches import Gather
 from .torch_state import FORMAT, Split, check_state, find_states, make_state, shards_digest
 from .torch_sync import Shared
 
-__all__ = ["TorchIterable", "TorchMap"]
+__all__ = ["ShardedIterable", "TorchIterable", "TorchMap"]
 
 NDArray = np.ndarray[Any, Any]
 _SAMPLE_CHUNK = 256  # per-sample mode: samples gathered at once
@@ -169,11 +169,14 @@ class TorchIterable(IterableDataset):  # type: ignore[type-arg]
         drop_last: bool = False,
         partitions: int = 64,
         shuffle_block: int = 1 << 18,
+        shuffle_buffer: int | None = None,
     ) -> None:
         if not (
             even is True or even is False or (isinstance(even, str) and even in ("drop", "pad"))
         ):
             raise InvalidArgumentError(f"even must be True, False, 'drop' or 'pad', got {even!r}")
+        if shuffle_buffer is not None:  # the earlier name of shuffle_block
+            shuffle_block = _check_int(shuffle_buffer, "shuffle_buffer", 1)
         if batch_size is None and per_sample is False:
             raise InvalidArgumentError("per_sample=False (batches) needs a batch_size")
         self.dataset = dataset
@@ -486,6 +489,10 @@ class TorchIterable(IterableDataset):  # type: ignore[type-arg]
         _, first = np.unique(shard, return_index=True)
         entries = self.dataset.manifest.shards
         return [entries[int(shard[i])] for i in np.sort(first)]
+
+
+ShardedIterable = TorchIterable
+"""The earlier name of :class:`TorchIterable`."""
 
 
 class TorchMap(_TorchDataset):  # type: ignore[type-arg]

@@ -378,6 +378,7 @@ class Dataset:
         drop_last: bool = False,
         partitions: int = 64,
         shuffle_block: int = 1 << 18,
+        shuffle_buffer: int | None = None,
         map_style: bool = False,
     ) -> Any:
         """The samples for PyTorch, as torch tensors of the matching dtype (BF16 as
@@ -391,7 +392,8 @@ class Dataset:
         without, single samples (``per_sample=True`` with ``batch_size`` as the DataLoader's
         batch size keeps the same order). ``even=True`` gives every rank the same number of
         samples by dropping the ``len % world_size`` surplus, ``even="pad"`` by repeating
-        samples (:mod:`tensorfile.dataset.torch` says exactly how). ``map_style=True`` gives a
+        samples; ``shuffle_buffer`` is the earlier name of ``shuffle_block``
+        (:mod:`tensorfile.dataset.torch` says exactly how). ``map_style=True`` gives a
         map-style dataset instead (``len`` and ``[i]``, for samplers and the default
         collate).
 
@@ -424,6 +426,7 @@ class Dataset:
             drop_last=drop_last,
             partitions=partitions,
             shuffle_block=shuffle_block,
+            shuffle_buffer=shuffle_buffer,
         )
 
     def to_arrow(self, columns: list[str] | None = None, *, low_precision: str = "float32") -> Any:
