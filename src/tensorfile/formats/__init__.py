@@ -54,7 +54,7 @@ from typing import Any, NamedTuple, Protocol, cast
 
 from ..core.catalog import Catalog
 from ..core.dtypes import DType
-from ..core.errors import InvalidArgumentError, UnsupportedError, naming
+from ..core.errors import InvalidArgumentError, UnsupportedError, naming, quoted_name
 from ..core.reader import Reader
 from ..core.source import FIRST_READ, ByteRequest, RangeRequest, Source, SuffixRequest
 from ..sources import CacheDir, PathOrData, open_input, path_text
@@ -204,13 +204,15 @@ class Format:
             return {}
         if not isinstance(key, str) or not key:
             raise InvalidArgumentError(
-                f"{source.name}: key={key!r} names no dictionary: give a dotted name (such as "
-                "'model_state_dict'), or leave key out to read every entry"
+                f"{quoted_name(source.name)}: key={key!r} names no dictionary: give a dotted "
+                "name (such as 'model_state_dict'), or leave key out to read every entry"
             )
         if self.nested:
             return {"key": key}
         what = f"key={key!r} picks a dictionary of a PyTorch pickle by its dotted name"
-        raise InvalidArgumentError(f"{source.name}: {what}; this is a {self.title} file")
+        raise InvalidArgumentError(
+            f"{quoted_name(source.name)}: {what}; this is a {self.title} file"
+        )
 
     def first_request(self, size: int = FIRST_READ) -> ByteRequest:
         """The first request to a remote file of this format: its head or its tail."""

@@ -25,10 +25,10 @@ is read whole):
   ``optimizer_state_dict.param_groups``), kept whole as a JSON-like value
   (:func:`plain_value`: dict keys as text, tuples as lists; bytes, complex numbers, torch
   dtypes and devices as their text; a container inside itself as a text naming it; two
-  keys with one text, or a lone surrogate, noted in its description) in the reader's :attr:`~PickleReader.attributes`
-  (``3``), and as text in its ``metadata`` (text as it is, other values as JSON: ``"3"``,
-  as every format whose metadata is text has it); the catalog's ``extra["not_tensors"]``
-  describes each
+  keys with one text, or a lone surrogate, noted in its description) in the reader's
+  :attr:`~PickleReader.attributes` (``3``), and as text in its ``metadata`` (text as it
+  is, other values as JSON: ``"3"``, as every format whose metadata is text has it); the
+  catalog's ``extra["not_tensors"]`` describes each
   (``{"epoch": "int", "char2idx": "dict of 80 ints"}``: :func:`describe`), which
   ``inspect`` and ``convert`` report. Converted to safetensors (text metadata only), text
   values are kept as they are and the others as JSON text; zTensor v2 keeps the values;
@@ -67,7 +67,7 @@ import numpy as np
 
 from ..core import dtypes
 from ..core.catalog import ByteRange, Catalog, Component, TensorInfo
-from ..core.errors import InvalidArgumentError, SourceError, UnsupportedError
+from ..core.errors import InvalidArgumentError, SourceError, UnsupportedError, quoted_name
 from ..core.extras import require
 from ..core.source import Source
 from . import PYTORCH, metadata_text
@@ -106,10 +106,10 @@ def torch_is_safe(version: str) -> bool:
 
 def _torch(source: Source) -> Any:
     """torch, new enough that ``torch.load(weights_only=True)`` cannot be bypassed."""
-    torch = require("torch", f"{source.name}: reading a PyTorch pickle", extra="torch")
+    torch = require("torch", f"{quoted_name(source.name)}: reading a PyTorch pickle", extra="torch")
     if not torch_is_safe(torch.__version__):
         raise UnsupportedError(
-            f"{source.name}: torch {torch.__version__} is installed, and before 2.6 "
+            f"{quoted_name(source.name)}: torch {torch.__version__} is installed, and before 2.6 "
             "torch.load(weights_only=True) could be made to run code (CVE-2025-32434); "
             "tensorfile reads pickles only with torch>=2.6 (pip install -U torch)"
         )
@@ -151,8 +151,8 @@ def _load(source: Source) -> Any:
         raise
     except Exception as exc:  # torch's UnpicklingError and friends: the reason is theirs
         raise UnsupportedError(
-            f"{source.name}: refused by torch.load(weights_only=True), the only way tensorfile "
-            f"reads pickles (it never runs code from one): {_reason(exc)}"
+            f"{quoted_name(source.name)}: refused by torch.load(weights_only=True), the only "
+            f"way tensorfile reads pickles (it never runs code from one): {_reason(exc)}"
         ) from None
 
 
@@ -251,8 +251,8 @@ def _walk(obj: Any, where: str, limit: int) -> Checkpoint:
         entries += 1
         if entries > limit:
             raise UnsupportedError(
-                f"{where}: the pickle refers to its containers so often that it flattens to "
-                f"more than {limit:,} entries"
+                f"{quoted_name(where)}: the pickle refers to its containers so often that it "
+                f"flattens to more than {limit:,} entries"
             )
         opened = _is_container(value, torch) and (parent < 0 or id(value) in holding)
         if opened and id(value) in path:
@@ -266,7 +266,7 @@ def _walk(obj: Any, where: str, limit: int) -> Checkpoint:
         name = name or file_stem(where)  # a lone tensor or value: named after the file
         if name in into:
             raise UnsupportedError(
-                f"{where}: two entries flatten to the name {name!r} (a dotted key and "
+                f"{quoted_name(where)}: two entries flatten to the name {name!r} (a dotted key and "
                 "a nested dict); rename one"
             )
         into[name] = value
@@ -284,15 +284,15 @@ def _select(found: Checkpoint, key: str, where: str) -> Checkpoint:
         return picked
     if key in found.tensors:
         raise InvalidArgumentError(
-            f"{where}: key {key!r} is a tensor, not a dictionary of them: leave key out "
-            "to read it with the others"
+            f"{quoted_name(where)}: key {key!r} is a tensor, not a dictionary of them: leave "
+            "key out to read it with the others"
         )
     if key in found.values or picked.values:
         what = describe(found.values[key]) if key in found.values else "no tensors"
-        raise InvalidArgumentError(f"{where}: key {key!r} holds no tensors ({what})")
+        raise InvalidArgumentError(f"{quoted_name(where)}: key {key!r} holds no tensors ({what})")
     tops = list(dict.fromkeys(n.split(".", 1)[0] for n in found.tensors if "." in n))
     choose = f": choose one of {', '.join(repr(t) for t in tops)}" if tops else ""
-    raise InvalidArgumentError(f"{where}: the pickle has no key {key!r}{choose}")
+    raise InvalidArgumentError(f"{quoted_name(where)}: the pickle has no key {key!r}{choose}")
 
 
 def _type_name(value: Any) -> str:
@@ -443,15 +443,15 @@ def load_tensors(
     for name, t in found.tensors.items():
         if t.layout != torch.strided:
             raise UnsupportedError(
-                f"{source.name}: tensor {name!r} is {t.layout}; only dense tensors"
+                f"{quoted_name(source.name)}: tensor {name!r} is {t.layout}; only dense tensors"
             )
         if t.is_meta or t.is_quantized:
             kind = "on the meta device (it has no data)" if t.is_meta else "quantized"
-            raise UnsupportedError(f"{source.name}: tensor {name!r} is {kind}")
+            raise UnsupportedError(f"{quoted_name(source.name)}: tensor {name!r} is {kind}")
         try:
             arrays[name] = to_numpy(t.detach().cpu().contiguous())
         except UnsupportedError as exc:
-            raise UnsupportedError(f"{source.name}: tensor {name!r}: {exc}") from None
+            raise UnsupportedError(f"{quoted_name(source.name)}: tensor {name!r}: {exc}") from None
     return arrays, found.values
 
 
@@ -469,8 +469,8 @@ def _open(source: Source, key: str | None) -> tuple[Catalog, list[Segment]]:
             dt = dtypes.from_numpy(arr.dtype)
         except (KeyError, TypeError, ValueError):
             raise UnsupportedError(
-                f"{source.name}: tensor {name!r} has dtype {arr.dtype}, which no tensor "
-                "format holds"
+                f"{quoted_name(source.name)}: tensor {name!r} has dtype {arr.dtype}, which no "
+                "tensor format holds"
             ) from None
         rng = ByteRange(at, at + arr.nbytes)
         tensors[name] = TensorInfo(name, dt, tuple(arr.shape), {"data": Component(rng, dt)})
