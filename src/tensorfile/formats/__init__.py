@@ -200,19 +200,14 @@ class Format:
         return self.impl().read_catalog(source, **self._key(key, source))
 
     def _key(self, key: Key, source: Source) -> dict[str, str]:
-        if key is None:
-            return {}
-        if not isinstance(key, str) or not key:
-            raise InvalidArgumentError(
-                f"{quoted_name(source.name)}: key={key!r} names no dictionary: give a dotted "
-                "name (such as 'model_state_dict'), or leave key out to read every entry"
-            )
-        if self.nested:
-            return {"key": key}
-        what = f"key={key!r} picks a dictionary of a PyTorch pickle by its dotted name"
-        raise InvalidArgumentError(
-            f"{quoted_name(source.name)}: {what}; this is a {self.title} file"
+        if key is None or (self.nested and isinstance(key, str) and key):
+            return {} if key is None else {"key": key}
+        what = (
+            f"picks a PyTorch pickle's dictionary by its dotted name; this is a {self.title} file"
         )
+        if not isinstance(key, str) or not key:  # (a nested format's too)
+            what = "names no dictionary: give a dotted name, or leave key out to read every entry"
+        raise InvalidArgumentError(f"{quoted_name(source.name)}: key={key!r} {what}")
 
     def first_request(self, size: int = FIRST_READ) -> ByteRequest:
         """The first request to a remote file of this format: its head or its tail."""
