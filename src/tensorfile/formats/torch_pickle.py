@@ -235,29 +235,34 @@ def _walk(obj: Any, where: str, limit: int) -> Checkpoint:
     hold a tensor are opened: any other (a list of five million numbers, one that holds
     itself) is one plain value, whatever it holds. A container of tensors shared by two
     entries is read under both names; one that holds itself is, inside itself, a text value
-    naming it; more than ``limit`` entries (a pickle can refer to one dict twice at every
-    level: 2**60 entries in a few bytes) is refused."""
+    naming it; more than ``limit`` entries read again through a container walked before (a
+    pickle can refer to one dict twice at every level: 2**60 entries in a few bytes) is
+    refused. (Entries read once cost no budget: there are no more of them than objects
+    ``torch.load`` made.)"""
     torch = sys.modules["torch"]
     holding = _holding(obj, torch)
     found = Checkpoint({}, {})
     stack: list[tuple[str, Any, int]] = [("", obj, -1)]
     path: dict[int, str] = {}  # the containers being walked (a repeat of one: a cycle)
-    entries = 0
+    walked: set[int] = set()  # the containers walked (a repeat of one: shared)
+    again = 0  # the entries read again, through a shared container
     while stack:
         name, value, parent = stack.pop()
         if parent == _LEFT:
             del path[id(value)]
             continue
-        entries += 1
-        if entries > limit:
-            raise UnsupportedError(
-                f"{quoted_name(where)}: the pickle refers to its containers so often that it "
-                f"flattens to more than {limit:,} entries"
-            )
         opened = _is_container(value, torch) and (parent < 0 or id(value) in holding)
         if opened and id(value) in path:
             value, opened = f"(the same object as {path[id(value)]!r})", False
         if opened:  # the top's entries are entries, tensors or not
+            if id(value) in walked:
+                again += len(value)
+                if again > limit:
+                    raise UnsupportedError(
+                        f"{quoted_name(where)}: the pickle refers to its containers so often "
+                        f"that it flattens to more than {limit:,} entries read twice"
+                    )
+            walked.add(id(value))
             path[id(value)] = name
             stack.append((name, value, _LEFT))  # popped once every child is walked
             stack.extend(reversed([(n, v, 0) for n, v in _children(value, name)]))
@@ -321,9 +326,9 @@ def describe(value: Any) -> str:
 
 
 _MIN_ENTRIES = 1 << 17
-"""Entries any pickle may flatten to (131,072); past it, one for each 16 bytes of the file
-(a tensor's entry costs a pickle far more: its name, its storage's key, its shape). The
-same count bounds what :func:`plain_value` renders twice of a container referred to twice."""
+"""Entries any pickle may flatten to twice, through containers it refers to more than once
+(131,072); past it, one for each 16 bytes of the file. The same count bounds what
+:func:`plain_value` renders twice of a container referred to twice."""
 
 _DEPTH = 64
 """How deep :func:`plain_value` follows nested containers (deeper: a text saying so)."""
