@@ -116,7 +116,7 @@ SUB_LAYERS: dict[str, dict[str, set[str]]] = {
         "layout": set(),  # manifest, index, dtypes, the reference layout, files, storage
         "writing": {"layout"},
         "cache": set(),  # the shard cache
-        "feed": set(),  # order, the torch feed, its state and batches
+        "feed": {"layout"},  # order, the torch feed, its options, state and batches
         "reading": {"layout", "cache", "feed", "loaders"},  # Dataset.to_torch/to_arrow/...
         "loaders": {"layout", "reading"},  # a shard's samples (reading.samples)
         "": {"feed", "loaders"},  # the public face modules (dataset/torch.py, ...)
@@ -196,6 +196,27 @@ def test_no_private_imports_across_parts() -> None:
             if any(p.startswith("_") and not p.startswith("__") for p in dep.split(".")[1:]):
                 wrong.append(f"{name} -> {dep}")
     assert wrong == []
+
+
+def _calls(name: str, function: str) -> list[int]:
+    """The lines of ``name`` that call the builtin ``function``."""
+    tree = ast.parse(MODULES[name][0].read_text())
+    return [
+        node.lineno
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id == function
+    ]
+
+
+def test_the_feed_asks_its_dataset_through_a_protocol() -> None:
+    """``dataset/feed`` reads a dataset through ``FeedDataset`` (typed members), never by
+    probing it with ``getattr``/``hasattr``."""
+    feed = [n for n in MODULES if n.startswith("tensorfile.dataset.feed")]
+    assert "tensorfile.dataset.feed.protocol" in feed
+    probes = {n: _calls(n, "getattr") + _calls(n, "hasattr") for n in feed}
+    assert {n: lines for n, lines in probes.items() if lines} == {}
 
 
 def test_no_module_is_over_600_lines() -> None:
