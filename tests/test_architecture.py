@@ -219,6 +219,55 @@ def test_the_feed_asks_its_dataset_through_a_protocol() -> None:
     assert {n: lines for n, lines in probes.items() if lines} == {}
 
 
+def _store_classes() -> set[str]:
+    """The names of the classes under ``src/`` that derive from ``Store`` (not ``Store``)."""
+    bases: dict[str, set[str]] = {}
+    for path, _ in MODULES.values():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                names = {
+                    b.id if isinstance(b, ast.Name) else getattr(b, "attr", "") for b in node.bases
+                }
+                bases.setdefault(node.name, set()).update(names)
+    found: set[str] = set()
+    grew = True
+    while grew:
+        more = {c for c, b in bases.items() if b & (found | {"Store"})} - found
+        found |= more
+        grew = bool(more)
+    return found
+
+
+def _class_tests(name: str, classes: set[str]) -> list[str]:
+    """``isinstance``/``issubclass`` calls and ``type(x) is/== C`` tests of ``classes`` in
+    ``name``, as ``line: class``."""
+    out = []
+    for node in ast.walk(ast.parse(MODULES[name][0].read_text())):
+        tested: list[ast.expr] = []
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+            if node.func.id in ("isinstance", "issubclass") and len(node.args) == 2:
+                second = node.args[1]
+                tested = list(second.elts) if isinstance(second, ast.Tuple) else [second]
+        elif isinstance(node, ast.Compare):
+            tested = [node.left, *node.comparators]
+        for t in tested:
+            cls = (
+                t.id if isinstance(t, ast.Name) else t.attr if isinstance(t, ast.Attribute) else ""
+            )
+            if cls in classes:
+                out.append(f"{node.lineno}: {cls}")
+    return out
+
+
+def test_the_dataset_never_tests_a_concrete_store_class() -> None:
+    """``dataset/`` asks the Store interface what a store can do (``local_path``,
+    ``open_url``, ``make_folder``, ...), never which class it is."""
+    classes = _store_classes()
+    assert {"LocalStore", "MemoryStore", "FsspecStore"} <= classes
+    tests = {n: _class_tests(n, classes) for n in MODULES if n.startswith("tensorfile.dataset")}
+    assert {n: t for n, t in tests.items() if t} == {}
+
+
 def test_no_module_is_over_600_lines() -> None:
     long = {n: len(p.read_text().splitlines()) for n, (p, _) in MODULES.items()}
     assert {n: k for n, k in long.items() if k > 600} == {}
