@@ -116,7 +116,7 @@ SUB_LAYERS: dict[str, dict[str, set[str]]] = {
         "layout": set(),  # manifest, index, dtypes, the reference layout, files, storage
         "writing": {"layout"},
         "cache": set(),  # the shard cache
-        "feed": set(),  # order, the torch feed, its state and batches
+        "feed": {"layout"},  # order, the torch feed, its options, state and batches
         "reading": {"layout", "cache", "feed", "loaders"},  # Dataset.to_torch/to_arrow/...
         "loaders": {"layout", "reading"},  # a shard's samples (reading.samples)
         "": {"feed", "loaders"},  # the public face modules (dataset/torch.py, ...)
@@ -224,6 +224,76 @@ def test_ztensor_versions_do_not_import_each_other() -> None:
         if name.startswith(own) and dep.startswith(other)
     ]
     assert wrong == []
+
+
+def _calls(name: str, function: str) -> list[int]:
+    """The lines of ``name`` that call the builtin ``function``."""
+    tree = ast.parse(MODULES[name][0].read_text())
+    return [
+        node.lineno
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id == function
+    ]
+
+
+def test_the_feed_asks_its_dataset_through_a_protocol() -> None:
+    """``dataset/feed`` reads a dataset through ``FeedDataset`` (typed members), never by
+    probing it with ``getattr``/``hasattr``."""
+    feed = [n for n in MODULES if n.startswith("tensorfile.dataset.feed")]
+    assert "tensorfile.dataset.feed.protocol" in feed
+    probes = {n: _calls(n, "getattr") + _calls(n, "hasattr") for n in feed}
+    assert {n: lines for n, lines in probes.items() if lines} == {}
+
+
+def _store_classes() -> set[str]:
+    """The names of the classes under ``src/`` that derive from ``Store`` (not ``Store``)."""
+    bases: dict[str, set[str]] = {}
+    for path, _ in MODULES.values():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                names = {
+                    b.id if isinstance(b, ast.Name) else getattr(b, "attr", "") for b in node.bases
+                }
+                bases.setdefault(node.name, set()).update(names)
+    found: set[str] = set()
+    grew = True
+    while grew:
+        more = {c for c, b in bases.items() if b & (found | {"Store"})} - found
+        found |= more
+        grew = bool(more)
+    return found
+
+
+def _class_tests(name: str, classes: set[str]) -> list[str]:
+    """``isinstance``/``issubclass`` calls and ``type(x) is/== C`` tests of ``classes`` in
+    ``name``, as ``line: class``."""
+    out = []
+    for node in ast.walk(ast.parse(MODULES[name][0].read_text())):
+        tested: list[ast.expr] = []
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+            if node.func.id in ("isinstance", "issubclass") and len(node.args) == 2:
+                second = node.args[1]
+                tested = list(second.elts) if isinstance(second, ast.Tuple) else [second]
+        elif isinstance(node, ast.Compare):
+            tested = [node.left, *node.comparators]
+        for t in tested:
+            cls = (
+                t.id if isinstance(t, ast.Name) else t.attr if isinstance(t, ast.Attribute) else ""
+            )
+            if cls in classes:
+                out.append(f"{node.lineno}: {cls}")
+    return out
+
+
+def test_the_dataset_never_tests_a_concrete_store_class() -> None:
+    """``dataset/`` asks the Store interface what a store can do (``local_path``,
+    ``open_url``, ``make_folder``, ...), never which class it is."""
+    classes = _store_classes()
+    assert {"LocalStore", "MemoryStore", "FsspecStore"} <= classes
+    tests = {n: _class_tests(n, classes) for n in MODULES if n.startswith("tensorfile.dataset")}
+    assert {n: t for n, t in tests.items() if t} == {}
 
 
 def test_no_module_is_over_600_lines() -> None:

@@ -61,3 +61,13 @@ def test_key_mistakes_are_one_error_line(tmp_path: Path, capsys: Any) -> None:
         run(capsys, "inspect", tmp_path / "m.safetensors", "--key", "model_state_dict")
     )
     assert "this is a safetensors file" in message
+
+
+def test_an_empty_key_says_it_names_no_dictionary(tmp_path: Path, capsys: Any) -> None:
+    path = tmp_path / "train.pth"
+    _checkpoint(path)
+    for argv in (["inspect", path], ["convert", path, tmp_path / "o.safetensors"]):
+        message = assert_one_error(run(capsys, *argv, "--key", ""))
+        assert "key='' names no dictionary: give a dotted name" in message, message
+        assert "this is a PyTorch pickle file" not in message
+    assert not (tmp_path / "o.safetensors").exists()

@@ -6,6 +6,7 @@ tensorfile is imported), through the real API and command line."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -20,9 +21,10 @@ from tensorfile.core.extras import install_hint, needing, require
 from tensorfile.errors import UnsupportedError
 
 
-def _without(modules: list[str], body: str) -> dict[str, str]:
-    """Run ``body`` in a fresh interpreter where ``modules`` cannot be imported; what each
-    step reported, by step name (the body calls ``step(name, callable)``)."""
+def _without(modules: list[str], body: str, first: Path | None = None) -> dict[str, str]:
+    """Run ``body`` in a fresh interpreter where ``modules`` cannot be imported (``first``:
+    a folder put first on its PYTHONPATH); what each step reported, by step name (the body
+    calls ``step(name, callable)``)."""
     code = textwrap.dedent(
         """
         import json, sys
@@ -42,7 +44,12 @@ def _without(modules: list[str], body: str) -> dict[str, str]:
         """
     ).format(modules=modules)
     code += textwrap.dedent(body) + "\nprint(json.dumps(found))\n"
-    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    env = dict(os.environ)
+    if first is not None:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(first), env.get("PYTHONPATH")]))
+    run = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env
+    )
     assert run.returncode == 0, run.stderr
     return dict(json.loads(run.stdout.strip().splitlines()[-1]))
 
@@ -126,3 +133,50 @@ def test_s3_datasets_without_s3fs_name_the_s3_extra() -> None:
         assert found[step].endswith(
             "needs s3fs, which is not installed: " + install_hint(extra="s3")
         )
+
+
+BROKEN_TORCH = {
+    "part": "from torch._C import _initExtension  # a build without its C extension\n",
+    "library": "raise OSError('libtorch_cpu.so: cannot open shared object file')\n",
+    "dependency": "import typing_extensions_nope  # a dependency that is missing\n",
+}
+
+
+@pytest.mark.parametrize("how", sorted(BROKEN_TORCH))
+def test_an_installed_torch_that_fails_to_import_is_not_called_missing(
+    tmp_path: Path, how: str
+) -> None:
+    """A real package named torch, first on the path, whose import fails: "installed but
+    failed to import" with its own error, never "not installed" (which would send the user
+    to reinstall what is there) nor an I/O error (which reads as the file's)."""
+    (tmp_path / "broken" / "torch").mkdir(parents=True)
+    (tmp_path / "broken" / "torch" / "__init__.py").write_text(BROKEN_TORCH[how])
+    path = tmp_path / "m.pt"
+    torch.save({"w": torch.ones(2)}, path)
+    out = tmp_path / "ds"
+    tensorfile.dataset.write({"x": np.arange(4, dtype=np.float32)}, str(out), batch_size=2)
+    found = _without(
+        [],
+        f"""
+        import contextlib, io
+        import tensorfile.dataset
+        from tensorfile.cli.app import main
+        step("open", lambda: tensorfile.open({str(path)!r}))
+        step("to_torch", lambda: tensorfile.dataset.open({str(out)!r}).to_torch())
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            code = main(["inspect", {str(path)!r}])
+        found["cli"] = f"{{code}} {{err.getvalue()}}"
+        """,
+        first=tmp_path / "broken",
+    )
+    error = {
+        "part": "ModuleNotFoundError: No module named 'torch._C'",
+        "library": "OSError: libtorch_cpu.so: cannot open shared object file",
+        "dependency": "ModuleNotFoundError: No module named 'typing_extensions_nope'",
+    }[how]
+    for step in ("open", "to_torch", "cli"):
+        assert "needs torch, which is installed but failed to import: " + error in found[step]
+        assert "not installed" not in found[step] and "I/O error" not in found[step], found
+    assert found["open"].startswith("UnsupportedError: "), found
+    assert found["cli"].startswith("2 tensorfile: error: unsupported: "), found["cli"]

@@ -7,11 +7,14 @@ gloo backend on 127.0.0.1, each with a DataLoader of two worker processes.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import pickle
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,8 +27,9 @@ from torch.utils.data import DataLoader
 
 from tensorfile import dataset
 from tensorfile.dataset.feed.torch_state import Split
-from tensorfile.dataset.torch import TorchIterable
-from tensorfile.errors import InvalidArgumentError
+from tensorfile.dataset.layout.manifest import ShardEntry
+from tensorfile.dataset.torch import FeedDataset, FeedOptions, TorchIterable, TorchMap
+from tensorfile.errors import InvalidArgumentError, InvalidTypeError
 
 N = 103  # not a multiple of anything used below
 
@@ -250,21 +254,88 @@ def test_two_gloo_ranks_with_two_workers_each(ds_path: str, tmp_path: Path) -> N
 
 
 def test_to_torch_checks_its_arguments(ds_path: str) -> None:
+    ds = dataset.open(ds_path)
     with pytest.raises(InvalidArgumentError, match="at least 1"):
-        TorchIterable(dataset.open(ds_path), shuffle_buffer=0)
+        ds.to_torch(shuffle_buffer=0)
     with pytest.raises(TypeError):
-        TorchIterable(dataset.open(ds_path), batch_size=2.0)  # type: ignore[arg-type]
-    it = TorchIterable(dataset.open(ds_path))
+        ds.to_torch(batch_size=2.0)  # type: ignore[arg-type]
+    it = TorchIterable(ds)
     with pytest.raises(InvalidArgumentError):
         it.set_epoch(-1)
-    ds = dataset.open(ds_path)
     for even in (0, 1, 0.0, "bogus"):  # only True, False, "drop", "pad" (bools by identity)
         with pytest.raises(InvalidArgumentError, match="even"):
-            TorchIterable(ds, even=even)  # type: ignore[arg-type]
+            ds.to_torch(even=even)  # type: ignore[arg-type]
     # out of range: refused when made, not when iterated, with the bound
     for kw in ({"partitions": 0}, {"partitions": 2**25}, {"shuffle_block": 2**70}):
         with pytest.raises(InvalidArgumentError, match="between"):
-            TorchIterable(ds, shuffle=True, **kw)  # type: ignore[arg-type]
+            ds.to_torch(shuffle=True, **kw)  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError, match="rank 2 is not below world_size 2"):
+        ds.to_torch(rank=2, world_size=2)
+    with pytest.raises(InvalidArgumentError, match="rank 1 is not below world_size 1"):
+        ds.to_torch(rank=1)  # the world size torch.distributed has: 1 here
+    with pytest.raises(InvalidTypeError, match="options must be a FeedOptions"):
+        TorchIterable(ds, {"batch_size": 2})  # type: ignore[arg-type]
+
+
+def test_feed_options_are_checked_once_and_carried_whole(ds_path: str) -> None:
+    """to_torch's keywords become one frozen FeedOptions, checked when made (the same checks
+    and messages whether it is made by to_torch or by hand), which the feed keeps and its
+    DataLoader workers get (pickled, with the rank and world size resolved)."""
+    ds = dataset.open(ds_path)
+    it = ds.to_torch(batch_size=4, shuffle=True, seed=5, even="drop", shuffle_buffer=64)
+    want = FeedOptions(batch_size=4, shuffle=True, seed=5, even=True, shuffle_block=64)
+    assert it.options == want
+    assert (want.batched, want.unit, want.even) == (True, 4, True)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        want.seed = 6  # type: ignore[misc]
+    for bad in (
+        {"seed": -1},
+        {"partitions": 0},
+        {"per_sample": False},
+        {"rank": 3, "world_size": 2},
+    ):
+        with pytest.raises(InvalidArgumentError) as by_hand:
+            FeedOptions(**bad)  # type: ignore[arg-type]
+        with pytest.raises(InvalidArgumentError) as by_keywords:
+            ds.to_torch(**bad)  # type: ignore[arg-type]
+        assert str(by_hand.value) == str(by_keywords.value)
+    again = pickle.loads(pickle.dumps(it))
+    assert again.options == dataclasses.replace(want, rank=0, world_size=1)
+    assert [b["id"].tolist() for b in again] == [b["id"].tolist() for b in it]
+
+
+class _Rows:
+    """A dataset of its own making, fed through the protocol only (no ``Dataset``): the
+    first ``n`` samples of ``ds``, counting how often the feed asked for a prefetch."""
+
+    def __init__(self, ds: dataset.Dataset) -> None:
+        self._ds = ds
+        self.path = "rows"
+        self.manifest = ds.manifest
+        self.mode = ds.mode
+        self.predownload = 10
+        self.asked: list[str] = []
+
+    def prefetch(self, shards: Sequence[ShardEntry]) -> None:
+        self.asked.extend(s.shard_path for s in shards)
+
+    def shard_arrays(self, shard: ShardEntry) -> dict[str, Any]:
+        return self._ds.shard_arrays(shard)
+
+    def __len__(self) -> int:
+        return len(self._ds)
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        return self._ds[index]
+
+
+def test_the_feed_needs_only_its_protocol(ds_path: str) -> None:
+    rows = _Rows(dataset.open(ds_path))
+    assert isinstance(rows, FeedDataset)
+    ids = [b["id"].tolist() for b in TorchIterable(rows, FeedOptions(batch_size=50))]
+    assert ids == [list(range(50)), list(range(50, 100)), list(range(100, N))]
+    assert rows.asked and set(rows.asked) <= {s.shard_path for s in rows.manifest.shards}
+    assert len(TorchMap(rows)) == N and TorchMap(rows)[3]["id"].item() == 3
 
 
 @pytest.mark.parametrize(

@@ -242,7 +242,8 @@ def test_the_home_page_and_search_work_in_chromium(served: str, tmp_path: Path) 
         page.keyboard.press("s")  # Material's shortcut opens the search box
         page.fill("input.md-search__input", "safe_open")
         results = page.locator(".md-search-result__item")
-        results.first.wait_for(timeout=30_000)
+        # (the index is built in a web worker: minutes on a loaded 2-core machine; a hang guard)
+        results.first.wait_for(timeout=180_000)
         assert "safe_open" in page.locator(".md-search-result").inner_text()
         assert not errors, errors
 

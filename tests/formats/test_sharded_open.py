@@ -70,7 +70,7 @@ def _check_reader(ck: Any, *, mapped: bool = True, metadata: bool = True) -> Non
     with pytest.raises(KeyError):
         ck.get_tensor("zz")
     assert sorted(ck.opened) == sorted({ck.shard_of(n) for n in ("t0", "t1", "t3", "t4")})
-    if metadata:  # reads every shard's header (not its data), opening no shard
+    if metadata:  # reads the headers of the shards not opened yet (not their data)
         assert ck.metadata == {"who": "test"} and ck.format == "safetensors"
         assert sorted(ck.catalog.tensors) == sorted(ARRAYS)
         assert {os.path.basename(t.file or "") for t in ck.catalog.tensors.values()} == set(
@@ -97,9 +97,27 @@ def test_over_http_each_shard_is_requested_only_once_it_is_used(served: Server) 
         before = len(_requested(served))
         ck.get_tensor("t1")  # an opened shard: its header is not fetched again
         assert set(_requested(served)[before:]) <= {f"/ck/{ck.shard_of('t1')}"}
+        unopened = set(ck.shards) - set(ck.opened)
         before = len(_requested(served))
         assert ck.metadata == {"who": "test"}  # the index's and the shards' common metadata
-        assert set(_requested(served)[before:]) == {f"/ck/{s}" for s in ck.shards}
+        assert set(_requested(served)[before:]) == {f"/ck/{s}" for s in unopened}
+
+
+@pytest.mark.parametrize("metadata_first", [False, True])
+def test_over_http_each_shard_header_is_fetched_once(served: Server, metadata_first: bool) -> None:
+    """Whichever comes first, the tensors or ``.metadata`` (which needs every shard's header),
+    each shard is requested once: every tensor of these shards lies inside the first read."""
+    with tensorfile.open(f"{served.url}/ck/{INDEX}") as ck:
+        if metadata_first:
+            assert ck.metadata == {"who": "test"}
+        got = ck.get_tensors(["t1", "t4"])
+        assert np.array_equal(got["t4"], ARRAYS["t4"])
+        assert ck.metadata == {"who": "test"}
+        assert sorted(ck.catalog.tensors) == sorted(ARRAYS)
+        for name in ARRAYS:
+            assert np.array_equal(ck.get_tensor(name), ARRAYS[name])
+        requested = _requested(served)
+    assert sorted(requested) == sorted([f"/ck/{INDEX}", *(f"/ck/{s}" for s in ck.shards)])
 
 
 def test_fsspec_index_finds_its_shards_beside_it(ckpt: Path, tmp_path: Path, capsys: Any) -> None:

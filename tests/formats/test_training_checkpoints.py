@@ -230,3 +230,14 @@ def test_shared_and_self_holding_containers(tmp_path: Path) -> None:
     torch.save(bomb, tmp_path / "bomb.pt")
     with pytest.raises(UnsupportedError, match="flattens to more than"):
         tensorfile.open(tmp_path / "bomb.pt")
+
+
+def test_a_file_name_with_control_characters_is_quoted(tmp_path: Path) -> None:
+    path = tmp_path / "evil\n\x1b[31m.pt"
+    torch.save({"m\t": {"w": torch.ones(1)}}, path)
+    for key in ("x", "", "m\t.w"):
+        with pytest.raises(InvalidArgumentError) as caught:
+            tensorfile.open(path, key=key)
+        message = str(caught.value)
+        assert message.startswith(f"{str(path)!r}: "), message
+        assert "\n" not in message and "\x1b" not in message

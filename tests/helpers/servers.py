@@ -84,6 +84,8 @@ class Server:
     root: Path
     log: Path | None = None
     sent: list[int] | None = None
+    accepted: list[int] | None = None
+    """The client ports of the TCP connections the Python range server accepted, in order."""
 
     def requests(self) -> list[Logged]:
         """Requests since the last ``reset()`` (nginx only)."""
@@ -245,9 +247,21 @@ class _RangeHandler(http.server.SimpleHTTPRequestHandler):
             pass
 
 
+class _CountingServer(http.server.ThreadingHTTPServer):
+    """Records the client port of every TCP connection it accepts (``accepted``)."""
+
+    accepted: list[int]
+
+    def get_request(self) -> tuple[socket.socket, Any]:
+        sock, address = super().get_request()
+        self.accepted.append(address[1])
+        return sock, address
+
+
 def start_range_server(root: Path, log: Path, etag: bool = False) -> tuple[Server, _Stopper]:
     """Serve ``root`` with Range support on a free port, logging to ``log`` as nginx does
-    (with an ``ETag`` on each reply if ``etag``)."""
+    (with an ``ETag`` on each reply if ``etag``); ``Server.accepted`` counts the connections
+    it accepts."""
 
     class Handler(_RangeHandler):
         def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -256,9 +270,12 @@ def start_range_server(root: Path, log: Path, etag: bool = False) -> tuple[Serve
     Handler.log_path = log
     Handler.etag = etag
     Handler.protocol_version = "HTTP/1.1"
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    httpd = _CountingServer(("127.0.0.1", 0), Handler)
+    httpd.accepted = []
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    return Server(f"http://127.0.0.1:{httpd.server_address[1]}", root, log=log), _Stopper(httpd)
+    server = Server(f"http://127.0.0.1:{httpd.server_address[1]}", root, log=log)
+    server.accepted = httpd.accepted
+    return server, _Stopper(httpd)
 
 
 class _NoRangeHandler(http.server.SimpleHTTPRequestHandler):

@@ -78,3 +78,16 @@ def test_binary_garbage_keeps_the_plain_message(tmp_path: Path) -> None:
         ours_np.load_file(path)
     assert "looks like" not in str(info.value)
     assert "over the 100000000-byte limit" in str(info.value)
+
+
+@pytest.mark.parametrize("entry", [e for e in ENTRY_POINTS if "load_file" in e or "open" in e])
+def test_a_file_name_with_control_characters_is_quoted(tmp_path: Path, entry: str) -> None:
+    """A name holding a line break and an ANSI escape is shown repr-style, once, never raw
+    (a message must not move the cursor or colour the user's terminal)."""
+    path = tmp_path / "evil\n\x1b[31mname.safetensors"
+    path.write_bytes(HTML_PAGE)
+    with pytest.raises(HeaderTooLargeError) as info:
+        ENTRY_POINTS[entry](path, HTML_PAGE)
+    message = str(info.value)
+    assert message.startswith(f"{str(path)!r} looks like an HTML page"), message
+    assert "\n" not in message and "\x1b" not in message

@@ -1,6 +1,6 @@
 """The HTTP servers of tests/sources, one per session, on 127.0.0.1: the Range-honouring
-Python server of :mod:`tests.helpers.servers`, and Python's ``http.server``, which ignores
-Range."""
+Python server of :mod:`tests.helpers.servers` (without and with ``ETag``), and Python's
+``http.server``, which ignores Range."""
 
 from __future__ import annotations
 
@@ -17,6 +17,18 @@ def range_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     root = tmp / "www"
     root.mkdir()
     server, stopper = start_range_server(root, tmp / "access.log")
+    yield server
+    stopper.terminate()
+
+
+@pytest.fixture(scope="session")
+def etag_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """The Range-honouring server, with an ``ETag`` on each reply (what the chunk cache keys
+    on)."""
+    tmp = tmp_path_factory.mktemp("etag-server")
+    root = tmp / "www"
+    root.mkdir()
+    server, stopper = start_range_server(root, tmp / "access.log", etag=True)
     yield server
     stopper.terminate()
 

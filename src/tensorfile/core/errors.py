@@ -368,10 +368,22 @@ class UnknownFormatError(FormatError):
         self.size = size
 
 
+def quoted_name(name: str) -> str:
+    """A file's name for a message: as it is, or, where it holds what a terminal should not
+    be sent (a line break, an escape sequence), quoted with escapes (repr-style).
+
+    Example:
+        >>> print(quoted_name("m.safetensors"), quoted_name("evil\\n\\x1b[31m.safetensors"))
+        m.safetensors 'evil\\n\\x1b[31m.safetensors'
+    """
+    return name if name.isprintable() else repr(name)
+
+
 def name_file(exc: TensorFileError, name: str) -> None:
     """Make ``exc`` name the file ``name``: ``exc.path`` becomes ``name`` unless it names a
-    file already, and the message is prefixed with ``name: `` unless it names the file
-    already. A source with no name of its own (bytes in memory: ``<memory>``) is not named.
+    file already, and the message is prefixed with ``name: `` (:func:`quoted_name`) unless
+    it names the file already. A source with no name of its own (bytes in memory:
+    ``<memory>``) is not named.
 
     Example:
         >>> exc = FormatError("header too short", offset=8)
@@ -387,8 +399,9 @@ def name_file(exc: TensorFileError, name: str) -> None:
     if exc.path is None:
         exc.path = name
     message = exc.args[0] if exc.args else None
-    if isinstance(message, str) and not (_names(message, name) or _names(message, exc.path)):
-        exc.args = (f"{name}: {message}", *exc.args[1:])
+    named = (name, exc.path, quoted_name(name), quoted_name(exc.path))
+    if isinstance(message, str) and not any(_names(message, n) for n in named):
+        exc.args = (f"{quoted_name(name)}: {message}", *exc.args[1:])
 
 
 def _names(message: str, name: str) -> bool:

@@ -23,13 +23,15 @@ is not installed: pip install 'tensorfile[torch]'
 from __future__ import annotations
 
 import importlib
+import importlib.util
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import ModuleType
 
 from .errors import UnsupportedError
 
-__all__ = ["install_hint", "missing", "needing", "require"]
+__all__ = ["broken", "install_hint", "missing", "needing", "require"]
 
 
 def install_hint(*, extra: str | None = None, package: str | None = None) -> str:
@@ -54,12 +56,28 @@ def missing(
     return UnsupportedError(f"{what} needs {name}, which is not installed: {hint}")
 
 
+def broken(what: str, name: str, exc: BaseException) -> UnsupportedError:
+    """The error for ``what``, which needs the package ``name`` that is installed but fails
+    to import (a missing part or dependency of it, a library it cannot load): its own error
+    quoted (raise it ``from`` that error).
+
+    Example:
+        >>> print(broken("reading a pickle", "torch", ImportError("No module named 'torch._C'")))
+        reading a pickle needs torch, which is installed but failed to import: ImportError: \
+No module named 'torch._C'
+    """
+    return UnsupportedError(
+        f"{what} needs {name}, which is installed but failed to import: {type(exc).__name__}: {exc}"
+    )
+
+
 @contextmanager
 def needing(what: str, *, extra: str | None = None, package: str | None = None) -> Iterator[None]:
     """Turn an ImportError of a package missing in the block into the
     :class:`~tensorfile.errors.UnsupportedError` that names it and what installs it
-    (``extra``, else ``package``); a missing module of tensorfile's own is a bug, raised as
-    it is.
+    (``extra``, else ``package``), and the failure of an installed package's import (an
+    ImportError or OSError inside it) into one that says so; a missing module of
+    tensorfile's own is a bug, raised as it is.
 
     Example:
         >>> try:
@@ -71,25 +89,61 @@ def needing(what: str, *, extra: str | None = None, package: str | None = None) 
     """
     try:
         yield
-    except ImportError as exc:
-        raise _translated(exc, what, extra, package) from exc
+    except (ImportError, OSError) as exc:
+        raise _translated(exc, what, extra, package, _importing(exc)) from exc
+
+
+def _importing(exc: BaseException) -> str | None:
+    """The package whose import ``exc`` broke in a :func:`needing` block: the first module
+    in its traceback, past the block's own frame, that is not tensorfile's (None: the error
+    was raised by no other package's code)."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_frame.f_globals is globals():  # (needing's own frame)
+        tb = tb.tb_next
+    tb = tb.tb_next if tb is not None else None  # (the block's frame: the caller's module)
+    while tb is not None:
+        module = str(tb.tb_frame.f_globals.get("__name__", "")).split(".")[0]
+        if module and module != "tensorfile":
+            return module
+        tb = tb.tb_next
+    return None
+
+
+def _installed(name: str) -> bool:
+    """Whether the top-level package ``name`` can be found (imported or not)."""
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):  # (a module in sys.modules without a spec)
+        return name in sys.modules
 
 
 def _translated(
-    exc: ImportError, what: str, extra: str | None, package: str | None
+    exc: ImportError | OSError,
+    what: str,
+    extra: str | None,
+    package: str | None,
+    importing: str | None,
 ) -> BaseException:
-    """The error to raise for ``exc``: :func:`missing`'s, or ``exc`` itself when the module
-    missing is tensorfile's own (a bug) or unnamed."""
-    name = (exc.name or "").split(".")[0]
-    if not name or name == "tensorfile":
+    """The error to raise for ``exc`` met importing ``importing`` (the package, where
+    known): :func:`missing`'s where the package is not installed, :func:`broken`'s where it
+    is; ``exc`` itself where it is no import's failure (a missing module of tensorfile's own
+    is a bug)."""
+    name = (getattr(exc, "name", None) or "").split(".")[0]
+    if importing is None and (not isinstance(exc, ImportError) or not name):
+        return exc  # not raised by an import of another package
+    top = importing or name
+    if top == "tensorfile":
         return exc
-    return missing(what, name, extra=extra, package=package)
+    if not _installed(top):
+        return missing(what, top, extra=extra, package=package)
+    return broken(what, top, exc)
 
 
 def require(
     module: str, what: str, *, extra: str | None = None, package: str | None = None
 ) -> ModuleType:
-    """Import ``module`` (``"torch"``) for ``what``, or raise what :func:`needing` raises.
+    """Import ``module`` (``"torch"``) for ``what``, or raise what :func:`needing` raises:
+    "not installed" only where the package cannot be found at all.
 
     Example:
         >>> require("json", "reading JSON", extra="core").__name__
@@ -97,5 +151,5 @@ def require(
     """
     try:
         return importlib.import_module(module)
-    except ImportError as exc:
-        raise _translated(exc, what, extra, package) from exc
+    except (ImportError, OSError) as exc:
+        raise _translated(exc, what, extra, package, module.split(".")[0]) from exc

@@ -1,10 +1,13 @@
 """A dataset's samples for PyTorch: an ``IterableDataset`` that feeds training in an order
 independent of the world size and resumes mid-epoch from a small JSON state, and a map-style
-view (:meth:`tensorfile.dataset.Dataset.to_torch`).
+view (:meth:`tensorfile.dataset.Dataset.to_torch`); the feed's options as one typed value
+(:class:`FeedOptions`) and what it needs of a dataset (:class:`FeedDataset`).
 
-The public import path; the implementation lives in :mod:`tensorfile.dataset.feed.torch`.
+The public import path; the implementation lives in :mod:`tensorfile.dataset.feed`.
 """
 
+from .feed.options import FeedOptions
+from .feed.protocol import FeedDataset
 from .feed.torch import ShardedIterable, TorchIterable, TorchMap
 
-__all__ = ["ShardedIterable", "TorchIterable", "TorchMap"]
+__all__ = ["FeedDataset", "FeedOptions", "ShardedIterable", "TorchIterable", "TorchMap"]

@@ -54,7 +54,7 @@ from typing import Any, NamedTuple, Protocol, cast
 
 from ..core.catalog import Catalog
 from ..core.dtypes import DType
-from ..core.errors import InvalidArgumentError, UnsupportedError, naming
+from ..core.errors import InvalidArgumentError, UnsupportedError, naming, quoted_name
 from ..core.reader import Reader
 from ..core.source import FIRST_READ, ByteRequest, RangeRequest, Source, SuffixRequest
 from ..sources import CacheDir, PathOrData, open_input, path_text
@@ -202,8 +202,12 @@ class Format:
     def _key(self, key: Key, source: Source) -> dict[str, str]:
         if key is None or (self.nested and isinstance(key, str) and key):
             return {} if key is None else {"key": key}
-        what = f"key={key!r} picks a dictionary of a PyTorch pickle by its dotted name"
-        raise InvalidArgumentError(f"{source.name}: {what}; this is a {self.title} file")
+        what = (
+            f"picks a PyTorch pickle's dictionary by its dotted name; this is a {self.title} file"
+        )
+        if not isinstance(key, str) or not key:  # (a nested format's too)
+            what = "names no dictionary: give a dotted name, or leave key out to read every entry"
+        raise InvalidArgumentError(f"{quoted_name(source.name)}: key={key!r} {what}")
 
     def first_request(self, size: int = FIRST_READ) -> ByteRequest:
         """The first request to a remote file of this format: its head or its tail."""

@@ -23,7 +23,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from ..core.errors import TensorFileError, UnknownFormatError, UnsupportedError
+from ..core.errors import TensorFileError, UnknownFormatError, UnsupportedError, quoted_name
 from ..core.source import Source
 
 __all__ = [
@@ -199,7 +199,7 @@ def not_a_tensor_file(
     name, size = source.name, source.size
     if size == 0:
         return UnknownFormatError(
-            f"{name} is empty (0 bytes), not a tensor file tensorfile knows ({known})",
+            f"{quoted_name(name)} is empty (0 bytes), not a tensor file tensorfile knows ({known})",
             path=name,
         )
     sniff = head if size <= len(head) else source.read(0, min(size, SNIFF_BYTES))
@@ -213,7 +213,8 @@ def not_a_tensor_file(
         if shards is not None:
             return UnsupportedError(index_message(name, shards))
     what = looks_like(sniff, signatures)
-    prefix = f"{name} looks like {what}, not" if what else f"{name} is not"
+    shown_name = quoted_name(name)
+    prefix = f"{shown_name} looks like {what}, not" if what else f"{shown_name} is not"
     first = sniff[:SHOWN_BYTES]
     if size < _SHORTEST:
         detail = (
@@ -259,7 +260,7 @@ file: its first 16 of 63 bytes are b'version https://'...
     if what is None:
         return None
     name = source.name
-    subject = "the data" if name.startswith("<") and name.endswith(">") else name  # <memory>
+    subject = "the data" if name.startswith("<") and name.endswith(">") else quoted_name(name)
     return f"{subject} looks like {what}, not {what_not}: {_first_bytes(sniff, size)}"
 
 
@@ -269,7 +270,8 @@ def index_message(name: str, shards: list[str]) -> str:
     more = f" and {len(shards) - 3:,} more" if len(shards) > 3 else ""
     which = f" ({listed}{more})" if shards else ""
     return (
-        f"{name} is a sharded checkpoint index (like model.safetensors.index.json) naming "
+        f"{quoted_name(name)} is a sharded checkpoint index (like "
+        "model.safetensors.index.json) naming "
         f"{len(shards):,} shard{'' if len(shards) == 1 else 's'}{which}, not a tensor file: "
         "open it by its path (tensorfile.open reads the index and its shards as one file), "
         "or open the shards themselves"

@@ -26,7 +26,7 @@ Example:
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import closing
 from dataclasses import dataclass, replace
@@ -34,6 +34,7 @@ from typing import Any
 
 from ..core.catalog import Catalog, agreed, merged
 from ..core.errors import InvalidArgumentError, naming
+from ..core.reader import Reader
 from ..core.source import Source
 from ..sources import LocalSource, is_url, local_path_of, open_path
 from . import _index, detect, guess
@@ -52,6 +53,7 @@ __all__ = [
     "locate_checkpoint",
     "naming",
     "open_file_source",
+    "reader_catalog",
     "regular_file",
 ]
 
@@ -113,8 +115,19 @@ def file_catalog(
     source = open_file_source(path, local=local, allow_full_download=allow_full_download)
     with closing(source), naming(source.name):
         cat = detect(source).read_catalog(source, key=key)
+    return _as_read(cat, source, path)
+
+
+def _as_read(cat: Catalog, source: Source, path: str) -> Catalog:
+    """``cat`` with where it was read from: ``path`` (as given) and its source's counters."""
     opened = {source.name: path} if source.name != path else {}
     return replace(cat, path=source.name, stats=(source.stats,), opened_from=opened)
+
+
+def reader_catalog(reader: Reader, path: str) -> Catalog:
+    """The catalog of an open reader of the file ``path``, as :func:`file_catalog` gives
+    it (``path``, ``stats``, ``opened_from``), without reading its header again."""
+    return _as_read(reader.catalog, reader.source, path)
 
 
 def file_catalogs(
@@ -209,11 +222,16 @@ def checkpoint_metadata(
 
 
 def checkpoint_catalog(
-    target: str | CheckpointIndex, *, allow_full_download: bool | None = None
+    target: str | CheckpointIndex,
+    *,
+    allow_full_download: bool | None = None,
+    read: Callable[[list[str]], list[Catalog]] | None = None,
 ) -> Catalog:
     """The catalog of a sharded checkpoint (see the module docstring): its metadata is
     :func:`checkpoint_metadata`'s, for every door (``tensorfile.open``, ``inspect``,
-    ``meta``, the ids)."""
+    ``meta``, the ids). ``read``: how the shard files' catalogs are read (default:
+    :func:`file_catalogs`; a :class:`~tensorfile.formats.checkpoint.ShardedReader` takes them
+    from its shards' readers)."""
     ck = (
         locate_checkpoint(target, allow_full_download=allow_full_download)
         if isinstance(target, str)
@@ -221,7 +239,10 @@ def checkpoint_catalog(
     )
     shown = target if isinstance(target, str) and ck.local else ck.shown
     files = sorted(set(ck.where.values()))
-    parts = file_catalogs(files, local=ck.local, allow_full_download=ck.allow_full_download)
+    if read is None:
+        parts = file_catalogs(files, local=ck.local, allow_full_download=ck.allow_full_download)
+    else:
+        parts = read(files)
     cat = merged(shown, parts, files)
     holder = {name: t.file for name, t in cat.tensors.items()}
     by_file = dict(

@@ -10,10 +10,12 @@ only once, and checks that a shard holds the tensors the index places in it.
 A :class:`ShardedReader` is a :class:`~tensorfile.core.reader.Reader`: ``catalog`` is the
 checkpoint's whole catalog (every shard's header read, each tensor's ``file`` its shard) and
 ``metadata`` the index's ``metadata`` merged with what every shard's metadata agrees on (see
-:func:`tensorfile.formats.catalogs.checkpoint_metadata`); both read the shards' headers on first
-use. The index is held to the operations' rules: at most 64 MiB, a ``weight_map`` of text to
-text, shards named by plain relative names in the index's folder (no ``..``, no absolute
-paths or URLs); a remote index's shards are fetched from next to it.
+:func:`tensorfile.formats.catalogs.checkpoint_metadata`); both read the headers of the shards
+not opened yet on first use (concurrently), and a remote checkpoint keeps those shards open,
+so each shard's header is fetched once whichever is asked first, the tensors or the metadata.
+The index is held to the operations' rules: at most 64 MiB, a ``weight_map`` of text to text,
+shards named by plain relative names in the index's folder (no ``..``, no absolute paths or
+URLs); a remote index's shards are fetched from next to it.
 
 Example:
     >>> import numpy as np, os, tempfile, tensorfile
@@ -45,6 +47,7 @@ from ..core.errors import (
     TensorNotFoundError,
     UnsupportedError,
 )
+from ..core.parallel import in_threads
 from ..core.plan import Pending
 from ..core.reader import Allocator, NDArray, Reader, names_list, numpy_allocator
 from ..core.source import Source
@@ -68,6 +71,7 @@ class ShardedReader(Reader):
         self.index = ck.shown
         self.total_size: int | None = ck.total_size
         self._readers: dict[str, Reader] = {}
+        self._opening: dict[str, threading.Lock] = {}  # one per shard: opened once, in parallel
         self._lock = threading.Lock()
         self._closed = False
         self._catalog: Catalog | None = None
@@ -76,16 +80,39 @@ class ShardedReader(Reader):
 
     @property
     def catalog(self) -> Catalog:
-        """The whole checkpoint's catalog (reads every shard's header on first use)."""
+        """The whole checkpoint's catalog (reads the headers of the shards not opened yet on
+        first use; a remote checkpoint keeps them open, so each header is fetched once)."""
         if self._catalog is None:
             from .catalogs import checkpoint_catalog
 
-            self._catalog = checkpoint_catalog(self._ck)
+            self._catalog = checkpoint_catalog(self._ck, read=self._shard_catalogs)
         return self._catalog
 
     @catalog.setter
     def catalog(self, value: Catalog) -> NoReturn:
         raise AttributeError("a ShardedReader's catalog is read from its shards")
+
+    def _shard_catalogs(self, files: list[str]) -> list[Catalog]:
+        """The catalogs of the shard ``files`` (paths or URLs), each read once: an open
+        shard's from its reader; a remote shard not open yet is opened (its header is the
+        first request of its reads to come), on up to 8 threads; a local one's header is
+        read without keeping the file open (it costs no request)."""
+        from .catalogs import file_catalog, reader_catalog
+
+        shard_of = {where: shard for shard, where in self._ck.where.items()}
+        out: dict[str, Catalog] = {}
+
+        def one(path: str) -> None:
+            shard = shard_of[path]
+            with self._lock:
+                reader = self._readers.get(shard)
+            if reader is None and self._ck.local:
+                out[path] = file_catalog(path, local=True)
+            else:
+                out[path] = reader_catalog(self._open_shard(shard), path)
+
+        in_threads(max(1, min(8, len(files))), files, one)
+        return [out[f] for f in files]
 
     @property
     def source(self) -> Source:
@@ -129,27 +156,48 @@ class ShardedReader(Reader):
         shard = self._ck.weight_map.get(name)
         if shard is None:
             raise TensorNotFoundError(f"{self.index}: no tensor named {name!r}")
-        with self._lock:
-            reader = self._readers.get(shard)
-            if reader is None:
-                try:
-                    reader = open_reader(
-                        self._ck.where[shard],
-                        format="safetensors",
-                        allow_full_download=self._ck.allow_full_download,
-                        verify=self._verify,
-                    )
-                except TensorFileError as exc:  # the shard's error, its attributes kept
-                    _in_checkpoint(exc, self.index, shard)
-                    raise
-                except OSError as exc:
-                    raise SafetensorError(f"{self.index}: shard {shard}: {exc}") from exc
-                self._readers[shard] = reader
+        reader = self._open_shard(shard)
         if name not in reader.catalog.tensors:
             raise FormatError(
                 f"{self.index}: the index places tensor {name!r} in {shard}, which does not hold it"
             )
         return reader
+
+    def _open_shard(self, shard: str) -> Reader:
+        """The reader of ``shard``, opened on first use and only once (threads opening other
+        shards meanwhile do not wait)."""
+        with self._lock:
+            reader = self._readers.get(shard)
+            if reader is not None:
+                return reader
+            opening = self._opening.setdefault(shard, threading.Lock())
+        with opening:
+            with self._lock:
+                if self._closed:
+                    raise InvalidArgumentError(f"{self.index}: the checkpoint is closed")
+                reader = self._readers.get(shard)
+            if reader is not None:
+                return reader
+            try:
+                reader = open_reader(
+                    self._ck.where[shard],
+                    format="safetensors",
+                    allow_full_download=self._ck.allow_full_download,
+                    verify=self._verify,
+                )
+            except TensorFileError as exc:  # the shard's error, its attributes kept
+                _in_checkpoint(exc, self.index, shard)
+                raise
+            except OSError as exc:
+                raise SafetensorError(f"{self.index}: shard {shard}: {exc}") from exc
+            with self._lock:
+                closed = self._closed
+                if not closed:
+                    self._readers[shard] = reader
+            if closed:
+                reader.close()
+                raise InvalidArgumentError(f"{self.index}: the checkpoint is closed")
+            return reader
 
     # -- the reader surface ----------------------------------------------------------------
 

@@ -24,10 +24,11 @@ is read whole):
   tensor: it becomes a metadata value under its dotted name (``epoch``,
   ``optimizer_state_dict.param_groups``), kept whole as a JSON-like value
   (:func:`plain_value`: dict keys as text, tuples as lists; bytes, complex numbers, torch
-  dtypes and devices as their text) in the reader's :attr:`~PickleReader.attributes`
-  (``3``), and as text in its ``metadata`` (text as it is, other values as JSON: ``"3"``,
-  as every format whose metadata is text has it); the catalog's ``extra["not_tensors"]``
-  describes each
+  dtypes and devices as their text; a container inside itself as a text naming it; two
+  keys with one text, or a lone surrogate, noted in its description) in the reader's
+  :attr:`~PickleReader.attributes` (``3``), and as text in its ``metadata`` (text as it
+  is, other values as JSON: ``"3"``, as every format whose metadata is text has it); the
+  catalog's ``extra["not_tensors"]`` describes each
   (``{"epoch": "int", "char2idx": "dict of 80 ints"}``: :func:`describe`), which
   ``inspect`` and ``convert`` report. Converted to safetensors (text metadata only), text
   values are kept as they are and the others as JSON text; zTensor v2 keeps the values;
@@ -66,7 +67,7 @@ import numpy as np
 
 from ..core import dtypes
 from ..core.catalog import ByteRange, Catalog, Component, TensorInfo
-from ..core.errors import InvalidArgumentError, SourceError, UnsupportedError
+from ..core.errors import InvalidArgumentError, SourceError, UnsupportedError, quoted_name
 from ..core.extras import require
 from ..core.source import Source
 from . import PYTORCH, metadata_text
@@ -105,10 +106,10 @@ def torch_is_safe(version: str) -> bool:
 
 def _torch(source: Source) -> Any:
     """torch, new enough that ``torch.load(weights_only=True)`` cannot be bypassed."""
-    torch = require("torch", f"{source.name}: reading a PyTorch pickle", extra="torch")
+    torch = require("torch", f"{quoted_name(source.name)}: reading a PyTorch pickle", extra="torch")
     if not torch_is_safe(torch.__version__):
         raise UnsupportedError(
-            f"{source.name}: torch {torch.__version__} is installed, and before 2.6 "
+            f"{quoted_name(source.name)}: torch {torch.__version__} is installed, and before 2.6 "
             "torch.load(weights_only=True) could be made to run code (CVE-2025-32434); "
             "tensorfile reads pickles only with torch>=2.6 (pip install -U torch)"
         )
@@ -150,8 +151,8 @@ def _load(source: Source) -> Any:
         raise
     except Exception as exc:  # torch's UnpicklingError and friends: the reason is theirs
         raise UnsupportedError(
-            f"{source.name}: refused by torch.load(weights_only=True), the only way tensorfile "
-            f"reads pickles (it never runs code from one): {_reason(exc)}"
+            f"{quoted_name(source.name)}: refused by torch.load(weights_only=True), the only "
+            f"way tensorfile reads pickles (it never runs code from one): {_reason(exc)}"
         ) from None
 
 
@@ -182,58 +183,95 @@ _LEFT = -2
 """The parent of a stack entry that marks the end of a container's walk."""
 
 
+_PLAIN = frozenset({type(None), bool, int, float, str, bytes})
+"""The commonest values that are no container (the check that skips them is the fast one)."""
+
+_NUMBERS = frozenset({type(None), bool, int, float})
+"""The values that are their own plain value."""
+
+
+def _members(value: Any) -> Any:
+    return value.values() if isinstance(value, Mapping) else value
+
+
+def _holding(obj: Any, torch: Any) -> set[int]:
+    """The ids of the containers in ``obj`` that hold a tensor, at any depth: each container
+    is looked into once however often it is referred to (a cycle or a shared list costs
+    nothing more), and one that holds only plain values is not remembered at all."""
+    up: dict[int, list[int]] = {}  # a container's id -> the ids of the containers holding it
+    held: list[int] = []  # the containers that hold a tensor themselves
+    seen = {id(obj)}
+    stack = [obj] if _is_container(obj, torch) else []
+    while stack:
+        value = stack.pop()
+        direct = False
+        for member in _members(value):
+            if type(member) in _PLAIN:
+                continue
+            if isinstance(member, torch.Tensor):
+                direct = True
+            elif _is_container(member, torch) and any(
+                type(m) not in _PLAIN and (isinstance(m, torch.Tensor) or _is_container(m, torch))
+                for m in _members(member)
+            ):  # (a container of plain values alone cannot lead to a tensor)
+                up.setdefault(id(member), []).append(id(value))
+                if id(member) not in seen:
+                    seen.add(id(member))
+                    stack.append(member)
+        if direct:
+            held.append(id(value))
+    found = set(held)
+    while held:
+        for parent in up.get(held.pop(), ()):
+            if parent not in found:
+                found.add(parent)
+                held.append(parent)
+    return found
+
+
 def _walk(obj: Any, where: str, limit: int) -> Checkpoint:
     """Flatten ``obj`` (see the module docstring) without recursion: a dict nested thousands
-    deep, which ``torch.load`` accepts, is walked like any other. A container shared by two
+    deep, which ``torch.load`` accepts, is walked like any other. Only the containers that
+    hold a tensor are opened: any other (a list of five million numbers, one that holds
+    itself) is one plain value, whatever it holds. A container of tensors shared by two
     entries is read under both names; one that holds itself is, inside itself, a text value
-    naming it; more than ``limit`` entries (a pickle can refer to one list twice at every
-    level: 2**60 entries in a few bytes) is refused."""
+    naming it; more than ``limit`` entries read again through a container walked before (a
+    pickle can refer to one dict twice at every level: 2**60 entries in a few bytes) is
+    refused. (Entries read once cost no budget: there are no more of them than objects
+    ``torch.load`` made.)"""
     torch = sys.modules["torch"]
-    # pre-order: (name, value, parent); a container is opened only if it holds a container
-    nodes: list[tuple[str, Any, int]] = []
+    holding = _holding(obj, torch)
+    found = Checkpoint({}, {})
     stack: list[tuple[str, Any, int]] = [("", obj, -1)]
     path: dict[int, str] = {}  # the containers being walked (a repeat of one: a cycle)
+    walked: set[int] = set()  # the containers walked (a repeat of one: shared)
+    again = 0  # the entries read again, through a shared container
     while stack:
         name, value, parent = stack.pop()
         if parent == _LEFT:
             del path[id(value)]
             continue
-        if _is_container(value, torch) and id(value) in path:
-            value = f"(the same object as {path[id(value)]!r})"
-        nodes.append((name, value, parent))
-        if len(nodes) > limit:
-            raise UnsupportedError(
-                f"{where}: the pickle refers to its containers so often that it flattens to "
-                f"more than {limit:,} entries"
-            )
-        if not _is_container(value, torch):
+        opened = _is_container(value, torch) and (parent < 0 or id(value) in holding)
+        if opened and id(value) in path:
+            value, opened = f"(the same object as {path[id(value)]!r})", False
+        if opened:  # the top's entries are entries, tensors or not
+            if id(value) in walked:
+                again += len(value)
+                if again > limit:
+                    raise UnsupportedError(
+                        f"{quoted_name(where)}: the pickle refers to its containers so often "
+                        f"that it flattens to more than {limit:,} entries read twice"
+                    )
+            walked.add(id(value))
+            path[id(value)] = name
+            stack.append((name, value, _LEFT))  # popped once every child is walked
+            stack.extend(reversed([(n, v, 0) for n, v in _children(value, name)]))
             continue
-        members = value.values() if isinstance(value, Mapping) else value
-        if parent >= 0 and all(isinstance(v, _SCALARS) for v in members):
-            continue  # a leaf of plain values (char2idx, a loss history)
-        path[id(value)] = name
-        here = len(nodes) - 1
-        stack.append((name, value, _LEFT))  # popped once every child is walked
-        stack.extend(reversed([(n, v, here) for n, v in _children(value, name)]))
-    holds = [isinstance(v, torch.Tensor) for _, v, _ in nodes]
-    for i in range(len(nodes) - 1, 0, -1):  # children come after their parent
-        if holds[i]:
-            holds[nodes[i][2]] = True
-    holds[0] = holds[0] or _is_container(obj, torch)  # the top's entries are entries
-    found = Checkpoint({}, {})
-    for i, (name, value, parent) in enumerate(nodes):
-        if parent >= 0 and not holds[parent]:
-            continue  # inside a plain value, kept whole
-        if isinstance(value, torch.Tensor):
-            into = found.tensors
-        elif holds[i]:
-            continue  # a container of tensors: its children are the entries
-        else:
-            into = found.values
+        into = found.tensors if isinstance(value, torch.Tensor) else found.values
         name = name or file_stem(where)  # a lone tensor or value: named after the file
         if name in into:
             raise UnsupportedError(
-                f"{where}: two entries flatten to the name {name!r} (a dotted key and "
+                f"{quoted_name(where)}: two entries flatten to the name {name!r} (a dotted key and "
                 "a nested dict); rename one"
             )
         into[name] = value
@@ -251,15 +289,15 @@ def _select(found: Checkpoint, key: str, where: str) -> Checkpoint:
         return picked
     if key in found.tensors:
         raise InvalidArgumentError(
-            f"{where}: key {key!r} is a tensor, not a dictionary of them: leave key out "
-            "to read it with the others"
+            f"{quoted_name(where)}: key {key!r} is a tensor, not a dictionary of them: leave "
+            "key out to read it with the others"
         )
     if key in found.values or picked.values:
         what = describe(found.values[key]) if key in found.values else "no tensors"
-        raise InvalidArgumentError(f"{where}: key {key!r} holds no tensors ({what})")
+        raise InvalidArgumentError(f"{quoted_name(where)}: key {key!r} holds no tensors ({what})")
     tops = list(dict.fromkeys(n.split(".", 1)[0] for n in found.tensors if "." in n))
     choose = f": choose one of {', '.join(repr(t) for t in tops)}" if tops else ""
-    raise InvalidArgumentError(f"{where}: the pickle has no key {key!r}{choose}")
+    raise InvalidArgumentError(f"{quoted_name(where)}: the pickle has no key {key!r}{choose}")
 
 
 def _type_name(value: Any) -> str:
@@ -288,37 +326,111 @@ def describe(value: Any) -> str:
 
 
 _MIN_ENTRIES = 1 << 17
-"""Entries any pickle may flatten to (131,072); past it, one for each byte of the file
-(each entry of a pickle costs at least a byte unless it is a second reference to a
-container)."""
+"""Entries any pickle may flatten to twice, through containers it refers to more than once
+(131,072); past it, one for each 16 bytes of the file. The same count bounds what
+:func:`plain_value` renders twice of a container referred to twice."""
 
 _DEPTH = 64
-"""How deep :func:`plain_value` follows nested containers (deeper: their text)."""
+"""How deep :func:`plain_value` follows nested containers (deeper: a text saying so)."""
 
 
-def plain_value(value: Any, depth: int = 0) -> Any:
-    """A checkpoint entry as a JSON-like value, the form metadata keeps it in: dicts (keys
-    as text), lists (tuples and sets too), text, numbers, booleans and None; anything else
-    (bytes, a complex number, a torch dtype or device) as its text, ``str(value)``.
+def _text(value: str, name: str, notes: list[str]) -> str:
+    """``value``, or, where it holds a lone surrogate (which UTF-8 cannot hold, and a pickle
+    can), the same text with it escaped (``\\ud800``), noted."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        notes.append(f"{name!r}: a lone surrogate in {value!r}, kept escaped")
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    return value
+
+
+class _Plain:
+    """One :func:`plain_value` call: the containers on the path being rendered (a repeat:
+    a cycle), those rendered once (a repeat of one costs the budget) and what was noted."""
+
+    def __init__(self, notes: list[str]) -> None:
+        self.path: dict[int, str] = {}
+        self.done: dict[int, str] = {}
+        self.left = _MIN_ENTRIES
+        self.notes = notes
+
+    def render(self, value: Any, name: str, depth: int) -> Any:
+        if type(value) in _NUMBERS or isinstance(value, bool | int | float):
+            return value
+        if isinstance(value, str):
+            return _text(value, name, self.notes)
+        if not isinstance(value, Mapping | list | tuple | set | frozenset):
+            return _text(str(value), name, self.notes)
+        if id(value) in self.path:
+            return f"(the same object as {self.path[id(value)]!r})"
+        first = self.done.get(id(value))
+        if first is not None and len(value):
+            if self.left < len(value):  # (a pickle can refer to one list twice at each level)
+                return f"(the same object as {first!r})"
+            self.left -= len(value)
+        if depth >= _DEPTH:
+            return f"({describe(value)}, nested more than {_DEPTH} deep)"
+        self.done.setdefault(id(value), name)
+        self.path[id(value)] = name
+        try:
+            if isinstance(value, Mapping):
+                return self._mapping(value, name, depth)
+            items = sorted(value, key=_order) if isinstance(value, set | frozenset) else value
+            return [
+                v if type(v) in _NUMBERS else self.render(v, f"{name}.{i}", depth + 1)
+                for i, v in enumerate(items)
+            ]
+        finally:
+            del self.path[id(value)]
+
+    def _mapping(self, value: Mapping[Any, Any], name: str, depth: int) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        keys: dict[str, Any] = {}
+        for k, v in value.items():
+            text = _text(k if isinstance(k, str) else str(k), f"{name} key", self.notes)
+            if text in keys:
+                self.notes.append(
+                    f"{name!r}: keys {keys[text]!r} and {k!r} are both {text!r} as text; "
+                    "the first kept"
+                )
+                continue
+            keys[text] = k
+            out[text] = self.render(v, f"{name}.{text}", depth + 1)
+        return out
+
+
+def _order(value: Any) -> tuple[str, str]:
+    """A set's order: by type, then by text (a plain value's; a container's is not
+    rendered, which could take as long as the container is deep)."""
+    return type(value).__name__, repr(value) if isinstance(value, _SCALARS) else ""
+
+
+def plain_value(value: Any, name: str = "", *, notes: list[str] | None = None) -> Any:
+    """A checkpoint entry (named ``name``) as a JSON-like value, the form metadata keeps it
+    in: dicts (keys as text), lists (tuples and sets too), text, numbers, booleans and None;
+    anything else (bytes, a complex number, a torch dtype or device) as its text,
+    ``str(value)``. A container that holds itself is, inside itself, a text naming it; what
+    cannot be kept as it is (two keys with one text, ``0`` and ``"0"``; a lone surrogate in
+    a text) is added to ``notes``.
 
     Example:
         >>> plain_value({"betas": (0.9, 0.999), 0: None, "d": b"x"})
         {'betas': [0.9, 0.999], '0': None, 'd': "b'x'"}
+        >>> loop = [1]
+        >>> loop.append(loop)
+        >>> notes = []
+        >>> plain_value(loop, "h"), plain_value({0: "a", "0": "b"}, "m", notes=notes), notes
+        ([1, "(the same object as 'h')"], {'0': 'a'}, ["'m': keys 0 and '0' are both '0' as \
+text; the first kept"])
     """
-    if value is None or isinstance(value, bool | int | float | str):
-        return value
-    if depth < _DEPTH and isinstance(value, Mapping):
-        return {str(k): plain_value(v, depth + 1) for k, v in value.items()}
-    if depth < _DEPTH and isinstance(value, list | tuple | set | frozenset):
-        items = sorted(value, key=repr) if isinstance(value, set | frozenset) else value
-        return [plain_value(v, depth + 1) for v in items]
-    return str(value)
+    return _Plain([] if notes is None else notes).render(value, name, 0)
 
 
 def read_checkpoint(source: Source, *, key: str | None = None) -> Checkpoint:
     """The tensors (torch tensors, as loaded) and other entries of the pickle in ``source``,
     by flattened name; with ``key``, those under it only (see the module docstring)."""
-    found = _walk(_load(source), source.name, source.size + _MIN_ENTRIES)
+    found = _walk(_load(source), source.name, source.size // 16 + _MIN_ENTRIES)
     return found if key is None else _select(found, key, source.name)
 
 
@@ -336,15 +448,15 @@ def load_tensors(
     for name, t in found.tensors.items():
         if t.layout != torch.strided:
             raise UnsupportedError(
-                f"{source.name}: tensor {name!r} is {t.layout}; only dense tensors"
+                f"{quoted_name(source.name)}: tensor {name!r} is {t.layout}; only dense tensors"
             )
         if t.is_meta or t.is_quantized:
             kind = "on the meta device (it has no data)" if t.is_meta else "quantized"
-            raise UnsupportedError(f"{source.name}: tensor {name!r} is {kind}")
+            raise UnsupportedError(f"{quoted_name(source.name)}: tensor {name!r} is {kind}")
         try:
             arrays[name] = to_numpy(t.detach().cpu().contiguous())
         except UnsupportedError as exc:
-            raise UnsupportedError(f"{source.name}: tensor {name!r}: {exc}") from None
+            raise UnsupportedError(f"{quoted_name(source.name)}: tensor {name!r}: {exc}") from None
     return arrays, found.values
 
 
@@ -362,18 +474,21 @@ def _open(source: Source, key: str | None) -> tuple[Catalog, list[Segment]]:
             dt = dtypes.from_numpy(arr.dtype)
         except (KeyError, TypeError, ValueError):
             raise UnsupportedError(
-                f"{source.name}: tensor {name!r} has dtype {arr.dtype}, which no tensor "
-                "format holds"
+                f"{quoted_name(source.name)}: tensor {name!r} has dtype {arr.dtype}, which no "
+                "tensor format holds"
             ) from None
         rng = ByteRange(at, at + arr.nbytes)
         tensors[name] = TensorInfo(name, dt, tuple(arr.shape), {"data": Component(rng, dt)})
         segments.append(Segment(at, arr.nbytes, _keep(arr)))
         at += arr.nbytes
-    attributes = {name: plain_value(v) for name, v in values.items()}
-    extra = {
-        "attributes": attributes,
-        "not_tensors": {name: describe(v) for name, v in values.items()},
-    }
+    attributes: dict[str, Any] = {}
+    described: dict[str, str] = {}
+    for name, value in values.items():
+        notes: list[str] = []
+        attributes[name] = plain_value(value, name, notes=notes)
+        lost = f" ({'; '.join(notes[:3])}{'...' if len(notes) > 3 else ''})" if notes else ""
+        described[name] = describe(value) + lost
+    extra = {"attributes": attributes, "not_tensors": described}
     return Catalog("pytorch", metadata_text(attributes), tensors, 0, 0, extra=extra), segments
 
 

@@ -10,7 +10,9 @@ tail, zero-length) and a range past the end is a :class:`~tensorfile.errors.Sour
 sizes are exact, a missing file has none and a folder is not a file; a write publishes a
 whole file, and a failed write leaves the file that was there; listings name the files
 directly in a folder; deletes delete; a name that tries to leave the store (``../x``, an
-absolute path, a NUL byte) is refused; an operation whose capability flag is False raises a
+absolute path, a NUL byte) is refused; what a consumer asks instead of a store's class
+answers truly (a local path where the files are local, a URL the router's own clients open,
+folders made and removed where they are real); an operation whose capability flag is False raises a
 :class:`~tensorfile.errors.TensorFileError` and changes nothing; the store survives a pickle
 (a Spark job ships it). A read-only store overrides :meth:`~StoreConformance.put` to put its
 test files in place behind its back.
@@ -29,7 +31,7 @@ from __future__ import annotations
 import os
 import pickle
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import pytest
 
@@ -269,6 +271,70 @@ class StoreConformance:
         assert store.file_size("sub/c.bin") is None
         assert store.file_size("sub/d/e.bin") is None
         store.remove_tree("sub")  # (gone already: no error)
+
+    # -- what a consumer asks instead of the class -------------------------------------------
+
+    def test_local_path(self, store: Store) -> None:
+        self.put(store, "sub/l.bin", b"local")
+        path = store.local_path("sub/l.bin")
+        assert (store.local_path() is not None) == store.is_local
+        if path is None:
+            assert store.local_path("sub") is None
+            return
+        assert isinstance(path, str)
+        assert os.path.isabs(path)
+        with open(path, "rb") as f:
+            assert f.read() == b"local"
+        assert os.path.isdir(store.local_path("sub") or "")
+        for name in ESCAPING_NAMES[:3]:
+            with pytest.raises(TensorFileError):
+                store.local_path(name)
+
+    def test_open_url(self, store: Store) -> None:
+        from ..sources import open_path
+
+        data = content(3000, seed=2)
+        self.put(store, "u.bin", data)
+        assert isinstance(store.options, Mapping)
+        url = store.open_url("u.bin")
+        if url is None:
+            return
+        try:
+            src = open_path(url, **store.options)  # the router's own client reads it
+        except InvalidArgumentError:
+            # options only the store's own client takes (fsspec's ``auto_mkdir``...): the
+            # caller reads through open_source instead
+            return
+        try:
+            assert src.size == len(data)
+            assert src.read(1000, 50) == data[1000:1050]
+        finally:
+            src.close()
+        for name in ESCAPING_NAMES[:3]:
+            with pytest.raises(TensorFileError):
+                store.open_url(name)
+
+    def test_folders(self, store: Store) -> None:
+        self.put(store, "keep.bin", b"k")
+        if not store.supports_writes:
+            with pytest.raises(UnsupportedError):
+                store.make_folder("made", "a folder")
+            return
+        path = store.make_folder("made", "a folder")
+        if path is not None:  # folders are real: there it is, empty
+            assert os.path.isdir(path)
+            assert path == store.local_path("made")
+        self.put(store, "made/f.bin", b"f")
+        assert store.remove_empty_folder("made") is False  # a file is in it: it stays
+        assert self.read(store, "made/f.bin") == b"f"
+        store.remove("made/f.bin")
+        assert store.remove_empty_folder("made") is True
+        assert store.remove_empty_folder("made") is True  # (gone already)
+        if path is not None:
+            assert not os.path.exists(path)
+        assert self.read(store, "keep.bin") == b"k"
+        with pytest.raises(TensorFileError):
+            store.make_folder("../out", "a folder")
 
     # -- shipping -----------------------------------------------------------------------------
 

@@ -33,7 +33,7 @@ from ...core.catalog import ByteRange
 from ...core.errors import FormatError, InvalidArgumentError, SourceError
 from ...core.plan import execute, plan
 from ...core.source import RangeRequest, Source
-from ...sources import FsspecStore, Store, open_path
+from ...sources import Store, open_path
 
 __all__ = ["FIRST_BYTES", "download", "open_remote", "remote_version"]
 
@@ -47,9 +47,10 @@ def open_remote(store: Store, name: str, size: int, first_bytes: int = FIRST_BYT
     clients where they take the store's options, else the store's own source (its first
     request reads ``first_bytes``)."""
     first = RangeRequest(0, max(1, min(size, first_bytes)))
-    if isinstance(store, FsspecStore):
+    url = store.open_url(name)
+    if url is not None:
         try:
-            return open_path(f"{store.root}/{name}", first=first, **store.options)
+            return open_path(url, first=first, **store.options)
         except (InvalidArgumentError, TypeError):
             pass  # options only fsspec takes: its source
     return store.open_source(name, first=first)

@@ -63,7 +63,7 @@ import os
 import re
 import stat
 import time
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -170,12 +170,10 @@ def cache_folder(cache_dir: Any) -> str | None:
 def location_id(store: Store) -> str:
     """What names a dataset's location in cache keys: its URL without credentials and the
     store options that say where it is (not the secrets)."""
-    options = getattr(store, "options", None)
     kept: list[tuple[str, str]] = []
-    if isinstance(options, Mapping):
-        for k, v in sorted(options.items(), key=lambda kv: str(kv[0])):
-            if not any(s in str(k).lower() for s in _SECRET):
-                kept.append((str(k), repr(v)))
+    for k, v in sorted(store.options.items(), key=lambda kv: str(kv[0])):
+        if not any(s in str(k).lower() for s in _SECRET):
+            kept.append((str(k), repr(v)))
     return f"{store.url()}\0{kept!r}"
 
 

@@ -62,7 +62,7 @@ MAX_SAMPLES = 1 << 62  # the largest total, shuffle block or unit (int64 arithme
 _PERM_CACHE_ENTRIES = 1 << 22  # block permutations kept, in positions (int32: 16 MiB)
 
 
-def _int(value: Any, what: str, low: int, high: int | None = None) -> int:
+def check_int(value: Any, what: str, low: int, high: int | None = None) -> int:
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
         raise InvalidTypeError(f"{what} must be an integer, got {value!r}")
     if value < low or (high is not None and value > high):
@@ -124,12 +124,12 @@ class EpochOrder:
         unit: int = 1,
     ) -> None:
         self.counts = _counts(counts)
-        self.seed = _int(seed, "seed", 0)
-        self.epoch = _int(epoch, "epoch", 0)
+        self.seed = check_int(seed, "seed", 0)
+        self.epoch = check_int(epoch, "epoch", 0)
         self.shuffle = bool(shuffle)
-        self.partitions = _int(partitions, "partitions", 1, MAX_PARTITIONS)
-        self.block = _int(shuffle_block, "shuffle_block", 1, MAX_SAMPLES)
-        self.unit = _int(unit, "unit", 1, MAX_SAMPLES)
+        self.partitions = check_int(partitions, "partitions", 1, MAX_PARTITIONS)
+        self.block = check_int(shuffle_block, "shuffle_block", 1, MAX_SAMPLES)
+        self.unit = check_int(unit, "unit", 1, MAX_SAMPLES)
         self.starts = np.concatenate([[0], np.cumsum(self.counts)]).astype(np.int64)
         self.total = int(self.starts[-1])
         self._perms: OrderedDict[tuple[int, int], NDArray] = OrderedDict()
@@ -166,8 +166,8 @@ class EpochOrder:
             >>> EpochOrder([2, 2]).ids(1, 4).tolist()
             [1, 2, 3]
         """
-        start = _int(start, "start", 0, self.total)
-        stop = _int(stop, "stop", start, self.total)
+        start = check_int(start, "start", 0, self.total)
+        stop = check_int(stop, "stop", start, self.total)
         if not self.shuffle or start == stop:
             return np.arange(start, stop, dtype=np.int64)
         pos = np.arange(start, stop, dtype=np.int64)

@@ -70,14 +70,15 @@ Example:
     >>> _ = dataset.write({"x": np.arange(5, dtype=np.float32)}, out, batch_size=2)
     >>> [s["x"].item() for s in TorchIterable(dataset.open(out))]
     [0.0, 1.0, 2.0, 3.0, 4.0]
-    >>> it = TorchIterable(dataset.open(out), shuffle=True, seed=1, rank=1, world_size=2)
+    >>> opts = FeedOptions(shuffle=True, seed=1, rank=1, world_size=2)
+    >>> it = TorchIterable(dataset.open(out), opts)
     >>> len(it), len(list(it))
     (2, 2)
-    >>> it = TorchIterable(dataset.open(out), batch_size=2)
+    >>> it = dataset.open(out).to_torch(batch_size=2)  # to_torch: the options as keywords
     >>> batches = iter(it)
     >>> next(batches)["x"].tolist(), it.state_dict()["samples"]
     ([0.0, 1.0], 2)
-    >>> again = TorchIterable(dataset.open(out), batch_size=2)
+    >>> again = TorchIterable(dataset.open(out), FeedOptions(batch_size=2))
     >>> again.load_state_dict(it.state_dict())
     >>> [b["x"].tolist() for b in again]
     [[2.0, 3.0], [4.0]]
@@ -87,6 +88,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -97,7 +99,10 @@ from torch.utils.data import IterableDataset, get_worker_info
 from ...core import dtypes
 from ...core.errors import InvalidArgumentError, InvalidTypeError
 from ...frameworks.torch import from_numpy
-from .order import MAX_PARTITIONS, MAX_SAMPLES, EpochOrder
+from ..layout.manifest import ShardEntry
+from .options import FeedOptions, check_rank
+from .order import EpochOrder, check_int
+from .protocol import FeedDataset
 from .torch_batches import Gather
 from .torch_state import FORMAT, Split, check_state, find_states, make_state, shards_digest
 from .torch_sync import Shared
@@ -137,65 +142,25 @@ def _to_torch(value: Any) -> Any:
     return from_numpy(arr, dtypes.from_numpy(arr.dtype))
 
 
-def _check_int(value: Any, what: str, low: int, high: int | None = None) -> int:
-    if isinstance(value, bool | np.bool_) or not isinstance(value, int | np.integer):
-        raise InvalidTypeError(f"{what} must be an integer, got {value!r}")
-    if value < low or (high is not None and value > high):
-        bound = f"between {low} and {high}" if high is not None else f"at least {low}"
-        raise InvalidArgumentError(f"{what} must be {bound}, got {value}")
-    return int(value)
-
-
 def _layout() -> tuple[int, int]:
     info = get_worker_info()
     return (info.id, info.num_workers) if info is not None else (0, 1)
 
 
 class TorchIterable(IterableDataset):  # type: ignore[type-arg]
-    """Samples or batches of a :class:`~tensorfile.dataset.reader.Dataset` as torch
-    tensors, split across ranks and workers, resumable (see the module docstring)."""
+    """Samples or batches of a :class:`~tensorfile.dataset.Dataset` (any
+    :class:`~tensorfile.dataset.torch.FeedDataset`) as torch tensors, split across
+    ranks and workers, resumable (see the module docstring); ``options``: how
+    (:class:`~tensorfile.dataset.torch.FeedOptions`, checked when made;
+    :meth:`~tensorfile.dataset.Dataset.to_torch` makes it of its keywords)."""
 
-    def __init__(
-        self,
-        dataset: Any,
-        *,
-        shuffle: bool = False,
-        seed: int = 0,
-        rank: int | None = None,
-        world_size: int | None = None,
-        even: bool | str = True,
-        batch_size: int | None = None,
-        per_sample: bool | None = None,
-        drop_last: bool = False,
-        partitions: int = 64,
-        shuffle_block: int = 1 << 18,
-        shuffle_buffer: int | None = None,
-    ) -> None:
-        if not (
-            even is True or even is False or (isinstance(even, str) and even in ("drop", "pad"))
-        ):
-            raise InvalidArgumentError(f"even must be True, False, 'drop' or 'pad', got {even!r}")
-        if shuffle_buffer is not None:  # the earlier name of shuffle_block
-            shuffle_block = _check_int(shuffle_buffer, "shuffle_buffer", 1)
-        if batch_size is None and per_sample is False:
-            raise InvalidArgumentError("per_sample=False (batches) needs a batch_size")
+    def __init__(self, dataset: FeedDataset, options: FeedOptions | None = None) -> None:
+        opts = FeedOptions() if options is None else options
+        if not isinstance(opts, FeedOptions):
+            raise InvalidTypeError(f"options must be a FeedOptions, got {type(opts).__name__}")
         self.dataset = dataset
-        self.path: str = dataset.path
-        self.storage = dataset.storage
-        self.shuffle = bool(shuffle)
-        self.seed = _check_int(seed, "seed", 0)
-        self.even: bool | str = True if even == "drop" else even
-        self.shuffle_block = _check_int(shuffle_block, "shuffle_block", 1, MAX_SAMPLES)
-        self.partitions = _check_int(partitions, "partitions", 1, MAX_PARTITIONS)
-        self.batch_size = None if batch_size is None else _check_int(batch_size, "batch_size", 1)
-        self.batched = self.batch_size is not None and not per_sample
-        self.unit = self.batch_size or 1
-        self.drop_last = bool(drop_last)
-        self._rank = None if rank is None else _check_int(rank, "rank", 0)
-        self._world = None if world_size is None else _check_int(world_size, "world_size", 1)
-        r, w = _rank(self._rank, self._world)
-        if r >= w:
-            raise InvalidArgumentError(f"rank {r} is not below world_size {w}")
+        self.options = opts
+        check_rank(*self._where())
         self.counts = [s.samples for s in dataset.manifest.shards]
         self._total = sum(self.counts)
         self._digest = shards_digest([s.shard_path for s in dataset.manifest.shards], self.counts)
@@ -211,8 +176,13 @@ class TorchIterable(IterableDataset):  # type: ignore[type-arg]
         # pickled for DataLoader workers started by spawn/forkserver, where torch.distributed
         # is not initialised: they get the rank and world size the main process has now
         state = dict(self.__dict__)
-        state["_rank"], state["_world"] = _rank(self._rank, self._world)
+        rank, world = self._where()
+        state["options"] = replace(self.options, rank=rank, world_size=world)
         return state
+
+    def _where(self) -> tuple[int, int]:
+        """``(rank, world size)``: the options', else ``torch.distributed``'s, else 0 and 1."""
+        return _rank(self.options.rank, self.options.world_size)
 
     # -- epochs and length ------------------------------------------------------------------
 
@@ -220,7 +190,7 @@ class TorchIterable(IterableDataset):  # type: ignore[type-arg]
         """Use the order of ``epoch`` for the next iterations (as ``DistributedSampler``),
         from its beginning; the epoch a state was just loaded for keeps its resume point.
         It reaches a DataLoader's workers, persistent ones too (at their next pass)."""
-        epoch = _check_int(epoch, "epoch", 0)
+        epoch = check_int(epoch, "epoch", 0)
         if epoch != self.epoch:  # a new epoch: nothing of it consumed yet
             self._resume, self._worker_resume = 0, None
             self._base, self._next_step = 0, None
@@ -243,23 +213,23 @@ class TorchIterable(IterableDataset):  # type: ignore[type-arg]
         self._shared.mark_ran()
 
     def _split(self, base: int) -> Split:
-        _, world = _rank(self._rank, self._world)
-        return Split(self._total, base, world, self.unit, self.even)
+        _, world = self._where()
+        return Split(self._total, base, world, self.options.unit, self.options.even)
 
     def __len__(self) -> int:
         """Batches (batch mode) or samples this rank yields in the next iteration (all its
         workers together; from the resume point after :meth:`load_state_dict`)."""
-        rank, _ = _rank(self._rank, self._world)
+        rank, _ = self._where()
         split = self._split(self._resume)
-        steps = split.rank_steps(rank, self.drop_last)
-        if self.batched:
+        steps = split.rank_steps(rank, self.options.drop_last)
+        if self.options.batched:
             return steps
         full = min(steps, split.full)
         last = 0
         if steps > split.full:
             lo, hi = split.piece(split.full, rank)
             last = hi - lo
-        return full * self.unit + last
+        return full * self.options.unit + last
 
     # -- resume -----------------------------------------------------------------------------
 
@@ -268,11 +238,11 @@ class TorchIterable(IterableDataset):  # type: ignore[type-arg]
             "total": self._total,
             "shards": len(self.counts),
             "digest": self._digest,
-            "seed": self.seed,
-            "shuffle": self.shuffle,
-            "partitions": self.partitions,
-            "shuffle_block": self.shuffle_block,
-            "batch_size": self.unit,
+            "seed": self.options.seed,
+            "shuffle": self.options.shuffle,
+            "partitions": self.options.partitions,
+            "shuffle_block": self.options.shuffle_block,
+            "batch_size": self.options.unit,
         }
 
     def _start(self, rank: int, world: int, wid: int, workers: int) -> tuple[int, int]:
@@ -306,7 +276,7 @@ class TorchIterable(IterableDataset):  # type: ignore[type-arg]
         """
         fields = {**self._identity(), "epoch": self.epoch}
         if samples is not None:
-            samples = _check_int(samples, "samples", 0)
+            samples = check_int(samples, "samples", 0)
             if samples > self._total:
                 raise InvalidArgumentError(
                     f"samples {samples} is more than the epoch holds ({self._total})"
@@ -316,13 +286,13 @@ class TorchIterable(IterableDataset):  # type: ignore[type-arg]
         if info is None and self._shared.ran:
             raise InvalidArgumentError(_UNKNOWN_POSITION)
         wid, workers = _layout()
-        rank, world = _rank(self._rank, self._world)
+        rank, world = self._where()
         if self._next_step is None:
             base, next_step = self._start(rank, world, wid, workers)
         else:
             base, next_step = self._base, self._next_step
         split = self._split(base)
-        done = base + split.consumed(next_step - workers + 1, self.drop_last)
+        done = base + split.consumed(next_step - workers + 1, self.options.drop_last)
         if info is None:
             return make_state(fields, done)
         worker = {"rank": rank, "world_size": world, "id": wid, "workers": workers,
@@ -330,7 +300,7 @@ class TorchIterable(IterableDataset):  # type: ignore[type-arg]
         # single samples without the batch_size hint, several workers: the DataLoader takes
         # its batch from one worker, not one step from each in turn, so ``samples`` bounds
         # nothing globally; only this worker's exact position is of use
-        exact = self.batched or self.batch_size is not None or workers == 1
+        exact = self.options.batched or self.options.batch_size is not None or workers == 1
         return make_state(fields, done, worker, exact_global=exact)
 
     def load_state_dict(self, state: Any) -> None:
@@ -354,7 +324,7 @@ class TorchIterable(IterableDataset):  # type: ignore[type-arg]
             chosen = check_state(state, expect)
             worker: dict[str, int] | None = chosen.get("worker")
             if worker is not None:
-                rank, world = _rank(self._rank, self._world)
+                rank, world = self._where()
                 saved = (worker["rank"], worker["world_size"], worker["id"], worker["workers"])
                 if get_worker_info() is None or (rank, world, *_layout()) != saved:
                     raise InvalidArgumentError(
@@ -419,32 +389,31 @@ class TorchIterable(IterableDataset):  # type: ignore[type-arg]
         # in the main process after workers ran, an iteration of its own (a peek at a
         # batch) says nothing of what the loop took from them: still refused (.torch_sync)
         wid, workers = _layout()
-        rank, world = _rank(self._rank, self._world)
+        rank, world = self._where()
         base, first = self._start(rank, world, wid, workers)
         self._base, self._next_step = base, first
         if self._total == 0:  # an empty dataset: nothing to yield (and no schema to gather)
             self._end_pass()
             return
-        split = Split(self._total, base, world, self.unit, self.even)
+        split = Split(self._total, base, world, self.options.unit, self.options.even)
         order = EpochOrder(
             self.counts,
-            seed=self.seed,
+            seed=self.options.seed,
             epoch=self.epoch,
-            shuffle=self.shuffle,
-            partitions=self.partitions,
-            shuffle_block=self.shuffle_block,
-            unit=self.unit,
+            shuffle=self.options.shuffle,
+            partitions=self.options.partitions,
+            shuffle_block=self.options.shuffle_block,
+            unit=self.options.unit,
         )
-        gather = Gather(self.dataset, self.counts, shared=info is not None and self.batched)
-        steps = iter(range(first, split.rank_steps(rank, self.drop_last), workers))
+        gather = Gather(self.dataset, self.counts, shared=info is not None and self.options.batched)
+        steps = iter(range(first, split.rank_steps(rank, self.options.drop_last), workers))
         ahead: deque[tuple[int, NDArray]] = deque()
         queued = 0
-        prefetch = getattr(self.dataset, "prefetch", None)
-        predownload = int(getattr(self.dataset, "predownload", 0) or 0)
-        chunk = 1 if self.batched else max(1, _SAMPLE_CHUNK // self.unit)
+        predownload = self.dataset.predownload
+        chunk = 1 if self.options.batched else max(1, _SAMPLE_CHUNK // self.options.unit)
         while True:
             added = False
-            while len(ahead) < chunk or (prefetch is not None and queued < predownload):
+            while len(ahead) < chunk or queued < predownload:
                 t = next(steps, None)
                 if t is None:
                     break
@@ -455,11 +424,11 @@ class TorchIterable(IterableDataset):  # type: ignore[type-arg]
             if not ahead:
                 self._end_pass()
                 return
-            if added and prefetch is not None and predownload > 0:
-                prefetch(self._shards_of(ahead))
+            if added and predownload > 0:
+                self.dataset.prefetch(self._shards_of(ahead))
             taken = [ahead.popleft() for _ in range(min(chunk, len(ahead)))]
             queued -= sum(ids.size for _, ids in taken)
-            if self.batched:
+            if self.options.batched:
                 t, ids = taken[0]
                 batch = gather(ids)
                 self._next_step = t + workers
@@ -481,7 +450,7 @@ class TorchIterable(IterableDataset):  # type: ignore[type-arg]
                 yield {c: v[i] for c, v in batch.items()}
                 i += 1
 
-    def _shards_of(self, ahead: deque[tuple[int, NDArray]]) -> list[Any]:
+    def _shards_of(self, ahead: deque[tuple[int, NDArray]]) -> list[ShardEntry]:
         """The shard entries of the pieces ahead, each once, in the order first needed."""
         ids = np.concatenate([ids for _, ids in ahead])
         starts = np.concatenate([[0], np.cumsum(np.asarray(self.counts, np.int64))])
@@ -510,7 +479,7 @@ class TorchMap(_TorchDataset):  # type: ignore[type-arg]
         (4, torch.bfloat16)
     """
 
-    def __init__(self, dataset: Any) -> None:
+    def __init__(self, dataset: FeedDataset) -> None:
         self.dataset = dataset
 
     def __len__(self) -> int:

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -38,6 +38,7 @@ import torch
 from ...core import dtypes
 from ...core.errors import FormatError
 from ...frameworks.torch import from_numpy, torch_dtype
+from .protocol import FeedDataset
 
 __all__ = ["Gather", "ShardArrays"]
 
@@ -56,7 +57,7 @@ class ShardArrays:
     """The :meth:`~tensorfile.dataset.reader.Dataset.shard_arrays` of recently used shards:
     at most ``capacity`` shards, and of copies (not mappings) at most ``owned`` bytes."""
 
-    def __init__(self, dataset: Any, capacity: int = 256, owned: int = 1 << 30) -> None:
+    def __init__(self, dataset: FeedDataset, capacity: int = 256, owned: int = 1 << 30) -> None:
         self.dataset = dataset
         self.shards = dataset.manifest.shards
         self.capacity = capacity
@@ -70,7 +71,7 @@ class ShardArrays:
         if hit is not None:
             self._arrays.move_to_end(index)
             return hit[0]
-        arrays: dict[str, NDArray] = self.dataset.shard_arrays(self.shards[index])
+        arrays = self.dataset.shard_arrays(self.shards[index])
         cost = sum(_owned(a) for a in arrays.values())
         self._arrays[index] = (arrays, cost)
         self.owned += cost
@@ -130,7 +131,9 @@ class Gather:
     ``"key": [str]`` for a key-value dataset); ``counts`` are the real samples per shard
     (manifest order); ``shared``: allocate in shared memory (inside a DataLoader worker)."""
 
-    def __init__(self, dataset: Any, counts: Any, *, shared: bool = False) -> None:
+    def __init__(
+        self, dataset: FeedDataset, counts: Sequence[int], *, shared: bool = False
+    ) -> None:
         self.starts = np.concatenate([[0], np.cumsum(np.asarray(counts, np.int64))])
         schema = dataset.manifest.sample_schema()
         columns = dataset.manifest.tensor_columns()

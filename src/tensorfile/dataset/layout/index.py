@@ -31,7 +31,7 @@ from typing import Any
 
 from ...core.errors import ConcurrentWriteError, FormatError, SourceError, TensorFileError
 from ...core.extras import needing
-from ...sources import LocalStore, Store
+from ...sources import Store
 from .files import INDEX_NAME, MANIFEST_NAME, open_regular
 from .manifest import Manifest
 from .storage import Location, storage_for
@@ -111,7 +111,9 @@ def _index_columns(store: Store) -> tuple[list[str], list[str]] | None:
     import io
 
     path = store.url(INDEX_NAME)
-    if isinstance(store, LocalStore):
+    local = store.local_path(INDEX_NAME)
+    if local is not None:
+        path = local
         try:
             is_folder = stat.S_ISDIR(os.lstat(path).st_mode)
         except OSError:
@@ -154,7 +156,8 @@ def _folder_columns(store: Store) -> tuple[list[str], list[str]] | None:
     budget = MAX_INDEX_BYTES
     for part in parts:
         name = f"{INDEX_NAME}/{part}"
-        if isinstance(store, LocalStore) and not stat.S_ISREG(_lstat_mode(store.path(name))):
+        local = store.local_path(name)
+        if local is not None and not stat.S_ISREG(_lstat_mode(local)):
             raise FormatError(f"{store.url(name)}: an index part is not a regular file")
         data = store.read_bounded(name, "the index", budget)
         if data is None:  # removed meanwhile: an index being rewritten is no answer
@@ -253,18 +256,18 @@ def follow_manifest(
 
 def index_exists(store: Store) -> bool:
     """Whether something (a file, or a link) holds the index's name."""
-    if isinstance(store, LocalStore):
-        return os.path.lexists(store.path(INDEX_NAME))
+    local = store.local_path(INDEX_NAME)
+    if local is not None:
+        return os.path.lexists(local)
     return store.file_size(INDEX_NAME) is not None
 
 
 def check_index_slot(store: Store) -> None:
     """The index can be written: no folder (or other non-file) holds its name."""
-    if isinstance(store, LocalStore):
-        if os.path.isdir(store.path(INDEX_NAME)):
-            raise SourceError(
-                f"cannot write the index {store.path(INDEX_NAME)}: a folder is in the way"
-            )
+    local = store.local_path(INDEX_NAME)
+    if local is not None:
+        if os.path.isdir(local):
+            raise SourceError(f"cannot write the index {local}: a folder is in the way")
         return
     try:
         store.file_size(INDEX_NAME)
@@ -275,8 +278,8 @@ def check_index_slot(store: Store) -> None:
 def remove_index(store: Store) -> None:
     """Remove the previous dataset's index: a regular file, or a symlink (only the link goes);
     a folder or FIFO of that name is not the dataset's and stays."""
-    if isinstance(store, LocalStore):
-        path = store.path(INDEX_NAME)
+    path = store.local_path(INDEX_NAME)
+    if path is not None:
         try:
             mode = os.lstat(path).st_mode
             if stat.S_ISREG(mode) or stat.S_ISLNK(mode):

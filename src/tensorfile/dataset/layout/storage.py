@@ -31,7 +31,7 @@ from typing import Any
 from ...core.errors import SourceError
 from ...core.reader import Reader
 from ...core.source import ByteRequest, Source
-from ...sources import LocalStore, Store, StoreLocation, store_for
+from ...sources import Store, StoreLocation, store_for
 from . import files
 
 __all__ = [
@@ -99,8 +99,9 @@ def locate_shard(store: Store, name: str) -> str | Source:
 def delete_previous(store: Store, listed: Iterable[object], keep: Collection[str]) -> list[str]:
     """Delete, of the names the previous manifest ``listed``, those a commit may delete
     (:func:`~tensorfile.dataset.files.deletable`'s rules) and return them."""
-    if isinstance(store, LocalStore):
-        return files.delete_previous(store.root, listed, keep)
+    root = store.local_path()
+    if root is not None:
+        return files.delete_previous(root, listed, keep)
     present = set(store.list_files())
     removed = []
     for name in files.deletable_names(listed, keep):

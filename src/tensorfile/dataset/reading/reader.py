@@ -49,6 +49,7 @@ from ...core.extras import needing
 from ...core.reader import Reader
 from ...sources import path_text
 from ..cache.shardcache import CacheConfig, ShardCache
+from ..feed.options import FeedOptions
 from ..layout.index import read_index
 from ..layout.manifest import Manifest, ShardEntry, kv_name, load_manifest
 from ..layout.storage import Location, Store, storage_for
@@ -395,7 +396,8 @@ class Dataset:
         samples; ``shuffle_buffer`` is the earlier name of ``shuffle_block``
         (:mod:`tensorfile.dataset.torch` says exactly how). ``map_style=True`` gives a
         map-style dataset instead (``len`` and ``[i]``, for samplers and the default
-        collate).
+        collate). The other keywords are checked here, once, as one
+        :class:`~tensorfile.dataset.torch.FeedOptions` (the feed's ``options``).
 
         Example:
             >>> import numpy as np, os, tempfile
@@ -409,13 +411,7 @@ class Dataset:
             >>> [b["x"].shape for b in dataset.open(out).to_torch(batch_size=4)]
             [torch.Size([4]), torch.Size([2])]
         """
-        with needing("Dataset.to_torch()", extra="torch"):
-            from ..feed.torch import TorchIterable, TorchMap
-
-        if map_style:
-            return TorchMap(self)
-        return TorchIterable(
-            self,
+        options = FeedOptions(
             shuffle=shuffle,
             seed=seed,
             rank=rank,
@@ -428,6 +424,12 @@ class Dataset:
             shuffle_block=shuffle_block,
             shuffle_buffer=shuffle_buffer,
         )
+        with needing("Dataset.to_torch()", extra="torch"):
+            from ..feed.torch import TorchIterable, TorchMap
+
+        if map_style:
+            return TorchMap(self)
+        return TorchIterable(self, options)
 
     def to_arrow(self, columns: list[str] | None = None, *, low_precision: str = "float32") -> Any:
         """Every sample as a ``pyarrow.Table``; BF16/F8 widened to float32 (or, with

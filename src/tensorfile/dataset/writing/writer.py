@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -49,7 +48,6 @@ from typing import Any
 from ...core.errors import ConcurrentWriteError, InvalidArgumentError, SourceError, TensorFileError
 from ...formats import SAFETENSORS
 from ...formats.safetensors.faces import prepare_array, write_file
-from ...sources import LocalStore
 from ..layout.files import INDEX_NAME, MANIFEST_NAME
 from ..layout.index import check_index_slot, follow_manifest, index_bytes, index_exists
 from ..layout.manifest import (
@@ -124,9 +122,8 @@ def staging_folder(path: Location, job: str, task_id: int) -> str:
     folder = f"{STAGING}/{job}/task-{task_id:05d}-{uuid.uuid4().hex[:12]}"
     if _job_ended(store, folder):  # a late attempt: nothing to stage
         raise _late(store)
-    if isinstance(store, LocalStore):
-        store.make_folder(STAGING, "the staging folder")
-        store.make_folder(folder, "the staging folder")
+    store.make_folder(STAGING, "the staging folder")
+    store.make_folder(folder, "the staging folder")
     return folder
 
 
@@ -147,9 +144,8 @@ def start_job(path: Location, job: str) -> None:
     marker = json.dumps({"base": base}).encode()
     for attempt in range(_ATTEMPTS):
         try:
-            if isinstance(store, LocalStore):
-                store.make_folder(STAGING, "the staging folder")
-                store.make_folder(f"{STAGING}/{job}", "the staging folder")
+            store.make_folder(STAGING, "the staging folder")
+            store.make_folder(f"{STAGING}/{job}", "the staging folder")
             store.write_atomic(_marker(job), marker)
             return
         except SourceError:
@@ -205,12 +201,9 @@ def _drop_late(store: Store, folder: str) -> None:
     """Remove a late task's staging ``folder`` and, locally, the job's and the staging
     folder when that leaves them empty (the commit or abort already removed the rest)."""
     store.remove_tree(folder)
-    if isinstance(store, LocalStore):
-        for empty in (folder.rpartition("/")[0], STAGING):
-            try:
-                os.rmdir(store.path(empty))
-            except OSError:
-                break  # not empty: another task's, or a live job's
+    for empty in (folder.rpartition("/")[0], STAGING):
+        if not store.remove_empty_folder(empty):
+            break  # not empty: another task's, or a live job's
 
 
 def _late(store: Store) -> SourceError:
@@ -232,7 +225,7 @@ def write_task(
     """Write the shards of one task's rows into its staging ``folder`` of the dataset in
     ``store`` (a local ``folder`` path alone, as before, when ``store`` is None)."""
     if store is None:
-        store, folder = LocalStore(folder), ""
+        store, folder = storage_for(folder), ""
     where = storage_for(store)
     if folder and _job_ended(where, folder):
         _drop_late(where, folder)
@@ -514,24 +507,16 @@ def _cleanup(store: Store, results: Sequence[TaskResult]) -> None:
     for r in results:
         if r.folder:
             store.remove_tree(r.folder)
-    if isinstance(store, LocalStore):  # empty folders: object stores have none
-        jobs = {r.folder.rpartition("/")[0] for r in results if r.folder.startswith(STAGING)}
-        for folder in (*sorted(jobs), STAGING):
-            try:
-                os.rmdir(store.path(folder))
-            except OSError:
-                pass  # not empty: another task's or another job's
+    jobs = {r.folder.rpartition("/")[0] for r in results if r.folder.startswith(STAGING)}
+    for folder in (*sorted(jobs), STAGING):
+        store.remove_empty_folder(folder)  # (left when another task's or job's is in it)
 
 
 def abort(path: Location, job: str) -> None:
     """Remove the staging folder of ``job``: nothing it wrote reaches the dataset."""
     store = storage_for(path)
     store.remove_tree(f"{STAGING}/{job}")
-    if isinstance(store, LocalStore):
-        try:
-            os.rmdir(store.path(STAGING))
-        except OSError:
-            pass
+    store.remove_empty_folder(STAGING)  # (left when another job's is in it)
 
 
 def write(

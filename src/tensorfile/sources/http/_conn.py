@@ -12,7 +12,13 @@ operation, an optional proxy, and a pool that gives each request a connection of
   server nor one dripping a byte at a time holds a request past its deadline: while
   connecting, through a proxy's ``CONNECT``, the TLS handshake, the headers and the body.
 * :class:`Pool` hands out idle connections under a lock and takes them back when their reply
-  was read to the end, so threads sharing a reader never share a connection.
+  was read to the end, so threads sharing a reader never share a connection. There is one
+  for the process, :data:`POOL`, keyed by origin (scheme, host, port), proxy and TLS
+  settings (:func:`pool_key`): every file, shard and thread that goes to an origin shares
+  its connections, so the shards of a checkpoint, the files of a dataset and the objects of
+  an S3 bucket reuse them. At most :data:`MAX_IDLE` connections per key wait idle, none
+  longer than :data:`IDLE_SECONDS`; a forked child drops the parent's (it must never write
+  to the parent's sockets) and makes its own.
 
 Example:
     >>> clock = Clock(5.0)
@@ -28,6 +34,7 @@ Example:
 from __future__ import annotations
 
 import http.client
+import os
 import socket
 import ssl
 import threading
@@ -39,9 +46,26 @@ from ._proxy import Proxy
 from ._request import USER_AGENT
 from ._urls import HttpURL
 
-__all__ = ["RECV_BUFFER", "Clock", "DeadlineExceeded", "Pool", "new_connection", "ssl_context"]
+__all__ = [
+    "IDLE_SECONDS",
+    "MAX_IDLE",
+    "POOL",
+    "RECV_BUFFER",
+    "Clock",
+    "DeadlineExceeded",
+    "Pool",
+    "new_connection",
+    "pool_key",
+    "shared_context",
+    "ssl_context",
+]
 
 RECV_BUFFER = 256 << 10  # the socket buffer: the most a range-ignoring server can push ahead
+MAX_IDLE = 64
+"""Idle connections kept per origin (more than a load's ``io_threads``, whose limit is 64)."""
+IDLE_SECONDS = 30.0
+"""A connection idle longer is closed rather than reused (servers close idle keep-alive
+connections after 5 to 75 s; one closed under a request is replayed once on a new one)."""
 
 
 class DeadlineExceeded(TimeoutError):
@@ -225,41 +249,109 @@ def clock_of(conn: Connection) -> Clock:
     return clock
 
 
-class Pool:
-    """Idle connections by key, at most ``max_idle`` per key; safe to share between
-    threads. A connection is either checked out (used by one request) or idle here."""
+def tls_settings() -> tuple[str | None, str | None]:
+    """What the default context trusts besides the system's CAs: ``$SSL_CERT_FILE`` and
+    ``$SSL_CERT_DIR`` (read by :func:`ssl.create_default_context`)."""
+    return os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR")
 
-    def __init__(self, max_idle: int = 8) -> None:
+
+_contexts: dict[tuple[str | None, str | None], ssl.SSLContext] = {}
+_contexts_lock = threading.Lock()
+
+
+def shared_context(tls: tuple[str | None, str | None]) -> ssl.SSLContext:
+    """The one verifying context for the TLS settings ``tls`` (:func:`tls_settings`), made
+    on first use."""
+    with _contexts_lock:
+        context = _contexts.get(tls)
+        if context is None:
+            context = _contexts[tls] = ssl_context()
+        return context
+
+
+def pool_key(url: HttpURL, proxy: Proxy | None) -> Hashable:
+    """Which connections a request to ``url`` through ``proxy`` may use: those to the same
+    origin (scheme, host, port), through the same proxy (and its credentials), verified with
+    the same TLS settings.
+
+    Example:
+        >>> from ._urls import parse_http_url
+        >>> a = pool_key(parse_http_url("http://h:8080/a.bin"), None)
+        >>> a == pool_key(parse_http_url("http://h:8080/b/c.bin"), None)
+        True
+        >>> a == pool_key(parse_http_url("http://h:8081/a.bin"), None)
+        False
+    """
+    tls = tls_settings() if url.scheme == "https" else None
+    return (url.origin, proxy.key if proxy is not None else None, tls)
+
+
+class Pool:
+    """Idle connections by key, at most ``max_idle`` per key and none idle longer than
+    ``idle_seconds``; safe to share between threads. A connection is either checked out
+    (used by one request) or idle here.
+
+    Example:
+        >>> pool = Pool(max_idle=1)
+        >>> pool.take("origin") is None
+        True
+    """
+
+    def __init__(self, max_idle: int = MAX_IDLE, idle_seconds: float = IDLE_SECONDS) -> None:
         self._lock = threading.Lock()
-        self._idle: dict[Hashable, list[Connection]] = {}
+        self._idle: dict[Hashable, list[tuple[float, Connection]]] = {}
         self._max_idle = max_idle
-        self._closed = False
+        self._idle_seconds = idle_seconds
 
     def take(self, key: Hashable) -> Connection | None:
-        """An idle connection for ``key``, or None."""
+        """The most recently used idle connection for ``key`` (closing those idle too long),
+        or None."""
+        stale: list[Connection] = []
+        found: Connection | None = None
+        oldest = time.monotonic() - self._idle_seconds
         with self._lock:
             idle = self._idle.get(key)
-            return idle.pop() if idle else None
+            while idle:  # newest last: once one is stale, so are those before it
+                since, conn = idle.pop()
+                if since >= oldest:
+                    found = conn
+                    break
+                stale.append(conn)
+        for conn in stale:
+            discard(conn)
+        return found
 
     def give(self, key: Hashable, conn: Connection) -> None:
         """Take back a connection whose last reply was read to the end (closed if the pool
-        is closed or full)."""
+        is full)."""
         with self._lock:
             idle = self._idle.setdefault(key, [])
-            if not self._closed and len(idle) < self._max_idle:
+            if len(idle) < self._max_idle:
                 clock_of(conn).deadline = None
-                idle.append(conn)
+                idle.append((time.monotonic(), conn))
                 return
         discard(conn)
 
-    def close(self) -> None:
-        """Close every idle connection; connections given back later are closed."""
+    def idle(self, key: Hashable) -> int:
+        """How many connections for ``key`` wait idle."""
         with self._lock:
-            self._closed = True
-            idle = [c for conns in self._idle.values() for c in conns]
-            self._idle.clear()
-        for conn in idle:
-            discard(conn)
+            return len(self._idle.get(key, ()))
+
+    def forget(self) -> None:
+        """In a forked child: drop the parent's connections (closing only the child's copies
+        of their descriptors, which leaves the parent's sockets as they are) without the lock,
+        which a thread of the parent may have held at the fork."""
+        idle, self._idle = self._idle, {}
+        self._lock = threading.Lock()
+        for conns in idle.values():
+            for _, conn in conns:
+                discard(conn)
+
+
+POOL = Pool()
+"""The process's connections: every HTTP and S3 source takes and gives back here."""
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=POOL.forget)
 
 
 def discard(conn: Connection) -> None:

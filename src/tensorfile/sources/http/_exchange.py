@@ -23,7 +23,6 @@ Example:
 from __future__ import annotations
 
 import http.client
-import ssl
 import threading
 import time
 import urllib.parse
@@ -31,8 +30,17 @@ import urllib.parse
 from ...core.errors import InvalidArgumentError, SourceError
 from ...core.source import ReadStats
 from . import _headers as hdr
-from ._conn import Connection, DeadlineExceeded, Pool, clock_of, discard, new_connection
-from ._conn import ssl_context as _ssl_context
+from ._conn import (
+    POOL,
+    Connection,
+    DeadlineExceeded,
+    clock_of,
+    discard,
+    new_connection,
+    pool_key,
+    shared_context,
+    tls_settings,
+)
 from ._proxy import proxy_for
 from ._request import Want
 from ._urls import HttpURL, parse_http_url, redact, scrub
@@ -96,8 +104,7 @@ class Exchanges:
     def _init_exchanges(self) -> None:
         self._lock = threading.Lock()
         self._start = self._url  # where requests go: past the permanent redirects seen
-        self._pool = Pool(max_idle=64)
-        self._context: ssl.SSLContext | None = None
+        self._pool = POOL  # the process's: shared with every source of the same origin
         self._ranges_honoured = False  # a 206 was seen: new connections get big buffers
 
     def _late(self, nbytes: int) -> SourceError:
@@ -177,17 +184,11 @@ class Exchanges:
         except InvalidArgumentError as exc:
             raise SourceError(f"{self.name}: redirected to an unusable URL: {exc}") from None
 
-    def _ssl(self) -> ssl.SSLContext:
-        with self._lock:
-            if self._context is None:
-                self._context = _ssl_context()
-            return self._context
-
     def _exchange(self, url: HttpURL, want: Want, stop_at: float) -> Reply:
         """Send one request and read the reply's headers, on a pooled connection (replayed
         once on a new one when a kept-alive connection turns out closed)."""
         proxy = proxy_for(url)
-        key = (url.origin, proxy.key if proxy is not None else None)
+        key = pool_key(url, proxy)
         headers = dict(self._headers)
         if url.origin == self._url.origin:
             headers.update(self._origin_headers)
@@ -206,9 +207,11 @@ class Exchanges:
         while True:
             reused = conn is not None and conn.sock is not None
             if conn is None:
-                context = self._ssl() if url.scheme == "https" else None
+                context = shared_context(tls_settings()) if url.scheme == "https" else None
                 conn = new_connection(url, proxy, self._timeout, context, self._ranges_honoured)
-            clock_of(conn).deadline = deadline
+            clock = clock_of(conn)
+            clock.timeout = self._timeout  # (a pooled connection may come from another source)
+            clock.deadline = deadline
             try:
                 conn.request("GET", target, headers=headers)
                 resp = conn.getresponse()
@@ -250,5 +253,5 @@ class Exchanges:
             discard(reply.conn)
 
     def close(self) -> None:
-        """Close the idle connections (and those of requests in flight, when they end)."""
-        self._pool.close()
+        """Nothing to release: the connections are the process's (:data:`~._conn.POOL`),
+        waiting idle for the next source of the same origin."""

@@ -33,8 +33,9 @@ server claims:
   bytes asked for at ``min_speed`` bytes per second.
 * Transient failures (connection errors, 429, 5xx) are retried with exponential backoff,
   honouring ``Retry-After`` up to the timeout (at most 30 s).
-* Proxies from the environment (:mod:`._proxy`); a pool of connections (:mod:`._conn`)
-  lets threads share one fetcher (a load runs up to ``io_threads`` requests at once).
+* Proxies from the environment (:mod:`._proxy`); the process's pool of connections per
+  origin (:mod:`._conn`) lets threads share one fetcher (a load runs up to ``io_threads``
+  requests at once) and fetchers of one origin share connections.
 
 Exceptions of ``http.client``, ``ssl`` and ``socket`` are translated here, and only here,
 into :class:`~tensorfile.errors.SourceError`, their text scrubbed of the URL's secrets.

@@ -166,7 +166,8 @@ class RemoteSource(SourceBase):
 class HTTPSource(RemoteSource):
     """A file read with HTTP range requests (see :class:`~._http.HTTPFetcher` for the checks),
     through the proxy the environment names (``https_proxy``, ``no_proxy``, ...). One source
-    may be read from several threads: each request has a connection of its own.
+    may be read from several threads: each request has a connection of its own, from the
+    process's pool of the URL's origin (:data:`~._conn.POOL`), which other files share.
 
     Args:
         url: ``http://`` or ``https://`` URL of the file.
@@ -246,6 +247,6 @@ class HTTPSource(RemoteSource):
         )
 
     def close(self) -> None:
-        """Close the connection."""
+        """Close the source (its connections wait in the pool for the next file)."""
         super().close()
         self._http.close()

@@ -155,7 +155,7 @@ class S3Source(RemoteSource):
         )
 
     def close(self) -> None:
-        """Close the connections."""
+        """Close the source (its connections wait in the pool for the next object)."""
         super().close()
         self._s3.close()
 

@@ -93,6 +93,10 @@ class FsspecStore(Store):
             self._fs = self.fs  # (sets _base too)
         return posixpath.join(self._base, name) if name else self._base
 
+    def open_url(self, name: str) -> str:
+        check_name(name)
+        return f"{self.root}/{name}"
+
     def url(self, name: str = "") -> str:
         return redact(f"{self.root}/{name}" if name else self.root)
 

@@ -61,6 +61,9 @@ class LocalStore(Store):
         paths.check_name(name, folder=True)
         return os.path.join(self.root, *name.split("/")) if name else self.root
 
+    def local_path(self, name: str = "") -> str:
+        return self.path(name)
+
     def _target(self, name: str) -> str:
         """The path to write ``name`` at, its folders made (as an object store needs none);
         a folder that resolves outside the root is refused before anything is made."""
@@ -211,6 +214,17 @@ class LocalStore(Store):
             pass
         except OSError as exc:
             raise SourceError(f"cannot remove {path}: {exc.strerror or exc}") from exc
+
+    def remove_empty_folder(self, name: str) -> bool:
+        self._require("deletes", "remove", name)
+        path = self.path(name)
+        try:
+            os.rmdir(path)
+        except FileNotFoundError:
+            return True
+        except OSError:
+            return False  # not empty (or not a folder): left alone
+        return True
 
     def remove_tree(self, name: str) -> None:
         self._require("deletes", "remove", name)

@@ -18,6 +18,17 @@ A :class:`Store` says what it can do with capability flags, and an operation it 
   lock in the process for ``memory://``). Where it is False, :meth:`Store.write_if`
   compares and then writes, and a writer that slips between the two is not seen.
 
+What a consumer may ask instead of testing a store's class (the dataset layer never does):
+
+* :meth:`Store.local_path`: the local path of a file or folder, for the file-system rules a
+  local folder has (links, FIFOs, folders in the way); None where the files are not local.
+* :meth:`Store.open_url` and :attr:`Store.options`: the URL (and storage options) the URL
+  router opens a file at with its own clients (:func:`~tensorfile.sources.open_path`: the
+  native S3 client, the HTTP transport); None where the store's files have no such URL.
+* :meth:`Store.make_folder` and :meth:`Store.remove_empty_folder`: folders where they are
+  real (a local file system); an object store, whose folders are name prefixes, has none to
+  make or leave empty.
+
 The stores: :class:`~.local_store.LocalStore` (a local folder, with the path rules of
 :mod:`.paths`), :class:`~.memory_store.MemoryStore` (files in a dict) and
 :class:`~.fsspec_store.FsspecStore` (any fsspec filesystem: ``s3://``, ``gs://``,
@@ -42,8 +53,9 @@ from __future__ import annotations
 import contextlib
 import os
 import posixpath
-from collections.abc import Callable, Iterator
-from typing import ClassVar
+from collections.abc import Callable, Iterator, Mapping
+from types import MappingProxyType
+from typing import Any, ClassVar
 
 from ...core.errors import ConcurrentWriteError, SourceError, UnsupportedError
 from ...core.source import ByteRequest, Source
@@ -65,6 +77,8 @@ class Store:
     is_local: ClassVar[bool] = False
     root: str
     read_only: bool = False
+    options: Mapping[str, Any] = MappingProxyType({})
+    """The storage options the store was made with (an fsspec store's; empty for others)."""
 
     # -- what every store has -----------------------------------------------------------------
 
@@ -96,6 +110,19 @@ class Store:
         """The size of the regular file ``name``; None when nothing is there; a
         :class:`SourceError` when something that is not a file is."""
         raise NotImplementedError
+
+    def local_path(self, name: str = "") -> str | None:
+        """The local path of ``name`` (checked: it cannot leave the root), for the rules of a
+        local file system; None where the store's files are not local files."""
+        return None
+
+    def open_url(self, name: str) -> str | None:
+        """The URL at which :func:`~tensorfile.sources.open_path` (with :attr:`options`) opens
+        the file ``name`` through tensorfile's own clients; None where there is none (a
+        local folder: see :meth:`local_path`; files in memory). The router refuses options
+        only the store's own client takes (an :class:`~tensorfile.errors.InvalidArgumentError`):
+        then :meth:`open_source` is the way."""
+        return None
 
     # -- reading ------------------------------------------------------------------------------
 
@@ -230,6 +257,22 @@ class Store:
             "nothing was written over it",
             changed=name,
         )
+
+    def make_folder(self, name: str, what: str) -> str | None:
+        """Create the folder ``name`` where folders are real, refusing one that is not a
+        folder of the store (``what`` names it in the message); returns its local path. A
+        store whose folders are name prefixes (an object store, memory) makes nothing:
+        None."""
+        self._require("writes", "create", check_name(name, folder=True))
+        return None
+
+    def remove_empty_folder(self, name: str) -> bool:
+        """Remove the folder ``name`` if nothing is in it; whether it is gone (False:
+        something is in it, and it stays). On a store whose folders are name prefixes a
+        folder goes with its last file: nothing to remove, and gone unless a file is listed
+        in it."""
+        self._require("deletes", "remove", name)
+        return not self.supports_listing or not self.list_files(name)
 
     def move(self, src: str, dst: str) -> None:
         """Move the file ``src`` to ``dst`` (both relative), replacing ``dst``."""

@@ -1,33 +1,63 @@
-"""One conformance suite for the Source protocol (``tensorfile.sources``), in the style of
-zarr-python's ``zarr.testing.store.StoreTests``: every kind of source subclasses
-:class:`SourceConformance` and provides :meth:`SourceConformance.make`, which returns a
-source over exactly the given bytes. Every test below then runs against that kind.
+"""``SourceConformance``: the suite every :class:`~tensorfile.sources.Source` passes, in the
+style of zarr-python's ``zarr.testing.store.StoreTests``.
 
-What every source does alike, asserted below: after ``close()`` every method but ``close``
-raises SourceError (``buffer()`` included); a ``readinto`` of zero bytes counts nothing;
-``readinto`` takes any writable C-contiguous buffers (float32, 2-D) and refuses read-only
-ones with InvalidArgumentError. What differs by design: remote sources count their
-speculative first read when they open, and serve reads inside it without a request.
+Subclass :class:`SourceConformance` in a test module (a class named ``Test...``) and give it
+:meth:`~SourceConformance.make`, which returns a new source over exactly the given bytes
+(an autouse fixture of the subclass may set up what ``make`` needs: a folder, a server);
+pytest then runs every test below against that kind of source. A new source is added to
+tensorfile, or to another project, by passing them. Only ``pytest`` and ``numpy`` are needed.
+
+What every source does alike, asserted below:
+
+* ``size`` is exact; ``read`` returns exactly the bytes asked for (head, middle, tail, the
+  whole file), a zero-length read anywhere up to the end is ``b""``, and a read past the
+  end, at a negative offset or of a negative length is a
+  :class:`~tensorfile.errors.SourceError` after which the source is still usable;
+* ``readinto`` fills any writable C-contiguous buffers (several, slices of one, float32,
+  2-D) from consecutive bytes, refuses read-only ones with
+  :class:`~tensorfile.errors.InvalidArgumentError` and out-of-range ones with
+  :class:`~tensorfile.errors.SourceError`;
+* ``stats`` count what reached the storage, never shrink, and a zero-byte ``readinto``
+  counts nothing; ``name`` is a non-empty text, ``coalesce_gap`` a non-negative int;
+* ``buffer()`` is None or the whole content; views handed out outlive ``close``;
+* ``close`` is idempotent, a ``with`` block closes, and after ``close`` every method but
+  ``close`` raises :class:`~tensorfile.errors.SourceError` (bytes already fetched included);
+* reads from several threads at once each get their own bytes.
+
+What differs by design: remote sources count their speculative first read when they open,
+and serve reads inside it without a request (the reads the stats tests count lie far from
+the head and the tail of the file, :data:`FAR`).
+
+Example:
+    >>> from tensorfile.sources import MemorySource
+    >>> class TestMemorySource(SourceConformance):
+    ...     def make(self, data: bytes) -> MemorySource:
+    ...         return MemorySource(data)
+    >>> suite = TestMemorySource()
+    >>> suite.test_read_returns_exactly_the_bytes_asked_for()
+    >>> suite.test_reads_from_several_threads_at_once()
 """
 
 from __future__ import annotations
 
 import random
+import threading
 from collections.abc import Iterator
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
-from tensorfile.errors import InvalidArgumentError, SourceError
-from tensorfile.sources import ReadStats, Source
+from ..core.errors import InvalidArgumentError, SourceError
+from ..core.source import ReadStats, Source
 
-# Large enough that a read near the end is outside any speculative first read (100,000 bytes).
+__all__ = ["BIG", "FAR", "SourceConformance", "content"]
+
 BIG = 3 * 1024 * 1024
-# An offset in a BIG file that no remote source's first read (its head or tail) covers.
+"""The size of the large test files: a read near the end is outside any remote source's
+speculative first read (100,000 bytes)."""
 FAR = 1_500_000
+"""An offset in a :data:`BIG` file that no remote source's first read (head or tail) covers."""
 
 
 def content(size: int, seed: int = 0) -> bytes:
@@ -48,9 +78,9 @@ class SourceConformance:
     # -- helpers -----------------------------------------------------------------------------
 
     def source(self, data: bytes) -> Source:
-        """A source from :meth:`make`, closed after the test."""
+        """A source from :meth:`make`, closed after the test (when pytest runs it)."""
         src = self.make(data)
-        self._opened.append(src)
+        self.__dict__.setdefault("_opened", []).append(src)
         return src
 
     @pytest.fixture(autouse=True)
@@ -67,9 +97,11 @@ class SourceConformance:
         assert isinstance(src, Source)
         if self.source_cls is not None:
             assert type(src) is self.source_cls
-        assert isinstance(src.name, str) and src.name
+        assert isinstance(src.name, str)
+        assert src.name
         assert isinstance(src.stats, ReadStats)
-        assert isinstance(src.coalesce_gap, int) and src.coalesce_gap >= 0
+        assert isinstance(src.coalesce_gap, int)
+        assert src.coalesce_gap >= 0
 
     @pytest.mark.parametrize("size", [0, 1, 7, 4096, 100_001])
     def test_size(self, size: int) -> None:
@@ -150,8 +182,8 @@ class SourceConformance:
         assert src.stats.requests == before[0] + 1
         assert src.stats.bytes_read == before[1] + 1000
         buf = bytearray(5000)
-        src.readinto(FAR + 100_000, [memoryview(buf)[:2000], memoryview(buf)[2000:]])
-        assert bytes(buf) == data[FAR + 100_000 : FAR + 105_000]
+        src.readinto(FAR + 200_000, [memoryview(buf)[:2000], memoryview(buf)[2000:]])
+        assert bytes(buf) == data[FAR + 200_000 : FAR + 205_000]
         assert src.stats.requests == before[0] + 2
         assert src.stats.bytes_read == before[1] + 6000
 
@@ -162,7 +194,8 @@ class SourceConformance:
         for offset, length in [(0, 10), (100, 0), (4000, 96), (0, 4096)]:
             src.read(offset, length)
             now = (src.stats.requests, src.stats.bytes_read)
-            assert now[0] >= seen[0] and now[1] >= seen[1]
+            assert now[0] >= seen[0]
+            assert now[1] >= seen[1]
             seen = now
 
     def test_buffer_is_none_or_the_whole_content(self) -> None:
@@ -211,7 +244,7 @@ class SourceConformance:
         src = self.source(data)
         floats = np.empty(16, np.float32)
         grid = np.empty((4, 8), np.uint8)
-        src.readinto(FAR, [memoryview(floats), memoryview(grid)])
+        src.readinto(FAR, [floats.data, grid.data])
         assert floats.tobytes() + grid.tobytes() == data[FAR : FAR + 64 + 32]
 
     def test_readinto_a_read_only_buffer_is_refused(self) -> None:
@@ -251,24 +284,58 @@ class SourceConformance:
     def test_large_file_random_reads(self) -> None:
         data = content(BIG, seed=2)
         src = self.source(data)
-
-        @settings(
-            max_examples=25,
-            deadline=None,
-            database=None,
-            suppress_health_check=[HealthCheck.too_slow],
-        )
-        @given(st.data())
-        def check(draw: st.DataObject) -> None:
-            offset = draw.draw(st.integers(0, BIG), label="offset")
-            length = draw.draw(st.integers(0, min(BIG - offset, 300_000)), label="length")
-            assert src.read(offset, length) == data[offset : offset + length]
-            split = draw.draw(st.integers(0, length), label="split")
+        rng = random.Random(BIG)
+        for _ in range(25):
+            offset = rng.randint(0, BIG)
+            length = rng.randint(0, min(BIG - offset, 300_000))
+            assert src.read(offset, length) == data[offset : offset + length], (offset, length)
+            split = rng.randint(0, length)
             a, b = bytearray(split), bytearray(length - split)
             src.readinto(offset, [memoryview(a), memoryview(b)])
-            assert bytes(a) + bytes(b) == data[offset : offset + length]
-            past = draw.draw(st.integers(1, 1000), label="past")
+            assert bytes(a) + bytes(b) == data[offset : offset + length], (offset, length)
+            past = rng.randint(1, 1000)
             with pytest.raises(SourceError):
                 src.read(BIG - length + past, length or 1)
 
-        check()
+    # -- threads ----------------------------------------------------------------------------
+
+    #: threads reading one source at once in :meth:`test_reads_from_several_threads_at_once`
+    threads: ClassVar[int] = 8
+
+    def test_reads_from_several_threads_at_once(self) -> None:
+        """Readers of one file share its source (a load's pieces run on a thread pool): each
+        thread gets its own bytes, whatever the others read at the same time."""
+        data = content(BIG, seed=3)
+        src = self.source(data)
+        before = (src.stats.requests, src.stats.bytes_read)
+        start = threading.Barrier(self.threads)
+        failures: list[BaseException] = []
+
+        def reader(seed: int) -> None:
+            rng = random.Random(seed)
+            try:
+                start.wait(timeout=60)
+                for _ in range(12):
+                    offset = rng.randrange(0, BIG - 70_000)
+                    length = rng.randrange(1, 70_000)
+                    if rng.random() < 0.5:
+                        got: Any = src.read(offset, length)
+                    else:
+                        got = bytearray(length)
+                        cut = rng.randrange(0, length)
+                        src.readinto(offset, [memoryview(got)[:cut], memoryview(got)[cut:]])
+                    if bytes(got) != data[offset : offset + length]:
+                        raise AssertionError(f"wrong bytes at {offset}+{length}")
+            except BaseException as exc:  # reported by the main thread
+                failures.append(exc)
+
+        workers = [threading.Thread(target=reader, args=(i,)) for i in range(self.threads)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join(timeout=120)
+        assert not any(w.is_alive() for w in workers), "a reader hangs"
+        assert failures == []
+        assert src.stats.requests >= before[0]
+        assert src.stats.bytes_read >= before[1]
+        assert src.read(FAR, 10) == data[FAR : FAR + 10]  # still usable
