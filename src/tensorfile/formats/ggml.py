@@ -25,7 +25,7 @@ import numpy as np
 
 from tensorfile.core import dtypes
 from tensorfile.core.errors import UnsupportedError
-from tensorfile.core.extras import install_hint
+from tensorfile.core.extras import require
 
 __all__ = [
     "DEQUANTIZED",
@@ -213,15 +213,12 @@ def dequantize(raw: NDArray, type_name: str, shape: tuple[int, ...], name: str) 
 
 def _with_gguf(raw: NDArray, kind: str, shape: tuple[int, ...], name: str) -> NDArray:
     """Dequantize with the ``gguf`` package (the types tensorfile does not decode itself)."""
-    way = (
-        f"tensorfile decodes {', '.join(t.upper() for t in NUMPY_TYPES)} itself; for "
-        f"{kind.upper()} install the gguf package ({install_hint(package='gguf')}), "
-        "or use llama.cpp"
+    what = (
+        f"tensor {name!r} is quantized ({kind.upper()}): tensorfile decodes "
+        f"{', '.join(t.upper() for t in NUMPY_TYPES)} itself; dequantizing {kind.upper()} "
+        "(or use llama.cpp)"
     )
-    try:
-        import gguf
-    except ImportError:
-        raise UnsupportedError(f"tensor {name!r} is quantized ({kind.upper()}): {way}") from None
+    gguf = require("gguf", what, package="gguf")  # (installed but broken: it says so)
     qtype = getattr(gguf.GGMLQuantizationType, kind.upper(), None)
     if qtype is None:
         raise UnsupportedError(f"tensor {name!r}: the gguf package does not know {kind.upper()}")
