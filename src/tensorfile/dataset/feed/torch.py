@@ -107,7 +107,7 @@ from .torch_batches import Gather
 from .torch_state import FORMAT, Split, check_state, find_states, make_state, shards_digest
 from .torch_sync import Shared
 
-__all__ = ["ShardedIterable", "TorchIterable", "TorchMap"]
+__all__ = ["TorchIterable", "TorchMap"]
 
 NDArray = np.ndarray[Any, Any]
 _SAMPLE_CHUNK = 256  # per-sample mode: samples gathered at once
@@ -458,10 +458,6 @@ class TorchIterable(IterableDataset):  # type: ignore[type-arg]
         _, first = np.unique(shard, return_index=True)
         entries = self.dataset.manifest.shards
         return [entries[int(shard[i])] for i in np.sort(first)]
-
-
-ShardedIterable = TorchIterable
-"""The earlier name of :class:`TorchIterable`."""
 
 
 class TorchMap(_TorchDataset):  # type: ignore[type-arg]

@@ -379,7 +379,6 @@ class Dataset:
         drop_last: bool = False,
         partitions: int = 64,
         shuffle_block: int = 1 << 18,
-        shuffle_buffer: int | None = None,
         map_style: bool = False,
     ) -> Any:
         """The samples for PyTorch, as torch tensors of the matching dtype (BF16 as
@@ -393,8 +392,7 @@ class Dataset:
         without, single samples (``per_sample=True`` with ``batch_size`` as the DataLoader's
         batch size keeps the same order). ``even=True`` gives every rank the same number of
         samples by dropping the ``len % world_size`` surplus, ``even="pad"`` by repeating
-        samples; ``shuffle_buffer`` is the earlier name of ``shuffle_block``
-        (:mod:`tensorfile.dataset.torch` says exactly how). ``map_style=True`` gives a
+        samples (:mod:`tensorfile.dataset.torch` says exactly how). ``map_style=True`` gives a
         map-style dataset instead (``len`` and ``[i]``, for samplers and the default
         collate). The other keywords are checked here, once, as one
         :class:`~tensorfile.dataset.torch.FeedOptions` (the feed's ``options``).
@@ -422,7 +420,6 @@ class Dataset:
             drop_last=drop_last,
             partitions=partitions,
             shuffle_block=shuffle_block,
-            shuffle_buffer=shuffle_buffer,
         )
         with needing("Dataset.to_torch()", extra="torch"):
             from ..feed.torch import TorchIterable, TorchMap
