@@ -14,7 +14,7 @@ visits nor their global order. The same seed and epoch give the same order run a
 call :meth:`TorchIterable.set_epoch` before each epoch (it reaches the DataLoader's workers,
 ``persistent_workers=True`` ones too, at their next pass: :mod:`.torch_sync`).
 
-**Split** (:mod:`tensorfile.dataset.torch_state`). Ranks consume ``S`` in lockstep steps:
+**Split** (:mod:`tensorfile.dataset.feed.torch_state`). Ranks consume ``S`` in lockstep steps:
 step ``t`` is ``W*B`` positions (``W`` ranks, ``B`` the per-rank batch) and rank ``r`` takes
 the contiguous ``r``-th piece of ``B``. DataLoader worker ``w`` of ``K`` produces the steps
 ``t ≡ w (mod K)`` of its rank, the order DataLoader's round-robin delivers them in, so after

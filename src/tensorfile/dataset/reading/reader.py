@@ -10,9 +10,9 @@ Key-value datasets give one sample per key, as ``{"key": ..., column: tensor}``.
 
 Nothing read is trusted: the manifest is checked when the dataset is opened, each shard's
 header against the manifest when the shard is first used
-(:func:`~tensorfile.dataset.samples.open_shard`), and the index against the manifest and the
+(:func:`~tensorfile.dataset.reading.samples.open_shard`), and the index against the manifest and the
 headers: a stale index is set aside and the shard headers are searched instead
-(:mod:`tensorfile.dataset.index`).
+(:mod:`tensorfile.dataset.layout.index`).
 
 Example:
     >>> import numpy as np, os, tempfile
@@ -543,7 +543,7 @@ def open(
 
     A remote dataset with a ``cache_dir`` (default: ``$TENSORFILE_CACHE_DIR`` when it is
     set; ``False`` turns it off) is read through a shard cache
-    (:mod:`tensorfile.dataset.shardcache`): each shard is downloaded whole (parallel ranged
+    (:mod:`tensorfile.dataset.cache.shardcache`): each shard is downloaded whole (parallel ranged
     GETs) into the folder the first time it is needed and read from there, memory-mapped;
     the folder is shared by every process of the node and holds at most ``cache_limit``
     bytes (an int, or ``"20GB"``, ``"512MiB"``; default ``$TENSORFILE_CACHE_SIZE``, else

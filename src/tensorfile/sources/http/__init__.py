@@ -4,7 +4,7 @@ It owns everything a range request over HTTP(S) needs: URLs checked and redacted
 (:mod:`._urls`), what is sent (:mod:`._request`), proxies (:mod:`._proxy`), connections with
 deadlines and their pool (:mod:`._conn`), one exchange through retries and redirects
 (:mod:`._exchange`), strict reply headers (:mod:`._headers`), the fetcher (:mod:`._http`),
-the speculative first read (:mod:`._cache`), servers that ignore ``Range`` (:mod:`._prefix`),
+the speculative first read (:mod:`._first_read`), servers that ignore ``Range`` (:mod:`._prefix`),
 and :class:`~.remote.RemoteSource` / :class:`~.remote.HTTPSource` over any fetcher
 (:mod:`.remote`). ``http.client`` and ``ssl`` load only with the modules that send requests.
 """
