@@ -398,6 +398,19 @@ def test_the_dataset_never_tests_a_concrete_store_class() -> None:
     assert {n: t for n, t in tests.items() if t} == {}
 
 
+def test_every_package_says_what_it_owns() -> None:
+    """Each package's ``__init__`` has a docstring of its own that says what the package
+    owns, at least a sentence, not a pointer elsewhere."""
+    short = {}
+    for name, (path, is_pkg) in sorted(MODULES.items()):
+        if not is_pkg:
+            continue
+        doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+        if len(doc.split()) < 15 or "." not in doc or "see the package docstring" in doc:
+            short[name] = doc
+    assert short == {}
+
+
 def test_no_module_is_over_600_lines() -> None:
     long = {n: len(p.read_text().splitlines()) for n, (p, _) in MODULES.items()}
     assert {n: k for n, k in long.items() if k > 600} == {}
