@@ -10,7 +10,7 @@ layouts, encodings or logical types tensorfile does not know are listed and read
 stored bytes (:meth:`~ZTensor2Reader.read_stored`), and refused when decoded.
 
 :attr:`~ZTensor2Reader.attributes` are the file's attributes as the CBOR values they are;
-:attr:`~ZTensor2Reader.metadata` has them as text (see :mod:`.v2._manifest`).
+:attr:`~ZTensor2Reader.metadata` has them as text (see :mod:`._manifest`).
 
 Example:
     >>> import numpy as np
