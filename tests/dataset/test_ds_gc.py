@@ -8,6 +8,7 @@ fsspec's ``memory://`` and a MemoryStore."""
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import signal
@@ -349,6 +350,29 @@ def test_a_folder_without_a_manifest_keeps_its_shards(tmp_path: Path) -> None:
     before = sorted(os.listdir(path))
     assert dataset.gc(str(path), older_than=0).removed == []
     assert sorted(os.listdir(path)) == before
+
+
+def test_dead_writers_temporary_files_go_a_live_ones_stays(tmp_path: Path) -> None:
+    path = tmp_path / "ds"
+    dataset.write(cols_a(2), str(path), batch_size=2)
+    dead = [path / f".dataset_manifest.json.tensorfile-00000000000{c}.tmp" for c in "ab"]
+    dead.append(path / f".{SHARD}.tensorfile-00000000000c.tmp")
+    for f in dead:
+        f.write_bytes(b"half written")
+    live = path / "._tensor_index.parquet.tensorfile-00000000000d.tmp"
+    live.write_bytes(b"being written")
+    other = path / ".dataset_manifest.json.other.tmp"  # not named like tensorfile's
+    other.write_bytes(b"someone else's")
+    fd = os.open(live, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # its writer lives
+        assert {g.name for g in dataset.gc(str(path)).kept} == {f.name for f in [*dead, live]}
+        done = dataset.gc(str(path), older_than=0)
+    finally:
+        os.close(fd)
+    assert _names(done.removed) == {f.name for f in dead}
+    assert _names(done.kept) == {live.name}
+    assert live.exists() and other.exists() and not any(f.exists() for f in dead)
 
 
 def test_not_a_dataset_folder(tmp_path: Path) -> None:

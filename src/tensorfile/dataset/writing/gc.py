@@ -67,7 +67,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...core.atomic import is_temp_name, remove_stale_temps
+from ...core.atomic import is_temp_name, remove_if_unlocked
 from ...core.errors import FormatError, InvalidArgumentError, SourceError, UnsupportedError
 from ...sources.local.paths import is_inside
 from ..layout.files import INDEX_NAME, MANIFEST_NAME, SHARD_NAME
@@ -274,7 +274,7 @@ def _temps(store: Store, names: list[str], grace: float, out: Collected) -> None
             out.kept.append(Leftover(name, f"a temporary file; {_why_kept(age, grace)}", age))
         elif out.dry_run:
             out.removed.append(Leftover(name, f"{what} (if it is: no writer holds it)", age))
-        elif name in remove_stale_temps(os.path.join(root, base)):
+        elif remove_if_unlocked(os.path.join(root, name)):
             out.removed.append(Leftover(name, what, age))
         else:
             out.kept.append(Leftover(name, "a temporary file a live writer holds", age))
