@@ -29,7 +29,7 @@ from tensorfile.dataset.writing import writer as writer_module
 from tensorfile.dataset.writing.columns import columns_and_keys
 from tensorfile.dataset.writing.options import parse_options
 from tensorfile.errors import FormatError, InvalidArgumentError
-from tensorfile.sources import LocalStore, MemoryStore, Store, store_for
+from tensorfile.sources import FsspecStore, LocalStore, MemoryStore, Store, store_for
 from tests.helpers.cli import run
 from tests.helpers.datasets import cols_a, cols_b
 
@@ -249,18 +249,25 @@ def test_a_publish_between_listing_and_removal_loses_nothing(tmp_path: Path) -> 
     assert sorted(r[0] for r in _rows(LocalStore(path))) == [0, 1, 2, 3, 100, 101, 102, 103]
 
 
-def test_a_shard_written_long_ago_and_moved_in_just_now_is_kept(tmp_path: Path) -> None:
+@pytest.mark.parametrize("fsspec", [False, True])
+def test_a_shard_written_long_ago_and_moved_in_just_now_is_kept(
+    tmp_path: Path, fsspec: bool
+) -> None:
     """A shard's age counts from its move into place (a rename sets the change time), not
-    from when it was written: a long job's commit moves shards written hours before."""
+    from when it was written: a long job's commit moves shards written hours before. In a
+    local folder and through fsspec's local filesystem."""
     path = tmp_path / "ds"
-    dataset.write(cols_a(2), str(path), batch_size=2)
+    where: str | Store = (
+        FsspecStore(f"file://{path}", {"auto_mkdir": True}) if fsspec else str(path)
+    )
+    dataset.write(cols_a(2), where, batch_size=2)
     staged = tmp_path / SHARD
     staged.write_bytes(b"staged long ago")
     day_ago = time.time() - 86400
     os.utime(staged, (day_ago, day_ago))
     os.rename(staged, path / SHARD)
     assert os.stat(path / SHARD).st_mtime == pytest.approx(day_ago)
-    done = dataset.gc(str(path))
+    done = dataset.gc(where)
     assert done.removed == [] and _names(done.kept) == {SHARD}
     assert (path / SHARD).exists()
 

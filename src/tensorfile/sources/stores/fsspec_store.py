@@ -322,26 +322,31 @@ class FsspecStore(Store):
             pass
 
 
-_TIME_KEYS = ("LastModified", "mtime", "last_modified", "created", "updated")
-"""Where fsspec filesystems put a file's last change (s3fs, local, adlfs, memory, gcsfs)."""
+_TIME_KEYS = ("LastModified", "mtime", "created", "last_modified", "updated")
+"""Where fsspec filesystems put the times of a file's last changes (s3fs, local, memory,
+adlfs, gcsfs): the latest of them counts (a local rename keeps ``mtime`` and sets the change
+time, which fsspec calls ``created``)."""
 
 
 def _timestamp(info: dict[str, Any]) -> float | None:
     """The time of a file's last change in an fsspec record (seconds since the epoch), or
     None when the record has none."""
-    for key in _TIME_KEYS:
-        when = info.get(key)
-        if isinstance(when, str):
-            try:
-                when = datetime.datetime.fromisoformat(when.replace("Z", "+00:00"))
-            except ValueError:
-                continue
-        if isinstance(when, datetime.datetime):
-            if when.tzinfo is None:  # (fsspec's are UTC)
-                when = when.replace(tzinfo=datetime.UTC)
-            return when.timestamp()
-        if isinstance(when, (int, float)) and not isinstance(when, bool):
-            return float(when)
+    times = [t for t in map(_seconds, (info.get(k) for k in _TIME_KEYS)) if t is not None]
+    return max(times, default=None)
+
+
+def _seconds(when: Any) -> float | None:
+    if isinstance(when, str):
+        try:
+            when = datetime.datetime.fromisoformat(when.replace("Z", "+00:00"))
+        except ValueError:
+            return None
+    if isinstance(when, datetime.datetime):
+        if when.tzinfo is None:  # (fsspec's are UTC)
+            when = when.replace(tzinfo=datetime.UTC)
+        return float(when.timestamp())
+    if isinstance(when, (int, float)) and not isinstance(when, bool):
+        return float(when)
     return None
 
 
