@@ -331,6 +331,24 @@ def test_nothing_outside_the_folder_and_no_symlink_is_touched(tmp_path: Path) ->
     assert len(_rows(LocalStore(str(path)))) == 2
 
 
+def test_odd_names_in_the_staging_folder(tmp_path: Path) -> None:
+    """Names no writer makes (a backslash, a newline) are no reason to fail, nor a way out."""
+    path = tmp_path / "ds"
+    dataset.write(cols_a(2), str(path), batch_size=2)
+    odd = path / "_staging" / "..\\x"
+    odd.mkdir(parents=True)
+    (odd / "f").write_bytes(b"x")
+    job = path / "_staging" / "job"
+    (job / "task\nx").mkdir(parents=True)
+    (job / "task\nx" / "a\\b").write_bytes(b"x")
+    (job / "_JOB").write_bytes(b"{}")
+    done = dataset.gc(str(path), older_than=0)
+    assert _names(done.removed) == {"_staging/job/"}
+    assert _names(done.kept) == {"_staging/..\\x/"}
+    assert (odd / "f").exists() and not job.exists()
+    assert len(_rows(LocalStore(str(path)))) == 2
+
+
 def test_a_manifest_listing_paths_outside_the_folder_removes_nothing(tmp_path: Path) -> None:
     """gc takes names from listing the folder, never from the manifest; a manifest that
     lists a path outside the folder is not a manifest a reader accepts, and gc refuses to

@@ -69,7 +69,7 @@ from typing import Any
 
 from ...core.atomic import is_temp_name, remove_if_unlocked
 from ...core.errors import FormatError, InvalidArgumentError, SourceError, UnsupportedError
-from ...sources.local.paths import is_inside
+from ...sources.local.paths import check_name, is_inside
 from ..layout.files import INDEX_NAME, MANIFEST_NAME, SHARD_NAME
 from ..layout.manifest import read_manifest
 from ..layout.storage import Location, Store, storage_for
@@ -282,16 +282,20 @@ def _temps(store: Store, names: list[str], grace: float, out: Collected) -> None
 
 def _staging(store: Store, grace: float, out: Collected) -> None:
     """The staging folders of jobs whose newest file is older than ``grace``."""
-    local = store.local_path(STAGING)
+    local, root = store.local_path(STAGING), store.local_path()
     if local is not None and (
-        os.path.islink(local) or (os.path.exists(local) and not is_inside(store.root, local))
+        os.path.islink(local) or (os.path.exists(local) and not is_inside(root or "", local))
     ):
         out.kept.append(Leftover(f"{STAGING}/", "not a folder of the dataset: not entered", None))
         return
     what = "the staging folder of a write job that is gone"
     for job in store.list_folders(STAGING):
         folder = f"{STAGING}/{job}"
-        age, empty = _newest(store, folder)
+        try:
+            age, empty = _newest(store, check_name(folder))
+        except InvalidArgumentError:  # (a backslash, a control character: not a job's name)
+            out.kept.append(Leftover(f"{folder}/", "not a name a writer makes", None))
+            continue
         if not empty and not _old(age, grace):
             out.kept.append(
                 Leftover(f"{folder}/", f"a write job's staging; {_why_kept(age, grace)}", age)
@@ -314,11 +318,15 @@ def _newest(store: Store, folder: str) -> tuple[float | None, bool]:
     ages: list[float | None] = []
     for sub in ["", *store.list_folders(folder)]:
         where = f"{folder}/{sub}" if sub else folder
-        for name in store.list_files(where):
+        try:
+            names = store.list_files(check_name(where))
+        except InvalidArgumentError:
+            continue  # (not a name a writer makes: removed with the job's folder)
+        for name in names:
             try:
                 ages.append(_age(store, f"{where}/{name}"))
-            except SourceError:
-                continue  # (not a regular file: no writer's)
+            except (SourceError, InvalidArgumentError):
+                continue  # (not a regular file, or an odd name: no writer's)
     if any(a is None for a in ages):
         return None, False
     return min((a for a in ages if a is not None), default=None), not ages
