@@ -178,6 +178,14 @@ def test_the_cli_lists_then_removes_a_killed_writers_leftovers(tmp_path: Path, c
     assert sorted(r[0] for r in _rows(LocalStore(path))) == [0, 1, 2, 3]
 
 
+def test_the_cli_says_the_apis_default(capsys: Any) -> None:
+    from tensorfile.dataset.writing.gc import DEFAULT_OLDER_THAN
+
+    res = run(capsys, "dataset", "gc", "--help")
+    assert res.code == 0
+    assert DEFAULT_OLDER_THAN == 3600 and "default: 1h" in " ".join(res.out.split())
+
+
 def test_the_cli_refuses_a_bad_duration(tmp_path: Path, capsys: Any) -> None:
     path = str(tmp_path / "ds")
     dataset.write(cols_a(2), path, batch_size=2)

@@ -4,11 +4,14 @@
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
-from ..dataset.writing.gc import Collected, Leftover, gc, parse_duration
 from ._each import EXIT_OK
 from ._output import Output
 from ._text import plural
+
+if TYPE_CHECKING:
+    from ..dataset.writing.gc import Leftover
 
 __all__ = ["run_dataset_gc"]
 
@@ -18,8 +21,10 @@ def _item(g: Leftover) -> dict[str, object]:
 
 
 def run_dataset_gc(args: argparse.Namespace, out: Output) -> int:
-    older_than = parse_duration(args.older_than)
-    done: Collected = gc(args.path, older_than=older_than, dry_run=args.dry_run)
+    from ..dataset.writing.gc import DEFAULT_OLDER_THAN, gc, parse_duration  # (not at startup)
+
+    older_than = DEFAULT_OLDER_THAN if args.older_than is None else parse_duration(args.older_than)
+    done = gc(args.path, older_than=older_than, dry_run=args.dry_run)
     if out.json_mode:
         out.json(
             {

@@ -15,7 +15,6 @@ from typing import NoReturn
 
 from .._version import __version__
 from ..core.digests import ALGORITHMS
-from ..dataset.writing.gc import DEFAULT_OLDER_THAN
 from ..ops.inspect import readable
 from ._convert import TARGETS, run_convert
 from ._dataset import run_dataset_gc
@@ -216,7 +215,7 @@ Commands on a dataset folder (tensorfile.dataset: dataset_manifest.json and its 
 Examples:
   tensorfile dataset gc out/train --dry-run
   tensorfile dataset gc s3://bucket/train --older-than 1d""",
-    "dataset gc": f"""\
+    "dataset gc": """\
 Examples:
   tensorfile dataset gc out/train --dry-run     # what would go, and what is kept and why
   tensorfile dataset gc out/train               # remove leftovers unchanged for an hour
@@ -225,7 +224,7 @@ Examples:
 Removes what killed writers left: shard files (part-*.safetensors) directly in the folder
 that the manifest does not list, staging folders (_staging/<job>/) of jobs that wrote
 nothing for DURATION, and (local folders) their temporary files. Each goes only once
-unchanged for DURATION (default {DEFAULT_OLDER_THAN / 3600:g}h): a running writer's shard,
+unchanged for DURATION (default 1h): a running writer's shard,
 moved into place but not yet published, is newer than that and is kept; the manifest is
 read again right before each removal. Never touched: the manifest, the index, any listed
 shard, other names, symlinks (never followed), anything outside the folder. A folder
@@ -298,10 +297,10 @@ def _dataset(sub: argparse._SubParsersAction[_Parser]) -> None:
     )
     g.add_argument(
         "--older-than",
-        default=f"{DEFAULT_OLDER_THAN / 3600:g}h",
+        default=None,
         metavar="DURATION",
         help="remove only what has not changed for DURATION (90s, 30m, 1h, 2d; default: "
-        "%(default)s); 0 removes every leftover, a running writer's too",
+        "1h); 0 removes every leftover, a running writer's too",
     )
     g.add_argument("--json", action="store_true", help="print JSON on stdout, nothing else")
     g.set_defaults(run=run_dataset_gc, parser=g)
