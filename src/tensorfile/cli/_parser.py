@@ -17,6 +17,7 @@ from .._version import __version__
 from ..core.digests import ALGORITHMS
 from ..ops.inspect import readable
 from ._convert import TARGETS, run_convert
+from ._dataset import run_dataset_gc
 from ._diff import run_diff
 from ._ident import run_id, run_summary
 from ._inspect import run_inspect
@@ -208,6 +209,34 @@ Exit status:
   0  written (or already there)
   2  a sample already in DIR differs (without --force), or DIR cannot be written
   130  interrupted""",
+    "dataset": """\
+Commands on a dataset folder (tensorfile.dataset: dataset_manifest.json and its shards).
+
+Examples:
+  tensorfile dataset gc out/train --dry-run
+  tensorfile dataset gc s3://bucket/train --older-than 1d""",
+    "dataset gc": """\
+Examples:
+  tensorfile dataset gc out/train --dry-run     # what would go, and what is kept and why
+  tensorfile dataset gc out/train               # remove leftovers unchanged for an hour
+  tensorfile dataset gc s3://bucket/train --older-than 1d --json
+
+Removes what killed writers left: shard files (part-*.safetensors) directly in the folder
+that the manifest does not list, staging folders (_staging/<job>/) of jobs that wrote
+nothing for DURATION, and (local folders) their temporary files. Each goes only once
+unchanged for DURATION (default 1h): a running writer's shard,
+moved into place but not yet published, is newer than that and is kept; the manifest is
+read again right before each removal. Never touched: the manifest, the index, any listed
+shard, other names, symlinks (never followed), anything outside the folder. A folder
+without a manifest keeps its shards (they are the dataset). A writer that spends longer
+than DURATION between moving a shard and publishing can lose it: keep DURATION above your
+longest commit. A job quiet for DURATION loses its staging and fails at its commit,
+publishing nothing: run it again.
+
+Exit status:
+  0  done (--dry-run: nothing removed)
+  2  bad usage, or the dataset cannot be read (an unreadable manifest: nothing removed)
+  130  interrupted""",
 }
 
 
@@ -245,6 +274,36 @@ KEY_HELP = (
 
 def _key(p: argparse.ArgumentParser) -> None:
     p.add_argument("--key", default=None, metavar="NAME", help=KEY_HELP)
+
+
+def _dataset(sub: argparse._SubParsersAction[_Parser]) -> None:
+    """``tensorfile dataset COMMAND``: commands on a dataset folder (``gc``)."""
+    about = "commands on a dataset folder: gc (remove what killed writers left)"
+    raw = argparse.RawDescriptionHelpFormatter
+    p = sub.add_parser(
+        "dataset", help=about, description=about, epilog=EPILOGS["dataset"], formatter_class=raw
+    )
+    p.set_defaults(parser=p)
+    commands = p.add_subparsers(dest="dataset_command", required=True, metavar="COMMAND")
+    about = "remove shards no manifest lists and dead writers' staging, safely while others write"
+    g = commands.add_parser(
+        "gc", help=about, description=about, epilog=EPILOGS["dataset gc"], formatter_class=raw
+    )
+    g.add_argument(
+        "path", metavar="PATH", help="the dataset: a folder, or an fsspec URL (s3://...)"
+    )
+    g.add_argument(
+        "--dry-run", action="store_true", help="remove nothing; print what would be removed"
+    )
+    g.add_argument(
+        "--older-than",
+        default=None,
+        metavar="DURATION",
+        help="remove only what has not changed for DURATION (90s, 30m, 1h, 2d; default: "
+        "1h); 0 removes every leftover, a running writer's too",
+    )
+    g.add_argument("--json", action="store_true", help="print JSON on stdout, nothing else")
+    g.set_defaults(run=run_dataset_gc, parser=g)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -369,6 +428,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("verify", run_verify, "check structure, digests, shards (and values, --deep)")
     p.add_argument("path", nargs="+", metavar="PATH", help=PATH_HELP)
     p.add_argument("--deep", action="store_true", help="also read every value (NaN, Inf, BOOL)")
+
+    _dataset(sub)
 
     p = command(
         "samples", run_samples, "write the sample files the documentation uses", reads=False
