@@ -7,8 +7,11 @@ An :class:`ArraysSource` serves the bytes of its ``base`` source (the file) as t
 after them, at offsets from ``base.size`` on, :class:`Segment` s: tensors that had to be
 decoded (a deflated zip member, a big-endian or Fortran-ordered array) or that an
 unpickler produced. A segment is decoded when first read, and the last one decoded is kept
-(memory: about the largest tensor). :class:`CrcCheck` s make reads of stored zip members
-check the member's CRC-32 whenever a read covers the whole member.
+(memory: about the largest tensor). An :class:`ArraysReader` decodes a segment before it
+allocates the segment's destination, so that the size a file only claims for a decoded
+tensor (an npz member's header) is proven by bytes really decoded before it is allocated.
+:class:`CrcCheck` s make reads of stored zip members check the member's CRC-32 whenever a
+read covers the whole member.
 
 Example:
     >>> import numpy as np
@@ -34,9 +37,9 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..core.catalog import ByteRange
+from ..core.catalog import ByteRange, TensorInfo
 from ..core.errors import FormatError, SourceError, UnsupportedError
-from ..core.reader import Reader
+from ..core.reader import Allocator, Reader, T
 from ..core.source import Source, SourceBase
 
 __all__ = [
@@ -211,6 +214,7 @@ class ArraysSource(SourceBase):
         last = self._segments[-1] if self._segments else None
         self._size = max(self._base_size, last.start + last.length if last else 0)
         self._cache: tuple[int, memoryview] | None = None
+        self._proven: set[int] = set()  # segments that decoded to their length once
         self._lock = threading.Lock()
         self.coalesce_gap = base.coalesce_gap
 
@@ -248,7 +252,14 @@ class ArraysSource(SourceBase):
             )
         with self._lock:
             self._cache = (index, view)
+            self._proven.add(index)
         return view
+
+    def prove(self, index: int) -> None:
+        """Decode segment ``index`` unless it once decoded to its length already (a wrong
+        length is the :class:`FormatError` of :meth:`segment_bytes`)."""
+        if index not in self._proven:
+            self.segment_bytes(index)
 
     def _read(self, offset: int, length: int) -> bytes:
         out = bytearray(length)
@@ -354,6 +365,23 @@ class ArraysReader(Reader):
 
     def __init__(self, source: ArraysSource, catalog: Any) -> None:
         super().__init__(source, catalog)
+
+    def _allocate(
+        self, alloc: Allocator[T], info: TensorInfo
+    ) -> tuple[memoryview, Callable[[], T]]:
+        self._decode_first(info)
+        return super()._allocate(alloc, info)
+
+    def read_slice(self, name: str, key: Any) -> np.ndarray[Any, Any]:
+        self._decode_first(self.info(name))
+        return super().read_slice(name, key)
+
+    def _decode_first(self, info: TensorInfo) -> None:
+        """Decode a decoded tensor before its destination is allocated: the size its file
+        claims becomes an allocation only once that many bytes were really decoded."""
+        index = self.source.segment_at(info.byte_range.start) if info.numel else None
+        if index is not None:
+            self.source.prove(index)
 
     def view(self, name: str) -> np.ndarray[Any, Any]:
         info = self.info(name)
