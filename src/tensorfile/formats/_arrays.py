@@ -37,6 +37,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from ..core import plan
 from ..core.catalog import ByteRange, TensorInfo
 from ..core.errors import FormatError, SourceError, UnsupportedError
 from ..core.reader import Allocator, Reader, T
@@ -214,7 +215,6 @@ class ArraysSource(SourceBase):
         last = self._segments[-1] if self._segments else None
         self._size = max(self._base_size, last.start + last.length if last else 0)
         self._cache: tuple[int, memoryview] | None = None
-        self._proven: set[int] = set()  # segments that decoded to their length once
         self._lock = threading.Lock()
         self.coalesce_gap = base.coalesce_gap
 
@@ -252,14 +252,7 @@ class ArraysSource(SourceBase):
             )
         with self._lock:
             self._cache = (index, view)
-            self._proven.add(index)
         return view
-
-    def prove(self, index: int) -> None:
-        """Decode segment ``index`` unless it once decoded to its length already (a wrong
-        length is the :class:`FormatError` of :meth:`segment_bytes`)."""
-        if index not in self._proven:
-            self.segment_bytes(index)
 
     def _read(self, offset: int, length: int) -> bytes:
         out = bytearray(length)
@@ -366,22 +359,40 @@ class ArraysReader(Reader):
     def __init__(self, source: ArraysSource, catalog: Any) -> None:
         super().__init__(source, catalog)
 
-    def _allocate(
-        self, alloc: Allocator[T], info: TensorInfo
-    ) -> tuple[memoryview, Callable[[], T]]:
-        self._decode_first(info)
-        return super()._allocate(alloc, info)
+    def start_read(self, names: list[str], alloc: Allocator[T]) -> plan.Pending[T]:
+        """As :meth:`Reader.start_read`, but each decoded tensor is decoded first, then
+        its destination allocated and filled from the bytes just decoded (each is decoded
+        once, and a size its file only claims is allocated only once that many bytes came
+        out); the tensors read in place are planned as usual."""
+        infos = [self.info(n) for n in names]
+        for info in infos:
+            self._dense(info)
+        filled: dict[int, Callable[[], T]] = {}
+        for k, info in enumerate(infos):
+            if self._decode_first(info):
+                buf, done = self._allocate(alloc, info)
+                self.readinto(info.byte_range.start, [buf])  # the segment just decoded
+                filled[k] = done
+        rest = super().start_read([n for k, n in enumerate(names) if k not in filled], alloc)
+
+        def finish() -> list[T]:
+            read = iter(rest.finish())
+            return [filled[k]() if k in filled else next(read) for k in range(len(names))]
+
+        return plan.Pending(rest.pieces, finish)
 
     def read_slice(self, name: str, key: Any) -> np.ndarray[Any, Any]:
         self._decode_first(self.info(name))
         return super().read_slice(name, key)
 
-    def _decode_first(self, info: TensorInfo) -> None:
-        """Decode a decoded tensor before its destination is allocated: the size its file
-        claims becomes an allocation only once that many bytes were really decoded."""
+    def _decode_first(self, info: TensorInfo) -> bool:
+        """Decode ``info``'s bytes now when it is a decoded tensor (they are the ones kept
+        then), before anything is allocated for it; whether it is one."""
         index = self.source.segment_at(info.byte_range.start) if info.numel else None
-        if index is not None:
-            self.source.prove(index)
+        if index is None:
+            return False
+        self.source.segment_bytes(index)  # its length checked against the claim
+        return True
 
     def view(self, name: str) -> np.ndarray[Any, Any]:
         info = self.info(name)
