@@ -18,7 +18,7 @@ import tensorfile
 from tensorfile.errors import SourceError
 from tensorfile.safetensors.numpy import save_file
 from tensorfile.sources import HTTPSource, open_path
-from tests.helpers.hostile_http import HostileServer, Request, parse_range, reply
+from tests.helpers.hostile_http import HostileServer, Request, reply, serve_bytes
 
 DATA = bytes(range(256)) * 1024  # 256 KiB: more than the first read
 
@@ -26,21 +26,14 @@ DATA = bytes(range(256)) * 1024  # 256 KiB: more than the first read
 def _serve(tag: str | None) -> Any:
     """Honest ranges of DATA with ``tag`` as the ETag of every reply; ``/moved/<x>``
     redirects (302, not remembered) to ``/<x>``."""
+    honest = serve_bytes(DATA, etag=tag)
 
     def respond(request: Request, conn: socket.socket) -> bool:
         if request.target.startswith("/moved/"):
             target = request.target[len("/moved") :]
             conn.sendall(reply(302, {"Location": target, "Content-Length": "0"}))
             return True
-        start, stop = parse_range(request.headers.get("range"), len(DATA)) or (0, len(DATA))
-        headers = {
-            "Content-Range": f"bytes {start}-{stop - 1}/{len(DATA)}",
-            "Content-Length": str(stop - start),
-        }
-        if tag is not None:
-            headers["ETag"] = tag
-        conn.sendall(reply(206, headers, DATA[start:stop]))
-        return True
+        return honest(request, conn)
 
     return respond
 
