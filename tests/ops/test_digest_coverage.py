@@ -255,3 +255,21 @@ def test_strict_passes_a_file_every_digest_covers(tmp_path: Path, capsys: Any) -
         r = run(capsys, "verify", p, "--strict")
         assert r.code == 0, r
         assert "3 digests compared" in r.out
+
+
+def test_a_tensor_with_no_elements_needs_no_digest(tmp_path: Path, capsys: Any) -> None:
+    """No byte of an empty tensor can change unseen: a digest map that leaves it out (a
+    writer may skip it) is not a failure, and a verified load does not name it."""
+    arrays = {**ARRAYS, "e": np.zeros((0, 4), np.float32)}
+    path = _partial_map(tmp_path / "m.safetensors", ["a", "b"], arrays)
+    report = ops.verify(str(path), strict=True)
+    assert (report.ok, report.uncovered, report.digests_checked) == (True, (), 2)
+    assert run(capsys, "verify", path, "--strict").code == 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", NoDigestsWarning)
+        st_numpy.load_file(str(path), verify=True)
+    plain = tmp_path / "plain.safetensors"
+    ref_numpy.save_file(arrays, str(plain))
+    with pytest.warns(NoDigestsWarning, match="of its 2 tensors"):
+        st_numpy.load_file(str(plain), verify=True)
+    assert ops.verify(str(plain)).uncovered == ("a", "b")

@@ -17,7 +17,7 @@ file that carries digests is not verified while part of it is unchecked. A file 
 no digests at all (safetensors saved without ``checksum=``, GGUF, npz...) passes on
 structure and completeness alone, as the report says, unless ``strict=True``, which makes
 every tensor no digest covers a failure. :attr:`VerifyReport.uncovered` names them either
-way.
+way. A tensor with no elements needs no digest: no byte of it could change.
 
 Memory: each tensor is read once, whole (a zTensor digest covers a whole component), so the
 peak is about the largest tensor; values are scanned 16 MiB at a time.
@@ -174,11 +174,13 @@ class TensorCheck:
     shard's whole-file digest) and, with ``deep``, ``values`` (NaN/Inf counted in float
     tensors, BOOL bytes checked). A format without digests (safetensors, GGUF, npz, npy,
     PyTorch pickles) can only be structurally valid and readable: a flipped bit in its
-    data passes unless ``deep`` finds a value no tensor should hold.
+    data passes unless ``deep`` finds a value no tensor should hold. ``empty``: the tensor
+    has no elements, so no byte of it could change unseen (it needs no digest).
     """
 
     name: str
     checked: tuple[str, ...]
+    empty: bool = False
 
 
 @dataclass(frozen=True)
@@ -217,7 +219,7 @@ class VerifyReport:
     @property
     def uncovered(self) -> tuple[str, ...]:
         """The tensors read whose bytes no stored digest covers, in the order read (every
-        tensor of a file that stores no digests).
+        tensor of a file that stores no digests, but those with no elements).
 
         Example:
             >>> a = TensorCheck("a", ("structure", "digest"))
@@ -225,7 +227,7 @@ class VerifyReport:
             >>> VerifyReport("m.safetensors", "safetensors", 2, checks=(a, b)).uncovered
             ('b',)
         """
-        return tuple(c.name for c in self.checks if "digest" not in c.checked)
+        return tuple(c.name for c in self.checks if "digest" not in c.checked and not c.empty)
 
     @property
     def ok(self) -> bool:
@@ -280,7 +282,7 @@ class _Run:
                 if info.layout == "quantized" and reader.format == "gguf":  # stored blocks
                     _read_stored(reader, name)
                     self.checked += 1
-                    self.checks.append(TensorCheck(name, ("structure",)))
+                    self.checks.append(TensorCheck(name, ("structure",), info.numel == 0))
                     continue
                 value = reader.get_tensor(name)
             except ChecksumError as exc:
@@ -297,7 +299,7 @@ class _Run:
                 *(("digest",) if digest else ()),
                 *(("values",) if self.deep else ()),
             )
-            self.checks.append(TensorCheck(name, kinds))
+            self.checks.append(TensorCheck(name, kinds, info.numel == 0))
             array = value if isinstance(value, np.ndarray) else None
             if array is None and hasattr(value, "to_dense"):
                 array = getattr(value, "values", None)  # sparse: the stored values
@@ -429,8 +431,8 @@ def verify(
 def _check_coverage(run: _Run, strict: bool) -> None:
     """A failure for each tensor read that no stored digest covers, when the file's digests
     cover others (a digest map that leaves a tensor out) or ``strict`` asks for it."""
-    names = [c.name for c in run.checks if "digest" not in c.checked]
-    covered = len(run.checks) - len(names)
+    names = [c.name for c in run.checks if "digest" not in c.checked and not c.empty]
+    covered = sum("digest" in c.checked for c in run.checks)
     if not names or not (covered or strict):
         return
     if covered:
