@@ -92,7 +92,8 @@ Exit status:
 VERIFY_STATUS = """\
 Exit status:
   0  every rule holds
-  1  something fails: the first failing tensor and its rule on stderr (--json: all)
+  1  something fails (a tensor no digest covers included, as above): the first failing
+     tensor and its rule on stderr (--json: all)
   2  bad usage, or a file could not be read or is not a valid tensor file
   130  interrupted"""
 
@@ -114,10 +115,16 @@ Examples:
 Examples:
   tensorfile id model.safetensors
   tensorfile id model.zt --content      # the same id for the same tensors in any format
-  tensorfile id model.safetensors --content --digest xxh3   # uses the digests the file
-                                        # stores (checksum=xxh3): no tensor data is read
-  tensorfile id model.safetensors --content --verify       # checks them against the data
+  tensorfile id model.safetensors --content --verify       # also checks the digests the
+                                        # file stores against the data
+  tensorfile id my.safetensors --content --digest xxh3 --trust-stored-digests
+                                        # a file you trust: its stored xxh3 digests
+                                        # (checksum=xxh3) stand for the data, unread
   tensorfile id shards/*.safetensors    # one line per file: <hash>  <path>
+
+The content id reads and hashes every tensor's bytes. --trust-stored-digests is a trust
+boundary: the digests the file claims enter the id unchecked, so a file changed after it
+was written keeps its old id. Use it only for files you trust; --verify checks them.
 
 {_several("id", "one line each: <hash>  <path>")}
 
@@ -171,11 +178,15 @@ Examples:
   tensorfile verify model.zt                 # structure, every digest, every tensor's bytes
   tensorfile verify ./checkpoint --deep      # shards, total_size; NaN/Inf, BOOL bytes
   tensorfile verify shards/*.zt --json
+  tensorfile verify model.safetensors --strict   # every tensor must have a digest
 
 Rules: the format's structure (opening the file), each digest (zTensor crc32c, sha256,
-xxh3), each tensor's bytes present; for a sharded checkpoint every shard present, every
-tensor in the shard the index names and nowhere else, metadata.total_size. --deep reads
-every value: NaN and Inf in float tensors and BOOL bytes other than 0/1 fail.
+xxh3; safetensors tensorfile.digests), each tensor's bytes present; for a sharded
+checkpoint every shard present, every tensor in the shard the index names and nowhere
+else, metadata.total_size. A file that stores digests must cover every tensor: those it
+leaves out fail (uncovered: N tensors not covered by a digest: ...). A file with no
+digests at all passes on structure alone, as its OK line says; --strict fails it too.
+--deep reads every value: NaN and Inf in float tensors and BOOL bytes other than 0/1 fail.
 
 {PATHS}
 
@@ -256,11 +267,16 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _check_id(args: argparse.Namespace) -> str | None:
-    """What is wrong with ``id``'s options together: ``--digest`` and ``--verify`` are
-    options of ``--content``."""
+    """What is wrong with ``id``'s options together: ``--digest``, ``--verify`` and
+    ``--trust-stored-digests`` are options of ``--content``, and the last two exclude each
+    other (one checks the stored digests against the data, the other takes them unread)."""
+    trust = args.trust_stored_digests
+    if args.verify and trust:
+        return "--verify and --trust-stored-digests exclude each other: choose one"
     if args.content:
         return None
-    given = [o for o, v in (("--digest", args.digest), ("--verify", args.verify)) if v]
+    options = (("--digest", args.digest), ("--verify", args.verify))
+    given = [o for o, v in (*options, ("--trust-stored-digests", trust)) if v]
     if not given:
         return None
     return f"{' and '.join(given)} {'needs' if len(given) == 1 else 'need'} --content"
@@ -359,13 +375,19 @@ def build_parser() -> argparse.ArgumentParser:
         "--digest",
         choices=ALGORITHMS,
         default=None,
-        help="with --content: the per-tensor digest (default sha256); a digest of it the file "
-        "stores (safetensors tensorfile.digests, zTensor) is used instead of reading the data",
+        help="with --content: the per-tensor digest (default sha256)",
     )
     p.add_argument(
         "--verify",
         action="store_true",
-        help="with --content: check every digest the file stores against the data first",
+        help="with --content: also check every digest the file stores against the data",
+    )
+    p.add_argument(
+        "--trust-stored-digests",
+        action="store_true",
+        help="with --content, for files you trust: where the file stores the --digest of a "
+        "tensor (safetensors tensorfile.digests, zTensor), take it unchecked instead of "
+        "reading the data; a file changed after writing keeps its old id",
     )
     p.set_defaults(check=_check_id)
 
@@ -428,6 +450,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("verify", run_verify, "check structure, digests, shards (and values, --deep)")
     p.add_argument("path", nargs="+", metavar="PATH", help=PATH_HELP)
     p.add_argument("--deep", action="store_true", help="also read every value (NaN, Inf, BOOL)")
+    p.add_argument(
+        "--strict",
+        action="store_true",
+        help="fail every tensor no stored digest covers, also in a file that stores no "
+        "digests at all (by default such a file passes on structure and completeness)",
+    )
 
     _dataset(sub)
 

@@ -109,6 +109,16 @@ class ZTensor2Reader(Reader):
         found: dict[str, Any] | None = self._objects[name]["attributes"]
         return found
 
+    def checks_digest(self, name: str) -> bool:
+        """Whether reading ``name`` compares a digest over each of its parts: the part's
+        own, or for a part in a data shard, the shard table's digest of that whole shard."""
+        comps = self.info(name).components.values()
+        return (
+            self.verify
+            and bool(comps)
+            and all(c.digest or (c.shard and self._table[c.shard].digest) for c in comps)
+        )
+
     def stored_digest(self, name: str, algorithm: str) -> str | None:
         """The part's digest of its decoded bytes (see :meth:`Reader.stored_digest`), for a
         dense tensor this reader can decode: an encoded part of an encoding or logical type
