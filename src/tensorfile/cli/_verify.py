@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ..core.coverage import not_covered
+from ..core.digests import not_covered
 from ..ops.verify import FailureGroup, VerifyReport, verify
 from ._each import EXIT_OK, for_each
 from ._output import Output

@@ -53,7 +53,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol, cast
 
 from ..core.catalog import Catalog
-from ..core.coverage import verified
+from ..core.digests import verified
 from ..core.dtypes import DType
 from ..core.errors import InvalidArgumentError, UnsupportedError, naming, quoted_name
 from ..core.reader import Reader

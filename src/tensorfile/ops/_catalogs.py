@@ -25,7 +25,7 @@ import glob as _glob
 import os
 
 from ..core.catalog import Catalog, TensorInfo, merged
-from ..core.coverage import verified
+from ..core.digests import verified
 from ..core.errors import InvalidArgumentError, SourceError
 from ..core.reader import Reader
 from ..formats import detect, open_reader

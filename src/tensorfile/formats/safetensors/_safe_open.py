@@ -22,7 +22,7 @@ import os
 from collections.abc import Iterable
 from typing import Any
 
-from tensorfile.core.coverage import verified
+from tensorfile.core.digests import verified
 from tensorfile.core.errors import (
     InvalidArgumentError,
     InvalidTypeError,
