@@ -21,14 +21,9 @@ import safetensors.numpy as ref
 from tensorfile.core.atomic import AtomicFile
 from tensorfile.safetensors.numpy import load_file, save_file
 from tensorfile.sources import CachedSource, CacheWarning, open_path
-from tensorfile.sources.cache._chunkdir import (
-    CACHE_CHUNK_ENV,
-    CACHE_DIR_ENV,
-    LAYOUT,
-    CacheSettings,
-    cache_key,
-    sweep,
-)
+from tensorfile.sources.cache._chunkdir import LAYOUT, cache_key
+from tensorfile.sources.cache.folder import CacheFolder
+from tensorfile.sources.cache.settings import CACHE_CHUNK_ENV, CACHE_DIR_ENV, CacheSettings
 from tests.helpers.servers import Server, start_nginx
 
 MIB = 1 << 20
@@ -232,7 +227,7 @@ def test_threads_fetch_each_missing_chunk_once(tmp_path: Path) -> None:
 def test_eviction_keeps_the_limit_and_the_recently_used(tmp_path: Path) -> None:
     data = os.urandom(10_000)  # 10 chunks of 1,000 bytes (+ 32-byte headers)
     url = _memory_file("lru.bin", data)
-    limit = 4 * 1_032
+    limit = 4 * 1_032 + 500  # (and room for info.json, not for a fifth chunk)
     with _cached(url, tmp_path, _config(limit=limit)) as src:
         for a in range(0, len(data), 1_000):  # one chunk after the other
             assert src.read(a, 1_000) == data[a : a + 1_000]
@@ -253,7 +248,7 @@ def test_a_reader_whose_chunks_were_evicted_reads_the_network(tmp_path: Path) ->
     url = _memory_file("evicted.bin", data)
     with _cached(url, tmp_path, _config()) as src:
         assert src.read(0, 5_000) == data
-        sweep(str(tmp_path / LAYOUT), 1)  # another process evicts everything
+        CacheFolder(str(tmp_path), 1).sweep()  # another process evicts everything
         assert not _chunks(tmp_path)
         assert src.read(0, 5_000) == data
         assert src.cache_stats.misses == 10
@@ -269,7 +264,7 @@ def test_sweep_removes_only_dead_writers_temporary_files(tmp_path: Path) -> None
     dead.write_bytes(b"half a chunk")  # its writer was killed: nobody holds its lock
     live = AtomicFile(os.path.join(folder, "2.chunk"))  # a writer at work holds its lock
     try:
-        result = sweep(str(tmp_path / LAYOUT), 1 << 30)
+        result = CacheFolder(str(tmp_path), 1 << 30).sweep()
         assert result.temps_removed == 1 and not dead.exists()
         assert os.path.exists(live.tmp)
     finally:
