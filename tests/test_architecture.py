@@ -296,6 +296,43 @@ def test_the_dataset_never_tests_a_concrete_store_class() -> None:
     assert {n: t for n, t in tests.items() if t} == {}
 
 
+CACHE_SETTINGS = "tensorfile.sources.cache.settings"
+_CACHE_NAMES = {"CACHE_DIR_ENV", "CACHE_SIZE_ENV", "CACHE_CHUNK_ENV", "CACHE_VERIFY_ENV",
+                "DEFAULT_LIMIT"}  # fmt: skip
+
+
+def _cache_settings_read(name: str) -> list[str]:
+    """Where module ``name`` names a ``$TENSORFILE_CACHE_*`` variable as a string, reads the
+    environment with one of the cache's variable names, or defines a cache setting of its
+    own."""
+    out = []
+    for node in ast.walk(ast.parse(MODULES[name][0].read_text())):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            if node.value.startswith("TENSORFILE_CACHE_") and node.value.isidentifier():
+                out.append(f"{node.lineno}: {node.value!r}")
+        elif isinstance(node, ast.Assign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for t in targets:
+                if isinstance(t, ast.Name) and t.id in _CACHE_NAMES:
+                    out.append(f"{node.lineno}: {t.id} defined")
+        elif isinstance(node, ast.Call):
+            func = ast.unparse(node.func)
+            if func.endswith(("environ.get", "getenv")):
+                args = [ast.unparse(a) for a in node.args]
+                if any(a.split(".")[-1] in _CACHE_NAMES for a in args):
+                    out.append(f"{node.lineno}: {func}({', '.join(args)})")
+    return out
+
+
+def test_the_cache_settings_are_read_in_one_module() -> None:
+    """``$TENSORFILE_CACHE_DIR``, ``_SIZE``, ``_CHUNK``, ``_VERIFY`` and the default limits
+    are read and defined in ``sources/cache/settings.py`` only (issue 34: one cache, one
+    limit): every other module imports them from there."""
+    assert _cache_settings_read(CACHE_SETTINGS)  # (it does read them)
+    found = {n: _cache_settings_read(n) for n in MODULES if n != CACHE_SETTINGS}
+    assert {n: f for n, f in found.items() if f} == {}
+
+
 def test_no_module_is_over_600_lines() -> None:
     long = {n: len(p.read_text().splitlines()) for n, (p, _) in MODULES.items()}
     assert {n: k for n, k in long.items() if k > 600} == {}
