@@ -297,3 +297,37 @@ def test_config_is_checked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
         open_path(url, cache_dir=tmp_path)
     with pytest.raises(InvalidArgumentError, match="cache_dir must be"):
         open_path(url, cache_dir=3)  # type: ignore[arg-type]
+
+
+def _signed(url: str, when: str, signature: str) -> str:
+    """``url`` presigned the AWS SigV4 way (nginx ignores the query)."""
+    return (f"{url}?versionId=7&X-Amz-Algorithm=AWS4-HMAC-SHA256"
+            f"&X-Amz-Credential=AKIAEXAMPLE%2F{when[:8]}%2Fus-east-1%2Fs3%2Faws4_request"
+            f"&X-Amz-Date={when}&X-Amz-Expires=3600&X-Amz-SignedHeaders=host"
+            f"&X-Amz-Security-Token=tok{signature}&X-Amz-Signature={signature}")  # fmt: skip
+
+
+def test_a_re_signed_url_finds_the_chunks_of_the_last_signing(
+    nginx: Server, tmp_path: Path
+) -> None:
+    path = nginx.root / "signed.safetensors"
+    _checkpoint(path, seed=6, n=2)
+    bare, cache = f"{nginx.url}/signed.safetensors", tmp_path / "cache"
+    _same(load_file(_signed(bare, "20260101T000000Z", "aa11"), cache_dir=cache), path)
+    nginx.reset()
+    for again in (
+        _signed(bare, "20260102T120000Z", "bb22"),  # signed again a day later
+        f"{bare}?versionId=7&X-Goog-Algorithm=GOOG4-RSA-SHA256&X-Goog-Date=20260103T000000Z"
+        "&X-Goog-Expires=600&X-Goog-Signature=cc33&X-Goog-Credential=sa%40p.iam",  # (GCS)
+        f"{bare}?versionId=7&AWSAccessKeyId=AKIA&Expires=1767225600&Signature=dd44",  # (V2)
+    ):
+        _same(load_file(again, cache_dir=cache), path)
+    assert len(nginx.requests()) == 3  # each: the one request that tells the ETag and size
+    for f in cache.rglob("*"):
+        assert b"aa11" not in f.name.encode()
+        if f.is_file():
+            assert b"tokaa11" not in f.read_bytes()
+    other = f"{bare}?versionId=8&X-Amz-Signature=ee55"  # another parameter: another file
+    assert cache_key(other, '"t"', 1, 1) != cache_key(_signed(bare, "x", "y"), '"t"', 1, 1)
+    etag = cache_key(_signed(bare, "20260101T000000Z", "aa11"), '"other"', 1, 1)
+    assert etag != cache_key(_signed(bare, "20260101T000000Z", "aa11"), '"t"', 1, 1)
