@@ -51,6 +51,12 @@ def _checkpoint(path: Path, seed: int = 0, n: int = 6) -> dict[str, np.ndarray[A
     return tensors
 
 
+def _served(nginx: Server, name: str, seed: int, n: int) -> tuple[Path, str]:
+    """A checkpoint ``name`` written where nginx serves it: its path and URL."""
+    _checkpoint(nginx.root / name, seed=seed, n=n)
+    return nginx.root / name, f"{nginx.url}/{name}"
+
+
 def _chunks(cache: Path) -> list[Path]:
     return sorted((cache / LAYOUT).glob("*/*.chunk"))
 
@@ -148,9 +154,8 @@ def test_a_changed_file_has_a_new_key(nginx: Server, tmp_path: Path) -> None:
 def test_a_url_with_credentials_keys_like_without_and_stores_no_secret(
     nginx: Server, tmp_path: Path
 ) -> None:
-    path = nginx.root / "cred.safetensors"
-    _checkpoint(path, seed=5, n=1)
-    bare, cache = f"{nginx.url}/cred.safetensors", tmp_path / "cache"
+    _, bare = _served(nginx, "cred.safetensors", seed=5, n=1)
+    cache = tmp_path / "cache"
     with_user = bare.replace("http://", "http://someone:hunter2secret@")
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -310,9 +315,8 @@ def _signed(url: str, when: str, signature: str) -> str:
 def test_a_re_signed_url_finds_the_chunks_of_the_last_signing(
     nginx: Server, tmp_path: Path
 ) -> None:
-    path = nginx.root / "signed.safetensors"
-    _checkpoint(path, seed=6, n=2)
-    bare, cache = f"{nginx.url}/signed.safetensors", tmp_path / "cache"
+    path, bare = _served(nginx, "signed.safetensors", seed=6, n=2)
+    cache = tmp_path / "cache"
     _same(load_file(_signed(bare, "20260101T000000Z", "aa11"), cache_dir=cache), path)
     nginx.reset()
     for again in (
