@@ -95,8 +95,8 @@ def location_id(store: Store) -> str:
     Example:
         >>> from tensorfile.sources import store_for
         >>> a = store_for("memory://loc-doc/ds")
-        >>> location_id(a)
-        "memory://loc-doc/ds\\x00[]"
+        >>> location_id(a).split("\\0")
+        ['memory://loc-doc/ds', '[]']
     """
     return f"{identity(store.url())}\0{endpoint_id(store.options)}"
 

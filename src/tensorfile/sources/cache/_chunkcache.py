@@ -408,12 +408,14 @@ class CachedSource(SourceBase):
             self.cache_stats.misses += len(run)
             self.cache_stats.bytes_fetched += re_ - rs
         got = _Dest(rs, views)
-        for i, k in enumerate(run):
-            cs, ce = self._span(k)
-            if not self._publish(k, temps[i], got.views(cs, ce)):
-                for t in temps[i + 1 :]:
-                    end_temp(t, commit=False)
-                break
+        try:
+            for k, tmp in zip(run, temps, strict=True):
+                cs, ce = self._span(k)
+                if not self._publish(k, tmp, got.views(cs, ce)):
+                    break
+        finally:
+            for tmp in temps:  # (those not renamed into place: removed)
+                end_temp(tmp, commit=False)
 
     # -- writing ----------------------------------------------------------------------------
 

@@ -228,11 +228,11 @@ class FileEntries:
         found = self.open_cached(key, size, version=version)
         if found is not None:
             return found
-        if size + RECORD_BYTES > self.limit:
+        if size > self.limit - RECORD_BYTES:
             raise InvalidArgumentError(
                 f"{where}: the shard is {size:,} bytes, more than the cache limit of "
-                f"{self.limit:,} bytes (cache_limit, or ${CACHE_SIZE_ENV}); raise the limit "
-                "or read without cache_dir"
+                f"{self.limit:,} bytes can hold with its record (cache_limit, or "
+                f"${CACHE_SIZE_ENV}); raise the limit or read without cache_dir"
             )
         with self._lock(key):
             found = self.open_cached(key, size, locked=True, version=version)

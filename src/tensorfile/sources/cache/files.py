@@ -191,10 +191,13 @@ def new_temp(dest: str, size: int, *, fsync: bool = False) -> AtomicFile:
 
 def end_temp(tmp: AtomicFile, *, commit: bool) -> None:
     """Rename the temporary file of :func:`new_temp` into place (``commit``; its data
-    flushed first when it was made with ``fsync``), else remove it."""
+    flushed first when it was made with ``fsync``), else remove it; nothing when it was
+    ended already."""
     if commit and tmp.fsync and not tmp.done:
         os.fsync(tmp.fd)
         tmp.fsync = False
+    if tmp.done:
+        return
     with _GUARD[0]:  # the rename and close are quick: a fork waits for them
         _HELD.discard(tmp.fd)
         if commit:

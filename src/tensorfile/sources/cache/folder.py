@@ -188,8 +188,8 @@ class CacheFolder:
         found = _Scan()
         for layout, name in _OLD:
             path = os.path.join(self.folder, layout, name)
-            if not heal(path):
-                with contextlib.suppress(OSError):
+            with contextlib.suppress(OSError):
+                if not heal(path):
                     os.unlink(path)
         _scan_chunks(os.path.join(self.folder, CHUNKS), found)
         _scan_files(os.path.join(self.folder, FILES), found)

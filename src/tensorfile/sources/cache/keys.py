@@ -7,8 +7,8 @@ Example:
     >>> identity("https://me:pw@host/m.bin?X-Amz-Signature=ab&part=2&X-Amz-Date=1#x")
     'https://host/m.bin?part=2'
     >>> client = {"endpoint_url": "http://e", "aws_session_token": "t"}
-    >>> endpoint_id({"key": "AKIA", "secret": "s", "client_kwargs": client})
-    "[('client_kwargs.endpoint_url', \"'http://e'\")]"
+    >>> print(endpoint_id({"key": "AKIA", "secret": "s", "client_kwargs": client}))
+    [('client_kwargs.endpoint_url', "'http://e'")]
 """
 
 from __future__ import annotations
