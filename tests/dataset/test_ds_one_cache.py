@@ -289,3 +289,32 @@ def test_a_rotated_session_token_reuses_the_cached_shards(s3: Any, tmp_path: Pat
             assert secret not in p.name
             if p.is_file():
                 assert secret.encode() not in p.read_bytes()
+
+
+def test_a_folder_left_by_an_older_version_is_counted_and_evicted(
+    served: tuple[Server, dict[str, Any]], cache: Path
+) -> None:
+    server, cols = served
+    old_chunks = cache / "chunks-v1" / ("ab" * 20)
+    old_chunks.mkdir(parents=True)
+    (old_chunks / "info.json").write_text("{}")
+    for i in range(4):  # 4 x 512 KiB of chunks of a file no one loads any more
+        (old_chunks / f"{i}.chunk").write_bytes(b"\0" * (512 << 10))
+    shards = cache / "shards-v1"
+    shards.mkdir()
+    for i in range(2):  # 2 x 512 KiB of shards under keys of the older version
+        (shards / f"{i:040x}.shard").write_bytes(b"\1" * (512 << 10))
+        (shards / f"{i:040x}.sum").write_text('{"xxh3": "xxh3:0", "etag": null}')
+        (shards / f"{i:040x}.lock").write_bytes(b"")
+    for marker in ("chunks-v1/.lock", "chunks-v1/.swept", "shards-v1/.lock"):
+        (cache / marker).write_bytes(b"")
+    past = 1_000_000_000  # (used long ago: least recently)
+    for p in cache.rglob("*"):
+        os.utime(p, (past, past))
+    assert _total(cache) > 2 * MIB
+    _epoch(server, cols)
+    _load(server, "a")
+    assert _total(cache) <= LIMIT
+    for marker in ("chunks-v1/.lock", "chunks-v1/.swept", "shards-v1/.lock"):
+        assert not (cache / marker).exists()
+    assert not (shards / f"{0:040x}.shard").exists()  # the oldest went first
