@@ -58,10 +58,15 @@ def _signing(param: str) -> bool:
 
 def endpoint_id(options: Mapping[str, Any]) -> str:
     """The options that say which server holds a file (``endpoint_url``, ``endpoint``,
-    ``account_name``, ``client_kwargs.endpoint_url``), as text for a key: never the
-    credentials, the region or anything else."""
+    ``account_name``, ``client_kwargs.endpoint_url``; a URL without its credentials), as
+    text for a key: never the credentials, the region or anything else."""
     found: dict[str, Any] = {k: options[k] for k in _ENDPOINT if k in options}
     client = options.get("client_kwargs")
     if isinstance(client, Mapping) and "endpoint_url" in client:
         found["client_kwargs.endpoint_url"] = client["endpoint_url"]
-    return repr(sorted((k, repr(v)) for k, v in found.items()))
+    return repr(sorted((k, repr(_redacted(v))) for k, v in found.items()))
+
+
+def _redacted(value: Any) -> Any:
+    """An endpoint URL without the credentials it may carry (``http://user:pw@host``)."""
+    return identity(value) if isinstance(value, str) and "://" in value else value
