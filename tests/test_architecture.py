@@ -225,15 +225,6 @@ def _own_part_imports(name: str) -> Iterator[str]:
 # lines and empty the table.
 _HTTP, _T = "tensorfile.sources.http", "tensorfile.sources.http.transport"
 PRIVATE_WAITING: dict[str, str | None] = {
-    # sources/cache (cache34)
-    "tensorfile.sources.cache._chunkdir -> tensorfile.sources.http._urls._split": (
-        f"{_HTTP}.split_url"
-    ),
-    "tensorfile.sources.cache._chunkdir -> tensorfile.sources.http._urls._userinfo": (
-        f"{_HTTP}.userinfo"
-    ),
-    # dataset/cache (cache34) gives close_fd a public home; then dataset/reading imports it
-    "tensorfile.dataset.reading._stream -> tensorfile.dataset.cache._cachefiles.close_fd": None,
     # sources/s3 (store34)
     # (the module _headers, for its show)
     "tensorfile.sources.s3.s3_source -> tensorfile.sources.http._headers": f"{_T}.show",
@@ -409,6 +400,43 @@ def test_every_package_says_what_it_owns() -> None:
         if len(doc.split()) < 15 or "." not in doc or "see the package docstring" in doc:
             short[name] = doc
     assert short == {}
+
+
+CACHE_SETTINGS = "tensorfile.sources.cache.settings"
+_CACHE_NAMES = {"CACHE_DIR_ENV", "CACHE_SIZE_ENV", "CACHE_CHUNK_ENV", "CACHE_VERIFY_ENV",
+                "DEFAULT_LIMIT"}  # fmt: skip
+
+
+def _cache_settings_read(name: str) -> list[str]:
+    """Where module ``name`` names a ``$TENSORFILE_CACHE_*`` variable as a string, reads the
+    environment with one of the cache's variable names, or defines a cache setting of its
+    own."""
+    out = []
+    for node in ast.walk(ast.parse(MODULES[name][0].read_text())):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            if node.value.startswith("TENSORFILE_CACHE_") and node.value.isidentifier():
+                out.append(f"{node.lineno}: {node.value!r}")
+        elif isinstance(node, ast.Assign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for t in targets:
+                if isinstance(t, ast.Name) and t.id in _CACHE_NAMES:
+                    out.append(f"{node.lineno}: {t.id} defined")
+        elif isinstance(node, ast.Call):
+            func = ast.unparse(node.func)
+            if func.endswith(("environ.get", "getenv")):
+                args = [ast.unparse(a) for a in node.args]
+                if any(a.split(".")[-1] in _CACHE_NAMES for a in args):
+                    out.append(f"{node.lineno}: {func}({', '.join(args)})")
+    return out
+
+
+def test_the_cache_settings_are_read_in_one_module() -> None:
+    """``$TENSORFILE_CACHE_DIR``, ``_SIZE``, ``_CHUNK``, ``_VERIFY`` and the default limits
+    are read and defined in ``sources/cache/settings.py`` only (issue 34: one cache, one
+    limit): every other module imports them from there."""
+    assert _cache_settings_read(CACHE_SETTINGS)  # (it does read them)
+    found = {n: _cache_settings_read(n) for n in MODULES if n != CACHE_SETTINGS}
+    assert {n: f for n, f in found.items() if f} == {}
 
 
 def test_no_module_is_over_600_lines() -> None:

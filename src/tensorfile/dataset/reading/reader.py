@@ -543,11 +543,12 @@ def open(
 
     A remote dataset with a ``cache_dir`` (default: ``$TENSORFILE_CACHE_DIR`` when it is
     set; ``False`` turns it off) is read through a shard cache
-    (:mod:`tensorfile.dataset.cache.shardcache`): each shard is downloaded whole (parallel ranged
-    GETs) into the folder the first time it is needed and read from there, memory-mapped;
-    the folder is shared by every process of the node and holds at most ``cache_limit``
-    bytes (an int, or ``"20GB"``, ``"512MiB"``; default ``$TENSORFILE_CACHE_SIZE``, else
-    20 GiB), least recently used shards evicted. ``predownload``: samples ahead each
+    (:mod:`tensorfile.dataset.cache.shardcache`): each shard is downloaded whole (parallel
+    ranged GETs) into the folder the first time it is needed and read from there,
+    memory-mapped; the folder is shared by every process of the node and holds at most
+    ``cache_limit`` bytes (an int, or ``"20GB"``, ``"512MiB"``; default
+    ``$TENSORFILE_CACHE_SIZE``, else 20 GiB) of shards and cached chunks of remote files
+    together, least recently used entries evicted. ``predownload``: samples ahead each
     worker downloads in the background (:meth:`Dataset.prefetch`; default the samples of
     the two largest shards). A local dataset is read in place: ``cache_dir`` is ignored.
     """

@@ -83,12 +83,6 @@ def userinfo(authority: str, path: str) -> str | None:
     return None
 
 
-# the names sources/cache/_chunkdir.py imports until its branch (issue 34) switches to
-# split_url/userinfo from tensorfile.sources.http; the merge removes them
-_split = split_url
-_userinfo = userinfo
-
-
 def redact(url: str) -> str:
     """``url`` without credentials, query string or fragment; text without ``://`` is
     returned as it is.
