@@ -34,7 +34,7 @@ from typing import Any
 from ...core.errors import FormatError, SourceError
 from ...core.source import ByteRequest, Source
 from ..http._urls import redact
-from ..local.paths import check_name
+from ..local.paths import check_name, too_big
 from ._fsspec import OBJECT_STORES, connect, failure, protocols_of
 from .store import Store
 
@@ -155,18 +155,22 @@ class FsspecStore(Store):
         return size
 
     def open_source(self, name: str, *, first: ByteRequest | None = None) -> Source:
+        check_name(name)
+        url = f"{self.root}/{name}"
+        if self._protocol in _READ_ONLY:  # HTTP(S): the transport open_path reads it with
+            from ..http.remote import HTTPSource
+
+            return HTTPSource(url, first=first, **self.options)
         from .fsspec_source import FsspecSource
 
-        check_name(name)
-        return FsspecSource(f"{self.root}/{name}", first=first, **self.options)
+        return FsspecSource(url, first=first, **self.options)
 
     def read_bounded(self, name: str, what: str, limit: int) -> bytes | None:
         size = self.file_size(name)
         if size is None:
             return None
-        too_big = f"{what} {self.url(name)} is over {limit} bytes, more than a dataset's can be"
         if size > limit:
-            raise FormatError(too_big)
+            raise FormatError(too_big(what, self.url(name), limit))
         if size == 0:
             return b""  # (a range request of an empty object is unsatisfiable on S3)
         try:
@@ -178,7 +182,7 @@ class FsspecStore(Store):
         if not isinstance(data, bytes):
             raise SourceError(f"cannot read {self.url(name)}: the filesystem gave no bytes")
         if len(data) > limit:
-            raise FormatError(too_big)
+            raise FormatError(too_big(what, self.url(name), limit))
         return data
 
     def write_atomic(self, name: str, data: bytes) -> None:
@@ -280,8 +284,10 @@ class FsspecStore(Store):
             raise self._fail("list", folder, exc) from None
         out = []
         for e in entries:
-            if isinstance(e, dict) and e.get("type") == "file" and isinstance(e.get("name"), str):
-                out.append(posixpath.basename(e["name"].rstrip("/")))
+            name = e.get("name") if isinstance(e, dict) else None
+            # ("dir/": a folder marker, as S3 consoles and SeaweedFS's empty folders show)
+            if isinstance(name, str) and e.get("type") == "file" and not name.endswith("/"):
+                out.append(posixpath.basename(name))
         return sorted(out)
 
     def remove(self, name: str) -> None:

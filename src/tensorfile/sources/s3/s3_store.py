@@ -1,0 +1,150 @@
+"""A store on ``s3://``: reads by tensorfile's own S3 client, the rest through s3fs.
+
+:func:`~tensorfile.sources.store_for` gives an :class:`S3Store` for every ``s3://`` (and
+``s3a://``) folder, so a store and :func:`~tensorfile.sources.open_path` read an object the
+same way: with :class:`~.s3_source.S3Source` (signed range requests on the HTTP transport,
+connections shared per origin), or with s3fs where that client declines the folder's
+options (:func:`~._s3config.s3_config` decides once per store, as :func:`~.s3_source.open_s3`
+does per URL). What reads bytes goes through the native client: :meth:`S3Store.open_source`
+(and with it ``read_range`` and ``locate``), :meth:`S3Store.read_bounded`,
+:meth:`S3Store.file_size` and :meth:`S3Store.version` (the object's ETag, the one a
+conditional put compares). Listing, writing (single puts, ``If-Match``/``If-None-Match``
+conditional puts), moving and deleting stay s3fs's (:class:`~..stores.fsspec_store.FsspecStore`).
+
+The endpoint, region and addressing style are checked when the store first reaches the
+bucket, before any connection (:func:`~._s3config.s3_config`).
+
+Example:
+    >>> s = S3Store("s3://bucket/ds", {"anon": True, "endpoint_url": "http://127.0.0.1:9"})
+    >>> s.url("a.json"), s.conditional_writes, s.atomic_publish
+    ('s3://bucket/ds/a.json', True, True)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ...core.errors import FormatError, SourceError, SourceNotFoundError
+from ...core.source import ByteRequest, RangeRequest, Source
+from ..local.paths import check_name, too_big
+from ..stores.fsspec_store import FsspecStore
+from ._s3config import S3Config, s3_config
+from .s3_source import S3Source
+
+__all__ = ["S3Store"]
+
+_PROBE = 64 << 10
+"""Bytes of the first request of a bounded read (a manifest or an index is usually less:
+one request; a larger file takes a second)."""
+
+
+class S3Store(FsspecStore):
+    """A folder of an S3 bucket (``s3://bucket/prefix``; ``storage_options`` in s3fs's
+    names): see the module docstring."""
+
+    def __init__(
+        self,
+        root: str,
+        storage_options: Mapping[str, Any] | None = None,
+        *,
+        read_only: bool = False,
+    ) -> None:
+        super().__init__(root, storage_options, read_only=read_only)
+        self._config: S3Config | None = None
+        self._decided = False
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_remake, (self.root, self.options, self.read_only))
+
+    @property
+    def native(self) -> S3Config | None:
+        """How tensorfile's client reaches the bucket; None where s3fs reads it (resolved on
+        first use, in each process: credentials never travel in a pickle)."""
+        if not self._decided:
+            rest = self.root.partition("://")[2]
+            bucket = rest.partition("/")[0]
+            self._config = s3_config(bucket or None, self.options)
+            self._decided = True
+        return self._config
+
+    def _key(self, name: str) -> str:
+        """The object key of ``name`` (checked: it cannot leave the root)."""
+        check_name(name)
+        prefix = self.root.partition("://")[2].partition("/")[2]
+        return f"{prefix}/{name}" if prefix else name
+
+    def _open(self, name: str, first: ByteRequest | None) -> S3Source:
+        config = self.native
+        assert config is not None
+        return S3Source(
+            f"{self.root}/{name}", first=first, settings=config.settings(self._key(name))
+        )
+
+    def _probe(self, name: str, length: int) -> S3Source | None:
+        """The object ``name`` opened with a first request of ``length`` bytes; None when
+        there is none (a :class:`SourceError` when ``name`` is a folder)."""
+        try:
+            return self._open(name, RangeRequest(0, length))
+        except SourceNotFoundError:
+            pass
+        if self._is_folder(name):
+            raise SourceError(f"{self.url(name)} is not a file") from None
+        return None
+
+    def _is_folder(self, name: str) -> bool:
+        """Whether objects are listed under ``name/`` (s3fs: a listing)."""
+        try:
+            return bool(self.fs.isdir(self._p(name, folder=True)))
+        except Exception as exc:
+            raise self._fail("stat", name, exc) from None
+
+    def open_source(self, name: str, *, first: ByteRequest | None = None) -> Source:
+        if self.native is None:
+            return super().open_source(name, first=first)
+        check_name(name)
+        return self._open(name, first)
+
+    def file_size(self, name: str) -> int | None:
+        if self.native is None:
+            return super().file_size(name)
+        src = self._probe(name, 1)
+        if src is None:
+            return None
+        try:
+            return src.size
+        finally:
+            src.close()
+
+    def version(self, name: str) -> str | None:
+        if self.native is None:
+            return super().version(name)
+        src = self._probe(name, 1)
+        if src is None:
+            return None
+        try:
+            _ = src.size
+            etag = getattr(src, "version", None)
+        finally:
+            src.close()
+        if isinstance(etag, str) and etag.strip('"'):
+            return "etag:" + etag.strip('"')
+        return super().version(name)  # (a server without ETags: s3fs hashes the content)
+
+    def read_bounded(self, name: str, what: str, limit: int) -> bytes | None:
+        if self.native is None:
+            return super().read_bounded(name, what, limit)
+        src = self._probe(name, max(1, min(limit + 1, _PROBE)))
+        if src is None:
+            return None
+        try:
+            size = src.size
+            if size > limit:
+                raise FormatError(too_big(what, self.url(name), limit))
+            return src.read(0, size)
+        finally:
+            src.close()
+
+
+def _remake(root: str, options: dict[str, Any], read_only: bool) -> S3Store:
+    return S3Store(root, options, read_only=read_only)
