@@ -68,6 +68,13 @@ class S3Store(FsspecStore):
             self._decided = True
         return self._config
 
+    @property
+    def fs(self) -> Any:
+        """s3fs's filesystem (made on first use), after the folder's settings are checked
+        (:attr:`native`): nothing connects with a bad endpoint or region."""
+        _ = self.native
+        return FsspecStore.fs.fget(self)  # type: ignore[attr-defined]
+
     def _key(self, name: str) -> str:
         """The object key of ``name`` (checked: it cannot leave the root)."""
         check_name(name)
