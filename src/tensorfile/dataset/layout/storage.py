@@ -5,12 +5,13 @@ Every file operation of :mod:`tensorfile.dataset` (and of the Spark data source)
 through the store made once from what the user passed (:func:`storage_for`, which is
 :func:`tensorfile.sources.store_for`): a :class:`~tensorfile.sources.LocalStore` for a path
 or a ``file://`` URL (no FIFO waited on, no symlink followed out of the folder, deletes
-through a descriptor of the folder, atomic renames), an
-:class:`~tensorfile.sources.FsspecStore` for every other URL (``s3://``, ``memory://``,
-...). On an object store the manifest, written in one put, is the commit point, and readers
-trust only the manifest. Shards are staged under ``_staging/`` and copied into place at
-commit (a server-side copy on S3), so a failed, retried or speculative task, or a failed
-job, never leaves a shard beside the dataset's.
+through a descriptor of the folder, atomic renames), an S3 store for ``s3://`` (reads by
+tensorfile's own S3 client, the rest by s3fs), an :class:`~tensorfile.sources.FsspecStore`
+for every other URL (``memory://``, ``gs://``, ...). On an object store the manifest,
+written in one put, is the commit point, and readers trust only the manifest. Shards are
+staged under ``_staging/`` and copied into place at commit (a server-side copy on S3), so a
+failed, retried or speculative task, or a failed job, never leaves a shard beside the
+dataset's.
 
 What is the dataset's, not the store's: what a listed shard must be (:func:`check_shard`,
 built on the store's ``file_size`` and ``local_path``), how a shard is read
