@@ -118,7 +118,7 @@ class Stream:
 
     def _forked(self) -> None:
         """In a forked child: forget the parent's pins (their descriptors, which carry
-        locks, were closed at the fork by :mod:`._cachefiles`; the numbers may be reused)."""
+        locks, were closed at the fork by :mod:`..cache._cachefiles`; the numbers may be reused)."""
         if self._pid != os.getpid():
             self._pins = {}
             self._pid = os.getpid()
