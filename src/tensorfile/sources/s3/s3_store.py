@@ -22,7 +22,6 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from ...core.errors import FormatError, SourceError, SourceNotFoundError
@@ -43,19 +42,8 @@ class S3Store(FsspecStore):
     """A folder of an S3 bucket (``s3://bucket/prefix``; ``storage_options`` in s3fs's
     names): see the module docstring."""
 
-    def __init__(
-        self,
-        root: str,
-        storage_options: Mapping[str, Any] | None = None,
-        *,
-        read_only: bool = False,
-    ) -> None:
-        super().__init__(root, storage_options, read_only=read_only)
-        self._config: S3Config | None = None
-        self._decided = False
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (_remake, (self.root, self.options, self.read_only))
+    _config: S3Config | None = None
+    _decided: bool = False
 
     @property
     def native(self) -> S3Config | None:
@@ -102,7 +90,9 @@ class S3Store(FsspecStore):
     def _is_folder(self, name: str) -> bool:
         """Whether objects are listed under ``name/`` (s3fs: a listing)."""
         try:
-            return bool(self.fs.isdir(self._p(name, folder=True)))
+            path = self._p(name, folder=True)
+            self.fs.invalidate_cache(path)  # (never a listing from before another writer)
+            return bool(self.fs.isdir(path))
         except Exception as exc:
             raise self._fail("stat", name, exc) from None
 
@@ -112,31 +102,32 @@ class S3Store(FsspecStore):
         check_name(name)
         return self._open(name, first)
 
-    def file_size(self, name: str) -> int | None:
-        if self.native is None:
-            return super().file_size(name)
+    def _head(self, name: str) -> tuple[int, str] | None:
+        """The size and ETag (``""``: none) of the object ``name``, from a request of one
+        byte; None when there is no such object."""
         src = self._probe(name, 1)
         if src is None:
             return None
         try:
-            return src.size
+            size, etag = src.size, getattr(src, "version", None)
         finally:
             src.close()
+        return size, etag.strip('"') if isinstance(etag, str) else ""
+
+    def file_size(self, name: str) -> int | None:
+        if self.native is None:
+            return super().file_size(name)
+        head = self._head(name)
+        return None if head is None else head[0]
 
     def version(self, name: str) -> str | None:
         if self.native is None:
             return super().version(name)
-        src = self._probe(name, 1)
-        if src is None:
+        head = self._head(name)
+        if head is None:
             return None
-        try:
-            _ = src.size
-            etag = getattr(src, "version", None)
-        finally:
-            src.close()
-        if isinstance(etag, str) and etag.strip('"'):
-            return "etag:" + etag.strip('"')
-        return super().version(name)  # (a server without ETags: s3fs hashes the content)
+        # (a server without ETags: s3fs hashes the content)
+        return "etag:" + head[1] if head[1] else super().version(name)
 
     def read_bounded(self, name: str, what: str, limit: int) -> bytes | None:
         if self.native is None:
@@ -151,7 +142,3 @@ class S3Store(FsspecStore):
             return src.read(0, size)
         finally:
             src.close()
-
-
-def _remake(root: str, options: dict[str, Any], read_only: bool) -> S3Store:
-    return S3Store(root, options, read_only=read_only)

@@ -77,7 +77,7 @@ class FsspecStore(Store):
         self._base = ""
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (_remake, (self.root, self.options, self.read_only))
+        return (_remake, (type(self), self.root, self.options, self.read_only))
 
     @property
     def fs(self) -> Any:
@@ -355,5 +355,8 @@ def _seconds(when: Any) -> float | None:
     return None
 
 
-def _remake(root: str, options: dict[str, Any], read_only: bool) -> FsspecStore:
-    return FsspecStore(root, options, read_only=read_only)
+def _remake(
+    cls: type[FsspecStore], root: str, options: dict[str, Any], read_only: bool
+) -> FsspecStore:
+    """The store (of class ``cls``: a subclass is remade as itself) a pickle holds."""
+    return cls(root, options, read_only=read_only)
