@@ -6,6 +6,7 @@ options) and an fsspec URL (``memory://``)."""
 
 from __future__ import annotations
 
+import inspect
 import uuid
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,9 @@ from typing import Any
 import fsspec
 import pytest
 
+from tensorfile.errors import InvalidArgumentError
 from tensorfile.sources import Source, open_path, store_for
+from tensorfile.sources.http.remote import HTTP_OPTIONS, HTTPSource
 from tensorfile.sources.s3.s3_source import S3Source
 from tensorfile.sources.stores.fsspec_source import FsspecSource
 from tests.helpers.servers import Server
@@ -76,3 +79,21 @@ def test_an_s3_folder_with_the_client_switched_off(
     s3.fs.pipe(f"{bucket}/ds/f.bin", DATA)
     monkeypatch.setenv("TENSORFILE_S3", "fsspec")
     assert _same(*_both(s3.url(bucket, "ds"), s3.options)) is FsspecSource
+
+
+def test_http_options_the_transport_does_not_take_are_refused_both_ways(nginx: Server) -> None:
+    """An ``http(s)://`` file is read by the HTTP transport alone (its checks hold: a server
+    that ignores ``Range`` is read only so far): an option it does not take is an error
+    through the router and through a store alike, not a TypeError or a silent other client."""
+    place = f"routes-{uuid.uuid4().hex[:8]}"
+    (nginx.root / place).mkdir()
+    (nginx.root / place / "f.bin").write_bytes(DATA)
+    folder = f"{nginx.url}/{place}"
+    with pytest.raises(InvalidArgumentError, match="client_kwargs"):
+        open_path(f"{folder}/f.bin", client_kwargs={})
+    with pytest.raises(InvalidArgumentError, match="client_kwargs"):
+        store_for(folder, {"client_kwargs": {}}).open_source("f.bin")
+    # the options it takes are every keyword of HTTPSource but the first request
+    taken = set(inspect.signature(HTTPSource).parameters) - {"url", "first"}
+    assert taken == HTTP_OPTIONS
+    assert _same(*_both(folder, {"timeout": 5.0, "retries": 1})) is HTTPSource

@@ -266,7 +266,8 @@ def remote_source(
     allow_full_download: bool | None = None,
     **options: Any,
 ) -> Source:
-    """The source of the remote route ``r``: the HTTP transport for ``http(s)://``,
+    """The source of the remote route ``r``: the HTTP transport for ``http(s)://`` (options it
+    does not take are an :class:`~tensorfile.errors.InvalidArgumentError`),
     tensorfile's S3 client for ``s3://`` (fsspec where it declines the URL or its options:
     :func:`~.s3.s3_source.open_s3`), fsspec for the rest. The stores of :func:`store_for`
     read their files with the same clients.
@@ -279,8 +280,9 @@ def remote_source(
         ('FsspecSource', b'12')
     """
     if r.kind == "http":
-        from .http.remote import HTTPSource
+        from .http.remote import HTTPSource, check_http_options
 
+        check_http_options(r.target, options)
         return HTTPSource(r.target, first=first, allow_full_download=allow_full_download, **options)
     if r.protocol in _S3_SCHEMES:
         from .s3.s3_source import open_s3

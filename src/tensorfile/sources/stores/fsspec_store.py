@@ -159,8 +159,9 @@ class FsspecStore(Store):
         check_name(name)
         url = f"{self.root}/{name}"
         if self._protocol in _READ_ONLY:  # HTTP(S): the transport open_path reads it with
-            from ..http.remote import HTTPSource
+            from ..http.remote import HTTPSource, check_http_options
 
+            check_http_options(url, self.options)
             return HTTPSource(url, first=first, **self.options)
         from .fsspec_source import FsspecSource
 
