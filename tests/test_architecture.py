@@ -111,8 +111,9 @@ SUB_LAYERS: dict[str, dict[str, set[str]]] = {
         "http": {"local"},  # the transport (a reply may be read into a local file's buffers)
         "cache": {"local", "http"},  # chunks of remote files in a local folder
         "stores": {"local", "http"},  # the Store interface; local, memory, fsspec stores
-        "s3": {"http", "stores"},  # the S3 client on the HTTP transport (fsspec where it declines)
-        "": {"stores"},  # the router
+        # the S3 client on the HTTP transport, and the S3 store (s3fs lists, writes, deletes)
+        "s3": {"local", "http", "stores"},
+        "": {"stores", "http", "s3"},  # the router: which client or store a URL gets
     },
     "dataset": {
         "layout": set(),  # manifest, index, dtypes, the reference layout, files, storage

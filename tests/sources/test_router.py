@@ -20,6 +20,7 @@ import pytest
 
 import tensorfile
 from tensorfile import dataset
+from tensorfile.dataset.layout.storage import check_shard
 from tensorfile.errors import FormatError, InvalidArgumentError, SourceError
 from tensorfile.safetensors.numpy import save, save_file
 from tensorfile.sources import (
@@ -215,4 +216,4 @@ def test_local_store_reads_and_writes_stay_in_the_folder(tmp_path: Path) -> None
         store.write_atomic("dir/sub/new.bin", b"x")
     assert sorted(os.listdir(outside)) == ["secret.bin"]
     with pytest.raises(FormatError, match="outside"):
-        store.check_shard("link.bin", 6)
+        check_shard(store, "link.bin", 6)

@@ -1,6 +1,7 @@
 """Every store of tensorfile passes :class:`tensorfile.testing.StoreConformance`: the local
 store (writable and read-only), the memory store, fsspec's memory filesystem, fsspec's local
-filesystem, and S3 (a real S3 API server on 127.0.0.1, moto in server mode, through s3fs)."""
+filesystem, and S3 (a real S3 API server on 127.0.0.1, moto in server mode: reads by
+tensorfile's own client and the rest through s3fs, or everything through s3fs)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from tensorfile.sources import FsspecStore, LocalStore, MemoryStore, Store
+from tensorfile.sources import FsspecStore, LocalStore, MemoryStore, Store, store_for
+from tensorfile.sources.s3.s3_store import S3Store
 from tensorfile.testing import StoreConformance
 
 _fresh = itertools.count()
@@ -56,9 +58,25 @@ class TestFsspecLocalStore(StoreConformance):
 
 
 class TestS3Store(StoreConformance):
+    """``store_for("s3://...")``: reads by tensorfile's own S3 client, the rest by s3fs."""
+
     @pytest.fixture
     def store(self, s3: Any) -> Store:
-        return FsspecStore(s3.url(s3.bucket(), "root"), s3.options)
+        store = store_for(s3.url(s3.bucket(), "root"), s3.options)
+        assert isinstance(store, S3Store) and store.native is not None
+        return store
+
+
+class TestS3StoreThroughS3fs(StoreConformance):
+    """The same store where tensorfile's client declines the folder (``$TENSORFILE_S3``):
+    s3fs does everything."""
+
+    @pytest.fixture
+    def store(self, s3: Any, monkeypatch: pytest.MonkeyPatch) -> Store:
+        monkeypatch.setenv("TENSORFILE_S3", "fsspec")
+        store = store_for(s3.url(s3.bucket(), "root"), s3.options)
+        assert isinstance(store, S3Store) and store.native is None
+        return store
 
 
 def test_flags_say_what_each_store_is(tmp_path: Path) -> None:

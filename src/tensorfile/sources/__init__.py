@@ -31,7 +31,16 @@ from .http._first_read import HEAD_BYTES
 from .http._urls import redact
 from .local.local import LocalSource
 from .local.memory import MemorySource
-from .router import Route, StoreLocation, is_url, local_path_of, path_text, route, store_for
+from .router import (
+    Route,
+    StoreLocation,
+    is_url,
+    local_path_of,
+    path_text,
+    remote_source,
+    route,
+    store_for,
+)
 from .stores.store import Store
 
 if TYPE_CHECKING:
@@ -117,21 +126,7 @@ def open_path(
     folder = resolve_cache_dir(cache_dir)
     if folder is not None:
         first = RangeRequest(0, HEAD_BYTES)  # (only the version and size: chunks hold the rest)
-    source: Source
-    if r.kind == "http":
-        from .http.remote import HTTPSource
-
-        source = HTTPSource(
-            r.target, first=first, allow_full_download=allow_full_download, **options
-        )
-    elif r.protocol in ("s3", "s3a"):  # tensorfile's own S3 client, or fsspec where it declines
-        from .s3.s3_source import open_s3
-
-        source = open_s3(r.target, first=first, **options)
-    else:
-        from .stores.fsspec_source import FsspecSource
-
-        source = FsspecSource(r.target, first=first, **options)
+    source = remote_source(r, first=first, allow_full_download=allow_full_download, **options)
     if folder is None:
         return source
     from .cache._chunkcache import with_cache

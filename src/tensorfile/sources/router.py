@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from ..core.errors import InvalidArgumentError, InvalidTypeError
+from ..core.source import ByteRequest, Source
 from .stores.store import Store
 
 __all__ = [
@@ -41,6 +42,7 @@ __all__ = [
     "is_url",
     "local_path_of",
     "path_text",
+    "remote_source",
     "route",
     "store_for",
 ]
@@ -52,6 +54,8 @@ filesystem."""
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*")
 _LOCAL_SCHEMES = frozenset({"file", "local"})
 _HTTP_SCHEMES = frozenset({"http", "https"})
+_S3_SCHEMES = frozenset({"s3", "s3a"})
+"""Schemes tensorfile's own S3 client reads (and :class:`~.s3.s3_store.S3Store` holds)."""
 _KNOWN = frozenset(
     {
         *_LOCAL_SCHEMES,
@@ -209,13 +213,17 @@ def store_for(
 ) -> Store:
     """The :class:`~.stores.store.Store` of a location (routed by :func:`route`): a local path or a
     ``file://`` URL is a :class:`~.stores.local_store.LocalStore` (made absolute: a Spark job ships
-    the store to executors whose working directories are not the driver's); any other URL
-    (``memory://`` included) an :class:`~.stores.fsspec_store.FsspecStore` with
-    ``storage_options``. Options for a local folder are refused, not ignored.
+    the store to executors whose working directories are not the driver's); an ``s3://`` URL an
+    :class:`~.s3.s3_store.S3Store` (which reads with the client :func:`remote_source` takes for
+    the URL); any other URL (``memory://`` included) an
+    :class:`~.stores.fsspec_store.FsspecStore` with ``storage_options`` (an ``http(s)://``
+    one reads through the HTTP transport, as :func:`remote_source` does). Options for a local
+    folder are refused, not ignored.
 
     Example:
-        >>> store_for("s3://bucket/ds", {"anon": True}).url("x.json")
-        's3://bucket/ds/x.json'
+        >>> s = store_for("s3://bucket/ds", {"anon": True})
+        >>> type(s).__name__, s.url("x.json")
+        ('S3Store', 's3://bucket/ds/x.json')
     """
     if isinstance(location, Store):
         if storage_options:
@@ -242,6 +250,44 @@ def store_for(
         from .stores.local_store import LocalStore
 
         return LocalStore(os.path.abspath(r.target), read_only=read_only)
+    if r.protocol in _S3_SCHEMES:
+        from .s3.s3_store import S3Store
+
+        return S3Store(text, storage_options, read_only=read_only)
     from .stores.fsspec_store import FsspecStore
 
     return FsspecStore(text, storage_options, read_only=read_only)
+
+
+def remote_source(
+    r: Route,
+    *,
+    first: ByteRequest | None = None,
+    allow_full_download: bool | None = None,
+    **options: Any,
+) -> Source:
+    """The source of the remote route ``r``: the HTTP transport for ``http(s)://`` (options it
+    does not take are an :class:`~tensorfile.errors.InvalidArgumentError`),
+    tensorfile's S3 client for ``s3://`` (fsspec where it declines the URL or its options:
+    :func:`~.s3.s3_source.open_s3`), fsspec for the rest. The stores of :func:`store_for`
+    read their files with the same clients.
+
+    Example:
+        >>> import fsspec
+        >>> fsspec.filesystem("memory").pipe("/remote-source-doc/x.bin", b"0123")
+        >>> src = remote_source(route("memory://remote-source-doc/x.bin"))
+        >>> type(src).__name__, src.read(1, 2)
+        ('FsspecSource', b'12')
+    """
+    if r.kind == "http":
+        from .http.remote import HTTPSource, check_http_options
+
+        check_http_options(r.target, options)
+        return HTTPSource(r.target, first=first, allow_full_download=allow_full_download, **options)
+    if r.protocol in _S3_SCHEMES:
+        from .s3.s3_source import open_s3
+
+        return open_s3(r.target, first=first, **options)
+    from .stores.fsspec_source import FsspecSource
+
+    return FsspecSource(r.target, first=first, **options)

@@ -155,14 +155,6 @@ class StoreConformance:
         with pytest.raises(FormatError):
             store.read_bounded("m.json", "the manifest", 99)
 
-    def test_check_shard(self, store: Store) -> None:
-        self.put(store, "s.bin", b"12345")
-        store.check_shard("s.bin", 5)
-        assert store.shard("s.bin", 5) is not None
-        for name, size in [("s.bin", 6), ("gone.bin", 5), ("../s.bin", 5), ("/s.bin", 5)]:
-            with pytest.raises(FormatError):
-                store.check_shard(name, size)
-
     # -- writes -------------------------------------------------------------------------------
 
     def test_write_publishes_whole_files(self, store: Store) -> None:

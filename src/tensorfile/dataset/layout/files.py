@@ -5,8 +5,11 @@ of what a commit may delete.
 A manifest, an index and the folder itself can lie: a name can be a FIFO, a directory or a
 symlink to somewhere else, and a manifest can list any path at all. The path rules are the
 store's, decided once for every local route (:mod:`tensorfile.sources.local.paths`:
-:func:`open_regular`, :func:`read_bounded`, :func:`is_plain_name`, re-exported here; a listed
-shard's path is checked by its ``check_member``); what is the dataset's:
+:func:`open_regular`, :func:`read_bounded`, :func:`is_plain_name`, re-exported here); what is
+the dataset's:
+
+* :func:`check_member` checks a listed shard of a local folder: inside the folder (symlinks
+  followed), a regular file, of the listed size.
 
 * :func:`deletable` decides what a commit may delete of the previous dataset: regular files
   (not symlinks) directly inside the folder, named like shards (§3.2 of the Spark spec),
@@ -32,13 +35,15 @@ import stat
 from collections.abc import Collection, Iterable
 from typing import TypeGuard
 
+from ...core.errors import FormatError, SourceError
 from ...formats import SAFETENSORS
-from ...sources.local.paths import is_plain_name, open_regular, read_bounded
+from ...sources.local.paths import is_inside, is_plain_name, open_regular, read_bounded
 
 __all__ = [
     "INDEX_NAME",
     "MANIFEST_NAME",
     "SHARD_NAME",
+    "check_member",
     "deletable",
     "deletable_names",
     "delete_previous",
@@ -149,3 +154,37 @@ def delete_previous(folder: str, listed: Iterable[object], keep: Collection[str]
     finally:
         os.close(fd)
     return removed
+
+
+def check_member(folder: str, name: str, size: int) -> str:
+    """The path of the listed file ``name`` of ``folder`` (a dataset's shard), after checking
+    that it resolves inside the folder (symlinks followed), is a regular file and has the
+    ``size`` the listing gives; a :class:`~tensorfile.errors.FormatError` (a lie) or
+    :class:`~tensorfile.errors.SourceError` (not a file) says which file is wrong.
+
+    Example:
+        >>> import os, tempfile
+        >>> folder = tempfile.mkdtemp()
+        >>> os.symlink("/etc/hostname", os.path.join(folder, "a.safetensors"))
+        >>> try:
+        ...     check_member(folder, "a.safetensors", 1)
+        ... except FormatError as exc:
+        ...     print(str(exc).partition(": ")[2])
+        shard a.safetensors resolves outside the dataset folder
+    """
+    path = os.path.join(folder, name)
+    if "\x00" in name or not is_inside(folder, path):
+        raise FormatError(f"{folder}: shard {name} resolves outside the dataset folder")
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise FormatError(f"{folder}: the manifest lists {name}, which is missing") from None
+    except OSError as exc:
+        raise SourceError(f"cannot stat shard {path}: {exc.strerror or exc}") from exc
+    if not stat.S_ISREG(st.st_mode):
+        raise SourceError(f"shard {path} is not a regular file")
+    if st.st_size != size:
+        raise FormatError(
+            f"{folder}: the manifest says shard {name} has {size} bytes, the file has {st.st_size}"
+        )
+    return path

@@ -80,7 +80,7 @@ from ._json import show as _show
 from .files import INDEX_NAME, MANIFEST_NAME
 from .spec_dtypes import decode as _decode_dtypes
 from .spec_dtypes import encode as _encode_dtypes
-from .storage import Location, Store, open_located, open_shard, storage_for
+from .storage import Location, Store, check_shard, open_located, open_shard, storage_for
 
 __all__ = [
     "INDEX_NAME",
@@ -510,7 +510,7 @@ def load_manifest(folder: Location, *, strict: bool = False) -> Manifest:
 
     With ``strict`` (what :func:`tensorfile.dataset.open` does) the folder is checked first and
     every shard the manifest lists must be a regular file inside the folder of the listed size
-    (:func:`tensorfile.sources.local.paths.check_member`).
+    (:func:`~.storage.check_shard`).
 
     Example:
         >>> import numpy as np, os, tempfile
@@ -533,7 +533,7 @@ def load_manifest(folder: Location, *, strict: bool = False) -> Manifest:
         infer_reference(store, manifest)
     if strict:
         for s in manifest.shards:
-            store.check_shard(s.shard_path, s.bytes)
+            check_shard(store, s.shard_path, s.bytes)
         check_capacity(store, manifest)
     return manifest
 

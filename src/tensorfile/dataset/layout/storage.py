@@ -5,16 +5,19 @@ Every file operation of :mod:`tensorfile.dataset` (and of the Spark data source)
 through the store made once from what the user passed (:func:`storage_for`, which is
 :func:`tensorfile.sources.store_for`): a :class:`~tensorfile.sources.LocalStore` for a path
 or a ``file://`` URL (no FIFO waited on, no symlink followed out of the folder, deletes
-through a descriptor of the folder, atomic renames), an
-:class:`~tensorfile.sources.FsspecStore` for every other URL (``s3://``, ``memory://``,
-...). On an object store the manifest, written in one put, is the commit point, and readers
-trust only the manifest. Shards are staged under ``_staging/`` and copied into place at
-commit (a server-side copy on S3), so a failed, retried or speculative task, or a failed
-job, never leaves a shard beside the dataset's.
+through a descriptor of the folder, atomic renames), an S3 store for ``s3://`` (reads by
+tensorfile's own S3 client, the rest by s3fs), an :class:`~tensorfile.sources.FsspecStore`
+for every other URL (``memory://``, ``gs://``, ...). On an object store the manifest,
+written in one put, is the commit point, and readers trust only the manifest. Shards are
+staged under ``_staging/`` and copied into place at commit (a server-side copy on S3), so a
+failed, retried or speculative task, or a failed job, never leaves a shard beside the
+dataset's.
 
-What is the dataset's, not the store's: how a shard is read (:func:`open_located`, with
-:data:`SHARD_FIRST_READ` as the first request of a remote shard) and which files of the
-previous dataset a commit deletes (:func:`delete_previous`).
+What is the dataset's, not the store's: what a listed shard must be (:func:`check_shard`,
+built on the store's ``file_size`` and ``local_path``), how a shard is read
+(:func:`open_shard`, :func:`open_located`, with :data:`SHARD_FIRST_READ` as the first request
+of a remote shard) and which files of the previous dataset a commit deletes
+(:func:`delete_previous`).
 
 Example:
     >>> s = storage_for("memory://ds-doc/one")
@@ -28,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
-from ...core.errors import SourceError
+from ...core.errors import FormatError, SourceError
 from ...core.reader import Reader
 from ...core.source import ByteRequest, Source
 from ...sources import Store, StoreLocation, store_for
@@ -38,6 +41,7 @@ __all__ = [
     "SHARD_FIRST_READ",
     "Location",
     "Store",
+    "check_shard",
     "delete_previous",
     "locate_shard",
     "open_located",
@@ -83,11 +87,50 @@ def open_located(where: str | Source) -> Reader:
     return SAFETENSORS.impl().open_reader(where)
 
 
+def check_shard(store: Store, shard_path: str, size: int) -> str | None:
+    """Check that the listed shard ``shard_path`` is a file of the dataset folder of ``size``
+    bytes, reading none of it: a :class:`~tensorfile.errors.FormatError` says which file lies
+    (outside the folder, missing, another size), a :class:`~tensorfile.errors.SourceError`
+    that it is not a file. Returns its local path where the store's files are local (checked
+    with the local rules: inside the folder with symlinks followed, a regular file).
+
+    Example:
+        >>> from tensorfile.sources import MemoryStore
+        >>> s = MemoryStore()
+        >>> s.write_atomic("a.bin", b"12345")
+        >>> check_shard(s, "a.bin", 5) is None
+        True
+        >>> try:
+        ...     check_shard(s, "a.bin", 6)
+        ... except FormatError as exc:
+        ...     print(exc)
+        <memory-store>: the manifest says shard a.bin has 6 bytes, the file has 5
+    """
+    root = store.local_path()
+    if root is not None:
+        return files.check_member(root, shard_path, size)
+    if not files.is_plain_name(shard_path):
+        raise FormatError(
+            f"{store.url()}: shard {shard_path!r} is not a file name inside the dataset folder"
+        )
+    got = store.file_size(shard_path)
+    if got is None:
+        raise FormatError(f"{store.url()}: the manifest lists {shard_path}, which is missing")
+    if got != size:
+        raise FormatError(
+            f"{store.url()}: the manifest says shard {shard_path} has {size} bytes, the file "
+            f"has {got}"
+        )
+    return None
+
+
 def open_shard(store: Store, shard_path: str, size: int) -> str | Source:
-    """What a reader opens for the listed shard ``shard_path`` of ``size`` bytes, after the
-    store's checks (inside the folder, a regular file, the listed size)."""
-    first = None if store.is_local else shard_first_request()
-    return store.shard(shard_path, size, first=first)
+    """What a reader opens for the listed shard ``shard_path`` of ``size`` bytes, after
+    :func:`check_shard`: its local path, or a source whose first request reads its header."""
+    path = check_shard(store, shard_path, size)
+    if path is not None:
+        return path
+    return store.locate(shard_path, first=shard_first_request())
 
 
 def locate_shard(store: Store, name: str) -> str | Source:

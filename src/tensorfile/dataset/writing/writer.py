@@ -64,6 +64,7 @@ from ..layout.manifest import (
 from ..layout.storage import (
     Location,
     Store,
+    check_shard,
     delete_previous,
     locate_shard,
     open_located,
@@ -299,7 +300,7 @@ def commit(
         if old is not None:  # what is appended to must be a dataset a reader accepts
             infer_reference(store, old)
             for entry in old.shards:
-                store.check_shard(entry.shard_path, entry.bytes)
+                check_shard(store, entry.shard_path, entry.bytes)
             check_capacity(store, old)
         previous = previous_listing(store) if mode == "overwrite" else []
         shards = list(old.shards) if old is not None else []

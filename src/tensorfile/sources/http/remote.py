@@ -25,20 +25,24 @@ Example:
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 
 from ...core.errors import InvalidArgumentError
 from ...core.source import FIRST_READ, ByteRequest, RangeRequest, ReadStats, SourceBase, scatter
 from ._first_read import Fetcher, FirstRead
 from ._http import MIN_SPEED, HTTPFetcher
+from ._urls import redact
 
 __all__ = [
     "DEFAULT_IO_CHUNK",
     "DEFAULT_IO_THREADS",
+    "HTTP_OPTIONS",
     "IO_CHUNK_ENV",
     "IO_THREADS_ENV",
     "SPECULATIVE_BYTES",
     "HTTPSource",
     "RemoteSource",
+    "check_http_options",
     "io_setting",
 ]
 
@@ -161,6 +165,33 @@ class RemoteSource(SourceBase):
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name}>"
+
+
+HTTP_OPTIONS = frozenset({"token", "timeout", "retries", "backoff", "speculative", "headers",
+                          "deadline", "min_speed", "allow_full_download", "io_threads",
+                          "io_chunk"})  # fmt: skip
+"""The options of :class:`HTTPSource` a caller may pass with an ``http(s)://`` URL."""
+
+
+def check_http_options(url: str, options: Iterable[str]) -> None:
+    """Refuse (an :class:`~tensorfile.errors.InvalidArgumentError`) options the HTTP transport
+    does not take: an ``http(s)://`` URL is read by it alone, whatever asks (the router, a
+    store), so that its checks (a server that ignores ``Range``, above all) always hold.
+
+    Example:
+        >>> from tensorfile.errors import InvalidArgumentError
+        >>> try:
+        ...     check_http_options("https://h/m", ["client_kwargs", "timeout"])
+        ... except InvalidArgumentError as exc:
+        ...     print(exc)
+        https://h/m: client_kwargs: options tensorfile's HTTP transport does not take
+    """
+    unknown = sorted(set(options) - HTTP_OPTIONS)
+    if unknown:
+        raise InvalidArgumentError(
+            f"{redact(url)}: {', '.join(unknown)}: options tensorfile's HTTP transport does "
+            "not take"
+        )
 
 
 class HTTPSource(RemoteSource):

@@ -12,8 +12,6 @@ symlink to somewhere else. So:
 * :func:`open_regular` opens with ``O_NONBLOCK`` (a FIFO opens at once instead of waiting
   for a writer) and refuses anything but a regular file; :func:`read_bounded` reads at most
   a given number of bytes.
-* :func:`check_member` refuses a listed file (a shard) that resolves outside the folder, is
-  not a regular file, or does not have the size the listing gives.
 
 Example:
     >>> import os, tempfile
@@ -31,12 +29,12 @@ import stat
 from ...core.errors import FormatError, InvalidArgumentError, SourceError
 
 __all__ = [
-    "check_member",
     "check_name",
     "is_inside",
     "is_plain_name",
     "open_regular",
     "read_bounded",
+    "too_big",
 ]
 
 _FLAGS = (
@@ -179,39 +177,15 @@ def read_bounded(path: str, what: str, limit: int) -> bytes | None:
     finally:
         os.close(fd)
     if size > limit:
-        raise FormatError(f"{what} {path} is over {limit} bytes, more than a dataset's can be")
+        raise FormatError(too_big(what, path, limit))
     return b"".join(chunks)
 
 
-def check_member(folder: str, name: str, size: int) -> str:
-    """The path of the listed file ``name`` of ``folder`` (a dataset's shard), after checking
-    that it resolves inside the folder (symlinks followed), is a regular file and has the
-    ``size`` the listing gives; a :class:`~tensorfile.errors.FormatError` (a lie) or
-    :class:`~tensorfile.errors.SourceError` (not a file) says which file is wrong.
+def too_big(what: str, shown: str, limit: int) -> str:
+    """The message of a bounded read of a file over its bound (``shown``: its path or URL).
 
     Example:
-        >>> import os, tempfile
-        >>> folder = tempfile.mkdtemp()
-        >>> os.symlink("/etc/hostname", os.path.join(folder, "a.safetensors"))
-        >>> try:
-        ...     check_member(folder, "a.safetensors", 1)
-        ... except FormatError as exc:
-        ...     print(str(exc).partition(": ")[2])
-        shard a.safetensors resolves outside the dataset folder
+        >>> too_big("the index", "s3://b/ds/i.parquet", 10)
+        'the index s3://b/ds/i.parquet is over 10 bytes, the most it may be'
     """
-    path = os.path.join(folder, name)
-    if "\x00" in name or not is_inside(folder, path):
-        raise FormatError(f"{folder}: shard {name} resolves outside the dataset folder")
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        raise FormatError(f"{folder}: the manifest lists {name}, which is missing") from None
-    except OSError as exc:
-        raise SourceError(f"cannot stat shard {path}: {exc.strerror or exc}") from exc
-    if not stat.S_ISREG(st.st_mode):
-        raise SourceError(f"shard {path} is not a regular file")
-    if st.st_size != size:
-        raise FormatError(
-            f"{folder}: the manifest says shard {name} has {size} bytes, the file has {st.st_size}"
-        )
-    return path
+    return f"{what} {shown} is over {limit} bytes, the most it may be"

@@ -12,6 +12,11 @@
   name that is no DNS label, virtual hosts (``bucket.s3.<region>.amazonaws.com``) on AWS;
   ``config_kwargs={"s3": {"addressing_style": ...}}`` or
   ``$TENSORFILE_S3_ADDRESSING_STYLE`` (``path``/``virtual``) decides otherwise;
+* every one of these that goes into a request's URL is checked before anything connects,
+  whether this client or fsspec reads the URL: the endpoint is ``http(s)://host[:port]``
+  (an optional path, no user, query or fragment), the region a region name (botocore's
+  rule: ``AWS_REGION='evil.example#'`` would name another host), the addressing style one
+  of ``auto``/``path``/``virtual``; a bucket that is no DNS label is never a host name;
 * the credentials: ``key``/``secret``/``token`` (or ``client_kwargs``' ``aws_*`` names),
   else ``$AWS_ACCESS_KEY_ID``/``$AWS_SECRET_ACCESS_KEY``/``$AWS_SESSION_TOKEN``, else
   botocore's whole chain when it is installed (``$AWS_PROFILE``/``profile=``, the shared
@@ -34,6 +39,7 @@ Example:
 from __future__ import annotations
 
 import configparser
+import ipaddress
 import os
 import re
 import urllib.parse
@@ -44,11 +50,30 @@ from typing import Any
 from ...core.errors import InvalidArgumentError
 from ._sigv4 import Credentials
 
-__all__ = ["CLIENT_ENV", "S3Settings", "parse_s3_url", "s3_settings"]
+__all__ = [
+    "CLIENT_ENV",
+    "STYLE_ENV",
+    "S3Config",
+    "S3Settings",
+    "check_endpoint",
+    "check_region",
+    "parse_s3_url",
+    "s3_config",
+    "s3_settings",
+]
 
 CLIENT_ENV = "TENSORFILE_S3"
 """``fsspec`` sends ``s3://`` URLs to fsspec (s3fs) instead of tensorfile's own client."""
 
+STYLE_ENV = "TENSORFILE_S3_ADDRESSING_STYLE"
+"""``path`` or ``virtual``: how an ``s3://`` URL becomes an HTTP one (default: see above)."""
+
+_REGION = re.compile(r"(?![0-9]+$)(?!-)[A-Za-z0-9-]{1,63}(?<!-)")
+"""A region name (botocore's ``validate_region_name``, anchored at both ends)."""
+_HOST = re.compile(r"((?!-)[A-Za-z0-9-]{1,63}(?<!-)\.)*(?!-)[A-Za-z0-9-]{1,63}(?<!-)")
+"""A DNS host name (botocore's ``is_valid_endpoint_url``)."""
+_PATH = re.compile(r"(/[A-Za-z0-9._~%!$&'()*+,;=:@-]*)*")
+_STYLES = frozenset({"auto", "path", "virtual"})
 _BUCKET = re.compile(r"[a-z0-9][a-z0-9.\-_]{1,61}[a-z0-9]", re.IGNORECASE)
 _DNS_BUCKET = re.compile(r"[a-z0-9][a-z0-9\-]{1,61}[a-z0-9]")
 _OPTIONS = {"key", "secret", "token", "anon", "endpoint_url", "client_kwargs", "config_kwargs",
@@ -120,60 +145,223 @@ def _text(value: Any, name: str) -> str | None:
 def s3_settings(
     url: str, options: Mapping[str, Any], env: Mapping[str, str] | None = None
 ) -> S3Settings | None:
-    """The settings of ``url`` (see the module docstring); None: leave it to fsspec."""
-    env = os.environ if env is None else env
+    """The settings of ``url`` (see the module docstring); None: leave it to fsspec. A
+    setting that would put something other than a host name, a region or a path into the
+    request's URL is an :class:`~tensorfile.errors.InvalidArgumentError`, also for a URL left
+    to fsspec."""
     where = parse_s3_url(url)
-    if where is None or env.get(CLIENT_ENV, "").strip().lower() == "fsspec":
+    config = s3_config(where[0] if where else None, options, env)
+    return None if config is None or where is None else config.settings(where[1])
+
+
+@dataclass(frozen=True)
+class S3Config:
+    """How to reach the objects of one bucket: the endpoint (None: AWS), the region, the
+    addressing, the credentials, and the timeout and retries the options asked for.
+    :meth:`settings` gives one object's."""
+
+    bucket: str
+    endpoint: str | None
+    region: str
+    style: str
+    credentials: Callable[[], Credentials | None]
+    timeout: float | None = None
+    retries: int | None = None
+
+    def settings(self, key: str) -> S3Settings:
+        """The settings of the object ``key`` of the bucket.
+
+        Example:
+            >>> c = s3_config("bkt", {"anon": True}, env={"AWS_REGION": "eu-west-1"})
+            >>> c.settings("a b").url
+            'https://bkt.s3.eu-west-1.amazonaws.com/a%20b'
+        """
+        bucket, quoted = self.bucket, urllib.parse.quote(key, safe="/~")
+        if self.endpoint is None:
+            virtual = self.style != "path" and _DNS_BUCKET.fullmatch(bucket) is not None
+            host = f"s3.{self.region}.amazonaws.com"
+            http = (
+                f"https://{bucket}.{host}/{quoted}"
+                if virtual
+                else f"https://{host}/{bucket}/{quoted}"
+            )
+        else:
+            base = self.endpoint.rstrip("/")
+            if self.style == "virtual" and _DNS_BUCKET.fullmatch(bucket):
+                scheme, _, rest = base.partition("://")
+                http = f"{scheme}://{bucket}.{rest}/{quoted}"
+            else:
+                http = f"{base}/{bucket}/{quoted}"
+        return S3Settings(
+            http, self.region, self.credentials, timeout=self.timeout, retries=self.retries
+        )
+
+
+def s3_config(
+    bucket: str | None, options: Mapping[str, Any], env: Mapping[str, str] | None = None
+) -> S3Config | None:
+    """How tensorfile's client reaches ``bucket`` with ``options`` (see the module
+    docstring); None: leave it to fsspec (``bucket`` None: a URL this client does not read).
+    The endpoint, region and addressing style are checked first, whoever reads the bucket:
+    a bad one is an :class:`~tensorfile.errors.InvalidArgumentError` naming the setting and
+    where it came from, before any connection.
+
+    Example:
+        >>> try:
+        ...     s3_config("bkt", {}, env={"AWS_REGION": "evil.example#"})
+        ... except InvalidArgumentError as exc:
+        ...     print(exc)  # doctest: +ELLIPSIS
+        the S3 region 'evil.example#' (from $AWS_REGION) is not a region name: ...
+    """
+    env = os.environ if env is None else env
+    endpoint, region, style, profile = _checked(options, env)
+    if bucket is None or env.get(CLIENT_ENV, "").strip().lower() == "fsspec":
         return None
-    if not _understood(options):
+    if not _understood(options) or not _BUCKET.fullmatch(bucket) or ".." in bucket:
         return None
-    bucket, key = where
     client: Mapping[str, Any] = options.get("client_kwargs") or {}
     config: Mapping[str, Any] = options.get("config_kwargs") or {}
-    profile = _text(options.get("profile"), "profile") or env.get("AWS_PROFILE") or None
-    endpoint = (
-        _text(options.get("endpoint_url"), "endpoint_url")
-        or _text(client.get("endpoint_url"), "client_kwargs.endpoint_url")
-        or env.get("AWS_ENDPOINT_URL_S3")
-        or env.get("AWS_ENDPOINT_URL")
-        or None
-    )
-    region = (
-        _text(client.get("region_name"), "client_kwargs.region_name")
-        or _text(config.get("region_name"), "config_kwargs.region_name")
-        or env.get("AWS_REGION")
-        or env.get("AWS_DEFAULT_REGION")
-        or _profile_region(profile)
-        or "us-east-1"
-    )
-    style = ((config.get("s3") or {}).get("addressing_style") or "").lower()
-    style = style or env.get("TENSORFILE_S3_ADDRESSING_STYLE", "").strip().lower()
-    quoted = urllib.parse.quote(key, safe="/~")
-    if endpoint is None:
-        virtual = style != "path" and _DNS_BUCKET.fullmatch(bucket) is not None
-        host = f"s3.{region}.amazonaws.com"
-        http = (
-            f"https://{bucket}.{host}/{quoted}" if virtual else f"https://{host}/{bucket}/{quoted}"
-        )
-    else:
-        base = endpoint.rstrip("/")
-        if style == "virtual" and _DNS_BUCKET.fullmatch(bucket):
-            scheme, _, rest = base.partition("://")
-            http = f"{scheme}://{bucket}.{rest}/{quoted}"
-        else:
-            http = f"{base}/{bucket}/{quoted}"
     anon = options.get("anon", False) or config.get("signature_version") == "UNSIGNED"
     credentials = _no_credentials if anon else _credentials(options, client, env, profile)
     retries = config.get("retries")
     attempts = retries.get("max_attempts") if isinstance(retries, Mapping) else None
     timeout = config.get("read_timeout") or config.get("connect_timeout")
-    return S3Settings(
-        http,
+    return S3Config(
+        bucket,
+        endpoint,
         region,
+        style,
         credentials,
         timeout=float(timeout) if isinstance(timeout, int | float) else None,
         retries=max(0, attempts - 1) if isinstance(attempts, int) else None,
     )
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _first(found: list[tuple[Any, str]]) -> tuple[str, str] | None:
+    """The first ``(value, where)`` set (checked: a str), else None."""
+    for value, where in found:
+        if value is None or value == "":
+            continue
+        if not isinstance(value, str):
+            raise InvalidArgumentError(f"{where} must be a str, got {type(value).__name__}")
+        return value, where
+    return None
+
+
+def _checked(
+    options: Mapping[str, Any], env: Mapping[str, str]
+) -> tuple[str | None, str, str, str | None]:
+    """The endpoint, region, addressing style and profile the options and the environment
+    say, each checked (see :func:`s3_config`)."""
+    client, config = _mapping(options.get("client_kwargs")), _mapping(options.get("config_kwargs"))
+    profile = _text(options.get("profile"), "profile") or env.get("AWS_PROFILE") or None
+    endpoint = _first(
+        [
+            (options.get("endpoint_url"), "storage option endpoint_url"),
+            (client.get("endpoint_url"), "storage option client_kwargs.endpoint_url"),
+            (env.get("AWS_ENDPOINT_URL_S3"), "$AWS_ENDPOINT_URL_S3"),
+            (env.get("AWS_ENDPOINT_URL"), "$AWS_ENDPOINT_URL"),
+        ]
+    )
+    if endpoint is not None:
+        check_endpoint(*endpoint)
+    region = _first(
+        [
+            (client.get("region_name"), "storage option client_kwargs.region_name"),
+            (config.get("region_name"), "storage option config_kwargs.region_name"),
+            (env.get("AWS_REGION"), "$AWS_REGION"),
+            (env.get("AWS_DEFAULT_REGION"), "$AWS_DEFAULT_REGION"),
+        ]
+    )
+    if region is None:
+        named = _profile_region(profile)
+        if named is not None:
+            region = named, f"the region of the AWS profile {profile or 'default'}"
+    if region is not None:
+        check_region(*region)
+    style = _first(
+        [
+            (_mapping(config.get("s3")).get("addressing_style"),
+             "storage option config_kwargs.s3.addressing_style"),
+            (env.get(STYLE_ENV, "").strip() or None, f"${STYLE_ENV}"),
+        ]
+    )  # fmt: skip
+    if style is not None and style[0].lower() not in _STYLES:
+        raise InvalidArgumentError(
+            f"the S3 addressing style {style[0]!r} (from {style[1]}) is not one of "
+            f"{', '.join(sorted(_STYLES))}"
+        )
+    return (
+        endpoint[0] if endpoint else None,
+        region[0] if region else "us-east-1",
+        style[0].lower() if style else "",
+        profile,
+    )
+
+
+def check_region(region: str, where: str) -> str:
+    """``region`` if it is a region name (botocore's rule: a DNS label of letters, digits
+    and ``-``, not all digits), else an :class:`~tensorfile.errors.InvalidArgumentError`
+    naming ``where`` it came from: a region becomes part of the host name.
+
+    Example:
+        >>> check_region("eu-west-3", "$AWS_REGION")
+        'eu-west-3'
+    """
+    if not _REGION.fullmatch(region):
+        raise InvalidArgumentError(
+            f"the S3 region {region!r} (from {where}) is not a region name: letters, digits "
+            "and '-', at most 63, as in 'eu-west-3'"
+        )
+    return region
+
+
+def check_endpoint(endpoint: str, where: str) -> str:
+    """``endpoint`` if it is an ``http(s)://host[:port][/path]`` URL whose host is a host
+    name or an IP address (no user, query or fragment), else an
+    :class:`~tensorfile.errors.InvalidArgumentError` naming ``where`` it came from.
+
+    Example:
+        >>> check_endpoint("http://127.0.0.1:9000", "storage option endpoint_url")
+        'http://127.0.0.1:9000'
+    """
+
+    def bad(why: str) -> InvalidArgumentError:
+        shown = endpoint if len(endpoint) <= 200 else endpoint[:200] + "..."
+        return InvalidArgumentError(
+            f"the S3 endpoint {shown!r} (from {where}) is not an endpoint URL: {why}"
+        )
+
+    if any(not c.isprintable() or c.isspace() for c in endpoint):
+        raise bad("it holds spaces or control characters")
+    try:
+        parts = urllib.parse.urlsplit(endpoint)
+        port = parts.port
+    except ValueError as exc:
+        raise bad(str(exc)) from None
+    if parts.scheme.lower() not in ("http", "https"):
+        raise bad("it must start with http:// or https://")
+    if "@" in parts.netloc or parts.query or parts.fragment or "?" in endpoint or "#" in endpoint:
+        raise bad("a user, a query or a fragment has no place in it")
+    host = parts.hostname or ""
+    if port == 0 or not _host_ok(host, bracketed=parts.netloc.startswith("[")):
+        raise bad("no host name or IP address (and port) as its authority")
+    if not _PATH.fullmatch(parts.path):
+        raise bad("its path holds characters a URL path cannot")
+    return endpoint
+
+
+def _host_ok(host: str, *, bracketed: bool) -> bool:
+    """Whether ``host`` (of a URL's authority) is an IP address or a DNS host name."""
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return not bracketed and len(host) <= 255 and _HOST.fullmatch(host.rstrip(".")) is not None
+    return bracketed == (address.version == 6)
 
 
 def _no_credentials() -> Credentials | None:

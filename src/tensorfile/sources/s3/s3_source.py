@@ -128,6 +128,8 @@ class S3Source(RemoteSource):
         io_chunk: bytes per request of a load.
         timeout: seconds for connecting and for each socket operation.
         retries: attempts after the first for transient failures.
+        settings: where the object is and how to sign for it, resolved already (by
+            :func:`open_s3` or a store); ``storage_options`` are then ignored.
     """
 
     def __init__(
@@ -139,9 +141,11 @@ class S3Source(RemoteSource):
         io_chunk: int | None = None,
         timeout: float | None = None,
         retries: int | None = None,
+        settings: S3Settings | None = None,
         **storage_options: Any,
     ) -> None:
-        settings = s3_settings(url, storage_options)
+        if settings is None:
+            settings = s3_settings(url, storage_options)
         if settings is None:
             raise InvalidArgumentError(
                 f"{redact(url)}: not an s3:// URL, or options tensorfile's S3 client does not "
@@ -174,8 +178,9 @@ def open_s3(url: str, *, first: ByteRequest | None = None, **options: Any) -> Re
     """
     tuning = {k: options.pop(k) for k in ("io_threads", "io_chunk") if k in options}
     transport = {k: options.pop(k) for k in ("timeout", "retries") if k in options}
-    if s3_settings(url, options) is not None:
-        return S3Source(url, first=first, **tuning, **transport, **options)
+    settings = s3_settings(url, options)
+    if settings is not None:
+        return S3Source(url, first=first, **tuning, **transport, settings=settings)
     if transport:
         raise InvalidArgumentError(
             f"{redact(url)}: {', '.join(sorted(transport))}: options of tensorfile's S3 client, "

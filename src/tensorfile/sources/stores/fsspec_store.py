@@ -35,7 +35,7 @@ from typing import Any
 from ...core.errors import FormatError, SourceError
 from ...core.source import ByteRequest, Source
 from ..http._urls import redact
-from ..local.paths import check_name
+from ..local.paths import check_name, too_big
 from ._fsspec import OBJECT_STORES, connect, failure, protocols_of
 from .store import Store
 
@@ -77,7 +77,7 @@ class FsspecStore(Store):
         self._base = ""
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (_remake, (self.root, self.options, self.read_only))
+        return (_remake, (type(self), self.root, self.options, self.read_only))
 
     @property
     def fs(self) -> Any:
@@ -156,18 +156,23 @@ class FsspecStore(Store):
         return size
 
     def open_source(self, name: str, *, first: ByteRequest | None = None) -> Source:
+        check_name(name)
+        url = f"{self.root}/{name}"
+        if self._protocol in _READ_ONLY:  # HTTP(S): the transport open_path reads it with
+            from ..http.remote import HTTPSource, check_http_options
+
+            check_http_options(url, self.options)
+            return HTTPSource(url, first=first, **self.options)
         from .fsspec_source import FsspecSource
 
-        check_name(name)
-        return FsspecSource(f"{self.root}/{name}", first=first, **self.options)
+        return FsspecSource(url, first=first, **self.options)
 
     def read_bounded(self, name: str, what: str, limit: int) -> bytes | None:
         size = self.file_size(name)
         if size is None:
             return None
-        too_big = f"{what} {self.url(name)} is over {limit} bytes, more than a dataset's can be"
         if size > limit:
-            raise FormatError(too_big)
+            raise FormatError(too_big(what, self.url(name), limit))
         if size == 0:
             return b""  # (a range request of an empty object is unsatisfiable on S3)
         try:
@@ -179,7 +184,7 @@ class FsspecStore(Store):
         if not isinstance(data, bytes):
             raise SourceError(f"cannot read {self.url(name)}: the filesystem gave no bytes")
         if len(data) > limit:
-            raise FormatError(too_big)
+            raise FormatError(too_big(what, self.url(name), limit))
         return data
 
     def write_atomic(self, name: str, data: bytes) -> None:
@@ -270,10 +275,11 @@ class FsspecStore(Store):
             raise self._fail("move", src, exc) from None
 
     def list_files(self, folder: str = "") -> list[str]:
+        # ("dir/": a folder marker, as S3 consoles and SeaweedFS's empty folders show)
         return sorted(
-            posixpath.basename(e["name"].rstrip("/"))
+            posixpath.basename(e["name"])
             for e in self._entries(folder)
-            if e.get("type") == "file"
+            if e.get("type") == "file" and not e["name"].endswith("/")
         )
 
     def _entries(self, folder: str) -> list[dict[str, Any]]:
@@ -350,5 +356,8 @@ def _seconds(when: Any) -> float | None:
     return None
 
 
-def _remake(root: str, options: dict[str, Any], read_only: bool) -> FsspecStore:
-    return FsspecStore(root, options, read_only=read_only)
+def _remake(
+    cls: type[FsspecStore], root: str, options: dict[str, Any], read_only: bool
+) -> FsspecStore:
+    """The store (of class ``cls``: a subclass is remade as itself) a pickle holds."""
+    return cls(root, options, read_only=read_only)

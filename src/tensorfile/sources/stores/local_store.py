@@ -116,12 +116,6 @@ class LocalStore(Store):
     def locate(self, name: str, *, first: ByteRequest | None = None) -> str:
         return self.path(name)
 
-    def check_shard(self, shard_path: str, size: int) -> None:
-        paths.check_member(self.root, shard_path, size)
-
-    def shard(self, shard_path: str, size: int, *, first: ByteRequest | None = None) -> str:
-        return paths.check_member(self.root, shard_path, size)
-
     def write_atomic(self, name: str, data: bytes) -> None:
         from ...core.atomic import atomic_write, write_all
 

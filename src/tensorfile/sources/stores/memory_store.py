@@ -20,7 +20,7 @@ from typing import Any
 from ...core.errors import FormatError, SourceError, SourceNotFoundError
 from ...core.source import ByteRequest
 from ..local.memory import MemorySource
-from ..local.paths import check_name
+from ..local.paths import check_name, too_big
 from .store import Store
 
 __all__ = ["MemoryStore"]
@@ -85,9 +85,7 @@ class MemoryStore(Store):
     def read_bounded(self, name: str, what: str, limit: int) -> bytes | None:
         data = self._get(name)
         if data is not None and len(data) > limit:
-            raise FormatError(
-                f"{what} {self.url(name)} is over {limit} bytes, more than a dataset's can be"
-            )
+            raise FormatError(too_big(what, self.url(name), limit))
         return data
 
     def _put(self, name: str, data: bytes) -> None:

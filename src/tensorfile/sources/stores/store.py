@@ -42,7 +42,7 @@ Example:
     >>> from tensorfile.sources import store_for
     >>> s = store_for("memory://store-doc/one")
     >>> s.write_atomic("a.json", b"{}")
-    >>> s.read_bounded("a.json", "the manifest", 10), s.file_size("a.json"), s.list_files()
+    >>> s.read_bounded("a.json", "the file", 10), s.file_size("a.json"), s.list_files()
     (b'{}', 2, ['a.json'])
     >>> store_for("/tmp/x").is_local, store_for("file:///tmp/x").root
     (True, '/tmp/x')
@@ -59,7 +59,7 @@ from typing import Any, ClassVar
 
 from ...core.errors import ConcurrentWriteError, SourceError, UnsupportedError
 from ...core.source import ByteRequest, Source
-from ..local.paths import check_name, is_plain_name
+from ..local.paths import check_name
 
 __all__ = ["Store"]
 
@@ -150,33 +150,6 @@ class Store:
         """What a reader opens for the file ``name``: a local path, or a source (no checks:
         for a writer's own files)."""
         return self.open_source(name, first=first)
-
-    def check_shard(self, shard_path: str, size: int) -> None:
-        """Check that the listed file ``shard_path`` is a file of the store's root of
-        ``size`` bytes (a :class:`~tensorfile.errors.FormatError` says which file lies),
-        reading none of it."""
-        from ...core.errors import FormatError
-
-        if not is_plain_name(shard_path):
-            raise FormatError(
-                f"{self.url()}: shard {shard_path!r} is not a file name inside the dataset folder"
-            )
-        got = self.file_size(shard_path)
-        if got is None:
-            raise FormatError(f"{self.url()}: the manifest lists {shard_path}, which is missing")
-        if got != size:
-            raise FormatError(
-                f"{self.url()}: the manifest says shard {shard_path} has {size} bytes, the "
-                f"file has {got}"
-            )
-
-    def shard(
-        self, shard_path: str, size: int, *, first: ByteRequest | None = None
-    ) -> str | Source:
-        """What a reader opens for the listed file ``shard_path``, after
-        :meth:`check_shard`."""
-        self.check_shard(shard_path, size)
-        return self.locate(shard_path, first=first)
 
     # -- writing ------------------------------------------------------------------------------
 
