@@ -225,40 +225,7 @@ def _own_part_imports(name: str) -> Iterator[str]:
 # that takes its place (None: the providing branch gives it one). The merges switch these
 # lines and empty the table.
 _HTTP, _T = "tensorfile.sources.http", "tensorfile.sources.http.transport"
-PRIVATE_WAITING: dict[str, str | None] = {
-    # sources/s3 (store34)
-    # (the module _headers, for its show)
-    "tensorfile.sources.s3.s3_source -> tensorfile.sources.http._headers": f"{_T}.show",
-    "tensorfile.sources.s3.s3_source -> tensorfile.sources.http._conn.DeadlineExceeded": (
-        f"{_T}.DeadlineExceeded"
-    ),
-    "tensorfile.sources.s3.s3_source -> tensorfile.sources.http._exchange.FOREIGN": (
-        f"{_T}.FOREIGN"
-    ),
-    "tensorfile.sources.s3.s3_source -> tensorfile.sources.http._exchange.Reply": f"{_T}.Reply",
-    "tensorfile.sources.s3.s3_source -> tensorfile.sources.http._http.MIN_SPEED": (
-        f"{_T}.MIN_SPEED"
-    ),
-    "tensorfile.sources.s3.s3_source -> tensorfile.sources.http._http.HTTPFetcher": (
-        f"{_T}.HTTPFetcher"
-    ),
-    "tensorfile.sources.s3.s3_source -> tensorfile.sources.http._urls.HttpURL": (
-        f"{_HTTP}.HttpURL"
-    ),
-    "tensorfile.sources.s3.s3_source -> tensorfile.sources.http._urls.redact": f"{_HTTP}.redact",
-    "tensorfile.sources.s3.s3_source -> tensorfile.sources.http._urls.scrub": f"{_HTTP}.scrub",
-    # sources/stores (store34)
-    "tensorfile.sources.stores._fsspec -> tensorfile.sources.http._urls.scrub": f"{_HTTP}.scrub",
-    "tensorfile.sources.stores.fsspec_source -> tensorfile.sources.http._first_read.Fetched": (
-        f"{_HTTP}.Fetched"
-    ),
-    "tensorfile.sources.stores.fsspec_source -> tensorfile.sources.http._urls.redact": (
-        f"{_HTTP}.redact"
-    ),
-    "tensorfile.sources.stores.fsspec_store -> tensorfile.sources.http._urls.redact": (
-        f"{_HTTP}.redact"
-    ),
-}
+PRIVATE_WAITING: dict[str, str | None] = {}
 
 
 def _resolve(dotted: str) -> object:

@@ -53,22 +53,7 @@ METADATA_KEYS = {
 
 # Stale references in folders other branches are rewriting now (sources/s3, sources/stores):
 # fixed there, so the merges meet no conflict; the merge empties this table.
-WAITING: dict[str, set[str]] = {
-    "tensorfile.sources.s3.s3_source": {
-        ":mod:`._http`",  # ..http._http
-        ":class:`~._http.HTTPFetcher`",  # ~..http._http.HTTPFetcher
-        ":class:`~.fsspec_source.FsspecSource`",  # ~..stores.fsspec_source.FsspecSource
-    },
-    "tensorfile.sources.stores._fsspec": {":func:`~._urls.scrub`"},  # ~..http.scrub
-    "tensorfile.sources.stores.fsspec_source": {
-        ":class:`~.remote.RemoteSource`",  # ~..http.remote.RemoteSource
-    },
-    "tensorfile.sources.stores.store": {
-        ":mod:`.paths`",  # ..local.paths
-        ":func:`~.router.store_for`",  # ~..router.store_for
-        ":func:`~.paths.check_name`",  # ~..local.paths.check_name
-    },
-}
+WAITING: dict[str, set[str]] = {}
 
 
 def _module_name(path: Path) -> tuple[str, bool]:

@@ -1,5 +1,5 @@
 """``s3://`` objects read by tensorfile's own client: the strict HTTP transport of
-:mod:`._http`, each request signed with AWS Signature Version 4 (:mod:`._sigv4`).
+:mod:`..http.transport`, each request signed with AWS Signature Version 4 (:mod:`._sigv4`).
 
 Why not boto3, s3fs or obstore: measured on a real S3 server on 127.0.0.1 (SeaweedFS; see
 the documentation's benchmarks page, docs/benchmarks.md), concurrent ranged GETs received
@@ -37,12 +37,9 @@ from typing import Any
 
 from ...core.errors import InvalidArgumentError
 from ...core.source import ByteRequest
-from ..http import _headers as hdr
-from ..http._conn import DeadlineExceeded
-from ..http._exchange import FOREIGN, Reply
-from ..http._http import MIN_SPEED, HTTPFetcher
-from ..http._urls import HttpURL, redact, scrub
+from ..http import HttpURL, redact, scrub
 from ..http.remote import RemoteSource
+from ..http.transport import FOREIGN, MIN_SPEED, DeadlineExceeded, HTTPFetcher, Reply, show
 from ._s3config import S3Settings, s3_settings
 from ._sigv4 import sign_get
 
@@ -54,7 +51,7 @@ _MESSAGE = re.compile(r"<Message>([^<]{1,300})</Message>")
 
 
 class S3Fetcher(HTTPFetcher):
-    """Signed range requests for one object (see :class:`~._http.HTTPFetcher` for what is
+    """Signed range requests for one object (see :class:`~..http.transport.HTTPFetcher` for what is
     checked). ``timeout``/``retries`` None: what the settings say, else the transport's."""
 
     def __init__(
@@ -99,11 +96,11 @@ class S3Fetcher(HTTPFetcher):
         said = [m.group(1) for m in (_CODE.search(text), _MESSAGE.search(text)) if m]
         out = ""
         if said:
-            out = ": " + hdr.show(scrub(": ".join(said), self.url, self.s3_url), 300)
+            out = ": " + show(scrub(": ".join(said), self.url, self.s3_url), 300)
         region = reply.header("x-amz-bucket-region")
         if region and region != self._s3.region:
             out += (
-                f" (the bucket is in region {hdr.show(region)}: set AWS_REGION, or pass "
+                f" (the bucket is in region {show(region)}: set AWS_REGION, or pass "
                 "client_kwargs={'region_name': ...})"
             )
         if reply.status in (401, 403) and self._anonymous:
@@ -165,7 +162,7 @@ class S3Source(RemoteSource):
 
 
 def open_s3(url: str, *, first: ByteRequest | None = None, **options: Any) -> RemoteSource:
-    """An :class:`S3Source` for ``url``, or an :class:`~.fsspec_source.FsspecSource` when
+    """An :class:`S3Source` for ``url``, or an :class:`~..stores.fsspec_source.FsspecSource` when
     the URL or its options are beyond tensorfile's S3 client (see :mod:`._s3config`).
 
     Example:

@@ -3,13 +3,15 @@
 :func:`~tensorfile.sources.store_for` gives an :class:`S3Store` for every ``s3://`` (and
 ``s3a://``) folder, so a store and :func:`~tensorfile.sources.open_path` read an object the
 same way: with :class:`~.s3_source.S3Source` (signed range requests on the HTTP transport,
-connections shared per origin), or with s3fs where that client declines the folder's
-options (:func:`~._s3config.s3_config` decides once per store, as :func:`~.s3_source.open_s3`
-does per URL). What reads bytes goes through the native client: :meth:`S3Store.open_source`
-(and with it ``read_range`` and ``locate``), :meth:`S3Store.read_bounded`,
-:meth:`S3Store.file_size` and :meth:`S3Store.version` (the object's ETag, the one a
-conditional put compares). Listing, writing (single puts, ``If-Match``/``If-None-Match``
-conditional puts), moving and deleting stay s3fs's (:class:`~..stores.fsspec_store.FsspecStore`).
+connections shared per origin), or with s3fs where that client declines the folder's options
+(:func:`~._s3config.s3_config` decides once per store, as :func:`~.s3_source.open_s3` does
+per URL). What reads bytes goes through the native client: :meth:`S3Store.open_source` (and
+with it ``read_range`` and ``locate``), :meth:`S3Store.read_bounded`,
+:meth:`S3Store.version` (the object's ETag, the one a conditional put compares, from a
+request of one byte). :meth:`~..stores.fsspec_store.FsspecStore.file_size` asks s3fs (a
+``HEAD``: a dataset's open checks every listed shard's size and reads none of them).
+Listing, writing (single puts, ``If-Match``/``If-None-Match`` conditional puts), moving and
+deleting stay s3fs's (:class:`~..stores.fsspec_store.FsspecStore`).
 
 The endpoint, region and addressing style are checked when the store first reaches the
 bucket, before any connection (:func:`~._s3config.s3_config`).
@@ -113,12 +115,6 @@ class S3Store(FsspecStore):
         finally:
             src.close()
         return size, etag.strip('"') if isinstance(etag, str) else ""
-
-    def file_size(self, name: str) -> int | None:
-        if self.native is None:
-            return super().file_size(name)
-        head = self._head(name)
-        return None if head is None else head[0]
 
     def version(self, name: str) -> str | None:
         if self.native is None:

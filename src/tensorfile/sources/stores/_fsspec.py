@@ -4,7 +4,7 @@ fsspec and its backends raise whatever they raise (``FileNotFoundError``, ``Valu
 ``TypeError``, botocore's and aiohttp's own errors, ...), often with the URL, and with it its
 secrets, in the text. :func:`connect` makes the filesystem of a URL, and :func:`failure`
 translates any exception of a later call: a :class:`~tensorfile.errors.SourceError` naming
-the redacted URL, the foreign text scrubbed of the URL's secrets (:func:`~._urls.scrub`).
+the redacted URL, the foreign text scrubbed of the URL's secrets (:func:`~..http.scrub`).
 
 Example:
     >>> fs, path = connect("memory://doc-fsspec/x", {}, "memory://doc-fsspec/x", "reading it")
@@ -20,7 +20,7 @@ from typing import Any
 
 from ...core.errors import InvalidArgumentError, SourceError, UnsupportedError
 from ...core.extras import missing, require
-from ..http._urls import scrub
+from ..http import scrub
 
 __all__ = ["OBJECT_STORES", "connect", "describe", "failure", "protocols_of"]
 

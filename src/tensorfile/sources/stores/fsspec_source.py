@@ -1,6 +1,6 @@
 """Any fsspec URL (``s3://``, ``gs://``, ``hf://``, ...) as a Source, when fsspec and the
 URL's filesystem package are installed. Reads are counted ``cat_file`` range reads behind the
-same speculative first read as HTTP (:class:`~.remote.RemoteSource`).
+same speculative first read as HTTP (:class:`~..http.remote.RemoteSource`).
 
 fsspec and its backends raise whatever they raise (``FileNotFoundError``, ``ValueError``,
 ``TypeError``, botocore's and aiohttp's own errors, ...), often with the URL in the text.
@@ -27,8 +27,7 @@ from typing import Any
 
 from ...core.errors import SourceError
 from ...core.source import ByteRequest, ReadStats, SuffixRequest
-from ..http._first_read import Fetched
-from ..http._urls import redact
+from ..http import Fetched, redact
 from ..http.remote import RemoteSource
 from ._fsspec import connect, describe, failure
 
@@ -92,7 +91,7 @@ def _version_of(info: dict[str, Any]) -> str | None:
 
 class FsspecSource(RemoteSource):
     """A file on an fsspec filesystem, read with range requests: a load's pieces (of
-    ``io_chunk`` bytes, ``io_threads`` at once: see :class:`~.remote.RemoteSource`) are
+    ``io_chunk`` bytes, ``io_threads`` at once: see :class:`~..http.remote.RemoteSource`) are
     concurrent ``cat_file`` calls."""
 
     def __init__(

@@ -34,7 +34,7 @@ from typing import Any
 
 from ...core.errors import FormatError, SourceError
 from ...core.source import ByteRequest, Source
-from ..http._urls import redact
+from ..http import redact
 from ..local.paths import check_name, too_big
 from ._fsspec import OBJECT_STORES, connect, failure, protocols_of
 from .store import Store

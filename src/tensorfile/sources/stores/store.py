@@ -30,11 +30,11 @@ What a consumer may ask instead of testing a store's class (the dataset layer ne
   make or leave empty.
 
 The stores: :class:`~.local_store.LocalStore` (a local folder, with the path rules of
-:mod:`.paths`), :class:`~.memory_store.MemoryStore` (files in a dict) and
+:mod:`..local.paths`), :class:`~.memory_store.MemoryStore` (files in a dict) and
 :class:`~.fsspec_store.FsspecStore` (any fsspec filesystem: ``s3://``, ``gs://``,
-``memory://``, ...). :func:`~.router.store_for` picks one through the URL router. Names
+``memory://``, ...). :func:`~..router.store_for` picks one through the URL router. Names
 are relative to the store's root, ``/``-separated (``_staging/job/x``), and checked by
-:func:`~.paths.check_name`: nothing escapes the root.
+:func:`~..local.paths.check_name`: nothing escapes the root.
 Every foreign exception becomes a :class:`~tensorfile.errors.SourceError` naming the file,
 its URL redacted. Stores are picklable (a Spark job ships them to its executors).
 
