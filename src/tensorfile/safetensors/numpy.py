@@ -34,7 +34,7 @@ from ..core.dtypes import from_numpy
 from ..core.errors import InvalidArgumentError, InvalidTypeError
 from ..core.reader import NDArray
 from ..core.sizes import parse_size
-from ..loading import resolve
+from ..loading import check_backend, settle
 
 __all__ = ["load", "load_file", "load_sharded", "save", "save_file", "save_sharded"]
 
@@ -120,10 +120,16 @@ def load_file(
         >>> load_file("model.safetensors")["a"].tolist()
         [0.0, 0.0]
     """
-    backend = resolve(filename, backend, owned=copy)
-    with safe_open(
-        filename, framework="np", backend=backend, verify=verify, cache_dir=cache_dir
-    ) as f:
+    check_backend(backend)
+    f, _ = safe_open._load(
+        filename,
+        "np",
+        "cpu",
+        verify=verify,
+        cache_dir=cache_dir,
+        settle=lambda source: settle(source, filename, backend, owned=copy),
+    )
+    with f:
         return f.read_tensors(copy=copy)
 
 

@@ -40,7 +40,7 @@ from tensorfile.formats.safetensors.faces import (
 from ..core.errors import InvalidArgumentError, InvalidTypeError, SharedTensorsError
 from ..core.sizes import parse_size
 from ..frameworks.torch import prepare_tensor
-from ..loading import resolve
+from ..loading import check_backend, settle
 
 __all__ = [
     "load",
@@ -313,13 +313,18 @@ def load_file(
         >>> lazy["a"].tolist(), owned["a"].tolist()
         ([1.0, 1.0], [1.0, 1.0])
     """
-    backend = resolve(filename, backend, owned=bool(copy) or str(device) != "cpu")
-    if copy is None:
-        copy = backend == "pread" or str(device) != "cpu"
-    with safe_open(
-        filename, framework="pt", device=device, backend=backend, verify=verify, cache_dir=cache_dir
-    ) as f:
-        return f.read_tensors(copy=copy)
+    check_backend(backend)
+    owned = bool(copy) or str(device) != "cpu"
+    f, choice = safe_open._load(
+        filename,
+        "pt",
+        device,
+        verify=verify,
+        cache_dir=cache_dir,
+        settle=lambda source: settle(source, filename, backend, owned=owned),
+    )
+    with f:
+        return f.read_tensors(copy=copy if copy is not None else owned or choice.backend == "pread")
 
 
 def save_model(
