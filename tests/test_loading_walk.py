@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -117,3 +118,33 @@ def test_warm_loads_decide_without_a_second_look(walks: dict[str, dict[str, Any]
     table once and opens nothing else."""
     assert walks["torch"] == {"file": 1, "mountinfo": 1, "direct_fd": 0, "direct": False}
     assert walks["torch mmap"]["direct_fd"] == 0
+
+
+def test_a_local_load_imports_no_remote_or_cache_machinery(tmp_path: Path) -> None:
+    """What a plain local load_file imports: no HTTP transport, chunk cache, S3, store
+    implementation, checkpoint opener, dataset or Spark module (each is loaded when a URL,
+    a cache, a store or a checkpoint is asked for). (torch itself imports ``http.client``.)"""
+    path = tmp_path / "m.safetensors"
+    ref.save_file({"a": np.zeros(3, np.float32)}, str(path))
+    code = (
+        "import sys; import tensorfile.safetensors.torch as t, tensorfile.safetensors.numpy as n;"
+        f" t.load_file({str(path)!r}); n.load_file({str(path)!r});"
+        " print(' '.join(sorted(sys.modules)))"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    loaded = proc.stdout.split()
+    unneeded = (
+        "tensorfile.sources.http",
+        "tensorfile.sources.cache",
+        "tensorfile.sources.s3",
+        "tensorfile.sources.stores.local_store",
+        "tensorfile.sources.stores.fsspec_store",
+        "tensorfile.formats.checkpoint",
+        "tensorfile.formats.open",
+        "tensorfile.dataset",
+        "tensorfile.spark",
+        "tensorfile.ops",
+        "fsspec",
+    )
+    assert [m for m in loaded if m.startswith(unneeded)] == []

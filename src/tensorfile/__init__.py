@@ -16,9 +16,6 @@ Example:
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from tensorfile.formats.checkpoint import ShardedReader
-from tensorfile.formats.open import open
-
 from ._version import __version__
 from .core.catalog import ByteRange, Catalog, Component, TensorInfo
 from .core.dtypes import DType
@@ -37,6 +34,8 @@ from .errors import (
 )
 
 if TYPE_CHECKING:
+    from .formats.checkpoint import ShardedReader
+    from .formats.open import open
     from .ops.convert import convert
     from .ops.diff import diff
     from .ops.hash import structural_hash
@@ -44,8 +43,11 @@ if TYPE_CHECKING:
     from .ops.verify import verify
     from .patching import patch_safetensors, patched_safetensors, unpatch_safetensors
 
-# the operations load on first use: `import tensorfile` stays light
+# the operations and the opening of checkpoints load on first use: `import tensorfile` (and
+# the drop-in faces, which import it) stays light
 _LAZY = {
+    "ShardedReader": "tensorfile.formats.checkpoint",
+    "open": "tensorfile.formats.open",
     "convert": "tensorfile.ops.convert",
     "diff": "tensorfile.ops.diff",
     "inspect": "tensorfile.ops.inspect",

@@ -11,7 +11,8 @@
 * :func:`route` decides once what a path or URL names; :func:`is_url` and
   :func:`local_path_of` ask it. The local path rules are in :mod:`.local.paths`.
 
-The remote parts load their transport (``http.client``, fsspec) only when a URL is opened.
+The remote parts load their transport (``http.client``, fsspec) and the chunk cache only
+when a URL is opened.
 :func:`redact` is how any message shows a URL: without ``user:password@``, query string or
 fragment.
 """
@@ -25,9 +26,6 @@ from typing import TYPE_CHECKING, Any
 
 from ..core.errors import InvalidArgumentError
 from ..core.source import ByteRequest, RangeRequest, ReadStats, Source
-from .cache._chunkdir import CACHE_DIR_ENV, CacheWarning, resolve_cache_dir
-from .http._first_read import HEAD_BYTES
-from .http._urls import redact
 from .local.local import LocalSource
 from .local.memory import MemorySource
 from .router import Route, StoreLocation, is_url, local_path_of, path_text, route, store_for
@@ -35,8 +33,10 @@ from .stores.store import Store
 
 if TYPE_CHECKING:
     from .cache._chunkcache import CachedSource
+    from .cache._chunkdir import CACHE_DIR_ENV, CacheWarning, resolve_cache_dir
     from .http._prefix import ALLOW_ENV as ALLOW_FULL_DOWNLOAD_ENV
     from .http._prefix import RangeIgnoredWarning
+    from .http._urls import redact
     from .http.remote import HTTPSource
     from .stores.fsspec_store import FsspecStore
     from .stores.local_store import LocalStore
@@ -113,8 +113,12 @@ def open_path(
                 f"{r.target}"
             )
         return LocalSource(r.target)
+    from .cache._chunkdir import resolve_cache_dir  # (a local path needs no cache)
+
     folder = resolve_cache_dir(cache_dir)
     if folder is not None:
+        from .http._first_read import HEAD_BYTES
+
         first = RangeRequest(0, HEAD_BYTES)  # (only the version and size: chunks hold the rest)
     source: Source
     if r.kind == "http":
@@ -185,7 +189,22 @@ def open_input(
         raise
 
 
+_LAZY = {
+    "CACHE_DIR_ENV": "tensorfile.sources.cache._chunkdir",
+    "CacheWarning": "tensorfile.sources.cache._chunkdir",
+    "resolve_cache_dir": "tensorfile.sources.cache._chunkdir",
+    "redact": "tensorfile.sources.http._urls",
+}
+"""Names loaded when first asked for: a local load needs no cache and no URL."""
+
+
 def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
     if name == "HTTPSource":  # the HTTP stack loads when it is first asked for
         from .http.remote import HTTPSource
 
