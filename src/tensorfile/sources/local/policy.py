@@ -20,7 +20,8 @@ the page cache (``cachestat``/``mincore``, :mod:`._pagecache`). From that it cho
 
 The source keeps the :class:`Choice` (:meth:`~.local.LocalSource.decide`), its reads take it
 instead of asking again, and :mod:`tensorfile.loading` reads ahead, remembers and logs it.
-``backend`` other than ``"auto"`` is taken as asked.
+``backend`` other than ``"auto"`` is taken as asked; ``"mmap"`` for lazy tensors looks at
+nothing (its filesystem is then ``""``, its kind ``"unknown"``).
 
 Example:
     >>> import tempfile, os
@@ -148,18 +149,20 @@ def decide(
         'asked for'
     """
     check_backend(backend)
-    mount = source.mount()
-    fstype, kind = (mount.fstype, mount.kind) if mount is not None else ("", "unknown")
     name = source.name if shown is None else shown
     copies = owned or backend == "pread"
+    if backend == "mmap" and not copies:  # lazy tensors, as asked: nothing to look at
+        return Choice(name, "mmap", False, backend, "", "unknown", None, "asked for")
+    mount = source.mount()
+    fstype, kind = (mount.fstype, mount.kind) if mount is not None else ("", "unknown")
 
     def made(chosen: str, ahead: bool, reason: str, cached: float | None = None) -> Choice:
         direct = copies and kind == "local" and cached is not None and cached < COLD_BELOW
         return Choice(name, chosen, ahead, backend, fstype, kind, cached, reason, direct)
 
     if backend != "auto":
-        if not copies or kind != "local":
-            return made(backend, False, "asked for")  # views, or no O_DIRECT to decide
+        if kind != "local":
+            return made(backend, False, "asked for")  # no O_DIRECT to decide
         return made(backend, False, "asked for", source.resident_fraction())
     if kind in ("network", "fuse"):
         return made("pread", False, f"{fstype} is a {kind} filesystem: no page-fault reads")
