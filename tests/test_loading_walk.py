@@ -123,8 +123,9 @@ def test_warm_loads_decide_without_a_second_look(walks: dict[str, dict[str, Any]
 
 def test_a_local_load_imports_no_remote_or_cache_machinery(tmp_path: Path) -> None:
     """What a plain local load_file imports: no HTTP transport, chunk cache, S3, store
-    implementation, checkpoint opener, dataset or Spark module (each is loaded when a URL,
-    a cache, a store or a checkpoint is asked for). (torch itself imports ``http.client``.)"""
+    implementation, checkpoint opener, writer, dataset or Spark module (each is loaded when
+    a URL, a cache, a store, a checkpoint or a save asks for it). (torch itself imports
+    ``http.client``.)"""
     path = tmp_path / "m.safetensors"
     ref.save_file({"a": np.zeros(3, np.float32)}, str(path))
     code = (
@@ -143,6 +144,10 @@ def test_a_local_load_imports_no_remote_or_cache_machinery(tmp_path: Path) -> No
         "tensorfile.sources.stores.fsspec_store",
         "tensorfile.formats.checkpoint",
         "tensorfile.formats.open",
+        "tensorfile.formats.safetensors._writer",
+        "tensorfile.formats.safetensors._serialize",
+        "tensorfile.formats.safetensors._sharded",
+        "tensorfile.core.atomic",
         "tensorfile.dataset",
         "tensorfile.spark",
         "tensorfile.ops",

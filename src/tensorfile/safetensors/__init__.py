@@ -31,21 +31,39 @@ Example:
     (['w'], {'k': 'v'}, [1.0, 4.0])
 """
 
+from typing import TYPE_CHECKING, Any
+
+from tensorfile.formats.safetensors import faces
 from tensorfile.formats.safetensors.faces import (
     MAX_HEADER_SIZE,
     SafeSlice,  # noqa: F401 (what get_slice returns, named here as in the reference)
-    StreamWriter,
-    TensorSpec,
-    deserialize,
     safe_open,
-    serialize,
-    serialize_file,
 )
 from tensorfile.formats.safetensors.faces import (  # noqa: F401 (the reference's private name)
     safe_open_handle as _safe_open_handle,
 )
 
 from ..core.errors import SafetensorError
+
+if TYPE_CHECKING:
+    from tensorfile.formats.safetensors.faces import (
+        StreamWriter,
+        TensorSpec,
+        deserialize,
+        serialize,
+        serialize_file,
+    )
+
+
+def __getattr__(name: str) -> Any:
+    """The writing side (``serialize``, ``StreamWriter``...), loaded when first asked for:
+    ``load_file`` never needs it."""
+    if name not in ("StreamWriter", "TensorSpec", "deserialize", "serialize", "serialize_file"):
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(faces, name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "MAX_HEADER_SIZE",
