@@ -13,12 +13,12 @@ Example:
     ['a']
 """
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ._version import __version__
 from .core.catalog import ByteRange, Catalog, Component, TensorInfo
 from .core.dtypes import DType
+from .core.extras import lazy_names
 from .core.reader import Reader
 from .errors import (
     ChecksumError,
@@ -58,14 +58,7 @@ _LAZY = {
     "verify": "tensorfile.ops.verify",
 }
 
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'tensorfile' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_names(__name__, _LAZY)
 
 
 __all__ = [

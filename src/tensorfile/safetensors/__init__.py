@@ -31,9 +31,8 @@ Example:
     (['w'], {'k': 'v'}, [1.0, 4.0])
 """
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from tensorfile.formats.safetensors import faces
 from tensorfile.formats.safetensors.faces import (
     MAX_HEADER_SIZE,
     SafeSlice,  # noqa: F401 (what get_slice returns, named here as in the reference)
@@ -44,6 +43,7 @@ from tensorfile.formats.safetensors.faces import (  # noqa: F401 (the reference'
 )
 
 from ..core.errors import SafetensorError
+from ..core.extras import lazy_names
 
 if TYPE_CHECKING:
     from tensorfile.formats.safetensors.faces import (
@@ -54,15 +54,14 @@ if TYPE_CHECKING:
         serialize_file,
     )
 
-
-def __getattr__(name: str) -> Any:
-    """The writing side (``serialize``, ``StreamWriter``...), loaded when first asked for:
-    ``load_file`` never needs it."""
-    if name not in ("StreamWriter", "TensorSpec", "deserialize", "serialize", "serialize_file"):
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(faces, name)
-    globals()[name] = value
-    return value
+# the writing side loads when first asked for: load_file never needs it
+__getattr__ = lazy_names(
+    __name__,
+    dict.fromkeys(
+        ("StreamWriter", "TensorSpec", "deserialize", "serialize", "serialize_file"),
+        "tensorfile.formats.safetensors.faces",
+    ),
+)
 
 
 __all__ = [

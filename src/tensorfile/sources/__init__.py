@@ -25,6 +25,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from ..core.errors import InvalidArgumentError
+from ..core.extras import lazy_names
 from ..core.source import ByteRequest, RangeRequest, ReadStats, Source
 from .local.local import LocalSource
 from .local.memory import MemorySource
@@ -196,15 +197,12 @@ _LAZY = {
     "redact": "tensorfile.sources.http._urls",
 }
 """Names loaded when first asked for: a local load needs no cache and no URL."""
+_lazy = lazy_names(__name__, _LAZY)
 
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
-        import importlib
-
-        value = getattr(importlib.import_module(_LAZY[name]), name)
-        globals()[name] = value
-        return value
+        return _lazy(name)
     if name == "HTTPSource":  # the HTTP stack loads when it is first asked for
         from .http.remote import HTTPSource
 

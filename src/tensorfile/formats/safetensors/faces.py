@@ -19,9 +19,9 @@ Example:
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from tensorfile.core.extras import lazy_names
 from tensorfile.formats.safetensors._load import load_sharded
 from tensorfile.formats.safetensors._parse import MAX_HEADER_SIZE
 from tensorfile.formats.safetensors._safe_open import SafeSlice, safe_open
@@ -50,32 +50,18 @@ if TYPE_CHECKING:
     )
 
 _WRITING = {
-    "TensorSpec": "_serialize",
-    "deserialize": "_serialize",
-    "serialize": "_serialize",
-    "serialize_file": "_serialize",
-    "write_sharded": "_sharded",
-    "NumpyFace": "_via_numpy",
-    "face_functions": "_via_numpy",
-    "face_functions_onto": "_via_numpy",
-    "numpy_dict": "_via_numpy",
-    "Prepared": "_writer",
-    "StreamWriter": "_writer",
-    "prepare_array": "_writer",
-    "to_bytes": "_writer",
-    "write_file": "_writer",
+    name: f"tensorfile.formats.safetensors.{module}"
+    for module, names in {
+        "_serialize": ("TensorSpec", "deserialize", "serialize", "serialize_file"),
+        "_sharded": ("write_sharded",),
+        "_via_numpy": ("NumpyFace", "face_functions", "face_functions_onto", "numpy_dict"),
+        "_writer": ("Prepared", "StreamWriter", "prepare_array", "to_bytes", "write_file"),
+    }.items()
+    for name in names
 }
 """The writing side, loaded when first asked for: a load never needs it."""
 
-
-def __getattr__(name: str) -> Any:
-    module = _WRITING.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"tensorfile.formats.safetensors.{module}"), name)
-    globals()[name] = value
-    return value
-
+__getattr__ = lazy_names(__name__, _WRITING)
 
 __all__ = [
     "MAX_HEADER_SIZE",
