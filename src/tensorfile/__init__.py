@@ -13,16 +13,12 @@ Example:
     ['a']
 """
 
-import importlib
-import sys
-from typing import TYPE_CHECKING, Any
-
-from tensorfile.formats.checkpoint import ShardedReader
-from tensorfile.formats.open import open
+from typing import TYPE_CHECKING
 
 from ._version import __version__
 from .core.catalog import ByteRange, Catalog, Component, TensorInfo
 from .core.dtypes import DType
+from .core.extras import lazy_names
 from .core.reader import Reader
 from .errors import (
     ChecksumError,
@@ -38,6 +34,8 @@ from .errors import (
 )
 
 if TYPE_CHECKING:
+    from .formats.checkpoint import ShardedReader
+    from .formats.open import open
     from .ops.convert import convert
     from .ops.diff import diff
     from .ops.hash import structural_hash
@@ -45,8 +43,11 @@ if TYPE_CHECKING:
     from .ops.verify import verify
     from .patching import patch_safetensors, patched_safetensors, unpatch_safetensors
 
-# the operations load on first use: `import tensorfile` stays light
+# the operations and the opening of checkpoints load on first use: `import tensorfile` (and
+# the drop-in faces, which import it) stays light
 _LAZY = {
+    "ShardedReader": "tensorfile.formats.checkpoint",
+    "open": "tensorfile.formats.open",
     "convert": "tensorfile.ops.convert",
     "diff": "tensorfile.ops.diff",
     "inspect": "tensorfile.ops.inspect",
@@ -57,19 +58,7 @@ _LAZY = {
     "verify": "tensorfile.ops.verify",
 }
 
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        # a submodule loaded before this package ran: the import hook loads
-        # tensorfile.patching at interpreter start without importing tensorfile
-        loaded = sys.modules.get(f"{__name__}.{name}")
-        if loaded is not None:
-            return loaded
-        raise AttributeError(f"module 'tensorfile' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_names(__name__, _LAZY)
 
 
 __all__ = [

@@ -15,7 +15,7 @@ import pytest
 
 from tensorfile.core.errors import SourceError
 from tensorfile.sources import LocalSource
-from tensorfile.sources.local import local
+from tensorfile.sources.local import local, policy
 from tensorfile.sources.local._direct import ALIGN, POOL, open_direct
 from tests.helpers.pagecache import evict as _evict
 
@@ -176,9 +176,11 @@ def test_a_filesystem_that_refuses_o_direct_is_read_through_the_cache() -> None:
         assert src._direct is None  # refused once, not asked again
 
 
-def test_auto_reads_cold_ranges_direct_and_cached_ones_through_the_cache(
+def test_auto_reads_a_cold_file_direct_and_a_cached_one_through_the_cache(
     tmp_path: Path,
 ) -> None:
+    """The read policy decides once per open file (at its first large read, when nobody
+    decided before): a cold file's reads go direct, a cached file's through the cache."""
     path = tmp_path / "c.bin"
     path.write_bytes(os.urandom(4 << 20))
     _direct_or_skip(path)
@@ -188,14 +190,20 @@ def test_auto_reads_cold_ranges_direct_and_cached_ones_through_the_cache(
             pytest.skip("not on a local block device's filesystem")
         _evict(path)
         cached = src.resident_fraction()
-        if cached is None or cached >= local.COLD_BELOW:
+        if cached is None or cached >= policy.COLD_BELOW:
             pytest.skip("the page cache does not drop this file's pages")
-        assert src._wants_direct(0, src.size, src.size)
+        assert src.choice is None
+        assert not src._wants_direct(1000)  # small reads never go direct, nor decide
+        assert src.choice is None
+        assert src._wants_direct(src.size)
+        assert src.choice is not None and src.choice.direct
         out = np.empty(src.size, np.uint8)
         src.readinto(0, [memoryview(out)])
         assert out.tobytes() == path.read_bytes()  # (reads it into the cache)
-        assert not src._wants_direct(0, src.size, src.size)
-        assert not src._wants_direct(0, 1000, 1000)  # small reads never go direct
+        assert src._wants_direct(src.size)  # decided once: the same for this open file
+    with LocalSource(path) as src:  # cached now: a new open decides anew
+        assert not src._wants_direct(src.size)
+        assert src.choice is not None and not src.choice.direct
     with LocalSource(path, direct=False) as src:
         _evict(path)
-        assert not src._wants_direct(0, src.size, src.size)
+        assert not src._wants_direct(src.size)

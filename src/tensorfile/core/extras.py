@@ -8,7 +8,9 @@ that needs one imports it through :func:`require`, so a plain install gets an
 ``ModuleNotFoundError`` (which the CLI would report as an internal error).
 
 :func:`needing` does the same around an import statement (``from .torch import
-TorchMap``), so the names it imports keep their types.
+TorchMap``), so the names it imports keep their types. :func:`lazy_names` is the other kind
+of deferred import: a package face's ``__getattr__`` that loads a heavy name (an operation,
+the writing side of a format) when it is first asked for, so importing the face stays light.
 
 Example:
     >>> require("numpy", "reading arrays", extra="core").__name__
@@ -25,13 +27,14 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from types import ModuleType
+from typing import Any
 
 from .errors import UnsupportedError
 
-__all__ = ["broken", "install_hint", "missing", "needing", "require"]
+__all__ = ["broken", "install_hint", "lazy_names", "missing", "needing", "require"]
 
 
 def install_hint(*, extra: str | None = None, package: str | None = None) -> str:
@@ -153,3 +156,36 @@ def require(
         return importlib.import_module(module)
     except (ImportError, OSError) as exc:
         raise _translated(exc, what, extra, package, module.split(".")[0]) from exc
+
+
+def lazy_names(owner: str, table: Mapping[str, str]) -> Callable[[str], Any]:
+    """A module ``__getattr__`` for the module named ``owner``: ``table[name]`` is the module
+    that holds ``name``, imported on the first ``owner.name`` (or ``from owner import
+    name``); the value is then kept in ``owner``, so later lookups cost nothing. Any other
+    name is an ``AttributeError``, as for a plain module. Usage:
+    ``__getattr__ = lazy_names(__name__, {"convert": "tensorfile.ops.convert"})``.
+
+    Example:
+        >>> lookup = lazy_names("json", {"dumps": "json"})
+        >>> lookup("dumps")([1])
+        '[1]'
+        >>> lookup("loads")
+        Traceback (most recent call last):
+        ...
+        AttributeError: module 'json' has no attribute 'loads'
+    """
+
+    def __getattr__(name: str) -> Any:
+        module = table.get(name)
+        if module is None:
+            # a submodule loaded before its package ran (the import hook loads
+            # tensorfile.patching at interpreter start without importing tensorfile)
+            loaded = sys.modules.get(f"{owner}.{name}")
+            if loaded is not None:
+                return loaded
+            raise AttributeError(f"module {owner!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(module), name)
+        setattr(sys.modules[owner], name, value)
+        return value
+
+    return __getattr__

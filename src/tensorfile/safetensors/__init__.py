@@ -31,21 +31,38 @@ Example:
     (['w'], {'k': 'v'}, [1.0, 4.0])
 """
 
+from typing import TYPE_CHECKING
+
 from tensorfile.formats.safetensors.faces import (
     MAX_HEADER_SIZE,
     SafeSlice,  # noqa: F401 (what get_slice returns, named here as in the reference)
-    StreamWriter,
-    TensorSpec,
-    deserialize,
     safe_open,
-    serialize,
-    serialize_file,
 )
 from tensorfile.formats.safetensors.faces import (  # noqa: F401 (the reference's private name)
     safe_open_handle as _safe_open_handle,
 )
 
 from ..core.errors import SafetensorError
+from ..core.extras import lazy_names
+
+if TYPE_CHECKING:
+    from tensorfile.formats.safetensors.faces import (
+        StreamWriter,
+        TensorSpec,
+        deserialize,
+        serialize,
+        serialize_file,
+    )
+
+# the writing side loads when first asked for: load_file never needs it
+__getattr__ = lazy_names(
+    __name__,
+    dict.fromkeys(
+        ("StreamWriter", "TensorSpec", "deserialize", "serialize", "serialize_file"),
+        "tensorfile.formats.safetensors.faces",
+    ),
+)
+
 
 __all__ = [
     "MAX_HEADER_SIZE",

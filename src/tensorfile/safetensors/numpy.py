@@ -18,33 +18,29 @@ from typing import Any
 
 import numpy as np
 
-from tensorfile.formats.safetensors.faces import (
-    Prepared,
-    prepare_array,
-    safe_open,
-    to_bytes,
-    write_file,
-    write_sharded,
-)
+from tensorfile.formats.safetensors import faces
 from tensorfile.formats.safetensors.faces import (
     load_sharded as _load_sharded,
+)
+from tensorfile.formats.safetensors.faces import (
+    safe_open,
 )
 
 from ..core.dtypes import from_numpy
 from ..core.errors import InvalidArgumentError, InvalidTypeError
 from ..core.reader import NDArray
 from ..core.sizes import parse_size
-from ..loading import resolve
+from ..loading import check_backend, settle
 
 __all__ = ["load", "load_file", "load_sharded", "save", "save_file", "save_sharded"]
 
 
-def _prepare(tensor_dict: dict[str, Any]) -> list[Prepared]:
+def _prepare(tensor_dict: dict[str, Any]) -> list[faces.Prepared]:
     if not isinstance(tensor_dict, dict):
         raise InvalidTypeError(
             f"expected a dict of [str, np.ndarray], got {type(tensor_dict).__name__}"
         )
-    return [prepare_array(name, arr) for name, arr in tensor_dict.items()]
+    return [faces.prepare_array(name, arr) for name, arr in tensor_dict.items()]
 
 
 def save(
@@ -60,7 +56,7 @@ def save(
         >>> len(save({"a": np.zeros(2, np.float32)}))
         72
     """
-    return to_bytes(_prepare(tensor_dict), metadata, checksum=checksum)
+    return faces.to_bytes(_prepare(tensor_dict), metadata, checksum=checksum)
 
 
 def save_file(
@@ -84,7 +80,7 @@ def save_file(
     Example:
         >>> save_file({"a": np.zeros(2)}, "model.safetensors")
     """
-    write_file(
+    faces.write_file(
         _prepare(tensor_dict), filename, metadata, align=align, fsync=fsync, checksum=checksum
     )
 
@@ -120,10 +116,16 @@ def load_file(
         >>> load_file("model.safetensors")["a"].tolist()
         [0.0, 0.0]
     """
-    backend = resolve(filename, backend, owned=copy)
-    with safe_open(
-        filename, framework="np", backend=backend, verify=verify, cache_dir=cache_dir
-    ) as f:
+    check_backend(backend)
+    f, _ = safe_open._load(
+        filename,
+        "np",
+        "cpu",
+        verify=verify,
+        cache_dir=cache_dir,
+        settle=lambda source: settle(source, filename, backend, owned=copy),
+    )
+    with f:
         return f.read_tensors(copy=copy)
 
 
@@ -152,7 +154,7 @@ def save_sharded(
         if not isinstance(arr, np.ndarray):
             raise InvalidTypeError(f"tensor {name!r}: expected a numpy array, got {type(arr)}")
         entries.append((name, from_numpy(arr.dtype).name, tuple(arr.shape)))
-    return write_sharded(
+    return faces.write_sharded(
         entries,
         lambda n: np.ascontiguousarray(tensors[n]),
         directory,

@@ -26,21 +26,18 @@ from typing import Any
 
 import torch
 
-from tensorfile.formats.safetensors.faces import (
-    Prepared,
-    safe_open,
-    to_bytes,
-    write_file,
-    write_sharded,
-)
+from tensorfile.formats.safetensors import faces
 from tensorfile.formats.safetensors.faces import (
     load_sharded as _load_sharded,
+)
+from tensorfile.formats.safetensors.faces import (
+    safe_open,
 )
 
 from ..core.errors import InvalidArgumentError, InvalidTypeError, SharedTensorsError
 from ..core.sizes import parse_size
 from ..frameworks.torch import prepare_tensor
-from ..loading import resolve
+from ..loading import check_backend, settle
 
 __all__ = [
     "load",
@@ -188,7 +185,7 @@ def _drop_shared(
     return metadata
 
 
-def _prepare(tensors: dict[str, torch.Tensor]) -> tuple[list[Prepared], list[Any]]:
+def _prepare(tensors: dict[str, torch.Tensor]) -> tuple[list[faces.Prepared], list[Any]]:
     """Check ``tensors`` as the reference does, in its order and with its messages, then
     take each tensor's bytes."""
     if not isinstance(tensors, dict):
@@ -228,7 +225,7 @@ def _prepare(tensors: dict[str, torch.Tensor]) -> tuple[list[Prepared], list[Any
     prepared, keep_alive = [], []
     for name, t in tensors.items():
         dt, shape, data, ref = prepare_tensor(name, t)
-        prepared.append(Prepared(name, dt, shape, data))
+        prepared.append(faces.Prepared(name, dt, shape, data))
         keep_alive.append(ref)
     return prepared, keep_alive
 
@@ -247,7 +244,7 @@ def save(
         72
     """
     prepared, _keep = _prepare(tensors)
-    return to_bytes(prepared, metadata, checksum=checksum)
+    return faces.to_bytes(prepared, metadata, checksum=checksum)
 
 
 def save_file(
@@ -267,7 +264,7 @@ def save_file(
         >>> save_file({"a": torch.zeros(2)}, "model.safetensors")
     """
     prepared, _keep = _prepare(tensors)
-    write_file(prepared, filename, metadata, align=align, fsync=fsync, checksum=checksum)
+    faces.write_file(prepared, filename, metadata, align=align, fsync=fsync, checksum=checksum)
 
 
 def load(data: bytes | bytearray | memoryview) -> dict[str, torch.Tensor]:
@@ -313,13 +310,18 @@ def load_file(
         >>> lazy["a"].tolist(), owned["a"].tolist()
         ([1.0, 1.0], [1.0, 1.0])
     """
-    backend = resolve(filename, backend, owned=bool(copy) or str(device) != "cpu")
-    if copy is None:
-        copy = backend == "pread" or str(device) != "cpu"
-    with safe_open(
-        filename, framework="pt", device=device, backend=backend, verify=verify, cache_dir=cache_dir
-    ) as f:
-        return f.read_tensors(copy=copy)
+    check_backend(backend)
+    owned = bool(copy) or str(device) != "cpu"
+    f, choice = safe_open._load(
+        filename,
+        "pt",
+        device,
+        verify=verify,
+        cache_dir=cache_dir,
+        settle=lambda source: settle(source, filename, backend, owned=owned),
+    )
+    with f:
+        return f.read_tensors(copy=copy if copy is not None else owned or choice.backend == "pread")
 
 
 def save_model(
@@ -425,7 +427,7 @@ def save_sharded(
     specs = {n: _spec(n, t) for n, t in state.items()}  # every value checked first
     meta = _drop_shared(state, dict(metadata) if metadata is not None else None)
     entries = [(n, *specs[n]) for n in state]
-    return write_sharded(
+    return faces.write_sharded(
         entries,
         lambda n: prepare_tensor(n, state[n])[2],  # one tensor's copy at a time, if any
         directory,

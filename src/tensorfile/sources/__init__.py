@@ -11,7 +11,8 @@
 * :func:`route` decides once what a path or URL names; :func:`is_url` and
   :func:`local_path_of` ask it. The local path rules are in :mod:`.local.paths`.
 
-The remote parts load their transport (``http.client``, fsspec) only when a URL is opened.
+The remote parts load their transport (``http.client``, fsspec) and the chunk cache only
+when a URL is opened.
 :func:`redact` is how any message shows a URL: without ``user:password@``, query string or
 fragment.
 """
@@ -24,11 +25,8 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from ..core.errors import InvalidArgumentError
+from ..core.extras import lazy_names
 from ..core.source import ByteRequest, RangeRequest, ReadStats, Source
-from .cache._chunkdir import CacheWarning
-from .cache.settings import CACHE_DIR_ENV, resolve_cache_dir
-from .http._first_read import HEAD_BYTES
-from .http._urls import redact
 from .local.local import LocalSource
 from .local.memory import MemorySource
 from .router import (
@@ -45,6 +43,9 @@ from .stores.store import Store
 
 if TYPE_CHECKING:
     from .cache._chunkcache import CachedSource
+    from .cache._chunkdir import CacheWarning
+    from .cache.settings import CACHE_DIR_ENV, resolve_cache_dir
+    from .http import redact
     from .http._prefix import ALLOW_ENV as ALLOW_FULL_DOWNLOAD_ENV
     from .http._prefix import RangeIgnoredWarning
     from .http.remote import HTTPSource
@@ -123,8 +124,12 @@ def open_path(
                 f"{r.target}"
             )
         return LocalSource(r.target)
+    from .cache.settings import resolve_cache_dir  # (a local path needs no cache)
+
     folder = resolve_cache_dir(cache_dir)
     if folder is not None:
+        from .http import HEAD_BYTES
+
         first = RangeRequest(0, HEAD_BYTES)  # (only the version and size: chunks hold the rest)
     source = remote_source(r, first=first, allow_full_download=allow_full_download, **options)
     if folder is None:
@@ -171,33 +176,25 @@ def open_input(
         raise
 
 
-def __getattr__(name: str) -> Any:
-    if name == "HTTPSource":  # the HTTP stack loads when it is first asked for
-        from .http.remote import HTTPSource
+_LAZY = {
+    "CACHE_DIR_ENV": "tensorfile.sources.cache.settings",
+    "resolve_cache_dir": "tensorfile.sources.cache.settings",
+    "CacheWarning": "tensorfile.sources.cache._chunkdir",
+    "CachedSource": "tensorfile.sources.cache._chunkcache",
+    "redact": "tensorfile.sources.http",
+    "HTTPSource": "tensorfile.sources.http.remote",
+    "RangeIgnoredWarning": "tensorfile.sources.http._prefix",
+    "FsspecStore": "tensorfile.sources.stores.fsspec_store",
+    "LocalStore": "tensorfile.sources.stores.local_store",
+    "MemoryStore": "tensorfile.sources.stores.memory_store",
+}
+"""Names loaded when first asked for: a local load needs no cache, no URL and no store."""
+_lazy = lazy_names(__name__, _LAZY)
 
-        return HTTPSource
+
+def __getattr__(name: str) -> Any:
     if name == "ALLOW_FULL_DOWNLOAD_ENV":  # (the variable; allow_full_download= is the way)
         from .http._prefix import ALLOW_ENV
 
         return ALLOW_ENV
-    if name == "RangeIgnoredWarning":
-        from .http._prefix import RangeIgnoredWarning
-
-        return RangeIgnoredWarning
-    if name == "CachedSource":
-        from .cache._chunkcache import CachedSource
-
-        return CachedSource
-    if name == "FsspecStore":
-        from .stores.fsspec_store import FsspecStore
-
-        return FsspecStore
-    if name == "LocalStore":  # the stores load when a dataset (or a test) asks for one
-        from .stores.local_store import LocalStore
-
-        return LocalStore
-    if name == "MemoryStore":
-        from .stores.memory_store import MemoryStore
-
-        return MemoryStore
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return _lazy(name)

@@ -19,8 +19,8 @@ Example:
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
 
 from tensorfile.core.digests import verified
 from tensorfile.core.errors import (
@@ -50,17 +50,29 @@ __all__ = ["SafeSlice", "_safe_open_handle", "safe_open"]
 _BACKENDS = ("mmap", "pread")
 """The ``backend`` values :class:`safe_open` accepts (the reference's)."""
 
+_T = TypeVar("_T")
+
+
+def _as_is(source: Source) -> None:
+    """(nothing to settle: a plain ``safe_open``)"""
+
 
 def _open_reader(
-    filename: str | os.PathLike[str], verify: bool = False, cache_dir: CacheDir = None
-) -> SafetensorsReader:
-    """A :class:`~tensorfile.core.reader.Reader` over a safetensors file (a path or a URL)."""
+    filename: str | os.PathLike[str],
+    verify: bool,
+    cache_dir: CacheDir,
+    settle: Callable[[Source], _T],
+) -> tuple[SafetensorsReader, _T]:
+    """A :class:`~tensorfile.core.reader.Reader` over a safetensors file (a path or a URL),
+    and what ``settle`` (asked with the source, once it is open, before the header is read)
+    returned."""
     if not isinstance(filename, str | os.PathLike):
         raise InvalidTypeError(
             f"filename must be a str or os.PathLike, got {type(filename).__name__}"
         )
     try:
         with open_input(filename, cache_dir=cache_dir) as source, naming(source.name):
+            settled = settle(source)
             reader = SafetensorsReader(source, verify=verify)
     except SafetensorError:
         raise
@@ -74,7 +86,7 @@ def _open_reader(
         raise missing from exc
     except SourceError as exc:
         raise _as_io_error(exc, SafetensorIOError) from exc
-    return verified(reader, source.name) if verify else reader
+    return (verified(reader, source.name) if verify else reader), settled
 
 
 def _as_io_error(exc: SourceError, kind: type[SafetensorIOError]) -> SafetensorIOError:
@@ -156,8 +168,31 @@ class safe_open:
         if not isinstance(verify, bool):
             raise InvalidTypeError(f"verify must be a bool, got {type(verify).__name__}")
         self._framework: Framework = _framework(framework, device)
-        self._reader: SafetensorsReader | None = _open_reader(filename, verify, cache_dir)
+        reader, _ = _open_reader(filename, verify, cache_dir, _as_is)
+        self._reader: SafetensorsReader | None = reader
         self._name = os.fspath(filename)
+
+    @classmethod
+    def _load(
+        cls,
+        filename: str | os.PathLike[str],
+        framework: str,
+        device: Any,
+        *,
+        verify: bool,
+        cache_dir: CacheDir,
+        settle: Callable[[Source], _T],
+    ) -> tuple[safe_open, _T]:
+        """(internal) ``load_file``'s ``safe_open``: the file is opened once, and
+        ``settle(source)`` (the loader's one decision of how to read it) is asked with the
+        open source before the header is read; returns both."""
+        if not isinstance(verify, bool):
+            raise InvalidTypeError(f"verify must be a bool, got {type(verify).__name__}")
+        f = cls.__new__(cls)
+        f._framework = _framework(framework, device)
+        f._reader, settled = _open_reader(filename, verify, cache_dir, settle)
+        f._name = os.fspath(filename)
+        return f, settled
 
     @classmethod
     def _over(cls, source: Source, framework: str, device: Any = "cpu") -> safe_open:

@@ -6,7 +6,8 @@ the public faces re-export: :mod:`tensorfile.safetensors` (``safe_open``, ``seri
 ``serialize_file``, ``deserialize``, ``TensorSpec``, ``StreamWriter``) and its framework
 modules (:class:`NumpyFace` and :func:`face_functions` make ``flax``, ``tensorflow``,
 ``mlx`` and ``paddle``; ``numpy`` and ``torch`` use :func:`prepare_array`, :func:`to_bytes`,
-:func:`write_file` and :func:`write_sharded`).
+:func:`write_file` and :func:`write_sharded`). The writing side loads when first asked for:
+a load imports only the reading side.
 
 Example:
     >>> import numpy as np
@@ -16,30 +17,51 @@ Example:
     [('w', 'I8', [2])]
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from tensorfile.core.extras import lazy_names
 from tensorfile.formats.safetensors._load import load_sharded
 from tensorfile.formats.safetensors._parse import MAX_HEADER_SIZE
 from tensorfile.formats.safetensors._safe_open import SafeSlice, safe_open
 from tensorfile.formats.safetensors._safe_open import _safe_open_handle as safe_open_handle
-from tensorfile.formats.safetensors._serialize import (
-    TensorSpec,
-    deserialize,
-    serialize,
-    serialize_file,
-)
-from tensorfile.formats.safetensors._sharded import write_sharded
-from tensorfile.formats.safetensors._via_numpy import (
-    NumpyFace,
-    face_functions,
-    face_functions_onto,
-    numpy_dict,
-)
-from tensorfile.formats.safetensors._writer import (
-    Prepared,
-    StreamWriter,
-    prepare_array,
-    to_bytes,
-    write_file,
-)
+
+if TYPE_CHECKING:
+    from tensorfile.formats.safetensors._serialize import (
+        TensorSpec,
+        deserialize,
+        serialize,
+        serialize_file,
+    )
+    from tensorfile.formats.safetensors._sharded import write_sharded
+    from tensorfile.formats.safetensors._via_numpy import (
+        NumpyFace,
+        face_functions,
+        face_functions_onto,
+        numpy_dict,
+    )
+    from tensorfile.formats.safetensors._writer import (
+        Prepared,
+        StreamWriter,
+        prepare_array,
+        to_bytes,
+        write_file,
+    )
+
+_WRITING = {
+    name: f"tensorfile.formats.safetensors.{module}"
+    for module, names in {
+        "_serialize": ("TensorSpec", "deserialize", "serialize", "serialize_file"),
+        "_sharded": ("write_sharded",),
+        "_via_numpy": ("NumpyFace", "face_functions", "face_functions_onto", "numpy_dict"),
+        "_writer": ("Prepared", "StreamWriter", "prepare_array", "to_bytes", "write_file"),
+    }.items()
+    for name in names
+}
+"""The writing side, loaded when first asked for: a load never needs it."""
+
+__getattr__ = lazy_names(__name__, _WRITING)
 
 __all__ = [
     "MAX_HEADER_SIZE",

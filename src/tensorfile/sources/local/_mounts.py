@@ -100,8 +100,8 @@ def parse_mountinfo(text: str) -> list[Mount]:
 
 def _read_table(path: str) -> list[Mount]:
     try:
-        with open(path, encoding="latin-1") as f:
-            return parse_mountinfo(f.read())
+        with open(path, "rb") as f:  # (bytes.decode's latin-1 loads no codec module)
+            return parse_mountinfo(f.read().decode("latin-1"))
     except OSError:
         return []
 

@@ -1,13 +1,15 @@
 """A source over a local file: positional reads for copies, a private mapping for views.
 
-Large reads run on several threads. A range that is mostly in the page cache is copied out
+Large reads run on several threads. A file that is mostly in the page cache is copied out
 of it with ``preadv``; a cold one, on a filesystem of a local block device, is read with
 ``O_DIRECT`` through reused aligned bounce buffers (:mod:`._direct`), which skips filling
-page-cache pages the copy never reads again. :meth:`LocalSource.prefetch` reads a range of
-the mapping in ahead, on several threads (``MADV_POPULATE_READ``), so lazy tensors over it
-cost no disk read when first touched. :meth:`LocalSource.mount` says which filesystem the
-file is on (:mod:`._mounts`) and :meth:`LocalSource.resident_fraction` how much of it is
-cached (:mod:`._pagecache`); :mod:`tensorfile.loading` decides from both.
+page-cache pages the copy never reads again (the second descriptor, opened with
+``O_DIRECT`` through ``/proc/self/fd``, exists only then). :meth:`LocalSource.prefetch`
+reads a range of the mapping in ahead, on several threads (``MADV_POPULATE_READ``), so lazy
+tensors over it cost no disk read when first touched. :meth:`LocalSource.mount` says which
+filesystem the file is on (:mod:`._mounts`) and :meth:`LocalSource.resident_fraction` how
+much of it is cached (:mod:`._pagecache`); :meth:`LocalSource.decide` asks the local read
+policy (:mod:`.policy`) once, and the reads take its choice instead of asking again.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from ...core.errors import InvalidArgumentError, SourceError, SourceNotFoundErro
 from ...core.parallel import cpu_threads, in_threads, partition
 from ...core.source import SourceBase
 from . import advice
+from .policy import DIRECT_MIN_BYTES, Choice, decide
 
 if TYPE_CHECKING:  # loaded on first use: a plain open or small read needs neither
     from ._direct import DirectFile
@@ -36,10 +39,6 @@ IO_CHUNK = 8 << 20
 DISK_THREADS = 8
 """Threads reading a cold file (``O_DIRECT`` pieces, prefetched ranges): the disk's queue,
 not the CPUs, bounds them."""
-COLD_BELOW = 0.5
-"""A range with less than this fraction of its pages cached is read with ``O_DIRECT``."""
-DIRECT_MIN_BYTES = 1 << 20
-"""Smaller reads go through the page cache whatever its state."""
 
 # Linux moves at most ~2 GiB per read call and takes at most IOV_MAX buffers per preadv.
 _MAX_CALL_BYTES = 1 << 30
@@ -204,6 +203,7 @@ class LocalSource(SourceBase):
         self._map: mmap.mmap | None = None
         self._mount: Mount | bool | None = False  # False: not looked up yet
         self._direct: DirectFile | bool | None = False  # False: not opened yet
+        self._choice: Choice | None = None  # the read policy's, once decided
         self._populate = advice.populating()
         self._lock = threading.Lock()
         self._threads = cpu_threads()
@@ -262,6 +262,30 @@ class LocalSource(SourceBase):
                 dev = None
             self._mount = mount_of(where, dev=dev)
         return self._mount if isinstance(self._mount, Mount) else None
+
+    def decide(
+        self, backend: str = "auto", *, owned: bool = True, shown: str | None = None
+    ) -> Choice:
+        """Decide how this file is read (:func:`.policy.decide`: the backend, reading ahead,
+        ``O_DIRECT``) and keep the choice for the reads that follow. ``load_file`` asks once,
+        right after the open; a source nobody asked decides at its first large read, with
+        the defaults (``"auto"``, ``owned``: copies).
+
+        Example:
+            >>> import tempfile
+            >>> with tempfile.NamedTemporaryFile() as f, LocalSource(f.name) as src:
+            ...     src.decide("pread") is src.choice
+            True
+        """
+        if self._closed:
+            raise SourceError(f"{self.name}: the source is closed")
+        self._choice = decide(self, backend, owned=owned, shown=shown)
+        return self._choice
+
+    @property
+    def choice(self) -> Choice | None:
+        """The read policy's choice for this file, None until :meth:`decide` made it."""
+        return self._choice
 
     def resident_fraction(self, start: int = 0, stop: int | None = None) -> float | None:
         """The fraction of the pages of ``[start, stop)`` (the whole file by default) in
@@ -347,7 +371,7 @@ class LocalSource(SourceBase):
         """Reads of ``ranges`` (``(start, stop)`` byte ranges, in order) come next: choose
         how many threads they are worth (:attr:`io_threads`)."""
         total = sum(max(0, b - a) for a, b in ranges)
-        if total and ranges and self._wants_direct(ranges[0][0], ranges[-1][1], total):
+        if total and ranges and self._wants_direct(total):
             self._threads = DISK_THREADS
         else:
             self._threads = cpu_threads()
@@ -361,7 +385,7 @@ class LocalSource(SourceBase):
         total = sum(b.nbytes for b in flat)
         if not total:
             return
-        direct = self._direct_file() if self._wants_direct(offset, offset + total, total) else None
+        direct = self._direct_file() if self._wants_direct(total) else None
         if total > self.io_chunk + self.io_chunk // 2:
             self._threads = DISK_THREADS if direct is not None else cpu_threads()
             self._run_pieces(offset, flat, direct)
@@ -369,19 +393,17 @@ class LocalSource(SourceBase):
             self._read_piece(offset, flat, direct)
         self.stats.add(total)
 
-    def _wants_direct(self, start: int, stop: int, total: int) -> bool:
-        """Whether ``[start, stop)`` is read with ``O_DIRECT``: when asked to, or when it is
-        large, mostly not cached, and on a local block device's filesystem."""
-        choice = self._direct_choice
-        if choice is not None:
-            return choice and self._direct_file() is not None
+    def _wants_direct(self, total: int) -> bool:
+        """Whether a read of ``total`` bytes is made with ``O_DIRECT``: when asked to (the
+        constructor's ``direct``), or when it is large and the read policy chose direct
+        reads for this file (:meth:`decide`, made here, once, if nobody made it)."""
+        asked = self._direct_choice
+        if asked is not None:
+            return asked and self._direct_file() is not None
         if total < DIRECT_MIN_BYTES or self._direct is None:
             return False
-        mount = self.mount()
-        if mount is None or mount.kind != "local":
-            return False
-        cached = self.resident_fraction(start, stop)
-        return cached is not None and cached < COLD_BELOW
+        choice = self._choice if self._choice is not None else self.decide()
+        return choice.direct and self._direct_file() is not None
 
     def _direct_file(self) -> DirectFile | None:
         """The ``O_DIRECT`` twin of the descriptor, opened once (None: refused)."""
