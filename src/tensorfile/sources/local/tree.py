@@ -119,7 +119,7 @@ def entries(root: str, folder: str) -> list[tuple[str, bool]]:
     if fd is None:
         return []
     try:
-        return _list(fd, os.path.join(root, folder))
+        return _list(fd, os.path.join(root, folder) if folder else root)
     finally:
         os.close(fd)
 
