@@ -28,7 +28,7 @@ from tensorfile.dataset.layout.manifest import read_manifest
 from tensorfile.dataset.writing import writer as writer_module
 from tensorfile.dataset.writing.columns import columns_and_keys
 from tensorfile.dataset.writing.options import parse_options
-from tensorfile.errors import FormatError, InvalidArgumentError
+from tensorfile.errors import FormatError, InvalidArgumentError, SourceError
 from tensorfile.sources import FsspecStore, LocalStore, MemoryStore, Store, store_for
 from tests.helpers.cli import run
 from tests.helpers.datasets import cols_a, cols_b
@@ -355,6 +355,126 @@ def test_odd_names_in_the_staging_folder(tmp_path: Path) -> None:
     assert _names(done.kept) == {"_staging/..\\x/"}
     assert (odd / "f").exists() and not job.exists()
     assert len(_rows(LocalStore(str(path)))) == 2
+
+
+def _plant_job(folder: Path) -> None:
+    """A dead job's staging folder: one file, written long ago."""
+    (folder / "job1").mkdir(parents=True, exist_ok=True)
+    data = folder / "job1" / "data.bin"
+    data.write_bytes(b"x")
+    os.utime(data, (time.time() - 7200,) * 2)
+
+
+class _SwappingStore(LocalStore):
+    """A real local store whose ``_staging`` is swapped for a symlink to ``outside`` at one
+    moment of gc: right after it lists ``_staging``, or right before it removes a job."""
+
+    def __init__(self, root: str, outside: Path, when: str) -> None:
+        super().__init__(root)
+        self.outside, self.when, self.swapped = outside, when, False
+
+    def _swap(self) -> None:
+        if not self.swapped:
+            self.swapped = True
+            staging = os.path.join(self.root, "_staging")
+            os.rename(staging, staging + ".real")
+            os.symlink(self.outside, staging)
+
+    def list_folders(self, folder: str = "") -> list[str]:
+        found = super().list_folders(folder)
+        if self.when == "listed" and folder == "_staging":
+            self._swap()
+        return found
+
+    def remove_tree(self, name: str) -> None:
+        if self.when == "removing":
+            self._swap()
+        super().remove_tree(name)
+
+
+@pytest.mark.parametrize("when", ["listed", "removing"])
+def test_staging_swapped_for_a_symlink_mid_gc_removes_nothing_outside(
+    tmp_path: Path, when: str
+) -> None:
+    """``_staging`` checked as a real folder, then swapped for a symlink to a folder outside
+    before gc enters it: nothing is followed, the job is kept with why."""
+    path, outside = tmp_path / "ds", tmp_path / "outside"
+    dataset.write(cols_a(2), str(path), batch_size=2)
+    _plant_job(path / "_staging")
+    _plant_job(outside)
+    store = _SwappingStore(str(path), outside, when)
+    done = dataset.gc(store, older_than=0)
+    assert store.swapped
+    assert done.removed == []
+    [kept] = done.kept
+    assert kept.name == "_staging/job1/" and "is a symlink: not followed" in kept.what
+    assert (outside / "job1" / "data.bin").read_bytes() == b"x"
+    assert (path / "_staging.real" / "job1" / "data.bin").exists()
+    with pytest.raises(SourceError, match="is a symlink: not followed"):
+        store.remove_tree("_staging/job1")  # (the store itself refuses)
+    assert (outside / "job1" / "data.bin").exists()
+
+
+def test_symlinks_in_the_staging_folder_are_unlinked_never_followed(tmp_path: Path) -> None:
+    path, outside = tmp_path / "ds", tmp_path / "outside"
+    dataset.write(cols_a(2), str(path), batch_size=2)
+    _plant_job(outside)
+    (path / "_staging").mkdir()
+    os.symlink(outside / "job1", path / "_staging" / "job1")  # a job folder that leads out
+    _plant_job(path / "_staging" / "job2")
+    os.symlink(outside, path / "_staging" / "job2" / "job1" / "out")  # a link in a job's
+    done = dataset.gc(str(path), older_than=0)
+    assert _names(done.removed) == {"_staging/job2/"}
+    assert not (path / "_staging" / "job2").exists()
+    assert os.path.islink(path / "_staging" / "job1")
+    assert (outside / "job1" / "data.bin").read_bytes() == b"x"
+
+
+_EXCHANGE = textwrap.dedent(
+    """
+    import ctypes, sys
+    libc = ctypes.CDLL(None, use_errno=True)
+    a, b = sys.argv[1].encode(), sys.argv[2].encode()
+    if libc.renameat2(-100, a, -100, b, 2) != 0:  # RENAME_EXCHANGE: atomic
+        sys.exit(f"renameat2: errno {ctypes.get_errno()}")
+    print("ready", flush=True)
+    while True:
+        libc.renameat2(-100, a, -100, b, 2)
+    """
+)
+
+
+def test_gc_racing_a_staging_symlink_swap_never_leaves_the_folder(tmp_path: Path) -> None:
+    """Another process swaps ``_staging`` with a symlink to a folder outside, over and over
+    (an atomic rename-exchange), while gc runs again and again: no file outside is ever
+    removed and gc raises nothing but tensorfile's errors."""
+    from tensorfile.errors import TensorFileError
+
+    path, outside, link = tmp_path / "ds", tmp_path / "outside", tmp_path / "link"
+    dataset.write(cols_a(2), str(path), batch_size=2)
+    _plant_job(path / "_staging")
+    _plant_job(outside)
+    os.symlink(outside, link)
+    swapper = subprocess.Popen(
+        [sys.executable, "-c", _EXCHANGE, str(path / "_staging"), str(link)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert swapper.stdout is not None and swapper.stdout.readline() == "ready\n"
+        deadline, runs = time.monotonic() + 3.0, 0
+        while time.monotonic() < deadline:
+            for where in (path / "_staging", link):  # the real folder is at one of the two
+                with contextlib.suppress(OSError):
+                    _plant_job(where)
+            with contextlib.suppress(TensorFileError):
+                dataset.gc(str(path), older_than=0)
+            runs += 1
+            assert (outside / "job1" / "data.bin").exists(), f"removed by gc run {runs}"
+    finally:
+        swapper.kill()
+        swapper.wait(timeout=30)
+    assert runs > 10
 
 
 def test_a_manifest_listing_paths_outside_the_folder_removes_nothing(tmp_path: Path) -> None:

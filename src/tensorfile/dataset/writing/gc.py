@@ -18,9 +18,11 @@ never see them (they trust only the manifest); :func:`gc` removes them:
 What it never touches: the manifest, the index, a file the manifest lists, a name that is
 not a writer's (a shard named otherwise, another file), anything that is not a regular file
 (a symlink named like a shard is left alone, never followed), anything outside the dataset
-folder (names come from listing the folder, never from the manifest, and a ``_staging``
-that is a symlink is not entered). A dataset without a manifest (read by scanning its
-``*.safetensors``) has no unlisted shards: its shards are left alone.
+folder (names come from listing the folder, never from the manifest; in a local folder
+nothing is listed or removed through a symlink at any level, not even a ``_staging`` or a
+job's folder swapped for one while :func:`gc` runs: it is kept, with why). A dataset
+without a manifest (read by scanning its ``*.safetensors``) has no unlisted shards: its
+shards are left alone.
 
 Safe against a running writer: a shard a live writer has moved into place but not yet
 published is never removed, because
@@ -69,7 +71,7 @@ from typing import Any
 
 from ...core.atomic import is_temp_name, remove_if_unlocked
 from ...core.errors import FormatError, InvalidArgumentError, SourceError, UnsupportedError
-from ...sources.local.paths import check_name, is_inside
+from ...sources.local.paths import check_name
 from ..layout.files import INDEX_NAME, MANIFEST_NAME, SHARD_NAME
 from ..layout.manifest import read_manifest
 from ..layout.storage import Location, Store, storage_for
@@ -281,34 +283,43 @@ def _temps(store: Store, names: list[str], grace: float, out: Collected) -> None
 
 
 def _staging(store: Store, grace: float, out: Collected) -> None:
-    """The staging folders of jobs whose newest file is older than ``grace``."""
-    local, root = store.local_path(STAGING), store.local_path()
-    if local is not None and (
-        os.path.islink(local) or (os.path.exists(local) and not is_inside(root or "", local))
-    ):
-        out.kept.append(Leftover(f"{STAGING}/", "not a folder of the dataset: not entered", None))
+    """The staging folders of jobs whose newest file is older than ``grace``. A local store
+    lists and removes without following a symlink at any level (a ``_staging`` or a job's
+    folder swapped for one, even between the listing and the removal, is refused with a
+    SourceError): what it refuses is kept, with why."""
+    try:
+        jobs = store.list_folders(STAGING)
+    except SourceError as exc:
+        out.kept.append(Leftover(f"{STAGING}/", f"not entered: {exc}", None))
         return
     what = "the staging folder of a write job that is gone"
-    for job in store.list_folders(STAGING):
+    for job in jobs:
         folder = f"{STAGING}/{job}"
         try:
-            age, empty = _newest(store, check_name(folder))
+            _collect_job(store, check_name(folder), grace, out, what)
         except InvalidArgumentError:  # (a backslash, a control character: not a job's name)
             out.kept.append(Leftover(f"{folder}/", "not a name a writer makes", None))
-            continue
-        if not empty and not _old(age, grace):
-            out.kept.append(
-                Leftover(f"{folder}/", f"a write job's staging; {_why_kept(age, grace)}", age)
-            )
-            continue
-        if not out.dry_run:
-            age, empty = _newest(store, folder)  # (right before: a task that wrote meanwhile)
-            if not empty and not _old(age, grace):
-                continue
-            store.remove_tree(folder)
-        out.removed.append(Leftover(f"{folder}/", what, age))
+        except SourceError as exc:  # (a symlink, swapped in meanwhile: never followed)
+            out.kept.append(Leftover(f"{folder}/", f"not removed: {exc}", None))
     if not out.dry_run and store.supports_deletes:
         store.remove_empty_folder(STAGING)
+
+
+def _collect_job(store: Store, folder: str, grace: float, out: Collected, what: str) -> None:
+    """Remove (or, on a dry run, list) the job's staging ``folder`` if its newest file is
+    older than ``grace``."""
+    age, empty = _newest(store, folder)
+    if not empty and not _old(age, grace):
+        out.kept.append(
+            Leftover(f"{folder}/", f"a write job's staging; {_why_kept(age, grace)}", age)
+        )
+        return
+    if not out.dry_run:
+        age, empty = _newest(store, folder)  # (right before: a task that wrote meanwhile)
+        if not empty and not _old(age, grace):
+            return
+        store.remove_tree(folder)
+    out.removed.append(Leftover(f"{folder}/", what, age))
 
 
 def _newest(store: Store, folder: str) -> tuple[float | None, bool]:

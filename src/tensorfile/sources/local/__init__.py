@@ -5,7 +5,8 @@ It owns :class:`~.local.LocalSource` (positional reads, private mappings, ``O_DI
 (:mod:`.policy`) and its two probes (the mount table, :mod:`._mounts`; the page cache,
 :mod:`._pagecache`), the memory advice every read into fresh buffers takes
 (:mod:`.advice`: the HTTP transport's and the chunk cache's too), sources over an open file
-object (:mod:`.fileobj`) and over bytes (:mod:`.memory`), and the local path rules every
-local route obeys (:mod:`.paths`). It imports no other sub-package of
+object (:mod:`.fileobj`) and over bytes (:mod:`.memory`), the local path rules every
+local route obeys (:mod:`.paths`) and folders walked from descriptors, never through a symlink
+(:mod:`.tree`: a local store's listing and removal). It imports no other sub-package of
 :mod:`tensorfile.sources`.
 """

@@ -21,7 +21,6 @@ import contextlib
 import errno
 import fcntl
 import os
-import shutil
 import stat
 import time
 from collections.abc import Callable, Iterator
@@ -29,7 +28,7 @@ from typing import Any
 
 from ...core.errors import ConcurrentWriteError, SourceError
 from ...core.source import ByteRequest
-from ..local import paths
+from ..local import paths, tree
 from ..local.local import LocalSource
 from .store import Store
 
@@ -189,63 +188,45 @@ class LocalStore(Store):
         self.move_local(self.path(src), self._target(dst))
 
     def list_files(self, folder: str = "") -> list[str]:
-        path = self.path(folder)
-        try:
-            entries = list(os.scandir(path))
-        except (FileNotFoundError, NotADirectoryError):
-            return []
-        except OSError as exc:
-            raise SourceError(f"cannot list {path}: {exc.strerror or exc}") from exc
         # everything but folders: a FIFO or a symlink named like a shard is refused by name
         # when it is used, not skipped in silence
-        return sorted(e.name for e in entries if not e.is_dir(follow_symlinks=False))
+        return sorted(n for n, is_folder in self._entries(folder) if not is_folder)
 
     def list_folders(self, folder: str = "") -> list[str]:
-        path = self.path(folder)
-        try:
-            entries = list(os.scandir(path))
-        except (FileNotFoundError, NotADirectoryError):
-            return []
-        except OSError as exc:
-            raise SourceError(f"cannot list {path}: {exc.strerror or exc}") from exc
-        return sorted(e.name for e in entries if e.is_dir(follow_symlinks=False))
+        return sorted(n for n, is_folder in self._entries(folder) if is_folder)
+
+    def _entries(self, folder: str) -> list[tuple[str, bool]]:
+        """``folder``'s entries, reached without following a symlink below the root (one on
+        the way is a SourceError: :mod:`..local.tree`)."""
+        self.path(folder)  # (checked: it cannot leave the root)
+        return tree.entries(self.root, folder)
 
     def modified(self, name: str) -> float | None:
         path = self.path(name)
-        try:
-            st = os.lstat(path)  # (a symlink is not followed: it is not a file of the store)
-        except FileNotFoundError:
+        st = tree.lstat(self.root, name)  # (no symlink followed: not a file of the store)
+        if st is None:
             return None
-        except OSError as exc:
-            raise SourceError(f"cannot stat {path}: {exc.strerror or exc}") from exc
         if not stat.S_ISREG(st.st_mode):
             raise SourceError(f"{path} is not a regular file")
         return max(st.st_mtime, st.st_ctime)
 
     def remove(self, name: str) -> None:
         self._require("deletes", "remove", name)
-        path = self.path(name)
-        try:
-            os.unlink(path)
-        except FileNotFoundError:
-            pass
-        except OSError as exc:
-            raise SourceError(f"cannot remove {path}: {exc.strerror or exc}") from exc
+        paths.check_name(name)  # (not the root)
+        tree.remove_file(self.root, name)
 
     def remove_empty_folder(self, name: str) -> bool:
         self._require("deletes", "remove", name)
-        path = self.path(name)
-        try:
-            os.rmdir(path)
-        except FileNotFoundError:
-            return True
-        except OSError:
-            return False  # not empty (or not a folder): left alone
-        return True
+        self.path(name)
+        return tree.remove_empty_folder(self.root, name)
 
     def remove_tree(self, name: str) -> None:
+        """Remove the folder ``name`` and what is in it, never through a symlink: one on
+        the way, or a folder swapped for one meanwhile, is a SourceError naming it (a
+        symlink in the tree is unlinked, its target left alone)."""
         self._require("deletes", "remove", name)
-        shutil.rmtree(self.path(name), ignore_errors=True)  # (a symlink is left alone)
+        paths.check_name(name)  # (not the root)
+        tree.remove_tree(self.root, name)
 
 
 def _remake(root: str, read_only: bool) -> LocalStore:
