@@ -18,7 +18,7 @@ import os
 from dataclasses import dataclass
 
 from ...core.errors import InvalidArgumentError
-from ...core.sizes import parse_size
+from ...core.sizes import parse_size, shown_size
 
 __all__ = [
     "CACHE_CHUNK_ENV",
@@ -133,7 +133,8 @@ def parse_limit(value: int | str | None) -> int:
     try:
         return parse_size(value)
     except InvalidArgumentError as exc:
-        raise InvalidArgumentError(f"{where} {value!r}: {str(exc).partition(': ')[2]}") from None
+        why = str(exc).partition(": ")[2]
+        raise InvalidArgumentError(f"{where} {shown_size(value)}: {why}") from None
 
 
 def default_cache_dir() -> str:
