@@ -431,3 +431,26 @@ def test_an_s3_endpoint_from_the_environment_is_part_of_the_key(
             with open_path("s3://models/w.bin", cache_dir=tmp_path, anon=True) as src:
                 assert isinstance(src, CachedSource) and src.read(0, len(data)) == data
     assert len(list((tmp_path / LAYOUT).iterdir())) == 2
+
+
+def test_a_file_folder_planted_as_a_link_is_removed_not_followed(tmp_path: Path) -> None:
+    """A file's chunk folder (``chunks-v1/<key>``) planted as a link to a folder outside
+    the cache holding a ``0.chunk``: the link is removed, the outside file left alone."""
+    import fsspec
+
+    data = os.urandom(10 * KIB)
+    fsspec.filesystem("memory").pipe("/planted-key/f.bin", data)
+    cache, outside = tmp_path / "cache", tmp_path / "outside"
+    outside.mkdir()
+    (outside / "0.chunk").write_bytes(b"not a chunk")
+    with open_path("memory://planted-key/f.bin", cache_dir=cache) as src:
+        assert isinstance(src, CachedSource) and src.read(0, len(data)) == data
+        folder = Path(src.folder)
+    shutil.rmtree(folder)
+    folder.symlink_to(outside)
+    for _ in range(2):
+        with open_path("memory://planted-key/f.bin", cache_dir=cache) as src:
+            assert src.read(0, len(data)) == data
+    assert sorted(os.listdir(outside)) == ["0.chunk"]
+    assert (outside / "0.chunk").read_bytes() == b"not a chunk"
+    assert folder.is_dir() and not folder.is_symlink()

@@ -191,6 +191,7 @@ class CachedSource(SourceBase):
         try:
             os.makedirs(self.cache.folder, exist_ok=True)
             heal_folder(self.root)  # (a planted link, FIFO or file there: removed, not followed)
+            heal_folder(self.folder, create=False)  # (this file's folder: the same)
             close_fd(lock_fd(os.path.join(self.cache.folder, ".lock"), wait=False))
             return True
         except (OSError, SourceError) as exc:
