@@ -318,3 +318,50 @@ def test_a_folder_left_by_an_older_version_is_counted_and_evicted(
     for marker in ("chunks-v1/.lock", "chunks-v1/.swept", "shards-v1/.lock"):
         assert not (cache / marker).exists()
     assert not (shards / f"{0:040x}.shard").exists()  # the oldest went first
+
+
+@pytest.mark.parametrize("kind", ["fifo", "file", "link"])
+def test_a_planted_shard_layout_folder_is_healed(tmp_path: Path, kind: str) -> None:
+    """shards-v1 planted as a FIFO, a file or a symlink (to a file, and to a folder outside
+    the cache): a remote dataset read through the cache removes it (never following it),
+    caches its shards in a real folder and touches nothing outside."""
+    cols = {"x": np.arange(64, dtype=np.float32).reshape(16, 4)}
+    url = f"memory://planted-shards-{kind}/ds"
+    dataset.write(cols, url, batch_size=4)
+    cache, outside = tmp_path / "cache", tmp_path / "outside"
+    cache.mkdir()
+    outside.mkdir()
+    (outside / "keep.txt").write_text("keep")
+    layout = cache / "shards-v1"
+    if kind == "fifo":
+        os.mkfifo(layout)
+    elif kind == "file":
+        layout.write_text("x")
+    else:
+        os.symlink(outside, layout)
+    for _ in range(2):
+        with dataset.open(url, cache_dir=cache) as ds:
+            assert_samples(list(ds), expected_rows(cols, 16))
+    assert sorted(os.listdir(outside)) == ["keep.txt"]
+    assert layout.is_dir() and not layout.is_symlink()
+    assert len(_shards(cache)) == 4
+
+
+def test_an_s3_endpoint_from_the_environment_is_part_of_the_shard_key(
+    s3: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A dataset read through ``$AWS_ENDPOINT_URL`` (no endpoint option) caches its shards
+    under that endpoint: another endpoint (here another name of the same server) never
+    gets them."""
+    url = s3.url(s3.bucket(), "ds")
+    cols = {"x": np.arange(16 * 4, dtype=np.float32).reshape(16, 4)}
+    dataset.write(cols, url, batch_size=4, storage_options=s3.options)
+    options = {k: v for k, v in s3.options.items() if k != "endpoint_url"}
+    monkeypatch.delenv("AWS_ENDPOINT_URL_S3", raising=False)
+    cache = tmp_path / "cache"
+    other = s3.endpoint.replace("127.0.0.1", "localhost")
+    for endpoint, downloads in ((s3.endpoint, 4), (s3.endpoint, 0), (other, 4)):
+        monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
+        with dataset.open(url, storage_options=options, cache_dir=cache) as ds:
+            assert_samples(list(ds), expected_rows(cols, 16))
+            assert ds.cache is not None and ds.cache.downloads == downloads

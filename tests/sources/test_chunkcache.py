@@ -335,3 +335,21 @@ def test_a_re_signed_url_finds_the_chunks_of_the_last_signing(
     assert cache_key(other, '"t"', 1, 1) != cache_key(_signed(bare, "x", "y"), '"t"', 1, 1)
     etag = cache_key(_signed(bare, "20260101T000000Z", "aa11"), '"other"', 1, 1)
     assert etag != cache_key(_signed(bare, "20260101T000000Z", "aa11"), '"t"', 1, 1)
+
+
+@pytest.mark.parametrize("tiny", ["1", "16", "1KiB", "65535"])
+def test_a_tiny_chunk_size_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tiny: str
+) -> None:
+    """A chunk of a few bytes (``16`` meant as 16 MiB) would make a file per byte and a
+    cached read quadratic: refused, naming the variable and the minimum."""
+    from tensorfile.errors import InvalidArgumentError
+
+    monkeypatch.setenv(CACHE_CHUNK_ENV, tiny)
+    url = _memory_file("tiny.bin", b"abc")
+    with pytest.raises(InvalidArgumentError, match=r"\$TENSORFILE_CACHE_CHUNK.*at least 64 KiB"):
+        open_path(url, cache_dir=tmp_path)
+    assert not (tmp_path / LAYOUT).exists()
+    monkeypatch.setenv(CACHE_CHUNK_ENV, "64KiB")
+    with open_path(url, cache_dir=tmp_path) as src:
+        assert src.read(0, 3) == b"abc"

@@ -368,3 +368,89 @@ def test_an_fsspec_endpoint_is_part_of_the_key(tmp_path: Path) -> None:
             assert isinstance(src, CachedSource) and src.read(0, 10) == b"0123456789"
             folders.add(src.folder)
     assert len(folders) == 2
+
+
+def _plant(path: Path, kind: str, outside: Path) -> None:
+    """``kind`` at ``path``: a symlink to the folder ``outside``, a FIFO, a file, a socket."""
+    if kind == "dirlink":
+        os.symlink(outside, path)
+    elif kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "file":
+        path.write_text("junk")
+    else:
+        with socket.socket(socket.AF_UNIX) as s:
+            s.bind(str(path))
+
+
+@pytest.mark.parametrize("kind", ["dirlink", "fifo", "file", "socket"])
+def test_a_planted_layout_folder_is_healed_and_nothing_outside_is_touched(
+    tmp_path: Path, kind: str
+) -> None:
+    """chunks-v1 and shards-v1 planted as a link to a folder outside the cache (holding
+    files named like the cache's own), a FIFO, a file or a socket: the load removes the
+    planted entry (never following it), caches in a real folder, and touches nothing
+    outside."""
+    import fsspec
+
+    cache, outside = tmp_path / "cache", tmp_path / "outside"
+    cache.mkdir()
+    (outside / ".lock").mkdir(parents=True)  # (a folder: rmtree'd through a followed link)
+    (outside / ".lock" / "precious.txt").write_text("precious")
+    (outside / ".swept").write_text("keep")
+    before = sorted(str(p.relative_to(outside)) for p in outside.rglob("*"))
+    for layout in ("chunks-v1", "shards-v1"):
+        _plant(cache / layout, kind, outside)
+    data = os.urandom(10 * KIB)
+    fsspec.filesystem("memory").pipe(f"/planted-{kind}/f.bin", data)
+    for attempt in range(2):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", CacheWarning)  # (the cache is used, not given up)
+            with open_path(f"memory://planted-{kind}/f.bin", cache_dir=cache) as src:
+                assert isinstance(src, CachedSource) and src.read(0, len(data)) == data
+                assert src.cache_stats.hits == attempt
+        CacheFolder(str(cache), 1 << 30).sweep()
+    assert sorted(str(p.relative_to(outside)) for p in outside.rglob("*")) == before
+    assert (outside / ".lock" / "precious.txt").read_text() == "precious"
+    chunks = cache / "chunks-v1"
+    assert not chunks.is_symlink() and chunks.is_dir() and len(list(chunks.iterdir())) == 1
+    assert not os.path.lexists(cache / "shards-v1") or (cache / "shards-v1").is_dir()
+
+
+def test_an_s3_endpoint_from_the_environment_is_part_of_the_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same s3:// URL read from two servers named by ``$AWS_ENDPOINT_URL`` (same ETag,
+    same size, other bytes): each read gets its own server's bytes, never the other's
+    cached chunks."""
+    monkeypatch.delenv("AWS_ENDPOINT_URL_S3", raising=False)
+    one, two = os.urandom(10 * KIB), os.urandom(10 * KIB)
+    with HostileServer(_honest(one)) as a, HostileServer(_honest(two)) as b:
+        for server, data in ((a, one), (b, two), (a, one)):
+            monkeypatch.setenv("AWS_ENDPOINT_URL", server.url)
+            with open_path("s3://models/w.bin", cache_dir=tmp_path, anon=True) as src:
+                assert isinstance(src, CachedSource) and src.read(0, len(data)) == data
+    assert len(list((tmp_path / LAYOUT).iterdir())) == 2
+
+
+def test_a_file_folder_planted_as_a_link_is_removed_not_followed(tmp_path: Path) -> None:
+    """A file's chunk folder (``chunks-v1/<key>``) planted as a link to a folder outside
+    the cache holding a ``0.chunk``: the link is removed, the outside file left alone."""
+    import fsspec
+
+    data = os.urandom(10 * KIB)
+    fsspec.filesystem("memory").pipe("/planted-key/f.bin", data)
+    cache, outside = tmp_path / "cache", tmp_path / "outside"
+    outside.mkdir()
+    (outside / "0.chunk").write_bytes(b"not a chunk")
+    with open_path("memory://planted-key/f.bin", cache_dir=cache) as src:
+        assert isinstance(src, CachedSource) and src.read(0, len(data)) == data
+        folder = Path(src.folder)
+    shutil.rmtree(folder)
+    folder.symlink_to(outside)
+    for _ in range(2):
+        with open_path("memory://planted-key/f.bin", cache_dir=cache) as src:
+            assert src.read(0, len(data)) == data
+    assert sorted(os.listdir(outside)) == ["0.chunk"]
+    assert (outside / "0.chunk").read_bytes() == b"not a chunk"
+    assert folder.is_dir() and not folder.is_symlink()

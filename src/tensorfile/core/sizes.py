@@ -1,17 +1,18 @@
 """Sizes written as text, as huggingface_hub reads them (``"5GB"``, ``"500MiB"``).
 
 Example:
-    >>> parse_size("5GB"), parse_size("2KiB"), parse_size(100)
-    (5000000000, 2048, 100)
+    >>> parse_size("5GB"), parse_size("2KiB"), parse_size(100), parse_size("1.5KiB")
+    (5000000000, 2048, 100, 1536)
 """
 
 from __future__ import annotations
 
 import re
+from fractions import Fraction
 
 from .errors import InvalidArgumentError
 
-__all__ = ["parse_size"]
+__all__ = ["MAX_SIZE", "parse_size", "shown_size"]
 
 _UNITS = {
     "": 1,
@@ -25,12 +26,16 @@ _UNITS = {
     "GIB": 2**30,
     "TIB": 2**40,
 }
-_SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*")
+_SIZE = re.compile(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*", re.ASCII)
+MAX_SIZE = (1 << 63) - 1
+"""The largest size (what a signed 64-bit offset holds)."""
+_MAX_DIGITS = 40
 
 
 def parse_size(value: str | int) -> int:
     """A byte count from an int or a text like ``"5GB"`` (decimal units) or ``"5GiB"``
-    (binary units); at least 1 byte."""
+    (binary units; ASCII digits, a fraction only where it makes whole bytes); from 1 byte
+    to :data:`MAX_SIZE`, else an :class:`~tensorfile.errors.InvalidArgumentError`."""
     if isinstance(value, bool) or not isinstance(value, int | str):
         raise InvalidArgumentError(
             f"a size is a number of bytes or a text like '5GB', got {value!r}"
@@ -42,10 +47,35 @@ def parse_size(value: str | int) -> int:
         unit = m.group(2).upper() if m else None
         if m is None or unit not in _UNITS:
             raise InvalidArgumentError(
-                f"size {value!r}: expected a number with an optional unit (B, KB, MB, GB, TB, "
-                "KiB, MiB, GiB, TiB)"
+                f"size {shown_size(value)}: expected a number with an optional unit (B, KB, MB, "
+                "GB, TB, KiB, MiB, GiB, TiB)"
             )
-        n = int(float(m.group(1)) * _UNITS[unit])
+        if len(m.group(1)) > _MAX_DIGITS:
+            raise _too_large(value)
+        exact = Fraction(m.group(1)) * _UNITS[unit]  # (exact: no float rounding, no overflow)
+        if exact.denominator != 1:
+            raise InvalidArgumentError(
+                f"size {shown_size(value)}: not a whole number of bytes (a fraction goes with "
+                "a unit: '1.5GiB')"
+            )
+        n = int(exact)
     if n < 1:
-        raise InvalidArgumentError(f"size {value!r}: must be at least 1 byte")
+        raise InvalidArgumentError(f"size {shown_size(value)}: must be at least 1 byte")
+    if n > MAX_SIZE:
+        raise _too_large(value)
     return n
+
+
+def _too_large(value: str | int) -> InvalidArgumentError:
+    return InvalidArgumentError(f"size {shown_size(value)}: too large (at most {MAX_SIZE:,} bytes)")
+
+
+def shown_size(value: object) -> str:
+    """``value`` for a message (a long one cut).
+
+    Example:
+        >>> shown_size("9" * 100)[-6:]
+        '999...'
+    """
+    text = repr(value)
+    return text if len(text) <= 60 else text[:60] + "..."

@@ -36,6 +36,7 @@ from .router import (
     local_path_of,
     path_text,
     remote_source,
+    resolved_endpoint,
     route,
     store_for,
 )
@@ -139,7 +140,7 @@ def open_path(
     from .cache.settings import settings
 
     try:
-        extra = endpoint_id(options)
+        extra = endpoint_id(options, resolved_endpoint(r.target, options))
         return with_cache(source, url=r.target, folder=folder, config=settings(), extra=extra)
     except BaseException:
         source.close()

@@ -43,6 +43,7 @@ __all__ = [
     "local_path_of",
     "path_text",
     "remote_source",
+    "resolved_endpoint",
     "route",
     "store_for",
 ]
@@ -291,3 +292,20 @@ def remote_source(
     from .stores.fsspec_source import FsspecSource
 
     return FsspecSource(r.target, first=first, **options)
+
+
+def resolved_endpoint(target: str, options: Mapping[str, Any]) -> str | None:
+    """The endpoint the client of the remote URL ``target`` reads from when no option names
+    one but the environment does (an ``s3://`` URL: ``$AWS_ENDPOINT_URL_S3``,
+    ``$AWS_ENDPOINT_URL``); None otherwise. Cache keys count it: the bytes of one server
+    are never served for another.
+
+    Example:
+        >>> resolved_endpoint("memory://x/y", {}) is None
+        True
+    """
+    if route(target).protocol not in _S3_SCHEMES:
+        return None
+    from .s3.s3_source import s3_endpoint
+
+    return s3_endpoint(options)

@@ -39,6 +39,7 @@ from ...sources.cache.settings import (
     resolve_cache_dir,
     verify_default,
 )
+from ...sources.router import resolved_endpoint
 from ._shardfetch import download, remote_version
 
 __all__ = [
@@ -98,7 +99,8 @@ def location_id(store: Store) -> str:
         >>> location_id(a).split("\\0")
         ['memory://loc-doc/ds', '[]']
     """
-    return f"{identity(store.url())}\0{endpoint_id(store.options)}"
+    url = store.url()
+    return f"{identity(url)}\0{endpoint_id(store.options, resolved_endpoint(url, store.options))}"
 
 
 class ShardCache:

@@ -63,7 +63,7 @@ from ._chunkdir import (
     warn,
     write_info,
 )
-from .files import close_fd, end_temp, lock_fd, new_temp, open_entry
+from .files import close_fd, end_temp, heal_folder, lock_fd, new_temp, open_entry
 from .folder import RESERVE, CacheFolder, free_space
 from .settings import CacheSettings
 
@@ -189,7 +189,9 @@ class CachedSource(SourceBase):
         """Create the layout's folder and the folder's lock; False (with a warning) when
         they cannot be written."""
         try:
-            os.makedirs(self.root, exist_ok=True)
+            os.makedirs(self.cache.folder, exist_ok=True)
+            heal_folder(self.root)  # (a planted link, FIFO or file there: removed, not followed)
+            heal_folder(self.folder, create=False)  # (this file's folder: the same)
             close_fd(lock_fd(os.path.join(self.cache.folder, ".lock"), wait=False))
             return True
         except (OSError, SourceError) as exc:
@@ -199,6 +201,8 @@ class CachedSource(SourceBase):
     def _cannot_write(self, exc: BaseException) -> None:
         self.writable = False
         why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        if isinstance(exc, OSError) and isinstance(exc.filename, str) and exc.filename:
+            why = f"{why}: {exc.filename}"  # (the exact entry: the cache folder itself, a file)
         warn(f"{self.name}: the cache folder {self.root} cannot be written ({why}); "
              "reading over the network")  # fmt: skip
 
@@ -433,6 +437,7 @@ class CachedSource(SourceBase):
         def start() -> list[AtomicFile]:
             if free_space(self.root) < need + RESERVE:
                 raise OSError(28, "less than 1 GiB would be left free")
+            heal_folder(self.root)  # (under the lock, after the scan: a real folder)
             try:
                 os.mkdir(self.folder)
             except FileExistsError:

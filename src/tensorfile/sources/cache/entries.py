@@ -58,6 +58,7 @@ from .files import (
     digest_fd,
     end_temp,
     heal,
+    heal_folder,
     lock_fd,
     lock_same,
     new_temp,
@@ -99,13 +100,14 @@ class FileEntries:
             return
         where = f"cache_dir {self.folder}"
         try:
-            os.makedirs(self.root, exist_ok=True)
+            os.makedirs(self.folder, exist_ok=True)
         except OSError as exc:
             why = "it is a file, not a folder" if exc.errno in (errno.ENOTDIR, errno.EEXIST) else (
                 exc.strerror or str(exc))  # fmt: skip
             raise SourceError(f"{where} cannot hold {what}: {why}") from exc
-        if not os.path.isdir(self.root):
+        if not os.path.isdir(self.folder):
             raise SourceError(f"{where} cannot hold {what}: it is not a folder")
+        heal_folder(self.root)  # (a planted link, FIFO or file there: removed, not followed)
         try:
             close_fd(lock_fd(os.path.join(self.folder, ".lock"), wait=False))
             probe = AtomicFile(os.path.join(self.root, ".probe"))
@@ -330,6 +332,7 @@ class FileEntries:
                 f"cache {self.folder} ({free:,} bytes free)"
             )
         try:
+            heal_folder(self.root)  # (under the lock, after the scan: a real folder)
             return new_temp(self.path(key), size + RECORD_BYTES, fsync=True)
         except OSError as exc:
             if isinstance(exc, TensorFileError):

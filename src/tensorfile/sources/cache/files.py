@@ -63,6 +63,7 @@ __all__ = [
     "forget",
     "guarded",
     "heal",
+    "heal_folder",
     "held",
     "lock_fd",
     "lock_same",
@@ -297,6 +298,47 @@ def heal(path: str) -> bool:
             f"{exc.strerror or exc}"
         ) from exc
     return True
+
+
+def heal_folder(path: str, *, create: bool = True) -> bool:
+    """Make ``path`` (a folder of the cache's own: a layout folder) a real folder: anything
+    else there (a symlink, even to a folder, a FIFO, a file, a socket) is removed without
+    being followed, then (``create``) a folder made; whether a real folder is there now.
+    One that cannot be healed is a :class:`~tensorfile.errors.SourceError` naming it.
+
+    Example:
+        >>> import os, tempfile
+        >>> base = tempfile.mkdtemp()
+        >>> os.symlink(tempfile.mkdtemp(), os.path.join(base, "chunks-v1"))
+        >>> heal_folder(os.path.join(base, "chunks-v1"))
+        True
+        >>> os.path.islink(os.path.join(base, "chunks-v1"))
+        False
+    """
+    for _ in range(16):
+        try:
+            st: os.stat_result | None = os.lstat(path)
+        except FileNotFoundError:
+            st = None
+        except OSError as exc:
+            raise SourceError(f"cannot check the cache folder {path}: {exc.strerror}") from exc
+        if st is not None and stat.S_ISDIR(st.st_mode):
+            return True
+        if st is None and not create:
+            return False
+        try:
+            if st is not None:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(path)  # (never followed: a link itself goes)
+            if not create:
+                return False
+            os.mkdir(path)
+        except FileExistsError:
+            continue  # (made or planted meanwhile: look again)
+        except OSError as exc:
+            what = "is not a folder and cannot be replaced by one" if st else "cannot be made"
+            raise SourceError(f"the cache folder {path} {what}: {exc.strerror or exc}") from exc
+    raise SourceError(f"the cache folder {path} is replaced again and again")
 
 
 def digest_fd(fd: int, size: int) -> str:

@@ -18,7 +18,9 @@ the least recently used entries of either kind (readers touch what they use); a 
 that some process has open (a shared ``flock``) or this process will read soon is evicted
 last, and only by a read that cannot go on otherwise. A scan removes what killed writers
 left (their temporary files' locks are free), and anything but a regular file or folder at
-an entry's name (:func:`~.files.heal`). The per-layout lock and sweep marker of older
+an entry's name (:func:`~.files.heal`), and anything but a real folder at a layout
+folder's name (:func:`~.files.heal_folder`: a symlink is removed, never followed, so nothing
+outside the cache folder is touched). The per-layout lock and sweep marker of older
 versions (``chunks-v1/.lock``, ``chunks-v1/.swept``, ``shards-v1/.lock``) are removed.
 
 Example:
@@ -43,7 +45,7 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from ...core.atomic import remove_stale_temps
-from .files import close_fd, heal, lock_fd, remove_unused
+from .files import close_fd, heal, heal_folder, lock_fd, remove_unused
 
 __all__ = [
     "CHUNKS",
@@ -186,13 +188,19 @@ class CacheFolder:
 
     def _scan(self) -> _Scan:
         found = _Scan()
+        # a layout folder that is not a real folder (a planted symlink, FIFO, file) is
+        # removed, never followed: nothing outside the cache folder is scanned or removed
+        real = {layout: heal_folder(os.path.join(self.folder, layout), create=False)
+                for layout in (CHUNKS, FILES)}  # fmt: skip
         for layout, name in _OLD:
             path = os.path.join(self.folder, layout, name)
             with contextlib.suppress(OSError):
-                if not heal(path):
+                if real[layout] and not heal(path):
                     os.unlink(path)
-        _scan_chunks(os.path.join(self.folder, CHUNKS), found)
-        _scan_files(os.path.join(self.folder, FILES), found)
+        if real[CHUNKS]:
+            _scan_chunks(os.path.join(self.folder, CHUNKS), found)
+        if real[FILES]:
+            _scan_files(os.path.join(self.folder, FILES), found)
         for folder in found.empty:  # (under the lock: a writer makes its folder under it too)
             with contextlib.suppress(OSError):
                 os.unlink(os.path.join(folder, "info.json"))

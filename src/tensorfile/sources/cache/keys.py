@@ -56,14 +56,23 @@ def _signing(param: str) -> bool:
     return _SIGNING.fullmatch(name) is not None
 
 
-def endpoint_id(options: Mapping[str, Any]) -> str:
+def endpoint_id(options: Mapping[str, Any], resolved: str | None = None) -> str:
     """The options that say which server holds a file (``endpoint_url``, ``endpoint``,
     ``account_name``, ``client_kwargs.endpoint_url``; a URL without its credentials), as
-    text for a key: never the credentials, the region or anything else."""
+    text for a key: never the credentials, the region or anything else. ``resolved``: the
+    endpoint the client reads from when no option names one (the environment's, see
+    :func:`~tensorfile.sources.router.resolved_endpoint`), counted then.
+
+    Example:
+        >>> endpoint_id({}) == endpoint_id({}, "http://a:1"), endpoint_id({}) == "[]"
+        (False, True)
+    """
     found: dict[str, Any] = {k: options[k] for k in _ENDPOINT if k in options}
     client = options.get("client_kwargs")
     if isinstance(client, Mapping) and "endpoint_url" in client:
         found["client_kwargs.endpoint_url"] = client["endpoint_url"]
+    if not found and resolved:
+        found["resolved endpoint"] = resolved
     return repr(sorted((k, repr(_redacted(v))) for k, v in found.items()))
 
 

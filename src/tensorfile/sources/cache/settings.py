@@ -18,7 +18,7 @@ import os
 from dataclasses import dataclass
 
 from ...core.errors import InvalidArgumentError
-from ...core.sizes import parse_size
+from ...core.sizes import parse_size, shown_size
 
 __all__ = [
     "CACHE_CHUNK_ENV",
@@ -28,6 +28,7 @@ __all__ = [
     "DEFAULT_CHUNK",
     "DEFAULT_LIMIT",
     "MAX_CHUNK",
+    "MIN_CHUNK",
     "CacheSettings",
     "default_cache_dir",
     "parse_limit",
@@ -55,6 +56,9 @@ DEFAULT_CHUNK = 16 << 20
 """The chunk size when ``$TENSORFILE_CACHE_CHUNK`` is unset: 16 MiB."""
 MAX_CHUNK = 1 << 30
 """The largest chunk size."""
+MIN_CHUNK = 64 << 10
+"""The smallest chunk size: 64 KiB (every chunk is a file, and every write of one scans the
+folder: tiny chunks would make a cached read quadratic)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,8 +81,12 @@ def settings(
 ) -> CacheSettings:
     """The settings from the arguments, else the environment, else the defaults."""
     size = _size(chunk, CACHE_CHUNK_ENV, DEFAULT_CHUNK)
-    if size > MAX_CHUNK:
-        raise InvalidArgumentError(f"cache chunk size {size:,}: at most 1 GiB")
+    if not MIN_CHUNK <= size <= MAX_CHUNK:
+        where = "chunk" if chunk is not None else f"${CACHE_CHUNK_ENV}"
+        raise InvalidArgumentError(
+            f"{where}: a cache chunk size of {size:,} bytes: at least 64 KiB "
+            f"({MIN_CHUNK:,} bytes) and at most 1 GiB"
+        )
     return CacheSettings(
         limit=parse_limit(limit),
         chunk=size,
@@ -125,7 +133,8 @@ def parse_limit(value: int | str | None) -> int:
     try:
         return parse_size(value)
     except InvalidArgumentError as exc:
-        raise InvalidArgumentError(f"{where} {value!r}: {str(exc).partition(': ')[2]}") from None
+        why = str(exc).partition(": ")[2]
+        raise InvalidArgumentError(f"{where} {shown_size(value)}: {why}") from None
 
 
 def default_cache_dir() -> str:

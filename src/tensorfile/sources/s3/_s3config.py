@@ -59,6 +59,7 @@ __all__ = [
     "check_region",
     "parse_s3_url",
     "s3_config",
+    "s3_endpoint",
     "s3_settings",
 ]
 
@@ -252,13 +253,23 @@ def _first(found: list[tuple[Any, str]]) -> tuple[str, str] | None:
     return None
 
 
-def _checked(
-    options: Mapping[str, Any], env: Mapping[str, str]
-) -> tuple[str | None, str, str, str | None]:
-    """The endpoint, region, addressing style and profile the options and the environment
-    say, each checked (see :func:`s3_config`)."""
-    client, config = _mapping(options.get("client_kwargs")), _mapping(options.get("config_kwargs"))
-    profile = _text(options.get("profile"), "profile") or env.get("AWS_PROFILE") or None
+def s3_endpoint(options: Mapping[str, Any], env: Mapping[str, str] | None = None) -> str | None:
+    """The endpoint an ``s3://`` URL with ``options`` is read from, wherever it is set (the
+    options, else ``$AWS_ENDPOINT_URL_S3``, ``$AWS_ENDPOINT_URL``), checked; None: AWS.
+
+    Example:
+        >>> s3_endpoint({}, env={"AWS_ENDPOINT_URL": "http://127.0.0.1:9000"})
+        'http://127.0.0.1:9000'
+        >>> s3_endpoint({"endpoint_url": "http://a:1"}, env={"AWS_ENDPOINT_URL": "http://b:2"})
+        'http://a:1'
+    """
+    found = _endpoint(options, os.environ if env is None else env)
+    return found[0] if found else None
+
+
+def _endpoint(options: Mapping[str, Any], env: Mapping[str, str]) -> tuple[str, str] | None:
+    """``(endpoint, where it was set)`` (checked), else None."""
+    client = _mapping(options.get("client_kwargs"))
     endpoint = _first(
         [
             (options.get("endpoint_url"), "storage option endpoint_url"),
@@ -269,6 +280,17 @@ def _checked(
     )
     if endpoint is not None:
         check_endpoint(*endpoint)
+    return endpoint
+
+
+def _checked(
+    options: Mapping[str, Any], env: Mapping[str, str]
+) -> tuple[str | None, str, str, str | None]:
+    """The endpoint, region, addressing style and profile the options and the environment
+    say, each checked (see :func:`s3_config`)."""
+    client, config = _mapping(options.get("client_kwargs")), _mapping(options.get("config_kwargs"))
+    profile = _text(options.get("profile"), "profile") or env.get("AWS_PROFILE") or None
+    endpoint = _endpoint(options, env)
     region = _first(
         [
             (client.get("region_name"), "storage option client_kwargs.region_name"),

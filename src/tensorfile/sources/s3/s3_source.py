@@ -40,10 +40,10 @@ from ...core.source import ByteRequest
 from ..http import HttpURL, redact, scrub
 from ..http.remote import RemoteSource
 from ..http.transport import FOREIGN, MIN_SPEED, DeadlineExceeded, HTTPFetcher, Reply, show
-from ._s3config import S3Settings, s3_settings
+from ._s3config import S3Settings, s3_endpoint, s3_settings
 from ._sigv4 import sign_get
 
-__all__ = ["S3Fetcher", "S3Source", "open_s3"]
+__all__ = ["S3Fetcher", "S3Source", "open_s3", "s3_endpoint"]
 
 _ERROR_BODY = 8192  # the most bytes of an error reply read for its code and message
 _CODE = re.compile(r"<Code>([^<]{1,100})</Code>")
