@@ -119,20 +119,24 @@ def test_the_helper_names_the_package_and_leaves_tensorfile_bugs_alone() -> None
 
 
 def test_s3_datasets_without_s3fs_name_the_s3_extra() -> None:
-    """(A single s3:// file may be read by tensorfile's own S3 client, which needs no
-    package: the dataset store is fsspec's.)"""
+    """An S3 store reads with tensorfile's own client, which needs no package (so does a
+    single s3:// file); listing, writing and deleting are s3fs's: without it, each says
+    which extra to install, before anything connects."""
     found = _without(
         ["s3fs"],
         """
-        import tensorfile.dataset
-        step("dataset", lambda: tensorfile.dataset.open("s3://bucket/ds"))
+        from tensorfile.sources import store_for
+        store = store_for("s3://bucket/ds")
+        step("list", lambda: store.list_files())
+        step("write", lambda: store.write_atomic("a.json", b"{}"))
+        step("remove", lambda: store.remove("a.json"))
         """,
     )
-    for step in ("dataset",):
+    for step in ("list", "write", "remove"):
         assert found[step].startswith("UnsupportedError: s3://bucket/"), found
         assert found[step].endswith(
             "needs s3fs, which is not installed: " + install_hint(extra="s3")
-        )
+        ), found[step]
 
 
 BROKEN_TORCH = {

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ...core.errors import InvalidArgumentError, SourceError, UnsupportedError
+from ...core.errors import InvalidArgumentError, SourceError, TensorFileError, UnsupportedError
 from ...core.extras import missing, require
 from ..http import scrub
 
@@ -36,8 +36,11 @@ def describe(exc: BaseException, url: str) -> str:
     return f"{type(exc).__name__}: {scrub(str(exc), url) or '(no details)'}"
 
 
-def failure(doing: str, shown: str, exc: BaseException, url: str) -> SourceError:
-    """The :class:`SourceError` of a failed fsspec call: ``cannot {doing} {shown}: ...``."""
+def failure(doing: str, shown: str, exc: BaseException, url: str) -> TensorFileError:
+    """The :class:`SourceError` of a failed fsspec call: ``cannot {doing} {shown}: ...``; a
+    tensorfile error (a missing package, a refused setting) as it is: it says what is wrong."""
+    if isinstance(exc, TensorFileError):
+        return exc
     return SourceError(f"cannot {doing} {shown}: {describe(exc, url)}")
 
 

@@ -32,7 +32,7 @@ import threading
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from ...core.errors import FormatError, SourceError
+from ...core.errors import FormatError, SourceError, TensorFileError
 from ...core.source import ByteRequest, Source
 from ..http import redact
 from ..local.paths import check_name, too_big
@@ -101,7 +101,7 @@ class FsspecStore(Store):
     def url(self, name: str = "") -> str:
         return redact(f"{self.root}/{name}" if name else self.root)
 
-    def _fail(self, doing: str, name: str, exc: BaseException) -> SourceError:
+    def _fail(self, doing: str, name: str, exc: BaseException) -> TensorFileError:
         return failure(doing, self.url(name), exc, self.root)
 
     def _info(self, name: str) -> dict[str, Any] | None:
