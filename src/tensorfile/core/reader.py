@@ -42,6 +42,7 @@ __all__ = [
     "brief",
     "bytes_view",
     "empty_for_reading",
+    "holds_blocks",
     "index_copy",
     "names_list",
     "numpy_allocator",
@@ -121,12 +122,37 @@ def numpy_allocator(info: TensorInfo) -> tuple[memoryview, Callable[[], NDArray]
     return bytes_view(arr), lambda: arr
 
 
+def holds_blocks(info: TensorInfo) -> bool:
+    """Whether ``info`` is ggml's quantized blocks as stored (GGUF's, zTensor v2's
+    ``gguf.<type>/1``): layout ``quantized``, one ``data`` component, a type tensorfile has
+    no element type for; not a zTensor v1.0 extension layout that happens to be named
+    ``quantized`` (whose dtype is an element type and whose parts are its own).
+
+    Example:
+        >>> from tensorfile.core.catalog import ByteRange, Component
+        >>> from tensorfile.core.dtypes import from_name
+        >>> data = {"data": Component(ByteRange(0, 34), from_name("U8"))}
+        >>> holds_blocks(TensorInfo("w", from_name("U8"), (32,), data, "quantized", "q8_0"))
+        True
+        >>> holds_blocks(TensorInfo("w", from_name("U8"), (34,), data, "quantized", "uint8"))
+        False
+    """
+    if info.layout != "quantized" or set(info.components) != {"data"}:
+        return False
+    try:
+        dtypes.from_name(info.stored_dtype)
+    except KeyError:
+        return True
+    return False
+
+
 def digest_covers_data(info: TensorInfo) -> bool:
     """Whether a digest of ``info``'s stored ``data`` component can be a digest of its data
-    bytes at all: a dense or quantized tensor with such a component, not a BOOL one (whose
-    stored bytes may hold any nonzero byte for True, which the data bytes hold as 1)."""
+    bytes at all: a dense tensor or ggml blocks (:func:`holds_blocks`) with such a
+    component, not a BOOL one (whose stored bytes may hold any nonzero byte for True, which
+    the data bytes hold as 1)."""
     return (
-        info.layout in ("dense", "quantized")
+        (info.layout == "dense" or holds_blocks(info))
         and "data" in info.components
         and info.common_dtype != "BOOL"
     )

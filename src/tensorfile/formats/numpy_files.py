@@ -315,11 +315,18 @@ class NpzEntry:
 
 
 def _member_bound(info: zipfile.ZipInfo) -> int:
-    """The most bytes a zip member can yield: its stated size, and no more than its stored
-    bytes (deflate expands at most ~1032 times; other methods are given the same bound)."""
+    """The most bytes a zip member can yield: its stated size, and no more than its method
+    can expand its stored bytes to where that bound is known and tight: stored bytes as
+    they are, deflate at most ~1032 times. bzip2 and LZMA expand far more (a bzip2 block
+    of 45 MB of one byte packs into a few dozen bytes) and have no such bound worth using:
+    only the stated size, which the streaming decoder (:func:`_member_decoder`) holds the
+    member to while memory grows with the bytes really inflated, so no claim is ever an
+    allocation."""
     if info.compress_type == zipfile.ZIP_STORED:
         return min(info.file_size, info.compress_size)
-    return min(info.file_size, info.compress_size * 1100 + (1 << 16))
+    if info.compress_type == zipfile.ZIP_DEFLATED:
+        return min(info.file_size, info.compress_size * 1100 + (1 << 16))
+    return info.file_size
 
 
 def _stored_data(source: Source, m: _Member) -> int | None:

@@ -22,8 +22,14 @@ order, by the compact JSON ``{"name":…,"dtype":…,"shape":[…]}`` (the commo
 :attr:`~tensorfile.core.catalog.TensorInfo.common_dtype` names it; the row-major shape),
 ``\\n``, the digest text ``algorithm:hex`` of the tensor's data bytes and ``\\n``. The data
 bytes are the dense elements, row-major and little-endian (a sparse tensor's dense form; a
-sub-byte type packed as a raw file stores it; GGUF's quantized blocks as stored; an
-extension layout's components in role order, each as ``role\\n`` and its bytes). The
+sub-byte type packed as a raw file stores it; GGUF's quantized blocks as stored). A tensor
+of an extension layout (a zTensor one tensorfile does not know) is framed so that nothing
+is ambiguous: its JSON adds ``"layout":…`` after the shape (and, for a zTensor v2 object
+with attributes, ``"attributes":`` the hex of their canonical CBOR), which a plain tensor's
+never has, and its data bytes are its components in role order, each after the compact JSON
+``[role,dtype,logical type or null,byte length]`` and ``\\n``. JSON escapes every control
+character, so each head ends at its first ``\\n``, each part at its length, each digest
+text has its algorithm's length: two different tensor sets never give the same stream. The
 ``algorithm`` is ``sha256`` unless asked (``xxh3`` or ``crc32c``), written as
 :class:`~tensorfile.core.digests.Digest` writes it (``xxh3:`` + 16 hex digits,
 ``crc32c:`` + 8, ``sha256:`` + 64, lower-case).
@@ -66,7 +72,7 @@ from tensorfile.core.values import STRING_SEP, LazyStrings, TypedValue
 from ..core.catalog import Catalog, TensorInfo
 from ..core.digests import ALGORITHMS, Digest
 from ..core.errors import ChecksumError, InvalidArgumentError, InvalidTypeError
-from ..core.reader import Reader
+from ..core.reader import Reader, holds_blocks
 from ..formats import FORMATS
 from ._catalogs import file_dtype, files_of, load, naming, open_readers
 from ._dense import (
@@ -382,15 +388,14 @@ def content_hash(
         done = 0
         h = hashlib.sha256(CONTENT_PREFIX)
         for t, reader, stored in plan:
-            head = {"name": t.name, "dtype": t.common_dtype, "shape": list(t.shape)}
-            h.update(json.dumps(head, separators=(",", ":"), ensure_ascii=False).encode())
-            h.update(b"\n")
+            info = reader.info(t.name)
+            h.update(_head(reader, info, t))
             value = None if verify else stored.get(algorithm)
             if value is None:
                 digests = {a: Digest(a) for a in (algorithm, *stored)}
                 with naming(reader.source.name):
                     chunks = _tensor_chunks(reader, t.name)
-                    if t.common_dtype == "BOOL":  # any nonzero byte is True: hashed as 1
+                    if t.common_dtype == "BOOL" and is_plain(info):  # nonzero is True: as 1
                         chunks = map(_bool_bytes, chunks)
                     for chunk in chunks:
                         for d in digests.values():
@@ -452,10 +457,64 @@ def _bool_bytes(chunk: bytes | bytearray) -> bytes:
     return np.frombuffer(chunk, np.uint8).astype(bool).view(np.uint8).tobytes()
 
 
+def is_plain(info: TensorInfo) -> bool:
+    """Whether the content id hashes ``info`` as a plain tensor (its data bytes, under the
+    head ``{"name","dtype","shape"}``): a dense or sparse tensor, or ggml's blocks as stored
+    (:func:`~tensorfile.core.reader.holds_blocks`); any other layout is an extension one,
+    hashed part by part (:func:`_framed_parts`)."""
+    return info.layout in _PLAIN_LAYOUTS or holds_blocks(info)
+
+
+_PLAIN_LAYOUTS = ("dense", "sparse_csr", "sparse_coo")
+
+
+def _head(reader: Reader, info: TensorInfo, t: TensorInfo) -> bytes:
+    """A tensor's head in the id: its compact JSON and ``\n`` (JSON escapes every control
+    character, so the first ``\n`` ends it). An extension layout's head also names the
+    layout and, when its object has any (zTensor v2), the deterministic CBOR of its
+    attributes as hex, so a plain tensor's head (which has neither key) never equals one."""
+    head: dict[str, Any] = {"name": t.name, "dtype": t.common_dtype, "shape": list(t.shape)}
+    if not is_plain(info):
+        head["layout"] = info.layout
+        attributes = _attributes(reader, t.name)
+        if attributes:
+            head["attributes"] = attributes
+    return json.dumps(head, separators=(",", ":"), ensure_ascii=False).encode() + b"\n"
+
+
+def _attributes(reader: Reader, name: str) -> str | None:
+    """The attributes of zTensor v2 object ``name`` as the hex of their canonical CBOR
+    encoding (RFC 7049 §3.9: map keys sorted, shortest forms, so one value has one
+    encoding); None when the object has none, or the format has no object attributes."""
+    inner = reader.reader_of(name) if hasattr(reader, "reader_of") else reader
+    get = getattr(inner, "object_attributes", None)
+    found = get(name) if get is not None else None
+    if not found:
+        return None
+    import cbor2
+
+    return cbor2.dumps(found, canonical=True).hex()
+
+
+def _frame(role: str, info: TensorInfo, nbytes: int) -> bytes:
+    """What precedes an extension part's bytes: the compact JSON ``[role, dtype, logical
+    type or null, byte length]`` and ``\n``; the length says where the bytes end."""
+    comp = info.components[role]
+    frame = [role, comp.dtype.name, comp.logical, nbytes]
+    return json.dumps(frame, separators=(",", ":"), ensure_ascii=False).encode() + b"\n"
+
+
 def _tensor_chunks(reader: Reader, name: str) -> Iterator[bytes | bytearray]:
-    """The tensor's dense bytes, a chunk at a time (stored bytes are streamed; GGUF's
-    quantized blocks as they are stored; sparse tensors densified piece by piece)."""
+    """The tensor's data bytes, a chunk at a time (stored bytes are streamed; GGUF's
+    quantized blocks as they are stored; sparse tensors densified piece by piece; an
+    extension layout's parts framed, see :func:`_frame`)."""
     info = reader.info(name)
+    if not is_plain(info):  # an extension layout: each part, by role, framed
+        for role, part in components(reader.get_tensor(name)).items():
+            data = part.tobytes()
+            yield _frame(role, info, len(data))
+            yield data
+        return
     if info.layout in ("dense", "quantized") and all(
         c.encoding == "raw" and c.shard is None and c.logical not in _RULED
         for c in info.components.values()
@@ -473,13 +532,8 @@ def _tensor_chunks(reader: Reader, name: str) -> Iterator[bytes | bytearray]:
             yield packed[pos : pos + _CHUNK]
         return
     value = reader.get_tensor(name)
-    if is_extension(value) and info.layout == "quantized":  # ggml blocks (zTensor v2), as
-        for part in components(value).values():  # GGUF stores them: one content id for both
-            yield part.tobytes()
-        return
-    if is_extension(value):  # an extension layout: its components, by role
-        for role, part in components(value).items():
-            yield role.encode() + b"\n" + part.tobytes()
+    if is_extension(value):  # ggml blocks (a zTensor v2 part encoded or in a shard), as
+        yield components(value)["data"].tobytes()  # GGUF stores them: one id for both
         return
     for piece in dense_chunks(value, _CHUNK // max(1, info.dtype.itemsize)):
         yield piece.tobytes()
