@@ -44,11 +44,25 @@ def s3() -> Any:
 @pytest.fixture(scope="session")
 def plain_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The ``bin`` folder of a virtual environment holding ``pip install .`` of this checkout
-    (the base dependencies, no extras), as a user's plain install; built once per session
-    (about 15 s), shared by every test that needs a real install."""
+    (the base dependencies, no extras), as a user's plain install; built once per run
+    (about 15 s), shared by every test (and every xdist worker) that needs a real install."""
     from tests.helpers.venvs import plain_install
+    from tests.helpers.workers import once_per_run
 
-    return plain_install(tmp_path_factory.mktemp("plain-install"))
+    # one install for every worker of the run (make test runs the suite in several)
+    return once_per_run(tmp_path_factory, "plain-install", plain_install) / "venv" / "bin"
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """``make test`` spreads the tests over worker processes (pytest-xdist, ``--dist
+    loadgroup``: see the Makefile); the tests that take the session's one Spark cluster
+    (:func:`spark`) run on one worker, which starts it once. Every other test goes to any
+    worker: the session fixtures below (servers, the plain install) are made per worker or
+    shared between workers (:mod:`tests.helpers.workers`)."""
+    for item in items:
+        if "spark" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group("spark"))
 
 
 MASTER = os.environ.get("TENSORFILE_SPARK_MASTER") or "local-cluster[2,1,1024]"
