@@ -53,16 +53,33 @@ def plain_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return once_per_run(tmp_path_factory, "plain-install", plain_install) / "venv" / "bin"
 
 
+# the Spark tests run on this many workers, each starting one Spark cluster (about 1 GB)
+SPARK_WORKERS = 2
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """``make test`` spreads the tests over worker processes (pytest-xdist, ``--dist
-    loadgroup``: see the Makefile); the tests that take the session's one Spark cluster
-    (:func:`spark`) run on one worker, which starts it once. Every other test goes to any
-    worker: the session fixtures below (servers, the plain install) are made per worker or
-    shared between workers (:mod:`tests.helpers.workers`)."""
-    for item in items:
-        if "spark" in getattr(item, "fixturenames", ()):
-            item.add_marker(pytest.mark.xdist_group("spark"))
+    loadgroup``: see the Makefile); every test goes to whichever worker is free, except those
+    that take the session's Spark cluster (:func:`spark`, or the mark ``spark`` for a test
+    that asks for it at run time): they run on :data:`SPARK_WORKERS` workers only, so that
+    no more Spark clusters start. A test module of Spark tests stays on one worker. The other
+    session fixtures (servers, the plain install) are made per worker or shared between the
+    workers (:mod:`tests.helpers.workers`)."""
+    spark = [
+        i
+        for i in items
+        if "spark" in getattr(i, "fixturenames", ()) or i.get_closest_marker("spark")
+    ]
+    keys = sorted({_spark_key(item) for item in spark})
+    for item in spark:
+        group = keys.index(_spark_key(item)) % SPARK_WORKERS
+        item.add_marker(pytest.mark.xdist_group(f"spark-{group}"))
+
+
+def _spark_key(item: pytest.Item) -> str:
+    """What runs on one Spark worker: a module of tests/spark, or one test elsewhere."""
+    return item.nodeid.split("::")[0] if "/spark/" in item.nodeid else item.nodeid
 
 
 MASTER = os.environ.get("TENSORFILE_SPARK_MASTER") or "local-cluster[2,1,1024]"

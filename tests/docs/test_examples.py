@@ -116,7 +116,7 @@ def _runs_spark(page: str) -> bool:
     "page",
     [
         # a page with Spark examples takes the session's Spark (see tests/conftest.py)
-        pytest.param(p, marks=pytest.mark.xdist_group("spark")) if _runs_spark(p) else p
+        pytest.param(p, marks=pytest.mark.spark) if _runs_spark(p) else p
         for p in PAGES
     ],
     ids=[page_id(p) for p in PAGES],
