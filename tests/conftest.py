@@ -47,10 +47,11 @@ def plain_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (the base dependencies, no extras), as a user's plain install; built once per run
     (about 15 s), shared by every test (and every xdist worker) that needs a real install."""
     from tests.helpers.venvs import plain_install
-    from tests.helpers.workers import once_per_run
+    from tests.helpers.workers import once_per_run, run_folder
 
     # one install for every worker of the run (make test runs the suite in several)
-    return once_per_run(tmp_path_factory, "plain-install", plain_install) / "venv" / "bin"
+    made = once_per_run(run_folder(tmp_path_factory), "plain-install", plain_install)
+    return made / "venv" / "bin"
 
 
 # the Spark tests run on this many workers, each starting one Spark cluster (about 1 GB)

@@ -24,13 +24,10 @@ def run_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
 
 
-def once_per_run(
-    tmp_path_factory: pytest.TempPathFactory, name: str, make: Callable[[Path], object]
-) -> Path:
-    """The folder ``name`` of :func:`run_folder`, filled by ``make(folder)`` once per run:
-    the first worker to ask makes it while the others wait on a lock, then all share it.
-    A ``make`` that raises leaves nothing behind (the next worker to ask tries again)."""
-    root = run_folder(tmp_path_factory)
+def once_per_run(root: Path, name: str, make: Callable[[Path], object]) -> Path:
+    """The folder ``root/name`` (``root``: :func:`run_folder`), filled by ``make(folder)``
+    once: the first worker to ask makes it while the others wait on a lock, then all share
+    it. A ``make`` that raises leaves nothing behind (the next worker to ask tries again)."""
     folder, done = root / name, root / f"{name}.done"
     with open(root / f"{name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
