@@ -39,9 +39,12 @@ def cli_reference() -> str:
     parser.prog = "tensorfile"
     subs = _subparsers(parser)
     out = ["## `tensorfile`", "", "```text", _help_of(parser).rstrip(), "```", ""]
-    for name, sub in subs.items():
+    todo = list(subs.items())
+    while todo:
+        name, sub = todo.pop(0)
         sub.prog = f"tensorfile {name}"
         out += [f"## `tensorfile {name}`", "", "```text", _help_of(sub).rstrip(), "```", ""]
+        todo[:0] = [(f"{name} {n}", p) for n, p in _subparsers(sub).items()]  # (dataset gc)
     return "\n".join(out)
 
 

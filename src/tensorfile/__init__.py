@@ -14,6 +14,7 @@ Example:
 """
 
 import importlib
+import sys
 from typing import TYPE_CHECKING, Any
 
 from tensorfile.formats.checkpoint import ShardedReader
@@ -60,6 +61,11 @@ _LAZY = {
 def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
+        # a submodule loaded before this package ran: the import hook loads
+        # tensorfile.patching at interpreter start without importing tensorfile
+        loaded = sys.modules.get(f"{__name__}.{name}")
+        if loaded is not None:
+            return loaded
         raise AttributeError(f"module 'tensorfile' has no attribute {name!r}")
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value

@@ -18,8 +18,11 @@ For programs you do not even start yourself (a serving command, a notebook kerne
 ``TENSORFILE_PATCH_SAFETENSORS=1`` in their environment: the import hook the package
 installs (``tensorfile-patch.pth`` in site-packages, run by Python's ``site`` at every
 interpreter start) then calls :func:`patch_from_environment`, which patches before any of
-the program's code runs. Unset, the hook costs one environment lookup and imports nothing;
-it never stops an interpreter from starting (a failure is one line on stderr).
+the program's code runs. Unset or switched off (``0``, ``false``, ``no``, ``off``), the hook
+costs one environment lookup and imports nothing. Switched on, it loads this module alone
+(the standard library only: not the ``tensorfile`` package, not numpy); the rest of
+tensorfile is imported when the program first imports ``safetensors``. The hook never
+stops an interpreter from starting (a failure is one line on stderr).
 
 Example:
     >>> from tensorfile.patching import patched_safetensors
@@ -33,7 +36,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-import importlib.abc
 import importlib.machinery
 import importlib.util
 import os
@@ -54,13 +56,20 @@ __all__ = [
 ENV = "TENSORFILE_PATCH_SAFETENSORS"
 """The environment variable the import hook reads: ``1`` (``true``, ``yes``, ``on``) patches
 every interpreter started with it; ``0`` (``false``, ``no``, ``off``) or unset does not."""
+_ON = ("1", "true", "yes", "on")
+_OFF = ("", "0", "false", "no", "off")  # tensorfile-patch.pth spells these out too
+
+# This module imports a few small modules of the standard library only (not importlib.abc,
+# which pulls in pathlib and tempfile): the import hook loads it at interpreter start
+# without the tensorfile package (whose import pulls in numpy), which the finder imports
+# when ``safetensors`` is first imported. The finder and the loader follow the protocols.
 
 _NAME = "safetensors"
 _TARGET = "tensorfile." + _NAME
 _lock = threading.RLock()
 
 
-class _Loader(importlib.abc.Loader):
+class _Loader:
     """Gives the tensorfile module ``real`` as the module asked for."""
 
     def __init__(self, real: str) -> None:
@@ -72,8 +81,13 @@ class _Loader(importlib.abc.Loader):
     def exec_module(self, module: ModuleType) -> None:
         """Nothing to run: the tensorfile module is imported already."""
 
+    def load_module(self, fullname: str) -> ModuleType:
+        """The legacy protocol (Python calls the two above instead)."""
+        module = sys.modules[fullname] = importlib.import_module(self.real)
+        return module
 
-class _Finder(importlib.abc.MetaPathFinder):
+
+class _Finder:
     """Finds ``safetensors`` and ``safetensors.<x>`` as ``tensorfile.safetensors(.<x>)``."""
 
     def find_spec(
@@ -190,10 +204,10 @@ def patch_from_environment() -> bool:
         False
     """
     value = os.environ.get(ENV, "").strip().lower()
-    if value in ("", "0", "false", "no", "off"):
+    if value in _OFF:
         return False
     try:
-        if value not in ("1", "true", "yes", "on"):
+        if value not in _ON:
             raise ValueError(f"{value!r} is not one of 1, true, yes, on (or 0, false, no, off)")
         patch_safetensors()
     except Exception as exc:

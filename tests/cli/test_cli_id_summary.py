@@ -279,23 +279,40 @@ def test_id_content_digest_json(tmp_path: Path, capsys: Any, algorithm: str) -> 
         assert doc["content_hash"] == want, path
         assert doc["content_algorithm"] == algorithm
         assert _id(capsys, path, "--content", "--digest", algorithm) == want
-        assert _id(capsys, path, "--content", "--digest", algorithm, "--verify") == want
+        trusted = (path, "--content", "--digest", algorithm, "--trust-stored-digests")
+        assert _id(capsys, *trusted) == want  # an intact file: the same id either way
+    assert _id(capsys, digested, "--content", "--digest", algorithm, "--verify") == want
+    for path in (plain, zt):  # no digests to check: said on stderr, the id still printed
+        r = run(capsys, "id", path, "--content", "--digest", algorithm, "--verify")
+        assert (r.code, r.out) == (0, want + "\n")
+        assert r.err.startswith("tensorfile: warning: ") and "stores no digests" in r.err
+
+
+def _flip_one_byte(path: Path, name: str) -> dict[str, np.ndarray[Any, Any]]:
+    """Flip a bit of tensor ``name``'s stored bytes in place (header and digests kept);
+    the model as the file now holds it."""
+    import tensorfile
+
+    with tensorfile.open(str(path)) as r:
+        at = r.info(name).byte_range.start + 5
+    data = bytearray(path.read_bytes())
+    data[at] ^= 0x01
+    path.write_bytes(bytes(data))
+    changed = bytearray(np.ascontiguousarray(MODEL[name]).tobytes())
+    changed[5] ^= 0x01
+    array = np.frombuffer(bytes(changed), MODEL[name].dtype).reshape(MODEL[name].shape)
+    return {**MODEL, name: array}
 
 
 def test_id_content_verify_catches_a_changed_byte(tmp_path: Path, capsys: Any) -> None:
-    import tensorfile
     from tensorfile.safetensors.numpy import save_file
 
     path = tmp_path / "m.safetensors"
     save_file(dict(MODEL), str(path), checksum="xxh3")
     want = _model_content(MODEL, "xxh3")
-    with tensorfile.open(str(path)) as r:
-        at = r.info("lm_head.weight").byte_range.start + 5
-    data = bytearray(path.read_bytes())
-    data[at] ^= 0x01
-    path.write_bytes(bytes(data))
-    # the stored digests stand for the data: the id is what the file claims...
-    assert _id(capsys, path, "--content", "--digest", "xxh3") == want
+    _flip_one_byte(path, "lm_head.weight")
+    # trusted, the stored digests stand for the data: the id is what the file claims...
+    assert _id(capsys, path, "--content", "--digest", "xxh3", "--trust-stored-digests") == want
     # ...until they are checked
     r = run(capsys, "id", path, "--content", "--digest", "xxh3", "--verify")
     message = assert_one_error(r, contains="'lm_head.weight'")
@@ -305,7 +322,59 @@ def test_id_content_verify_catches_a_changed_byte(tmp_path: Path, capsys: Any) -
 
 
 @pytest.mark.parametrize(
-    "options", [["--digest", "xxh3"], ["--verify"], ["--digest", "sha256", "--verify"]]
+    ("kind", "checksum"),
+    [("safetensors", "sha256"), ("safetensors", "xxh3"), ("zt2", "sha256"), ("zt", "crc32c")],
+)
+def test_id_content_of_a_forged_file_is_not_the_intact_one(
+    tmp_path: Path, capsys: Any, kind: str, checksum: str
+) -> None:
+    """The issue's reproducer: a file saved with per-tensor digests, then one data byte
+    flipped. ``id --content`` reads the bytes: the forged file gets another id (that of
+    its bytes); only --trust-stored-digests gives the intact file's, as documented."""
+    import tensorfile
+    from tensorfile.safetensors.numpy import save_file
+
+    path = tmp_path / f"m.{kind}"
+    if kind == "safetensors":  # tensorfile's own writer, with digests in the metadata
+        save_file(dict(MODEL), str(path), checksum=checksum)
+    else:  # zTensor v2 (v1.0) written by tensorfile with --checksum
+        plain = write_safetensors(tmp_path / "plain.safetensors")
+        r = run(capsys, "convert", plain, path, "--to", kind, "--checksum", checksum)
+        assert r.code == 0, r
+    algorithm = "sha256" if checksum == "sha256" else checksum
+    options = ("--content",) if algorithm == "sha256" else ("--content", "--digest", algorithm)
+    intact = _model_content(MODEL, algorithm)
+    kept = tmp_path / f"intact.{kind}"
+    kept.write_bytes(path.read_bytes())
+    assert _id(capsys, path, *options) == intact
+    changed = _flip_one_byte(path, "lm_head.weight")
+    with tensorfile.open(str(path), verify=False) as f:  # the flip is in the data
+        assert not np.array_equal(f.get_tensor("lm_head.weight"), MODEL["lm_head.weight"])
+    forged = _id(capsys, path, *options)
+    assert forged != intact
+    assert forged == _model_content(changed, algorithm)  # the id of the bytes it holds
+    # the opt-in: the stored digests stand for the data, the same id on the intact file...
+    assert _id(capsys, kept, *options, "--trust-stored-digests") == intact
+    # ...and, as documented, the intact file's id on the forged one
+    assert _id(capsys, path, *options, "--trust-stored-digests") == intact
+    r = run(capsys, "id", path, *options, "--verify")
+    assert_one_error(r, contains="'lm_head.weight'")
+
+
+def test_id_verify_and_trust_stored_digests_exclude_each_other(tmp_path: Path, capsys: Any) -> None:
+    path = write_safetensors(tmp_path / "m.safetensors")
+    r = run(capsys, "id", path, "--content", "--verify", "--trust-stored-digests")
+    assert_one_error(r, code=2, contains="exclude each other")
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        ["--digest", "xxh3"],
+        ["--verify"],
+        ["--digest", "sha256", "--verify"],
+        ["--trust-stored-digests"],
+    ],
 )
 def test_id_digest_options_need_content(tmp_path: Path, capsys: Any, options: list[str]) -> None:
     path = write_safetensors(tmp_path / "m.safetensors")

@@ -461,14 +461,15 @@ def test_non_regular_cache_entries_are_removed_and_fetched_again(
     _plant(root / f"{keys[1]}.lock", kind, target)
     (root / f"{keys[2]}.shard").unlink()
     _plant(root / f"{keys[2]}.lock", kind, target)
-    _plant(root / ".lock", kind, target)
+    _plant(root / ".lock", kind, target)  # (an older version's lock)
+    _plant(cache / ".lock", kind, target)  # the folder's lock
     _plant(root / f".{keys[3]}.shard.tensorfile-0123456789ab.tmp", kind, target)
     with dataset.open(url, cache_dir=cache, cache_limit=10 << 20) as ds:
         assert_samples(list(ds), expected_rows(cols, 64))
         assert ds.cache is not None and ds.cache.downloads == 2  # shards 0 and 2
         ds.cache.usage()  # (a sweep: the planted temporary entry goes)
     assert not target.exists()
-    for entry in root.iterdir():
+    for entry in [*root.iterdir(), cache / ".lock"]:
         assert entry.is_file() and not entry.is_symlink(), entry
     assert len(_left(cache)) == 4
 
@@ -530,5 +531,5 @@ def test_limits_say_what_they_accept_and_a_bytes_cache_dir_works(
     with dataset.open(url, cache_dir=os.fsencode(tmp_path / "b")) as ds:
         np.testing.assert_array_equal(ds[3]["x"], cols["x"][3])
         assert ds.cache is not None and ds.cache.config.folder == str(tmp_path / "b")
-    mode = (tmp_path / "b" / LAYOUT / ".lock").stat().st_mode & 0o777
+    mode = (tmp_path / "b" / ".lock").stat().st_mode & 0o777  # (the folder's one lock)
     assert mode & 0o133 == 0  # not executable, not writable by others

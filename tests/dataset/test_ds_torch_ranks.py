@@ -255,8 +255,8 @@ def test_two_gloo_ranks_with_two_workers_each(ds_path: str, tmp_path: Path) -> N
 
 def test_to_torch_checks_its_arguments(ds_path: str) -> None:
     ds = dataset.open(ds_path)
-    with pytest.raises(InvalidArgumentError, match="at least 1"):
-        ds.to_torch(shuffle_buffer=0)
+    with pytest.raises(InvalidArgumentError, match="shuffle_block must be between 1"):
+        ds.to_torch(shuffle_block=0)
     with pytest.raises(TypeError):
         ds.to_torch(batch_size=2.0)  # type: ignore[arg-type]
     it = TorchIterable(ds)
@@ -282,7 +282,7 @@ def test_feed_options_are_checked_once_and_carried_whole(ds_path: str) -> None:
     and messages whether it is made by to_torch or by hand), which the feed keeps and its
     DataLoader workers get (pickled, with the rank and world size resolved)."""
     ds = dataset.open(ds_path)
-    it = ds.to_torch(batch_size=4, shuffle=True, seed=5, even="drop", shuffle_buffer=64)
+    it = ds.to_torch(batch_size=4, shuffle=True, seed=5, even="drop", shuffle_block=64)
     want = FeedOptions(batch_size=4, shuffle=True, seed=5, even=True, shuffle_block=64)
     assert it.options == want
     assert (want.batched, want.unit, want.even) == (True, 4, True)
@@ -302,6 +302,18 @@ def test_feed_options_are_checked_once_and_carried_whole(ds_path: str) -> None:
     again = pickle.loads(pickle.dumps(it))
     assert again.options == dataclasses.replace(want, rank=0, world_size=1)
     assert [b["id"].tolist() for b in again] == [b["id"].tolist() for b in it]
+
+
+def test_the_legacy_aliases_are_gone(ds_path: str) -> None:
+    """The 0.1 package's names went (the changelog says what to use): ``shuffle_buffer=`` is
+    an unknown keyword, ``ShardedIterable`` no name of the feed."""
+    import tensorfile.dataset.torch as face
+
+    with pytest.raises(TypeError, match="shuffle_buffer"):
+        dataset.open(ds_path).to_torch(shuffle_buffer=64)  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="shuffle_buffer"):
+        FeedOptions(shuffle_buffer=64)  # type: ignore[call-arg]
+    assert "ShardedIterable" not in dir(face)
 
 
 class _Rows:

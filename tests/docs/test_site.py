@@ -7,6 +7,7 @@ broken link, an unknown reference target or a docstring the reference cannot ren
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import http.server
 import importlib
@@ -156,11 +157,15 @@ def test_the_cli_reference_is_generated_from_the_parser(site: Path) -> None:
     parser = build_parser()
     commands = next(a for a in parser._actions if a.dest == "command").choices
     assert commands
-    for name, sub in commands.items():
+    todo = list(commands.items())
+    while todo:
+        name, sub = todo.pop()
         assert f"tensorfile {name}" in html
         for action in sub._actions:
             for flag in action.option_strings:
                 assert flag in html, (name, flag)
+            if isinstance(action, argparse._SubParsersAction):  # tensorfile dataset gc
+                todo += [(f"{name} {n}", p) for n, p in action.choices.items()]
 
 
 def test_the_error_tree_is_drawn(site: Path) -> None:

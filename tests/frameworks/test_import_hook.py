@@ -10,6 +10,7 @@ packaging itself is checked by building both wheels (``pip install .`` and ``pip
 
 from __future__ import annotations
 
+import ast
 import os
 import subprocess
 import sys
@@ -92,6 +93,66 @@ def test_on_and_off_values(python: Path, value: str, patched: bool) -> None:
     assert f"load_file: {face}\n" in done.stdout and done.stderr == ""
 
 
+_LOADED = """
+    import sys
+    def loaded():
+        return sorted(m for m in sys.modules if m.split(".")[0] in ("tensorfile", "numpy"))
+    print("at startup:", loaded())
+"""
+
+
+@pytest.mark.parametrize("value", [None, "0", "false", "off", " No "])
+def test_switched_off_the_hook_imports_nothing(python: Path, value: str | None) -> None:
+    """Issue 35: switched off, neither tensorfile nor numpy is imported at startup (numpy
+    before a program can set ``OPENBLAS_NUM_THREADS``, and most of a second per start)."""
+    done = start(python, _LOADED, value)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    assert done.stdout == "at startup: []\n"
+
+
+def test_switched_on_the_hook_imports_the_finder_alone(python: Path) -> None:
+    """Issue 35: switched on, startup loads ``tensorfile.patching`` alone (no numpy, not the
+    tensorfile package); ``import safetensors`` brings the rest, and the module the hook
+    loaded is the one ``tensorfile`` has, so unpatching works."""
+    done = start(
+        python,
+        _LOADED
+        + """
+    import numpy as np
+    import safetensors.numpy
+    print("load_file:", safetensors.numpy.load_file.__module__)
+    data = safetensors.numpy.save({"a": np.arange(6, dtype=np.float32).reshape(2, 3)})
+    print("loaded:", safetensors.numpy.load(data)["a"].tolist())
+    import tensorfile, tensorfile.patching
+    print("one module:", tensorfile.patching is sys.modules["tensorfile.patching"])
+    unpatch = tensorfile.patching.unpatch_safetensors
+    print("same function:", tensorfile.unpatch_safetensors is unpatch)
+    tensorfile.unpatch_safetensors()
+    import safetensors.numpy
+    print("unpatched:", safetensors.numpy.load_file.__module__)
+    """,
+        "1",
+    )
+    assert done.returncode == 0 and done.stderr == "", done.stderr[-3000:]
+    assert done.stdout.splitlines() == [
+        "at startup: ['tensorfile.patching']",
+        "load_file: tensorfile.safetensors.numpy",
+        "loaded: [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]]",
+        "one module: True",
+        "same function: True",
+        "unpatched: safetensors.numpy",
+    ]
+
+
+def test_the_hook_and_patch_from_environment_agree_on_off_values() -> None:
+    """The hook decides "off" before importing anything, so it spells the values out."""
+    from tensorfile import patching
+
+    line = HOOK.read_text()
+    spelled = line.split(".strip().lower() not in ", 1)[1].split(" and not hasattr", 1)[0]
+    assert ast.literal_eval(spelled) == patching._OFF
+
+
 def test_an_unknown_value_is_one_line_and_no_patch(python: Path) -> None:
     done = start(python, _WHICH_LIGHT, "banana")
     assert done.returncode == 0
@@ -102,11 +163,12 @@ def test_an_unknown_value_is_one_line_and_no_patch(python: Path) -> None:
 
 
 def test_a_broken_install_never_stops_the_interpreter(python: Path, tmp_path: Path) -> None:
-    """A ``tensorfile`` that fails to import: the interpreter starts all the same, with one
-    line on stderr instead of site's traceback."""
+    """A ``tensorfile`` whose hook module fails to import: the interpreter starts all the
+    same, with one line on stderr instead of site's traceback."""
     fake = tmp_path / "tensorfile"
     fake.mkdir()
-    (fake / "__init__.py").write_text("raise RuntimeError('boom\\nsecond line')\n")
+    (fake / "__init__.py").write_text("")
+    (fake / "patching.py").write_text("raise RuntimeError('boom\\nsecond line')\n")
     done = start(python, "print('started')", "1", path=[str(tmp_path)])
     assert done.returncode == 0 and done.stdout == "started\n"
     assert done.stderr == (

@@ -155,14 +155,15 @@ def parse_range(spec: str | None, size: int) -> tuple[int, int] | None:
     return max(0, size - int(m.group(2))), size
 
 
-def serve_bytes(data: bytes, *, keep_alive: bool = True) -> Respond:
+def serve_bytes(data: bytes, *, keep_alive: bool = True, etag: str | None = None) -> Respond:
     """An honest ``respond``: single ranges of ``data`` (206), 416 past the end, 200 without
-    a Range header."""
+    a Range header; ``etag`` is the ``ETag`` of its 200 and 206 replies."""
+    tagged = {} if etag is None else {"ETag": etag}
 
     def respond(request: Request, conn: socket.socket) -> bool:
         rng = parse_range(request.headers.get("range"), len(data))
         if rng is None:
-            conn.sendall(reply(200, {"Content-Length": str(len(data))}, data))
+            conn.sendall(reply(200, {"Content-Length": str(len(data)), **tagged}, data))
         elif rng[0] >= len(data):
             conn.sendall(
                 reply(416, {"Content-Range": f"bytes */{len(data)}", "Content-Length": "0"})
@@ -172,6 +173,7 @@ def serve_bytes(data: bytes, *, keep_alive: bool = True) -> Respond:
             headers = {
                 "Content-Range": f"bytes {start}-{stop - 1}/{len(data)}",
                 "Content-Length": str(stop - start),
+                **tagged,
             }
             conn.sendall(reply(206, headers, data[start:stop]))
         return keep_alive

@@ -23,6 +23,7 @@ from tensorfile.errors import (
     ChecksumError,
     InvalidArgumentError,
     InvalidMetadataError,
+    NoDigestsWarning,
     SafetensorChecksumError,
     ZTensorChecksumError,
 )
@@ -499,7 +500,7 @@ def test_content_hash_gguf(tmp_path: Path) -> None:
     assert calls[-1] == 48 + 34
 
 
-# -- content id v2: per-tensor digests, stored ones used ------------------------------------
+# -- content id v2: per-tensor digests; stored ones used only when trusted -------------------
 
 ALGORITHMS = ("xxh3", "crc32c", "sha256")
 
@@ -570,9 +571,13 @@ def test_stored_digests_give_the_same_id_in_every_container(tmp_path: Path, algo
                     with tensorfile.open(p) as r:
                         assert r.info("a.weight").data.encoding != "raw"
     for name, (path, used) in files.items():
-        got, total = _read_bytes(path, algorithm)
+        # trusted, the stored digests stand for the data: only the rest is read
+        got, total = _read_bytes(path, algorithm, trust_stored_digests=True)
         assert got == want, name
         assert total == (bool_bytes if used else all_bytes), name
+        # by default every byte is read, whatever the file stores: the same id on an
+        # intact file, so ids computed either way (dedup keys) agree
+        assert _read_bytes(path, algorithm) == (want, all_bytes), name
         got, total = _read_bytes(path, algorithm, verify=True)  # checked: every byte read
         assert (got, total) == (want, all_bytes), name
 
@@ -587,6 +592,14 @@ def _flip(path: str, name: str) -> None:
         byte = f.read(1)[0]
         f.seek(rng.start + 3)
         f.write(bytes([byte ^ 0x5A]))
+
+
+def _stored_array(path: str, name: str) -> np.ndarray[Any, Any]:
+    """Tensor ``name`` as its stored bytes are now, read past every digest check."""
+    with tensorfile.open(path, verify=False) as r:
+        info = r.info(name)
+        raw = r.source.read(info.byte_range.start, info.byte_range.length)
+    return np.frombuffer(raw, np.float32).reshape(info.shape)
 
 
 def _digested(path: str, kind: str, algorithm: str, arrays: dict[str, Any], plain: str) -> None:
@@ -608,9 +621,12 @@ def _digested(path: str, kind: str, algorithm: str, arrays: dict[str, Any], plai
         ("zt2", "sha256", ZTensorChecksumError),
     ],
 )
-def test_stored_digests_are_used_unread_and_checked_with_verify(
+def test_a_forged_file_gets_another_id_unless_its_digests_are_trusted(
     tmp_path: Path, kind: str, algorithm: str, error: type[Exception]
 ) -> None:
+    """A byte flipped after writing, the stored digests left as they were: by default the
+    id is that of the bytes, not the intact file's; trusting the digests keeps the old id
+    (the opt-in's documented cost); verify refuses the file."""
     arrays = _arrays()
     plain = _save(arrays, tmp_path / "plain.safetensors", "safetensors")
     path = str(tmp_path / f"m.{kind}")
@@ -618,11 +634,17 @@ def test_stored_digests_are_used_unread_and_checked_with_verify(
     other = "sha256" if algorithm != "sha256" else "xxh3"
     original, original_other = _expected_id(arrays, algorithm), _expected_id(arrays, other)
     assert ops.content_hash(path, algorithm=algorithm) == original
+    assert ops.content_hash(path, algorithm=algorithm, trust_stored_digests=True) == original
     _flip(path, "a.weight")
-    # the stored digest stands for the data: the changed byte is never read
-    assert ops.content_hash(path, algorithm=algorithm) == original
-    # another algorithm reads the data, and sees the change
+    changed = {**arrays, "a.weight": _stored_array(path, "a.weight")}
+    assert not np.array_equal(changed["a.weight"], arrays["a.weight"])
+    # the id is a statement about the bytes: it reads them, and it is the changed file's
+    assert ops.content_hash(path, algorithm=algorithm) == _expected_id(changed, algorithm)
+    assert ops.content_hash(path, algorithm=algorithm) != original
+    assert ops.content_hash(path, algorithm=other) == _expected_id(changed, other)
     assert ops.content_hash(path, algorithm=other) != original_other
+    # trusted, the stored digest stands for the data: the changed byte is never read
+    assert ops.content_hash(path, algorithm=algorithm, trust_stored_digests=True) == original
     for algo in (algorithm, other):  # verify checks every digest the file stores
         with pytest.raises(error, match=r"a\.weight") as caught:
             ops.content_hash(path, algorithm=algo, verify=True)
@@ -641,10 +663,21 @@ def test_stored_digests_are_used_unread_and_checked_with_verify(
 )
 def test_lying_digest_metadata_is_an_error_of_the_file(tmp_path: Path, digests: str) -> None:
     path = str(tmp_path / "m.safetensors")
-    ref_st.save_file({"w": np.ones(4, np.float32)}, path, metadata={"tensorfile.digests": digests})
+    w = np.ones(4, np.float32)
+    ref_st.save_file({"w": w}, path, metadata={"tensorfile.digests": digests})
     for algorithm in ALGORITHMS:
-        with pytest.raises(InvalidMetadataError, match=r"tensorfile\.digests"):
-            ops.content_hash(path, algorithm=algorithm)
+        for way in ({"trust_stored_digests": True}, {"verify": True}):  # the digests used
+            with pytest.raises(InvalidMetadataError, match=r"tensorfile\.digests"):
+                ops.content_hash(path, algorithm=algorithm, **way)
+        # by default they are not: the id is that of the bytes, as without the metadata
+        assert ops.content_hash(path, algorithm=algorithm) == _expected_id({"w": w}, algorithm)
+
+
+def test_verify_and_trusting_stored_digests_exclude_each_other(tmp_path: Path) -> None:
+    path = str(tmp_path / "m.safetensors")
+    save_file(_arrays(), path, checksum="sha256")
+    with pytest.raises(InvalidArgumentError, match="trust_stored_digests"):
+        ops.content_hash(path, verify=True, trust_stored_digests=True)
 
 
 def test_unknown_algorithm_is_refused(tmp_path: Path) -> None:
@@ -662,9 +695,12 @@ def test_progress_total_excludes_tensors_a_stored_digest_covers(tmp_path: Path) 
     save_file(without, str(tmp_path / "part-2.safetensors"))
     glob = str(tmp_path / "part-*.safetensors")
     want = _expected_id(arrays, "xxh3")
-    assert _read_bytes(glob, "xxh3") == (want, sum(a.nbytes for a in without.values()))
+    unread = sum(a.nbytes for a in without.values())
+    assert _read_bytes(glob, "xxh3", trust_stored_digests=True) == (want, unread)
     all_bytes = sum(a.nbytes for a in arrays.values())
-    assert _read_bytes(glob, "xxh3", verify=True) == (want, all_bytes)
+    assert _read_bytes(glob, "xxh3") == (want, all_bytes)
+    with pytest.warns(NoDigestsWarning, match=r"part-2\.safetensors stores no digests"):
+        assert _read_bytes(glob, "xxh3", verify=True) == (want, all_bytes)
     assert _read_bytes(glob, "sha256") == (_expected_id(arrays, "sha256"), all_bytes)
 
 
@@ -694,9 +730,10 @@ def test_property_stored_xxh3_digests_agree_with_reading(
     with_digests, without = str(tmp_path / "d.safetensors"), str(tmp_path / "p.safetensors")
     save_file(arrays, with_digests, checksum="xxh3")
     save_file(arrays, without)
-    got, total = _read_bytes(with_digests, "xxh3")
+    got, total = _read_bytes(with_digests, "xxh3", trust_stored_digests=True)
     assert total == 0
     assert got == ops.content_hash(without, algorithm="xxh3") == _expected_id(arrays, "xxh3")
+    assert got == ops.content_hash(with_digests, algorithm="xxh3")  # read: the same id
 
 
 def test_stored_digest_of_a_sharded_checkpoint_is_its_shards(tmp_path: Path) -> None:
@@ -711,4 +748,6 @@ def test_stored_digest_of_a_sharded_checkpoint_is_its_shards(tmp_path: Path) -> 
             data = np.ascontiguousarray(arrays[name]).tobytes()
             assert r.stored_digest(name, "crc32c") == digest_text("crc32c", data)
             assert r.stored_digest(name, "xxh3") is None
-    assert _read_bytes(index, "crc32c") == (_expected_id(arrays, "crc32c"), 0)
+    want = _expected_id(arrays, "crc32c")
+    assert _read_bytes(index, "crc32c", trust_stored_digests=True) == (want, 0)
+    assert _read_bytes(index, "crc32c")[0] == want

@@ -54,6 +54,7 @@ CORPUS = Path(__file__).resolve().parents[1] / "ztensor" / "fixtures" / "v2-conf
     "fixture", ["reject/bool-invalid-byte.zt", "reject/f4-nonzero-odd-nibble.zt"]
 )
 @pytest.mark.parametrize("verify", [False, True])
+@pytest.mark.filterwarnings("ignore::tensorfile.errors.NoDigestsWarning")  # fixtures: none
 def test_the_content_id_refuses_ztensor_v2_data_every_read_refuses(
     fixture: str, verify: bool
 ) -> None:

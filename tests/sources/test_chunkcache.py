@@ -21,14 +21,9 @@ import safetensors.numpy as ref
 from tensorfile.core.atomic import AtomicFile
 from tensorfile.safetensors.numpy import load_file, save_file
 from tensorfile.sources import CachedSource, CacheWarning, open_path
-from tensorfile.sources.cache._chunkdir import (
-    CACHE_CHUNK_ENV,
-    CACHE_DIR_ENV,
-    LAYOUT,
-    CacheSettings,
-    cache_key,
-    sweep,
-)
+from tensorfile.sources.cache._chunkdir import LAYOUT, cache_key
+from tensorfile.sources.cache.folder import CacheFolder
+from tensorfile.sources.cache.settings import CACHE_CHUNK_ENV, CACHE_DIR_ENV, CacheSettings
 from tests.helpers.servers import Server, start_nginx
 
 MIB = 1 << 20
@@ -54,6 +49,12 @@ def _checkpoint(path: Path, seed: int = 0, n: int = 6) -> dict[str, np.ndarray[A
     tensors["i8"] = rng.integers(-128, 127, (1000,), dtype=np.int8)
     save_file(tensors, path)
     return tensors
+
+
+def _served(nginx: Server, name: str, seed: int, n: int) -> tuple[Path, str]:
+    """A checkpoint ``name`` written where nginx serves it: its path and URL."""
+    _checkpoint(nginx.root / name, seed=seed, n=n)
+    return nginx.root / name, f"{nginx.url}/{name}"
 
 
 def _chunks(cache: Path) -> list[Path]:
@@ -153,9 +154,8 @@ def test_a_changed_file_has_a_new_key(nginx: Server, tmp_path: Path) -> None:
 def test_a_url_with_credentials_keys_like_without_and_stores_no_secret(
     nginx: Server, tmp_path: Path
 ) -> None:
-    path = nginx.root / "cred.safetensors"
-    _checkpoint(path, seed=5, n=1)
-    bare, cache = f"{nginx.url}/cred.safetensors", tmp_path / "cache"
+    _, bare = _served(nginx, "cred.safetensors", seed=5, n=1)
+    cache = tmp_path / "cache"
     with_user = bare.replace("http://", "http://someone:hunter2secret@")
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -232,7 +232,7 @@ def test_threads_fetch_each_missing_chunk_once(tmp_path: Path) -> None:
 def test_eviction_keeps_the_limit_and_the_recently_used(tmp_path: Path) -> None:
     data = os.urandom(10_000)  # 10 chunks of 1,000 bytes (+ 32-byte headers)
     url = _memory_file("lru.bin", data)
-    limit = 4 * 1_032
+    limit = 4 * 1_032 + 500  # (and room for info.json, not for a fifth chunk)
     with _cached(url, tmp_path, _config(limit=limit)) as src:
         for a in range(0, len(data), 1_000):  # one chunk after the other
             assert src.read(a, 1_000) == data[a : a + 1_000]
@@ -253,7 +253,7 @@ def test_a_reader_whose_chunks_were_evicted_reads_the_network(tmp_path: Path) ->
     url = _memory_file("evicted.bin", data)
     with _cached(url, tmp_path, _config()) as src:
         assert src.read(0, 5_000) == data
-        sweep(str(tmp_path / LAYOUT), 1)  # another process evicts everything
+        CacheFolder(str(tmp_path), 1).sweep()  # another process evicts everything
         assert not _chunks(tmp_path)
         assert src.read(0, 5_000) == data
         assert src.cache_stats.misses == 10
@@ -269,7 +269,7 @@ def test_sweep_removes_only_dead_writers_temporary_files(tmp_path: Path) -> None
     dead.write_bytes(b"half a chunk")  # its writer was killed: nobody holds its lock
     live = AtomicFile(os.path.join(folder, "2.chunk"))  # a writer at work holds its lock
     try:
-        result = sweep(str(tmp_path / LAYOUT), 1 << 30)
+        result = CacheFolder(str(tmp_path), 1 << 30).sweep()
         assert result.temps_removed == 1 and not dead.exists()
         assert os.path.exists(live.tmp)
     finally:
@@ -302,3 +302,36 @@ def test_config_is_checked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
         open_path(url, cache_dir=tmp_path)
     with pytest.raises(InvalidArgumentError, match="cache_dir must be"):
         open_path(url, cache_dir=3)  # type: ignore[arg-type]
+
+
+def _signed(url: str, when: str, signature: str) -> str:
+    """``url`` presigned the AWS SigV4 way (nginx ignores the query)."""
+    return (f"{url}?versionId=7&X-Amz-Algorithm=AWS4-HMAC-SHA256"
+            f"&X-Amz-Credential=AKIAEXAMPLE%2F{when[:8]}%2Fus-east-1%2Fs3%2Faws4_request"
+            f"&X-Amz-Date={when}&X-Amz-Expires=3600&X-Amz-SignedHeaders=host"
+            f"&X-Amz-Security-Token=tok{signature}&X-Amz-Signature={signature}")  # fmt: skip
+
+
+def test_a_re_signed_url_finds_the_chunks_of_the_last_signing(
+    nginx: Server, tmp_path: Path
+) -> None:
+    path, bare = _served(nginx, "signed.safetensors", seed=6, n=2)
+    cache = tmp_path / "cache"
+    _same(load_file(_signed(bare, "20260101T000000Z", "aa11"), cache_dir=cache), path)
+    nginx.reset()
+    for again in (
+        _signed(bare, "20260102T120000Z", "bb22"),  # signed again a day later
+        f"{bare}?versionId=7&X-Goog-Algorithm=GOOG4-RSA-SHA256&X-Goog-Date=20260103T000000Z"
+        "&X-Goog-Expires=600&X-Goog-Signature=cc33&X-Goog-Credential=sa%40p.iam",  # (GCS)
+        f"{bare}?versionId=7&AWSAccessKeyId=AKIA&Expires=1767225600&Signature=dd44",  # (V2)
+    ):
+        _same(load_file(again, cache_dir=cache), path)
+    assert len(nginx.requests()) == 3  # each: the one request that tells the ETag and size
+    for f in cache.rglob("*"):
+        assert b"aa11" not in f.name.encode()
+        if f.is_file():
+            assert b"tokaa11" not in f.read_bytes()
+    other = f"{bare}?versionId=8&X-Amz-Signature=ee55"  # another parameter: another file
+    assert cache_key(other, '"t"', 1, 1) != cache_key(_signed(bare, "x", "y"), '"t"', 1, 1)
+    etag = cache_key(_signed(bare, "20260101T000000Z", "aa11"), '"other"', 1, 1)
+    assert etag != cache_key(_signed(bare, "20260101T000000Z", "aa11"), '"t"', 1, 1)

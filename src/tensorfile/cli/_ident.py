@@ -38,7 +38,8 @@ class _Ident:
 
 
 def run_id(args: argparse.Namespace, out: Output) -> int:
-    """``tensorfile id [--content [--digest ALG] [--verify]] PATH...``."""
+    """``tensorfile id [--content [--digest ALG] [--verify | --trust-stored-digests]]
+    PATH...``."""
 
     allow = args.allow_full_download or None
     algorithm = args.digest or "sha256"
@@ -49,7 +50,12 @@ def run_id(args: argparse.Namespace, out: Output) -> int:
             return _Ident(s, "structural_hash", _structural(s, out))
         with progress(out, "hashing") as report:
             digest = content_hash(
-                path, report, algorithm=algorithm, verify=args.verify, allow_full_download=allow
+                path,
+                report,
+                algorithm=algorithm,
+                verify=args.verify,
+                trust_stored_digests=args.trust_stored_digests,
+                allow_full_download=allow,
             )
             return _Ident(s, "content_hash", digest, algorithm)
 

@@ -17,6 +17,7 @@ from .._version import __version__
 from ..core.digests import ALGORITHMS
 from ..ops.inspect import readable
 from ._convert import TARGETS, run_convert
+from ._dataset import run_dataset_gc
 from ._diff import run_diff
 from ._ident import run_id, run_summary
 from ._inspect import run_inspect
@@ -91,7 +92,8 @@ Exit status:
 VERIFY_STATUS = """\
 Exit status:
   0  every rule holds
-  1  something fails: the first failing tensor and its rule on stderr (--json: all)
+  1  something fails (a tensor no digest covers included, as above): the first failing
+     tensor and its rule on stderr (--json: all)
   2  bad usage, or a file could not be read or is not a valid tensor file
   130  interrupted"""
 
@@ -113,10 +115,16 @@ Examples:
 Examples:
   tensorfile id model.safetensors
   tensorfile id model.zt --content      # the same id for the same tensors in any format
-  tensorfile id model.safetensors --content --digest xxh3   # uses the digests the file
-                                        # stores (checksum=xxh3): no tensor data is read
-  tensorfile id model.safetensors --content --verify       # checks them against the data
+  tensorfile id model.safetensors --content --verify       # also checks the digests the
+                                        # file stores against the data
+  tensorfile id my.safetensors --content --digest xxh3 --trust-stored-digests
+                                        # a file you trust: its stored xxh3 digests
+                                        # (checksum=xxh3) stand for the data, unread
   tensorfile id shards/*.safetensors    # one line per file: <hash>  <path>
+
+The content id reads and hashes every tensor's bytes. --trust-stored-digests is a trust
+boundary: the digests the file claims enter the id unchecked, so a file changed after it
+was written keeps its old id. Use it only for files you trust; --verify checks them.
 
 {_several("id", "one line each: <hash>  <path>")}
 
@@ -170,11 +178,15 @@ Examples:
   tensorfile verify model.zt                 # structure, every digest, every tensor's bytes
   tensorfile verify ./checkpoint --deep      # shards, total_size; NaN/Inf, BOOL bytes
   tensorfile verify shards/*.zt --json
+  tensorfile verify model.safetensors --strict   # every tensor must have a digest
 
 Rules: the format's structure (opening the file), each digest (zTensor crc32c, sha256,
-xxh3), each tensor's bytes present; for a sharded checkpoint every shard present, every
-tensor in the shard the index names and nowhere else, metadata.total_size. --deep reads
-every value: NaN and Inf in float tensors and BOOL bytes other than 0/1 fail.
+xxh3; safetensors tensorfile.digests), each tensor's bytes present; for a sharded
+checkpoint every shard present, every tensor in the shard the index names and nowhere
+else, metadata.total_size. A file that stores digests must cover every tensor: those it
+leaves out fail (uncovered: N tensors not covered by a digest: ...). A file with no
+digests at all passes on structure alone, as its OK line says; --strict fails it too.
+--deep reads every value: NaN and Inf in float tensors and BOOL bytes other than 0/1 fail.
 
 {PATHS}
 
@@ -208,6 +220,34 @@ Exit status:
   0  written (or already there)
   2  a sample already in DIR differs (without --force), or DIR cannot be written
   130  interrupted""",
+    "dataset": """\
+Commands on a dataset folder (tensorfile.dataset: dataset_manifest.json and its shards).
+
+Examples:
+  tensorfile dataset gc out/train --dry-run
+  tensorfile dataset gc s3://bucket/train --older-than 1d""",
+    "dataset gc": """\
+Examples:
+  tensorfile dataset gc out/train --dry-run     # what would go, and what is kept and why
+  tensorfile dataset gc out/train               # remove leftovers unchanged for an hour
+  tensorfile dataset gc s3://bucket/train --older-than 1d --json
+
+Removes what killed writers left: shard files (part-*.safetensors) directly in the folder
+that the manifest does not list, staging folders (_staging/<job>/) of jobs that wrote
+nothing for DURATION, and (local folders) their temporary files. Each goes only once
+unchanged for DURATION (default 1h): a running writer's shard,
+moved into place but not yet published, is newer than that and is kept; the manifest is
+read again right before each removal. Never touched: the manifest, the index, any listed
+shard, other names, symlinks (never followed), anything outside the folder. A folder
+without a manifest keeps its shards (they are the dataset). A writer that spends longer
+than DURATION between moving a shard and publishing can lose it: keep DURATION above your
+longest commit. A job quiet for DURATION loses its staging and fails at its commit,
+publishing nothing: run it again.
+
+Exit status:
+  0  done (--dry-run: nothing removed)
+  2  bad usage, or the dataset cannot be read (an unreadable manifest: nothing removed)
+  130  interrupted""",
 }
 
 
@@ -227,11 +267,16 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _check_id(args: argparse.Namespace) -> str | None:
-    """What is wrong with ``id``'s options together: ``--digest`` and ``--verify`` are
-    options of ``--content``."""
+    """What is wrong with ``id``'s options together: ``--digest``, ``--verify`` and
+    ``--trust-stored-digests`` are options of ``--content``, and the last two exclude each
+    other (one checks the stored digests against the data, the other takes them unread)."""
+    trust = args.trust_stored_digests
+    if args.verify and trust:
+        return "--verify and --trust-stored-digests exclude each other: choose one"
     if args.content:
         return None
-    given = [o for o, v in (("--digest", args.digest), ("--verify", args.verify)) if v]
+    options = (("--digest", args.digest), ("--verify", args.verify))
+    given = [o for o, v in (*options, ("--trust-stored-digests", trust)) if v]
     if not given:
         return None
     return f"{' and '.join(given)} {'needs' if len(given) == 1 else 'need'} --content"
@@ -245,6 +290,36 @@ KEY_HELP = (
 
 def _key(p: argparse.ArgumentParser) -> None:
     p.add_argument("--key", default=None, metavar="NAME", help=KEY_HELP)
+
+
+def _dataset(sub: argparse._SubParsersAction[_Parser]) -> None:
+    """``tensorfile dataset COMMAND``: commands on a dataset folder (``gc``)."""
+    about = "commands on a dataset folder: gc (remove what killed writers left)"
+    raw = argparse.RawDescriptionHelpFormatter
+    p = sub.add_parser(
+        "dataset", help=about, description=about, epilog=EPILOGS["dataset"], formatter_class=raw
+    )
+    p.set_defaults(parser=p)
+    commands = p.add_subparsers(dest="dataset_command", required=True, metavar="COMMAND")
+    about = "remove shards no manifest lists and dead writers' staging, safely while others write"
+    g = commands.add_parser(
+        "gc", help=about, description=about, epilog=EPILOGS["dataset gc"], formatter_class=raw
+    )
+    g.add_argument(
+        "path", metavar="PATH", help="the dataset: a folder, or an fsspec URL (s3://...)"
+    )
+    g.add_argument(
+        "--dry-run", action="store_true", help="remove nothing; print what would be removed"
+    )
+    g.add_argument(
+        "--older-than",
+        default=None,
+        metavar="DURATION",
+        help="remove only what has not changed for DURATION (90s, 30m, 1h, 2d; default: "
+        "1h); 0 removes every leftover, a running writer's too",
+    )
+    g.add_argument("--json", action="store_true", help="print JSON on stdout, nothing else")
+    g.set_defaults(run=run_dataset_gc, parser=g)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -300,13 +375,19 @@ def build_parser() -> argparse.ArgumentParser:
         "--digest",
         choices=ALGORITHMS,
         default=None,
-        help="with --content: the per-tensor digest (default sha256); a digest of it the file "
-        "stores (safetensors tensorfile.digests, zTensor) is used instead of reading the data",
+        help="with --content: the per-tensor digest (default sha256)",
     )
     p.add_argument(
         "--verify",
         action="store_true",
-        help="with --content: check every digest the file stores against the data first",
+        help="with --content: also check every digest the file stores against the data",
+    )
+    p.add_argument(
+        "--trust-stored-digests",
+        action="store_true",
+        help="with --content, for files you trust: where the file stores the --digest of a "
+        "tensor (safetensors tensorfile.digests, zTensor), take it unchecked instead of "
+        "reading the data; a file changed after writing keeps its old id",
     )
     p.set_defaults(check=_check_id)
 
@@ -369,6 +450,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("verify", run_verify, "check structure, digests, shards (and values, --deep)")
     p.add_argument("path", nargs="+", metavar="PATH", help=PATH_HELP)
     p.add_argument("--deep", action="store_true", help="also read every value (NaN, Inf, BOOL)")
+    p.add_argument(
+        "--strict",
+        action="store_true",
+        help="fail every tensor no stored digest covers, also in a file that stores no "
+        "digests at all (by default such a file passes on structure and completeness)",
+    )
+
+    _dataset(sub)
 
     p = command(
         "samples", run_samples, "write the sample files the documentation uses", reads=False

@@ -5,7 +5,9 @@ tensor and its rule on stderr; every failure in ``--json``), 2 when a path canno
 at all (with several paths: after the others were verified). A rule failing for more than
 :data:`~tensorfile.ops.verify.GROUP_OVER` subjects is one line (how many, the first and
 last) and the first one's message, not a line each; ``--json`` lists every failure and the
-groups beside.
+groups beside. Tensors no stored digest covers, in a file whose digests cover others (or
+with ``--strict``, in any file), fail rule ``uncovered``: one line names them
+(``2 tensors not covered by a digest: a, b``).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from ..core.digests import not_covered
 from ..ops.verify import FailureGroup, VerifyReport, verify
 from ._each import EXIT_OK, for_each
 from ._output import Output
@@ -32,6 +35,7 @@ def _json(r: VerifyReport) -> dict[str, Any]:
         "shards": r.shards,
         "ok": r.ok,
         "deep": r.deep,
+        "strict": r.strict,
         "tensors_checked": r.tensors_checked,
         "failures": [
             {"subject": f.subject, "rule": f.rule, "message": f.message} for f in r.failures
@@ -51,6 +55,7 @@ def _json(r: VerifyReport) -> dict[str, Any]:
             {"name": s.name, "nan": s.nan, "inf": s.inf, "bad_bool": s.bad_bool} for s in r.stats
         ],
         "digests_checked": r.digests_checked,
+        "uncovered": list(r.uncovered),
         "tensors": [{"name": c.name, "checked": list(c.checked)} for c in r.checks],
     }
 
@@ -69,7 +74,7 @@ def _what(r: VerifyReport) -> str:
 
 
 def run_verify(args: argparse.Namespace, out: Output) -> int:
-    """``tensorfile verify PATH... [--deep]``."""
+    """``tensorfile verify PATH... [--deep] [--strict]``."""
     reports: list[VerifyReport] = []
 
     allow = args.allow_full_download or None
@@ -79,6 +84,7 @@ def run_verify(args: argparse.Namespace, out: Output) -> int:
             r = verify(
                 path,
                 deep=args.deep,
+                strict=args.strict,
                 progress=report,
                 allow_full_download=allow,
             )
@@ -96,8 +102,12 @@ def run_verify(args: argparse.Namespace, out: Output) -> int:
             f"{plural(r.tensors_checked, 'tensor')} read)"
         )
         grouped = False
+        uncovered = [f.subject for f in r.failures if f.rule == "uncovered"]
         for f in r.grouped():
-            if isinstance(f, FailureGroup):
+            if f.rule == "uncovered":  # one line, however many, naming them
+                if isinstance(f, FailureGroup) or f.subject == uncovered[0]:
+                    out.line(f"  uncovered: {not_covered(uncovered)}")
+            elif isinstance(f, FailureGroup):
                 grouped = True
                 out.line(f"  {f.rule}: {f.summary}")
                 out.line(f"    {f.first.subject}: {f.first.message}")

@@ -58,6 +58,7 @@ __all__ = [
     "copy_range",
     "is_temp_name",
     "preallocate",
+    "remove_if_unlocked",
     "remove_stale_temps",
     "rewrite",
     "write_all",
@@ -124,12 +125,14 @@ def remove_stale_temps(path: str | os.PathLike[str]) -> list[str]:
     except OSError:
         return removed
     for name in names:
-        if is_temp_name(name, base) and _remove_if_unlocked(os.path.join(folder, name)):
+        if is_temp_name(name, base) and remove_if_unlocked(os.path.join(folder, name)):
             removed.append(name)
     return removed
 
 
-def _remove_if_unlocked(tmp: str) -> bool:
+def remove_if_unlocked(tmp: str) -> bool:
+    """Remove the temporary file ``tmp`` if it is a regular file whose writer is gone (this
+    call can take its ``flock``); whether it was removed. Never raises."""
     try:  # O_NONBLOCK: a FIFO of that name must not block us; O_NOFOLLOW: nor a symlink lead us
         fd = os.open(tmp, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | _CLOEXEC)
     except OSError:

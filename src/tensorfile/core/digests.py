@@ -8,28 +8,50 @@ reference ``safetensors`` library included) loads the file unchanged:
 ``"tensorfile.digests": "{\\"w\\": \\"xxh3:5f6f2c1a9e3b7d01\\", ...}"`` -- a JSON object
 mapping each tensor's name to the digest of its stored bytes (the ``data_offsets`` range).
 
+**Coverage.** ``verify=True`` compares each digest a file stores with the bytes read (safetensors'
+``tensorfile.digests``, zTensor's per-component digests). A tensor no digest covers (a file
+saved without ``checksum=``, a format that has none, a digest map that leaves a tensor out)
+is still read whole, but a changed byte inside a valid value cannot be seen: the entry
+points that take ``verify=True`` say so with a
+:class:`~tensorfile.errors.NoDigestsWarning` naming those tensors, and
+``tensorfile verify`` prints them.
+
 Example:
     >>> d = Digest("crc32c"); d.update(b"ab"); d.update(b"c"); d.value()
     'crc32c:364b3fb7'
     >>> digest_of("xxh3", b"")
     'xxh3:2d06800538d394c2'
+    >>> print(not_covered(["b"]))
+    1 tensor not covered by a digest: b
+    >>> print(not_covered([f"t{i}" for i in range(8)]))
+    8 tensors not covered by a digest: t0, t1, t2, t3, t4 and 3 more
 """
 
 from __future__ import annotations
 
 import hashlib
-from typing import Any
+import os
+import sys
+import warnings
+from collections.abc import Iterable, Sequence
+from typing import Any, Protocol, TypeVar
 
-from .errors import InvalidArgumentError
+from .errors import InvalidArgumentError, NoDigestsWarning
 
 __all__ = [
     "ALGORITHMS",
     "HEX_DIGITS",
     "METADATA_KEY",
+    "SHOWN",
     "Digest",
     "canonical",
     "digest_of",
+    "not_covered",
     "placeholder",
+    "uncovered",
+    "verified",
+    "warn_outside",
+    "warn_uncovered",
 ]
 
 ALGORITHMS = ("xxh3", "crc32c", "sha256")
@@ -119,3 +141,88 @@ def canonical(text: str) -> str | None:
     if not 0 < len(value) <= width or not set(value) <= _HEX:
         return None
     return f"{algorithm}:{value.lower().rjust(width, '0')}"
+
+
+class _Sized(Protocol):
+    @property
+    def numel(self) -> int: ...
+
+
+class Checked(Protocol):
+    """What coverage needs of a reader (:class:`~tensorfile.core.reader.Reader` has it; the
+    reader imports this module, so it is named by shape)."""
+
+    def keys(self) -> Iterable[str]: ...
+    def checks_digest(self, name: str) -> bool: ...
+    def info(self, name: str) -> _Sized: ...
+    def close(self) -> None: ...
+    def __len__(self) -> int: ...
+
+
+R = TypeVar("R", bound=Checked)
+
+SHOWN = 5
+"""How many tensor names a message lists before ``and N more``."""
+
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
+
+def uncovered(reader: Checked) -> list[str]:
+    """The tensors of ``reader`` whose reads compare no digest the file stores, in its
+    order (every tensor of a reader that does not verify), but those with no elements: no
+    byte of them could change unseen."""
+    return [
+        name
+        for name in reader.keys()
+        if not reader.checks_digest(name) and reader.info(name).numel != 0
+    ]
+
+
+def not_covered(names: Sequence[str]) -> str:
+    """``N tensors not covered by a digest: a, b`` (the first :data:`SHOWN` names)."""
+    n = len(names)
+    shown = ", ".join(names[:SHOWN])
+    more = f" and {n - SHOWN:,} more" if n > SHOWN else ""
+    return f"{n:,} tensor{'' if n == 1 else 's'} not covered by a digest: {shown}{more}"
+
+
+def warn_outside(message: str, category: type[Warning]) -> None:
+    """Issue a warning attributed to the first caller outside tensorfile (the line of the
+    program that called ``load_file``, ``safe_open``...), however deep it is raised."""
+    level, frame = 2, sys._getframe(1)
+    while frame.f_back is not None and frame.f_code.co_filename.startswith(_PACKAGE):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(message, category, stacklevel=level)
+
+
+def warn_uncovered(reader: Checked, where: str) -> None:
+    """A :class:`~tensorfile.errors.NoDigestsWarning` when ``reader`` (opened with
+    ``verify=True``) has tensors no stored digest covers; ``where`` names the file."""
+    names = uncovered(reader)
+    if not names:
+        return
+    covered = sum(reader.checks_digest(name) for name in reader.keys())
+    if not covered:
+        n = len(names)
+        message = (
+            f"{where} stores no digests: verify=True cannot check the bytes of its "
+            f"{n:,} tensor{'' if n == 1 else 's'} (a changed byte inside a valid value "
+            "goes unseen)"
+        )
+    else:
+        message = (
+            f"{where}: {not_covered(names)}; verify=True cannot check their bytes (the "
+            f"file's digests cover {covered:,} of {len(reader):,} tensors)"
+        )
+    warn_outside(message, NoDigestsWarning)
+
+
+def verified(reader: R, where: str) -> R:
+    """``reader``, opened with ``verify=True``, once :func:`warn_uncovered` has had its say
+    (closed when a filter makes the warning an error, so that nothing is left open)."""
+    try:
+        warn_uncovered(reader, where)
+    except BaseException:
+        reader.close()
+        raise
+    return reader

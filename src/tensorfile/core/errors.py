@@ -53,6 +53,14 @@ translated where it crosses into tensorfile and chained with ``from``::
     │   └── UnsavableTensorError    a tensor with no bytes to save (also a RuntimeError)
     └── SharedTensorsError          tensors to save share memory (also a RuntimeError)
 
+Warnings are not errors: tensorfile issues them, through :mod:`warnings`, for what works but
+is not what was asked for or what the spec recommends. They share a base, so that a program
+can turn every one of them into an error::
+
+    TensorFileWarning               (a UserWarning)
+    ├── NoDigestsWarning            verify=True, but no stored digest covers some tensors
+    └── ZTensorWarning              a zTensor file readable but not as the spec recommends
+
 A format error's message says what is wrong and where: the file, the tensor name and the
 byte offset in the file when they are known. The same facts are attributes (``path``,
 ``format``, ``offset``, ``tensor``) so that programs need not parse messages. Every error
@@ -90,6 +98,7 @@ __all__ = [
     "InvalidTypeError",
     "MisalignedSubByteError",
     "MissingTensorError",
+    "NoDigestsWarning",
     "SafetensorArgumentError",
     "SafetensorChecksumError",
     "SafetensorError",
@@ -101,6 +110,7 @@ __all__ = [
     "SourceError",
     "SourceNotFoundError",
     "TensorFileError",
+    "TensorFileWarning",
     "TensorNotFoundError",
     "TensorSizeMismatchError",
     "UnknownDtypeError",
@@ -335,7 +345,35 @@ class ZTensorIOError(ZTensorError, SourceError):
     """Reading or writing the zTensor file failed (truncated, removed, unreadable)."""
 
 
-class ZTensorWarning(UserWarning):
+class TensorFileWarning(UserWarning):
+    """Base of the warnings tensorfile issues: ``warnings.simplefilter("error",
+    TensorFileWarning)`` makes each of them an exception.
+
+    Example:
+        >>> import warnings
+        >>> from tensorfile.errors import NoDigestsWarning, TensorFileWarning
+        >>> with warnings.catch_warnings():
+        ...     warnings.simplefilter("error", TensorFileWarning)
+        ...     try:
+        ...         warnings.warn("m.safetensors stores no digests", NoDigestsWarning)
+        ...     except TensorFileWarning as w:
+        ...         print(type(w).__name__, w)
+        NoDigestsWarning m.safetensors stores no digests
+    """
+
+
+class NoDigestsWarning(TensorFileWarning):
+    """A read asked to verify (``verify=True``) a file with tensors no stored digest
+    covers: the file stores no digests at all (safetensors saved without ``checksum=``,
+    GGUF, npz...), or its digests leave some tensors out. Those tensors are read, but a
+    changed byte inside a valid value cannot be seen. The message names them (the first
+    few, and how many); turn it into an error where verification must cover every tensor::
+
+        warnings.simplefilter("error", tensorfile.errors.NoDigestsWarning)
+    """
+
+
+class ZTensorWarning(TensorFileWarning):
     """A zTensor file is readable but not as the spec recommends (a newer minor version, a
     component offset that is not 64-byte aligned)."""
 

@@ -194,8 +194,10 @@ class Reader:
         return len(self.catalog.tensors)
 
     def checks_digest(self, name: str) -> bool:
-        """Whether reading ``name`` compares a digest the file stores for it."""
-        return self.verify and any(c.digest for c in self.info(name).components.values())
+        """Whether reading ``name`` compares a digest the file stores for it: one over each
+        of its stored components (a tensor a digest covers only in part is not covered)."""
+        comps = self.info(name).components.values()
+        return self.verify and bool(comps) and all(c.digest for c in comps)
 
     def stored_digest(self, name: str, algorithm: str) -> str | None:
         """The digest ``algorithm`` (one of :data:`~tensorfile.core.digests.ALGORITHMS`)

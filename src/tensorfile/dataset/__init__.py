@@ -6,6 +6,8 @@
   ``generate_index=True``, ``_tensor_index.parquet``.
 * :func:`open` a dataset: schema, ``len``, random access, iteration over samples or batches,
   ``to_torch()``.
+* :func:`gc`: remove what killed writers left (shards no manifest lists, staging folders),
+  safely while others write (``tensorfile dataset gc``).
 
 Example:
     >>> import numpy as np, os, tempfile
@@ -19,17 +21,21 @@ Example:
 
 from .layout.manifest import Manifest, ShardEntry, read_manifest
 from .reading.reader import Dataset, open
+from .writing.gc import Collected, Leftover, gc
 from .writing.options import WriteOptions, parse_options
 from .writing.writer import TaskResult, abort, commit, write, write_task
 
 __all__ = [
+    "Collected",
     "Dataset",
+    "Leftover",
     "Manifest",
     "ShardEntry",
     "TaskResult",
     "WriteOptions",
     "abort",
     "commit",
+    "gc",
     "open",
     "parse_options",
     "read_manifest",

@@ -8,6 +8,6 @@ The public import path; the implementation lives in :mod:`tensorfile.dataset.fee
 
 from .feed.options import FeedOptions
 from .feed.protocol import FeedDataset
-from .feed.torch import ShardedIterable, TorchIterable, TorchMap
+from .feed.torch import TorchIterable, TorchMap
 
-__all__ = ["FeedDataset", "FeedOptions", "ShardedIterable", "TorchIterable", "TorchMap"]
+__all__ = ["FeedDataset", "FeedOptions", "TorchIterable", "TorchMap"]

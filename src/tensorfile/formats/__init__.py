@@ -53,6 +53,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol, cast
 
 from ..core.catalog import Catalog
+from ..core.digests import verified
 from ..core.dtypes import DType
 from ..core.errors import InvalidArgumentError, UnsupportedError, naming, quoted_name
 from ..core.reader import Reader
@@ -569,7 +570,8 @@ def open_reader(
         path_or_data, first=first, allow_full_download=allow_full_download, cache_dir=cache_dir
     )
     with opened as source, naming(source.name):  # every error names the file
-        return (fmt or detect(source)).open_reader(source, verify=verify, key=key)
+        reader = (fmt or detect(source)).open_reader(source, verify=verify, key=key)
+    return verified(reader, source.name) if verify else reader
 
 
 def read_catalog(

@@ -7,8 +7,11 @@ An :class:`ArraysSource` serves the bytes of its ``base`` source (the file) as t
 after them, at offsets from ``base.size`` on, :class:`Segment` s: tensors that had to be
 decoded (a deflated zip member, a big-endian or Fortran-ordered array) or that an
 unpickler produced. A segment is decoded when first read, and the last one decoded is kept
-(memory: about the largest tensor). :class:`CrcCheck` s make reads of stored zip members
-check the member's CRC-32 whenever a read covers the whole member.
+(memory: about the largest tensor). An :class:`ArraysReader` decodes a segment before it
+allocates the segment's destination, so that the size a file only claims for a decoded
+tensor (an npz member's header) is proven by bytes really decoded before it is allocated.
+:class:`CrcCheck` s make reads of stored zip members check the member's CRC-32 whenever a
+read covers the whole member.
 
 Example:
     >>> import numpy as np
@@ -34,9 +37,10 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..core.catalog import ByteRange
+from ..core import plan
+from ..core.catalog import ByteRange, TensorInfo
 from ..core.errors import FormatError, SourceError, UnsupportedError
-from ..core.reader import Reader
+from ..core.reader import Allocator, Reader, T
 from ..core.source import Source, SourceBase
 
 __all__ = [
@@ -354,6 +358,41 @@ class ArraysReader(Reader):
 
     def __init__(self, source: ArraysSource, catalog: Any) -> None:
         super().__init__(source, catalog)
+
+    def start_read(self, names: list[str], alloc: Allocator[T]) -> plan.Pending[T]:
+        """As :meth:`Reader.start_read`, but each decoded tensor is decoded first, then
+        its destination allocated and filled from the bytes just decoded (each is decoded
+        once, and a size its file only claims is allocated only once that many bytes came
+        out); the tensors read in place are planned as usual."""
+        infos = [self.info(n) for n in names]
+        for info in infos:
+            self._dense(info)
+        filled: dict[int, Callable[[], T]] = {}
+        for k, info in enumerate(infos):
+            if self._decode_first(info):
+                buf, done = self._allocate(alloc, info)
+                self.readinto(info.byte_range.start, [buf])  # the segment just decoded
+                filled[k] = done
+        rest = super().start_read([n for k, n in enumerate(names) if k not in filled], alloc)
+
+        def finish() -> list[T]:
+            read = iter(rest.finish())
+            return [filled[k]() if k in filled else next(read) for k in range(len(names))]
+
+        return plan.Pending(rest.pieces, finish)
+
+    def read_slice(self, name: str, key: Any) -> np.ndarray[Any, Any]:
+        self._decode_first(self.info(name))
+        return super().read_slice(name, key)
+
+    def _decode_first(self, info: TensorInfo) -> bool:
+        """Decode ``info``'s bytes now when it is a decoded tensor (they are the ones kept
+        then), before anything is allocated for it; whether it is one."""
+        index = self.source.segment_at(info.byte_range.start) if info.numel else None
+        if index is None:
+            return False
+        self.source.segment_bytes(index)  # its length checked against the claim
+        return True
 
     def view(self, name: str) -> np.ndarray[Any, Any]:
         info = self.info(name)

@@ -15,7 +15,10 @@ allocates what a header only claims:
   member's CRC-32 is checked whenever a read (or a view) covers it whole;
 * deflated members (``np.savez_compressed``), big-endian and Fortran-ordered arrays are
   decoded when first read, into little-endian C order, as every tensor format stores them
-  (``zipfile`` checks a deflated member's CRC-32).
+  (``zipfile`` checks a deflated member's CRC-32). A member is inflated chunk by chunk into
+  memory that grows with the bytes really inflated, before the tensor's destination is
+  allocated: a size its headers only claim is never allocated, and a member that inflates
+  to more or fewer bytes than its zip header states is refused by name.
 
 Writing (:meth:`tensorfile.formats.Format.save`): an ``.npz`` member by member, not
 compressed (as ``np.savez``); an ``.npy`` of exactly one tensor. Both atomic (a temporary
@@ -33,6 +36,7 @@ Example:
 
 from __future__ import annotations
 
+import copy
 import os
 import struct
 import zipfile
@@ -134,7 +138,9 @@ def _in_place(arr: _Array) -> bool:
     return c_order and arr.dtype.byteorder != ">"
 
 
-def _decoder(raw: Callable[[], bytes], arr: _Array) -> Callable[[], np.ndarray[Any, Any]]:
+def _decoder(
+    raw: Callable[[], bytes | bytearray], arr: _Array
+) -> Callable[[], np.ndarray[Any, Any]]:
     """A fetch that reads the stored bytes and returns them little-endian, C-ordered."""
 
     def fetch() -> np.ndarray[Any, Any]:
@@ -334,25 +340,42 @@ def _stored_data(source: Source, m: _Member) -> int | None:
     return start + m.arr.data_at
 
 
+_CHUNK = 1 << 20  # a compressed member is inflated this many bytes at a time
+
+
 def _member_decoder(
     zf: zipfile.ZipFile, m: _Member, where: str
 ) -> Callable[[], np.ndarray[Any, Any]]:
-    """A fetch that decompresses member ``m`` (checking its CRC-32), little-endian C order."""
-    length = _claimed(m.arr)
+    """A fetch that inflates member ``m`` chunk by chunk (``zipfile`` checks its CRC-32)
+    and returns its array little-endian, C order. Memory grows with the bytes really
+    inflated, never with a size the member's headers claim; a member that inflates to more
+    or fewer bytes than its zip header states is a :class:`FormatError` naming it."""
+    first, stop = m.arr.data_at, m.arr.data_at + _claimed(m.arr)
+    stated = m.info.file_size
+    probe = copy.copy(m.info)
+    probe.file_size = stated + _CHUNK  # zipfile stops at the stated size: let more show
 
-    def raw() -> bytes:
+    def raw() -> bytearray:
+        what = f"{where}: member {m.info.filename}"
+        data = bytearray()
+        pos = 0
         try:
-            with zf.open(m.info) as f:
-                f.read(m.arr.data_at)
-                data = f.read(length)
-                while f.read(1 << 20):  # to the end: zipfile checks the CRC there
-                    pass
+            with zf.open(probe) as f:
+                while chunk := f.read(_CHUNK):
+                    data += memoryview(chunk)[max(0, first - pos) : max(0, stop - pos)]
+                    pos += len(chunk)
+                    if pos > stated:
+                        raise FormatError(
+                            f"{what} inflates to more than the {stated:,} bytes its zip header "
+                            "states",
+                            format="npz",
+                        )
         except (zipfile.BadZipFile, OSError, EOFError, ValueError, zlib.error) as exc:
-            raise FormatError(f"{where}: member {m.info.filename}: {exc}", format="npz") from exc
-        if len(data) != length:
+            raise FormatError(f"{what}: {exc}", format="npz") from exc
+        if pos != stated:
             raise FormatError(
-                f"{where}: member {m.info.filename} ended after {len(data):,} of its "
-                f"{length:,} bytes of data",
+                f"{what} inflates to {pos:,} bytes, not the {stated:,} its zip header states "
+                f"({len(data):,} of its {stop - first:,} bytes of array data)",
                 format="npz",
             )
         return data

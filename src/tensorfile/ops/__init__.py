@@ -3,8 +3,8 @@
 * :func:`load`: the structure of a file, sharded checkpoint or glob, from headers only.
 * :func:`inspect`: counts, sizes, metadata and tensors.
 * :func:`structural_hash` (weight-inspect's) and :func:`content_hash` (names, dtypes,
-  shapes and each tensor's digest, the same across formats; a digest the file stores is
-  used instead of reading the data, checked first with ``verify=True``).
+  shapes and each tensor's digest, the same across formats; every tensor's bytes are read,
+  or with ``trust_stored_digests=True`` the digests a trusted file stores stand for them).
 * :func:`diff`: tensors and metadata added, removed and changed (and data, on request).
 * :func:`read_metadata` / :func:`edit_metadata`: metadata without touching the tensors.
 * :func:`convert`: any format in, safetensors/zTensor v1.0/v2/npz out, tensor by tensor.

@@ -25,6 +25,7 @@ import glob as _glob
 import os
 
 from ..core.catalog import Catalog, TensorInfo, merged
+from ..core.digests import verified
 from ..core.errors import InvalidArgumentError, SourceError
 from ..core.reader import Reader
 from ..formats import detect, open_reader
@@ -94,10 +95,11 @@ def open_readers(
                 source = open_file_source(f, local=True)
                 try:
                     with naming(f):
-                        out[f] = detect(source).impl().open_reader(source, verify=verify)
+                        reader = detect(source).impl().open_reader(source, verify=verify)
                 except BaseException:
                     source.close()
                     raise
+                out[f] = verified(reader, f) if verify else reader  # as open_reader does
             else:
                 with naming(f):
                     allow = allow_full_download

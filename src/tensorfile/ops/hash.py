@@ -28,12 +28,17 @@ extension layout's components in role order, each as ``role\\n`` and its bytes).
 :class:`~tensorfile.core.digests.Digest` writes it (``xxh3:`` + 16 hex digits,
 ``crc32c:`` + 8, ``sha256:`` + 64, lower-case).
 
-Because each tensor enters by its digest, a file that already stores the digest of a
+The id is a statement about the bytes: by default every tensor's bytes are read and
+hashed, whatever digests the file claims. A file that already stores the digest of a
 tensor's data bytes (safetensors saved with ``checksum=``, zTensor v1.0 components stored
-raw with crc32c/sha256, zTensor v2 parts with xxh3/sha256) gives the id without its data
-being read: the id is then what the file claims, and ``verify=True`` checks every stored
-digest against the bytes first. These are version 2 ids; tensorfile's earlier content ids
-(``tensorfile-content-v1``, one SHA-256 over the bytes themselves) differ from them.
+raw with crc32c/sha256, zTensor v2 parts with xxh3/sha256) can give the id without its data
+being read, but only when asked: ``trust_stored_digests=True`` takes those digests as they
+are, so the id is then what the file *claims* (a file whose bytes changed after it was
+written keeps the old id). Use it for files you trust (your own, or ones checked before);
+``verify=True`` reads every tensor and checks every stored digest against the bytes
+instead. On an intact file the two ways give the same id. These are version 2 ids;
+tensorfile's earlier content ids (``tensorfile-content-v1``, one SHA-256 over the bytes
+themselves) differ from them.
 
 Example:
     >>> from tensorfile.core.catalog import ByteRange, Catalog, Component, TensorInfo
@@ -323,21 +328,28 @@ def content_hash(
     *,
     algorithm: str = "sha256",
     verify: bool = False,
+    trust_stored_digests: bool = False,
     max_dense_bytes: int = MAX_DENSE_BYTES,
     allow_full_download: bool | None = None,
 ) -> str:
     """The content id: SHA-256 over every tensor's name, common dtype, shape and the digest
     ``algorithm`` of its data bytes, in name order (see the module's docstring).
 
-    A tensor whose file stores a digest ``algorithm`` of exactly its data bytes
-    (:meth:`~tensorfile.core.reader.Reader.stored_digest`: a safetensors file's
-    ``tensorfile.digests``, a raw zTensor v1.0 component's crc32c/sha256, a zTensor v2
-    part's xxh3/sha256) is not read: the id is then what the file claims. With
-    ``verify=True`` every digest the file stores is checked as the data is read (and every
-    tensor is read): a mismatch raises the format's
-    :class:`~tensorfile.errors.ChecksumError` (``SafetensorChecksumError``,
-    ``ZTensorChecksumError``) naming the tensor. ``algorithm`` is one of ``xxh3``,
-    ``crc32c`` and ``sha256``; the id depends on the content and the algorithm only.
+    Every tensor's bytes are read and hashed. With ``trust_stored_digests=True`` (a trust
+    boundary: for files you trust), a tensor whose file stores a digest ``algorithm`` of
+    exactly its data bytes (:meth:`~tensorfile.core.reader.Reader.stored_digest`: a
+    safetensors file's ``tensorfile.digests``, a raw zTensor v1.0 component's
+    crc32c/sha256, a zTensor v2 part's xxh3/sha256) is not read: its digest enters the id
+    as the file claims it, unchecked, so a byte changed after writing goes unseen. With
+    ``verify=True`` every digest the file stores is checked as the data is read: a
+    mismatch raises the format's :class:`~tensorfile.errors.ChecksumError`
+    (``SafetensorChecksumError``, ``ZTensorChecksumError``) naming the tensor, and a file
+    with tensors no digest covers gets a :class:`~tensorfile.errors.NoDigestsWarning`. The
+    two contradict each other (one reads nothing a digest covers, the other reads and
+    checks everything): asking for both is an
+    :class:`~tensorfile.errors.InvalidArgumentError`. ``algorithm`` is one of ``xxh3``,
+    ``crc32c`` and ``sha256``; the id depends on the content and the algorithm only, never
+    on which of these ways computed it.
 
     ``progress(done, total)`` is called as bytes are hashed (for a progress bar); ``total``
     counts the bytes to read, not those of tensors a stored digest covers. Memory stays
@@ -346,18 +358,26 @@ def content_hash(
     with :class:`~tensorfile.errors.UnsupportedError` before any data is read.
     """
     Digest(algorithm)  # an unknown algorithm: refused before anything is opened
+    if verify and trust_stored_digests:
+        raise InvalidArgumentError(
+            "verify=True reads every tensor and checks the digests the file stores; "
+            "trust_stored_digests=True takes them unchecked instead of reading: choose one"
+        )
     s = load(path, allow_full_download=allow_full_download)
     files = files_of(s)
     by_file = open_readers(
         s, allow_full_download=allow_full_download, verify=True if verify else None
     )
+    # the stored digests used: with verify every one (each checked against the bytes read);
+    # trusted, the id's own (its tensor unread); by default none (every tensor read)
+    wanted = ALGORITHMS if verify else (algorithm,) if trust_stored_digests else ()
     try:
         plan: list[tuple[TensorInfo, Reader, dict[str, str]]] = []
         for t in s.by_name():  # every refusal before the first byte of data
             reader = by_file[t.file or files[0]]
             with naming(reader.source.name):
                 check_densifiable(reader.info(t.name), reader.source.name, max_dense_bytes)
-                plan.append((t, reader, _stored(reader, t.name, algorithm, verify)))
+                plan.append((t, reader, _stored(reader, t.name, wanted)))
         total = sum(t.numel * _itemsize(t) for t, _, got in plan if verify or not got)
         done = 0
         h = hashlib.sha256(CONTENT_PREFIX)
@@ -395,10 +415,8 @@ CONTENT_PREFIX = b"tensorfile-content-v2\n"
 """The bytes the content id's SHA-256 starts with."""
 
 
-def _stored(reader: Reader, name: str, algorithm: str, verify: bool) -> dict[str, str]:
-    """The digests of ``name``'s data bytes its file stores that the hash uses: that of
-    ``algorithm``, or with ``verify`` every one (each is checked as the data is read)."""
-    wanted = ALGORITHMS if verify else (algorithm,)
+def _stored(reader: Reader, name: str, wanted: tuple[str, ...]) -> dict[str, str]:
+    """The digests of ``name``'s data bytes its file stores, of the ``wanted`` algorithms."""
     return {a: d for a in wanted if (d := reader.stored_digest(name, a)) is not None}
 
 

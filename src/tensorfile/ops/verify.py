@@ -10,6 +10,15 @@ list, and ``metadata.total_size`` equal to the sum of the tensors' sizes (the su
 huggingface_hub writes). ``deep=True`` also reads every value: NaN and Inf counts of float
 tensors, BOOL bytes other than 0 and 1; each of those is a failure too.
 
+Coverage: a tensor no stored digest covers is read, but a changed byte inside a valid value
+cannot be seen. When a file stores digests for some tensors but not for others (a digest
+map that leaves a tensor out), each tensor left out is a failure (rule ``uncovered``): a
+file that carries digests is not verified while part of it is unchecked. A file that stores
+no digests at all (safetensors saved without ``checksum=``, GGUF, npz...) passes on
+structure and completeness alone, as the report says, unless ``strict=True``, which makes
+every tensor no digest covers a failure. :attr:`VerifyReport.uncovered` names them either
+way. A tensor with no elements needs no digest: no byte of it could change.
+
 Memory: each tensor is read once, whole (a zTensor digest covers a whole component), so the
 peak is about the largest tensor; values are scanned 16 MiB at a time.
 
@@ -78,7 +87,7 @@ class Failure:
         subject: the tensor (or, for a checkpoint, the shard or the index) it concerns.
         rule: ``digest``, ``truncated``, ``unreadable``, ``missing-shard``,
             ``unlisted-tensor``, ``misplaced-tensor``, ``duplicate-tensor``,
-            ``missing-tensor``, ``total-size``, ``nan``, ``inf`` or ``bool``.
+            ``missing-tensor``, ``total-size``, ``uncovered``, ``nan``, ``inf`` or ``bool``.
         message: what is wrong, in a sentence.
     """
 
@@ -101,6 +110,7 @@ _GROUP_TEXT = {
     "duplicate-tensor": ("tensor", "are in more than one shard"),
     "missing-tensor": ("tensor", "the index lists are in no shard"),
     "total-size": ("subject", "have a wrong metadata.total_size"),
+    "uncovered": ("tensor", "are not covered by a digest the file stores"),
     "nan": ("tensor", "hold NaN values"),
     "inf": ("tensor", "hold infinite values"),
     "bool": ("BOOL tensor", "hold bytes other than 0 and 1"),
@@ -164,11 +174,13 @@ class TensorCheck:
     shard's whole-file digest) and, with ``deep``, ``values`` (NaN/Inf counted in float
     tensors, BOOL bytes checked). A format without digests (safetensors, GGUF, npz, npy,
     PyTorch pickles) can only be structurally valid and readable: a flipped bit in its
-    data passes unless ``deep`` finds a value no tensor should hold.
+    data passes unless ``deep`` finds a value no tensor should hold. ``empty``: the tensor
+    has no elements, so no byte of it could change unseen (it needs no digest).
     """
 
     name: str
     checked: tuple[str, ...]
+    empty: bool = False
 
 
 @dataclass(frozen=True)
@@ -184,6 +196,8 @@ class VerifyReport:
         deep: whether values were read.
         stats: per-tensor NaN/Inf/BOOL counts (deep only; tensors with something to count).
         shards: the shard files a sharded checkpoint's index names (0: one file).
+        strict: whether a tensor no stored digest covers fails even in a file that stores
+            no digests at all (see the module docstring).
     """
 
     path: str
@@ -195,11 +209,25 @@ class VerifyReport:
     checks: tuple[TensorCheck, ...] = field(default=())
     """What was compared for each tensor read (see :class:`TensorCheck`)."""
     shards: int = 0
+    strict: bool = False
 
     @property
     def digests_checked(self) -> int:
         """Tensors whose stored digest was compared with their bytes."""
         return sum("digest" in c.checked for c in self.checks)
+
+    @property
+    def uncovered(self) -> tuple[str, ...]:
+        """The tensors read whose bytes no stored digest covers, in the order read (every
+        tensor of a file that stores no digests, but those with no elements).
+
+        Example:
+            >>> a = TensorCheck("a", ("structure", "digest"))
+            >>> b = TensorCheck("b", ("structure",))
+            >>> VerifyReport("m.safetensors", "safetensors", 2, checks=(a, b)).uncovered
+            ('b',)
+        """
+        return tuple(c.name for c in self.checks if "digest" not in c.checked and not c.empty)
 
     @property
     def ok(self) -> bool:
@@ -254,7 +282,7 @@ class _Run:
                 if info.layout == "quantized" and reader.format == "gguf":  # stored blocks
                     _read_stored(reader, name)
                     self.checked += 1
-                    self.checks.append(TensorCheck(name, ("structure",)))
+                    self.checks.append(TensorCheck(name, ("structure",), info.numel == 0))
                     continue
                 value = reader.get_tensor(name)
             except ChecksumError as exc:
@@ -271,7 +299,7 @@ class _Run:
                 *(("digest",) if digest else ()),
                 *(("values",) if self.deep else ()),
             )
-            self.checks.append(TensorCheck(name, kinds))
+            self.checks.append(TensorCheck(name, kinds, info.numel == 0))
             array = value if isinstance(value, np.ndarray) else None
             if array is None and hasattr(value, "to_dense"):
                 array = getattr(value, "values", None)  # sparse: the stored values
@@ -350,6 +378,7 @@ def verify(
     path: str | os.PathLike[str],
     *,
     deep: bool = False,
+    strict: bool = False,
     progress: Progress | None = None,
     allow_full_download: bool | None = None,
 ) -> VerifyReport:
@@ -357,7 +386,9 @@ def verify(
 
     Raises the reader's error (a :class:`~tensorfile.errors.TensorFileError`) when the file
     cannot be opened at all: a missing file, bytes of no format, an invalid header. Anything
-    found after that is a :class:`Failure` in the report.
+    found after that is a :class:`Failure` in the report. A tensor no stored digest covers
+    is a failure (rule ``uncovered``) when the file's digests cover others, and with
+    ``strict=True`` always (see the module docstring).
 
     Example:
         >>> import numpy as np, os, tempfile
@@ -383,6 +414,7 @@ def verify(
         fmt, shards = "safetensors", len(set(ck.weight_map.values()))
     else:
         fmt = _single(run, target, allow_full_download)
+    _check_coverage(run, strict)
     return VerifyReport(
         target,
         fmt,
@@ -392,7 +424,26 @@ def verify(
         tuple(run.stats),
         tuple(run.checks),
         shards,
+        strict,
     )
+
+
+def _check_coverage(run: _Run, strict: bool) -> None:
+    """A failure for each tensor read that no stored digest covers, when the file's digests
+    cover others (a digest map that leaves a tensor out) or ``strict`` asks for it."""
+    names = [c.name for c in run.checks if "digest" not in c.checked and not c.empty]
+    covered = sum("digest" in c.checked for c in run.checks)
+    if not names or not (covered or strict):
+        return
+    if covered:
+        why = (
+            f", though the file's digests cover {covered:,} of the {len(run.checks):,} "
+            "tensors read: a changed byte inside a valid value cannot be seen"
+        )
+    else:
+        why = ": the file stores no digests, and strict verification needs one for every tensor"
+    for name in names:
+        run.fail(name, "uncovered", f"no digest covers {name}{why}")
 
 
 def _open(

@@ -19,7 +19,7 @@ the two renames leaves it there, and the next run puts it back before it starts.
 ``DIR`` take turns (an exclusive ``flock`` of ``DIR`` itself, dropped by the kernel if the
 run is killed), and each removes the temporary folders that killed runs left.
 
-Not to be confused with :mod:`tensorfile.dataset.samples`, the rows of a dataset's shards.
+Not to be confused with :mod:`tensorfile.dataset.reading.samples`, the rows of a dataset's shards.
 
 Example:
     >>> import tempfile, tensorfile

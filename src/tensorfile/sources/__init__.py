@@ -25,7 +25,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..core.errors import InvalidArgumentError
 from ..core.source import ByteRequest, RangeRequest, ReadStats, Source
-from .cache._chunkdir import CACHE_DIR_ENV, CacheWarning, resolve_cache_dir
+from .cache._chunkdir import CacheWarning
+from .cache.settings import CACHE_DIR_ENV, resolve_cache_dir
 from .http._first_read import HEAD_BYTES
 from .http._urls import redact
 from .local.local import LocalSource
@@ -134,25 +135,15 @@ def open_path(
     if folder is None:
         return source
     from .cache._chunkcache import with_cache
-    from .cache._chunkdir import settings
+    from .cache.keys import endpoint_id
+    from .cache.settings import settings
 
     try:
-        extra = repr(sorted((k, repr(v)) for k, v in _endpoint_options(options).items()))
+        extra = endpoint_id(options)
         return with_cache(source, url=r.target, folder=folder, config=settings(), extra=extra)
     except BaseException:
         source.close()
         raise
-
-
-def _endpoint_options(options: dict[str, Any]) -> dict[str, Any]:
-    """The options that say which server holds the file (part of a cache key; never the
-    credentials)."""
-    keys = ("endpoint_url", "endpoint", "account_name")
-    found: dict[str, Any] = {k: options[k] for k in keys if k in options}
-    client = options.get("client_kwargs")
-    if isinstance(client, dict) and "endpoint_url" in client:
-        found["client_kwargs.endpoint_url"] = client["endpoint_url"]
-    return found
 
 
 @contextmanager

@@ -9,7 +9,8 @@ What every store does alike, asserted below: byte ranges read back exactly (head
 tail, zero-length) and a range past the end is a :class:`~tensorfile.errors.SourceError`;
 sizes are exact, a missing file has none and a folder is not a file; a write publishes a
 whole file, and a failed write leaves the file that was there; listings name the files
-directly in a folder; deletes delete; a name that tries to leave the store (``../x``, an
+directly in a folder (and its folders), a file's modification time is now or unknown;
+deletes delete; a name that tries to leave the store (``../x``, an
 absolute path, a NUL byte) is refused; what a consumer asks instead of a store's class
 answers truly (a local path where the files are local, a URL the router's own clients open,
 folders made and removed where they are real); an operation whose capability flag is False raises a
@@ -31,6 +32,7 @@ from __future__ import annotations
 import os
 import pickle
 import random
+import time
 from collections.abc import Callable, Mapping
 
 import pytest
@@ -248,10 +250,22 @@ class StoreConformance:
         if not store.supports_listing:
             with pytest.raises(UnsupportedError):
                 store.list_files()
+            with pytest.raises(UnsupportedError):
+                store.list_folders()
             return
         assert store.list_files() == ["a.bin", "b.bin"]
         assert store.list_files("sub") == ["c.bin"]
         assert store.list_files("none") == []
+        assert store.list_folders() == ["sub"]
+        assert store.list_folders("sub") == store.list_folders("none") == []
+
+    def test_modified(self, store: Store) -> None:
+        assert store.modified("none.bin") is None
+        before = time.time()
+        self.put(store, "m.bin", b"m")
+        when = store.modified("m.bin")
+        if when is not None:  # (None: the store cannot tell)
+            assert before - 5 <= when <= time.time() + 5
 
     def test_deletes(self, store: Store) -> None:
         for name in ("a.bin", "sub/c.bin", "sub/d/e.bin"):

@@ -1,6 +1,5 @@
-"""The shard cache: whole shards of remote datasets in a local folder shared by a node's
-processes.
-
-It owns the cache (:mod:`.shardcache`: the size limit, LRU eviction, locks), its files at the
-system level (:mod:`._cachefiles`) and the download of one whole shard (:mod:`._shardfetch`).
+"""The shard cache of remote datasets: which shard, keyed by the dataset's location and
+manifest (:mod:`.shardcache`), downloaded whole and checked against the manifest
+(:mod:`._shardfetch`), over the cache folder of :mod:`tensorfile.sources.cache` (one limit,
+one LRU and one lock protocol shared with the chunks of remote files).
 """

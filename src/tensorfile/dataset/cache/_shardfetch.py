@@ -49,15 +49,15 @@ def open_remote(store: Store, name: str, size: int, first_bytes: int = FIRST_BYT
     first = RangeRequest(0, max(1, min(size, first_bytes)))
     url = store.open_url(name)
     if url is not None:
-        try:
-            return open_path(url, first=first, **store.options)
+        try:  # (never through the chunk cache: a shard is cached whole, its bytes once)
+            return open_path(url, first=first, cache_dir=False, **store.options)
         except (InvalidArgumentError, TypeError):
             pass  # options only fsspec takes: its source
     return store.open_source(name, first=first)
 
 
 def download(store: Store, name: str, size: int, fd: int) -> tuple[int, str | None]:
-    """Fill the open file ``fd`` (already ``size`` bytes long) with the ``size`` bytes of the
+    """Fill the open file ``fd`` (at least ``size`` bytes long) with the ``size`` bytes of the
     shard ``name`` of ``store``; returns the bytes written and the object's version (its
     ETag; None when the store gives none). See the module docstring for
     what is checked; an error names the shard's URL."""
@@ -74,8 +74,8 @@ def download(store: Store, name: str, size: int, fd: int) -> tuple[int, str | No
         version = version if isinstance(version, str) else None
         if size == 0:
             return 0, version
-        if os.fstat(fd).st_size != size:
-            raise SourceError(f"{where}: the cache file is not {size} bytes long")
+        if os.fstat(fd).st_size < size:
+            raise SourceError(f"{where}: the cache file is shorter than {size} bytes")
         mm = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
         try:
             with memoryview(mm) as view:

@@ -11,8 +11,6 @@ Example:
     >>> opts = FeedOptions(batch_size=4, shuffle=True, seed=7, even="drop")
     >>> opts.even, opts.batched, opts.unit
     (True, True, 4)
-    >>> FeedOptions(shuffle_buffer=1024).shuffle_block  # the earlier name of shuffle_block
-    1024
     >>> FeedOptions(partitions=0)
     Traceback (most recent call last):
     ...
@@ -21,7 +19,7 @@ Example:
 
 from __future__ import annotations
 
-from dataclasses import InitVar, dataclass
+from dataclasses import dataclass
 
 from ...core.errors import InvalidArgumentError
 from .order import MAX_PARTITIONS, MAX_SAMPLES, check_int
@@ -35,8 +33,7 @@ class FeedOptions:
     checked when made: an integer that is not one raises
     :class:`~tensorfile.errors.InvalidTypeError`, one out of range (or ``even`` other than
     ``True``, ``False``, ``"drop"``, ``"pad"``) :class:`~tensorfile.errors.InvalidArgumentError`.
-    ``even="drop"`` is kept as ``True`` (its meaning); ``shuffle_buffer`` is the earlier name of
-    ``shuffle_block`` and, given, takes its place. ``rank``/``world_size`` left ``None`` are
+    ``even="drop"`` is kept as ``True`` (its meaning). ``rank``/``world_size`` left ``None`` are
     ``torch.distributed``'s when the feed runs.
 
     Example:
@@ -54,24 +51,20 @@ class FeedOptions:
     drop_last: bool = False
     partitions: int = 64
     shuffle_block: int = 1 << 18
-    shuffle_buffer: InitVar[int | None] = None
 
-    def __post_init__(self, shuffle_buffer: int | None) -> None:
+    def __post_init__(self) -> None:
         even = self.even
         if not (
             even is True or even is False or (isinstance(even, str) and even in ("drop", "pad"))
         ):
             raise InvalidArgumentError(f"even must be True, False, 'drop' or 'pad', got {even!r}")
-        block = self.shuffle_block
-        if shuffle_buffer is not None:
-            block = check_int(shuffle_buffer, "shuffle_buffer", 1)
         if self.batch_size is None and self.per_sample is False:
             raise InvalidArgumentError("per_sample=False (batches) needs a batch_size")
         checked: dict[str, object] = {
             "shuffle": bool(self.shuffle),
             "seed": check_int(self.seed, "seed", 0),
             "even": True if even == "drop" else even,
-            "shuffle_block": check_int(block, "shuffle_block", 1, MAX_SAMPLES),
+            "shuffle_block": check_int(self.shuffle_block, "shuffle_block", 1, MAX_SAMPLES),
             "partitions": check_int(self.partitions, "partitions", 1, MAX_PARTITIONS),
             "batch_size": _optional(self.batch_size, "batch_size", 1),
             "drop_last": bool(self.drop_last),

@@ -14,7 +14,7 @@ visits nor their global order. The same seed and epoch give the same order run a
 call :meth:`TorchIterable.set_epoch` before each epoch (it reaches the DataLoader's workers,
 ``persistent_workers=True`` ones too, at their next pass: :mod:`.torch_sync`).
 
-**Split** (:mod:`tensorfile.dataset.torch_state`). Ranks consume ``S`` in lockstep steps:
+**Split** (:mod:`tensorfile.dataset.feed.torch_state`). Ranks consume ``S`` in lockstep steps:
 step ``t`` is ``W*B`` positions (``W`` ranks, ``B`` the per-rank batch) and rank ``r`` takes
 the contiguous ``r``-th piece of ``B``. DataLoader worker ``w`` of ``K`` produces the steps
 ``t ≡ w (mod K)`` of its rank, the order DataLoader's round-robin delivers them in, so after
@@ -107,7 +107,7 @@ from .torch_batches import Gather
 from .torch_state import FORMAT, Split, check_state, find_states, make_state, shards_digest
 from .torch_sync import Shared
 
-__all__ = ["ShardedIterable", "TorchIterable", "TorchMap"]
+__all__ = ["TorchIterable", "TorchMap"]
 
 NDArray = np.ndarray[Any, Any]
 _SAMPLE_CHUNK = 256  # per-sample mode: samples gathered at once
@@ -458,10 +458,6 @@ class TorchIterable(IterableDataset):  # type: ignore[type-arg]
         _, first = np.unique(shard, return_index=True)
         entries = self.dataset.manifest.shards
         return [entries[int(shard[i])] for i in np.sort(first)]
-
-
-ShardedIterable = TorchIterable
-"""The earlier name of :class:`TorchIterable`."""
 
 
 class TorchMap(_TorchDataset):  # type: ignore[type-arg]

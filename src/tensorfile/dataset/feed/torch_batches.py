@@ -4,7 +4,7 @@ without a per-sample Python loop.
 Sample ids -> ``(shard, row)`` (:meth:`~tensorfile.dataset.order.EpochOrder.locate`) ->
 for each shard touched, its rows copied into the output with numpy slices (a run of
 consecutive rows: an unshuffled order is a few slice copies) or fancy indexing, from
-:meth:`~tensorfile.dataset.reader.Dataset.shard_arrays` (read-only views over the mapped
+:meth:`~tensorfile.dataset.Dataset.shard_arrays` (read-only views over the mapped
 files). Inside a DataLoader worker each output tensor is allocated in shared memory at once,
 so the batch reaches the main process without a second copy (as torch's default collate
 does). The arrays of recently used shards are kept (:class:`ShardArrays`, least recently
@@ -54,7 +54,7 @@ def _owned(arr: NDArray) -> int:
 
 
 class ShardArrays:
-    """The :meth:`~tensorfile.dataset.reader.Dataset.shard_arrays` of recently used shards:
+    """The :meth:`~tensorfile.dataset.Dataset.shard_arrays` of recently used shards:
     at most ``capacity`` shards, and of copies (not mappings) at most ``owned`` bytes."""
 
     def __init__(self, dataset: FeedDataset, capacity: int = 256, owned: int = 1 << 30) -> None:

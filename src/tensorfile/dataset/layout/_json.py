@@ -1,6 +1,6 @@
 """Checks of the JSON values of a dataset manifest, each failure a
 :class:`~tensorfile.errors.FormatError` saying what is wrong and where (see
-:mod:`tensorfile.dataset.manifest` for what is checked).
+:mod:`tensorfile.dataset.layout.manifest` for what is checked).
 
 Example:
     >>> try:

@@ -14,7 +14,7 @@ pattern lacks (BOOL, the F8 types, ...), the real dtype::
                    "real_samples": {"part-00000-0002-<uuid>.safetensors": 3}}
 
 The schema entry of such a column holds a stand-in the JSON schema allows (U8 for BOOL:
-:mod:`~tensorfile.dataset.spec_dtypes`), so the manifest validates; a :class:`Manifest`
+:mod:`~tensorfile.dataset.layout.spec_dtypes`), so the manifest validates; a :class:`Manifest`
 always holds the real dtypes, and ``tensorfile.dtypes`` is checked against the stand-ins.
 
 ``real_samples`` maps the file name of each padded shard to its number of real rows, which
@@ -26,7 +26,8 @@ does not allow; tensorfile writes and reads it anyway. A folder of shards withou
 is read through one built from its files (:func:`load_manifest`). A manifest without the
 ``tensorfile`` block is the reference connector's (``Manifest.layout`` ``"reference"``), whose
 mode and columns :func:`load_manifest` tells from its first shard's header, and which
-:meth:`Manifest.to_bytes` prints as the reference does (:mod:`~tensorfile.dataset.reference`).
+:meth:`Manifest.to_bytes` prints as the reference does
+(:mod:`~tensorfile.dataset.layout.reference`).
 
 A manifest is read as a lie until checked: at most :data:`MAX_MANIFEST_BYTES` bytes of a
 regular file (a FIFO is refused, never waited on), JSON without NaN, infinities or nesting
@@ -164,7 +165,7 @@ class Manifest:
     name_col: str | None = None
     layout: str = "tensorfile"
     """``tensorfile`` (with the ``tensorfile`` block) or ``reference`` (as the reference
-    connector writes it: :mod:`~tensorfile.dataset.reference`)."""
+    connector writes it: :mod:`~tensorfile.dataset.layout.reference`)."""
 
     def tensor_columns(self) -> list[str]:
         """The tensor columns (recorded by tensorfile, else derived from the schema)."""

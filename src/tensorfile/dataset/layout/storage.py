@@ -98,7 +98,7 @@ def locate_shard(store: Store, name: str) -> str | Source:
 
 def delete_previous(store: Store, listed: Iterable[object], keep: Collection[str]) -> list[str]:
     """Delete, of the names the previous manifest ``listed``, those a commit may delete
-    (:func:`~tensorfile.dataset.files.deletable`'s rules) and return them."""
+    (:func:`~tensorfile.dataset.layout.files.deletable`'s rules) and return them."""
     root = store.local_path()
     if root is not None:
         return files.delete_previous(root, listed, keep)

@@ -22,8 +22,7 @@ from typing import Any
 
 from ...core.errors import FormatError, InvalidArgumentError, InvalidTypeError, SourceError
 from ...core.reader import Reader
-from ..cache._cachefiles import close_fd
-from ..cache.shardcache import ShardCache
+from ..cache.shardcache import ShardCache, close_fd
 from ..layout.manifest import Manifest, ShardEntry
 from ..layout.storage import open_located
 from ._prefetch import Prefetcher
@@ -118,7 +117,8 @@ class Stream:
 
     def _forked(self) -> None:
         """In a forked child: forget the parent's pins (their descriptors, which carry
-        locks, were closed at the fork by :mod:`._cachefiles`; the numbers may be reused)."""
+        locks, were closed at the fork by :mod:`tensorfile.sources.cache.files`; the numbers
+        may be reused)."""
         if self._pid != os.getpid():
             self._pins = {}
             self._pid = os.getpid()

@@ -10,9 +10,9 @@ Key-value datasets give one sample per key, as ``{"key": ..., column: tensor}``.
 
 Nothing read is trusted: the manifest is checked when the dataset is opened, each shard's
 header against the manifest when the shard is first used
-(:func:`~tensorfile.dataset.samples.open_shard`), and the index against the manifest and the
+(:func:`~tensorfile.dataset.reading.samples.open_shard`), and the index against the manifest and the
 headers: a stale index is set aside and the shard headers are searched instead
-(:mod:`tensorfile.dataset.index`).
+(:mod:`tensorfile.dataset.layout.index`).
 
 Example:
     >>> import numpy as np, os, tempfile
@@ -379,7 +379,6 @@ class Dataset:
         drop_last: bool = False,
         partitions: int = 64,
         shuffle_block: int = 1 << 18,
-        shuffle_buffer: int | None = None,
         map_style: bool = False,
     ) -> Any:
         """The samples for PyTorch, as torch tensors of the matching dtype (BF16 as
@@ -393,8 +392,7 @@ class Dataset:
         without, single samples (``per_sample=True`` with ``batch_size`` as the DataLoader's
         batch size keeps the same order). ``even=True`` gives every rank the same number of
         samples by dropping the ``len % world_size`` surplus, ``even="pad"`` by repeating
-        samples; ``shuffle_buffer`` is the earlier name of ``shuffle_block``
-        (:mod:`tensorfile.dataset.torch` says exactly how). ``map_style=True`` gives a
+        samples (:mod:`tensorfile.dataset.torch` says exactly how). ``map_style=True`` gives a
         map-style dataset instead (``len`` and ``[i]``, for samplers and the default
         collate). The other keywords are checked here, once, as one
         :class:`~tensorfile.dataset.torch.FeedOptions` (the feed's ``options``).
@@ -422,7 +420,6 @@ class Dataset:
             drop_last=drop_last,
             partitions=partitions,
             shuffle_block=shuffle_block,
-            shuffle_buffer=shuffle_buffer,
         )
         with needing("Dataset.to_torch()", extra="torch"):
             from ..feed.torch import TorchIterable, TorchMap
@@ -546,11 +543,12 @@ def open(
 
     A remote dataset with a ``cache_dir`` (default: ``$TENSORFILE_CACHE_DIR`` when it is
     set; ``False`` turns it off) is read through a shard cache
-    (:mod:`tensorfile.dataset.shardcache`): each shard is downloaded whole (parallel ranged
-    GETs) into the folder the first time it is needed and read from there, memory-mapped;
-    the folder is shared by every process of the node and holds at most ``cache_limit``
-    bytes (an int, or ``"20GB"``, ``"512MiB"``; default ``$TENSORFILE_CACHE_SIZE``, else
-    20 GiB), least recently used shards evicted. ``predownload``: samples ahead each
+    (:mod:`tensorfile.dataset.cache.shardcache`): each shard is downloaded whole (parallel
+    ranged GETs) into the folder the first time it is needed and read from there,
+    memory-mapped; the folder is shared by every process of the node and holds at most
+    ``cache_limit`` bytes (an int, or ``"20GB"``, ``"512MiB"``; default
+    ``$TENSORFILE_CACHE_SIZE``, else 20 GiB) of shards and cached chunks of remote files
+    together, least recently used entries evicted. ``predownload``: samples ahead each
     worker downloads in the background (:meth:`Dataset.prefetch`; default the samples of
     the two largest shards). A local dataset is read in place: ``cache_dir`` is ignored.
     """

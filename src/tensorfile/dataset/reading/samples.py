@@ -3,7 +3,7 @@ against what the manifest says of it.
 
 A batch shard holds one tensor per column whose first axis runs over the samples; a key-value
 (KV) shard holds one tensor per key and column, named ``{key}{kv_separator}{column}``, and a
-sample is ``{"key": key, column: tensor}``. :class:`~tensorfile.dataset.reader.Dataset`, its
+sample is ``{"key": key, column: tensor}``. :class:`~tensorfile.dataset.Dataset`, its
 torch view and the Spark reader open shards with :func:`open_shard` and build their samples
 here, so a manifest that lies about a shard (more samples than its tensors hold, a column it
 lacks, a dtype or shape other than the schema's) fails the same way everywhere: with a
@@ -54,7 +54,7 @@ def verify_shard(
 
     Batch mode: every column is a tensor of the schema's dtype and sample shape with at least
     ``samples_count`` rows (padding included; the real ones are the first
-    :attr:`~tensorfile.dataset.manifest.ShardEntry.samples`). KV mode: every tensor is
+    :attr:`~tensorfile.dataset.layout.manifest.ShardEntry.samples`). KV mode: every tensor is
     ``{key}{separator}{column}`` of a known column, every key has every column, in the
     schema's dtype and shape, and there are ``samples_count`` keys.
 
@@ -130,7 +130,7 @@ def open_shard(
     schema: dict[str, dict[str, Any]] | None = None,
 ) -> tuple[Reader, list[str]]:
     """A reader of ``shard`` of the dataset in ``folder`` (a path, URL or storage) and its KV
-    keys, after :func:`~tensorfile.dataset.storage.open_shard`'s checks (inside the
+    keys, after :func:`~tensorfile.dataset.layout.storage.open_shard`'s checks (inside the
     folder, a regular file, the listed size) and :func:`verify_shard`.
 
     Example:
@@ -185,7 +185,7 @@ def shard_samples(
 ) -> Iterator[dict[str, Any]]:
     """The samples of ``shard`` (open in ``reader``, checked by :func:`verify_shard`), in
     order: ``{column: array}`` per real row of a batch shard (its first
-    :attr:`~tensorfile.dataset.manifest.ShardEntry.samples` rows; the zero rows of a padded
+    :attr:`~tensorfile.dataset.layout.manifest.ShardEntry.samples` rows; the zero rows of a padded
     shard are not samples), ``{"key": key, column: tensor}`` per key of a KV shard (``keys``
     when the caller has them already). ``start``/``stop`` give only those samples (a batch
     shard reads just their rows).

@@ -6,7 +6,7 @@ to a full batch, or written short. A padded shard stores ``batch_size`` rows, an
 manifest entry says so (``samples_count`` is ``batch_size``, as the reference connector
 writes it); :attr:`Shard.samples` is the number of real rows, which come first, and
 :attr:`Shard.padding` the zero rows after them, recorded in the manifest's ``tensorfile``
-field so that readers skip them (:mod:`tensorfile.dataset.manifest`). KV mode (§4.2): each
+field so that readers skip them (:mod:`tensorfile.dataset.layout.manifest`). KV mode (§4.2): each
 row becomes one tensor per column named ``{key}{kv_separator}{column}``; a shard is sealed
 once its tensors reach the target size; duplicate keys fail or the last one wins. A KV
 shard's ``samples_count`` is the number of keys (rows) it holds; it is never padded.

@@ -8,7 +8,7 @@ message: what they wrote). The job's :func:`commit` moves the committed shards i
 (a rename, or a server-side copy on an object store), writes the manifest atomically (the
 single commit point: readers trust only the manifest) and the index, and only then, for
 ``overwrite``, removes the previous dataset's files: only what
-:func:`~tensorfile.dataset.files.deletable` proves to be theirs (regular files in the folder,
+:func:`~tensorfile.dataset.layout.files.deletable` proves to be theirs (regular files in the folder,
 named like shards, listed by the previous manifest; never the new manifest or index, never
 through a symlink), so a lying manifest cannot make a commit delete anything else;
 :func:`abort` removes the staging folder. A task that fails, is retried or runs twice leaves
@@ -552,7 +552,7 @@ def write(
 def previous_listing(folder: Location) -> list[str]:
     """The shard paths the manifest in ``folder`` lists, read leniently: whatever strings sit
     at ``shards[i].shard_path`` of a readable JSON manifest, else none. This is what an
-    ``overwrite`` passes to :func:`~tensorfile.dataset.files.deletable`, which trusts none
+    ``overwrite`` passes to :func:`~tensorfile.dataset.layout.files.deletable`, which trusts none
     of it.
 
     Example:

@@ -22,6 +22,7 @@ import os
 from collections.abc import Iterable
 from typing import Any
 
+from tensorfile.core.digests import verified
 from tensorfile.core.errors import (
     InvalidArgumentError,
     InvalidTypeError,
@@ -60,7 +61,7 @@ def _open_reader(
         )
     try:
         with open_input(filename, cache_dir=cache_dir) as source, naming(source.name):
-            return SafetensorsReader(source, verify=verify)
+            reader = SafetensorsReader(source, verify=verify)
     except SafetensorError:
         raise
     except SourceNotFoundError as exc:
@@ -73,6 +74,7 @@ def _open_reader(
         raise missing from exc
     except SourceError as exc:
         raise _as_io_error(exc, SafetensorIOError) from exc
+    return verified(reader, source.name) if verify else reader
 
 
 def _as_io_error(exc: SourceError, kind: type[SafetensorIOError]) -> SafetensorIOError:

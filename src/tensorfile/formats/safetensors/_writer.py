@@ -173,9 +173,9 @@ def with_digests(
     metadata: Mapping[str, str] | None,
     checksum: str | None,
 ) -> Mapping[str, str] | None:
-    """``metadata`` with each tensor's digest under :data:`~tensorfile.core.digests.
-    METADATA_KEY` when ``checksum`` names an algorithm (see :mod:`tensorfile.core.digests`);
-    ``metadata`` as it is when ``checksum`` is None.
+    """``metadata`` with each tensor's digest under
+    :data:`~tensorfile.core.digests.METADATA_KEY` when ``checksum`` names an algorithm (see
+    :mod:`tensorfile.core.digests`); ``metadata`` as it is when ``checksum`` is None.
 
     Example:
         >>> import numpy as np

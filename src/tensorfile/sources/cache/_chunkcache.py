@@ -7,18 +7,22 @@ request, straight into the destination where the read covers them, then publishe
 a file renamed into place. A partial hit fetches only what is missing; a full hit costs one
 small request (the one that tells the file's version and size).
 
-The folder, the keys, the chunk files' header and the eviction are :mod:`._chunkdir`'s.
-What is guaranteed:
+The keys and the chunk files' header are :mod:`._chunkdir`'s; the folder's one budget (the
+limit, shared with whole-file entries, the lock and the eviction) is :mod:`.folder`'s: the
+chunks of a request are made and sized as temporary files once their room is reserved, so
+the folder never holds more than its limit. What is guaranteed:
 
 * A chunk is served only when its header names this file (key, offset, length) and the
   file has exactly the header's length; with ``verify`` (``$TENSORFILE_CACHE_VERIFY=1``)
   chunks are written with a CRC-32 and read only when it matches. A chunk that fails is
-  deleted and fetched again.
+  deleted and fetched again; anything but a regular file at a chunk's name (a FIFO, a
+  folder, a symlink) is removed (never followed, never waited on) and fetched again.
 * A file without a version (a server that sends no ``ETag``) is not cached: a stale hit
   would return wrong bytes. A weak ETag (``W/...``) says "equivalent", not "the same
   bytes", so it is not used either.
 * A folder that cannot be written (read-only, full, a permission missing) costs a
-  :class:`~._chunkdir.CacheWarning` and the load goes on over the network.
+  :class:`~._chunkdir.CacheWarning` and the load goes on over the network; a request whose
+  chunks find no room (whole files in use fill the folder) is read over the network.
 * Several threads of one process that need the same missing chunk fetch it once; several
   processes may each fetch it (each renames its own copy into place: same bytes).
 
@@ -44,7 +48,7 @@ import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ...core.atomic import AtomicFile, preallocate, write_all
+from ...core.atomic import AtomicFile, write_all
 from ...core.errors import SourceError
 from ...core.parallel import in_threads
 from ...core.source import Source, SourceBase
@@ -52,17 +56,16 @@ from ..local.advice import prefault
 from ._chunkdir import (
     HEADER,
     LAYOUT,
-    RESERVE,
-    CacheSettings,
     ChunkHeader,
     cache_key,
     chunk_name,
-    free_space,
-    sweep,
-    sweep_due,
+    info_bytes,
     warn,
     write_info,
 )
+from .files import close_fd, end_temp, lock_fd, new_temp, open_entry
+from .folder import RESERVE, CacheFolder, free_space
+from .settings import CacheSettings
 
 __all__ = ["CacheStats", "CachedSource", "with_cache"]
 
@@ -71,7 +74,6 @@ _MAX_RUN = 64 << 20
 hold a whole reply in memory) and at most :data:`_MAX_CHUNKS` chunks (each is published
 once its request is done)."""
 _MAX_CHUNKS = 4
-_O_READ = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)
 
 
 @dataclass(slots=True)
@@ -146,7 +148,8 @@ class CachedSource(SourceBase):
         url: the file's URL as the caller gave it (only a hash of it, without credentials,
             is stored).
         folder: the cache folder (``chunks-v1/`` is created in it).
-        config: the size limit, chunk size and whether to check CRCs.
+        config: the size limit (the folder's, shared with whole-file entries), chunk size
+            and whether to check CRCs.
         extra: what else names the file (an fsspec endpoint), part of the key.
     """
 
@@ -168,28 +171,26 @@ class CachedSource(SourceBase):
         self._size = inner.size
         key = cache_key(url, version, self._size, config.chunk, extra)
         self._key7 = bytes.fromhex(key[:14])
+        self.cache = CacheFolder(folder, config.limit)
         self.root = os.path.join(folder, LAYOUT)
         self.folder = os.path.join(self.root, key)
-        self._info = {"url": inner.name, "version": version, "size": self._size,
-                      "chunk": config.chunk}  # fmt: skip
+        self._info = info_bytes({"url": inner.name, "version": version, "size": self._size,
+                                 "chunk": config.chunk})  # fmt: skip
         self._lock = threading.Lock()
         self._inflight: dict[int, threading.Event] = {}
         self._touched: set[int] = set()
-        self._unwritten = 0  # bytes written since the last sweep
-        self._every = max(config.chunk, min(config.limit // 16, 1 << 30))
-        self.writable = True
-        if os.path.isdir(self.root) and sweep_due(self.root):
-            self._sweep()  # (before this file's folder is made: a sweep removes empty ones)
-        if self.writable:
-            self.writable = self._prepare()
+        self.writable = self._prepare()
+        if self.writable and self.cache.sweep_due():
+            self._sweep()
 
     # -- the folder -----------------------------------------------------------------------
 
     def _prepare(self) -> bool:
-        """Create the file's folder; False (with a warning) when it cannot be written."""
+        """Create the layout's folder and the folder's lock; False (with a warning) when
+        they cannot be written."""
         try:
-            os.makedirs(self.folder, exist_ok=True)
-            write_info(self.folder, self._info)
+            os.makedirs(self.root, exist_ok=True)
+            close_fd(lock_fd(os.path.join(self.cache.folder, ".lock"), wait=False))
             return True
         except (OSError, SourceError) as exc:
             self._cannot_write(exc)
@@ -203,10 +204,9 @@ class CachedSource(SourceBase):
 
     def _sweep(self) -> None:
         try:
-            sweep(self.root, self.config.limit)
+            self.cache.sweep()
         except OSError as exc:
             self._cannot_write(exc)
-        self._unwritten = 0
 
     def _path(self, index: int) -> str:
         return os.path.join(self.folder, chunk_name(index))
@@ -280,12 +280,13 @@ class CachedSource(SourceBase):
         """Read the part of chunk ``index`` in ``[start, stop)`` from its file: True; None
         when there is no such file; False when it cannot be read or is not right (then it
         is deleted, where it can be)."""
-        try:
-            fd = os.open(self._path(index), _O_READ)
-        except FileNotFoundError:
-            return None
+        try:  # (never blocks, never follows a link; anything else there is removed)
+            found = open_entry(self._path(index))
         except OSError:
             return False
+        if found is None:
+            return None
+        fd = found
         try:
             ok = self._read_chunk(fd, index, start, stop, dest)
             if not ok:
@@ -341,7 +342,7 @@ class CachedSource(SourceBase):
         with self._lock:
             self.cache_stats.rejected += 1
         try:
-            st, now = os.fstat(fd), os.stat(self._path(index))
+            st, now = os.fstat(fd), os.stat(self._path(index), follow_symlinks=False)
             if (st.st_dev, st.st_ino) == (now.st_dev, now.st_ino):
                 os.unlink(self._path(index))
         except OSError:
@@ -386,7 +387,8 @@ class CachedSource(SourceBase):
         rs, re_ = self._span(run[0])[0], self._span(run[-1])[1]
         ws, we = max(rs, start), min(re_, stop)
         views = dest.views(ws, we)
-        if not self.writable:  # nothing will be kept: fetch only what is wanted
+        temps = self._reserve(run) if self.writable else None
+        if temps is None:  # nothing will be kept: fetch only what is wanted
             self.inner.readinto(ws, views)
             with self._lock:
                 self.cache_stats.misses += len(run)
@@ -396,65 +398,89 @@ class CachedSource(SourceBase):
             views.insert(0, memoryview(bytearray(ws - rs)))
         if re_ > we:
             views.append(memoryview(bytearray(re_ - we)))
-        self.inner.readinto(rs, views)
+        try:
+            self.inner.readinto(rs, views)
+        except BaseException:
+            for t in temps:
+                end_temp(t, commit=False)
+            raise
         with self._lock:
             self.cache_stats.misses += len(run)
             self.cache_stats.bytes_fetched += re_ - rs
         got = _Dest(rs, views)
-        for k in run:
-            cs, ce = self._span(k)
-            self._publish(k, got.views(cs, ce))
+        try:
+            for k, tmp in zip(run, temps, strict=True):
+                cs, ce = self._span(k)
+                if not self._publish(k, tmp, got.views(cs, ce)):
+                    break
+        finally:
+            for tmp in temps:  # (those not renamed into place: removed)
+                end_temp(tmp, commit=False)
 
     # -- writing ----------------------------------------------------------------------------
 
-    def _publish(self, index: int, parts: list[memoryview]) -> None:
-        """Write chunk ``index`` to a temporary file and rename it into place; a failure
-        costs a warning and the cache is not written again by this source."""
+    def _reserve(self, run: list[int]) -> list[AtomicFile] | None:
+        """The temporary files of chunks ``run``, made and sized once the folder has room
+        for them (and this file's ``info.json``); None when it has none, or (with a warning,
+        and the cache is not written again by this source) when it cannot be written."""
+        sizes = [HEADER.size + self._span(k)[1] - self._span(k)[0] for k in run]
+        info = os.path.join(self.folder, "info.json")
+        need = sum(sizes) + len(self._info)
+
+        def room() -> int:  # (under the lock, after the scan: info.json is there or not)
+            return sum(sizes) + (0 if os.path.lexists(info) else len(self._info))
+
+        def start() -> list[AtomicFile]:
+            if free_space(self.root) < need + RESERVE:
+                raise OSError(28, "less than 1 GiB would be left free")
+            try:
+                os.mkdir(self.folder)
+            except FileExistsError:
+                pass
+            write_info(self.folder, self._info)
+            temps: list[AtomicFile] = []
+            try:
+                for k, size in zip(run, sizes, strict=True):
+                    temps.append(new_temp(self._path(k), size))
+            except BaseException:
+                for t in temps:
+                    end_temp(t, commit=False)
+                raise
+            return temps
+
+        try:
+            return self.cache.reserve(room, start)
+        except (OSError, SourceError) as exc:
+            self._cannot_write(exc)
+            return None
+
+    def _publish(self, index: int, tmp: AtomicFile, parts: list[memoryview]) -> bool:
+        """Write chunk ``index`` into its temporary file and rename it into place; a failure
+        costs a warning and the cache is not written again by this source (False)."""
         cs, ce = self._span(index)
-        n = ce - cs
-        if free_space(self.folder) < n + RESERVE:
-            self._sweep()
-            if free_space(self.folder) < n + RESERVE:
-                self._cannot_write(OSError(28, "less than 1 GiB would be left free"))
-                return
         crc = _crc(parts) if self.config.verify else None  # (~0.5 s per GiB: only if asked)
-        head = ChunkHeader(self._key7, cs, n, crc).pack()
-        for attempt in range(2):
-            try:
-                f = AtomicFile(self._path(index))
-            except SourceError as exc:
-                if attempt == 0 and not os.path.isdir(self.folder) and self._prepare():
-                    continue  # a sweep removed the (empty) folder meanwhile
-                self._cannot_write(exc)
-                return
-            try:
-                preallocate(f.fd, HEADER.size + n)
-                write_all(f.fd, memoryview(head))
-                for p in parts:
-                    write_all(f.fd, p)
-                f.commit()
-            except (OSError, SourceError) as exc:
-                f.abort()
-                self._cannot_write(exc)
-                return
-            break
+        head = ChunkHeader(self._key7, cs, ce - cs, crc).pack()
+        try:
+            write_all(tmp.fd, memoryview(head))
+            for p in parts:
+                write_all(tmp.fd, p)
+            end_temp(tmp, commit=True)
+        except (OSError, SourceError) as exc:
+            end_temp(tmp, commit=False)
+            self._cannot_write(exc)
+            return False
         with self._lock:
             self.cache_stats.chunks_written += 1
-            self._unwritten += n
-            due = self._unwritten >= self._every
-        if due:
-            self._sweep()
+        return True
 
     # -- lifetime ---------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Close the remote source; sweep the folder when this source wrote to it."""
+        """Close the remote source."""
         if self._closed:
             return
         super().close()
         self.inner.close()
-        if self.writable and self._unwritten:
-            self._sweep()
 
     def __repr__(self) -> str:
         return f"<CachedSource {self.name} in {self.folder}>"

@@ -3,11 +3,12 @@ through the retry and redirect loop.
 
 :class:`Exchanges` is the part of :class:`~._http.HTTPFetcher` that talks to servers: it
 picks a pooled connection (:mod:`._conn`) for the URL and proxy (:mod:`._proxy`), sends a
-``GET`` with the ``Range`` asked for, follows redirects (at most 5, never to another scheme
-than http(s) nor from https to http; a permanent one at the start of the chain is
-remembered), retries transient failures with exponential backoff (honouring
-``Retry-After``), and returns the reply once its headers are read; the body is the
-fetcher's to read. Credentials go to the origin of the URL the caller gave, never elsewhere.
+``GET`` with the ``Range`` asked for (and ``If-Match`` with the version already read, see
+:mod:`._http`), follows redirects (at most 5, never to another scheme than http(s) nor
+from https to http; a permanent one at the start of the chain is remembered), retries
+transient failures with exponential backoff (honouring ``Retry-After``), and returns the
+reply once its headers are read; the body is the fetcher's to read. Credentials go to the
+origin of the URL the caller gave, never elsewhere.
 
 Receive buffers: until a server has answered a range request with ``206``, connections are
 made with the small receive buffer of :data:`~._conn.RECV_BUFFER` (a server that ignores
@@ -80,6 +81,7 @@ class Reply:
         self.key = key
         self.url = url
         self.status = resp.status
+        self.if_match: str | None = None  # the ETag the request was conditional on
 
     def header(self, name: str) -> str | None:
         return self.resp.getheader(name)
@@ -200,6 +202,8 @@ class Exchanges:
             if proxy.authorization is not None:
                 headers["Proxy-Authorization"] = proxy.authorization
         headers |= {"Host": url.authority, "Range": want.spec, "Accept-Encoding": "identity"}
+        conditions = self._conditions(url)
+        headers |= conditions
         if url.origin == self._url.origin:
             headers |= self._signed(url)
         deadline = min(time.monotonic() + self._deadline + want.nbytes / self._min_speed, stop_at)
@@ -233,7 +237,14 @@ class Exchanges:
                 self._count()
                 raise
             self._count()
-            return Reply(conn, resp, key, url, want.nbytes)
+            reply = Reply(conn, resp, key, url, want.nbytes)
+            reply.if_match = conditions.get("If-Match")
+            return reply
+
+    def _conditions(self, url: HttpURL) -> dict[str, str]:
+        """Headers that make a request conditional on the version already read (the
+        fetcher's ``If-Match``); none by default."""
+        return {}
 
     def _signed(self, url: HttpURL) -> dict[str, str]:
         """Headers that sign a request to the origin (an object store's signature); none

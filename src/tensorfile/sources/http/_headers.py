@@ -15,6 +15,8 @@ Example:
     (0, None)
     >>> retry_after("120"), retry_after("²"), retry_after("soon")
     (120.0, None, None)
+    >>> strong_etag('"abc-12"'), strong_etag('W/"abc"'), strong_etag("abc")
+    (True, False, False)
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import email.utils
 import re
 import time
 
-__all__ = ["content_range", "number", "retry_after", "show", "unsatisfied_range"]
+__all__ = ["content_range", "number", "retry_after", "show", "strong_etag", "unsatisfied_range"]
 
 _DIGITS = r"[0-9]{1,19}"
 _NUMBER = re.compile(_DIGITS)
@@ -90,3 +92,12 @@ def show(value: str | None, limit: int = 60) -> str:
         return "(none)"
     cut = value[:limit]
     return repr(cut) + ("..." if len(value) > limit else "")
+
+
+_STRONG_ETAG = re.compile(r'"[\x21\x23-\x7e\x80-\xff]*"')
+
+
+def strong_etag(tag: str) -> bool:
+    """Whether ``tag`` is a strong entity tag (RFC 9110: ``"..."``, no ``W/``), the only
+    kind ``If-Match`` compares: a weak one never matches there."""
+    return _STRONG_ETAG.fullmatch(tag) is not None

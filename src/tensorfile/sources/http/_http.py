@@ -20,6 +20,14 @@ server claims:
   ``Content-Length`` must be the file's size; a body shorter than it, or longer, is refused.
 * A web page (``Content-Type: text/html`` and HTML bytes) where the file should start is a
   :class:`~._prefix.NotATensorFileError`: a directory listing is not a tensor file.
+* The file's version: the ``ETag`` of the first reply that has one. Every later reply must
+  carry the same (a file replaced between two reads is an error, never a mix of two
+  versions' bytes), and every later request to the URL that gave it says ``If-Match:
+  <ETag>``, so that the server itself refuses to serve another version: its ``412
+  Precondition Failed`` is the same "the file changed while it was being read" error. A weak
+  ETag (``W/"..."``) is never sent: ``If-Match`` compares strongly, so it would never match;
+  such a file has the per-reply comparison only. Nor is one sent to another URL (the first
+  hop of a redirect, whose resource has an ETag of its own).
 * ``416`` only for a range past the end; a compressed body (``Content-Encoding``) or an
   unknown ``Transfer-Encoding`` is refused; numbers in headers are strict ASCII.
 * Every request says ``User-Agent: tensorfile/<version>``.
@@ -75,7 +83,7 @@ from ._request import (
     check_request,
     positive,
 )
-from ._urls import parse_http_url, redact, scrub
+from ._urls import HttpURL, parse_http_url, redact, scrub
 
 __all__ = ["MIN_SPEED", "Fetched", "HTTPFetcher", "redact"]
 
@@ -152,6 +160,7 @@ class HTTPFetcher(Exchanges):
         """The file's ``ETag`` from the first reply that has one (None before, or when the
         server sends none); a later reply with another ETag is an error: the file changed."""
         self._versioned = False
+        self._version_at: tuple[tuple[str, str, int], str] | None = None  # whose ETag it is
 
     # -- one request -------------------------------------------------------------------------
 
@@ -268,6 +277,11 @@ class HTTPFetcher(Exchanges):
             return self._whole_body(reply, want)
         if reply.status == 416:
             return self._unsatisfiable(reply, want)
+        if reply.status == 412 and reply.if_match is not None:
+            raise SourceError(
+                f"{self.name}: the file changed while it was being read (HTTP 412: its ETag is "
+                f"no longer {hdr.show(reply.if_match)})"
+            )
         reason = hdr.show(scrub(reply.resp.reason, self.url))  # a server may echo
         gone = reply.status in (404, 410)  # a FileNotFoundError, as a missing file
         kind = SourceNotFoundError if gone else SourceError
@@ -472,6 +486,7 @@ class HTTPFetcher(Exchanges):
             if not self._versioned:
                 self._versioned = True
                 self.version = tag or None
+                self._version_at = _resource(reply.url)
                 return
             known = self.version
         if known is not None and tag != known:
@@ -480,6 +495,15 @@ class HTTPFetcher(Exchanges):
                 f"{self.name}: the file changed while it was being read (ETag {hdr.show(known)}, "
                 f"{then})"
             )
+
+    def _conditions(self, url: HttpURL) -> dict[str, str]:
+        """``If-Match`` with the file's strong ETag, once a reply gave one, on requests to
+        the URL (scheme, host, port and path) whose reply gave it."""
+        with self._lock:
+            tag, at = self.version, self._version_at
+        if tag is None or at != _resource(url) or not hdr.strong_etag(tag):
+            return {}
+        return {"If-Match": tag}
 
     def _learn_size(self, total: int) -> None:
         with self._lock:
@@ -548,6 +572,12 @@ class _Broken(Exception):
     def __init__(self, error: SourceError) -> None:
         super().__init__(str(error))
         self.error = error
+
+
+def _resource(url: HttpURL) -> tuple[tuple[str, str, int], str]:
+    """The resource ``url`` names: its origin and path (not the query, which a presigned URL
+    changes at each signing)."""
+    return url.origin, url.target.partition("?")[0]
 
 
 def _head(buffers: list[memoryview]) -> bytes:

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 from ...core.errors import InvalidArgumentError
 
-__all__ = ["HttpURL", "parse_http_url", "redact", "scrub", "secrets_of"]
+__all__ = ["HttpURL", "parse_http_url", "redact", "scrub", "secrets_of", "split_url", "userinfo"]
 
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*")
 _HOSTPORT = re.compile(r"(\[[0-9A-Za-z:.%]*\]|[^\[\]:@]*)(:[0-9]*)?")
@@ -45,9 +45,14 @@ _SHORT = 4  # secrets shorter than this are not replaced inside text: the text i
 WITHHELD = "(details withheld: they would show the URL's credentials)"
 
 
-def _split(url: str) -> tuple[str, str, str, str] | None:
+def split_url(url: str) -> tuple[str, str, str, str] | None:
     """``(scheme, authority, path, after)``: ``after`` is the query and fragment (with their
-    ``?``/``#``); None when ``url`` has no ``://``."""
+    ``?``/``#``); None when ``url`` has no ``://``.
+
+    Example:
+        >>> split_url("https://u:p@h:8080/m.safetensors?sig=x#f")
+        ('https', 'u:p@h:8080', '/m.safetensors', '?sig=x#f')
+    """
     scheme, sep, rest = url.partition("://")
     if not sep:
         return None
@@ -62,10 +67,15 @@ def _split(url: str) -> tuple[str, str, str, str] | None:
     return scheme, authority, path, after
 
 
-def _userinfo(authority: str, path: str) -> str | None:
-    """The credentials part of a URL: before the last ``@`` of the authority, or, when a
-    password holds an unescaped ``/`` (``user:pa/ss@host``), before the last ``@`` of the
-    path too."""
+def userinfo(authority: str, path: str) -> str | None:
+    """The credentials part of a URL (its :func:`split_url` authority and path): before the
+    last ``@`` of the authority, or, when a password holds an unescaped ``/``
+    (``user:pa/ss@host``), before the last ``@`` of the path too.
+
+    Example:
+        >>> userinfo("u:pa", "/ss@host/x"), userinfo("host", "/x")
+        ('u:pa/ss', None)
+    """
     if "@" in authority:
         return authority.rpartition("@")[0]
     if ":" in authority and "@" in path:
@@ -83,7 +93,7 @@ def redact(url: str) -> str:
         >>> redact("http://user:pa/ss@host/x")  # an unescaped '/' in the password
         'http://(URL withheld: it may hold credentials)'
     """
-    parts = _split(url)
+    parts = split_url(url)
     if parts is None:
         return url
     scheme, authority, path, _after = parts
@@ -106,12 +116,12 @@ def secrets_of(url: str) -> list[str]:
         >>> secrets_of("http://u:p%40ss@h/x?token=abc&v=1")
         ['token=abc&v=1', 'u:p%40ss', 'p%40ss', 'u:p@ss', 'p@ss', 'abc', '1', 'u']
     """
-    parts = _split(url)
+    parts = split_url(url)
     if parts is None:
         return []
     _scheme, authority, path, after = parts
     found: list[str] = []
-    info = _userinfo(authority, path)
+    info = userinfo(authority, path)
     if info is not None:
         user, _, password = info.partition(":")
         found += [info, user, password]

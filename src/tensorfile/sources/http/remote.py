@@ -5,7 +5,7 @@ the caller chose (by default the first 100,000 bytes, huggingface_hub's speculat
 read; the end of the file for zTensor, whose manifest is there), kept in a
 :class:`~._first_read.FirstRead`, so a header that fits costs one request. Nearby reads are
 merged by readers (:attr:`coalesce_gap`). :class:`HTTPSource` uses the strict HTTP transport
-of :mod:`._http`; :class:`~.fsspec_source.FsspecSource` uses fsspec.
+of :mod:`._http`; :class:`~..stores.fsspec_source.FsspecSource` uses fsspec.
 
 Loads at the speed of the link: the read planner (:mod:`tensorfile.core.plan`) cuts a load
 into pieces of :attr:`~RemoteSource.io_chunk` bytes (default 8 MiB) and reads up to

@@ -24,6 +24,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import datetime
 import hashlib
 import os
 import posixpath
@@ -269,6 +270,14 @@ class FsspecStore(Store):
             raise self._fail("move", src, exc) from None
 
     def list_files(self, folder: str = "") -> list[str]:
+        return sorted(
+            posixpath.basename(e["name"].rstrip("/"))
+            for e in self._entries(folder)
+            if e.get("type") == "file"
+        )
+
+    def _entries(self, folder: str) -> list[dict[str, Any]]:
+        """The filesystem's fresh listing of ``folder`` (``[]`` when there is none)."""
         self._require("listing", "list", folder)
         path = self._p(folder, folder=True)
         try:
@@ -278,11 +287,18 @@ class FsspecStore(Store):
             return []
         except Exception as exc:
             raise self._fail("list", folder, exc) from None
-        out = []
-        for e in entries:
-            if isinstance(e, dict) and e.get("type") == "file" and isinstance(e.get("name"), str):
-                out.append(posixpath.basename(e["name"].rstrip("/")))
-        return sorted(out)
+        return [e for e in entries if isinstance(e, dict) and isinstance(e.get("name"), str)]
+
+    def list_folders(self, folder: str = "") -> list[str]:
+        return sorted(
+            posixpath.basename(e["name"].rstrip("/"))
+            for e in self._entries(folder)
+            if e.get("type") == "directory"
+        )
+
+    def modified(self, name: str) -> float | None:
+        info = self._file_info(name)
+        return None if info is None else _timestamp(info)
 
     def remove(self, name: str) -> None:
         self._require("deletes", "remove", name)
@@ -304,6 +320,34 @@ class FsspecStore(Store):
             self.fs.rm(path, recursive=True)
         except Exception:  # best effort: a staging folder left over hides nothing
             pass
+
+
+_TIME_KEYS = ("LastModified", "mtime", "created", "last_modified", "updated")
+"""Where fsspec filesystems put the times of a file's last changes (s3fs, local, memory,
+adlfs, gcsfs): the latest of them counts (a local rename keeps ``mtime`` and sets the change
+time, which fsspec calls ``created``)."""
+
+
+def _timestamp(info: dict[str, Any]) -> float | None:
+    """The time of a file's last change in an fsspec record (seconds since the epoch), or
+    None when the record has none."""
+    times = [t for t in map(_seconds, (info.get(k) for k in _TIME_KEYS)) if t is not None]
+    return max(times, default=None)
+
+
+def _seconds(when: Any) -> float | None:
+    if isinstance(when, str):
+        try:
+            when = datetime.datetime.fromisoformat(when.replace("Z", "+00:00"))
+        except ValueError:
+            return None
+    if isinstance(when, datetime.datetime):
+        if when.tzinfo is None:  # (fsspec's are UTC)
+            when = when.replace(tzinfo=datetime.UTC)
+        return float(when.timestamp())
+    if isinstance(when, (int, float)) and not isinstance(when, bool):
+        return float(when)
+    return None
 
 
 def _remake(root: str, options: dict[str, Any], read_only: bool) -> FsspecStore:

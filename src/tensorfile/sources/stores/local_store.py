@@ -22,6 +22,7 @@ import errno
 import fcntl
 import os
 import shutil
+import stat
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -204,6 +205,28 @@ class LocalStore(Store):
         # everything but folders: a FIFO or a symlink named like a shard is refused by name
         # when it is used, not skipped in silence
         return sorted(e.name for e in entries if not e.is_dir(follow_symlinks=False))
+
+    def list_folders(self, folder: str = "") -> list[str]:
+        path = self.path(folder)
+        try:
+            entries = list(os.scandir(path))
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        except OSError as exc:
+            raise SourceError(f"cannot list {path}: {exc.strerror or exc}") from exc
+        return sorted(e.name for e in entries if e.is_dir(follow_symlinks=False))
+
+    def modified(self, name: str) -> float | None:
+        path = self.path(name)
+        try:
+            st = os.lstat(path)  # (a symlink is not followed: it is not a file of the store)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise SourceError(f"cannot stat {path}: {exc.strerror or exc}") from exc
+        if not stat.S_ISREG(st.st_mode):
+            raise SourceError(f"{path} is not a regular file")
+        return max(st.st_mtime, st.st_ctime)
 
     def remove(self, name: str) -> None:
         self._require("deletes", "remove", name)

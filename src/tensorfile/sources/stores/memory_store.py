@@ -152,6 +152,15 @@ class MemoryStore(Store):
         names = (k[len(prefix) :] for k in keys if k.startswith(prefix))
         return sorted(n for n in names if "/" not in n)
 
+    def list_folders(self, folder: str = "") -> list[str]:
+        self._require("listing", "list", folder)
+        check_name(folder, folder=True)
+        prefix = folder + "/" if folder else ""
+        with self._lock:
+            keys = list(self._files)
+        names = (k[len(prefix) :] for k in keys if k.startswith(prefix))
+        return sorted({n.partition("/")[0] for n in names if "/" in n})
+
     def remove(self, name: str) -> None:
         self._require("deletes", "remove", name)
         check_name(name)

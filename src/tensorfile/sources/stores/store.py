@@ -8,7 +8,7 @@ A :class:`Store` says what it can do with capability flags, and an operation it 
   :class:`~tensorfile.core.source.Source` of a file (the formats read through it).
 * ``supports_writes``: :meth:`Store.write_atomic`, :meth:`Store.write_file`,
   :meth:`Store.upload`, :meth:`Store.move`.
-* ``supports_listing``: :meth:`Store.list_files`.
+* ``supports_listing``: :meth:`Store.list_files`, :meth:`Store.list_folders`.
 * ``supports_deletes``: :meth:`Store.remove`, :meth:`Store.remove_tree`.
 * ``atomic_publish``: a write is seen whole or not at all (an atomic rename on a local
   file system; a single put on an object store).
@@ -286,6 +286,21 @@ class Store:
         every entry that is not a folder; ``[]`` when there is no such folder."""
         self._require("listing", "list", folder)
         raise NotImplementedError
+
+    def list_folders(self, folder: str = "") -> list[str]:
+        """The names of the folders directly in ``folder`` (relative to the root), sorted;
+        never a symlink to one. On an object store, the name prefixes with objects under
+        them."""
+        self._require("listing", "list", folder)
+        raise NotImplementedError
+
+    def modified(self, name: str) -> float | None:
+        """When the file ``name`` last changed, in content or in place (seconds since the
+        epoch): a local file's later of its modification and change times (a rename sets the
+        latter), an object's last-modified time (a copy sets it). None when the store cannot
+        tell, or nothing is there; a :class:`SourceError` when something that is not a
+        regular file is (a local symlink too)."""
+        return None
 
     def remove(self, name: str) -> None:
         """Remove the file ``name`` if it is there."""

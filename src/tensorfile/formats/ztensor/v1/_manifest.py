@@ -8,7 +8,7 @@ shape × itemsize bytes, and the components a known layout requires must be ther
 negotiation: the same major proceeds (a warning for a newer minor), another major fails.
 
 Manifests in the form writers produce are parsed and checked for all tensors at once by
-:mod:`.v1._manifest_fast`; anything else (and anything wrong) goes through the
+:mod:`._manifest_fast`; anything else (and anything wrong) goes through the
 entry-by-entry checks here, which say exactly what is wrong.
 
 Example:
@@ -342,7 +342,7 @@ def parse_manifest(data: bytes, *, manifest_start: int, file_size: int, name: st
     """Decode and validate a manifest found at ``manifest_start`` of a ``file_size`` file.
 
     Manifests in the form every writer produces take the fast path
-    (:func:`~.v1._manifest_fast.fast_catalog`); anything else, and anything
+    (:func:`~._manifest_fast.fast_catalog`); anything else, and anything
     wrong, is parsed entry by entry (:func:`parse_manifest_precise`), which says precisely
     what is wrong."""
     fast = fast_catalog(data, manifest_start=manifest_start)

@@ -7,7 +7,7 @@ entry in one fixed form: ``{"dtype", "shape", "format": "dense", "components": {
 {"offset", "length"[, "encoding"][, "digest"]}}}``. Here one regular expression splits the
 tensors map into the variable fields of such entries (name, dtype, shape, offset, length,
 encoding, digest) in C; numpy then decodes the integers and checks every rule of the precise
-path (:func:`~.v1._manifest.parse_manifest`) for all entries at once: lengths of
+path (:func:`~._manifest.parse_manifest`) for all entries at once: lengths of
 the CBOR text heads, component area, alignment, sizes against shape × dtype, zstd
 plausibility, overlaps, duplicate names. ``TensorInfo`` records are built on first use.
 

@@ -10,7 +10,7 @@ layouts, encodings or logical types tensorfile does not know are listed and read
 stored bytes (:meth:`~ZTensor2Reader.read_stored`), and refused when decoded.
 
 :attr:`~ZTensor2Reader.attributes` are the file's attributes as the CBOR values they are;
-:attr:`~ZTensor2Reader.metadata` has them as text (see :mod:`.v2._manifest`).
+:attr:`~ZTensor2Reader.metadata` has them as text (see :mod:`._manifest`).
 
 Example:
     >>> import numpy as np
@@ -108,6 +108,16 @@ class ZTensor2Reader(Reader):
         self.info(name)
         found: dict[str, Any] | None = self._objects[name]["attributes"]
         return found
+
+    def checks_digest(self, name: str) -> bool:
+        """Whether reading ``name`` compares a digest over each of its parts: the part's
+        own, or for a part in a data shard, the shard table's digest of that whole shard."""
+        comps = self.info(name).components.values()
+        return (
+            self.verify
+            and bool(comps)
+            and all(c.digest or (c.shard and self._table[c.shard].digest) for c in comps)
+        )
 
     def stored_digest(self, name: str, algorithm: str) -> str | None:
         """The part's digest of its decoded bytes (see :meth:`Reader.stored_digest`), for a

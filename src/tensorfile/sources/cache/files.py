@@ -1,5 +1,6 @@
-"""The shard cache's files at the system level: descriptors that carry locks (closed in a
-child after ``fork``), damaged entries healed, and each shard's record (checksum, ETag).
+"""The cache folder's files at the system level: descriptors that carry locks (closed in a
+child after ``fork``), entries opened without ever blocking or following a link, damaged
+entries healed, and each whole-file entry's record (checksum, ETag).
 
 **Locks and fork.** A ``flock`` belongs to an open file description, and ``fork`` gives the
 child every description of the parent. A DataLoader worker forked while a background
@@ -11,12 +12,14 @@ and closed through :func:`close_fd`; an ``os.register_at_fork`` handler closes a
 in the child (the parent's locks then end when the parent closes its own copies), and a
 fork waits while one is being opened or closed (:func:`guarded`), so the list is exact.
 
-**Damaged entries.** Anything but a regular file at a shard, temporary, record or lock
-name (a FIFO, a directory, a symlink, a socket) is removed without being followed
-(:func:`heal`) and the shard fetched again, as a file of the wrong size is.
+**Damaged entries.** Every entry of a cache folder is untrusted: anything but a regular
+file at an entry's name (a FIFO, a directory, a symlink, a socket) is removed without being
+followed (:func:`heal`) and the entry fetched again, as a file of the wrong size is. No
+open of an entry can block (:func:`open_fd`, :func:`open_entry`: ``O_NONBLOCK``,
+``O_NOFOLLOW``, then a file-type check).
 
-**Records.** ``<key>.sum`` holds the XXH3-64 of the shard as downloaded and the ETag the
-download saw; it is written (atomically) after the shard is renamed into place.
+**Records.** ``<key>.sum`` holds the XXH3-64 of a whole-file entry as downloaded and the
+ETag the download saw; it is written (atomically) before the entry is renamed into place.
 
 Example:
     >>> import os, tempfile
@@ -37,6 +40,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import mmap
@@ -46,20 +50,24 @@ import stat
 import threading
 from collections.abc import Iterator
 
-from ...core.atomic import atomic_write
+from ...core.atomic import AtomicFile, atomic_write, preallocate
 from ...core.digests import Digest
 from ...core.errors import SourceError
 
 __all__ = [
+    "RECORD_BYTES",
     "adopt",
     "close_fd",
     "digest_fd",
+    "end_temp",
     "forget",
     "guarded",
     "heal",
     "held",
     "lock_fd",
     "lock_same",
+    "new_temp",
+    "open_entry",
     "open_fd",
     "read_record",
     "remove_unused",
@@ -69,7 +77,10 @@ __all__ = [
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _GUARD = [threading.Lock()]
 _HELD: set[int] = set()
-_RECORD_BYTES = 4096
+RECORD_BYTES = 512
+"""The most bytes a record may hold (a longer one is never written, never read): a
+download reserves this much room for its record."""
+_O_ENTRY = os.O_NOFOLLOW | os.O_NONBLOCK | _O_CLOEXEC
 
 
 @contextlib.contextmanager
@@ -87,6 +98,30 @@ def open_fd(path: str, flags: int, mode: int = 0o644) -> int:
         fd = os.open(path, flags, mode)
         _HELD.add(fd)
     return fd
+
+
+def open_entry(path: str, flags: int = os.O_RDONLY) -> int | None:
+    """A descriptor of the regular file ``path`` (not remembered: it carries no lock); None
+    when there is none. Anything else there (a FIFO, a directory, a symlink, a socket) is
+    removed (:func:`heal`) and None returned; the open never blocks nor follows a link."""
+    try:
+        fd = os.open(path, flags | _O_ENTRY)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENXIO, errno.EISDIR, errno.ENOTDIR, errno.EWOULDBLOCK):
+            heal(path)
+            return None
+        raise
+    try:
+        if stat.S_ISREG(os.fstat(fd).st_mode):
+            return fd
+    except BaseException:
+        os.close(fd)
+        raise
+    os.close(fd)
+    heal(path)
+    return None
 
 
 def adopt(fd: int) -> None:
@@ -133,6 +168,42 @@ def _after_fork_child() -> None:
 os.register_at_fork(
     before=_before_fork, after_in_parent=_after_fork_parent, after_in_child=_after_fork_child
 )
+
+
+def new_temp(dest: str, size: int, *, fsync: bool = False) -> AtomicFile:
+    """The temporary file of the entry ``dest`` (anything but a regular file there removed
+    first), ``size`` bytes long (preallocated where the file system can: a disk too small
+    fails here), its lock-holding descriptor closed in a forked child. End it with
+    :func:`end_temp`."""
+    heal(dest)
+    with _GUARD[0]:
+        tmp = AtomicFile(dest, fsync=fsync)
+        _HELD.add(tmp.fd)
+    try:
+        preallocate(tmp.fd, size)
+        if os.fstat(tmp.fd).st_size != size:
+            os.ftruncate(tmp.fd, size)
+    except BaseException:
+        end_temp(tmp, commit=False)
+        raise
+    return tmp
+
+
+def end_temp(tmp: AtomicFile, *, commit: bool) -> None:
+    """Rename the temporary file of :func:`new_temp` into place (``commit``; its data
+    flushed first when it was made with ``fsync``), else remove it; nothing when it was
+    ended already."""
+    if commit and tmp.fsync and not tmp.done:
+        os.fsync(tmp.fd)
+        tmp.fsync = False
+    if tmp.done:
+        return
+    with _GUARD[0]:  # the rename and close are quick: a fork waits for them
+        _HELD.discard(tmp.fd)
+        if commit:
+            tmp.commit()
+        else:
+            tmp.abort()
 
 
 def lock_fd(path: str, *, wait: bool = True) -> int:
@@ -210,7 +281,7 @@ def heal(path: str) -> bool:
     except FileNotFoundError:
         return False
     except OSError as exc:
-        raise SourceError(f"cannot check the shard cache entry {path}: {exc.strerror}") from exc
+        raise SourceError(f"cannot check the cache entry {path}: {exc.strerror}") from exc
     if stat.S_ISREG(st.st_mode):
         return False
     try:
@@ -222,7 +293,7 @@ def heal(path: str) -> bool:
         pass
     except OSError as exc:
         raise SourceError(
-            f"the shard cache entry {path} is not a regular file and cannot be removed: "
+            f"the cache entry {path} is not a regular file and cannot be removed: "
             f"{exc.strerror or exc}"
         ) from exc
     return True
@@ -240,23 +311,27 @@ def digest_fd(fd: int, size: int) -> str:
 
 
 def write_record(path: str, digest: str, version: str | None) -> None:
-    """Write a shard's record (atomically)."""
+    """Write an entry's record (atomically); a version too long for a record is not kept
+    (the record then says none)."""
     data = json.dumps({"xxh3": digest, "etag": version}).encode()
+    if len(data) > RECORD_BYTES:
+        data = json.dumps({"xxh3": digest, "etag": None}).encode()
     heal(path)
     with atomic_write(path) as fd:
         os.write(fd, data)
 
 
 def read_record(path: str) -> tuple[str, str | None] | None:
-    """``(digest, etag)`` of a shard's record; None when there is none or it is unreadable."""
+    """``(digest, etag)`` of an entry's record; None when there is none or it is unreadable
+    (anything but a regular file there is removed)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | _O_CLOEXEC)
+        fd = open_entry(path)
     except OSError:
         return None
+    if fd is None:
+        return None
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        doc = json.loads(os.read(fd, _RECORD_BYTES))
+        doc = json.loads(os.read(fd, RECORD_BYTES))
         digest, version = doc["xxh3"], doc["etag"]
     except (OSError, ValueError, KeyError, TypeError):
         return None

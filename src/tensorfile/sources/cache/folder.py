@@ -1,0 +1,379 @@
+"""The cache folder as one budget: one size limit, one lock, one LRU over both kinds of
+entries (chunks of remote files, :mod:`._chunkdir`; whole files such as a dataset's shards,
+:mod:`.entries`).
+
+Layout, under the cache folder (``cache_dir=`` or ``$TENSORFILE_CACHE_DIR``)::
+
+    .lock                                flock'ed (exclusively) while room is reserved or
+                                         the folder swept; its mtime: the last sweep
+    chunks-v1/<key>/info.json            a remote file's chunks (:mod:`._chunkdir`)
+    chunks-v1/<key>/<index>.chunk
+    shards-v1/<key>.shard, .sum, .lock   whole files (:mod:`.entries`)
+
+What holds: the regular files of both layouts (entries, records, ``info.json``, and the
+temporary files of writes in progress, counted at their full size from the moment they
+start: they are made and sized while ``.lock`` is held) never take more than the limit.
+Every write first reserves its bytes under ``.lock`` (:meth:`CacheFolder.reserve`), evicting
+the least recently used entries of either kind (readers touch what they use); a whole file
+that some process has open (a shared ``flock``) or this process will read soon is evicted
+last, and only by a read that cannot go on otherwise. A scan removes what killed writers
+left (their temporary files' locks are free), and anything but a regular file or folder at
+an entry's name (:func:`~.files.heal`). The per-layout lock and sweep marker of older
+versions (``chunks-v1/.lock``, ``chunks-v1/.swept``, ``shards-v1/.lock``) are removed.
+
+Example:
+    >>> import os, tempfile
+    >>> cache = CacheFolder(tempfile.mkdtemp(), limit=1000)
+    >>> cache.reserve(600, lambda: "room"), cache.reserve(2000, lambda: "room")
+    ('room', None)
+    >>> cache.sweep().bytes
+    0
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import re
+import stat
+import time
+from collections.abc import Callable, Collection, Iterator
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from ...core.atomic import remove_stale_temps
+from .files import close_fd, heal, lock_fd, remove_unused
+
+__all__ = [
+    "CHUNKS",
+    "FILES",
+    "RESERVE",
+    "STALE_SWEEP",
+    "CacheFolder",
+    "Entry",
+    "SweepResult",
+    "free_space",
+]
+
+CHUNKS = "chunks-v1"
+"""The folder of the chunk layout (another layout, another folder: nothing is misread)."""
+FILES = "shards-v1"
+"""The folder of the whole-file layout (a dataset's shards)."""
+LOCK = ".lock"
+STALE_SWEEP = 3600.0
+"""A cache not swept for this many seconds is swept when a file is opened through it."""
+RESERVE = 1 << 30
+"""Free space a chunk write leaves on the cache's file system (else it is not written)."""
+
+_KEY = re.compile(r"[0-9a-f]{40}")
+_CHUNK = re.compile(r"(0|[1-9][0-9]{0,11})\.chunk")
+_CHUNK_TEMP = re.compile(
+    r"\.((?:0|[1-9][0-9]{0,11})\.chunk|info\.json)\.tensorfile-[0-9a-f]{12}\.tmp"
+)
+_DATA = re.compile(r"([0-9a-f]{40})\.shard")
+_SIDE = re.compile(r"([0-9a-f]{40})\.(?:lock|sum)")
+_FILE_TEMP = re.compile(r"\.([0-9a-f]{40}\.(?:shard|sum))\.tensorfile-[0-9a-f]{12}\.tmp")
+_OLD = ((CHUNKS, ".lock"), (CHUNKS, ".swept"), (FILES, ".lock"))
+
+T = TypeVar("T")
+
+
+@dataclass(order=True, slots=True)
+class Entry:
+    """One evictable entry: a chunk file, or a whole file with its record (``key``)."""
+
+    mtime: float
+    size: int
+    path: str
+    key: str = ""
+    """The whole file's key; ``""``: a chunk."""
+    record: str = ""
+
+
+@dataclass(slots=True)
+class _Scan:
+    used: int = 0
+    entries: list[Entry] = field(default_factory=list)
+    temps_removed: int = 0
+    empty: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class SweepResult:
+    """What one sweep found and did."""
+
+    entries: int
+    bytes: int
+    evicted: int
+    evicted_bytes: int
+    temps_removed: int
+
+    @property
+    def chunks(self) -> int:
+        """The entries found (the chunk cache's older name)."""
+        return self.entries
+
+
+class CacheFolder:
+    """The budget of one cache folder: ``limit`` bytes over both layouts (see the module
+    docstring)."""
+
+    def __init__(self, folder: str, limit: int) -> None:
+        self.folder = folder
+        self.limit = limit
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[int]:
+        """Hold the folder's lock (its descriptor: touched after each sweep)."""
+        fd = lock_fd(os.path.join(self.folder, LOCK))
+        try:
+            yield fd
+        finally:
+            close_fd(fd)
+
+    def reserve(
+        self,
+        size: int | Callable[[], int],
+        start: Callable[[], T],
+        *,
+        protect: Collection[str] = (),
+        keep: str | None = None,
+        evict_in_use: bool = False,
+    ) -> T | None:
+        """``start()`` (which makes and sizes the files of ``size`` bytes; a callable: asked
+        under the lock, after the scan) called under the lock once the folder has room for
+        them, least recently used entries evicted first; None when there is no room. Whole
+        files of keys in ``protect``, or open somewhere, are kept, unless ``evict_in_use``
+        (then all but ``keep``)."""
+        with self.locked() as fd:
+            found = self._scan()
+            excess = found.used + (size if isinstance(size, int) else size()) - self.limit
+            if excess > 0:
+                excess -= _evict(found, excess, protect, force=False)
+            if excess > 0 and evict_in_use:
+                excess -= _evict(found, excess, () if keep is None else (keep,), force=True)
+            _touch(fd)
+            if excess > 0:
+                return None
+            return start()
+
+    def sweep(self) -> SweepResult:
+        """Under the lock: remove dead writers' temporary files and the least recently used
+        entries (whole files open somewhere kept) until the folder fits its limit."""
+        with self.locked() as fd:
+            found = self._scan()
+            total, n = found.used, len(found.entries)
+            before = len(found.entries)
+            freed = _evict(found, total - self.limit, (), force=False) if total > self.limit else 0
+            _touch(fd)
+            return SweepResult(n, total, before - len(found.entries), freed, found.temps_removed)
+
+    def usage(self) -> int:
+        """Bytes the folder's entries and writes in progress take now."""
+        with self.locked():
+            return self._scan().used
+
+    def sweep_due(self) -> bool:
+        """Whether the folder was last swept over :data:`STALE_SWEEP` seconds ago."""
+        try:
+            st = os.stat(os.path.join(self.folder, LOCK), follow_symlinks=False)
+        except OSError:
+            return True
+        return time.time() - st.st_mtime > STALE_SWEEP
+
+    # -- the scan -----------------------------------------------------------------------------
+
+    def _scan(self) -> _Scan:
+        found = _Scan()
+        for layout, name in _OLD:
+            path = os.path.join(self.folder, layout, name)
+            with contextlib.suppress(OSError):
+                if not heal(path):
+                    os.unlink(path)
+        _scan_chunks(os.path.join(self.folder, CHUNKS), found)
+        _scan_files(os.path.join(self.folder, FILES), found)
+        for folder in found.empty:  # (under the lock: a writer makes its folder under it too)
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(folder, "info.json"))
+            with contextlib.suppress(OSError):
+                os.rmdir(folder)
+        return found
+
+
+def _listing(folder: str) -> list[os.DirEntry[str]]:
+    try:
+        with os.scandir(folder) as entries:
+            return list(entries)
+    except OSError:
+        return []
+
+
+def _regular(e: os.DirEntry[str]) -> os.stat_result | None:
+    """``e``'s stat when it is a regular file; anything else there is removed (None)."""
+    try:
+        st = e.stat(follow_symlinks=False)
+    except OSError:
+        return None
+    if stat.S_ISREG(st.st_mode):
+        return st
+    with contextlib.suppress(OSError):
+        heal(e.path)
+    return None
+
+
+def _renamed(folder: str, base: str, listed: set[str]) -> os.stat_result | None:
+    """The stat of ``base`` when the temporary file of it that was listed is gone and
+    ``base`` was not listed: a write renamed it into place after the folder was listed
+    (counted, so that a scan racing a commit never sees the folder emptier than it is)."""
+    if base in listed:
+        return None
+    listed.add(base)
+    try:
+        st = os.stat(os.path.join(folder, base), follow_symlinks=False)
+    except OSError:
+        return None  # (a dead writer's temporary file, removed)
+    return st if stat.S_ISREG(st.st_mode) else None
+
+
+def _temps(folder: str, bases: set[str], found: _Scan) -> list[str]:
+    """Remove the dead writers' temporary files of ``bases`` in ``folder``."""
+    gone = []
+    for base in sorted(bases):
+        removed = remove_stale_temps(os.path.join(folder, base))
+        found.temps_removed += len(removed)
+        gone += removed
+    return gone
+
+
+def _scan_chunks(root: str, found: _Scan) -> None:
+    for top in _listing(root):
+        if not _KEY.fullmatch(top.name):
+            continue
+        if not top.is_dir(follow_symlinks=False):
+            with contextlib.suppress(OSError):
+                heal(top.path)
+            continue
+        listed = _listing(top.path)
+        names = {e.name for e in listed}
+        bases = {m.group(1) for e in listed if (m := _CHUNK_TEMP.fullmatch(e.name))}
+        gone = set(_temps(top.path, bases, found))
+        chunks = 0
+        for e in listed:
+            if e.name in gone:
+                continue
+            chunk, temp = _CHUNK.fullmatch(e.name), _CHUNK_TEMP.fullmatch(e.name)
+            if not (chunk or temp or e.name == "info.json"):
+                continue
+            st, path, name = _regular(e), e.path, e.name
+            if st is None and temp is not None and not os.path.lexists(path):
+                name = temp.group(1)
+                st, path = _renamed(top.path, name, names), os.path.join(top.path, name)
+                chunk = _CHUNK.fullmatch(name)
+            if st is None:
+                continue
+            found.used += st.st_size
+            if chunk:
+                found.entries.append(Entry(st.st_mtime, st.st_size, path))
+            if name != "info.json":
+                chunks += 1
+        if chunks == 0:
+            found.empty.append(top.path)
+
+
+def _scan_files(root: str, found: _Scan) -> None:
+    listed = _listing(root)
+    names = {e.name for e in listed}
+    bases = {m.group(1) for e in listed if (m := _FILE_TEMP.fullmatch(e.name))}
+    gone = set(_temps(root, bases, found))
+    sides: dict[str, int] = {}
+    cached: dict[str, Entry] = {}
+    for e in listed:
+        if e.name in gone:
+            continue
+        data, side = _DATA.fullmatch(e.name), _SIDE.fullmatch(e.name)
+        temp = _FILE_TEMP.fullmatch(e.name)
+        if not (data or side or temp):
+            continue
+        st, path = _regular(e), e.path
+        if st is None and temp is not None and not os.path.lexists(path):
+            name = temp.group(1)
+            st, path = _renamed(root, name, names), os.path.join(root, name)
+            data, side = _DATA.fullmatch(name), _SIDE.fullmatch(name)
+        if st is None:
+            continue
+        found.used += st.st_size
+        if data:
+            key = data.group(1)
+            cached[key] = Entry(st.st_mtime, st.st_size, path, key, f"{root}/{key}.sum")
+        elif side:
+            sides[side.group(1)] = sides.get(side.group(1), 0) + st.st_size
+    for key, entry in cached.items():
+        entry.size += sides.get(key, 0)  # (its record goes with it)
+        found.entries.append(entry)
+    for key in sorted(sides.keys() - cached.keys()):
+        found.used -= _drop_side(root, key)
+
+
+def _drop_side(root: str, key: str) -> int:
+    """Remove the lock file and record of a whole file that is not cached, if no one holds
+    its lock (a download writes the record before the file); the bytes removed."""
+    lock, record = os.path.join(root, f"{key}.lock"), os.path.join(root, f"{key}.sum")
+    try:
+        fd = lock_fd(lock, wait=False)
+    except OSError:
+        return 0
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        if os.path.lexists(os.path.join(root, f"{key}.shard")):
+            return 0
+        freed = 0
+        with contextlib.suppress(OSError):
+            freed = os.stat(record, follow_symlinks=False).st_size
+            os.unlink(record)
+        os.unlink(lock)
+        return freed
+    except OSError:
+        return 0
+    finally:
+        close_fd(fd)
+
+
+def _evict(found: _Scan, excess: int, protect: Collection[str], *, force: bool) -> int:
+    """Remove least recently used entries until ``excess`` bytes are freed; returns the bytes
+    freed. Without ``force``, whole files in ``protect`` or open anywhere are kept; with it,
+    only those in ``protect``."""
+    freed = 0
+    for entry in sorted(found.entries):
+        if freed >= excess:
+            break
+        if entry.key and entry.key in protect:
+            continue
+        if entry.key:
+            gone = remove_unused(entry.path, entry.record, force=force)
+        else:
+            try:
+                os.unlink(entry.path)
+                gone = True
+            except OSError:
+                gone = False
+        if gone:
+            freed += entry.size
+            found.used -= entry.size
+            found.entries.remove(entry)
+    return freed
+
+
+def _touch(fd: int) -> None:
+    with contextlib.suppress(OSError):
+        os.utime(fd)
+
+
+def free_space(folder: str) -> int:
+    """Bytes an unprivileged writer may still use on ``folder``'s file system (huge when it
+    cannot be told)."""
+    try:
+        st = os.statvfs(folder)
+    except OSError:
+        return 1 << 62
+    return st.f_bavail * st.f_frsize

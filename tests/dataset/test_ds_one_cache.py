@@ -1,0 +1,320 @@
+"""One cache folder, one limit (issues 34 and 35): remote safetensors loads (chunks) and
+remote datasets (whole shards) fill the same folder over real servers on 127.0.0.1 (nginx,
+moto), and the folder never holds more than ``$TENSORFILE_CACHE_SIZE``; a dataset's shards
+are stored once (never also as chunks); anything planted at any entry's name is healed, the
+load finishing in seconds; a rotated session token finds the shards it cached."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import safetensors.numpy as ref
+
+from tensorfile import dataset
+from tensorfile.safetensors.numpy import load_file, save_file
+from tensorfile.sources.cache.folder import CacheFolder
+from tensorfile.sources.cache.settings import (
+    CACHE_CHUNK_ENV,
+    CACHE_DIR_ENV,
+    CACHE_SIZE_ENV,
+    CACHE_VERIFY_ENV,
+)
+from tests.helpers.samples import assert_samples, expected_rows
+from tests.helpers.servers import Server, start_nginx
+
+ROOT = Path(__file__).resolve().parents[2]
+MIB = 1 << 20
+LIMIT = 3 * MIB
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, dict[str, Any]]]:
+    """nginx serving three checkpoints of ~1.2 MiB (3.6 MiB: more than the limit) and a
+    dataset of 12 shards of ~290 KiB (3.4 MiB: more than the limit too)."""
+    server, proc = start_nginx(tmp_path_factory.mktemp("nginx-one-cache"))
+    rng = np.random.default_rng(34)
+    for name in ("a", "b", "c"):
+        tensors = {f"w{i}": rng.standard_normal((300, 256), dtype=np.float32) for i in range(4)}
+        save_file(tensors, server.root / f"{name}.safetensors")
+    cols = {"x": rng.standard_normal((96, 9000)).astype(np.float32) // 1}
+    dataset.write(cols, server.root / "ds", batch_size=8)
+    yield server, cols
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+@pytest.fixture
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The one cache folder, set through the environment with its one limit."""
+    folder = tmp_path / "cache"
+    monkeypatch.setenv(CACHE_DIR_ENV, str(folder))
+    monkeypatch.setenv(CACHE_SIZE_ENV, str(LIMIT))
+    monkeypatch.setenv(CACHE_CHUNK_ENV, "256KiB")
+    monkeypatch.delenv(CACHE_VERIFY_ENV, raising=False)
+    return folder
+
+
+def _total(folder: Path) -> int:
+    """Bytes of the regular files under ``folder`` now (files removed meanwhile skipped)."""
+    total = 0
+    for top, _, files in os.walk(folder):
+        for f in files:
+            try:
+                st = os.lstat(os.path.join(top, f))
+            except OSError:
+                continue
+            if not os.path.islink(os.path.join(top, f)):
+                total += st.st_size
+    return total
+
+
+def _chunks(folder: Path) -> list[Path]:
+    return list(folder.glob("chunks-v1/*/*.chunk"))
+
+
+def _shards(folder: Path) -> list[Path]:
+    return list(folder.glob("shards-v1/*.shard"))
+
+
+def _load(server: Server, name: str) -> None:
+    got = load_file(f"{server.url}/{name}.safetensors")
+    want = ref.load_file(str(server.root / f"{name}.safetensors"))
+    assert sorted(got) == sorted(want)
+    for k in want:
+        np.testing.assert_array_equal(got[k], want[k])
+
+
+def _epoch(server: Server, cols: dict[str, Any], limit: int = LIMIT) -> None:
+    with dataset.open(f"{server.url}/ds") as ds:
+        assert ds.cache is not None and ds.cache.config.limit == limit
+        assert_samples(list(ds), expected_rows(cols, 96))
+
+
+def test_loads_and_epochs_share_one_folder_under_one_limit(
+    served: tuple[Server, dict[str, Any]], cache: Path
+) -> None:
+    server, cols = served
+    peak = [0]
+    stop = threading.Event()
+    folder = CacheFolder(str(cache), LIMIT)
+    cache.mkdir()
+
+    def watch() -> None:  # at every moment, not only between the steps: a walk of the
+        # folder under its lock sees one moment (every write that adds bytes holds it)
+        while not stop.is_set():
+            with folder.locked():
+                peak[0] = max(peak[0], _total(cache))
+            time.sleep(0.002)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    steps = [
+        lambda: _load(server, "a"),
+        lambda: _epoch(server, cols),
+        lambda: _load(server, "b"),
+        lambda: _load(server, "c"),
+        lambda: _epoch(server, cols),
+        lambda: _load(server, "a"),
+        lambda: _epoch(server, cols),
+        lambda: _load(server, "b"),
+    ]
+    kinds_seen = set()
+    try:
+        for step in steps:
+            step()
+            assert _total(cache) <= LIMIT
+            kinds_seen |= {"chunks"} if _chunks(cache) else set()
+            kinds_seen |= {"shards"} if _shards(cache) else set()
+            if _chunks(cache) and _shards(cache):
+                kinds_seen.add("both")
+    finally:
+        stop.set()
+        watcher.join()
+    assert kinds_seen == {"chunks", "shards", "both"}  # (the two kinds did share the folder)
+    assert 2 * MIB < peak[0] <= LIMIT
+
+
+def test_an_epoch_through_the_cache_dir_variable_stores_each_shard_once(
+    served: tuple[Server, dict[str, Any]], cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server, cols = served
+    monkeypatch.setenv(CACHE_SIZE_ENV, "64MiB")
+    _epoch(server, cols, 64 * MIB)
+    assert len(_shards(cache)) == 12
+    assert _chunks(cache) == []  # (issue 35: the shard downloads filled the chunks too)
+    shard_bytes = sum(p.stat().st_size for p in _shards(cache))
+    assert shard_bytes == sum(p.stat().st_size for p in (server.root / "ds").glob("*.safetensors"))
+    assert _total(cache) < shard_bytes + (64 << 10)  # (records and locks: small)
+
+
+_PLANTED = textwrap.dedent(
+    """
+    import os, shutil, socket, sys
+    import numpy as np
+    from tensorfile import dataset
+    from tensorfile.safetensors.numpy import load_file
+
+    url, cache, kind, fifo, want_ckpt, want_ds = sys.argv[1:]
+    chunks = os.path.join(cache, "chunks-v1")
+    (folder,) = [os.path.join(chunks, k) for k in os.listdir(chunks) if len(k) == 40
+                 and '/a.safetensors"' in open(os.path.join(chunks, k, "info.json")).read()]
+    shards = os.path.join(cache, "shards-v1")
+    with dataset.open(url + "/ds") as ds:
+        keys = [ds.cache.key(s.shard_path, s.bytes) for s in ds.shards]
+
+    def plant(path):
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path)
+        elif os.path.lexists(path):
+            os.unlink(path)
+        if kind == "fifo":
+            os.mkfifo(path)
+        elif kind == "dir":
+            os.mkdir(path)
+            open(os.path.join(path, "inside"), "w").close()
+        elif kind == "symlink":  # to a FIFO: followed, an open would block
+            os.symlink(fifo, path)
+        else:
+            here = os.getcwd()
+            os.chdir(os.path.dirname(path))  # (a socket's name is at most 108 bytes)
+            try:
+                socket.socket(socket.AF_UNIX).bind(os.path.basename(path))
+            finally:
+                os.chdir(here)
+
+    def checkpoint():
+        got = load_file(url + "/a.safetensors")
+        return b"".join(got[k].tobytes() for k in sorted(got))
+
+    def epoch():
+        with dataset.open(url + "/ds") as ds:
+            return b"".join(np.ascontiguousarray(s["x"]).tobytes() for s in ds)
+
+    def digest(data):
+        import hashlib
+        return hashlib.sha256(data).hexdigest()
+
+    steps = [
+        ("a chunk", [os.path.join(folder, "0.chunk")], [], checkpoint),
+        ("info.json", [os.path.join(folder, "info.json")], [os.path.join(folder, "1.chunk")],
+         checkpoint),
+        ("a chunk's temporary file",
+         [os.path.join(folder, ".2.chunk.tensorfile-0123456789ab.tmp")],
+         [os.path.join(folder, "2.chunk")], checkpoint),
+        ("the folder's lock", [os.path.join(cache, ".lock")], [], checkpoint),
+        ("an old .swept marker and lock",
+         [os.path.join(chunks, ".swept"), os.path.join(chunks, ".lock")],
+         [os.path.join(folder, "3.chunk")], checkpoint),
+        ("a shard", [os.path.join(shards, keys[0] + ".shard")], [], epoch),
+        ("a record", [os.path.join(shards, keys[1] + ".sum")], [], epoch),
+        ("a shard's lock", [os.path.join(shards, keys[2] + ".lock")],
+         [os.path.join(shards, keys[2] + ".shard")], epoch),
+        ("a shard's temporary file and the old lock",
+         [os.path.join(shards, "." + keys[3] + ".shard.tensorfile-0123456789ab.tmp"),
+          os.path.join(shards, ".lock")],
+         [os.path.join(shards, keys[3] + ".shard")], epoch),
+    ]
+    for what, planted, removed, load in steps:
+        print(what, flush=True)
+        for p in planted:
+            plant(p)
+        for p in removed:
+            os.unlink(p)
+        got = digest(load())
+        assert got == (want_ckpt if load is checkpoint else want_ds), what
+        for p in planted:
+            assert not os.path.lexists(p) or (os.path.isfile(p) and not os.path.islink(p)), p
+    assert os.path.exists(fifo) and not os.path.isfile(fifo)  # (never followed, never replaced)
+    print("ok", flush=True)
+    """
+)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dir", "symlink", "socket"])
+def test_anything_planted_at_any_entry_name_is_healed_in_seconds(
+    served: tuple[Server, dict[str, Any]], cache: Path, kind: str, tmp_path: Path
+) -> None:
+    server, cols = served
+    _load(server, "a")
+    _epoch(server, cols)
+    got = load_file(f"{server.url}/a.safetensors")
+    want_ckpt = hashlib.sha256(b"".join(got[k].tobytes() for k in sorted(got))).hexdigest()
+    want_ds = hashlib.sha256(cols["x"].tobytes()).hexdigest()
+    fifo = tmp_path / "elsewhere.fifo"
+    os.mkfifo(fifo)
+    env = {
+        **os.environ,
+        "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{ROOT}",
+        CACHE_VERIFY_ENV: "1",
+    }  # fmt: skip  (a record is read: verify)
+    args = [server.url, str(cache), kind, str(fifo), want_ckpt, want_ds]
+    try:
+        out = subprocess.run([sys.executable, "-c", _PLANTED, *args], env=env,
+                             capture_output=True, text=True, timeout=60)  # fmt: skip
+    except subprocess.TimeoutExpired as exc:
+        stdout = exc.stdout.decode() if isinstance(exc.stdout, bytes) else exc.stdout
+        pytest.fail(f"a load hung on a planted {kind}; the steps it began: {stdout!r}")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.split()[-1] == "ok"
+
+
+def test_a_rotated_session_token_reuses_the_cached_shards(s3: Any, tmp_path: Path) -> None:
+    url = s3.url(s3.bucket(), "ds")
+    cols = {"x": np.arange(32 * 16, dtype=np.float32).reshape(32, 16)}
+    dataset.write(cols, url, batch_size=8, storage_options=s3.options)
+    cache = tmp_path / "cache"
+    first = {**s3.options, "client_kwargs": {"aws_session_token": "session-token-one"}}
+    with dataset.open(url, storage_options=first, cache_dir=cache) as ds:
+        assert_samples(list(ds), expected_rows(cols, 32))
+        assert ds.cache is not None and ds.cache.downloads == 4
+    rotated = {**s3.options, "client_kwargs": {"aws_session_token": "session-token-two"}}
+    with s3.recording() as requests:
+        with dataset.open(url, storage_options=rotated, cache_dir=cache) as ds:
+            assert_samples(list(ds), expected_rows(cols, 32))
+            assert ds.cache is not None and ds.cache.downloads == 0
+    assert s3.bytes_read(requests, ".safetensors") == {}
+    for p in cache.rglob("*"):
+        for secret in ("session-token", "testing"):
+            assert secret not in p.name
+            if p.is_file():
+                assert secret.encode() not in p.read_bytes()
+
+
+def test_a_folder_left_by_an_older_version_is_counted_and_evicted(
+    served: tuple[Server, dict[str, Any]], cache: Path
+) -> None:
+    server, cols = served
+    old_chunks = cache / "chunks-v1" / ("ab" * 20)
+    old_chunks.mkdir(parents=True)
+    (old_chunks / "info.json").write_text("{}")
+    for i in range(4):  # 4 x 512 KiB of chunks of a file no one loads any more
+        (old_chunks / f"{i}.chunk").write_bytes(b"\0" * (512 << 10))
+    shards = cache / "shards-v1"
+    shards.mkdir()
+    for i in range(2):  # 2 x 512 KiB of shards under keys of the older version
+        (shards / f"{i:040x}.shard").write_bytes(b"\1" * (512 << 10))
+        (shards / f"{i:040x}.sum").write_text('{"xxh3": "xxh3:0", "etag": null}')
+        (shards / f"{i:040x}.lock").write_bytes(b"")
+    for marker in ("chunks-v1/.lock", "chunks-v1/.swept", "shards-v1/.lock"):
+        (cache / marker).write_bytes(b"")
+    past = 1_000_000_000  # (used long ago: least recently)
+    for p in cache.rglob("*"):
+        os.utime(p, (past, past))
+    assert _total(cache) > 2 * MIB
+    _epoch(server, cols)
+    _load(server, "a")
+    assert _total(cache) <= LIMIT
+    for marker in ("chunks-v1/.lock", "chunks-v1/.swept", "shards-v1/.lock"):
+        assert not (cache / marker).exists()
+    assert not (shards / f"{0:040x}.shard").exists()  # the oldest went first
