@@ -1,6 +1,7 @@
 # Two commands set up everything on a fresh machine:
 #   make demo   create .venv, install tensorfile, run the demo on generated sample files
 #   make test   create .venv, install tensorfile[dev], run lint, type checks and the whole test suite
+#               (in parallel worker processes: about 10 minutes on a 2-core machine from a fresh clone)
 # make test also needs Java 17 (the Spark tests), Debian's chromium (installed with apt-get when
 # run as root) and about 6 GB for .venv: tools/check_prereqs.py says what is missing first.
 # `make bench` runs the benchmark runner (not part of the tests).
@@ -69,10 +70,22 @@ prereqs:
 browser: prereqs
 	@command -v chromium >/dev/null || { apt-get update -q && apt-get install -y -q chromium; }
 
-pytest: prereqs $(VENV)/.dev $(ZT2)/.ready browser
-	$(PY) -m pytest -q --durations=25 tests --doctest-modules src/tensorfile
+# The suite runs in $(TEST_WORKERS) worker processes (pytest-xdist): most of its time is spent
+# waiting (on subprocesses, servers, Spark's JVMs), so four workers finish it in about half
+# the time of one on a 2-core machine. --dist loadgroup hands out tests one by one, except the
+# groups of tests/conftest.py (the Spark tests run on two workers, one Spark cluster each);
+# the session fixtures are per worker, or shared by the workers (tests/helpers/workers.py).
+# `make pytest TEST_WORKERS=0` runs it in one process.
+TEST_WORKERS ?= 4
 
-test: prereqs lint typecheck pytest
+pytest: prereqs $(VENV)/.dev $(ZT2)/.ready browser
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=25 tests --doctest-modules src/tensorfile
+
+# the two venvs are installed side by side (pip uses one core each), then lint, type checks and
+# the suite run in turn
+test: prereqs
+	@$(MAKE) --no-print-directory -j2 $(VENV)/.dev $(ZT2)/.ready
+	@$(MAKE) --no-print-directory lint typecheck pytest
 
 # Material for MkDocs prints an end-of-life banner on every build unless this is set (the
 # banner names it): for `make docs`, `make docs-serve` and the site's build in `make test`

@@ -44,11 +44,43 @@ def s3() -> Any:
 @pytest.fixture(scope="session")
 def plain_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The ``bin`` folder of a virtual environment holding ``pip install .`` of this checkout
-    (the base dependencies, no extras), as a user's plain install; built once per session
-    (about 15 s), shared by every test that needs a real install."""
+    (the base dependencies, no extras), as a user's plain install; built once per run
+    (about 15 s), shared by every test (and every xdist worker) that needs a real install."""
     from tests.helpers.venvs import plain_install
+    from tests.helpers.workers import once_per_run, run_folder
 
-    return plain_install(tmp_path_factory.mktemp("plain-install"))
+    # one install for every worker of the run (make test runs the suite in several)
+    made = once_per_run(run_folder(tmp_path_factory), "plain-install", plain_install)
+    return made / "venv" / "bin"
+
+
+# the Spark tests run on this many workers, each starting one Spark cluster (about 1 GB)
+SPARK_WORKERS = 2
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """``make test`` spreads the tests over worker processes (pytest-xdist, ``--dist
+    loadgroup``: see the Makefile); every test goes to whichever worker is free, except those
+    that take the session's Spark cluster (:func:`spark`, or the mark ``spark`` for a test
+    that asks for it at run time): they run on :data:`SPARK_WORKERS` workers only, so that
+    no more Spark clusters start. A test module of Spark tests stays on one worker. The other
+    session fixtures (servers, the plain install) are made per worker or shared between the
+    workers (:mod:`tests.helpers.workers`)."""
+    spark = [
+        i
+        for i in items
+        if "spark" in getattr(i, "fixturenames", ()) or i.get_closest_marker("spark")
+    ]
+    keys = sorted({_spark_key(item) for item in spark})
+    for item in spark:
+        group = keys.index(_spark_key(item)) % SPARK_WORKERS
+        item.add_marker(pytest.mark.xdist_group(f"spark-{group}"))
+
+
+def _spark_key(item: pytest.Item) -> str:
+    """What runs on one Spark worker: a module of tests/spark, or one test elsewhere."""
+    return item.nodeid.split("::")[0] if "/spark/" in item.nodeid else item.nodeid
 
 
 MASTER = os.environ.get("TENSORFILE_SPARK_MASTER") or "local-cluster[2,1,1024]"

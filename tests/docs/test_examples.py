@@ -108,7 +108,19 @@ def _page_folder(
     return folder, url, s3
 
 
-@pytest.mark.parametrize("page", PAGES, ids=[page_id(p) for p in PAGES])
+def _runs_spark(page: str) -> bool:
+    return "pyspark" in (REPO / page).read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize(
+    "page",
+    [
+        # a page with Spark examples takes the session's Spark (see tests/conftest.py)
+        pytest.param(p, marks=pytest.mark.spark) if _runs_spark(p) else p
+        for p in PAGES
+    ],
+    ids=[page_id(p) for p in PAGES],
+)
 def test_the_examples_of_each_page_run(
     page: str, request: pytest.FixtureRequest, sample_files: Path, tmp_path: Path
 ) -> None:
@@ -121,7 +133,7 @@ def test_the_examples_of_each_page_run(
     if not runnable:
         return
     folder, url, s3 = _page_folder(request, page, text, sample_files)
-    if "pyspark" in text:
+    if _runs_spark(page):
         request.getfixturevalue("spark")
     env = _environment(tmp_path, s3, Path(sys.executable).parent, REPO / "src")
     child_env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}

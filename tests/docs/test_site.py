@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 
 import tensorfile
+from tests.helpers.workers import once_per_run, run_folder
 
 REPO = Path(__file__).resolve().parents[2]
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -78,28 +79,39 @@ def mkdocs_build(config_dir: Path, site: Path) -> subprocess.CompletedProcess[st
 
 
 @pytest.fixture(scope="session")
-def site_build(
-    tmp_path_factory: pytest.TempPathFactory,
-) -> tuple[Path, subprocess.CompletedProcess[str]]:
+def site_build(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     """The site, built strictly from docs/ and mkdocs.yml by ``make docs`` as a user runs it
     (the environment without the tests' NO_MKDOCS_2_WARNING), with this interpreter and
-    into a temporary folder (the Makefile's .venv is not made: ``-o``); and the build."""
-    out = tmp_path_factory.mktemp("site")
-    done = subprocess.run(
-        ["make", "-s", "-o", ".venv/.dev", "docs", f"PY={sys.executable}", f"SITE={out}"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={k: v for k, v in os.environ.items() if k != "NO_MKDOCS_2_WARNING"},
-    )
-    if done.returncode != 0:
-        pytest.fail(f"make docs failed:\n{done.stdout}\n{done.stderr}"[-6000:])
-    return out, done
+    into a temporary folder (the Makefile's .venv is not made: ``-o``), once per run for
+    every xdist worker; and what the build printed."""
+
+    def build(folder: Path) -> None:
+        done = subprocess.run(
+            [
+                "make",
+                "-s",
+                "-o",
+                ".venv/.dev",
+                "docs",
+                f"PY={sys.executable}",
+                f"SITE={folder / 'site'}",
+            ],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env={k: v for k, v in os.environ.items() if k != "NO_MKDOCS_2_WARNING"},
+        )
+        if done.returncode != 0:
+            pytest.fail(f"make docs failed:\n{done.stdout}\n{done.stderr}"[-6000:])
+        (folder / "build.log").write_text(done.stdout + done.stderr, encoding="utf-8")
+
+    made = once_per_run(run_folder(tmp_path_factory), "site", build)
+    return made / "site", (made / "build.log").read_text(encoding="utf-8")
 
 
 @pytest.fixture(scope="session")
-def site(site_build: tuple[Path, subprocess.CompletedProcess[str]]) -> Path:
+def site(site_build: tuple[Path, str]) -> Path:
     """The site that ``make docs`` built."""
     return site_build[0]
 
@@ -116,12 +128,11 @@ def test_the_site_builds_strictly(site: Path) -> None:
 
 
 def test_make_docs_prints_only_the_build_log(
-    site_build: tuple[Path, subprocess.CompletedProcess[str]],
+    site_build: tuple[Path, str],
 ) -> None:
     """No banner (Material for MkDocs prints one on every build unless the Makefile sets
     NO_MKDOCS_2_WARNING, which the banner names; issue 36): only mkdocs' INFO lines."""
-    done = site_build[1]
-    lines = (done.stdout + done.stderr).splitlines()
+    lines = site_build[1].splitlines()
     assert [line for line in lines if line.strip() and not line.startswith("INFO ")] == []
 
 

@@ -143,10 +143,12 @@ def test_empty_tensor_of_100000_huge_dims_is_refused_quickly(where: str) -> None
     dims = [2**48 - 1] * 100_000
     shape = [0, *dims] if where == "first" else [*dims, 0]
     blob = _shape_blob(shape)
-    start = time.perf_counter()
+    # CPU time of this process, not the clock: what a quadratic loop or a huge allocation
+    # costs, whatever else runs on the machine (make test runs the suite in parallel)
+    start = time.process_time()
     with pytest.raises(ValidationOverflowError, match="100,001 dimensions") as info:
         tensorfile.open(blob)
-    assert time.perf_counter() - start < 1.0
+    assert time.process_time() - start < 1.0
     assert len(str(info.value)) < MAX_MESSAGE
 
 
@@ -154,13 +156,13 @@ def test_tensor_of_100000_unit_dims_is_read_quickly(tmp_path: Path) -> None:
     blob = _shape_blob([1] * 100_000 + [0])
     path = tmp_path / "ones.safetensors"
     path.write_bytes(blob)
-    start = time.perf_counter()
+    start = time.process_time()
     with tensorfile.open(str(path)) as r:
         assert r.info("w").numel == 0
         with pytest.raises(InvalidTensorEntryError, match="numpy cannot hold"):
             r.get_tensor("w")
     assert ops.inspect(str(path)).parameter_count == 0
-    assert time.perf_counter() - start < 2.0
+    assert time.process_time() - start < 2.0
 
 
 # -- zTensor ---------------------------------------------------------------------------------
@@ -272,25 +274,25 @@ def test_zt_layout_of_100000_huge_dims_is_refused_quickly(tmp_path: Path, layout
     assert len(data) < 600_000
     path = tmp_path / "dims.zt"
     path.write_bytes(data)
-    start = time.perf_counter()
+    start = time.process_time()
     err = _zt_error(data)
     assert "64 bits" in str(err)
     with pytest.raises(ZTensorError):
         ops.inspect(str(path))
-    assert time.perf_counter() - start < 1.0
+    assert time.process_time() - start < 1.0
 
 
 def test_zt_extension_layout_of_100000_unit_dims_is_handled_quickly(tmp_path: Path) -> None:
     data = _zt(shape=[1] * 100_000, format="quantized_4bit")
     path = tmp_path / "ones.zt"
     path.write_bytes(data)
-    start = time.perf_counter()
+    start = time.process_time()
     with ztensor.open(str(path)) as r:
         value = r.get_tensor("w")
         assert value.layout == "quantized_4bit" and len(value.shape) == 100_000
         assert r.info("w").numel == 1
     assert ops.inspect(str(path)).parameter_count == 1
-    assert time.perf_counter() - start < 1.0
+    assert time.process_time() - start < 1.0
 
 
 # -- GGUF: claims checked before anything is read ----------------------------------------------
@@ -322,11 +324,11 @@ def test_gguf_claims_are_refused_in_bounded_memory(tmp_path: Path, claim: str) -
         "import time\n"
         "import tensorfile\n"
         "from tensorfile.errors import GGUFError\n"
-        "t = time.perf_counter()\n"
+        "t = time.process_time()\n"
         "try:\n"
         f"    tensorfile.open({str(path)!r})\n"
         "except GGUFError as exc:\n"
-        "    print('GGUFError', 'at most' in str(exc), time.perf_counter() - t < 1.0)\n"
+        "    print('GGUFError', 'at most' in str(exc), time.process_time() - t < 1.0)\n"
     )
     printed, peak = run_limited(code, address_space=2 << 30)
     assert printed == "GGUFError True True", printed

@@ -188,13 +188,15 @@ def test_file_shorter_than_length_prefix(load: Loader, size: int) -> None:
 def test_header_length_over_limit_fails_fast(load: Loader, n: int) -> None:
     blob = struct.pack("<Q", n) + b"{}"
     tracemalloc.start()
-    t0 = time.perf_counter()
+    # CPU time of this process, not the clock: what a quadratic loop or a huge allocation
+    # costs, whatever else runs on the machine (make test runs the suite in parallel)
+    t0 = time.process_time()
     try:
         exc = rejected(load, blob, HeaderTooLargeError, match="100000000-byte limit")
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
-    assert time.perf_counter() - t0 < 1.0
+    assert time.process_time() - t0 < 1.0
     assert peak < 10_000_000, f"allocated {peak} bytes for a {len(blob)}-byte file"
     assert exc.offset == 0
     reference_rejects(blob, match="header too large")
@@ -678,9 +680,9 @@ def test_million_dimensions_rejected_quickly(load: Loader) -> None:
     dims = b",".join([str(2**47).encode()] * 1_000_000)
     header = b'{"' + NAME.encode() + b'":{"dtype":"F32","shape":[' + dims + b"],"
     blob = build(header + b'"data_offsets":[0,4]}}', b"\x00" * 4)
-    t0 = time.perf_counter()
+    t0 = time.process_time()
     exc = rejected(load, blob, ValidationOverflowError)
-    assert time.perf_counter() - t0 < 5.0
+    assert time.process_time() - t0 < 5.0
     assert exc.tensor == NAME
     reference_rejects(blob)
 
