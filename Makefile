@@ -81,11 +81,11 @@ TEST_WORKERS ?= 4
 pytest: prereqs $(VENV)/.dev $(ZT2)/.ready browser
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=25 tests --doctest-modules src/tensorfile
 
-# the two venvs are installed side by side (pip uses one core each), then lint, type checks and
-# the suite run in turn
+# the two venvs are installed side by side (pip uses one core each), then lint and type checks
+# run beside the suite (its workers spend their first minute collecting; any failure fails make)
 test: prereqs
 	@$(MAKE) --no-print-directory -j2 $(VENV)/.dev $(ZT2)/.ready
-	@$(MAKE) --no-print-directory lint typecheck pytest
+	@$(MAKE) --no-print-directory -j3 lint typecheck pytest
 
 # Material for MkDocs prints an end-of-life banner on every build unless this is set (the
 # banner names it): for `make docs`, `make docs-serve` and the site's build in `make test`
