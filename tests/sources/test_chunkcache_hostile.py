@@ -454,3 +454,19 @@ def test_a_file_folder_planted_as_a_link_is_removed_not_followed(tmp_path: Path)
     assert sorted(os.listdir(outside)) == ["0.chunk"]
     assert (outside / "0.chunk").read_bytes() == b"not a chunk"
     assert folder.is_dir() and not folder.is_symlink()
+
+
+def test_an_at_in_the_path_does_not_key_another_host(tmp_path: Path) -> None:
+    """``http://EVIL/x@GOOD/f`` goes to EVIL (the client cuts credentials at the authority's
+    last ``@``): its chunks must never be served for ``http://GOOD/f``, even when EVIL
+    answers with GOOD's (public) ETag and size."""
+    good, evil = os.urandom(10 * KIB), os.urandom(10 * KIB)
+    with HostileServer(_honest(good)) as g, HostileServer(_honest(evil)) as e:
+        goods = g.url.partition("://")[2]
+        crafted = f"{e.url}/x@{goods}/f.bin"
+        with open_path(crafted, cache_dir=tmp_path) as src:
+            assert isinstance(src, CachedSource) and src.read(0, len(evil)) == evil
+        with open_path(f"{g.url}/f.bin", cache_dir=tmp_path) as src:
+            assert isinstance(src, CachedSource)
+            assert src.read(0, len(good)) == good
+            assert src.cache_stats.hits == 0

@@ -18,7 +18,7 @@ import urllib.parse
 from collections.abc import Mapping
 from typing import Any
 
-from ..http import split_url, userinfo
+from ..http import split_url
 
 __all__ = ["endpoint_id", "identity"]
 
@@ -35,15 +35,22 @@ _ENDPOINT = ("endpoint_url", "endpoint", "account_name")
 def identity(url: str) -> str:
     """What names the file of ``url``: ``url`` without ``user:password@``, the fragment and
     the signing parameters of a presigned URL (the other query parameters can name another
-    file: they stay, in their order)."""
+    file: they stay, in their order).
+
+    Credentials are cut where the client parses them, before the authority's last ``@``,
+    never by :func:`~tensorfile.sources.http.userinfo`'s wider rule for messages (an ``@`` in
+    the path): ``http://evil:1/x@good/f`` goes to ``evil``, and its key must not be
+    ``good``'s (a read of it would fill ``good``'s entries with ``evil``'s bytes).
+
+    Example:
+        >>> identity("http://evil:1/x@good:2/f.bin")
+        'http://evil:1/x@good:2/f.bin'
+    """
     parts = split_url(url)
     if parts is None:
         return url
     scheme, authority, path, after = parts
-    whole = authority + path
-    user = userinfo(authority, path)
-    if user is not None:
-        whole = whole[len(user) + 1 :]
+    whole = authority.rpartition("@")[2] + path
     query = after.partition("#")[0]
     if query.startswith("?"):
         kept = [p for p in query[1:].split("&") if not _signing(p)]
