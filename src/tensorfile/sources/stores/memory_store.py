@@ -141,23 +141,20 @@ class MemoryStore(Store):
             if dst != src:
                 self._files.pop(src, None)
 
-    def list_files(self, folder: str = "") -> list[str]:
+    def _below(self, folder: str) -> list[str]:
+        """The names of every file under ``folder``, relative to it (listing checked)."""
         self._require("listing", "list", folder)
         check_name(folder, folder=True)
         prefix = folder + "/" if folder else ""
         with self._lock:
             keys = list(self._files)
-        names = (k[len(prefix) :] for k in keys if k.startswith(prefix))
-        return sorted(n for n in names if "/" not in n)
+        return [k[len(prefix) :] for k in keys if k.startswith(prefix)]
+
+    def list_files(self, folder: str = "") -> list[str]:
+        return sorted(n for n in self._below(folder) if "/" not in n)
 
     def list_folders(self, folder: str = "") -> list[str]:
-        self._require("listing", "list", folder)
-        check_name(folder, folder=True)
-        prefix = folder + "/" if folder else ""
-        with self._lock:
-            keys = list(self._files)
-        names = (k[len(prefix) :] for k in keys if k.startswith(prefix))
-        return sorted({n.partition("/")[0] for n in names if "/" in n})
+        return sorted({n.partition("/")[0] for n in self._below(folder) if "/" in n})
 
     def remove(self, name: str) -> None:
         self._require("deletes", "remove", name)
