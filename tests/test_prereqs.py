@@ -111,28 +111,40 @@ def test_chromium_missing_needs_root_or_a_line_saying_what_to_install(tmp_path: 
         assert check(made(tmp_path), [bin_]) == (0, [])
 
 
-def test_too_little_room_for_the_venv(tmp_path: Path) -> None:
-    """On a 1 MiB tmpfs (mounted in a mount namespace of its own), a checkout without .venv."""
+def on_a_tmpfs(tmp_path: Path, size: str) -> subprocess.CompletedProcess[str]:
+    """The checker on a checkout without .venv that is a tmpfs of ``size`` (mounted in a mount
+    namespace of its own, so the test owns the free space it sees and no machine's /tmp does)."""
     unshare, mount = shutil.which("unshare"), shutil.which("mount")
     if unshare is None or mount is None:
-        pytest.skip("no unshare and mount to mount a small filesystem with")
+        pytest.skip("no unshare and mount to mount a filesystem of a chosen size with")
     bin_ = program(tmp_path, "java", JAVA_17)
     program(tmp_path, "chromium")
-    small = tmp_path / "small"
-    small.mkdir()
+    folder = tmp_path / f"tmpfs-{size}"
+    folder.mkdir()
     env = {**os.environ, "PATH": str(bin_)}
-    script = '"$1" -t tmpfs -o size=1m none "$2" && shift 2 && exec "$@"'
+    script = f'"$1" -t tmpfs -o size={size} none "$2" && shift 2 && exec "$@"'
     done = subprocess.run(
         [unshare, "--user", "--map-root-user", "--mount", "/bin/sh", "-c", script, "sh",
-         mount, str(small), sys.executable, str(CHECKER), "--root", str(small)],
+         mount, str(folder), sys.executable, str(CHECKER), "--root", str(folder)],
         env=env, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     if "mount" in done.stderr and "make test:" not in done.stderr:
         pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+    return done
+
+
+def test_too_little_room_for_the_venv(tmp_path: Path) -> None:
+    """A 1 MiB filesystem gets one line naming the room .venv needs and the room there is."""
+    done = on_a_tmpfs(tmp_path, "1m")
     assert done.returncode == 1 and len(done.stderr.splitlines()) == 1, done.stderr
     assert ".venv takes about 6 GB" in done.stderr and "make room for 7 GB" in done.stderr
-    assert f"{small} has 0.0 GB free" in done.stderr
-    assert check(tmp_path, [bin_]) == (0, [])  # /tmp: room enough
+    assert f"{tmp_path / 'tmpfs-1m'} has 0.00 GB free" in done.stderr
+
+
+def test_room_enough_for_the_venv_is_silent(tmp_path: Path) -> None:
+    """A 64 GiB tmpfs (a limit only: tmpfs takes memory as it is written) has room enough."""
+    done = on_a_tmpfs(tmp_path, "64g")
+    assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
 
 
 def test_the_readme_and_the_site_name_what_the_checker_asks_for() -> None:

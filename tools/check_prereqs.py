@@ -94,7 +94,7 @@ def disk_problem(root: Path) -> str | None:
     return (
         f".venv takes about 6 GB (every framework the drop-in supports) and pip keeps its "
         f"downloads: make room for {VENV_BYTES / 10**9:.0f} GB; {root} has "
-        f"{free / 10**9:.1f} GB free"
+        f"{free // 10**7 / 100:.2f} GB free"  # rounded down: 6.996 GB is not 7.0
     )
 
 
