@@ -260,10 +260,15 @@ def test_the_home_page_and_search_work_in_chromium(served: str, tmp_path: Path) 
             assert section in nav
         page.screenshot(path=str(tmp_path / "home.png"))
         page.keyboard.press("s")  # Material's shortcut opens the search box
-        page.fill("input.md-search__input", "safe_open")
+        # the index is built in a web worker (minutes on a loaded 2-core machine: the timeout
+        # is a hang guard); the box says "Initializing search" until the worker is ready
+        meta = page.locator(".md-search-result__meta")
+        meta.filter(has_text="Type to start searching").wait_for(timeout=240_000)
+        # typed key by key: Material searches on key events, and a fill() made after the
+        # worker is ready (an input event alone) searches for nothing
+        page.locator("input.md-search__input").press_sequentially("safe_open")
         results = page.locator(".md-search-result__item")
-        # (the index is built in a web worker: minutes on a loaded 2-core machine; a hang guard)
-        results.first.wait_for(timeout=180_000)
+        results.first.wait_for(timeout=60_000)
         assert "safe_open" in page.locator(".md-search-result").inner_text()
         assert not errors, errors
 
