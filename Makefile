@@ -78,8 +78,11 @@ browser: prereqs
 # `make pytest TEST_WORKERS=0` runs it in one process.
 TEST_WORKERS ?= 4
 
+# Python may keep compiled modules (and pytest its rewritten test modules) in __pycache__,
+# whatever the shell says: each worker, CLI run and Spark Python worker of the suite would
+# otherwise compile src/ and tests/ again
 pytest: prereqs $(VENV)/.dev $(ZT2)/.ready browser
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=25 tests --doctest-modules src/tensorfile
+	env -u PYTHONDONTWRITEBYTECODE $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=25 tests --doctest-modules src/tensorfile
 
 # the two venvs are installed side by side (pip uses one core each), then lint and type checks
 # run beside the suite (its workers spend their first minute collecting; any failure fails make)

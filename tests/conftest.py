@@ -94,7 +94,9 @@ def spark() -> Iterator[Any]:
     The master is ``local-cluster[2,1,1024]``: a real standalone cluster of two executor JVMs,
     each with its own Python workers and working directory, started from the pip-installed
     pyspark (~10-20 s). Nothing can rely on driver-local state; every failed task is retried
-    (``spark.task.maxFailures`` 4, as on a cluster). ``TENSORFILE_SPARK_MASTER`` overrides it
+    once (``spark.task.maxFailures`` 2, where a cluster's default is 4: a real retry on another
+    attempt, in half the time for the tests whose jobs must fail in every attempt).
+    ``TENSORFILE_SPARK_MASTER`` overrides it
     (``local[2,4]`` starts faster while working on a test).
     """
     pytest.importorskip("pyspark")
@@ -120,6 +122,7 @@ def spark() -> Iterator[Any]:
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.default.parallelism", "2")
         .config("spark.python.worker.reuse", "true")
+        .config("spark.task.maxFailures", "2")
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")
