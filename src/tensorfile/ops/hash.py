@@ -69,7 +69,7 @@ from typing import Any, NoReturn
 
 from tensorfile.core.values import STRING_SEP, LazyStrings, TypedValue
 
-from ..core.catalog import Catalog, TensorInfo
+from ..core.catalog import Catalog, TensorInfo, file_name
 from ..core.digests import ALGORITHMS, Digest
 from ..core.errors import ChecksumError, InvalidArgumentError, InvalidTypeError
 from ..core.reader import Reader, holds_blocks
@@ -475,7 +475,7 @@ def _head(reader: Reader, info: TensorInfo, t: TensorInfo) -> bytes:
     attributes as hex, so a plain tensor's head (which has neither key) never equals one."""
     head: dict[str, Any] = {"name": t.name, "dtype": t.common_dtype, "shape": list(t.shape)}
     if not is_plain(info):
-        head["layout"] = info.layout
+        head["layout"] = file_name(info.layout)  # as the file names it
         attributes = _attributes(reader, t.name)
         if attributes:
             head["attributes"] = attributes
