@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 import tensorfile
 from tensorfile.core.reader import holds_blocks
 from tensorfile.errors import ZTensorUnsupportedError
-from tensorfile.ops import content_hash
+from tensorfile.ops import content_hash, structural_hash
 from tensorfile.ops.hash import CONTENT_PREFIX
 from tests.ztensor.test_v2_hostile import assemble as assemble_v2
 from tests.ztensor.test_zt_hardening import build, sha
@@ -209,13 +209,17 @@ def test_distinct_v2_logical_types_get_distinct_ids(tmp_path: Path) -> None:
     logicals = ["x.foo/1", "X.FOO/1", "X.Foo/1", "F32", "f32", "float32", "u8", "U8"]
     logicals += ["BOOL", "Bool", "q8_0", "Q8_0", "ext:F32", "ext:ext:F32"]
     ids: dict[str, str] = {}
+    structural: dict[str, str] = {}
     for i, logical in enumerate([None, *logicals]):
         shape = [2] if logical and "32" in logical else [8]
         part = _part("u8", 8, **({"type": logical} if logical else {}))
         obj = {"shape": shape, "layout": "dense", "parts": {"data": part}}
-        ids[str(logical)] = content_hash(_v2_object(tmp_path / f"{i}.zt", obj, {4096: data}))
+        path = _v2_object(tmp_path / f"{i}.zt", obj, {4096: data})
+        ids[str(logical)], structural[str(logical)] = content_hash(path), structural_hash(path)
     f32 = {"shape": [2], "layout": "dense", "parts": {"data": _part("f32", 8)}}
-    ids["the F32 type"] = content_hash(_v2_object(tmp_path / "f32.zt", f32, {4096: data}))
+    path = _v2_object(tmp_path / "f32.zt", f32, {4096: data})
+    ids["the F32 type"], structural["the F32 type"] = content_hash(path), structural_hash(path)
+    assert len(set(structural.values())) == len(structural), structural  # case kept there too
     ones = bytes(b != 0 for b in data)
     bools = {"shape": [8], "layout": "dense", "parts": {"data": _part("u8", 8, type="bool")}}
     ids["the BOOL type"] = content_hash(_v2_object(tmp_path / "bool.zt", bools, {4096: ones}))

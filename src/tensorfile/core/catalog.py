@@ -85,11 +85,17 @@ def file_name(name: str) -> str:
 
 
 class _CommonNames(Container[str]):
-    """The names of :attr:`TensorInfo.common_dtype`'s vocabulary for types tensorfile
-    knows: every text of the form ``[A-Z0-9_]+`` (so a type added later is in it too)."""
+    """The names a type tensorfile does not know must not take as its
+    :attr:`TensorInfo.common_dtype`: every text of this vocabulary's form in any case,
+    ``[A-Za-z0-9_]+`` (``F32``, ``Q4_K``, a type added later, and their lower-case forms,
+    which the structural hash uses), and every name of a type tensorfile knows in any
+    vocabulary (``float32``, ``u8``: what :func:`~tensorfile.core.dtypes.from_name`
+    finds)."""
 
     def __contains__(self, name: object) -> bool:
-        return isinstance(name, str) and _COMMON_NAME.fullmatch(name) is not None
+        if not isinstance(name, str):
+            return False
+        return _COMMON_NAME.fullmatch(name.upper()) is not None or _known(name)
 
 
 _COMMON_NAMES: Container[str] = _CommonNames()
@@ -227,8 +233,9 @@ class TensorInfo(NamedTuple):
         the type's name upper-cased (``Q4_K``); for a type tensorfile does not know (a
         zTensor v2 logical type it has not registered) the file's text as it is, case
         kept, with ``ext:`` before it when it has the form of a name of this vocabulary
-        (``[A-Z0-9_]+``; see :func:`extension_name`): two type ids the file tells apart
-        are two names here, and no file's text passes for a type tensorfile knows.
+        in any case (``[A-Za-z0-9_]+``) or is a known type's name in any vocabulary
+        (``float32``; see :func:`extension_name`): two type ids the file tells apart are
+        two names here, and no file's text passes for a type tensorfile knows.
 
         Example:
             >>> TensorInfo("w", dtypes.from_name("U8"), (32,), {}, "quantized", "q8_0").common_dtype
