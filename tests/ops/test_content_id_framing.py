@@ -8,13 +8,20 @@ the bytes, trusting stored digests, verifying them) agree on every file here."""
 from __future__ import annotations
 
 import hashlib
+import re
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tensorfile.ops import content_hash
+import tensorfile
+from tensorfile.core.reader import holds_blocks
+from tensorfile.errors import ZTensorUnsupportedError
+from tensorfile.ops import content_hash, structural_hash
+from tensorfile.ops.hash import CONTENT_PREFIX
 from tests.ztensor.test_v2_hostile import assemble as assemble_v2
 from tests.ztensor.test_zt_hardening import build, sha
 
@@ -123,6 +130,116 @@ def test_a_v2_extension_objects_attributes_count(tmp_path: Path) -> None:
         _id(_v2(tmp_path / "l.zt", {"a": 2, "b": 1})),
     )
     assert same[0] == same[1]  # one value, one id: key order is the encoding's, not the value's
+
+
+def _v2_object(path: Path, obj: dict[str, Any], blobs: dict[int, bytes]) -> str:
+    """A v2 file of the one object ``obj`` (each part not encoded with its sha256)."""
+    for part in obj["parts"].values():
+        at, length = part["blob"]
+        if "encoding" not in part:
+            part["digest"] = sha(blobs[at][:length])
+    path.write_bytes(assemble_v2({"objects": {"w": obj}}, blobs))
+    return str(path)
+
+
+def _part(dtype: str, length: int, at: int = 4096, **extra: Any) -> dict[str, Any]:
+    return {"dtype": dtype, "blob": [at, length], **extra}
+
+
+def test_a_v2_layout_id_quantized_is_no_ggml_blocks(tmp_path: Path) -> None:
+    """Hostile re-review n01: an unregistered v2 layout id that is literally ``quantized``,
+    whose one part has a logical type tensorfile does not know, passed for ggml's blocks
+    and was hashed as a plain tensor: a dense object and two such objects with different
+    attributes shared one id. It is an extension layout (``ext:quantized``): its parts,
+    which tensorfile cannot decode, are refused as any extension layout's are, and of
+    decodable parts its layout and attributes count."""
+    data = bytes(range(1, 9))
+
+    def obj(layout: str, attributes: Any = None, **logical: str) -> dict[str, Any]:
+        o = {"shape": [8], "layout": layout, "parts": {"data": _part("u8", 8, **logical)}}
+        return {**o, "attributes": attributes} if attributes is not None else o
+
+    foo = {"type": "x.foo/1"}
+    dense = _v2_object(tmp_path / "d.zt", obj("dense", **foo), {4096: data})
+    content_hash(dense)  # the dense object: its stored bytes, under its own type's name
+    for i, attributes in enumerate(({"scale": 2}, {"scale": 3})):
+        q = _v2_object(tmp_path / f"q{i}.zt", obj("quantized", attributes, **foo), {4096: data})
+        with pytest.raises(ZTensorUnsupportedError, match=re.escape("logical type 'x.foo/1'")):
+            content_hash(q)  # as an object of any other extension layout id
+        with tensorfile.open(q) as f:
+            info = f.info("w")
+            assert info.layout == "ext:quantized" and info.quantization is None
+            assert not holds_blocks(info)
+        other = _v2_object(tmp_path / f"o{i}.zt", obj("x.bar/1", attributes, **foo), {4096: data})
+        with pytest.raises(ZTensorUnsupportedError, match=re.escape("logical type 'x.foo/1'")):
+            content_hash(other)
+    ids = {
+        _id(_v2_object(tmp_path / f"k{i}.zt", obj(layout, attributes), {4096: data}))
+        for i, (layout, attributes) in enumerate(
+            (("dense", None), ("quantized", {"scale": 2}), ("quantized", {"scale": 3}))
+        )
+    }
+    assert len(ids) == 3
+
+
+def test_a_v2_layout_id_sparse_csr_is_an_extension_one(tmp_path: Path) -> None:
+    """Hostile re-review n05: an unregistered v2 layout id that is literally ``sparse_csr``
+    (the profile is ``zt.sparse_csr/1``) was taken as tensorfile's CSR layout: its part
+    ``data`` was hashed alone under a plain head, so a dense object and two such objects
+    whose other parts differ shared one id."""
+    data = np.arange(4, dtype=np.float32).tobytes()
+    dense = {"shape": [2, 2], "layout": "dense", "parts": {"data": _part("f32", 16)}}
+    ids = {_id(_v2_object(tmp_path / "dense.zt", dense, {4096: data}))}
+    for extra in (b"A" * 8, b"B" * 8):
+        parts = {"data": _part("f32", 16), "other": _part("u8", 8, 8192)}
+        obj = {"shape": [2, 2], "layout": "sparse_csr", "parts": parts}
+        ids.add(
+            _id(_v2_object(tmp_path / f"{extra[:1].decode()}.zt", obj, {4096: data, 8192: extra}))
+        )
+    assert len(ids) == 3
+
+
+def test_distinct_v2_logical_types_get_distinct_ids(tmp_path: Path) -> None:
+    """Hostile re-review n02: a logical type tensorfile does not know entered the id
+    upper-cased, so ``x.foo/1``, ``X.FOO/1`` and ``X.Foo/1`` (zTensor v2 type ids are
+    case-sensitive) shared one id; and an unregistered type spelled as one of tensorfile's
+    names (``F32``, ``float32``, ``u8``, ``BOOL``, ``Q8_0``) passed for that type (``BOOL``'s
+    bytes even read as 0 and 1). Each is its own type, and no type's id changes."""
+    data = bytes([2, 0, 1, 3, 0, 0, 0, 0])
+    logicals = ["x.foo/1", "X.FOO/1", "X.Foo/1", "F32", "f32", "float32", "u8", "U8"]
+    logicals += ["BOOL", "Bool", "q8_0", "Q8_0", "ext:F32", "ext:ext:F32"]
+    ids: dict[str, str] = {}
+    structural: dict[str, str] = {}
+    for i, logical in enumerate([None, *logicals]):
+        shape = [2] if logical and "32" in logical else [8]
+        part = _part("u8", 8, **({"type": logical} if logical else {}))
+        obj = {"shape": shape, "layout": "dense", "parts": {"data": part}}
+        path = _v2_object(tmp_path / f"{i}.zt", obj, {4096: data})
+        ids[str(logical)], structural[str(logical)] = content_hash(path), structural_hash(path)
+    f32 = {"shape": [2], "layout": "dense", "parts": {"data": _part("f32", 8)}}
+    path = _v2_object(tmp_path / "f32.zt", f32, {4096: data})
+    ids["the F32 type"], structural["the F32 type"] = content_hash(path), structural_hash(path)
+    assert len(set(structural.values())) == len(structural), structural  # case kept there too
+    ones = bytes(b != 0 for b in data)
+    bools = {"shape": [8], "layout": "dense", "parts": {"data": _part("u8", 8, type="bool")}}
+    ids["the BOOL type"] = content_hash(_v2_object(tmp_path / "bool.zt", bools, {4096: ones}))
+    assert len(set(ids.values())) == len(ids), ids
+    record = b'{"name":"w","dtype":"F32","shape":[2]}\nsha256:' + sha(data)[7:].encode()
+    assert ids["the F32 type"] == hashlib.sha256(CONTENT_PREFIX + record + b"\n").hexdigest()
+
+
+def test_a_v2_encoding_id_raw_is_not_unencoded(tmp_path: Path) -> None:
+    """An unregistered v2 encoding id that is literally ``raw`` (or ``zstd``, zTensor
+    v1.0's codec) was taken for tensorfile's own: its stored bytes were hashed as the data
+    (the id of the unencoded part), even short of the decoded length the file claims.
+    It is an encoding tensorfile does not know, refused as ztensor 2.1.2 refuses it."""
+    data = np.arange(4, dtype=np.float32).tobytes()
+    for encoding, stored in (("raw", data), ("raw", data[:8]), ("zstd", data)):
+        part = _part("f32", len(stored), encoding=encoding, decoded_length=16)
+        obj = {"shape": [4], "layout": "dense", "parts": {"data": part}}
+        path = _v2_object(tmp_path / f"{encoding}{len(stored)}.zt", obj, {4096: stored})
+        with pytest.raises(ZTensorUnsupportedError, match=f"encoded as '{encoding}'"):
+            content_hash(path)
 
 
 _ROLES = st.sampled_from(["data", "scale", "zeros", "values", "scales"])

@@ -23,10 +23,18 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tensorfile import ztensor
-from tensorfile.errors import ChecksumError, TensorFileError, ZTensorError
+from tensorfile.core.reader import numpy_allocator
+from tensorfile.errors import (
+    ChecksumError,
+    TensorFileError,
+    ZTensorError,
+    ZTensorUnsupportedError,
+)
 from tensorfile.formats.ztensor import _cbor
 from tensorfile.formats.ztensor.v2 import _writer as _v2_writer
 from tensorfile.formats.ztensor.v2._format import MAGIC, encode_footer, manifest_hash
+from tensorfile.ops import content_hash
+from tests.helpers.cli import run, run_json
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -279,6 +287,69 @@ def test_a_corrupt_zstd_part_is_caught_by_its_frame_checksum(tmp_path: Path) -> 
     data[rng.start + 20] ^= 0x55
     with pytest.raises(ZTensorError):
         read_all(bytes(data), verify=False)
+
+
+# -- names a file chooses ----------------------------------------------------------------------
+
+
+def _csr_named(layout: str) -> bytes:
+    """An object of layout id ``layout`` with CSR's parts, whose indptr runs past its three
+    values (refused for ``zt.sparse_csr/1``)."""
+    parts = {
+        "values": {"dtype": "f32", "blob": [4096, 12]},
+        "indices": {"dtype": "u32", "blob": [8192, 12]},
+        "indptr": {"dtype": "u32", "blob": [12288, 12]},
+    }
+    blobs = {
+        4096: np.array([1, 2, 3], np.float32).tobytes(),
+        8192: np.array([0, 1, 1], np.uint32).tobytes(),
+        12288: np.array([0, 5, 9], np.uint32).tobytes(),
+    }
+    return assemble({"objects": {"w": {"shape": [2, 2], "layout": layout, "parts": parts}}}, blobs)
+
+
+def test_a_layout_id_named_as_tensorfiles_csr_is_an_extension(tmp_path: Path, capsys: Any) -> None:
+    """Hostile re-review n05: an unregistered layout id ``sparse_csr`` (the profile is
+    ``zt.sparse_csr/1``) was taken as tensorfile's own CSR layout: no CSR rule checked and
+    a bare ``KeyError: 'data'`` from the content id. It is an extension layout on every
+    path: ``ext:sparse_csr`` in the catalog and inspect's output, its parts as stored in an
+    ExtensionTensor of the file's layout text, an id of its own."""
+    registered, named = tmp_path / "registered.zt", tmp_path / "named.zt"
+    registered.write_bytes(_csr_named("zt.sparse_csr/1"))
+    named.write_bytes(_csr_named("sparse_csr"))
+    with pytest.raises(ZTensorError, match="indptr ends at 9"):
+        content_hash(str(registered))
+    first = content_hash(str(named))
+    assert first == content_hash(str(named)) and len(first) == 64
+    with ztensor.open(named) as f:
+        assert f.info("w").layout == "ext:sparse_csr"
+        value = f.get_tensor("w")
+        assert isinstance(value, ztensor.ExtensionTensor) and value.layout == "sparse_csr"
+        assert value.components["indptr"].tolist() == [0, 5, 9]
+        with pytest.raises(ZTensorError, match="not dense"):
+            f.view("w")
+    doc = run_json(capsys, "inspect", named)
+    assert doc["tensors"][0]["layout"] == "ext:sparse_csr"
+    assert "(ext:sparse_csr)" in run(capsys, "inspect", named).out
+
+
+def test_an_encoding_id_named_raw_is_not_unencoded(tmp_path: Path) -> None:
+    """An unregistered encoding id ``raw`` (ztensor 2.1.2: 'encoding profile "raw" is not
+    registered') was read as an unencoded part, a short blob even filling its decoded
+    length with what followed. It is an encoding tensorfile does not know: its stored
+    bytes are readable, decoding it is refused."""
+    data = np.arange(4, dtype=np.float32).tobytes()
+    for stored in (data, data[:8]):
+        part = {"dtype": "f32", "blob": [4096, len(stored)], "encoding": "raw"}
+        obj = {"shape": [4], "layout": "dense", "parts": {"data": {**part, "decoded_length": 16}}}
+        path = tmp_path / f"{len(stored)}.zt"
+        path.write_bytes(assemble({"objects": {"w": obj}}, {4096: stored}))
+        with ztensor.open(path) as f:
+            for read in (f.get_tensor, f.view, lambda n: f.read_into([n], numpy_allocator)):
+                with pytest.raises(ZTensorUnsupportedError, match="encoded as 'raw'"):
+                    read("w")
+            assert f.read_stored("w", "data").tobytes() == stored
+            assert f.info("w").encoding == "ext:raw"
 
 
 # -- truncation and fuzzing --------------------------------------------------------------------

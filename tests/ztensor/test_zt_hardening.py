@@ -1415,6 +1415,26 @@ def test_unknown_layout_is_an_extension_tensor(tmp_path: Path) -> None:
             reader.view("q")
 
 
+def test_a_layout_named_quantized_is_no_ggml_blocks(tmp_path: Path) -> None:
+    """A v1.0 extension layout named ``quantized`` (the spec defines dense and the two
+    sparse layouts only) is not ggml's blocks: it was counted as quantized ``F32`` by
+    inspect, and convert tried to dequantize it (a bare TypeError). It is
+    ``ext:quantized``: no quantization, its ExtensionTensor named as the file names it,
+    and convert refuses it as any extension layout."""
+    values = np.arange(4, dtype=np.float32).tobytes()
+    spec: Spec = {"q": ("float32", [4], "quantized", {"data": values, "scale": b"\x01\x02"})}
+    path = _write(tmp_path, build(spec))
+    with pytest.raises(tensorfile.UnsupportedError, match="extension layout 'ext:quantized'"):
+        tensorfile.convert(str(path), str(tmp_path / "out.safetensors"))
+    result = tensorfile.inspect(str(path))
+    assert result.dequantized_bytes == result.total_bytes
+    with ztensor.open(path) as reader:
+        info = reader.info("q")
+        assert (info.layout, info.quantization, info.decoded_nbytes) == ("ext:quantized", None, 16)
+        ext = reader.get_tensor("q")
+        assert isinstance(ext, ExtensionTensor) and ext.layout == "quantized"
+
+
 def test_unknown_layout_without_known_components(tmp_path: Path) -> None:
     spec: Spec = {"g": ("float32", [5, 5], "ragged_v9", {"row_lengths": u64([1, 2])})}
     got = read_ok(tmp_path, build(spec))

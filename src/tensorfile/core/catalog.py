@@ -15,7 +15,8 @@ Example:
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping
+import re
+from collections.abc import Container, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -23,7 +24,81 @@ from . import dtypes
 from .dtypes import DType
 from .source import ReadStats
 
-__all__ = ["ByteRange", "Catalog", "Component", "ShardInfo", "TensorInfo", "agreed", "merged"]
+__all__ = [
+    "ENCODING_NAMES",
+    "EXTENSION_MARK",
+    "LAYOUT_NAMES",
+    "ByteRange",
+    "Catalog",
+    "Component",
+    "ShardInfo",
+    "TensorInfo",
+    "agreed",
+    "extension_name",
+    "file_name",
+    "merged",
+]
+
+LAYOUT_NAMES: frozenset[str] = frozenset({"dense", "sparse_csr", "sparse_coo", "quantized"})
+"""tensorfile's own layout names: what :attr:`TensorInfo.layout` says when tensorfile knows
+how the bytes are laid out (a format gives one only where its specification defines that
+layout; any other layout a file names is an extension, see :func:`extension_name`)."""
+
+ENCODING_NAMES: frozenset[str] = frozenset({"raw", "zstd"})
+"""tensorfile's own encoding names (:attr:`Component.encoding`): a format gives one only
+where its specification defines that encoding."""
+
+EXTENSION_MARK = "ext:"
+"""What :func:`extension_name` puts before a file's name that could pass for one of
+tensorfile's own."""
+
+_COMMON_NAME = re.compile(r"[A-Z0-9_]+")
+
+
+def extension_name(text: str, reserved: Container[str]) -> str:
+    """A name a file chose for something tensorfile does not define (an extension layout,
+    an encoding or a logical type tensorfile does not know), in a form that never equals a
+    ``reserved`` name tensorfile decides by: ``text`` as it is, or, when it is one of them
+    (or starts with :data:`EXTENSION_MARK`), after the mark. One text gives one name, two
+    texts two names; :func:`file_name` gives the text back.
+
+    Example:
+        >>> [extension_name(t, LAYOUT_NAMES) for t in ("quantized_4bit", "quantized")]
+        ['quantized_4bit', 'ext:quantized']
+        >>> extension_name("ext:x", LAYOUT_NAMES), file_name("ext:quantized")
+        ('ext:ext:x', 'quantized')
+    """
+    if text in reserved or text.startswith(EXTENSION_MARK):
+        return EXTENSION_MARK + text
+    return text
+
+
+def file_name(name: str) -> str:
+    """The text a file gave for ``name`` (a layout or encoding of a catalog, which
+    :func:`extension_name` may have marked).
+
+    Example:
+        >>> file_name("ext:sparse_csr"), file_name("sparse_csr"), file_name("x.custom/1")
+        ('sparse_csr', 'sparse_csr', 'x.custom/1')
+    """
+    return name[len(EXTENSION_MARK) :] if name.startswith(EXTENSION_MARK) else name
+
+
+class _CommonNames(Container[str]):
+    """The names a type tensorfile does not know must not take as its
+    :attr:`TensorInfo.common_dtype`: every text of this vocabulary's form in any case,
+    ``[A-Za-z0-9_]+`` (``F32``, ``Q4_K``, a type added later, and their lower-case forms,
+    which the structural hash uses), and every name of a type tensorfile knows in any
+    vocabulary (``float32``, ``u8``: what :func:`~tensorfile.core.dtypes.from_name`
+    finds)."""
+
+    def __contains__(self, name: object) -> bool:
+        if not isinstance(name, str):
+            return False
+        return _COMMON_NAME.fullmatch(name.upper()) is not None or _known(name)
+
+
+_COMMON_NAMES: Container[str] = _CommonNames()
 
 
 class ByteRange(NamedTuple):
@@ -154,18 +229,53 @@ class TensorInfo(NamedTuple):
     @property
     def common_dtype(self) -> str:
         """The dtype in one vocabulary for every format: tensorfile's names (``F32``,
-        ``BF16``...) and, for types tensorfile has no name for (GGUF's quantized blocks),
-        the file's name upper-cased (``Q4_K``).
+        ``BF16``...); for ggml's quantized blocks (GGUF's, zTensor v2's ``gguf.<type>/1``)
+        the type's name upper-cased (``Q4_K``); for a type tensorfile does not know (a
+        zTensor v2 logical type it has not registered) the file's text as it is, case
+        kept, with ``ext:`` before it when it has the form of a name of this vocabulary
+        in any case (``[A-Za-z0-9_]+``) or is a known type's name in any vocabulary
+        (``float32``; see :func:`extension_name`): two type ids the file tells apart are
+        two names here, and no file's text passes for a type tensorfile knows.
 
         Example:
             >>> TensorInfo("w", dtypes.from_name("U8"), (32,), {}, "quantized", "q8_0").common_dtype
             'Q8_0'
+            >>> u8 = Component(ByteRange(0, 4), dtypes.from_name("U8"), logical="F32")
+            >>> TensorInfo("w", u8.dtype, (4,), {"data": u8}, dtype_name="F32").common_dtype
+            'ext:F32'
         """
         name = self.stored_dtype
+        if self.layout == "quantized":  # ggml's blocks: a name from GGUF's table of types
+            return name.upper()
+        if not self.type_known:
+            return extension_name(name, _COMMON_NAMES)
         try:
             return dtypes.from_name(name).name
-        except KeyError:
+        except KeyError:  # complex128: a zTensor v2 type safetensors lacks
             return name.upper()
+
+    @property
+    def type_known(self) -> bool:
+        """Whether tensorfile knows the type the file names (:attr:`stored_dtype`): it is
+        :attr:`dtype`. False for a type tensorfile does not know, whose bytes it holds as
+        its storage type (a zTensor v2 logical type it has not registered, ``float32`` or
+        ``u8`` included: in v2 those are not logical types), and for ggml's blocks
+        (``q8_0``, held as ``U8``).
+
+        Example:
+            >>> u8 = Component(ByteRange(0, 4), dtypes.from_name("U8"), logical="x.custom/1")
+            >>> TensorInfo("w", u8.dtype, (4,), {"data": u8}, dtype_name="x.custom/1").type_known
+            False
+        """
+        name = self.dtype_name
+        if name is None:
+            return True
+        if self.layout == "quantized" or name not in dtypes.names(self.dtype):
+            return False
+        return all(  # a logical type of that name is one zTensor v2 registered for it
+            c.logical != name or dtypes.is_ztensor_v2_type(c.dtype, c.logical)
+            for c in self.components.values()
+        )
 
     @property
     def quantization(self) -> str | None:
@@ -195,15 +305,20 @@ class TensorInfo(NamedTuple):
         """
         if self.layout == "quantized":
             return self.nbytes
-        if self.dtype_name is not None:
-            try:
-                dtypes.from_name(self.dtype_name)
-            except KeyError:
-                return sum(
-                    c.range.length if c.decoded_length is None else c.decoded_length
-                    for c in self.components.values()
-                )
+        if self.dtype_name is not None and not (self.type_known and _known(self.dtype_name)):
+            return sum(
+                c.range.length if c.decoded_length is None else c.decoded_length
+                for c in self.components.values()
+            )
         return self.dtype.nbytes(self.numel)
+
+
+def _known(name: str) -> bool:
+    try:
+        dtypes.from_name(name)
+    except KeyError:
+        return False
+    return True
 
 
 class ShardInfo(NamedTuple):

@@ -268,6 +268,38 @@ def from_ztensor_v2(dtype: str, logical: str | None = None) -> DType:
     return _BY_ZTENSOR_V2[(dtype, logical)]
 
 
+def names(dt: DType) -> frozenset[str]:
+    """Every name of ``dt``: tensorfile's, numpy's, torch's, zTensor v1.0's and v2's (the
+    logical type, or the storage type of a type without one).
+
+    Example:
+        >>> sorted(names(from_safetensors("BF16")))
+        ['BF16', 'bf16', 'bfloat16']
+    """
+    return _names(dt)
+
+
+@functools.cache
+def _names(dt: DType) -> frozenset[str]:
+    storage, logical = ZTENSOR_V2.get(dt.name, (None, None))
+    found = (dt.name, dt.numpy_name, dt.torch_name, dt.ztensor_name, logical or storage)
+    return frozenset(n for n in found if n is not None)
+
+
+def is_ztensor_v2_type(dt: DType, logical: str | None) -> bool:
+    """Whether a zTensor v2 part of element type ``dt`` and logical type ``logical`` is one
+    the specification registered (``logical`` the registered type of ``dt``, or None for a
+    type without one): False for a logical type tensorfile does not know, whose part it
+    holds as its storage type.
+
+    Example:
+        >>> u8 = from_safetensors("U8")
+        >>> is_ztensor_v2_type(from_safetensors("BOOL"), "bool"), is_ztensor_v2_type(u8, "u8")
+        (True, False)
+    """
+    return dt.name in ZTENSOR_V2 and ZTENSOR_V2[dt.name][1] == logical
+
+
 def ztensor_v2_names(dt: DType) -> tuple[str, str | None]:
     """``(storage dtype, logical type)`` of ``dt`` in zTensor v2; ``KeyError`` if none.
 

@@ -124,9 +124,11 @@ def numpy_allocator(info: TensorInfo) -> tuple[memoryview, Callable[[], NDArray]
 
 def holds_blocks(info: TensorInfo) -> bool:
     """Whether ``info`` is ggml's quantized blocks as stored (GGUF's, zTensor v2's
-    ``gguf.<type>/1``): layout ``quantized``, one ``data`` component, a type tensorfile has
-    no element type for; not a zTensor v1.0 extension layout that happens to be named
-    ``quantized`` (whose dtype is an element type and whose parts are its own).
+    ``gguf.<type>/1``): layout ``quantized`` and one ``data`` component. Only a format's
+    own rule gives that layout (GGUF's table of types, zTensor v2's registered
+    ``gguf.<type>/1`` profiles); a layout a file names ``quantized`` (a zTensor v1.0
+    extension, an unregistered v2 layout id) is ``ext:quantized``
+    (:func:`~tensorfile.core.catalog.extension_name`), never this.
 
     Example:
         >>> from tensorfile.core.catalog import ByteRange, Component
@@ -134,16 +136,10 @@ def holds_blocks(info: TensorInfo) -> bool:
         >>> data = {"data": Component(ByteRange(0, 34), from_name("U8"))}
         >>> holds_blocks(TensorInfo("w", from_name("U8"), (32,), data, "quantized", "q8_0"))
         True
-        >>> holds_blocks(TensorInfo("w", from_name("U8"), (34,), data, "quantized", "uint8"))
+        >>> holds_blocks(TensorInfo("w", from_name("U8"), (34,), data, "ext:quantized", "uint8"))
         False
     """
-    if info.layout != "quantized" or set(info.components) != {"data"}:
-        return False
-    try:
-        dtypes.from_name(info.stored_dtype)
-    except KeyError:
-        return True
-    return False
+    return info.layout == "quantized" and set(info.components) == {"data"}
 
 
 def digest_covers_data(info: TensorInfo) -> bool:

@@ -2,7 +2,9 @@
 
 The **structural hash** is SHA-256 (lower-case hex) of the compact JSON
 ``{"format":…,["gguf_version":…,]"metadata":{…},"tensors":{name:{"name","dtype","shape",
-"byte_length"}}}``: maps sorted by key, dtypes lower-cased, and each metadata value
+"byte_length"}}}``: maps sorted by key, dtypes lower-cased (a type tensorfile does not
+know, a zTensor v2 logical type it has not registered, as its common dtype: case kept,
+never a known type's name), and each metadata value
 canonicalised as weight-inspect does (a string ``pt`` becomes the JSON string ``"\\"pt\\""``;
 inside it only quotes, backslashes and the ASCII control characters are escaped: ``\\n``,
 ``\\r`` and ``\\t`` by name, the rest of U+0000-U+001F and U+007F as ``\\u00xx``, lower-case
@@ -69,7 +71,7 @@ from typing import Any, NoReturn
 
 from tensorfile.core.values import STRING_SEP, LazyStrings, TypedValue
 
-from ..core.catalog import Catalog, TensorInfo
+from ..core.catalog import Catalog, TensorInfo, file_name
 from ..core.digests import ALGORITHMS, Digest
 from ..core.errors import ChecksumError, InvalidArgumentError, InvalidTypeError
 from ..core.reader import Reader, holds_blocks
@@ -225,6 +227,16 @@ def _byte_length(fmt: str, t: TensorInfo) -> int:
     return t.decoded_nbytes  # the logical size: recompressing keeps the hash
 
 
+def _structural_dtype(fmt: str, t: TensorInfo) -> str:
+    """A tensor's dtype in the structural hash: the file's name lower-cased
+    (weight-inspect's recipe), but a type tensorfile does not know as its
+    :attr:`~tensorfile.core.catalog.TensorInfo.common_dtype`, case kept (``X.Foo/1`` is
+    not ``x.foo/1``) and never the name of a known type (``ext:f32``)."""
+    if t.type_known or t.layout == "quantized":
+        return file_dtype(fmt, t).lower()
+    return t.common_dtype
+
+
 def _items(value: Any) -> int:
     """How many items a metadata value counts for in a progress report."""
     if isinstance(value, TypedValue) and value.type == "array":
@@ -270,7 +282,7 @@ def canonical_json(s: Catalog, *, progress: Callable[[int, int], None] | None = 
     doc["tensors"] = {
         t.name: {
             "name": t.name,
-            "dtype": file_dtype(s.format, t).lower(),
+            "dtype": _structural_dtype(s.format, t),
             "shape": list(t.shape[::-1] if reverse else t.shape),
             "byte_length": _byte_length(s.format, t),
         }
@@ -436,12 +448,9 @@ def _mismatch(reader: Reader, name: str, got: str, want: str) -> NoReturn:
 
 
 def _itemsize(t: TensorInfo) -> int:
-    from ..core import dtypes
-
-    try:
-        return dtypes.from_name(t.common_dtype).itemsize
-    except KeyError:
-        return max(1, t.nbytes // max(1, t.numel))
+    if t.type_known:
+        return t.dtype.itemsize
+    return max(1, t.nbytes // max(1, t.numel))
 
 
 _RULED = ("bool", "f4_e2m1")
@@ -475,7 +484,7 @@ def _head(reader: Reader, info: TensorInfo, t: TensorInfo) -> bytes:
     attributes as hex, so a plain tensor's head (which has neither key) never equals one."""
     head: dict[str, Any] = {"name": t.name, "dtype": t.common_dtype, "shape": list(t.shape)}
     if not is_plain(info):
-        head["layout"] = info.layout
+        head["layout"] = file_name(info.layout)  # as the file names it
         attributes = _attributes(reader, t.name)
         if attributes:
             head["attributes"] = attributes

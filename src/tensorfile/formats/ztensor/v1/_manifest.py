@@ -28,7 +28,15 @@ from collections.abc import Mapping
 from typing import Any
 
 from tensorfile.core import dtypes
-from tensorfile.core.catalog import ByteRange, Catalog, Component, TensorInfo
+from tensorfile.core.catalog import (
+    LAYOUT_NAMES,
+    ByteRange,
+    Catalog,
+    Component,
+    TensorInfo,
+    extension_name,
+    file_name,
+)
 from tensorfile.core.dtypes import DType
 from tensorfile.core.errors import ZTensorError, ZTensorUnsupportedError, ZTensorWarning
 from tensorfile.core.reader import brief
@@ -226,6 +234,8 @@ def _tensor(tname: Any, raw: Any, limit: int, name: str) -> TensorInfo:
         if not isinstance(role, str):
             raise _fail(f"{where}: a component role is not text: {brief(role)}", tensor=tname)
         components[role] = _component(role, craw, dtype, tname, limit, name)
+    if layout not in REQUIRED_COMPONENTS:  # an extension: never one of tensorfile's names
+        layout = extension_name(layout, LAYOUT_NAMES)
     info = TensorInfo(tname, dtype, shape, components, layout, dtype_name)
     _check_layout(info, where)
     return info
@@ -428,7 +438,7 @@ def encode_manifest(
             entries[tname] = {
                 "dtype": name_of,
                 "shape": list(t.shape),
-                "format": t.layout,
+                "format": file_name(t.layout),
                 "components": {r: _component_entry(t.components[r]) for r in sorted(t.components)},
             }
         else:

@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from tensorfile.core.catalog import ByteRange, Catalog, Component, TensorInfo
+from tensorfile.core.catalog import ByteRange, Catalog, Component, TensorInfo, file_name
 from tensorfile.core.errors import (
     InvalidArgumentError,
     SourceError,
@@ -290,7 +290,7 @@ class ZTensorReader(Reader):
                 return COOTensor(values, coords, info.shape)
         except ZTensorError as exc:
             raise ZTensorError(f"{where}: {exc}", tensor=name) from None
-        return ExtensionTensor(info.layout, info.dtype.numpy, info.shape, comps)
+        return ExtensionTensor(file_name(info.layout), info.dtype.numpy, info.shape, comps)
 
     def get_tensors(self, names: Any = None) -> dict[str, Any]:
         """Owned values of ``names`` (all tensors by default); see :meth:`get_tensor`."""

@@ -6,7 +6,11 @@ object's parts. The two registered sparse profiles are given tensorfile's layout
 (``zt.sparse_csr/1`` is ``"sparse_csr"``, ``zt.sparse_coo/1`` is ``"sparse_coo"``); other
 layouts keep their profile id and are exposed structurally, except ggml's block types as
 ztensor's GGUF conversion writes them (``gguf.q8_0/1``), which read as GGUF's quantized
-tensors do (layout ``"quantized"``, ``dtype_name`` the ggml type). Each part's digest covers its
+tensors do (layout ``"quantized"``, ``dtype_name`` the ggml type). A layout or encoding id
+the file chooses never passes for one of tensorfile's own names: an unregistered layout
+``sparse_csr`` or ``quantized`` is ``"ext:sparse_csr"``, ``"ext:quantized"``, an
+unregistered encoding ``raw`` is ``"ext:raw"``
+(:func:`~tensorfile.core.catalog.extension_name`). Each part's digest covers its
 decoded bytes (``Component.digest_over == "decoded"``), an encoded part carries its
 ``decoded_length``, a part in another file names its shard.
 
@@ -37,7 +41,15 @@ from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 from tensorfile.core import dtypes
-from tensorfile.core.catalog import ByteRange, Catalog, Component, TensorInfo
+from tensorfile.core.catalog import (
+    ENCODING_NAMES,
+    LAYOUT_NAMES,
+    ByteRange,
+    Catalog,
+    Component,
+    TensorInfo,
+    extension_name,
+)
 from tensorfile.core.errors import ZTensorError
 from tensorfile.core.reader import brief
 from tensorfile.formats.ggml import GGML_TYPES, block_type
@@ -223,7 +235,7 @@ def _part(raw: Any, where: _Where, tensor: str, ctx: _Ctx) -> Component:
     return Component(
         ByteRange(offset, offset + length),
         known,
-        encoding if encoding is not None else "raw",
+        "raw" if encoding is None else extension_name(encoding, ENCODING_NAMES),
         digest,
         "decoded",
         decoded_length,
@@ -350,7 +362,7 @@ def _object(name: Any, raw: Any, ctx: _Ctx) -> tuple[TensorInfo, str, Any]:
         main.dtype,
         shape,
         parts,
-        "quantized" if blocks else LAYOUTS.get(layout, layout),
+        "quantized" if blocks else LAYOUTS.get(layout) or extension_name(layout, LAYOUT_NAMES),
         blocks or main.logical or storage_of(main),
     )
     return info, layout, attributes

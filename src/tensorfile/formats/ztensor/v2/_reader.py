@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from tensorfile.core.catalog import ByteRange, Component, TensorInfo
+from tensorfile.core.catalog import ByteRange, Component, TensorInfo, file_name
 from tensorfile.core.errors import (
     InvalidArgumentError,
     SourceError,
@@ -213,7 +213,7 @@ class ZTensor2Reader(Reader):
     def _decodable(self, info: TensorInfo, role: str, comp: Component) -> None:
         if comp.encoding != "raw" and comp.encoding not in ENCODINGS:
             raise ZTensorUnsupportedError(
-                f"{self._what(info, role)} is encoded as {comp.encoding!r}, an encoding "
+                f"{self._what(info, role)} is encoded as {file_name(comp.encoding)!r}, an encoding "
                 "tensorfile does not know; read_stored() gives its stored bytes",
                 tensor=info.name,
             )
