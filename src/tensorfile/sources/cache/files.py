@@ -303,19 +303,24 @@ def heal(path: str, *, dir_fd: int | None = None) -> bool:
         raise SourceError(f"cannot check the cache entry {path}: {exc.strerror}") from exc
     if stat.S_ISREG(st.st_mode):
         return False
+    why = f"the cache entry {path} is not a regular file and cannot be removed"
+    _remove(name, dir_fd, why, tree=stat.S_ISDIR(st.st_mode))
+    return True
+
+
+def _remove(name: str, dir_fd: int | None, why: str, *, tree: bool = False) -> None:
+    """Remove ``name`` (in the folder ``dir_fd``; ``tree``: a folder and what it holds,
+    symlinks inside removed, not followed); gone already is no error, anything else a
+    :class:`~tensorfile.errors.SourceError` saying ``why``."""
     try:
-        if stat.S_ISDIR(st.st_mode):
-            shutil.rmtree(name, dir_fd=dir_fd)  # (symlinks inside are removed, not followed)
+        if tree:
+            shutil.rmtree(name, dir_fd=dir_fd)
         else:
             os.unlink(name, dir_fd=dir_fd)
     except FileNotFoundError:
         pass
     except OSError as exc:
-        raise SourceError(
-            f"the cache entry {path} is not a regular file and cannot be removed: "
-            f"{exc.strerror or exc}"
-        ) from exc
-    return True
+        raise SourceError(f"{why}: {exc.strerror or exc}") from exc
 
 
 @overload
@@ -362,15 +367,8 @@ def open_folder(path: str, *, create: bool = True, parent: int | None = None) ->
                 raise SourceError(
                     f"cannot open the cache folder {path}: {exc.strerror or exc}"
                 ) from exc
-        try:  # not a folder (a symlink, even to one, a FIFO, a file): removed, never followed
-            os.unlink(name, dir_fd=parent)
-        except FileNotFoundError:
-            pass
-        except OSError as exc:
-            raise SourceError(
-                f"the cache folder {path} is not a folder and cannot be replaced by one: "
-                f"{exc.strerror or exc}"
-            ) from exc
+        # not a folder (a symlink, even to one, a FIFO, a file): removed, never followed
+        _remove(name, parent, f"the cache folder {path} is not a folder and cannot be replaced")
         if not create:
             return None
     raise SourceError(f"the cache folder {path} is replaced again and again")
