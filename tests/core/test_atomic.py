@@ -280,6 +280,36 @@ def test_an_aborted_file_is_removed_and_a_committed_one_is_not_cleaned(tmp_path:
     assert os.listdir(tmp_path) == ["a.bin"]
 
 
+@pytest.mark.parametrize("end", ["commit", "abort"])
+def test_a_write_in_an_open_folder_stays_there_when_its_path_is_swapped(
+    tmp_path: Path, end: str
+) -> None:
+    # dir_fd: made, renamed and removed in the folder that was opened, never through a
+    # path that another process swapped for a symlink to an outside folder meanwhile
+    real, away, outside = tmp_path / "real", tmp_path / "away", tmp_path / "outside"
+    real.mkdir()
+    outside.mkdir()
+    (real / ".a.bin.tensorfile-00000000000a.tmp").write_bytes(b"dead writer's")
+    fd = os.open(real, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.rename(real, away)
+        os.symlink(outside, real)
+        (away / "d.bin").mkdir()
+        with pytest.raises(SourceError, match="a directory"):
+            AtomicFile(real / "d.bin", dir_fd=fd)  # (the check is made in the open folder)
+        f = AtomicFile(real / "a.bin", dir_fd=fd)
+        os.write(f.fd, b"data")
+        getattr(f, end)()
+        with atomic_write(real / "b.bin", dir_fd=fd, fsync=True) as wfd:
+            os.write(wfd, b"more")
+    finally:
+        os.close(fd)
+    assert os.listdir(outside) == []
+    kept = ["a.bin", "b.bin"] if end == "commit" else ["b.bin"]
+    assert sorted(os.listdir(away)) == [*kept, "d.bin"]  # (the dead writer's file: removed)
+    assert (away / "b.bin").read_bytes() == b"more"
+
+
 # -- rewrite: the edit primitive ------------------------------------------------------------------
 
 

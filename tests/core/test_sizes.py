@@ -28,8 +28,9 @@ def test_fractions_that_make_whole_bytes_are_exact(text: str, n: int) -> None:
 @pytest.mark.parametrize(
     ("bad", "why"),
     [
-        ("9" * 400, "too large"),
-        ("1" + "0" * 300 + "TiB", "too large"),
+        ("9" * 400, "too long"),
+        ("1" + "0" * 300 + "TiB", "too long"),
+        ("9" * 50, "too large"),
         ("1" + "0" * 30 + "TiB", "too large"),
         (MAX_SIZE + 1, "too large"),
         ("1.5", "not a whole number of bytes"),
@@ -44,6 +45,28 @@ def test_bad_sizes_are_refused_with_the_reason(bad: str | int, why: str) -> None
     with pytest.raises(InvalidArgumentError, match=why) as err:
         parse_size(bad)
     assert len(str(err.value)) < 300  # (a 400-digit text is cut in the message)
+
+
+@pytest.mark.parametrize(
+    "long",
+    [
+        "1" + " " * (128 << 10) + "!",  # (the pattern once tried each split of these spaces)
+        "1" + " " * 64 + "GB",  # (would read as 1 GB: refused all the same)
+        "\t" + "1" * 65 + "\n",
+    ],
+    ids=["128KiB-of-spaces", "spaced-out-1GB", "65-digits"],
+)
+def test_a_long_size_text_is_refused_for_its_length(long: str) -> None:
+    n = len(long.strip())
+    with pytest.raises(
+        InvalidArgumentError, match=rf"too long \({n:,} characters; a size is at most 64\)"
+    ) as err:
+        parse_size(long)
+    assert len(str(err.value)) < 300
+
+
+def test_spaces_around_a_size_are_not_counted() -> None:
+    assert parse_size(" " * (128 << 10) + "1" + " " * 58 + "KiB\t") == 1024
 
 
 @given(st.text(max_size=30))

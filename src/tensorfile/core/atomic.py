@@ -44,7 +44,7 @@ import secrets
 import stat
 import struct
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Literal
 
 from . import release
@@ -99,8 +99,9 @@ def is_temp_name(name: str, base: str) -> bool:
     return len(digits) == _HEX and all(c in "0123456789abcdef" for c in digits)
 
 
-def remove_stale_temps(path: str | os.PathLike[str]) -> list[str]:
-    """Remove the temporary files that killed writers left for the destination ``path``.
+def remove_stale_temps(path: str | os.PathLike[str], *, dir_fd: int | None = None) -> list[str]:
+    """Remove the temporary files that killed writers left for the destination ``path``
+    (``dir_fd``: an open descriptor of its folder, used instead of the folder's path).
 
     Only regular files named like this module's temporary files for ``path`` are candidates,
     and one is removed only while this call holds its ``flock``: a live writer holds it, so
@@ -120,21 +121,25 @@ def remove_stale_temps(path: str | os.PathLike[str]) -> list[str]:
     prefix = _temp_prefix(base)
     removed: list[str] = []
     try:
-        with os.scandir(folder) as entries:
+        with os.scandir(folder if dir_fd is None else dir_fd) as entries:
             names = [e.name for e in entries if e.name.startswith(prefix)]
     except OSError:
         return removed
     for name in names:
-        if is_temp_name(name, base) and remove_if_unlocked(os.path.join(folder, name)):
+        if is_temp_name(name, base) and remove_if_unlocked(
+            os.path.join(folder, name), dir_fd=dir_fd
+        ):
             removed.append(name)
     return removed
 
 
-def remove_if_unlocked(tmp: str) -> bool:
+def remove_if_unlocked(tmp: str, *, dir_fd: int | None = None) -> bool:
     """Remove the temporary file ``tmp`` if it is a regular file whose writer is gone (this
-    call can take its ``flock``); whether it was removed. Never raises."""
+    call can take its ``flock``); whether it was removed. ``dir_fd``: an open descriptor of
+    its folder (the name ``tmp`` ends with is removed there). Never raises."""
+    name = tmp if dir_fd is None else os.path.basename(tmp)
     try:  # O_NONBLOCK: a FIFO of that name must not block us; O_NOFOLLOW: nor a symlink lead us
-        fd = os.open(tmp, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | _CLOEXEC)
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | _CLOEXEC, dir_fd=dir_fd)
     except OSError:
         return False
     try:
@@ -142,10 +147,10 @@ def remove_if_unlocked(tmp: str) -> bool:
         if not stat.S_ISREG(st.st_mode):
             return False
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # fails while its writer lives
-        now = os.stat(tmp, follow_symlinks=False)
+        now = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
         if (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino):
             return False
-        os.unlink(tmp)  # names are never reused: this can only remove that same file
+        os.unlink(name, dir_fd=dir_fd)  # names are never reused: this removes that same file
         return True
     except OSError:
         return False
@@ -175,11 +180,12 @@ def _dest_text(path: object) -> str:
     return dest
 
 
-def _check_destination(dest: str) -> None:
+def _check_destination(dest: str, dir_fd: int | None = None) -> None:
     """Refuse a destination that exists and is not a regular file (or a symlink): renaming a
     file over ``/dev/null`` or a FIFO would replace the node itself."""
+    name = dest if dir_fd is None else os.path.basename(dest)
     try:
-        kind = stat.S_IFMT(os.lstat(dest).st_mode)
+        kind = stat.S_IFMT(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
     except FileNotFoundError:
         return
     except OSError as exc:
@@ -200,6 +206,11 @@ class AtomicFile:
     (:func:`remove_stale_temps`), then creates ``.{name}.tensorfile-{hex}.tmp`` and locks it
     (``flock``) for as long as it lives.
 
+    ``dir_fd``: an open descriptor of ``path``'s folder; every create, rename and unlink
+    is then done in that folder (a copy of the descriptor is kept until the end), never
+    through the folder's path, which another process may have swapped for a symlink
+    meanwhile (``path`` still names the file in messages).
+
     Example:
         >>> import os, tempfile
         >>> path = os.path.join(tempfile.mkdtemp(), "x.bin")
@@ -212,25 +223,44 @@ class AtomicFile:
         (b'data', ['x.bin'])
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, fsync: bool = False) -> None:
+    def __init__(
+        self, path: str | os.PathLike[str], *, fsync: bool = False, dir_fd: int | None = None
+    ) -> None:
         self.dest = _dest_text(path)
         self.fsync = fsync
         self.folder = os.path.dirname(self.dest) or "."
         self.fd = -1
         self.done = True
-        _check_destination(self.dest)
-        remove_stale_temps(self.dest)
+        self.dir_fd = None if dir_fd is None else os.dup(dir_fd)
+        try:
+            self._create()
+        except BaseException:
+            self._drop_dir()
+            raise
+
+    def _name(self, path: str) -> str:
+        """What names ``path`` for a call with ``dir_fd=self.dir_fd``."""
+        return path if self.dir_fd is None else os.path.basename(path)
+
+    def _drop_dir(self) -> None:
+        if self.dir_fd is not None:
+            os.close(self.dir_fd)
+            self.dir_fd = None
+
+    def _create(self) -> None:
+        _check_destination(self.dest, self.dir_fd)
+        remove_stale_temps(self.dest, dir_fd=self.dir_fd)
         base = os.path.basename(self.dest)
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _CLOEXEC
         for _ in range(100):
             self.tmp = os.path.join(self.folder, f"{_temp_prefix(base)}{secrets.token_hex(6)}.tmp")
             try:
-                fd = os.open(self.tmp, flags, 0o666)
+                fd = os.open(self._name(self.tmp), flags, 0o666, dir_fd=self.dir_fd)
             except FileExistsError:
                 continue
             except OSError as exc:
                 raise SourceError(f"cannot write {self.dest}: {exc.strerror or exc}") from exc
-            if _lock_own(fd, self.tmp):
+            if _lock_own(fd, self._name(self.tmp), self.dir_fd):
                 self.fd = fd
                 self.done = False
                 return
@@ -249,9 +279,16 @@ class AtomicFile:
         try:
             if self.fsync:
                 os.fsync(self.fd)
-            _check_destination(self.dest)  # again: a node may have appeared meanwhile
-            old = release.hold(self.dest)  # the replaced file is freed in the background
-            os.replace(self.tmp, self.dest)
+            _check_destination(self.dest, self.dir_fd)  # again: a node may have appeared
+            # the replaced file is freed in the background
+            old = release.hold(self._name(self.dest), dir_fd=self.dir_fd)
+            if self.dir_fd is None:
+                os.replace(self.tmp, self.dest)
+            else:
+                at = self.dir_fd
+                os.replace(
+                    self._name(self.tmp), self._name(self.dest), src_dir_fd=at, dst_dir_fd=at
+                )
         except OSError as exc:
             _close(old)
             self.abort()
@@ -265,7 +302,8 @@ class AtomicFile:
         os.close(self.fd)
         self.fd = -1
         if self.fsync:
-            _fsync_dir(self.folder)
+            _fsync_dir(self.folder, self.dir_fd)
+        self._drop_dir()
 
     def abort(self) -> None:
         """Remove and close the temporary file; the destination is untouched."""
@@ -273,13 +311,14 @@ class AtomicFile:
             return
         self.done = True
         try:
-            os.unlink(self.tmp)
+            os.unlink(self._name(self.tmp), dir_fd=self.dir_fd)
         except FileNotFoundError:
             pass
         finally:
             if self.fd >= 0:
                 os.close(self.fd)
                 self.fd = -1
+            self._drop_dir()
 
 
 def _close(fd: int) -> None:
@@ -287,14 +326,14 @@ def _close(fd: int) -> None:
         os.close(fd)
 
 
-def _lock_own(fd: int, tmp: str) -> bool:
+def _lock_own(fd: int, tmp: str, dir_fd: int | None = None) -> bool:
     """Lock the file just created; False when a cleanup removed it before the lock."""
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
     except OSError:  # no locks on this file system: nothing can clean it up either
         return True
     try:
-        now = os.stat(tmp, follow_symlinks=False)
+        now = os.stat(tmp, dir_fd=dir_fd, follow_symlinks=False)
     except OSError:
         return False
     st = os.fstat(fd)
@@ -302,12 +341,15 @@ def _lock_own(fd: int, tmp: str) -> bool:
 
 
 @contextmanager
-def atomic_write(path: str | os.PathLike[str], *, fsync: bool = False) -> Iterator[int]:
+def atomic_write(
+    path: str | os.PathLike[str], *, fsync: bool = False, dir_fd: int | None = None
+) -> Iterator[int]:
     """Yield a file descriptor; on success the file replaces ``path`` atomically.
 
-    With ``fsync=True`` the data and the folder entry are flushed to stable storage.
+    With ``fsync=True`` the data and the folder entry are flushed to stable storage;
+    ``dir_fd``: ``path``'s folder is this open descriptor (see :class:`AtomicFile`).
     """
-    f = AtomicFile(path, fsync=fsync)
+    f = AtomicFile(path, fsync=fsync, dir_fd=dir_fd)
     try:
         yield f.fd
     except OSError as exc:
@@ -319,7 +361,11 @@ def atomic_write(path: str | os.PathLike[str], *, fsync: bool = False) -> Iterat
     f.commit()
 
 
-def _fsync_dir(folder: str) -> None:
+def _fsync_dir(folder: str, dir_fd: int | None = None) -> None:
+    if dir_fd is not None:
+        with suppress(OSError):
+            os.fsync(dir_fd)
+        return
     try:
         dfd = os.open(folder, os.O_RDONLY)
     except OSError:

@@ -37,11 +37,13 @@ _worker: threading.Thread | None = None
 _lock = threading.Lock()
 
 
-def hold(path: str) -> int:
-    """An open descriptor on ``path`` when it is a large regular file with one name (the
-    rename will be its end), else -1. Never raises."""
+def hold(path: str, *, dir_fd: int | None = None) -> int:
+    """An open descriptor on ``path`` (``dir_fd``: the name ``path`` in that open folder)
+    when it is a large regular file with one name (the rename will be its end), else -1.
+    Never raises."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | _CLOEXEC | getattr(os, "O_NOFOLLOW", 0)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | _CLOEXEC | getattr(os, "O_NOFOLLOW", 0))
+        fd = os.open(path, flags, dir_fd=dir_fd)
     except (OSError, ValueError):
         return -1
     try:

@@ -26,10 +26,15 @@ _UNITS = {
     "GIB": 2**30,
     "TIB": 2**40,
 }
-_SIZE = re.compile(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*", re.ASCII)
+# (stripped of the outer spaces first: every part of the pattern then has one way to match,
+# so a text that does not fit fails in one pass, never by trying each split of its spaces)
+_SIZE = re.compile(r"([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)", re.ASCII)
+_SPACES = " \t\n\r\f\v"  # (what the pattern's ASCII \s matches: a no-break space is no space)
 MAX_SIZE = (1 << 63) - 1
 """The largest size (what a signed 64-bit offset holds)."""
 _MAX_DIGITS = 40
+_MAX_CHARS = 64
+"""The longest size text (spaces around it aside) that is read at all."""
 
 
 def parse_size(value: str | int) -> int:
@@ -43,7 +48,13 @@ def parse_size(value: str | int) -> int:
     if isinstance(value, int):
         n = value
     else:
-        m = _SIZE.fullmatch(value)
+        text = value.strip(_SPACES)
+        if len(text) > _MAX_CHARS:
+            raise InvalidArgumentError(
+                f"size {shown_size(value)}: too long ({len(text):,} characters; a size is at "
+                f"most {_MAX_CHARS})"
+            )
+        m = _SIZE.fullmatch(text)
         unit = m.group(2).upper() if m else None
         if m is None or unit not in _UNITS:
             raise InvalidArgumentError(

@@ -63,7 +63,7 @@ from ._chunkdir import (
     warn,
     write_info,
 )
-from .files import close_fd, end_temp, heal_folder, lock_fd, new_temp, open_entry
+from .files import close_fd, end_temp, lock_fd, new_temp, open_entry, open_folders
 from .folder import RESERVE, CacheFolder, free_space
 from .settings import CacheSettings
 
@@ -170,6 +170,7 @@ class CachedSource(SourceBase):
         self.cache_stats = CacheStats()
         self._size = inner.size
         key = cache_key(url, version, self._size, config.chunk, extra)
+        self._key = key
         self._key7 = bytes.fromhex(key[:14])
         self.cache = CacheFolder(folder, config.limit)
         self.root = os.path.join(folder, LAYOUT)
@@ -190,8 +191,9 @@ class CachedSource(SourceBase):
         they cannot be written."""
         try:
             os.makedirs(self.cache.folder, exist_ok=True)
-            heal_folder(self.root)  # (a planted link, FIFO or file there: removed, not followed)
-            heal_folder(self.folder, create=False)  # (this file's folder: the same)
+            # (a planted link, FIFO or file as the layout folder: removed, not followed)
+            os.close(open_folders(self.cache.folder, LAYOUT))
+            self._close_folder(self._open_folder())  # (this file's folder: the same)
             close_fd(lock_fd(os.path.join(self.cache.folder, ".lock"), wait=False))
             return True
         except (OSError, SourceError) as exc:
@@ -211,6 +213,18 @@ class CachedSource(SourceBase):
             self.cache.sweep()
         except OSError as exc:
             self._cannot_write(exc)
+
+    def _open_folder(self) -> int | None:
+        """A descriptor of this file's chunk folder, each folder from the cache folder down
+        opened without following a symlink (anything but a real folder there is removed):
+        what is done relative to it stays in the cache folder, whatever another process
+        swaps its names for meanwhile. None when there is none."""
+        return open_folders(self.cache.folder, LAYOUT, self._key, create=False)
+
+    @staticmethod
+    def _close_folder(fd: int | None) -> None:
+        if fd is not None:
+            os.close(fd)
 
     def _path(self, index: int) -> str:
         return os.path.join(self.folder, chunk_name(index))
@@ -285,7 +299,13 @@ class CachedSource(SourceBase):
         when there is no such file; False when it cannot be read or is not right (then it
         is deleted, where it can be)."""
         try:  # (never blocks, never follows a link; anything else there is removed)
-            found = open_entry(self._path(index))
+            folder = self._open_folder()
+            if folder is None:
+                return None
+            try:
+                found = open_entry(self._path(index), dir_fd=folder)
+            finally:
+                os.close(folder)
         except OSError:
             return False
         if found is None:
@@ -345,10 +365,17 @@ class CachedSource(SourceBase):
         """Delete chunk ``index``'s file (the one open as ``fd``, not a newer one)."""
         with self._lock:
             self.cache_stats.rejected += 1
+        name = chunk_name(index)
         try:
-            st, now = os.fstat(fd), os.stat(self._path(index), follow_symlinks=False)
-            if (st.st_dev, st.st_ino) == (now.st_dev, now.st_ino):
-                os.unlink(self._path(index))
+            folder = self._open_folder()
+            if folder is None:
+                return
+            try:
+                st, now = os.fstat(fd), os.stat(name, dir_fd=folder, follow_symlinks=False)
+                if (st.st_dev, st.st_ino) == (now.st_dev, now.st_ino):
+                    os.unlink(name, dir_fd=folder)
+            finally:
+                os.close(folder)
         except OSError:
             pass
 
@@ -437,20 +464,21 @@ class CachedSource(SourceBase):
         def start() -> list[AtomicFile]:
             if free_space(self.root) < need + RESERVE:
                 raise OSError(28, "less than 1 GiB would be left free")
-            heal_folder(self.root)  # (under the lock, after the scan: a real folder)
-            try:
-                os.mkdir(self.folder)
-            except FileExistsError:
-                pass
-            write_info(self.folder, self._info)
+            # under the lock, after the scan: this file's folder, each folder on the way
+            # opened without following a symlink; every file is made and renamed relative
+            # to it, never through its path (which another process may swap meanwhile)
+            folder = open_folders(self.cache.folder, LAYOUT, self._key)
             temps: list[AtomicFile] = []
             try:
+                write_info(self.folder, self._info, dir_fd=folder)
                 for k, size in zip(run, sizes, strict=True):
-                    temps.append(new_temp(self._path(k), size))
+                    temps.append(new_temp(self._path(k), size, dir_fd=folder))
             except BaseException:
                 for t in temps:
                     end_temp(t, commit=False)
                 raise
+            finally:
+                os.close(folder)
             return temps
 
         try:

@@ -130,14 +130,18 @@ def info_bytes(info: dict[str, object]) -> bytes:
     return json.dumps(info, indent=1).encode()
 
 
-def write_info(folder: str, data: bytes) -> None:
-    """Write ``info.json`` (:func:`info_bytes`) unless it is there (anything but a regular
-    file there is removed first)."""
+def write_info(folder: str, data: bytes, *, dir_fd: int) -> None:
+    """Write ``info.json`` (:func:`info_bytes`) into ``folder`` (open as ``dir_fd``: its
+    path is only for messages) unless it is there (anything but a regular file there is
+    removed first)."""
     path = os.path.join(folder, "info.json")
-    heal(path)
-    if os.path.lexists(path):
+    heal(path, dir_fd=dir_fd)
+    try:
+        os.stat("info.json", dir_fd=dir_fd, follow_symlinks=False)
         return
-    with atomic_write(path) as fd:
+    except FileNotFoundError:
+        pass
+    with atomic_write(path, dir_fd=dir_fd) as fd:
         write_all(fd, memoryview(data))
 
 

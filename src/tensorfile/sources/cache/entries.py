@@ -58,11 +58,11 @@ from .files import (
     digest_fd,
     end_temp,
     heal,
-    heal_folder,
     lock_fd,
     lock_same,
     new_temp,
     open_fd,
+    open_folders,
     read_record,
     write_record,
 )
@@ -107,11 +107,10 @@ class FileEntries:
             raise SourceError(f"{where} cannot hold {what}: {why}") from exc
         if not os.path.isdir(self.folder):
             raise SourceError(f"{where} cannot hold {what}: it is not a folder")
-        heal_folder(self.root)  # (a planted link, FIFO or file there: removed, not followed)
         try:
             close_fd(lock_fd(os.path.join(self.folder, ".lock"), wait=False))
-            probe = AtomicFile(os.path.join(self.root, ".probe"))
-            probe.abort()
+            with self._at_root() as fd:  # (a planted link, FIFO or file: removed, not followed)
+                AtomicFile(os.path.join(self.root, ".probe"), dir_fd=fd).abort()
         except (OSError, SourceError) as exc:
             why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
             raise SourceError(f"{where} cannot hold {what}: {why}") from exc
@@ -120,6 +119,18 @@ class FileEntries:
     def path(self, key: str) -> str:
         """The file of a complete entry."""
         return os.path.join(self.root, f"{key}.shard")
+
+    @contextlib.contextmanager
+    def _at_root(self) -> Iterator[int]:
+        """A descriptor of the layout folder (``shards-v1``), opened without following a
+        symlink (anything but a real folder there removed, and a folder made): every entry
+        is opened, made, renamed and removed relative to it, never through the folder's
+        path, which another process may swap for a symlink meanwhile."""
+        fd = open_folders(self.folder, FILES)
+        try:
+            yield fd
+        finally:
+            os.close(fd)
 
     def record(self, key: str) -> str:
         """The record of an entry (its checksum and ETag at download)."""
@@ -143,10 +154,22 @@ class FileEntries:
         removed (and None returned); ``locked``: the caller holds the entry's lock;
         ``fresh``: it was just downloaded (not verified again)."""
         self.prepare()
+        with self._at_root() as root:
+            return self._open_cached(root, key, size, locked, fresh, version)
+
+    def _open_cached(
+        self,
+        root: int,
+        key: str,
+        size: int,
+        locked: bool,
+        fresh: bool,
+        version: Version | None,
+    ) -> tuple[str, int] | None:
         path = self.path(key)
         for _ in range(8):
             try:
-                fd = open_fd(path, os.O_RDONLY)
+                fd = open_fd(path, os.O_RDONLY, dir_fd=root)
             except FileNotFoundError:
                 return None
             except OSError as exc:
@@ -160,11 +183,11 @@ class FileEntries:
                     close_fd(fd)
                     self._damaged(key, None, locked)
                     return None
-                if not lock_same(fd, path, st, fcntl.LOCK_SH):
+                if not lock_same(fd, path, st, fcntl.LOCK_SH, dir_fd=root):
                     close_fd(fd)  # evicted or replaced meanwhile: look again
                     continue
                 if st.st_size != size or (
-                    self.verify and not fresh and not self._ok(key, fd, size, version)
+                    self.verify and not fresh and not self._ok(root, key, fd, version)
                 ):
                     close_fd(fd)
                     self._damaged(key, st, locked)
@@ -178,10 +201,11 @@ class FileEntries:
                 raise
         return None
 
-    def _ok(self, key: str, fd: int, size: int, version: Version | None) -> bool:
-        """Whether the open entry of ``key`` matches its record: the checksum of its bytes,
-        and the version the store gives now (when it gives one)."""
-        found = read_record(self.record(key))
+    def _ok(self, root: int, key: str, fd: int, version: Version | None) -> bool:
+        """Whether the open entry of ``key`` (in the layout folder ``root``) matches its
+        record: the checksum of its bytes, and the version the store gives now (when it
+        gives one)."""
+        found = read_record(self.record(key), dir_fd=root)
         if found is None:
             return False  # (a crash between the two renames, or an older cache)
         digest, was = found
@@ -244,7 +268,7 @@ class FileEntries:
             if tmp is None:
                 return None
             try:
-                rw = open_fd(tmp.tmp, os.O_RDWR)  # (for mmap)
+                rw = open_fd(tmp.tmp, os.O_RDWR, dir_fd=tmp.dir_fd)  # (for mmap)
                 try:
                     got = download(rw)
                     digest = digest_fd(rw, size)
@@ -252,7 +276,8 @@ class FileEntries:
                     close_fd(rw)
                 with self.cache.locked():  # the record takes the room kept for it
                     os.ftruncate(tmp.fd, size)
-                    write_record(self.record(key), digest, got)  # (before the file: see _ok)
+                    # (before the file, see _ok; in the folder the file is renamed in)
+                    write_record(self.record(key), digest, got, dir_fd=tmp.dir_fd)
                 end_temp(tmp, commit=True)
             except BaseException:
                 end_temp(tmp, commit=False)
@@ -262,31 +287,31 @@ class FileEntries:
 
     def discard(self, key: str) -> None:
         """Remove the cached copy of an entry (one found corrupt by its reader)."""
-        with self._lock(key):
-            for name in (self.path(key), self.record(key)):
+        with self._lock(key), self._at_root() as root:
+            for name in (f"{key}.shard", f"{key}.sum"):
                 with contextlib.suppress(OSError):
-                    os.unlink(name)
+                    os.unlink(name, dir_fd=root)
 
     def _damaged(self, key: str, seen: os.stat_result | None, locked: bool) -> None:
         """Remove the cached file of ``key`` if it is still the one ``seen`` (a wrong size or
         checksum), or whatever is there if it is not a regular file (``seen`` None)."""
-        with contextlib.nullcontext() if locked else self._lock(key):
-            path = self.path(key)
+        with contextlib.nullcontext() if locked else self._lock(key), self._at_root() as root:
             if seen is None:
-                heal(path)
+                heal(self.path(key), dir_fd=root)
                 return
             try:
-                now = os.stat(path, follow_symlinks=False)
+                now = os.stat(f"{key}.shard", dir_fd=root, follow_symlinks=False)
                 if (now.st_dev, now.st_ino) == (seen.st_dev, seen.st_ino):
-                    os.unlink(path)
-                    os.unlink(self.record(key))
+                    os.unlink(f"{key}.shard", dir_fd=root)
+                    os.unlink(f"{key}.sum", dir_fd=root)
             except OSError:
                 pass
 
     @contextlib.contextmanager
     def _lock(self, key: str) -> Iterator[None]:
         """Hold the exclusive lock of ``key``."""
-        fd = lock_fd(os.path.join(self.root, f"{key}.lock"))
+        with self._at_root() as root:
+            fd = lock_fd(os.path.join(self.root, f"{key}.lock"), dir_fd=root)
         try:
             yield
         finally:
@@ -332,8 +357,8 @@ class FileEntries:
                 f"cache {self.folder} ({free:,} bytes free)"
             )
         try:
-            heal_folder(self.root)  # (under the lock, after the scan: a real folder)
-            return new_temp(self.path(key), size + RECORD_BYTES, fsync=True)
+            with self._at_root() as root:  # (under the lock, after the scan: a real folder)
+                return new_temp(self.path(key), size + RECORD_BYTES, fsync=True, dir_fd=root)
         except OSError as exc:
             if isinstance(exc, TensorFileError):
                 raise

@@ -49,6 +49,7 @@ import shutil
 import stat
 import threading
 from collections.abc import Iterator
+from typing import Literal, overload
 
 from ...core.atomic import AtomicFile, atomic_write, preallocate
 from ...core.digests import Digest
@@ -63,13 +64,14 @@ __all__ = [
     "forget",
     "guarded",
     "heal",
-    "heal_folder",
     "held",
     "lock_fd",
     "lock_same",
     "new_temp",
     "open_entry",
     "open_fd",
+    "open_folder",
+    "open_folders",
     "read_record",
     "remove_unused",
     "write_record",
@@ -82,6 +84,13 @@ RECORD_BYTES = 512
 """The most bytes a record may hold (a longer one is never written, never read): a
 download reserves this much room for its record."""
 _O_ENTRY = os.O_NOFOLLOW | os.O_NONBLOCK | _O_CLOEXEC
+_O_FOLDER = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | _O_CLOEXEC
+
+
+def _at(path: str, dir_fd: int | None) -> str:
+    """What names ``path`` in a call with ``dir_fd``: its last part when ``dir_fd`` (an
+    open descriptor of its folder) is given, else ``path`` itself."""
+    return path if dir_fd is None else os.path.basename(path)
 
 
 @contextlib.contextmanager
@@ -91,27 +100,29 @@ def guarded() -> Iterator[None]:
         yield
 
 
-def open_fd(path: str, flags: int, mode: int = 0o644) -> int:
+def open_fd(path: str, flags: int, mode: int = 0o644, *, dir_fd: int | None = None) -> int:
     """``os.open`` (never following a symlink, never blocking on a FIFO, close-on-exec),
-    the descriptor remembered until :func:`close_fd`: a forked child closes it."""
+    the descriptor remembered until :func:`close_fd`: a forked child closes it.
+    ``dir_fd``: ``path``'s folder is this open descriptor (its path is not used)."""
     flags |= os.O_NOFOLLOW | os.O_NONBLOCK | _O_CLOEXEC
     with _GUARD[0]:
-        fd = os.open(path, flags, mode)
+        fd = os.open(_at(path, dir_fd), flags, mode, dir_fd=dir_fd)
         _HELD.add(fd)
     return fd
 
 
-def open_entry(path: str, flags: int = os.O_RDONLY) -> int | None:
+def open_entry(path: str, flags: int = os.O_RDONLY, *, dir_fd: int | None = None) -> int | None:
     """A descriptor of the regular file ``path`` (not remembered: it carries no lock); None
     when there is none. Anything else there (a FIFO, a directory, a symlink, a socket) is
-    removed (:func:`heal`) and None returned; the open never blocks nor follows a link."""
+    removed (:func:`heal`) and None returned; the open never blocks nor follows a link.
+    ``dir_fd``: ``path``'s folder is this open descriptor."""
     try:
-        fd = os.open(path, flags | _O_ENTRY)
+        fd = os.open(_at(path, dir_fd), flags | _O_ENTRY, dir_fd=dir_fd)
     except FileNotFoundError:
         return None
     except OSError as exc:
         if exc.errno in (errno.ELOOP, errno.ENXIO, errno.EISDIR, errno.ENOTDIR, errno.EWOULDBLOCK):
-            heal(path)
+            heal(path, dir_fd=dir_fd)
             return None
         raise
     try:
@@ -121,7 +132,7 @@ def open_entry(path: str, flags: int = os.O_RDONLY) -> int | None:
         os.close(fd)
         raise
     os.close(fd)
-    heal(path)
+    heal(path, dir_fd=dir_fd)
     return None
 
 
@@ -171,14 +182,15 @@ os.register_at_fork(
 )
 
 
-def new_temp(dest: str, size: int, *, fsync: bool = False) -> AtomicFile:
+def new_temp(dest: str, size: int, *, fsync: bool = False, dir_fd: int | None = None) -> AtomicFile:
     """The temporary file of the entry ``dest`` (anything but a regular file there removed
     first), ``size`` bytes long (preallocated where the file system can: a disk too small
     fails here), its lock-holding descriptor closed in a forked child. End it with
-    :func:`end_temp`."""
-    heal(dest)
+    :func:`end_temp`. ``dir_fd``: ``dest``'s folder is this open descriptor (the file is
+    made, renamed and removed there, whatever its path names meanwhile)."""
+    heal(dest, dir_fd=dir_fd)
     with _GUARD[0]:
-        tmp = AtomicFile(dest, fsync=fsync)
+        tmp = AtomicFile(dest, fsync=fsync, dir_fd=dir_fd)
         _HELD.add(tmp.fd)
     try:
         preallocate(tmp.fd, size)
@@ -207,16 +219,17 @@ def end_temp(tmp: AtomicFile, *, commit: bool) -> None:
             tmp.abort()
 
 
-def lock_fd(path: str, *, wait: bool = True) -> int:
+def lock_fd(path: str, *, wait: bool = True, dir_fd: int | None = None) -> int:
     """A descriptor of the lock file ``path`` (created if need be), exclusively locked
     (``wait``: else not locked) on the file the name still holds (a sweep may remove a
     lock file). Anything but a regular file there is removed first (a planted symlink
-    is never followed, a FIFO never waited on)."""
+    is never followed, a FIFO never waited on). ``dir_fd``: ``path``'s folder is this
+    open descriptor."""
     for _ in range(16):
         try:
-            fd = open_fd(path, os.O_RDWR | os.O_CREAT, 0o644)
+            fd = open_fd(path, os.O_RDWR | os.O_CREAT, 0o644, dir_fd=dir_fd)
         except OSError as exc:
-            if heal(path):
+            if heal(path, dir_fd=dir_fd):
                 continue
             raise SourceError(f"cannot lock {path}: {exc.strerror or exc}") from exc
         try:
@@ -224,11 +237,11 @@ def lock_fd(path: str, *, wait: bool = True) -> int:
             if not stat.S_ISREG(st.st_mode):
                 close_fd(fd)
                 fd = -1
-                heal(path)
+                heal(path, dir_fd=dir_fd)
                 continue
             if not wait:
                 return fd
-            if lock_same(fd, path, st, fcntl.LOCK_EX):
+            if lock_same(fd, path, st, fcntl.LOCK_EX, dir_fd=dir_fd):
                 return fd
         except BaseException:
             if fd >= 0:
@@ -238,23 +251,26 @@ def lock_fd(path: str, *, wait: bool = True) -> int:
     raise SourceError(f"cannot lock {path}: it is replaced again and again")
 
 
-def lock_same(fd: int, path: str, st: os.stat_result, how: int) -> bool:
+def lock_same(
+    fd: int, path: str, st: os.stat_result, how: int, *, dir_fd: int | None = None
+) -> bool:
     """``flock(fd, how)`` (waiting), then whether ``path`` still names the file ``fd`` is
     open on (``st``: its fstat); False when it was removed or replaced meanwhile (the
     caller closes ``fd`` and opens the name again)."""
     fcntl.flock(fd, how)
     try:
-        now = os.stat(path, follow_symlinks=False)
+        now = os.stat(_at(path, dir_fd), dir_fd=dir_fd, follow_symlinks=False)
     except FileNotFoundError:
         return False
     return (now.st_dev, now.st_ino) == (st.st_dev, st.st_ino)
 
 
-def remove_unused(path: str, record: str, *, force: bool) -> bool:
-    """Remove the shard file ``path`` (and its ``record``) unless it is open somewhere (a
-    shared lock held); ``force``: even then (the name goes, the readers keep their copy)."""
+def remove_unused(path: str, record: str, *, force: bool, dir_fd: int | None = None) -> bool:
+    """Remove the shard file ``path`` (and its ``record``, in the same folder) unless it is
+    open somewhere (a shared lock held); ``force``: even then (the name goes, the readers
+    keep their copy). ``dir_fd``: their folder is this open descriptor."""
     try:
-        fd = open_fd(path, os.O_RDONLY)
+        fd = open_fd(path, os.O_RDONLY, dir_fd=dir_fd)
     except OSError:
         return False
     try:
@@ -263,9 +279,9 @@ def remove_unused(path: str, record: str, *, force: bool) -> bool:
         except OSError:
             if not force:
                 return False  # open somewhere: kept while anything else can go
-        os.unlink(path)
+        os.unlink(_at(path, dir_fd), dir_fd=dir_fd)
         with contextlib.suppress(OSError):
-            os.unlink(record)
+            os.unlink(_at(record, dir_fd), dir_fd=dir_fd)
         return True
     except OSError:
         return False
@@ -273,72 +289,123 @@ def remove_unused(path: str, record: str, *, force: bool) -> bool:
         close_fd(fd)
 
 
-def heal(path: str) -> bool:
+def heal(path: str, *, dir_fd: int | None = None) -> bool:
     """Remove what is at ``path`` if it is not a regular file (a directory with what it
     holds, symlinks not followed); True when something was removed. One that cannot be
-    removed is a :class:`~tensorfile.errors.SourceError` naming it."""
+    removed is a :class:`~tensorfile.errors.SourceError` naming it. ``dir_fd``: ``path``'s
+    folder is this open descriptor."""
+    name = _at(path, dir_fd)
     try:
-        st = os.lstat(path)
+        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
     except FileNotFoundError:
         return False
     except OSError as exc:
         raise SourceError(f"cannot check the cache entry {path}: {exc.strerror}") from exc
     if stat.S_ISREG(st.st_mode):
         return False
-    try:
-        if stat.S_ISDIR(st.st_mode):
-            shutil.rmtree(path)  # (symlinks inside are removed, not followed)
-        else:
-            os.unlink(path)
-    except FileNotFoundError:
-        pass
-    except OSError as exc:
-        raise SourceError(
-            f"the cache entry {path} is not a regular file and cannot be removed: "
-            f"{exc.strerror or exc}"
-        ) from exc
+    why = f"the cache entry {path} is not a regular file and cannot be removed"
+    _remove(name, dir_fd, why, tree=stat.S_ISDIR(st.st_mode))
     return True
 
 
-def heal_folder(path: str, *, create: bool = True) -> bool:
-    """Make ``path`` (a folder of the cache's own: a layout folder) a real folder: anything
-    else there (a symlink, even to a folder, a FIFO, a file, a socket) is removed without
-    being followed, then (``create``) a folder made; whether a real folder is there now.
-    One that cannot be healed is a :class:`~tensorfile.errors.SourceError` naming it.
+def _remove(name: str, dir_fd: int | None, why: str, *, tree: bool = False) -> None:
+    """Remove ``name`` (in the folder ``dir_fd``; ``tree``: a folder and what it holds,
+    symlinks inside removed, not followed); gone already is no error, anything else a
+    :class:`~tensorfile.errors.SourceError` saying ``why``."""
+    try:
+        if tree:
+            shutil.rmtree(name, dir_fd=dir_fd)
+        else:
+            os.unlink(name, dir_fd=dir_fd)
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        raise SourceError(f"{why}: {exc.strerror or exc}") from exc
+
+
+@overload
+def open_folder(path: str, *, create: Literal[True] = ..., parent: int | None = ...) -> int: ...
+@overload
+def open_folder(path: str, *, create: bool, parent: int | None = ...) -> int | None: ...
+def open_folder(path: str, *, create: bool = True, parent: int | None = None) -> int | None:
+    """A descriptor of the cache's own folder ``path`` (a layout folder, a file's chunk
+    folder) opened without following a symlink (``O_DIRECTORY | O_NOFOLLOW``): what is done
+    relative to it stays in that folder, even if its name is swapped for a symlink a moment
+    later. Anything but a real folder there (a symlink, even to a folder, a FIFO, a file, a
+    socket) is removed without being followed, then (``create``) a folder made; None when
+    no folder is there (and not ``create``). ``parent``: an open descriptor of ``path``'s
+    folder, where its last part is looked up (its path is not used). One that cannot be
+    healed is a :class:`~tensorfile.errors.SourceError` naming it. The caller closes the
+    descriptor.
 
     Example:
         >>> import os, tempfile
         >>> base = tempfile.mkdtemp()
         >>> os.symlink(tempfile.mkdtemp(), os.path.join(base, "chunks-v1"))
-        >>> heal_folder(os.path.join(base, "chunks-v1"))
-        True
+        >>> os.close(open_folder(os.path.join(base, "chunks-v1")))
         >>> os.path.islink(os.path.join(base, "chunks-v1"))
         False
     """
+    name = _at(path, parent)
     for _ in range(16):
         try:
-            st: os.stat_result | None = os.lstat(path)
+            return os.open(name, _O_FOLDER, dir_fd=parent)
         except FileNotFoundError:
-            st = None
-        except OSError as exc:
-            raise SourceError(f"cannot check the cache folder {path}: {exc.strerror}") from exc
-        if st is not None and stat.S_ISDIR(st.st_mode):
-            return True
-        if st is None and not create:
-            return False
-        try:
-            if st is not None:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(path)  # (never followed: a link itself goes)
             if not create:
-                return False
-            os.mkdir(path)
-        except FileExistsError:
-            continue  # (made or planted meanwhile: look again)
+                return None
+            try:
+                os.mkdir(name, dir_fd=parent)
+            except FileExistsError:
+                pass  # (made or planted meanwhile: look again)
+            except OSError as exc:
+                raise SourceError(
+                    f"the cache folder {path} cannot be made: {exc.strerror or exc}"
+                ) from exc
+            continue
         except OSError as exc:
-            what = "is not a folder and cannot be replaced by one" if st else "cannot be made"
-            raise SourceError(f"the cache folder {path} {what}: {exc.strerror or exc}") from exc
+            if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
+                raise SourceError(
+                    f"cannot open the cache folder {path}: {exc.strerror or exc}"
+                ) from exc
+        # not a folder (a symlink, even to one, a FIFO, a file): removed, never followed
+        _remove(name, parent, f"the cache folder {path} is not a folder and cannot be replaced")
+        if not create:
+            return None
     raise SourceError(f"the cache folder {path} is replaced again and again")
+
+
+@overload
+def open_folders(folder: str, *names: str, create: Literal[True] = ...) -> int: ...
+@overload
+def open_folders(folder: str, *names: str, create: bool) -> int | None: ...
+def open_folders(folder: str, *names: str, create: bool = True) -> int | None:
+    """A descriptor of ``folder/names[0]/names[1]/...``, each name opened (and healed) by
+    :func:`open_folder` in the descriptor of the one before it (``folder``, the cache
+    folder, is the caller's choice: its path is used as given); None when one is missing
+    (and not ``create``). The caller closes the descriptor.
+
+    Example:
+        >>> import os, tempfile
+        >>> base, outside = tempfile.mkdtemp(), tempfile.mkdtemp()
+        >>> os.makedirs(os.path.join(base, "chunks-v1"))
+        >>> os.symlink(outside, os.path.join(base, "chunks-v1", "k"))
+        >>> fd = open_folders(base, "chunks-v1", "k")
+        >>> os.close(os.open("x", os.O_CREAT | os.O_WRONLY, dir_fd=fd)); os.close(fd)
+        >>> os.listdir(os.path.join(base, "chunks-v1", "k")), os.listdir(outside)
+        (['x'], [])
+    """
+    where = os.path.join(folder, names[0])
+    fd = open_folder(where, create=create)
+    for name in names[1:]:
+        if fd is None:
+            return None
+        where = os.path.join(where, name)
+        try:
+            sub = open_folder(where, create=create, parent=fd)
+        finally:
+            os.close(fd)
+        fd = sub
+    return fd
 
 
 def digest_fd(fd: int, size: int) -> str:
@@ -352,22 +419,22 @@ def digest_fd(fd: int, size: int) -> str:
     return d.value()
 
 
-def write_record(path: str, digest: str, version: str | None) -> None:
+def write_record(path: str, digest: str, version: str | None, *, dir_fd: int | None = None) -> None:
     """Write an entry's record (atomically); a version too long for a record is not kept
-    (the record then says none)."""
+    (the record then says none). ``dir_fd``: ``path``'s folder is this open descriptor."""
     data = json.dumps({"xxh3": digest, "etag": version}).encode()
     if len(data) > RECORD_BYTES:
         data = json.dumps({"xxh3": digest, "etag": None}).encode()
-    heal(path)
-    with atomic_write(path) as fd:
+    heal(path, dir_fd=dir_fd)
+    with atomic_write(path, dir_fd=dir_fd) as fd:
         os.write(fd, data)
 
 
-def read_record(path: str) -> tuple[str, str | None] | None:
+def read_record(path: str, *, dir_fd: int | None = None) -> tuple[str, str | None] | None:
     """``(digest, etag)`` of an entry's record; None when there is none or it is unreadable
     (anything but a regular file there is removed)."""
     try:
-        fd = open_entry(path)
+        fd = open_entry(path, dir_fd=dir_fd)
     except OSError:
         return None
     if fd is None:

@@ -19,8 +19,11 @@ that some process has open (a shared ``flock``) or this process will read soon i
 last, and only by a read that cannot go on otherwise. A scan removes what killed writers
 left (their temporary files' locks are free), and anything but a regular file or folder at
 an entry's name (:func:`~.files.heal`), and anything but a real folder at a layout
-folder's name (:func:`~.files.heal_folder`: a symlink is removed, never followed, so nothing
-outside the cache folder is touched). The per-layout lock and sweep marker of older
+folder's name (:func:`~.files.open_folder`: a symlink is removed, never followed, so nothing
+outside the cache folder is touched). Every folder below the cache folder is opened without
+following a symlink and what is in it listed, made, renamed and removed relative to that
+descriptor, never through its path: a folder swapped for a symlink by another process a
+moment after its check leads nowhere. The per-layout lock and sweep marker of older
 versions (``chunks-v1/.lock``, ``chunks-v1/.swept``, ``shards-v1/.lock``) are removed.
 
 Example:
@@ -45,7 +48,7 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from ...core.atomic import remove_stale_temps
-from .files import close_fd, heal, heal_folder, lock_fd, remove_unused
+from .files import close_fd, heal, lock_fd, open_folder, open_folders, remove_unused
 
 __all__ = [
     "CHUNKS",
@@ -91,6 +94,9 @@ class Entry:
     key: str = ""
     """The whole file's key; ``""``: a chunk."""
     record: str = ""
+    folders: tuple[str, ...] = ()
+    """The folders from the cache folder down to the entry's (reopened, never followed, to
+    remove it)."""
 
 
 @dataclass(slots=True)
@@ -98,7 +104,6 @@ class _Scan:
     used: int = 0
     entries: list[Entry] = field(default_factory=list)
     temps_removed: int = 0
-    empty: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,9 +157,10 @@ class CacheFolder:
             found = self._scan()
             excess = found.used + (size if isinstance(size, int) else size()) - self.limit
             if excess > 0:
-                excess -= _evict(found, excess, protect, force=False)
+                excess -= _evict(self.folder, found, excess, protect, force=False)
             if excess > 0 and evict_in_use:
-                excess -= _evict(found, excess, () if keep is None else (keep,), force=True)
+                kept = () if keep is None else (keep,)
+                excess -= _evict(self.folder, found, excess, kept, force=True)
             _touch(fd)
             if excess > 0:
                 return None
@@ -167,7 +173,8 @@ class CacheFolder:
             found = self._scan()
             total, n = found.used, len(found.entries)
             before = len(found.entries)
-            freed = _evict(found, total - self.limit, (), force=False) if total > self.limit else 0
+            over = total - self.limit
+            freed = _evict(self.folder, found, over, (), force=False) if over > 0 else 0
             _touch(fd)
             return SweepResult(n, total, before - len(found.entries), freed, found.temps_removed)
 
@@ -188,112 +195,137 @@ class CacheFolder:
 
     def _scan(self) -> _Scan:
         found = _Scan()
-        # a layout folder that is not a real folder (a planted symlink, FIFO, file) is
-        # removed, never followed: nothing outside the cache folder is scanned or removed
-        real = {layout: heal_folder(os.path.join(self.folder, layout), create=False)
-                for layout in (CHUNKS, FILES)}  # fmt: skip
-        for layout, name in _OLD:
-            path = os.path.join(self.folder, layout, name)
-            with contextlib.suppress(OSError):
-                if real[layout] and not heal(path):
-                    os.unlink(path)
-        if real[CHUNKS]:
-            _scan_chunks(os.path.join(self.folder, CHUNKS), found)
-        if real[FILES]:
-            _scan_files(os.path.join(self.folder, FILES), found)
-        for folder in found.empty:  # (under the lock: a writer makes its folder under it too)
-            with contextlib.suppress(OSError):
-                os.unlink(os.path.join(folder, "info.json"))
-            with contextlib.suppress(OSError):
-                os.rmdir(folder)
+        # each layout folder is opened without following a symlink (a planted link, FIFO or
+        # file there is removed) and everything below it is listed, checked and removed
+        # relative to descriptors: a folder swapped for a symlink meanwhile is never followed,
+        # so nothing outside the cache folder is scanned or removed
+        for layout in (CHUNKS, FILES):
+            root = os.path.join(self.folder, layout)
+            fd = open_folder(root, create=False)
+            if fd is None:
+                continue
+            try:
+                for name in (old for where, old in _OLD if where == layout):
+                    with contextlib.suppress(OSError):
+                        if not heal(os.path.join(root, name), dir_fd=fd):
+                            os.unlink(name, dir_fd=fd)
+                (_scan_chunks if layout == CHUNKS else _scan_files)(root, fd, found)
+            finally:
+                os.close(fd)
         return found
 
 
-def _listing(folder: str) -> list[os.DirEntry[str]]:
+def _listing(fd: int) -> list[os.DirEntry[str]]:
     try:
-        with os.scandir(folder) as entries:
+        with os.scandir(fd) as entries:
             return list(entries)
     except OSError:
         return []
 
 
-def _regular(e: os.DirEntry[str]) -> os.stat_result | None:
-    """``e``'s stat when it is a regular file; anything else there is removed (None)."""
+def _regular(e: os.DirEntry[str], folder: str, fd: int) -> os.stat_result | None:
+    """``e``'s stat (``e`` listed from ``fd``, the folder ``folder``) when it is a regular
+    file; anything else there is removed (None)."""
     try:
-        st = e.stat(follow_symlinks=False)
+        st = os.stat(e.name, dir_fd=fd, follow_symlinks=False)
     except OSError:
         return None
     if stat.S_ISREG(st.st_mode):
         return st
     with contextlib.suppress(OSError):
-        heal(e.path)
+        heal(os.path.join(folder, e.name), dir_fd=fd)
     return None
 
 
-def _renamed(folder: str, base: str, listed: set[str]) -> os.stat_result | None:
-    """The stat of ``base`` when the temporary file of it that was listed is gone and
-    ``base`` was not listed: a write renamed it into place after the folder was listed
-    (counted, so that a scan racing a commit never sees the folder emptier than it is)."""
+def _renamed(fd: int, base: str, listed: set[str]) -> os.stat_result | None:
+    """The stat of ``base`` (in the folder ``fd``) when the temporary file of it that was
+    listed is gone and ``base`` was not listed: a write renamed it into place after the
+    folder was listed (counted, so that a scan racing a commit never sees the folder
+    emptier than it is)."""
     if base in listed:
         return None
     listed.add(base)
     try:
-        st = os.stat(os.path.join(folder, base), follow_symlinks=False)
+        st = os.stat(base, dir_fd=fd, follow_symlinks=False)
     except OSError:
         return None  # (a dead writer's temporary file, removed)
     return st if stat.S_ISREG(st.st_mode) else None
 
 
-def _temps(folder: str, bases: set[str], found: _Scan) -> list[str]:
-    """Remove the dead writers' temporary files of ``bases`` in ``folder``."""
+def _temps(folder: str, fd: int, bases: set[str], found: _Scan) -> list[str]:
+    """Remove the dead writers' temporary files of ``bases`` in ``folder`` (open as ``fd``)."""
     gone = []
     for base in sorted(bases):
-        removed = remove_stale_temps(os.path.join(folder, base))
+        removed = remove_stale_temps(os.path.join(folder, base), dir_fd=fd)
         found.temps_removed += len(removed)
         gone += removed
     return gone
 
 
-def _scan_chunks(root: str, found: _Scan) -> None:
-    for top in _listing(root):
+def _scan_chunks(root: str, root_fd: int, found: _Scan) -> None:
+    for top in _listing(root_fd):
         if not _KEY.fullmatch(top.name):
             continue
-        if not top.is_dir(follow_symlinks=False):
-            with contextlib.suppress(OSError):
-                heal(top.path)
+        folder = os.path.join(root, top.name)
+        with contextlib.suppress(OSError):  # (anything but a real folder there: removed)
+            fd = open_folder(folder, create=False, parent=root_fd)
+            if fd is None:
+                continue
+            try:
+                if _scan_chunk_folder(folder, fd, found) == 0:
+                    # no chunk: removed (under the lock: a writer makes its folder under it)
+                    with contextlib.suppress(OSError):
+                        os.unlink("info.json", dir_fd=fd)
+                    with contextlib.suppress(OSError):
+                        os.rmdir(top.name, dir_fd=root_fd)
+            finally:
+                os.close(fd)
+
+
+def _scan_chunk_folder(folder: str, fd: int, found: _Scan) -> int:
+    """Count one file's chunk folder (``folder``, open as ``fd``) into ``found``; the chunks
+    (and chunk writes in progress) it holds."""
+    listed = _listing(fd)
+    names = {e.name for e in listed}
+    bases = {m.group(1) for e in listed if (m := _CHUNK_TEMP.fullmatch(e.name))}
+    gone = set(_temps(folder, fd, bases, found))
+    parts = (CHUNKS, os.path.basename(folder))
+    chunks = 0
+    for e in listed:
+        if e.name in gone:
             continue
-        listed = _listing(top.path)
-        names = {e.name for e in listed}
-        bases = {m.group(1) for e in listed if (m := _CHUNK_TEMP.fullmatch(e.name))}
-        gone = set(_temps(top.path, bases, found))
-        chunks = 0
-        for e in listed:
-            if e.name in gone:
-                continue
-            chunk, temp = _CHUNK.fullmatch(e.name), _CHUNK_TEMP.fullmatch(e.name)
-            if not (chunk or temp or e.name == "info.json"):
-                continue
-            st, path, name = _regular(e), e.path, e.name
-            if st is None and temp is not None and not os.path.lexists(path):
-                name = temp.group(1)
-                st, path = _renamed(top.path, name, names), os.path.join(top.path, name)
-                chunk = _CHUNK.fullmatch(name)
-            if st is None:
-                continue
-            found.used += st.st_size
-            if chunk:
-                found.entries.append(Entry(st.st_mtime, st.st_size, path))
-            if name != "info.json":
-                chunks += 1
-        if chunks == 0:
-            found.empty.append(top.path)
+        chunk, temp = _CHUNK.fullmatch(e.name), _CHUNK_TEMP.fullmatch(e.name)
+        if not (chunk or temp or e.name == "info.json"):
+            continue
+        st, name = _regular(e, folder, fd), e.name
+        if st is None and temp is not None and not _exists(e.name, fd):
+            name = temp.group(1)
+            st = _renamed(fd, name, names)
+            chunk = _CHUNK.fullmatch(name)
+        if st is None:
+            continue
+        found.used += st.st_size
+        if chunk:
+            path = os.path.join(folder, name)
+            found.entries.append(Entry(st.st_mtime, st.st_size, path, folders=parts))
+        if name != "info.json":
+            chunks += 1
+    return chunks
 
 
-def _scan_files(root: str, found: _Scan) -> None:
-    listed = _listing(root)
+def _exists(name: str, fd: int) -> bool:
+    try:
+        os.stat(name, dir_fd=fd, follow_symlinks=False)
+    except OSError:
+        return False
+    return True
+
+
+def _scan_files(root: str, fd: int, found: _Scan) -> None:
+    listed = _listing(fd)
     names = {e.name for e in listed}
     bases = {m.group(1) for e in listed if (m := _FILE_TEMP.fullmatch(e.name))}
-    gone = set(_temps(root, bases, found))
+    gone = set(_temps(root, fd, bases, found))
     sides: dict[str, int] = {}
     cached: dict[str, Entry] = {}
     for e in listed:
@@ -303,73 +335,88 @@ def _scan_files(root: str, found: _Scan) -> None:
         temp = _FILE_TEMP.fullmatch(e.name)
         if not (data or side or temp):
             continue
-        st, path = _regular(e), e.path
-        if st is None and temp is not None and not os.path.lexists(path):
+        st, name = _regular(e, root, fd), e.name
+        if st is None and temp is not None and not _exists(e.name, fd):
             name = temp.group(1)
-            st, path = _renamed(root, name, names), os.path.join(root, name)
+            st = _renamed(fd, name, names)
             data, side = _DATA.fullmatch(name), _SIDE.fullmatch(name)
         if st is None:
             continue
         found.used += st.st_size
         if data:
             key = data.group(1)
-            cached[key] = Entry(st.st_mtime, st.st_size, path, key, f"{root}/{key}.sum")
+            path, record = os.path.join(root, name), os.path.join(root, f"{key}.sum")
+            cached[key] = Entry(st.st_mtime, st.st_size, path, key, record, (FILES,))
         elif side:
             sides[side.group(1)] = sides.get(side.group(1), 0) + st.st_size
     for key, entry in cached.items():
         entry.size += sides.get(key, 0)  # (its record goes with it)
         found.entries.append(entry)
     for key in sorted(sides.keys() - cached.keys()):
-        found.used -= _drop_side(root, key)
+        found.used -= _drop_side(root, fd, key)
 
 
-def _drop_side(root: str, key: str) -> int:
-    """Remove the lock file and record of a whole file that is not cached, if no one holds
-    its lock (a download writes the record before the file); the bytes removed."""
-    lock, record = os.path.join(root, f"{key}.lock"), os.path.join(root, f"{key}.sum")
+def _drop_side(root: str, fd: int, key: str) -> int:
+    """Remove the lock file and record of a whole file that is not cached (in ``root``,
+    open as ``fd``), if no one holds its lock (a download writes the record before the
+    file); the bytes removed."""
+    lock, record = f"{key}.lock", f"{key}.sum"
     try:
-        fd = lock_fd(lock, wait=False)
+        lfd = lock_fd(os.path.join(root, lock), wait=False, dir_fd=fd)
     except OSError:
         return 0
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        if os.path.lexists(os.path.join(root, f"{key}.shard")):
+        fcntl.flock(lfd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        if _exists(f"{key}.shard", fd):
             return 0
         freed = 0
         with contextlib.suppress(OSError):
-            freed = os.stat(record, follow_symlinks=False).st_size
-            os.unlink(record)
-        os.unlink(lock)
+            freed = os.stat(record, dir_fd=fd, follow_symlinks=False).st_size
+            os.unlink(record, dir_fd=fd)
+        os.unlink(lock, dir_fd=fd)
         return freed
     except OSError:
         return 0
     finally:
-        close_fd(fd)
+        close_fd(lfd)
 
 
-def _evict(found: _Scan, excess: int, protect: Collection[str], *, force: bool) -> int:
-    """Remove least recently used entries until ``excess`` bytes are freed; returns the bytes
-    freed. Without ``force``, whole files in ``protect`` or open anywhere are kept; with it,
-    only those in ``protect``."""
+def _evict(folder: str, found: _Scan, excess: int, protect: Collection[str], *, force: bool) -> int:
+    """Remove least recently used entries of the cache folder ``folder`` until ``excess``
+    bytes are freed; returns the bytes freed. Without ``force``, whole files in ``protect``
+    or open anywhere are kept; with it, only those in ``protect``."""
     freed = 0
     for entry in sorted(found.entries):
         if freed >= excess:
             break
         if entry.key and entry.key in protect:
             continue
-        if entry.key:
-            gone = remove_unused(entry.path, entry.record, force=force)
-        else:
-            try:
-                os.unlink(entry.path)
-                gone = True
-            except OSError:
-                gone = False
-        if gone:
-            freed += entry.size
-            found.used -= entry.size
-            found.entries.remove(entry)
+        if not _remove(folder, entry, force):
+            continue
+        freed += entry.size
+        found.used -= entry.size
+        found.entries.remove(entry)
     return freed
+
+
+def _remove(folder: str, entry: Entry, force: bool) -> bool:
+    """Remove ``entry`` (reached from the cache folder ``folder`` through its folders, none
+    followed if it is a symlink now: such an entry is not removed); whether it is gone."""
+    try:
+        fd = open_folders(folder, *entry.folders, create=False)
+    except OSError:
+        return False
+    if fd is None:
+        return False
+    try:
+        if entry.key:
+            return remove_unused(entry.path, entry.record, force=force, dir_fd=fd)
+        os.unlink(os.path.basename(entry.path), dir_fd=fd)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 def _touch(fd: int) -> None:

@@ -1,7 +1,9 @@
-"""What names a remote file in a cache key: its URL without credentials, fragment or the
-signing parameters of a presigned URL, and the options that say which server holds it
-(never the credentials among them). A rotated token or a re-signed URL finds the same
-entries; nothing secret is ever part of a key or a name in the folder.
+"""What names a remote file in a cache key: its URL without what the client that fetches
+it ignores (credentials; for ``http(s)://``, the fragment and the signing parameters of a
+presigned URL), and the options that say which server holds it (never the credentials
+among them). A rotated token or a re-signed URL finds the same entries; two URLs share a
+key only when their client fetches the same object; nothing secret is ever part of a key
+or a name in the folder.
 
 Example:
     >>> identity("https://me:pw@host/m.bin?X-Amz-Signature=ab&part=2&X-Amz-Date=1#x")
@@ -30,6 +32,16 @@ _SIGNING = re.compile(
 """Query parameters that sign a presigned URL (AWS SigV4 and V2, GCS V4 and V2): not part
 of what names the file."""
 _ENDPOINT = ("endpoint_url", "endpoint", "account_name")
+_HTTP = frozenset({"http", "https"})
+"""Schemes whose clients (tensorfile's HTTP client, fsspec's: ``urllib.parse``, ``yarl``)
+read ``user:password@`` before the authority's last ``@`` as credentials, send the query
+and never the fragment."""
+_USERINFO = _HTTP | {"ftp", "sftp", "ssh", "smb", "webhdfs", "hdfs"}
+"""Schemes whose clients read ``user:password@`` as credentials (the others: fsspec's
+``infer_storage_options``, which keeps a ``#...`` in the path). Elsewhere an ``@`` names
+the object (s3fs takes ``s3://a@b/k``'s bucket to be ``a@b``, the memory filesystem's path
+is ``/a@b/k``, adlfs reads ``abfs://container@account``), and so do ``?`` and ``#``: there
+the URL is kept whole."""
 
 
 def identity(url: str) -> str:
@@ -37,25 +49,37 @@ def identity(url: str) -> str:
     the signing parameters of a presigned URL (the other query parameters can name another
     file: they stay, in their order).
 
-    Credentials are cut where the client parses them, before the authority's last ``@``,
-    never by :func:`~tensorfile.sources.http.userinfo`'s wider rule for messages (an ``@`` in
-    the path): ``http://evil:1/x@good/f`` goes to ``evil``, and its key must not be
-    ``good``'s (a read of it would fill ``good``'s entries with ``evil``'s bytes).
+    Each part is cut only where the client that fetches the URL ignores it (the key names
+    exactly the host and path it fetches): credentials before the authority's last ``@``
+    for the schemes whose client reads them there (:data:`_USERINFO`), never by
+    :func:`~tensorfile.sources.http.userinfo`'s wider rule for messages (an ``@`` in the
+    path: ``http://evil:1/x@good/f`` goes to ``evil``, and its key must not be ``good``'s,
+    or a read of it would fill ``good``'s entries with ``evil``'s bytes); the fragment and
+    the signing parameters for ``http(s)://`` only (for s3fs or the memory filesystem a
+    ``#`` or ``?`` is part of the object's name).
 
     Example:
-        >>> identity("http://evil:1/x@good:2/f.bin")
-        'http://evil:1/x@good:2/f.bin'
+        >>> identity("http://evil:1/x@good:2/f.bin"), identity("http://u:p@ss@good/f.bin")
+        ('http://evil:1/x@good:2/f.bin', 'http://good/f.bin')
+        >>> identity("memory://a@b/f.bin#2")  # (the memory filesystem's path: /a@b/f.bin#2)
+        'memory://a@b/f.bin#2'
     """
     parts = split_url(url)
     if parts is None:
         return url
     scheme, authority, path, after = parts
-    whole = authority.rpartition("@")[2] + path
+    scheme = scheme.lower()
+    client = scheme.rpartition("::")[2]  # (a chain: its last protocol's)
+    if client in _USERINFO:
+        authority = authority.rpartition("@")[2]
+    if client not in _HTTP:
+        return f"{scheme}://{authority}{path}{after}"
+    whole = authority + path
     query = after.partition("#")[0]
     if query.startswith("?"):
         kept = [p for p in query[1:].split("&") if not _signing(p)]
         query = "?" + "&".join(kept) if kept else ""
-    return f"{scheme.lower()}://{whole}{query}"
+    return f"{scheme}://{whole}{query}"
 
 
 def _signing(param: str) -> bool:
