@@ -44,7 +44,7 @@ import secrets
 import stat
 import struct
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from typing import Literal
 
 from . import release
@@ -362,12 +362,8 @@ def atomic_write(
 
 
 def _fsync_dir(folder: str, dir_fd: int | None = None) -> None:
-    if dir_fd is not None:
-        with suppress(OSError):
-            os.fsync(dir_fd)
-        return
     try:
-        dfd = os.open(folder, os.O_RDONLY)
+        dfd = os.open(folder, os.O_RDONLY) if dir_fd is None else dir_fd
     except OSError:
         return
     try:
@@ -375,7 +371,8 @@ def _fsync_dir(folder: str, dir_fd: int | None = None) -> None:
     except OSError:
         pass
     finally:
-        os.close(dfd)
+        if dfd != dir_fd:
+            os.close(dfd)
 
 
 def write_all(fd: int, data: memoryview, offset: int | None = None) -> None:
