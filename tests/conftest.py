@@ -72,10 +72,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         for i in items
         if "spark" in getattr(i, "fixturenames", ()) or i.get_closest_marker("spark")
     ]
+    from tests.helpers.workers import join_group
+
     keys = sorted({_spark_key(item) for item in spark})
     for item in spark:
-        group = keys.index(_spark_key(item)) % SPARK_WORKERS
-        item.add_marker(pytest.mark.xdist_group(f"spark-{group}"))
+        join_group(item, f"spark-{keys.index(_spark_key(item)) % SPARK_WORKERS}")
 
 
 def _spark_key(item: pytest.Item) -> str:

@@ -4,6 +4,7 @@ worker must collect the same test names, and what the workers share is made once
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -72,3 +73,49 @@ def test_no_test_name_holds_a_memory_address(request: pytest.FixtureRequest) -> 
     from process to process."""
     named = [item.nodeid for item in request.session.items]
     assert [n for n in named if re.search(r" at 0x[0-9a-fA-F]+", n)] == []
+
+
+GROUPED = """
+import os, pytest
+from tests.helpers.workers import join_group
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if "grouped" in item.name:
+            join_group(item, "together")
+"""
+
+TESTS = """
+import os, time
+
+def _record(tmp_path_factory, name):
+    base = tmp_path_factory.getbasetemp().parent
+    (base / name).write_text(os.environ.get("PYTEST_XDIST_WORKER", "main"))
+    time.sleep(0.3)  # the other workers are free meanwhile: only the group keeps them apart
+
+""" + "".join(
+    f"def test_{kind}_{i}(tmp_path_factory):\n    _record(tmp_path_factory, '{kind}_{i}')\n\n"
+    for kind in ("grouped", "free")
+    for i in range(6)
+)
+
+
+def test_a_group_runs_on_one_worker(tmp_path: Path) -> None:
+    """The Spark tests' groups (tests/conftest.py) hold under the pytest and pytest-xdist
+    installed: a run of four workers puts every test of a group on one worker (pytest 9
+    ignored xdist 3.8's node-id rewrite, and every worker started a Spark cluster)."""
+    (tmp_path / "conftest.py").write_text(GROUPED)
+    (tmp_path / "test_grouping.py").write_text(TESTS)
+    base = tmp_path / "base"
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-n", "4", "--dist", "loadgroup",
+         "-p", "no:cacheprovider", "-p", "no:randomly", f"--basetemp={base}",
+         "--rootdir", str(tmp_path), "-c", "/dev/null", str(tmp_path)],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    ran = {p.name: p.read_text() for p in base.iterdir() if p.is_file()}
+    assert len(ran) == 12, sorted(ran)
+    assert len({ran[f"grouped_{i}"] for i in range(6)}) == 1, ran
+    assert len({ran[f"free_{i}"] for i in range(6)}) > 1, ran  # the others did spread

@@ -184,10 +184,12 @@ def main():
     ds = dataset.open(path)
     it = ds.to_torch(shuffle=True, seed=11)  # rank and world size from torch.distributed
     epochs = {}
+    # spawned workers: forking a process that runs gloo's threads can deadlock a child; kept
+    # for both epochs (set_epoch reaches persistent workers at their next pass)
+    loader = DataLoader(it, batch_size=4, num_workers=2, multiprocessing_context="spawn",
+                        persistent_workers=True)
     for epoch in range(2):
         it.set_epoch(epoch)
-        # spawned workers: forking a process that runs gloo's threads can deadlock a child
-        loader = DataLoader(it, batch_size=4, num_workers=2, multiprocessing_context="spawn")
         ids, steps = [], 0
         for batch in loader:
             ids += batch["id"].tolist()

@@ -41,3 +41,17 @@ def once_per_run(root: Path, name: str, make: Callable[[Path], object]) -> Path:
                 raise
             done.touch()
     return folder
+
+
+def join_group(item: pytest.Item, name: str) -> None:
+    """Put ``item`` in the xdist group ``name`` (``--dist loadgroup`` runs a group's tests on
+    one worker). pytest-xdist marks the group by appending ``@name`` to the item's node id in
+    the worker, which the controller reads; pytest 9 keeps the id in ``_id`` and ignores the
+    ``_nodeid`` that xdist 3.8 sets, so without this every group would run everywhere. The id
+    is extended here where xdist's own rewrite did not take."""
+    item.add_marker(pytest.mark.xdist_group(name))
+    if not getattr(item.config.option, "loadgroup", False) or item.nodeid.endswith(f"@{name}"):
+        return
+    from _pytest.nodeid import NodeId  # (pytest 9: the structured node id)
+
+    item._id = NodeId.parse(f"{item.nodeid}@{name}")  # type: ignore[attr-defined]
