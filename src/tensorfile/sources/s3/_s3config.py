@@ -3,11 +3,18 @@
 :func:`s3_settings` resolves, for one ``s3://bucket/key`` URL and the caller's
 ``storage_options`` (s3fs's names, so code written for fsspec keeps working):
 
-* the endpoint: ``endpoint_url`` (or ``client_kwargs={"endpoint_url": ...}``), else
-  ``$AWS_ENDPOINT_URL_S3``, ``$AWS_ENDPOINT_URL``, else AWS (``https://s3.<region>.amazonaws.com``);
+* the endpoint, in botocore's order: ``endpoint_url`` (or
+  ``client_kwargs={"endpoint_url": ...}``), else (unless
+  ``config_kwargs={"ignore_configured_endpoint_urls": True}``,
+  ``$AWS_IGNORE_CONFIGURED_ENDPOINT_URLS=true`` or the profile's
+  ``ignore_configured_endpoint_urls = true`` says to ignore the configured ones)
+  ``$AWS_ENDPOINT_URL_S3``, ``$AWS_ENDPOINT_URL``, the ``s3`` block's ``endpoint_url`` of
+  the AWS profile's services section, the profile's ``endpoint_url``; else AWS
+  (``https://s3.<region>.amazonaws.com``). The profile (``profile=``, ``$AWS_PROFILE``) is
+  read as botocore reads it (:mod:`._profile`), so s3fs and this client reach the same
+  server;
 * the region: ``client_kwargs={"region_name": ...}``, else ``$AWS_REGION``,
-  ``$AWS_DEFAULT_REGION``, the profile's ``region`` (through botocore, when installed), else
-  ``us-east-1``;
+  ``$AWS_DEFAULT_REGION``, the profile's ``region``, else ``us-east-1``;
 * the addressing: path style (``endpoint/bucket/key``) for a custom endpoint or a bucket
   name that is no DNS label, virtual hosts (``bucket.s3.<region>.amazonaws.com``) on AWS;
   ``config_kwargs={"s3": {"addressing_style": ...}}`` or
@@ -48,10 +55,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...core.errors import InvalidArgumentError
+from ..http import redact, scrub
+from ._profile import AwsProfile, aws_profile
 from ._sigv4 import Credentials
 
 __all__ = [
     "CLIENT_ENV",
+    "IGNORE_ENV",
     "STYLE_ENV",
     "S3Config",
     "S3Settings",
@@ -69,6 +79,9 @@ CLIENT_ENV = "TENSORFILE_S3"
 STYLE_ENV = "TENSORFILE_S3_ADDRESSING_STYLE"
 """``path`` or ``virtual``: how an ``s3://`` URL becomes an HTTP one (default: see above)."""
 
+IGNORE_ENV = "AWS_IGNORE_CONFIGURED_ENDPOINT_URLS"
+"""``true``: the endpoints of the environment and the profile are ignored (botocore's)."""
+
 _REGION = re.compile(r"(?![0-9]+$)(?!-)[A-Za-z0-9-]{1,63}(?<!-)")
 """A region name (botocore's ``validate_region_name``, anchored at both ends)."""
 _HOST = re.compile(r"((?!-)[A-Za-z0-9-]{1,63}(?<!-)\.)*(?!-)[A-Za-z0-9-]{1,63}(?<!-)")
@@ -83,7 +96,8 @@ _OPTIONS = {"key", "secret", "token", "anon", "endpoint_url", "client_kwargs", "
 _CLIENT_KWARGS = {"region_name", "endpoint_url", "aws_access_key_id", "aws_secret_access_key",
                   "aws_session_token", "verify", "use_ssl"}  # fmt: skip
 _CONFIG_KWARGS = {"s3", "retries", "connect_timeout", "read_timeout", "max_pool_connections",
-                  "signature_version", "region_name"}  # fmt: skip
+                  "signature_version", "region_name",
+                  "ignore_configured_endpoint_urls"}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -255,32 +269,87 @@ def _first(found: list[tuple[Any, str]]) -> tuple[str, str] | None:
 
 def s3_endpoint(options: Mapping[str, Any], env: Mapping[str, str] | None = None) -> str | None:
     """The endpoint an ``s3://`` URL with ``options`` is read from, wherever it is set (the
-    options, else ``$AWS_ENDPOINT_URL_S3``, ``$AWS_ENDPOINT_URL``), checked; None: AWS.
+    options, the environment, the AWS profile: see the module docstring), checked; None:
+    AWS.
 
     Example:
         >>> s3_endpoint({}, env={"AWS_ENDPOINT_URL": "http://127.0.0.1:9000"})
         'http://127.0.0.1:9000'
         >>> s3_endpoint({"endpoint_url": "http://a:1"}, env={"AWS_ENDPOINT_URL": "http://b:2"})
         'http://a:1'
+        >>> print(s3_endpoint({}, env={"AWS_ENDPOINT_URL": "http://b:2", IGNORE_ENV: "true"}))
+        None
     """
-    found = _endpoint(options, os.environ if env is None else env)
+    env = os.environ if env is None else env
+    found = _endpoint(options, env, _Profile(_profile_name(options, env), env))
     return found[0] if found else None
 
 
-def _endpoint(options: Mapping[str, Any], env: Mapping[str, str]) -> tuple[str, str] | None:
-    """``(endpoint, where it was set)`` (checked), else None."""
+class _Profile:
+    """The AWS profile, read on first use (at most once per resolution)."""
+
+    def __init__(self, name: str | None, env: Mapping[str, str]) -> None:
+        self.name, self._env = name, env
+        self._read: AwsProfile | None = None
+
+    def __call__(self) -> AwsProfile:
+        if self._read is None:
+            self._read = aws_profile(self.name, self._env)
+        return self._read
+
+
+def _profile_name(options: Mapping[str, Any], env: Mapping[str, str]) -> str | None:
+    return _text(options.get("profile"), "profile") or env.get("AWS_PROFILE") or None
+
+
+def _endpoint(
+    options: Mapping[str, Any], env: Mapping[str, str], profile: _Profile
+) -> tuple[str, str] | None:
+    """``(endpoint, where it was set)`` (checked), else None (botocore's order)."""
     client = _mapping(options.get("client_kwargs"))
     endpoint = _first(
         [
             (options.get("endpoint_url"), "storage option endpoint_url"),
             (client.get("endpoint_url"), "storage option client_kwargs.endpoint_url"),
-            (env.get("AWS_ENDPOINT_URL_S3"), "$AWS_ENDPOINT_URL_S3"),
-            (env.get("AWS_ENDPOINT_URL"), "$AWS_ENDPOINT_URL"),
         ]
     )
+    if endpoint is None and not _ignore_configured(options, env, profile):
+        endpoint = _first(
+            [
+                (env.get("AWS_ENDPOINT_URL_S3"), "$AWS_ENDPOINT_URL_S3"),
+                (env.get("AWS_ENDPOINT_URL"), "$AWS_ENDPOINT_URL"),
+            ]
+        )
+        if endpoint is None:
+            named = profile()
+            where = f"the AWS profile {named.name}"
+            endpoint = _first(
+                [
+                    (named.s3("endpoint_url"),
+                     f"the s3 endpoint_url of [services {named.services_name}] of {where}"),
+                    (named.get("endpoint_url"), f"the endpoint_url of {where}"),
+                ]
+            )  # fmt: skip
     if endpoint is not None:
         check_endpoint(*endpoint)
     return endpoint
+
+
+def _ignore_configured(
+    options: Mapping[str, Any], env: Mapping[str, str], profile: _Profile
+) -> bool:
+    """Whether the endpoints of the environment and the profile are ignored: the option
+    ``config_kwargs.ignore_configured_endpoint_urls``, else :data:`IGNORE_ENV` (when set,
+    it decides), else the profile's ``ignore_configured_endpoint_urls``; true is ``True``
+    or ``true`` in any case (botocore's ``ensure_boolean``)."""
+    switch = _mapping(options.get("config_kwargs")).get("ignore_configured_endpoint_urls")
+    if switch is None:
+        switch = (
+            env[IGNORE_ENV]
+            if IGNORE_ENV in env
+            else profile().get("ignore_configured_endpoint_urls")
+        )
+    return switch is True or (isinstance(switch, str) and switch.lower() == "true")
 
 
 def _checked(
@@ -289,8 +358,8 @@ def _checked(
     """The endpoint, region, addressing style and profile the options and the environment
     say, each checked (see :func:`s3_config`)."""
     client, config = _mapping(options.get("client_kwargs")), _mapping(options.get("config_kwargs"))
-    profile = _text(options.get("profile"), "profile") or env.get("AWS_PROFILE") or None
-    endpoint = _endpoint(options, env)
+    named = _Profile(_profile_name(options, env), env)
+    endpoint = _endpoint(options, env, named)
     region = _first(
         [
             (client.get("region_name"), "storage option client_kwargs.region_name"),
@@ -300,9 +369,7 @@ def _checked(
         ]
     )
     if region is None:
-        named = _profile_region(profile)
-        if named is not None:
-            region = named, f"the region of the AWS profile {profile or 'default'}"
+        region = _first([(named().get("region"), f"the region of the AWS profile {named().name}")])
     if region is not None:
         check_region(*region)
     style = _first(
@@ -321,7 +388,7 @@ def _checked(
         endpoint[0] if endpoint else None,
         region[0] if region else "us-east-1",
         style[0].lower() if style else "",
-        profile,
+        named.name,
     )
 
 
@@ -353,9 +420,11 @@ def check_endpoint(endpoint: str, where: str) -> str:
     """
 
     def bad(why: str) -> InvalidArgumentError:
-        shown = endpoint if len(endpoint) <= 200 else endpoint[:200] + "..."
+        shown = redact(endpoint)  # (never the user, password or query it holds)
+        shown = shown if len(shown) <= 200 else shown[:200] + "..."
         return InvalidArgumentError(
-            f"the S3 endpoint {shown!r} (from {where}) is not an endpoint URL: {why}"
+            f"the S3 endpoint {shown!r} (from {where}) is not an endpoint URL: "
+            f"{scrub(why, endpoint)}"
         )
 
     if any(not c.isprintable() or c.isspace() for c in endpoint):
@@ -443,18 +512,6 @@ def _botocore_chain(profile: str | None) -> Callable[[], Credentials | None] | N
         return Credentials(now.access_key, now.secret_key, now.token)
 
     return frozen
-
-
-def _profile_region(profile: str | None) -> str | None:
-    try:
-        import botocore.session
-    except ImportError:
-        return None
-    try:
-        region = botocore.session.Session(profile=profile).get_config_variable("region")
-    except Exception:
-        return None
-    return region if isinstance(region, str) and region else None
 
 
 def _shared_file(env: Mapping[str, str], profile: str | None) -> Credentials | None:
