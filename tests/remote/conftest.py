@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -49,3 +50,20 @@ def s3_env(seaweed: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
     for name, value in seaweed.env.items():
         monkeypatch.setenv(name, value)
     return seaweed
+
+
+@pytest.fixture
+def aws(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Callable[[dict[str, str]], None]:
+    """Set exactly these AWS variables (no profile or credentials file of the machine)."""
+    for name in list(os.environ):
+        if name.startswith(("AWS_", "TENSORFILE_S3")):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-credentials"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+
+    def set_env(values: dict[str, str]) -> None:
+        for name, value in values.items():
+            monkeypatch.setenv(name, value)
+
+    return set_env

@@ -9,7 +9,6 @@ connection."""
 
 from __future__ import annotations
 
-import os
 import socket
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -21,6 +20,8 @@ from tensorfile import dataset
 from tensorfile.errors import InvalidArgumentError
 from tensorfile.sources import open_path, store_for
 from tensorfile.sources.s3._s3config import check_endpoint, check_region
+from tests.helpers.cli import assert_one_error
+from tests.helpers.cli import run as cli
 
 BAD_REGIONS = ["evil.example#", "evil.example", "us-east-1/x", "a b", "-us", "us-", "123",
                "us-east-1\n", "x" * 64]  # fmt: skip
@@ -52,25 +53,11 @@ def listener() -> Iterator[socket.socket]:
         sock.close()
 
 
-@pytest.fixture
-def aws(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Callable[[dict[str, str]], None]:
-    """Set exactly these AWS variables (no profile or credentials file of the machine)."""
-    for name in list(os.environ):
-        if name.startswith(("AWS_", "TENSORFILE_S3")):
-            monkeypatch.delenv(name)
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-credentials"))
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-
-    def set_env(values: dict[str, str]) -> None:
-        for name, value in values.items():
-            monkeypatch.setenv(name, value)
-
-    return set_env
-
-
-def _every_way(url: str, options: dict[str, Any], said: list[str]) -> None:
-    """Each entry point refuses ``url`` with ``options``, saying each of ``said``."""
+def _every_way(
+    url: str, options: dict[str, Any], said: list[str], unsaid: tuple[str, ...] = ()
+) -> None:
+    """Each entry point refuses ``url`` with ``options``, saying each of ``said`` and none
+    of ``unsaid``."""
     declined = {**options, "requester_pays": False}  # (s3fs's option: s3fs would read it)
     calls: list[Callable[[], object]] = [
         lambda: open_path(url, **options),
@@ -84,6 +71,8 @@ def _every_way(url: str, options: dict[str, Any], said: list[str]) -> None:
             call()
         for part in said:
             assert part in str(caught.value)
+        for part in unsaid:
+            assert part not in str(caught.value)
 
 
 def _keys(port: int) -> dict[str, Any]:
@@ -139,6 +128,45 @@ def test_a_bad_endpoint(
     aws({where: endpoint} if where.startswith("AWS_") else {})
     shown = f"${where}" if where.startswith("AWS_") else where
     _every_way("s3://bkt/ds/m.bin", options, ["S3 endpoint", shown])
+
+
+SECRET = "wJalrXUtnFEMIK7MDENGbPxRfiCYSECRET"
+SECRET_ENDPOINTS = [
+    "http://AKIAEXAMPLE:{secret}@127.0.0.1:{port}",
+    "http://127.0.0.1:{port}/?X-Amz-Security-Token={secret}",
+    "http://127.0.0.1:{port}/s3?X-Amz-Signature=ab#{secret}",
+    "http://u:{secret}@127.0.0.1:{port}/?token={secret}",
+]
+
+
+@pytest.mark.parametrize("endpoint", SECRET_ENDPOINTS)
+@pytest.mark.parametrize("where", ["endpoint_url", "client_kwargs", "AWS_ENDPOINT_URL",
+                                   "AWS_ENDPOINT_URL_S3", "profile"])  # fmt: skip
+def test_a_refused_endpoint_shows_no_secret(
+    aws: Callable[[dict[str, str]], None],
+    listener: socket.socket,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    where: str,
+    endpoint: str,
+) -> None:
+    """Review c03: the refusal of an endpoint holding credentials or a token once repeated
+    them (CLI stderr, logs); it names the endpoint redacted, wherever it was set."""
+    endpoint = endpoint.format(port=listener.getsockname()[1], secret=SECRET)
+    options: dict[str, Any] = {"key": "AKIDEXAMPLE", "secret": "secret"}
+    if where == "endpoint_url":
+        options["endpoint_url"] = endpoint
+    elif where == "client_kwargs":
+        options["client_kwargs"] = {"endpoint_url": endpoint}
+    elif where == "profile":
+        config = tmp_path / "config"
+        config.write_text(f"[default]\nendpoint_url = {endpoint}\n")
+        aws({"AWS_CONFIG_FILE": str(config)})
+    aws({where: endpoint} if where.startswith("AWS_") else {})
+    _every_way("s3://bkt/ds/m.bin", options, ["S3 endpoint", "http://127.0.0.1:"], (SECRET,))
+    if where.startswith("AWS_") or where == "profile":
+        message = assert_one_error(cli(capsys, "inspect", "s3://bkt/m.safetensors"))
+        assert "S3 endpoint" in message and SECRET not in message
 
 
 @pytest.mark.parametrize("style", BAD_STYLES)
