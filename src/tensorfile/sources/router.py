@@ -296,9 +296,10 @@ def remote_source(
 
 def resolved_endpoint(target: str, options: Mapping[str, Any]) -> str | None:
     """The endpoint the client of the remote URL ``target`` reads from when no option names
-    one but the environment does (an ``s3://`` URL: ``$AWS_ENDPOINT_URL_S3``,
-    ``$AWS_ENDPOINT_URL``); None otherwise. Cache keys count it: the bytes of one server
-    are never served for another.
+    one but the configuration does (an ``s3://`` URL: ``$AWS_ENDPOINT_URL_S3``,
+    ``$AWS_ENDPOINT_URL``, the AWS profile's, unless ``$AWS_IGNORE_CONFIGURED_ENDPOINT_URLS``
+    says to ignore them: :func:`~.s3._s3config.s3_endpoint`); None otherwise (AWS). Cache
+    keys count it: the bytes of one server are never served for another.
 
     Example:
         >>> resolved_endpoint("memory://x/y", {}) is None

@@ -91,8 +91,8 @@ def endpoint_id(options: Mapping[str, Any], resolved: str | None = None) -> str:
     """The options that say which server holds a file (``endpoint_url``, ``endpoint``,
     ``account_name``, ``client_kwargs.endpoint_url``; a URL without its credentials), as
     text for a key: never the credentials, the region or anything else. ``resolved``: the
-    endpoint the client reads from when no option names one (the environment's, see
-    :func:`~tensorfile.sources.router.resolved_endpoint`), counted then.
+    endpoint the client reads from when no option names one (the environment's or the AWS
+    profile's, see :func:`~tensorfile.sources.router.resolved_endpoint`), counted then.
 
     Example:
         >>> endpoint_id({}) == endpoint_id({}, "http://a:1"), endpoint_id({}) == "[]"
