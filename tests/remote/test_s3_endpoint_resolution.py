@@ -171,3 +171,23 @@ def test_the_profile_reader_reads_as_botocore_does(
         return
     got = read_profile(profile, env)
     assert (got.name, got.values, got.services) == (want.name, want.values, want.services)
+
+
+def test_a_changed_profile_is_read_again(
+    aws: Callable[[dict[str, str]], None], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The profile is read once per change (of the file, or of the variable naming it or
+    the profile): an edited file, another file or another profile is followed."""
+    _config(aws, tmp_path, "[default]\nendpoint_url = http://127.0.0.1:1\n")
+    assert resolved_endpoint("s3://b/k", {}) == "http://127.0.0.1:1"
+    (tmp_path / "config").write_text(
+        "[default]\nendpoint_url = http://127.0.0.1:22\n[profile x]\nendpoint_url = http://x\n"
+    )
+    assert resolved_endpoint("s3://b/k", {}) == "http://127.0.0.1:22"
+    assert resolved_endpoint("s3://b/k", {"profile": "x"}) == "http://x"
+    monkeypatch.setenv("AWS_PROFILE", "x")
+    assert resolved_endpoint("s3://b/k", {}) == "http://x"
+    other = tmp_path / "other"
+    other.write_text("[profile x]\nregion = eu-west-1\n")
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(other))
+    assert resolved_endpoint("s3://b/k", {}) is None

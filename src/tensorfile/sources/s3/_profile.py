@@ -60,6 +60,16 @@ class AwsProfile:
         return block.get(key) if isinstance(block, Mapping) else None
 
 
+_FILES = (
+    ("AWS_CONFIG_FILE", "~/.aws/config"),
+    ("AWS_SHARED_CREDENTIALS_FILE", "~/.aws/credentials"),
+)
+_NAMES = (*(name for name, _ in _FILES), "AWS_PROFILE", "AWS_DEFAULT_PROFILE")
+_read: dict[tuple[Any, ...], AwsProfile] = {}
+"""Profiles read, by what decides them (every ``s3://`` URL opened, every shard's cache key
+asks: the files are read again only when they or the variables naming them change)."""
+
+
 def aws_profile(profile: str | None, env: Mapping[str, str] | None = None) -> AwsProfile:
     """The profile ``profile`` (None: the environment's, else ``default``), through botocore
     when it is installed (it reads the process's environment), else :func:`read_profile`
@@ -70,9 +80,33 @@ def aws_profile(profile: str | None, env: Mapping[str, str] | None = None) -> Aw
         True
     """
     try:
-        import botocore.session  # type: ignore[import-untyped]
+        import botocore.session  # type: ignore[import-untyped]  # noqa: F401
     except ImportError:
         return read_profile(profile, os.environ if env is None else env)
+    key = (profile, *(os.environ.get(n) for n in _NAMES), *(_stat(n, d) for n, d in _FILES))
+    found = _read.get(key)
+    if found is None:
+        found = _botocore_profile(profile)
+        if len(_read) >= 16:
+            _read.clear()
+        _read[key] = found
+    return found
+
+
+def _stat(name: str, default: str) -> tuple[int, ...] | None:
+    """What tells whether the file ``$name`` (else ``default``) changed; None: none."""
+    path = os.path.expanduser(os.path.expandvars(os.environ.get(name) or default))
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def _botocore_profile(profile: str | None) -> AwsProfile:
+    """The profile as botocore reads it (see :func:`aws_profile`)."""
+    import botocore.session
+
     try:
         session = botocore.session.Session(profile=profile)
         values = session.get_scoped_config()
