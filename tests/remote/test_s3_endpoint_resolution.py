@@ -191,3 +191,21 @@ def test_a_changed_profile_is_read_again(
     other.write_text("[profile x]\nregion = eu-west-1\n")
     monkeypatch.setenv("AWS_CONFIG_FILE", str(other))
     assert resolved_endpoint("s3://b/k", {}) is None
+
+
+def test_an_unreadable_profile_is_refused_without_quoting_it(
+    aws: Callable[[dict[str, str]], None], tmp_path: Path
+) -> None:
+    """A config file that cannot be parsed is an error before any connection (not a silent
+    fall back to AWS), and the error does not quote the file's lines."""
+    secret = "wJalrXUtnFEMIK7MDENGbPxRfiCYSECRET"
+    _config(aws, tmp_path, f"[default]\naws_secret_access_key = {secret}\nbroken {secret}\n")
+    with pytest.raises(InvalidArgumentError, match="AWS profile default cannot be read") as caught:
+        open_path("s3://bkt/m.safetensors", anon=True, timeout=2, retries=0)
+    assert secret not in str(caught.value)
+    from tensorfile.sources.s3._profile import read_profile
+
+    env = {"AWS_CONFIG_FILE": str(tmp_path / "config")}
+    with pytest.raises(InvalidArgumentError, match="AWS profile default cannot be read") as caught:
+        read_profile(None, env)
+    assert secret not in str(caught.value)

@@ -201,7 +201,10 @@ def _services(values: Mapping[str, Any], sections: Mapping[str, Any]) -> Mapping
 
 
 def _unreadable(profile: str | None, exc: BaseException) -> InvalidArgumentError:
+    """The error for a profile that cannot be read; the text of a parser's error is not
+    repeated (it quotes the file's lines, keys and secrets among them)."""
+    quoted = isinstance(exc, configparser.Error | ValueError)  # (UnicodeDecodeError too)
+    said = "its text is not shown: it may quote the file" if quoted else str(exc)[:200]
     return InvalidArgumentError(
-        f"the AWS profile {profile or 'default'} cannot be read: "
-        f"{type(exc).__name__}: {str(exc)[:200]}"
+        f"the AWS profile {profile or 'default'} cannot be read: {type(exc).__name__}: {said}"
     )

@@ -12,9 +12,11 @@ exactly the range asked for, nothing read past it, a deadline per request, the o
 versions).
 
 Where the endpoint, region and credentials come from: :mod:`._s3config` (``storage_options``
-in s3fs's names, then the ``AWS_*`` environment variables, then botocore's chain when it is
-installed, then ``~/.aws/credentials``). An option this client does not take, or
-``$TENSORFILE_S3=fsspec``, sends the URL to fsspec (s3fs) instead: :func:`open_s3` decides.
+in s3fs's names, then the ``AWS_*`` environment variables, then the AWS profile (its
+endpoint and region, read as botocore reads them: :mod:`._profile`) and botocore's
+credential chain when it is installed, then ``~/.aws/credentials``). An option this client
+does not take, or ``$TENSORFILE_S3=fsspec``, sends the URL to fsspec (s3fs) instead:
+:func:`open_s3` decides.
 
 Errors: a missing object or bucket is a :class:`~tensorfile.errors.SourceNotFoundError`;
 anything else a :class:`~tensorfile.errors.SourceError` naming the ``s3://`` URL and the
