@@ -116,10 +116,12 @@ def test_a_source_without_digests_converts_without_a_warning(tmp_path: Path) -> 
     src = tmp_path / "m.safetensors"
     save_file(ARRAYS, str(src))
     ztensor.save_file(ARRAYS, str(tmp_path / "m.zt"))
+    index = write_sharded(tmp_path / "ck", [{"a.w": ARRAYS["w"]}, {"b.v": ARRAYS["v"]}], {})
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         convert(src, tmp_path / "out.zt", to="zt2", checksum="xxh3")
         convert(tmp_path / "m.zt", tmp_path / "out.safetensors", checksum="xxh3")
+        convert(index, tmp_path / "ck.safetensors")
     assert verify(str(tmp_path / "out.safetensors")).ok
 
 
