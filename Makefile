@@ -19,11 +19,16 @@ ZT2 := .venv-zt2
 
 .PHONY: demo test prereqs lint typecheck pytest bench reference-suite clean lock docs docs-serve browser
 
+# An editable install (pip install -e .) follows the package's source, but setup.py copies
+# the import hook's .pth line into site-packages at install time: a change to either
+# reinstalls, so no venv keeps an old hook.
+HOOK := setup.py src/tensorfile-patch.pth
+
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --upgrade pip
 
-$(VENV)/.core: $(PY) pyproject.toml constraints.txt
+$(VENV)/.core: $(PY) pyproject.toml constraints.txt $(HOOK)
 	$(INSTALL) -e .
 	touch $@
 
@@ -35,7 +40,7 @@ $(VENV)/.core: $(PY) pyproject.toml constraints.txt
 # are in the dev extras.
 STREAMING := mosaicml-streaming==0.13.0
 
-$(VENV)/.dev: $(PY) pyproject.toml constraints.txt
+$(VENV)/.dev: $(PY) pyproject.toml constraints.txt $(HOOK)
 	$(INSTALL) -e '.[dev]'
 	$(PIP) install --no-deps $(STREAMING)
 	touch $@ $(VENV)/.core
@@ -46,7 +51,7 @@ $(ZT2)/.ready: constraints.txt
 	touch $@
 
 # the v2 benchmark rows run tensorfile beside ztensor 2.1.2 in one process
-$(ZT2)/.bench: $(ZT2)/.ready pyproject.toml
+$(ZT2)/.bench: $(ZT2)/.ready pyproject.toml $(HOOK)
 	$(ZT2)/bin/python -m pip --disable-pip-version-check -q install -c constraints.txt -e . safetensors==0.8.0
 	touch $@
 

@@ -67,6 +67,7 @@ LAYERS: dict[str, set[str]] = {
     "testing": {"core", "sources", "formats", "frameworks"},
     "loading": {"sources"},  # how load_file reads a file (mount table, page cache)
     "patching": set(),  # (imports tensorfile.safetensors by name, when patched code asks)
+    "_hook": set(),  # what the .pth runs switched on: loads patching.py by its path
     # the docs' sample files, written through the faces a user writes them with;
     # `python -m tensorfile.samples` is `tensorfile samples`; runs on a folder take turns
     # under the folder lock of `sources.LocalStore`

@@ -19,8 +19,9 @@ For programs you do not even start yourself (a serving command, a notebook kerne
 installs (``tensorfile-patch.pth`` in site-packages, run by Python's ``site`` at every
 interpreter start) then calls :func:`patch_from_environment`, which patches before any of
 the program's code runs. Unset or switched off (``0``, ``false``, ``no``, ``off``), the hook
-costs one environment lookup and imports nothing. Switched on, it loads this module alone
-(the standard library only: not the ``tensorfile`` package, not numpy); the rest of
+costs one environment lookup and imports nothing. Switched on, it runs
+:func:`tensorfile._hook.run` (the hook's logic, in the package), which loads this module
+alone (the standard library only: not the ``tensorfile`` package, not numpy); the rest of
 tensorfile is imported when the program first imports ``safetensors``. The hook never
 stops an interpreter from starting (a failure is one line on stderr).
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -149,7 +150,7 @@ def test_the_hook_and_patch_from_environment_agree_on_off_values() -> None:
     from tensorfile import patching
 
     line = HOOK.read_text()
-    spelled = line.split(".strip().lower() not in ", 1)[1].split(" and not hasattr", 1)[0]
+    spelled = line.split(".strip().lower() in ", 1)[1].split(" or hasattr(", 1)[0]
     assert ast.literal_eval(spelled) == patching._OFF
 
 
@@ -162,19 +163,75 @@ def test_an_unknown_value_is_one_line_and_no_patch(python: Path) -> None:
     assert "'banana'" in done.stderr
 
 
-def test_a_broken_install_never_stops_the_interpreter(python: Path, tmp_path: Path) -> None:
-    """A ``tensorfile`` whose hook module fails to import: the interpreter starts all the
-    same, with one line on stderr instead of site's traceback."""
-    fake = tmp_path / "tensorfile"
+def _package(root: Path, **modules: str | None) -> Path:
+    """A ``tensorfile`` package in ``root`` holding ``modules`` (name: source), to put
+    before the real one on the path."""
+    fake = root / "tensorfile"
     fake.mkdir()
     (fake / "__init__.py").write_text("")
-    (fake / "patching.py").write_text("raise RuntimeError('boom\\nsecond line')\n")
-    done = start(python, "print('started')", "1", path=[str(tmp_path)])
+    for name, text in modules.items():  # None: this checkout's module
+        real = SRC / "tensorfile" / f"{name}.py"
+        (fake / f"{name}.py").write_text(real.read_text() if text is None else text)
+    return root
+
+
+@pytest.mark.parametrize(
+    ("modules", "why"),
+    [
+        ({"_hook": None, "patching": "raise RuntimeError('boom\\nsecond line')\n"},
+         "RuntimeError: boom second line"),
+        ({"patching": ""}, "FileNotFoundError: "),  # a package without the hook's module
+    ],
+)  # fmt: skip
+def test_a_broken_install_never_stops_the_interpreter(
+    python: Path, tmp_path: Path, modules: dict[str, str | None], why: str
+) -> None:
+    """A ``tensorfile`` whose hook fails to load or to patch: the interpreter starts all the
+    same, with one line on stderr instead of site's traceback."""
+    done = start(python, "print('started')", "1", path=[str(_package(tmp_path, **modules))])
     assert done.returncode == 0 and done.stdout == "started\n"
-    assert done.stderr == (
-        f"tensorfile: {ENV} is set but safetensors was not patched: RuntimeError: boom second "
-        "line\n"
-    )
+    prefix = f"tensorfile: {ENV} is set but safetensors was not patched: {why}"
+    assert done.stderr.startswith(prefix) and done.stderr.count("\n") == 1, done.stderr
+
+
+def test_the_hook_runs_the_logic_of_the_package_it_finds(python: Path, tmp_path: Path) -> None:
+    """Review 35 (c07): the ``.pth`` line, copied into site-packages at install time (an
+    editable install too), holds only the switch: what it does switched on is the package's
+    ``_hook.run``, so a change to it reaches an installed hook without a reinstall."""
+    changed = "import sys\ndef run():\n    print('the package hook ran', 'numpy' in sys.modules)\n"
+    done = start(python, "print('started')", "1", path=[str(_package(tmp_path, _hook=changed))])
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    assert done.stdout == "the package hook ran False\nstarted\n"
+
+
+def test_the_editable_install_follows_a_changed_hook(tmp_path: Path) -> None:
+    """Review 35 (c07): ``make`` reinstalls the editable venvs when the hook's ``.pth`` (or
+    setup.py, which installs it) changes, so no venv keeps an old hook."""
+    make = shutil.which("make")
+    assert make is not None
+    shutil.copy(ROOT / "Makefile", tmp_path / "Makefile")
+    old = ("pyproject.toml", "constraints.txt", "setup.py", "src/tensorfile-patch.pth",
+           ".venv/bin/python", ".venv-zt2/.ready")  # fmt: skip
+    for name in (*old, ".venv/.core", ".venv/.dev", ".venv-zt2/.bench"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("")
+        os.utime(tmp_path / name, (1_000_000, 1_000_000 if name in old else 2_000_000))
+    targets = (".venv/.core", ".venv/.dev", ".venv-zt2/.bench")
+
+    def plan(target: str) -> str:
+        done = subprocess.run(
+            [make, "-n", "--no-print-directory", "-C", str(tmp_path), target],
+            capture_output=True, text=True, timeout=60, check=True,
+        )  # fmt: skip
+        return done.stdout
+
+    for target in targets:
+        assert plan(target) == f"make: '{target}' is up to date.\n"
+    for changed in ("src/tensorfile-patch.pth", "setup.py"):
+        os.utime(tmp_path / changed, (3_000_000, 3_000_000))
+        for target in targets:
+            assert "install -c constraints.txt -e " in plan(target), (changed, target)
+        os.utime(tmp_path / changed, (1_000_000, 1_000_000))
 
 
 def test_transformers_from_pretrained_under_the_variable(python: Path, tmp_path: Path) -> None:

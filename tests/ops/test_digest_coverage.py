@@ -29,18 +29,9 @@ from tensorfile.safetensors import safe_open
 from tensorfile.safetensors import torch as st_torch
 from tests.helpers.checkpoints import MODEL, write_gguf, write_sharded
 from tests.helpers.cli import run, strict_json
-from tests.helpers.digests import digest_text
+from tests.helpers.digests import digest_text, flip_byte
 
 ARRAYS = {"a": np.arange(6, dtype=np.float32).reshape(2, 3), "b": np.ones(4, np.float32)}
-
-
-def _flip(path: Path, tensor: str) -> None:
-    """Flip one bit inside ``tensor``'s data (same size, still valid values)."""
-    with tensorfile.open(str(path)) as f:
-        start = f.info(tensor).byte_range.start
-    data = bytearray(path.read_bytes())
-    data[start + 1] ^= 0x01
-    path.write_bytes(bytes(data))
 
 
 def _partial_map(path: Path, covered: list[str], arrays: dict[str, Any] = ARRAYS) -> Path:
@@ -158,7 +149,7 @@ def test_no_digests_warning_sits_beside_the_ztensor_warning() -> None:
 
 def test_a_tensor_the_digest_map_leaves_out_is_named_by_a_verified_load(tmp_path: Path) -> None:
     path = _partial_map(tmp_path / "m.safetensors", ["a"])
-    _flip(path, "b")
+    flip_byte(path, "b", at=1)
     loaded = ref_numpy.load_file(str(path))  # the oracle: b's bytes really changed
     assert not np.array_equal(loaded["b"], ARRAYS["b"])
     match = r"1 tensor not covered by a digest: b; verify=True cannot check"
@@ -169,7 +160,7 @@ def test_a_tensor_the_digest_map_leaves_out_is_named_by_a_verified_load(tmp_path
         got = st_numpy.load_file(str(path), verify=True)
     assert np.array_equal(got["b"], loaded["b"])  # read as it is, but not in silence
     # the tensor the map covers is still checked
-    _flip(path, "a")
+    flip_byte(path, "a", at=1)
     with pytest.warns(NoDigestsWarning), pytest.raises(tensorfile.ChecksumError, match="'a'"):
         st_numpy.load_file(str(path), verify=True)
 
@@ -178,7 +169,7 @@ def test_verify_fails_a_tensor_the_digest_map_leaves_out(tmp_path: Path, capsys:
     path = _partial_map(tmp_path / "m.safetensors", ["a"])
     intact = ops.verify(str(path))
     assert (intact.ok, intact.digests_checked, intact.uncovered) == (False, 1, ("b",))
-    _flip(path, "b")
+    flip_byte(path, "b", at=1)
     report = ops.verify(str(path))
     assert not report.ok
     assert [(f.subject, f.rule) for f in report.failures] == [("b", "uncovered")]

@@ -22,17 +22,9 @@ from tensorfile.safetensors import numpy as st_numpy
 from tensorfile.safetensors import safe_open
 from tensorfile.safetensors import torch as st_torch
 from tests.helpers.cli import run_proc
+from tests.helpers.digests import flip_byte
 
 ARRAYS = {"a": np.arange(6, dtype=np.float32).reshape(2, 3), "b": np.ones(4, np.int16)}
-
-
-def _flip(path: Path, tensor: str) -> None:
-    """Flip one byte inside ``tensor``'s data (same size, valid values)."""
-    with tensorfile.open(str(path)) as f:
-        start = f.info(tensor).byte_range.start
-    data = bytearray(path.read_bytes())
-    data[start] ^= 0x01
-    path.write_bytes(bytes(data))
 
 
 @pytest.mark.parametrize("algorithm", ["xxh3", "crc32c", "sha256"])
@@ -53,7 +45,7 @@ def test_the_reference_loads_a_file_with_digests_unchanged(tmp_path: Path, algor
 def test_a_flipped_byte_is_caught_by_verify_and_by_every_verified_load(tmp_path: Path) -> None:
     path = tmp_path / "m.safetensors"
     st_numpy.save_file(ARRAYS, str(path), checksum="xxh3")
-    _flip(path, "b")
+    flip_byte(path, "b")
     report = verify(str(path))
     assert [(f.subject, f.rule) for f in report.failures] == [("b", "digest")]
     cli = run_proc("verify", path)
@@ -171,5 +163,5 @@ def test_sharded_saves_digest_every_shard(tmp_path: Path, framework: str) -> Non
             assert sorted(json.loads(f.metadata["tensorfile.digests"])) == sorted(f.keys())
         ref_numpy.load_file(str(shard))
     assert verify(str(tmp_path)).digests_checked == 5
-    _flip(shards[0], sorted(tensorfile.open(str(shards[0])).keys())[0])
+    flip_byte(shards[0], sorted(tensorfile.open(str(shards[0])).keys())[0])
     assert [f.rule for f in verify(str(tmp_path)).failures] == ["digest"]

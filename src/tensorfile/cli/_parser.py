@@ -86,7 +86,7 @@ CONVERT_STATUS = """\
 Exit status:
   0  converted
   2  bad usage (an option the output format does not have), or the source could not be
-     read or converted (nothing is left at DST)
+     read or converted, its own digests failing included (nothing is left at DST)
   130  interrupted"""
 
 VERIFY_STATUS = """\
@@ -169,8 +169,9 @@ PyTorch pickles (.pt, .pth, .bin; torch.load(weights_only=True) only: never a fu
 unpickler; entries that are not tensors, such as a training checkpoint's epoch, become
 metadata, and --key picks one dictionary). The output format comes from --to or DST's
 extension (.safetensors, .zt = v1.0, .npz). Tensor by tensor (memory: about the largest
-tensor), atomic, the content id kept (tensorfile id --content). Sparse tensors to
-safetensors/npz need --densify.
+tensor), atomic, the content id kept (tensorfile id --content). The digests the source
+stores are checked as each tensor is read: a tensor they prove changed is an error, and
+nothing is written. Sparse tensors to safetensors/npz need --densify.
 
 {CONVERT_STATUS}""",
     "verify": f"""\

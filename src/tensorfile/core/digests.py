@@ -34,7 +34,7 @@ import os
 import sys
 import warnings
 from collections.abc import Iterable, Sequence
-from typing import Any, Protocol, TypeVar
+from typing import Any, Literal, Protocol, TypeVar
 
 from .errors import InvalidArgumentError, NoDigestsWarning
 
@@ -43,8 +43,11 @@ __all__ = [
     "HEX_DIGITS",
     "METADATA_KEY",
     "SHOWN",
+    "STORED",
     "Digest",
+    "Verify",
     "canonical",
+    "checking",
     "digest_of",
     "not_covered",
     "placeholder",
@@ -52,6 +55,7 @@ __all__ = [
     "verified",
     "warn_outside",
     "warn_uncovered",
+    "warns",
 ]
 
 ALGORITHMS = ("xxh3", "crc32c", "sha256")
@@ -63,6 +67,37 @@ METADATA_KEY = "tensorfile.digests"
 HEX_DIGITS = {"xxh3": 16, "crc32c": 8, "sha256": 64}
 """Hex digits of each algorithm's digest: fixed, so a header can hold a placeholder of the
 final length while the data streams, and be rewritten in place."""
+
+
+STORED: Literal["stored"] = "stored"
+"""``verify=STORED``: check every digest a file stores as its tensors are read, and say
+nothing of the tensors none covers (what ``tensorfile.convert`` does: it does not verify a
+file, it refuses to copy bytes the file's own digests prove changed)."""
+
+Verify = bool | Literal["stored"] | None
+"""What the readers' ``verify=`` takes: True checks the stored digests and warns
+(:func:`warn_uncovered`) about tensors none covers, :data:`STORED` checks them without the
+warning, False checks none, None is each format's default (zTensor checks its own)."""
+
+
+def checking(verify: Verify) -> bool | None:
+    """The ``verify`` a format's reader takes (a bool, or None for its default).
+
+    Example:
+        >>> checking(STORED), checking(None), checking(False)
+        (True, None, False)
+    """
+    return None if verify is None else bool(verify)
+
+
+def warns(verify: Verify) -> bool:
+    """Whether a reader opened with ``verify`` warns about tensors no digest covers.
+
+    Example:
+        >>> warns(True), warns(STORED), warns(None)
+        (True, False, False)
+    """
+    return bool(verify) and verify != STORED
 
 
 def placeholder(algorithm: str) -> str:

@@ -53,7 +53,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol, cast
 
 from ..core.catalog import Catalog
-from ..core.digests import verified
+from ..core.digests import Verify, checking, verified, warns
 from ..core.dtypes import DType
 from ..core.errors import InvalidArgumentError, UnsupportedError, naming, quoted_name
 from ..core.reader import Reader
@@ -536,7 +536,7 @@ def open_reader(
     *,
     format: str | None = None,
     allow_full_download: bool | None = None,
-    verify: bool | None = None,
+    verify: Verify = None,
     cache_dir: CacheDir = None,
     key: str | None = None,
 ) -> Reader:
@@ -570,8 +570,8 @@ def open_reader(
         path_or_data, first=first, allow_full_download=allow_full_download, cache_dir=cache_dir
     )
     with opened as source, naming(source.name):  # every error names the file
-        reader = (fmt or detect(source)).open_reader(source, verify=verify, key=key)
-    return verified(reader, source.name) if verify else reader
+        reader = (fmt or detect(source)).open_reader(source, verify=checking(verify), key=key)
+    return verified(reader, source.name) if warns(verify) else reader
 
 
 def read_catalog(

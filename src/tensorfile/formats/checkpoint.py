@@ -38,6 +38,7 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from ..core.catalog import Catalog, TensorInfo
+from ..core.digests import Verify
 from ..core.errors import (
     FormatError,
     InvalidArgumentError,
@@ -64,7 +65,7 @@ T = TypeVar("T")
 class ShardedReader(Reader):
     """A sharded checkpoint read as one file (see the module docstring)."""
 
-    def __init__(self, ck: CheckpointIndex, *, verify: bool | None = None) -> None:
+    def __init__(self, ck: CheckpointIndex, *, verify: Verify = None) -> None:
         # no Reader.__init__: a checkpoint has no one source
         self._ck = ck
         self._verify = verify
@@ -311,7 +312,7 @@ def _in_checkpoint(exc: TensorFileError, index: str, shard: str) -> None:
 
 
 def open_checkpoint(
-    target: str, *, allow_full_download: bool | None = None, verify: bool | None = None
+    target: str, *, allow_full_download: bool | None = None, verify: Verify = None
 ) -> ShardedReader:
     """A :class:`ShardedReader` over the checkpoint ``target`` (an index path or URL, or a
     local folder holding one)."""

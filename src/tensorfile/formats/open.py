@@ -21,6 +21,7 @@ from __future__ import annotations
 import glob
 import os
 
+from ..core.digests import Verify
 from ..core.errors import InvalidArgumentError, SourceError
 from ..core.reader import Reader
 from ..sources import CacheDir, PathOrData, is_url
@@ -61,7 +62,7 @@ def open(
     *,
     format: str | None = None,
     allow_full_download: bool | None = None,
-    verify: bool | None = None,
+    verify: Verify = None,
     cache_dir: CacheDir = None,
     key: str | None = None,
 ) -> Reader:
@@ -69,7 +70,9 @@ def open(
     :class:`~tensorfile.core.reader.Reader` (a :class:`ShardedReader` for a checkpoint);
     everything else is :func:`tensorfile.formats.open_reader`'s. ``verify=True`` checks the
     digests a file records as its tensors are read (safetensors' ``tensorfile.digests``;
-    zTensor checks its own unless ``verify=False``). ``cache_dir`` keeps a remote file in a
+    zTensor checks its own unless ``verify=False``), and warns about tensors no digest
+    covers (:class:`~tensorfile.errors.NoDigestsWarning`); ``verify="stored"`` checks
+    without that warning. ``cache_dir`` keeps a remote file in a
     local folder, chunk by chunk (see :func:`tensorfile.sources.open_path`); the shards of
     a remote checkpoint take ``$TENSORFILE_CACHE_DIR`` (an explicit ``cache_dir`` is refused).
     ``key`` reads one dictionary of a PyTorch pickle (a training checkpoint's

@@ -20,6 +20,7 @@ import numpy as np
 
 from ..core import dtypes
 from ..core.catalog import TensorInfo
+from ..core.digests import STORED
 from ..core.errors import FormatError
 from ..core.values import plain
 from ..formats.ggml import DEQUANTIZED, layout_bytes
@@ -58,6 +59,7 @@ class ConvertSource:
     single_safetensors: str | None = None  # a lone local safetensors file (copied as is)
     kept: Kept = field(default_factory=lambda: Kept("", {}))  # what a destination may lose
     not_tensors: dict[str, str] = field(default_factory=dict)  # a pickle's other entries
+    in_order: Any = field(repr=False, default=None)  # the lone file's digests, as it is copied
 
     def get(self, name: str) -> Any:
         """The tensor: a numpy array, or a zTensor CSRTensor/COOTensor."""
@@ -82,7 +84,7 @@ def open_source(
     dictionary of a PyTorch pickle, see :mod:`tensorfile.formats.torch_pickle`)."""
     from ..formats.open import open as open_any
 
-    reader: Any = open_any(src, allow_full_download=allow_full_download, key=key)
+    reader: Any = open_any(src, allow_full_download=allow_full_download, verify=STORED, key=key)
     try:
         return _source(src, reader)
     except BaseException:
@@ -164,4 +166,5 @@ def _source(src: str, reader: Any) -> ConvertSource:
         single,
         Kept(reader.format, {k: v for k, v in metadata.items() if k not in others}, digests, owned),
         others,
+        reader.in_order if single is not None else None,
     )

@@ -9,6 +9,11 @@ the ``gguf`` package, numpy ``.npz``/``.npy``, PyTorch pickles through
 huggingface_hub lays it out), zTensor (``zt``: v1.0, ``zt2``: v2), ``npz`` and ``npy`` (one
 tensor). The output format comes from ``to`` or from ``dst``'s extension.
 
+The digests a source stores (safetensors' ``tensorfile.digests``, zTensor's) are compared
+with each tensor's bytes as they are read, the byte-for-byte copy included: a mismatch is a
+:class:`~tensorfile.errors.ChecksumError` naming the tensor and the file, and nothing is
+written (fresh digests never vouch for bytes the source's own prove changed).
+
 Every write is atomic (a temporary file renamed into place; a sharded checkpoint's index is
 written last), the memory in use is about the largest tensor, and a lossless conversion keeps
 the content id (:func:`tensorfile.ops.content_hash`). A lone safetensors file converted to
@@ -34,7 +39,6 @@ Example:
 from __future__ import annotations
 
 import os
-import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -50,6 +54,8 @@ from ._convert_sources import ConvertSource, Item, open_source
 from .inspect import not_tensors_text
 
 __all__ = ["ConvertResult", "convert", "targets"]
+
+_COPY_CHUNK = 16 << 20
 
 
 def targets() -> list[str]:
@@ -234,7 +240,7 @@ def _run(
 
     files: tuple[str, ...] = (dst,)
     if fmt is formats.SAFETENSORS and not options and source.single_safetensors is not None:
-        _copy(source.single_safetensors, dst)
+        _copy(source.single_safetensors, dst, source.in_order())
         notes.append("a lone safetensors file: copied byte for byte")
         if progress is not None:
             progress(total, total)
@@ -258,11 +264,20 @@ def _run(
     )
 
 
-def _copy(src: str, dst: str) -> None:
+def _copy(src: str, dst: str, check: Any) -> None:
+    """Copy ``src`` to ``dst`` byte for byte, ``check`` (an ``InOrder`` of the digests
+    ``src`` stores) comparing them as the bytes pass: a mismatch leaves no ``dst``."""
     out = AtomicFile(dst)
     try:
+        buf = bytearray(_COPY_CHUNK)
+        pos = 0
         with open(src, "rb") as f_in, os.fdopen(os.dup(out.fd), "wb") as f_out:
-            shutil.copyfileobj(f_in, f_out, 16 << 20)
+            while n := f_in.readinto(buf):
+                chunk = memoryview(buf)[:n]
+                check.update(pos, chunk)
+                f_out.write(chunk)
+                pos += n
+        check.close()
         out.commit()
     except OSError as exc:
         out.abort()

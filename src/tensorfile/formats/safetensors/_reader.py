@@ -19,7 +19,7 @@ from tensorfile.core.plan import Job
 from tensorfile.core.reader import Reader, digest_covers_data
 from tensorfile.core.source import Source
 from tensorfile.formats._sniff import resemblance
-from tensorfile.formats.safetensors._digests import check, compare, parse_digests
+from tensorfile.formats.safetensors._digests import InOrder, check, compare, parse_digests
 from tensorfile.formats.safetensors._parse import (
     MAX_HEADER_SIZE,
     N_LEN,
@@ -176,6 +176,12 @@ class SafetensorsReader(Reader):
             d.update(self.source.read(pos, min(_CHUNK, rng.stop - pos)))
         compare(self.source.name, name, d.value(), digest)
         self._checked.add(name)
+
+    def in_order(self) -> InOrder:
+        """A check of the digests this reader compares (none without ``verify``) over the
+        file's bytes as they stream past in order: a copy of the whole file."""
+        spans = [(n, *self.info(n).byte_range, d) for n, d in self.digests.items()]
+        return InOrder(self.source.name, spans)
 
     def checks_digest(self, name: str) -> bool:
         """Whether reading ``name`` compares the digest the file's metadata records."""
