@@ -55,7 +55,7 @@ def _read(url: str, cache: Path) -> tuple[bytes, list[str]]:
 def _plant(url: str, cache: Path, *, mode: int = 0o644) -> Path:
     """Forge chunk 0 of ``url`` in ``cache`` from public facts (the URL, the ETag, the size)."""
     with open_path(url) as src:
-        etag = getattr(src, "version")
+        etag = src.version  # type: ignore[attr-defined]
     key = cache_key(url, etag, SIZE, MIN_CHUNK, endpoint_id({}, None))
     head = ChunkHeader(bytes.fromhex(key[:14]), 0, MIN_CHUNK, zlib.crc32(EVIL[:MIN_CHUNK]))
     chunk = cache / LAYOUT / key / "0.chunk"

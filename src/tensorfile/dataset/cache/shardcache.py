@@ -26,8 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...core.atomic import AtomicFile
-from ...sources import Store
-from ...sources.cache._chunkdir import CacheWarning
+from ...sources import CacheWarning, Store
 from ...sources.cache.entries import FileEntries
 from ...sources.cache.files import close_fd
 from ...sources.cache.folder import FILES
