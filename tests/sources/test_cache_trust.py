@@ -125,3 +125,15 @@ def test_an_entry_others_can_write_in_our_folder_is_removed(
     assert _read(url, cache) == (GOOD, [])  # removed as damaged, fetched again
     assert chunk.read_bytes().endswith(GOOD[:MIN_CHUNK])
     assert stat.S_IMODE(chunk.parent.stat().st_mode) & 0o022 == 0
+
+
+def test_a_folder_writable_by_your_own_group_is_used(server: Server, tmp_path: Path) -> None:
+    cache = tmp_path / "c"
+    cache.mkdir()
+    os.chown(cache, -1, os.getegid())
+    cache.chmod(0o775)  # (umask 002 with a group of one's own: the usual case)
+    url = f"{server.url}/a.bin"
+    assert _read(url, cache) == (GOOD, [])
+    assert len(list((cache / LAYOUT).rglob("*.chunk"))) == 3  # written, and read:
+    with open_path(url, cache_dir=str(cache)) as src:
+        assert src.read(0, SIZE) == GOOD and src.cache_stats.hits == 3  # type: ignore[attr-defined]
