@@ -212,7 +212,7 @@ class CachedSource(SourceBase):
         self.writable = False
         if isinstance(exc, CacheBypass):  # (a lock held by another process, another user's)
             self.bypass = self.bypass or isinstance(exc, UntrustedFolder)
-            warn(f"{self.name}: {exc}")
+            warn(str(exc))  # (the folder's, not the file's: said once, not for every file)
             return
         why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         if isinstance(exc, OSError) and isinstance(exc.filename, str) and exc.filename:

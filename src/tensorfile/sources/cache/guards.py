@@ -41,6 +41,7 @@ import time
 from ...core.errors import SourceError
 
 __all__ = [
+    "HELD_MEMORY",
     "LOCK_WAIT",
     "CacheBypass",
     "LockHeld",
@@ -56,6 +57,10 @@ LOCK_WAIT = 5.0
 waited for before the read goes on without the cache (:class:`LockHeld`). A legitimate
 holder keeps one for a scan or a rename: milliseconds. (A shard's download lock is waited
 for as long as a download may take: :data:`~.entries.WAIT_SECONDS`.)"""
+HELD_MEMORY = 60.0
+"""Seconds a lock found held is remembered: within them, the next wait for that lock in this
+process is one try (the files of a sharded checkpoint do not each wait for it)."""
+_HELD_AT: dict[str, float] = {}
 
 
 class CacheBypass(SourceError):
@@ -131,7 +136,8 @@ def untrusted(folder: str, why: str) -> UntrustedFolder:
 def flock_within(fd: int, how: int, path: str, wait: float | None = None) -> None:
     """``flock(fd, how)``, waited for at most ``wait`` seconds (None: :data:`LOCK_WAIT`),
     polled without blocking: no process holding the lock can hang this one. Still held
-    then: :class:`LockHeld` names the lock ``path`` and its folder.
+    then: :class:`LockHeld` names the lock ``path`` and its folder (and for
+    :data:`HELD_MEMORY` seconds the next wait for it is one try).
 
     Example:
         >>> import fcntl, os, tempfile
@@ -146,15 +152,20 @@ def flock_within(fd: int, how: int, path: str, wait: float | None = None) -> Non
         >>> os.close(a); os.close(b)
     """
     limit = LOCK_WAIT if wait is None else wait
-    give_up = time.monotonic() + limit
+    now = time.monotonic()
+    if path in _HELD_AT and now - _HELD_AT[path] < HELD_MEMORY:
+        limit = 0.0  # (found held a moment ago)
+    give_up = now + limit
     pause = 0.001
     while True:
         try:
             fcntl.flock(fd, how | fcntl.LOCK_NB)
+            _HELD_AT.pop(path, None)
             return
         except BlockingIOError:
             pass
         if time.monotonic() >= give_up:
+            _HELD_AT[path] = time.monotonic()
             raise LockHeld(
                 f"the lock {os.path.basename(path)} in the cache folder "
                 f"{os.path.dirname(path)} is held by another process (waited {limit:g} s): "
