@@ -28,6 +28,7 @@ from tensorfile.core.atomic import (
 )
 from tensorfile.errors import SourceError
 from tensorfile.safetensors.numpy import load_file, save_file
+from tests.helpers.locks import held_lock, within
 from tests.helpers.reflink import reflink_dir
 
 __all__ = ["reflink_dir"]  # a fixture
@@ -418,3 +419,21 @@ def test_a_destination_that_is_not_a_regular_file_is_never_replaced(tmp_path: Pa
                 os.write(fd, b"x")
         assert stat.S_IFMT(os.lstat(target).st_mode) == kind
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(t.name for t in targets)
+
+
+def test_a_temporary_file_another_process_locked_first_is_never_waited_on(tmp_path: Path) -> None:
+    # any user who can read the folder can open a fresh temporary file and flock it before
+    # its writer does: the writer gives it up (another name is made), it never waits
+    from tensorfile.core import atomic
+
+    tmp = tmp_path / ".x.bin.tensorfile-00000000000a.tmp"
+    tmp.write_bytes(b"")
+    fd = os.open(tmp, os.O_RDWR)
+    try:
+        with held_lock(tmp):
+            assert within(30, lambda: atomic._lock_own(fd, str(tmp))) is False
+    finally:
+        os.close(fd)
+    with atomic_write(tmp_path / "x.bin") as out:  # (and a writer still writes)
+        os.write(out, b"ok")
+    assert (tmp_path / "x.bin").read_bytes() == b"ok"

@@ -328,10 +328,10 @@ def _close(fd: int) -> None:
 
 def _lock_own(fd: int, tmp: str, dir_fd: int | None = None) -> bool:
     """Lock the file just created; False when a cleanup removed it before the lock."""
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-    except OSError:  # no locks on this file system: nothing can clean it up either
-        return True
+    try:  # never waiting: a file another process (any user who can read the folder)
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # locked first is left, another made
+    except OSError as exc:  # (no locks on this file system: nothing can clean it up either)
+        return not isinstance(exc, BlockingIOError)
     try:
         now = os.stat(tmp, dir_fd=dir_fd, follow_symlinks=False)
     except OSError:

@@ -20,15 +20,17 @@ from __future__ import annotations
 
 import hashlib
 import os
+import warnings
 from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
 from ...core.atomic import AtomicFile
-from ...sources import Store
+from ...sources import CacheWarning, Store
 from ...sources.cache.entries import FileEntries
 from ...sources.cache.files import close_fd
 from ...sources.cache.folder import FILES
+from ...sources.cache.guards import CacheBypass
 from ...sources.cache.keys import endpoint_id, identity
 from ...sources.cache.settings import (
     CACHE_DIR_ENV,
@@ -48,8 +50,10 @@ __all__ = [
     "CACHE_VERIFY_ENV",
     "DEFAULT_LIMIT",
     "LAYOUT",
+    "CacheBypass",
     "CacheConfig",
     "ShardCache",
+    "bypassed",
     "cache_folder",
     "close_fd",
     "location_id",
@@ -87,6 +91,13 @@ def cache_folder(cache_dir: Any) -> str | None:
         ('/tmp/c', None, None, '/tmp/b')
     """
     return resolve_cache_dir(cache_dir)
+
+
+def bypassed(where: str, exc: CacheBypass) -> None:
+    """Warn (a :class:`~tensorfile.sources.CacheWarning`) that ``where`` is read without
+    the shard cache, and why: a lock another process holds, a folder another user could
+    write in."""
+    warnings.warn(f"{where}: {exc}", CacheWarning, stacklevel=3)
 
 
 def location_id(store: Store) -> str:

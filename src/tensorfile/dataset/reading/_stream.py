@@ -2,7 +2,9 @@
 ``cache_dir`` (open shards from the cache, prefetch the next ones, hold the files in use).
 
 A shard in use is held by a descriptor with a shared ``flock`` on its cached file (what
-eviction looks at); :meth:`Stream.release` lets it go. :meth:`Stream.prefetch` queues
+eviction looks at); :meth:`Stream.release` lets it go. A shard the cache cannot give safely
+(a lock another process holds past its wait) is read from the store without the cache, with
+one :class:`~tensorfile.sources.CacheWarning`. :meth:`Stream.prefetch` queues
 background downloads (:mod:`._prefetch`) of the next shards, up to ``predownload`` samples.
 
 Example:
@@ -22,11 +24,11 @@ from typing import Any
 
 from ...core.errors import FormatError, InvalidArgumentError, InvalidTypeError, SourceError
 from ...core.reader import Reader
-from ..cache.shardcache import ShardCache, close_fd
+from ..cache.shardcache import CacheBypass, ShardCache, bypassed, close_fd
 from ..layout.manifest import Manifest, ShardEntry
 from ..layout.storage import open_located
 from ._prefetch import Prefetcher
-from .samples import verify_shard
+from .samples import open_shard, verify_shard
 
 __all__ = ["Stream", "predownload_for"]
 
@@ -68,14 +70,25 @@ class Stream:
         self._pid = os.getpid()
         self._entries: dict[str, ShardEntry] = {}
         self._prefetcher: Prefetcher | None = None
+        self._warned = False
 
     def open(self, shard: ShardEntry) -> tuple[Reader, list[str]]:
         """A reader of the cached copy of ``shard`` (downloaded first if need be), its
         header checked against the manifest, and its KV keys. A copy that fails the check
         is removed and downloaded once more (a file changed on disk by another program); a
         second failure is the shard's own, raised as a
-        :class:`~tensorfile.errors.FormatError` naming it."""
+        :class:`~tensorfile.errors.FormatError` naming it. A shard the cache cannot give
+        (:class:`~tensorfile.sources.cache.guards.CacheBypass`) is read from the store."""
         self._forked()
+        try:
+            return self._open_cached(shard)
+        except CacheBypass as exc:
+            if not self._warned:
+                self._warned = True
+                bypassed(self.cache.store.url(shard.shard_path), exc)
+            return open_shard(self.cache.store, shard, self.manifest, self.schema)
+
+    def _open_cached(self, shard: ShardEntry) -> tuple[Reader, list[str]]:
         cache = self.cache
         window = self._prefetcher.window if self._prefetcher is not None else set()
         where = cache.store.url(shard.shard_path)
@@ -149,7 +162,10 @@ class Stream:
 
     def _download(self, key: str, window: frozenset[str]) -> None:
         shard = self._entries[key]
-        found = self.cache.fetch(shard.shard_path, shard.bytes, protect=window, background=True)
+        try:
+            found = self.cache.fetch(shard.shard_path, shard.bytes, protect=window, background=True)
+        except CacheBypass:
+            return  # (the read that needs the shard reads it without the cache)
         if found is not None:
             close_fd(found[1])
 

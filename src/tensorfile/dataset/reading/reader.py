@@ -48,7 +48,7 @@ from ...core.errors import InvalidArgumentError, InvalidTypeError, TensorNotFoun
 from ...core.extras import needing
 from ...core.reader import Reader
 from ...sources import path_text
-from ..cache.shardcache import CacheConfig, ShardCache
+from ..cache.shardcache import CacheBypass, CacheConfig, ShardCache, bypassed
 from ..feed.options import FeedOptions
 from ..layout.index import read_index
 from ..layout.manifest import Manifest, ShardEntry, kv_name, load_manifest
@@ -84,8 +84,13 @@ class Dataset:
         if config is not None and cached:
             digest = hashlib.sha256(manifest.to_bytes()).hexdigest()
             cache = ShardCache(config, self.storage, digest)
-            cache.prepare()
-            self._stream = Stream(cache, manifest, manifest.sample_schema(), self.predownload)
+            try:
+                cache.prepare()
+            except CacheBypass as exc:  # (another user's folder: read without the cache)
+                bypassed(self.path, exc)
+            else:
+                schema = manifest.sample_schema()
+                self._stream = Stream(cache, manifest, schema, self.predownload)
         self._starts = [0]
         for s in manifest.shards:
             self._starts.append(self._starts[-1] + s.samples)  # real rows only

@@ -20,9 +20,13 @@ the folder never holds more than its limit. What is guaranteed:
 * A file without a version (a server that sends no ``ETag``) is not cached: a stale hit
   would return wrong bytes. A weak ETag (``W/...``) says "equivalent", not "the same
   bytes", so it is not used either.
-* A folder that cannot be written (read-only, full, a permission missing) costs a
+* A folder that cannot be written (read-only, full, a permission missing), or whose lock
+  another process holds past :data:`~.guards.LOCK_WAIT`, costs a
   :class:`~._chunkdir.CacheWarning` and the load goes on over the network; a request whose
   chunks find no room (whole files in use fill the folder) is read over the network.
+* A cache folder (or its ``chunks-v1``) another user could write in is not used at all:
+  nothing is read from it nor written (:mod:`.guards`; a warning says what to do); a
+  file's chunk folder or a chunk file of another user's is removed, never read.
 * Several threads of one process that need the same missing chunk fetch it once; several
   processes may each fetch it (each renames its own copy into place: same bytes).
 
@@ -65,6 +69,7 @@ from ._chunkdir import (
 )
 from .files import close_fd, end_temp, lock_fd, new_temp, open_entry, open_folders
 from .folder import RESERVE, CacheFolder, free_space
+from .guards import CacheBypass, UntrustedFolder, check_root
 from .settings import CacheSettings
 
 __all__ = ["CacheStats", "CachedSource", "with_cache"]
@@ -180,6 +185,8 @@ class CachedSource(SourceBase):
         self._lock = threading.Lock()
         self._inflight: dict[int, threading.Event] = {}
         self._touched: set[int] = set()
+        self.bypass = False
+        """Whether the folder is not used at all (another user could write in it)."""
         self.writable = self._prepare()
         if self.writable and self.cache.sweep_due():
             self._sweep()
@@ -190,7 +197,8 @@ class CachedSource(SourceBase):
         """Create the layout's folder and the folder's lock; False (with a warning) when
         they cannot be written."""
         try:
-            os.makedirs(self.cache.folder, exist_ok=True)
+            os.makedirs(self.cache.folder, 0o700, exist_ok=True)
+            check_root(self.cache.folder)  # (another user's folder: not used at all)
             # (a planted link, FIFO or file as the layout folder: removed, not followed)
             os.close(open_folders(self.cache.folder, LAYOUT))
             self._close_folder(self._open_folder())  # (this file's folder: the same)
@@ -202,6 +210,10 @@ class CachedSource(SourceBase):
 
     def _cannot_write(self, exc: BaseException) -> None:
         self.writable = False
+        if isinstance(exc, CacheBypass):  # (a lock held by another process, another user's)
+            self.bypass = self.bypass or isinstance(exc, UntrustedFolder)
+            warn(str(exc))  # (the folder's, not the file's: said once, not for every file)
+            return
         why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         if isinstance(exc, OSError) and isinstance(exc.filename, str) and exc.filename:
             why = f"{why}: {exc.filename}"  # (the exact entry: the cache folder itself, a file)
@@ -257,6 +269,11 @@ class CachedSource(SourceBase):
         :data:`_MAX_CHUNKS` chunks on :attr:`io_threads` threads (a read planner that
         hands out pieces of :attr:`io_chunk` bytes never gets here with more than two)."""
         total = sum(b.nbytes for b in flat)
+        if self.bypass:  # (a folder another user could write in: not read)
+            self.inner.readinto(offset, flat)
+            with self._lock:
+                self.stats.add(total)
+            return
         dest = _Dest(offset, flat)
         stop = offset + total
         per = self.config.chunk * _MAX_CHUNKS

@@ -19,7 +19,13 @@ What holds:
   cannot proceed otherwise. A file larger than the limit is an
   :class:`~tensorfile.errors.InvalidArgumentError`.
 * **One download per file.** A per-key ``flock`` makes other processes (and threads) wait
-  for the download, then use the file.
+  for the download, then use the file. No lock is waited for without bound
+  (:mod:`.guards`): the per-key lock for :data:`WAIT_SECONDS`, the folder's and a cached
+  file's shared lock for :data:`~.guards.LOCK_WAIT`; then the read goes on without the
+  cache (:class:`~.guards.LockHeld`, which the caller turns into a warning).
+* **Only this user's.** A cache folder (or ``shards-v1``) another user could write in is
+  refused (:class:`~.guards.UntrustedFolder`); a cached file of another user's is removed,
+  never read.
 * **Atomic.** A download goes to a temporary file that is fsync'ed and renamed into place;
   a process killed mid-download leaves a temporary file whose lock is free: the next scan
   removes it (and so releases its room).
@@ -56,6 +62,7 @@ from .files import (
     RECORD_BYTES,
     close_fd,
     digest_fd,
+    drop,
     end_temp,
     heal,
     lock_fd,
@@ -67,12 +74,15 @@ from .files import (
     write_record,
 )
 from .folder import FILES, CacheFolder
+from .guards import CacheBypass, check_root, distrust
 from .settings import CACHE_SIZE_ENV
 
 __all__ = ["WAIT_SECONDS", "FileEntries", "close_fd"]
 
 WAIT_SECONDS = 120.0
-"""How long a read waits for other processes' downloads to free room before it fails."""
+"""How long a read waits for other processes' downloads: to free room (then it fails), and
+of the same file (its lock; still held then, the read goes on without the cache:
+:class:`~.guards.LockHeld`)."""
 
 Download = Callable[[int], "str | None"]
 """Fill the open file (already sized) with the entry's bytes; returns its version."""
@@ -95,22 +105,26 @@ class FileEntries:
 
     def prepare(self, what: str = "the shard cache") -> None:
         """Create the folder; a cache folder that is a file or cannot be written is a
-        :class:`~tensorfile.errors.SourceError` naming it."""
+        :class:`~tensorfile.errors.SourceError` naming it, one another user could write in
+        an :class:`~.guards.UntrustedFolder` (read without the cache)."""
         if self._ready:
             return
         where = f"cache_dir {self.folder}"
         try:
-            os.makedirs(self.folder, exist_ok=True)
+            os.makedirs(self.folder, 0o700, exist_ok=True)
         except OSError as exc:
             why = "it is a file, not a folder" if exc.errno in (errno.ENOTDIR, errno.EEXIST) else (
                 exc.strerror or str(exc))  # fmt: skip
             raise SourceError(f"{where} cannot hold {what}: {why}") from exc
         if not os.path.isdir(self.folder):
             raise SourceError(f"{where} cannot hold {what}: it is not a folder")
+        check_root(self.folder)
         try:
             close_fd(lock_fd(os.path.join(self.folder, ".lock"), wait=False))
             with self._at_root() as fd:  # (a planted link, FIFO or file: removed, not followed)
                 AtomicFile(os.path.join(self.root, ".probe"), dir_fd=fd).abort()
+        except CacheBypass:
+            raise
         except (OSError, SourceError) as exc:
             why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
             raise SourceError(f"{where} cannot hold {what}: {why}") from exc
@@ -182,6 +196,10 @@ class FileEntries:
                 if not _regular(st):  # a FIFO, a directory: never read, removed
                     close_fd(fd)
                     self._damaged(key, None, locked)
+                    return None
+                if distrust(st) is not None:  # another user's: never read, removed
+                    close_fd(fd)
+                    drop(path, st, dir_fd=root)
                     return None
                 if not lock_same(fd, path, st, fcntl.LOCK_SH, dir_fd=root):
                     close_fd(fd)  # evicted or replaced meanwhile: look again
@@ -311,7 +329,7 @@ class FileEntries:
     def _lock(self, key: str) -> Iterator[None]:
         """Hold the exclusive lock of ``key``."""
         with self._at_root() as root:
-            fd = lock_fd(os.path.join(self.root, f"{key}.lock"), dir_fd=root)
+            fd = lock_fd(os.path.join(self.root, f"{key}.lock"), dir_fd=root, within=WAIT_SECONDS)
         try:
             yield
         finally:

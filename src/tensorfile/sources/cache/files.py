@@ -54,12 +54,14 @@ from typing import Literal, overload
 from ...core.atomic import AtomicFile, atomic_write, preallocate
 from ...core.digests import Digest
 from ...core.errors import SourceError
+from .guards import distrust, flock_within, untrusted
 
 __all__ = [
     "RECORD_BYTES",
     "adopt",
     "close_fd",
     "digest_fd",
+    "drop",
     "end_temp",
     "forget",
     "guarded",
@@ -85,6 +87,9 @@ RECORD_BYTES = 512
 download reserves this much room for its record."""
 _O_ENTRY = os.O_NOFOLLOW | os.O_NONBLOCK | _O_CLOEXEC
 _O_FOLDER = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | _O_CLOEXEC
+_FOLDER_MODE = 0o755
+"""The mode of the folders the cache makes (never writable by group or others, whatever
+the umask: :func:`~.guards.distrust` would refuse them)."""
 
 
 def _at(path: str, dir_fd: int | None) -> str:
@@ -114,7 +119,8 @@ def open_fd(path: str, flags: int, mode: int = 0o644, *, dir_fd: int | None = No
 def open_entry(path: str, flags: int = os.O_RDONLY, *, dir_fd: int | None = None) -> int | None:
     """A descriptor of the regular file ``path`` (not remembered: it carries no lock); None
     when there is none. Anything else there (a FIFO, a directory, a symlink, a socket) is
-    removed (:func:`heal`) and None returned; the open never blocks nor follows a link.
+    removed (:func:`heal`) and None returned, as is a file another user could have written
+    (:func:`~.guards.distrust`); the open never blocks nor follows a link.
     ``dir_fd``: ``path``'s folder is this open descriptor."""
     try:
         fd = os.open(_at(path, dir_fd), flags | _O_ENTRY, dir_fd=dir_fd)
@@ -126,14 +132,26 @@ def open_entry(path: str, flags: int = os.O_RDONLY, *, dir_fd: int | None = None
             return None
         raise
     try:
-        if stat.S_ISREG(os.fstat(fd).st_mode):
+        st = os.fstat(fd)
+        if stat.S_ISREG(st.st_mode) and distrust(st) is None:
             return fd
     except BaseException:
         os.close(fd)
         raise
     os.close(fd)
-    heal(path, dir_fd=dir_fd)
+    if not heal(path, dir_fd=dir_fd):
+        drop(path, st, dir_fd=dir_fd)  # (another user's file: never read)
     return None
+
+
+def drop(path: str, seen: os.stat_result, *, dir_fd: int | None = None) -> None:
+    """Remove the file at ``path`` if it is still the one ``seen`` (a damaged entry: another
+    user's, or writable by others); nothing when it cannot be removed."""
+    name = _at(path, dir_fd)
+    with contextlib.suppress(OSError):
+        now = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        if (now.st_dev, now.st_ino) == (seen.st_dev, seen.st_ino):
+            os.unlink(name, dir_fd=dir_fd)
 
 
 def adopt(fd: int) -> None:
@@ -219,15 +237,18 @@ def end_temp(tmp: AtomicFile, *, commit: bool) -> None:
             tmp.abort()
 
 
-def lock_fd(path: str, *, wait: bool = True, dir_fd: int | None = None) -> int:
-    """A descriptor of the lock file ``path`` (created if need be), exclusively locked
-    (``wait``: else not locked) on the file the name still holds (a sweep may remove a
-    lock file). Anything but a regular file there is removed first (a planted symlink
-    is never followed, a FIFO never waited on). ``dir_fd``: ``path``'s folder is this
-    open descriptor."""
+def lock_fd(
+    path: str, *, wait: bool = True, dir_fd: int | None = None, within: float | None = None
+) -> int:
+    """A descriptor of the lock file ``path`` (created if need be, readable by its owner
+    only), exclusively locked (``wait``: else not locked) on the file the name still holds
+    (a sweep may remove a lock file), waited for at most ``within`` seconds (None:
+    :data:`~.guards.LOCK_WAIT`; still held then: :class:`~.guards.LockHeld`). Anything
+    but a regular file there is removed first (a planted symlink is never followed, a FIFO
+    never waited on). ``dir_fd``: ``path``'s folder is this open descriptor."""
     for _ in range(16):
         try:
-            fd = open_fd(path, os.O_RDWR | os.O_CREAT, 0o644, dir_fd=dir_fd)
+            fd = open_fd(path, os.O_RDWR | os.O_CREAT, 0o600, dir_fd=dir_fd)
         except OSError as exc:
             if heal(path, dir_fd=dir_fd):
                 continue
@@ -239,9 +260,12 @@ def lock_fd(path: str, *, wait: bool = True, dir_fd: int | None = None) -> int:
                 fd = -1
                 heal(path, dir_fd=dir_fd)
                 continue
+            if st.st_mode & 0o077 and st.st_uid == os.geteuid():
+                with contextlib.suppress(OSError):  # (one an older version made 0644)
+                    os.fchmod(fd, 0o600)
             if not wait:
                 return fd
-            if lock_same(fd, path, st, fcntl.LOCK_EX, dir_fd=dir_fd):
+            if lock_same(fd, path, st, fcntl.LOCK_EX, dir_fd=dir_fd, wait=within):
                 return fd
         except BaseException:
             if fd >= 0:
@@ -252,12 +276,19 @@ def lock_fd(path: str, *, wait: bool = True, dir_fd: int | None = None) -> int:
 
 
 def lock_same(
-    fd: int, path: str, st: os.stat_result, how: int, *, dir_fd: int | None = None
+    fd: int,
+    path: str,
+    st: os.stat_result,
+    how: int,
+    *,
+    dir_fd: int | None = None,
+    wait: float | None = None,
 ) -> bool:
-    """``flock(fd, how)`` (waiting), then whether ``path`` still names the file ``fd`` is
+    """``flock(fd, how)`` (waiting at most ``wait`` seconds:
+    :func:`~.guards.flock_within`), then whether ``path`` still names the file ``fd`` is
     open on (``st``: its fstat); False when it was removed or replaced meanwhile (the
     caller closes ``fd`` and opens the name again)."""
-    fcntl.flock(fd, how)
+    flock_within(fd, how, path, wait)
     try:
         now = os.stat(_at(path, dir_fd), dir_fd=dir_fd, follow_symlinks=False)
     except FileNotFoundError:
@@ -334,9 +365,12 @@ def open_folder(path: str, *, create: bool = True, parent: int | None = None) ->
     later. Anything but a real folder there (a symlink, even to a folder, a FIFO, a file, a
     socket) is removed without being followed, then (``create``) a folder made; None when
     no folder is there (and not ``create``). ``parent``: an open descriptor of ``path``'s
-    folder, where its last part is looked up (its path is not used). One that cannot be
-    healed is a :class:`~tensorfile.errors.SourceError` naming it. The caller closes the
-    descriptor.
+    folder, where its last part is looked up (its path is not used). A folder another user
+    could write in (:func:`~.guards.distrust`) is removed too when it is inside a folder of the
+    cache (``parent``), else refused (:class:`~.guards.UntrustedFolder`: a layout
+    folder). One that
+    cannot be healed is a :class:`~tensorfile.errors.SourceError` naming it. The caller
+    closes the descriptor.
 
     Example:
         >>> import os, tempfile
@@ -349,12 +383,12 @@ def open_folder(path: str, *, create: bool = True, parent: int | None = None) ->
     name = _at(path, parent)
     for _ in range(16):
         try:
-            return os.open(name, _O_FOLDER, dir_fd=parent)
+            fd = os.open(name, _O_FOLDER, dir_fd=parent)
         except FileNotFoundError:
             if not create:
                 return None
             try:
-                os.mkdir(name, dir_fd=parent)
+                os.mkdir(name, _FOLDER_MODE, dir_fd=parent)
             except FileExistsError:
                 pass  # (made or planted meanwhile: look again)
             except OSError as exc:
@@ -367,11 +401,32 @@ def open_folder(path: str, *, create: bool = True, parent: int | None = None) ->
                 raise SourceError(
                     f"cannot open the cache folder {path}: {exc.strerror or exc}"
                 ) from exc
+        else:
+            why = _distrust_fd(fd)
+            if why is None:
+                return fd
+            os.close(fd)
+            if parent is None:
+                raise untrusted(path, why)
+            # another user's folder inside ours: a damaged entry, removed (never followed)
+            _remove(name, parent, f"the cache folder {path} is {why} and cannot be removed",
+                    tree=True)  # fmt: skip
+            if not create:
+                return None
+            continue
         # not a folder (a symlink, even to one, a FIFO, a file): removed, never followed
         _remove(name, parent, f"the cache folder {path} is not a folder and cannot be replaced")
         if not create:
             return None
     raise SourceError(f"the cache folder {path} is replaced again and again")
+
+
+def _distrust_fd(fd: int) -> str | None:
+    try:
+        return distrust(os.fstat(fd))
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 @overload

@@ -1,0 +1,175 @@
+"""What keeps other users out of the cache folder: who may write in it, and how long a lock
+is waited for.
+
+**Who may write.** A cache folder another user can write in decides the bytes a load
+returns (a planted chunk needs only public facts: the URL, the ETag, the size). So, as ssh
+does for its files, the cache folder and its layout folders are used only when they are
+owned by this process's user (or root), not writable by others, and writable by a group
+only when it is this user's own group (:func:`distrust`); else the read goes on without the
+cache (:class:`UntrustedFolder`, with a warning). Inside such a folder, a file's chunk
+folder or an entry owned by another user, or writable by others, is a damaged entry:
+removed, never read. (The folders above the cache folder are the user's choice and are not
+checked.)
+
+**Bounded waits.** A lock is a file others may open: a user who can only read the folder
+can ``flock`` a lock file or a cached file (``flock`` works on a read-only descriptor), and
+a process of ours may hang while it holds one. No lock of the cache is waited for without
+bound: :func:`flock_within` polls for at most :data:`LOCK_WAIT` seconds, then
+:class:`LockHeld` says which lock in which folder is held, and the read goes on without the
+cache. Lock files are made readable by their owner only.
+
+Example:
+    >>> import os, tempfile
+    >>> folder = tempfile.mkdtemp()
+    >>> check_root(folder)
+    >>> os.chmod(folder, 0o777)
+    >>> try:
+    ...     check_root(folder)
+    ... except UntrustedFolder as exc:
+    ...     print(str(exc).split(":")[1].strip())
+    writable by every user
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import pwd
+import stat
+import time
+
+from ...core.errors import SourceError
+
+__all__ = [
+    "HELD_MEMORY",
+    "LOCK_WAIT",
+    "CacheBypass",
+    "LockHeld",
+    "UntrustedFolder",
+    "check_root",
+    "distrust",
+    "flock_within",
+    "untrusted",
+]
+
+LOCK_WAIT = 5.0
+"""Seconds a lock of the cache folder (its ``.lock``, a cached shard's shared lock) is
+waited for before the read goes on without the cache (:class:`LockHeld`). A legitimate
+holder keeps one for a scan or a rename: milliseconds. (A shard's download lock is waited
+for as long as a download may take: :data:`~.entries.WAIT_SECONDS`.)"""
+HELD_MEMORY = 60.0
+"""Seconds a lock found held is remembered: within them, the next wait for that lock in this
+process is one try (the files of a sharded checkpoint do not each wait for it)."""
+_HELD_AT: dict[str, float] = {}
+
+
+class CacheBypass(SourceError):
+    """The cache folder cannot be used for this read (a lock held by another process, a
+    folder others can write in): the read goes on without the cache, with a
+    :class:`~tensorfile.sources.CacheWarning` that says why."""
+
+
+class LockHeld(CacheBypass):
+    """A lock of the cache folder stayed held by another process for the whole wait."""
+
+
+class UntrustedFolder(CacheBypass):
+    """The cache folder or a layout folder in it can be written by another user."""
+
+
+def _user(uid: int) -> str:
+    try:
+        return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
+    except (KeyError, OverflowError):
+        return f"uid {uid}"
+
+
+def distrust(st: os.stat_result) -> str | None:
+    """Why a cache folder or entry with this ``stat`` could be changed by a user other than
+    this process's (None when it cannot): owned by another user (root excepted), writable
+    by others, or writable by a group that is not this process's own.
+
+    Example:
+        >>> import os, tempfile
+        >>> folder = tempfile.mkdtemp()
+        >>> distrust(os.stat(folder)) is None
+        True
+        >>> os.chmod(folder, 0o777)
+        >>> distrust(os.stat(folder)).endswith("writable by every user")
+        True
+    """
+    me = os.geteuid()
+    mode = f"mode {stat.S_IMODE(st.st_mode):04o}"
+    if st.st_uid not in (me, 0):
+        return f"owned by {_user(st.st_uid)}, not by {_user(me)} ({mode})"
+    who = f"owned by {_user(st.st_uid)}, {mode}"
+    if st.st_mode & stat.S_IWOTH:
+        return f"{who}: writable by every user"
+    if st.st_mode & stat.S_IWGRP and st.st_gid != os.getegid():
+        return f"{who}: writable by the group gid {st.st_gid}, not this user's own"
+    return None
+
+
+def check_root(folder: str) -> None:
+    """Refuse the cache folder ``folder`` (:class:`UntrustedFolder`, saying what to do)
+    when another user could write in it (:func:`distrust`); a folder that is not there yet
+    passes (the cache makes it)."""
+    try:
+        st = os.stat(folder)
+    except OSError:
+        return
+    why = distrust(st)
+    if why is not None:
+        raise untrusted(folder, why)
+
+
+def untrusted(folder: str, why: str) -> UntrustedFolder:
+    """The error that refuses the cache folder (or layout folder) ``folder``: ``why``
+    (:func:`distrust`), and what to do."""
+    return UntrustedFolder(
+        f"the cache folder {folder} is {why}: another user could plant the bytes a load "
+        "returns, so the read bypasses the cache; use a folder only you can write (chmod "
+        "go-w it, or another cache_dir / $TENSORFILE_CACHE_DIR)"
+    )
+
+
+def flock_within(fd: int, how: int, path: str, wait: float | None = None) -> None:
+    """``flock(fd, how)``, waited for at most ``wait`` seconds (None: :data:`LOCK_WAIT`),
+    polled without blocking: no process holding the lock can hang this one. Still held
+    then: :class:`LockHeld` names the lock ``path`` and its folder (and for
+    :data:`HELD_MEMORY` seconds the next wait for it is one try).
+
+    Example:
+        >>> import fcntl, os, tempfile
+        >>> path = os.path.join(tempfile.mkdtemp(), ".lock")
+        >>> a, b = os.open(path, os.O_RDWR | os.O_CREAT), os.open(path, os.O_RDONLY)
+        >>> flock_within(a, fcntl.LOCK_EX, path)
+        >>> try:
+        ...     flock_within(b, fcntl.LOCK_SH, path, wait=0.05)
+        ... except LockHeld as exc:
+        ...     print(str(exc).split(" in the")[0])
+        the lock .lock
+        >>> os.close(a); os.close(b)
+    """
+    limit = LOCK_WAIT if wait is None else wait
+    now = time.monotonic()
+    if path in _HELD_AT and now - _HELD_AT[path] < HELD_MEMORY:
+        limit = 0.0  # (found held a moment ago)
+    give_up = now + limit
+    pause = 0.001
+    while True:
+        try:
+            fcntl.flock(fd, how | fcntl.LOCK_NB)
+            _HELD_AT.pop(path, None)
+            return
+        except BlockingIOError:
+            pass
+        if time.monotonic() >= give_up:
+            _HELD_AT[path] = time.monotonic()
+            raise LockHeld(
+                f"the lock {os.path.basename(path)} in the cache folder "
+                f"{os.path.dirname(path)} is held by another process (waited {limit:g} s): "
+                "the read bypasses the cache"
+            )
+        time.sleep(pause)
+        pause = min(2 * pause, 0.05)

@@ -1,0 +1,99 @@
+"""The shard cache against other local users: a lock held by another process (any user who
+can read the cache folder can ``flock`` a cached shard or a lock file) never hangs a read of a
+remote dataset, and a folder or shard another user could write in is never read."""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from tensorfile import dataset
+from tensorfile.dataset.cache.shardcache import LAYOUT
+from tensorfile.sources import CacheWarning
+from tensorfile.sources.cache import entries, guards
+from tests.helpers.locks import held_lock, within
+from tests.helpers.servers import start_range_server
+
+NDArray = np.ndarray[Any, Any]
+ROWS = np.arange(32 * 64, dtype=np.float32).reshape(32, 64)
+
+
+@pytest.fixture(autouse=True)
+def _waits(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(guards, "LOCK_WAIT", 0.5)  # (5 s by default)
+    monkeypatch.setattr(entries, "WAIT_SECONDS", 0.5)  # (a download's lock: 120 s)
+
+
+@pytest.fixture(scope="module")
+def url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    root = tmp_path_factory.mktemp("served")
+    dataset.write({"x": ROWS}, str(root / "ds"), batch_size=16)  # two shards
+    srv, stop = start_range_server(root, root.parent / "log", etag=True)
+    yield f"{srv.url}/ds"
+    stop.terminate()
+
+
+def _rows(url: str, cache: Path) -> tuple[NDArray, list[str]]:
+    """Every row of the dataset read through the cache folder ``cache`` (no prefetch), and
+    the CacheWarnings."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with dataset.open(url, cache_dir=str(cache), predownload=0) as ds:
+            rows = np.stack([ds[i]["x"] for i in range(len(ds))])
+    return rows, [str(w.message) for w in caught if issubclass(w.category, CacheWarning)]
+
+
+def _shards(cache: Path, suffix: str = ".shard") -> list[Path]:
+    return sorted((cache / LAYOUT).glob(f"*{suffix}"))
+
+
+@pytest.mark.parametrize("lock", ["a cached shard", "the folder's .lock", "a download's lock"])
+def test_a_held_lock_never_hangs_a_read(url: str, tmp_path: Path, lock: str) -> None:
+    cache = tmp_path / "c"
+    rows, said = _rows(url, cache)
+    assert np.array_equal(rows, ROWS) and said == [] and len(_shards(cache)) == 2
+    if lock == "a cached shard":  # a full hit: only a shared lock of the file to take
+        held = _shards(cache)[0]
+    elif lock == "the folder's .lock":  # nothing cached: room to reserve under .lock
+        for shard in _shards(cache):
+            shard.unlink()
+        held = cache / ".lock"
+    else:  # a shard not cached whose lock file is there: its download's lock
+        held = _shards(cache, ".lock")[0]
+        held.with_suffix(".shard").unlink()
+    held.chmod(0o644)  # (as an older version made a lock file: any user could open it)
+    with held_lock(held):
+        rows, said = within(60, lambda: _rows(url, cache))
+    assert np.array_equal(rows, ROWS)
+    assert len(said) == 1 and held.name in said[0] and str(held.parent) in said[0]
+    assert "held by another process" in said[0] and "bypasses the cache" in said[0]
+
+
+def test_a_cache_folder_others_can_write_is_not_used(url: str, tmp_path: Path) -> None:
+    cache = tmp_path / "shared"
+    cache.mkdir()
+    cache.chmod(0o777)
+    rows, said = _rows(url, cache)
+    assert np.array_equal(rows, ROWS)
+    assert len(said) == 1 and f"the cache folder {cache} is" in said[0]
+    assert "mode 0777: writable by every user" in said[0] and "chmod go-w" in said[0]
+    assert os.listdir(cache) == []  # nothing written, nothing read
+
+
+def test_a_cached_shard_others_can_write_is_removed(url: str, tmp_path: Path) -> None:
+    cache = tmp_path / "c"
+    _rows(url, cache)
+    shard = _shards(cache)[0]
+    data = bytearray(shard.read_bytes())
+    data[-4:] = b"\x7f\x7f\x7f\x7f"  # another user's edit of the last value: a valid file
+    shard.write_bytes(bytes(data))
+    shard.chmod(0o666)
+    rows, said = _rows(url, cache)
+    assert np.array_equal(rows, ROWS) and said == []  # removed, downloaded again
+    assert shard.stat().st_mode & 0o022 == 0

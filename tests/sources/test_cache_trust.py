@@ -1,0 +1,139 @@
+"""The chunk cache against other local users: a lock of the cache folder held by another
+process (any user who can read the folder can ``flock`` it) never hangs a load, and a folder
+another user could write in never decides the bytes a load returns (a chunk planted from
+public facts: the URL, the ETag, the size)."""
+
+from __future__ import annotations
+
+import os
+import stat
+import warnings
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tensorfile.sources import CacheWarning, open_path
+from tensorfile.sources.cache import guards
+from tensorfile.sources.cache._chunkdir import LAYOUT, ChunkHeader, cache_key
+from tensorfile.sources.cache.keys import endpoint_id
+from tensorfile.sources.cache.settings import CACHE_CHUNK_ENV, CACHE_DIR_ENV, MIN_CHUNK
+from tests.helpers.locks import held_lock, within
+from tests.helpers.servers import Server, start_range_server
+
+SIZE = 3 * MIN_CHUNK
+GOOD, EVIL = bytes(range(256)) * (SIZE // 256), b"E" * SIZE
+
+
+@pytest.fixture(autouse=True)
+def _env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(CACHE_DIR_ENV, raising=False)
+    monkeypatch.setenv(CACHE_CHUNK_ENV, str(MIN_CHUNK))
+    monkeypatch.setattr(guards, "LOCK_WAIT", 0.5)  # (5 s by default)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    root = tmp_path_factory.mktemp("served")
+    for name in ("a.bin", "b.bin"):
+        (root / name).write_bytes(GOOD)
+    srv, stop = start_range_server(root, root.parent / "log", etag=True)
+    yield srv
+    stop.terminate()
+
+
+def _read(url: str, cache: Path) -> tuple[bytes, list[str]]:
+    """The whole file read through the cache folder ``cache``, and the CacheWarnings."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with open_path(url, cache_dir=str(cache)) as src:
+            data = src.read(0, SIZE)
+    return data, [str(w.message) for w in caught if issubclass(w.category, CacheWarning)]
+
+
+def _plant(url: str, cache: Path, *, mode: int = 0o644) -> Path:
+    """Forge chunk 0 of ``url`` in ``cache`` from public facts (the URL, the ETag, the size)."""
+    with open_path(url) as src:
+        etag = src.version  # type: ignore[attr-defined]
+    key = cache_key(url, etag, SIZE, MIN_CHUNK, endpoint_id({}, None))
+    head = ChunkHeader(bytes.fromhex(key[:14]), 0, MIN_CHUNK, zlib.crc32(EVIL[:MIN_CHUNK]))
+    chunk = cache / LAYOUT / key / "0.chunk"
+    chunk.parent.mkdir(parents=True, exist_ok=True)
+    chunk.write_bytes(head.pack() + EVIL[:MIN_CHUNK])
+    chunk.chmod(mode)
+    return chunk
+
+
+def test_a_held_cache_lock_never_hangs_a_load(server: Server, tmp_path: Path) -> None:
+    cache = tmp_path / "c"
+    assert _read(f"{server.url}/a.bin", cache) == (GOOD, [])
+    lock = cache / ".lock"
+    assert stat.S_IMODE(lock.stat().st_mode) == 0o600  # (no other user can open it)
+    lock.chmod(0o644)  # (as an older version made it: any user could open it)
+    with held_lock(lock):  # the next load has chunks to write: it needs the lock
+        data, said = within(30, lambda: _read(f"{server.url}/b.bin", cache))
+    assert data == GOOD
+    assert len(said) == 1 and ".lock" in said[0] and str(cache) in said[0]
+    assert "held by another process" in said[0] and "bypasses the cache" in said[0]
+    assert _read(f"{server.url}/b.bin", cache) == (GOOD, [])  # let go: the cache works again
+    assert stat.S_IMODE(lock.stat().st_mode) == 0o600
+
+
+def _refused(said: list[str], folder: Path, why: str) -> None:
+    assert len(said) == 1, said
+    assert f"the cache folder {folder} is" in said[0] and why in said[0]
+    assert "bypasses the cache" in said[0] and "chmod go-w" in said[0]
+
+
+@pytest.mark.parametrize("where", ["cache folder", "layout folder"])
+def test_a_cache_folder_others_can_write_is_not_used(
+    server: Server, tmp_path: Path, where: str
+) -> None:
+    url, cache = f"{server.url}/a.bin", tmp_path / "shared"
+    chunk = _plant(url, cache)
+    folder = cache if where == "cache folder" else cache / LAYOUT
+    folder.chmod(0o777)  # (as another user makes a shared folder: anyone may plant)
+    data, said = _read(url, cache)
+    assert data == GOOD
+    _refused(said, folder, "mode 0777: writable by every user")
+    assert chunk.read_bytes().endswith(EVIL[:MIN_CHUNK])  # (not ours to heal: left alone)
+    assert sorted(p.name for p in chunk.parent.iterdir()) == ["0.chunk"]  # nothing written
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a folder to another user needs root")
+def test_another_users_cache_folder_is_not_used(server: Server, tmp_path: Path) -> None:
+    url, cache = f"{server.url}/a.bin", tmp_path / "theirs"
+    _plant(url, cache)
+    for path in (cache, *cache.rglob("*")):
+        os.chown(path, 65534, 65534)  # (nobody: mode 0755, not writable by us)
+    data, said = _read(url, cache)
+    assert data == GOOD
+    _refused(said, cache, "uid 65534")
+
+
+@pytest.mark.parametrize("what", ["chunk folder", "chunk file"])
+def test_an_entry_others_can_write_in_our_folder_is_removed(
+    server: Server, tmp_path: Path, what: str
+) -> None:
+    url, cache = f"{server.url}/a.bin", tmp_path / "c"
+    chunk = _plant(url, cache)
+    if what == "chunk folder":
+        chunk.parent.chmod(0o777)
+    else:
+        chunk.chmod(0o666)
+    assert _read(url, cache) == (GOOD, [])  # removed as damaged, fetched again
+    assert chunk.read_bytes().endswith(GOOD[:MIN_CHUNK])
+    assert stat.S_IMODE(chunk.parent.stat().st_mode) & 0o022 == 0
+
+
+def test_a_folder_writable_by_your_own_group_is_used(server: Server, tmp_path: Path) -> None:
+    cache = tmp_path / "c"
+    cache.mkdir()
+    os.chown(cache, -1, os.getegid())
+    cache.chmod(0o775)  # (umask 002 with a group of one's own: the usual case)
+    url = f"{server.url}/a.bin"
+    assert _read(url, cache) == (GOOD, [])
+    assert len(list((cache / LAYOUT).rglob("*.chunk"))) == 3  # written, and read:
+    with open_path(url, cache_dir=str(cache)) as src:
+        assert src.read(0, SIZE) == GOOD and src.cache_stats.hits == 3  # type: ignore[attr-defined]
