@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 
 import tensorfile
+from tests.helpers.make import as_a_user
 from tests.helpers.workers import once_per_run, run_folder
 
 REPO = Path(__file__).resolve().parents[2]
@@ -78,9 +79,6 @@ def mkdocs_build(config_dir: Path, site: Path) -> subprocess.CompletedProcess[st
     )
 
 
-_NOT_A_USERS = ("NO_MKDOCS_2_WARNING", "MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES")
-
-
 @pytest.fixture(scope="session")
 def site_build(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     """The site, built strictly from docs/ and mkdocs.yml by ``make docs`` as a user runs it
@@ -104,7 +102,7 @@ def site_build(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
             text=True,
             timeout=600,
             # (as a user runs it: not as a sub-make of the make test that runs the suite)
-            env={k: v for k, v in os.environ.items() if k not in _NOT_A_USERS},
+            env=as_a_user(drop=["NO_MKDOCS_2_WARNING"]),
         )
         if done.returncode != 0:
             pytest.fail(f"make docs failed:\n{done.stdout}\n{done.stderr}"[-6000:])

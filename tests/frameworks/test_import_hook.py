@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 import tensorfile
+from tests.helpers.make import as_a_user
 from tests.helpers.venvs import copy_project
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -221,7 +222,7 @@ def test_the_editable_install_follows_a_changed_hook(tmp_path: Path) -> None:
     def plan(target: str) -> str:
         done = subprocess.run(
             [make, "-n", "--no-print-directory", "-C", str(tmp_path), target],
-            capture_output=True, text=True, timeout=60, check=True,
+            capture_output=True, text=True, timeout=60, check=True, env=as_a_user(),
         )  # fmt: skip
         return done.stdout
 
