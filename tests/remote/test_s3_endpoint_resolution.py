@@ -209,3 +209,26 @@ def test_an_unreadable_profile_is_refused_without_quoting_it(
     with pytest.raises(InvalidArgumentError, match="AWS profile default cannot be read") as caught:
         read_profile(None, env)
     assert secret not in str(caught.value)
+
+
+@pytest.mark.parametrize("empty", [None, ""])
+def test_an_empty_endpoint_option_keeps_the_resolved_endpoint_in_the_cache_key(
+    aws: Callable[[dict[str, str]], None], tmp_path: Path, empty: str | None
+) -> None:
+    """Review d08: ``endpoint_url=None`` (or ``""``) names no endpoint (the client goes to
+    ``$AWS_ENDPOINT_URL``'s): the cache key counts that endpoint, so a read from X after
+    one from Y (same object name, size and ETag, other bytes) gets X's bytes."""
+    other = safetensors.numpy.save({k: v + 1 for k, v in TENSORS.items()})
+    assert len(other) == len(FILE)
+    aws({"AWS_ACCESS_KEY_ID": "AKIAUSER", "AWS_SECRET_ACCESS_KEY": "s"})
+    url, cache = "s3://bkt/m.safetensors", str(tmp_path / "cache")
+    with (
+        HostileServer(serve_bytes(FILE, etag='"same"')) as x,
+        HostileServer(serve_bytes(other, etag='"same"')) as y,
+    ):
+        for server, want in ((y, other), (x, FILE)):
+            aws({"AWS_ENDPOINT_URL": server.url})
+            with open_path(url, cache_dir=cache, endpoint_url=empty, retries=0) as src:
+                assert src.read(0, src.size) == want
+            assert resolved_endpoint(url, {"endpoint_url": empty}) == server.url
+        assert x.requests, "the read from X was served from Y's cached bytes"

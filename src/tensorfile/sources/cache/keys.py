@@ -92,19 +92,27 @@ def endpoint_id(options: Mapping[str, Any], resolved: str | None = None) -> str:
     ``account_name``, ``client_kwargs.endpoint_url``; a URL without its credentials), as
     text for a key: never the credentials, the region or anything else. ``resolved``: the
     endpoint the client reads from when no option names one (the environment's or the AWS
-    profile's, see :func:`~tensorfile.sources.router.resolved_endpoint`), counted then.
+    profile's, see :func:`~tensorfile.sources.router.resolved_endpoint`), counted then. An
+    option set to None or ``""`` names no server (botocore, s3fs and tensorfile's client
+    skip it and go to ``resolved``): it is not counted either.
 
     Example:
         >>> endpoint_id({}) == endpoint_id({}, "http://a:1"), endpoint_id({}) == "[]"
         (False, True)
     """
-    found: dict[str, Any] = {k: options[k] for k in _ENDPOINT if k in options}
+    found: dict[str, Any] = {k: options[k] for k in _ENDPOINT if _given(options.get(k))}
     client = options.get("client_kwargs")
-    if isinstance(client, Mapping) and "endpoint_url" in client:
+    if isinstance(client, Mapping) and _given(client.get("endpoint_url")):
         found["client_kwargs.endpoint_url"] = client["endpoint_url"]
     if not found and resolved:
         found["resolved endpoint"] = resolved
     return repr(sorted((k, repr(_redacted(v))) for k, v in found.items()))
+
+
+def _given(value: Any) -> bool:
+    """Whether an endpoint option names a server (None and ``""`` do not: the clients skip
+    them, as :func:`~tensorfile.sources.s3._s3config.s3_endpoint` does)."""
+    return value is not None and value != ""
 
 
 def _redacted(value: Any) -> Any:
