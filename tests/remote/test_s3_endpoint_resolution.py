@@ -232,3 +232,29 @@ def test_an_empty_endpoint_option_keeps_the_resolved_endpoint_in_the_cache_key(
                 assert src.read(0, src.size) == want
             assert resolved_endpoint(url, {"endpoint_url": empty}) == server.url
         assert x.requests, "the read from X was served from Y's cached bytes"
+
+
+def test_aws_default_profile_comes_before_aws_profile(
+    aws: Callable[[dict[str, str]], None], tmp_path: Path
+) -> None:
+    """Review d02: with ``$AWS_PROFILE`` and ``$AWS_DEFAULT_PROFILE`` both set, botocore
+    (s3fs, boto3) reads ``$AWS_DEFAULT_PROFILE``'s: so does tensorfile's client (one
+    server for a store's reads and its s3fs writes)."""
+    with HostileServer(serve_bytes(FILE)) as prod, HostileServer(serve_bytes(b"")) as lab:
+        text = (f"[profile lab]\nregion = us-east-1\nendpoint_url = {lab.url}\n"
+                f"[profile prod]\nregion = us-east-1\nendpoint_url = {prod.url}\n")  # fmt: skip
+        (tmp_path / "config").write_text(text)
+        (tmp_path / "credentials").write_text(f"[lab]\n{CREDENTIALS}[prod]\n{CREDENTIALS}")
+        aws({"AWS_CONFIG_FILE": str(tmp_path / "config"), "AWS_PROFILE": "lab",
+             "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "credentials"),
+             "AWS_DEFAULT_PROFILE": "prod"})  # fmt: skip
+        url = "s3://models/m.safetensors"
+        with open_path(url, timeout=5, retries=0) as src:
+            assert src.read(0, 8) == FILE[:8]
+        assert prod.requests and not lab.requests
+        assert _botocore_endpoint() == prod.url == resolved_endpoint(url, {})
+        from tensorfile.sources.s3._profile import read_profile
+
+        env = {"AWS_CONFIG_FILE": str(tmp_path / "config"), "AWS_PROFILE": "lab",
+               "AWS_DEFAULT_PROFILE": "prod"}  # fmt: skip
+        assert read_profile(None, env).get("endpoint_url") == prod.url

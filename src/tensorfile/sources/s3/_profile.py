@@ -1,7 +1,7 @@
 """The AWS profile an ``s3://`` URL's settings may come from, read as botocore reads it.
 
-:func:`aws_profile` gives the settings of one profile (``profile=``, else ``$AWS_PROFILE``,
-``$AWS_DEFAULT_PROFILE``, else ``default``) of the shared config file
+:func:`aws_profile` gives the settings of one profile (``profile=``, else ``$AWS_DEFAULT_PROFILE``,
+``$AWS_PROFILE``, else ``default``: botocore's order) of the shared config file
 (``$AWS_CONFIG_FILE``, else ``~/.aws/config``), with the ``[services name]`` section it
 names, if any (``services = name``; there ``s3 =`` opens an indented block of the S3
 client's settings, such as its ``endpoint_url``). :mod:`._s3config` takes the ``region``,
@@ -38,7 +38,7 @@ from typing import Any
 
 from ...core.errors import InvalidArgumentError
 
-__all__ = ["AwsProfile", "aws_profile", "read_profile"]
+__all__ = ["AwsProfile", "aws_profile", "env_profile", "read_profile"]
 
 
 @dataclass(frozen=True)
@@ -68,6 +68,17 @@ _NAMES = (*(name for name, _ in _FILES), "AWS_PROFILE", "AWS_DEFAULT_PROFILE")
 _read: dict[tuple[Any, ...], AwsProfile] = {}
 """Profiles read, by what decides them (every ``s3://`` URL opened, every shard's cache key
 asks: the files are read again only when they or the variables naming them change)."""
+
+
+def env_profile(env: Mapping[str, str]) -> str | None:
+    """The profile the environment names: ``$AWS_DEFAULT_PROFILE``, else ``$AWS_PROFILE``
+    (botocore's order, so s3fs's and boto3's too); None: none.
+
+    Example:
+        >>> env_profile({"AWS_PROFILE": "a", "AWS_DEFAULT_PROFILE": "b"})
+        'b'
+    """
+    return env.get("AWS_DEFAULT_PROFILE") or env.get("AWS_PROFILE") or None
 
 
 def aws_profile(profile: str | None, env: Mapping[str, str] | None = None) -> AwsProfile:
@@ -122,7 +133,7 @@ def _botocore_profile(profile: str | None) -> AwsProfile:
 def read_profile(profile: str | None, env: Mapping[str, str]) -> AwsProfile:
     """The profile ``profile`` read from the files ``env`` names, the way botocore reads
     them (used where botocore is not installed; see the module docstring)."""
-    name = profile or env.get("AWS_PROFILE") or env.get("AWS_DEFAULT_PROFILE") or None
+    name = profile or env_profile(env)
     try:
         sections = _parse(env.get("AWS_CONFIG_FILE") or "~/.aws/config")
         known = _parse(env.get("AWS_SHARED_CREDENTIALS_FILE") or "~/.aws/credentials")

@@ -10,9 +10,9 @@
   ``ignore_configured_endpoint_urls = true`` says to ignore the configured ones)
   ``$AWS_ENDPOINT_URL_S3``, ``$AWS_ENDPOINT_URL``, the ``s3`` block's ``endpoint_url`` of
   the AWS profile's services section, the profile's ``endpoint_url``; else AWS
-  (``https://s3.<region>.amazonaws.com``). The profile (``profile=``, ``$AWS_PROFILE``) is
-  read as botocore reads it (:mod:`._profile`), so s3fs and this client reach the same
-  server;
+  (``https://s3.<region>.amazonaws.com``). The profile (``profile=``, else
+  ``$AWS_DEFAULT_PROFILE``, else ``$AWS_PROFILE``: botocore's order) is read as botocore
+  reads it (:mod:`._profile`), so s3fs and this client reach the same server;
 * the region: ``client_kwargs={"region_name": ...}``, else ``$AWS_REGION``,
   ``$AWS_DEFAULT_REGION``, the profile's ``region``, else ``us-east-1``;
 * the addressing: path style (``endpoint/bucket/key``) for a custom endpoint or a bucket
@@ -56,7 +56,7 @@ from typing import Any
 
 from ...core.errors import InvalidArgumentError
 from ..http import redact, scrub
-from ._profile import AwsProfile, aws_profile
+from ._profile import AwsProfile, aws_profile, env_profile
 from ._sigv4 import Credentials
 
 __all__ = [
@@ -299,7 +299,7 @@ class _Profile:
 
 
 def _profile_name(options: Mapping[str, Any], env: Mapping[str, str]) -> str | None:
-    return _text(options.get("profile"), "profile") or env.get("AWS_PROFILE") or None
+    return _text(options.get("profile"), "profile") or env_profile(env)
 
 
 def _endpoint(
