@@ -258,3 +258,23 @@ def test_aws_default_profile_comes_before_aws_profile(
         env = {"AWS_CONFIG_FILE": str(tmp_path / "config"), "AWS_PROFILE": "lab",
                "AWS_DEFAULT_PROFILE": "prod"}  # fmt: skip
         assert read_profile(None, env).get("endpoint_url") == prod.url
+
+
+@pytest.mark.parametrize("switch", [1, "1", "yes", "false", "", 0, False, True], ids=repr)
+def test_the_ignore_option_is_read_as_botocore_reads_it(
+    aws: Callable[[dict[str, str]], None], switch: object
+) -> None:
+    """Review d07: ``config_kwargs.ignore_configured_endpoint_urls`` is taken by its truth,
+    as botocore's ``Config`` takes it (``1``, ``"yes"``, even ``"false"``: ignore): the
+    client and s3fs (botocore) go to the same server."""
+    configured = "http://127.0.0.1:9"
+    aws({"AWS_ENDPOINT_URL": configured, "AWS_REGION": "us-east-1"})
+    options = {"config_kwargs": {"ignore_configured_endpoint_urls": switch}}
+    url = "s3://my-bucket/m.safetensors"
+    settings = s3_settings(url, options)
+    assert settings is not None
+    to_aws = "amazonaws.com" in _botocore_endpoint(ignore_configured_endpoint_urls=switch)
+    assert to_aws is bool(switch)  # (the reference)
+    assert ("amazonaws.com" in settings.url) is to_aws
+    assert settings.url.startswith(configured) is not to_aws
+    assert resolved_endpoint(url, options) == (None if switch else configured)

@@ -340,15 +340,16 @@ def _ignore_configured(
 ) -> bool:
     """Whether the endpoints of the environment and the profile are ignored: the option
     ``config_kwargs.ignore_configured_endpoint_urls``, else :data:`IGNORE_ENV` (when set,
-    it decides), else the profile's ``ignore_configured_endpoint_urls``; true is ``True``
-    or ``true`` in any case (botocore's ``ensure_boolean``)."""
+    it decides), else the profile's ``ignore_configured_endpoint_urls``. As botocore reads
+    them: the option by its truth (botocore's ``Config`` value is used as given: ``1``,
+    ``"yes"``, even ``"false"`` are true), the variable and the profile's setting true when
+    ``True`` or ``true`` in any case (its ``ensure_boolean``)."""
     switch = _mapping(options.get("config_kwargs")).get("ignore_configured_endpoint_urls")
-    if switch is None:
-        switch = (
-            env[IGNORE_ENV]
-            if IGNORE_ENV in env
-            else profile().get("ignore_configured_endpoint_urls")
-        )
+    if switch is not None:
+        return bool(switch)
+    switch = (
+        env[IGNORE_ENV] if IGNORE_ENV in env else profile().get("ignore_configured_endpoint_urls")
+    )
     return switch is True or (isinstance(switch, str) and switch.lower() == "true")
 
 
