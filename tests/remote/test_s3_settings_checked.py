@@ -136,6 +136,10 @@ SECRET_ENDPOINTS = [
     "http://127.0.0.1:{port}/?X-Amz-Security-Token={secret}",
     "http://127.0.0.1:{port}/s3?X-Amz-Signature=ab#{secret}",
     "http://u:{secret}@127.0.0.1:{port}/?token={secret}",
+    # review d04: malformed ('//' short or missing), the user information cut all the same
+    "http:/AKIAEXAMPLE:{secret}@127.0.0.1:{port}",
+    "//AKIAEXAMPLE:{secret}@127.0.0.1:{port}",
+    "https:u:p?{secret}@127.0.0.1:{port}",
 ]
 
 
@@ -163,7 +167,7 @@ def test_a_refused_endpoint_shows_no_secret(
         config.write_text(f"[default]\nendpoint_url = {endpoint}\n")
         aws({"AWS_CONFIG_FILE": str(config)})
     aws({where: endpoint} if where.startswith("AWS_") else {})
-    _every_way("s3://bkt/ds/m.bin", options, ["S3 endpoint", "http://127.0.0.1:"], (SECRET,))
+    _every_way("s3://bkt/ds/m.bin", options, ["S3 endpoint", "127.0.0.1:"], (SECRET,))
     if where.startswith("AWS_") or where == "profile":
         message = assert_one_error(cli(capsys, "inspect", "s3://bkt/m.safetensors"))
         assert "S3 endpoint" in message and SECRET not in message

@@ -40,6 +40,9 @@ _HOST_AND_PORT = re.compile(r"(\[[^\]]*\]|[^\[\]:]*)(?::(.*))?", re.DOTALL)
 _PORT = re.compile(r"[0-9]{1,5}")
 _UNSAFE = re.compile(r"[\x00-\x20\x7f]")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_MALFORMED_USER = re.compile(r"^((?:[A-Za-z][A-Za-z0-9+.\-]*:)?/*).*@", re.DOTALL)
+"""The user information of text meant as a URL without its ``://`` (``http:/u:pw@h``,
+``//u:pw@h``): up to the last ``@`` after the scheme and slashes."""
 _NON_ASCII = re.compile(r"[^\x00-\x7f]+")
 _SHORT = 4  # secrets shorter than this are not replaced inside text: the text is withheld
 WITHHELD = "(details withheld: they would show the URL's credentials)"
@@ -83,19 +86,26 @@ def userinfo(authority: str, path: str) -> str | None:
     return None
 
 
-def redact(url: str) -> str:
+def redact(url: str, *, malformed: bool = False) -> str:
     """``url`` without credentials, query string or fragment; text without ``://`` is
-    returned as it is.
+    returned as it is, unless ``malformed`` (text meant as a URL, such as an endpoint:
+    then everything up to its last ``@`` after the scheme and slashes, and its query and
+    fragment, are cut too).
 
     Example:
         >>> redact("https://user:pw@host:8080/m.safetensors?sig=secret")
         'https://host:8080/m.safetensors'
         >>> redact("http://user:pa/ss@host/x")  # an unescaped '/' in the password
         'http://(URL withheld: it may hold credentials)'
+        >>> redact("http:/user:pw@host", malformed=True), redact("//u:p?w@h?t=1", malformed=True)
+        ('http:/host', '//h')
     """
     parts = split_url(url)
     if parts is None:
-        return url
+        if not malformed:
+            return url
+        shown = _MALFORMED_USER.sub(r"\1", url).split("?")[0].split("#")[0]
+        return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", shown)
     scheme, authority, path, _after = parts
     scheme = scheme if _SCHEME.fullmatch(scheme) else "(invalid scheme)"
     if "@" not in authority and ":" in authority and "@" in path:

@@ -421,7 +421,7 @@ def check_endpoint(endpoint: str, where: str) -> str:
     """
 
     def bad(why: str) -> InvalidArgumentError:
-        shown = redact(endpoint)  # (never the user, password or query it holds)
+        shown = redact(endpoint, malformed=True)  # (never the user, password or query it holds)
         shown = shown if len(shown) <= 200 else shown[:200] + "..."
         return InvalidArgumentError(
             f"the S3 endpoint {shown!r} (from {where}) is not an endpoint URL: "
