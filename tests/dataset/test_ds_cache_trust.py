@@ -97,3 +97,17 @@ def test_a_cached_shard_others_can_write_is_removed(url: str, tmp_path: Path) ->
     rows, said = _rows(url, cache)
     assert np.array_equal(rows, ROWS) and said == []  # removed, downloaded again
     assert shard.stat().st_mode & 0o022 == 0
+
+
+def test_shards_cached_under_umask_002_are_read_again(url: str, tmp_path: Path) -> None:
+    cache = tmp_path / "c"
+    old = os.umask(0o002)  # (group-writable files by default: refused if the cache kept it)
+    try:
+        assert _rows(url, cache)[1] == []
+        made = {p: p.stat().st_ino for p in _shards(cache)}
+        rows, said = _rows(url, cache)
+    finally:
+        os.umask(old)
+    assert np.array_equal(rows, ROWS) and said == [] and len(made) == 2
+    assert {p: p.stat().st_ino for p in _shards(cache)} == made  # hits: nothing fetched again
+    assert all(p.stat().st_mode & 0o022 == 0 for p in (cache, *cache.rglob("*")))

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import stat
+import struct
 import warnings
 import zlib
 from collections.abc import Iterator
@@ -127,13 +128,67 @@ def test_an_entry_others_can_write_in_our_folder_is_removed(
     assert stat.S_IMODE(chunk.parent.stat().st_mode) & 0o022 == 0
 
 
-def test_a_folder_writable_by_your_own_group_is_used(server: Server, tmp_path: Path) -> None:
-    cache = tmp_path / "c"
-    cache.mkdir()
+def test_a_folder_writable_by_your_own_group_is_not_used(server: Server, tmp_path: Path) -> None:
+    url, cache = f"{server.url}/a.bin", tmp_path / "c"
+    chunk = _plant(url, cache)
     os.chown(cache, -1, os.getegid())
-    cache.chmod(0o775)  # (umask 002 with a group of one's own: the usual case)
-    url = f"{server.url}/a.bin"
-    assert _read(url, cache) == (GOOD, [])
-    assert len(list((cache / LAYOUT).rglob("*.chunk"))) == 3  # written, and read:
-    with open_path(url, cache_dir=str(cache)) as src:
-        assert src.read(0, SIZE) == GOOD and src.cache_stats.hits == 3  # type: ignore[attr-defined]
+    cache.chmod(0o775)  # (a group of one's own may hold other users: `users`, umask 002)
+    data, said = _read(url, cache)
+    assert data == GOOD
+    _refused(said, cache, f"mode 0775: writable by its group (gid {os.getegid()})")
+    assert chunk.read_bytes().endswith(EVIL[:MIN_CHUNK])
+
+
+def _acl(*entries: tuple[int, int, int]) -> bytes:
+    """A POSIX ACL as the kernel stores it in ``system.posix_acl_*`` (version 2, then
+    tag, permissions and id per entry)."""
+    return struct.pack("<I", 2) + b"".join(struct.pack("<HHI", *e) for e in entries)
+
+
+_ANY = 0xFFFFFFFF
+_USER_OBJ, _USER, _GROUP_OBJ, _MASK, _OTHER = 0x01, 0x02, 0x04, 0x10, 0x20
+
+
+@pytest.mark.parametrize(
+    ("name", "mask", "why"),
+    [
+        ("system.posix_acl_access", 7, "mode 0775: writable by its group"),
+        ("system.posix_acl_access", 5, "mode 0755: it carries an extended POSIX ACL"),
+        ("system.posix_acl_default", 7, "mode 0755: it carries a default POSIX ACL"),
+    ],
+)
+def test_a_cache_folder_with_an_acl_for_another_user_is_not_used(
+    server: Server, tmp_path: Path, name: str, mask: int, why: str
+) -> None:
+    url, cache = f"{server.url}/a.bin", tmp_path / "c"
+    chunk = _plant(url, cache)
+    cache.chmod(0o755)
+    acl = _acl(
+        (_USER_OBJ, 7, _ANY), (_USER, 7, 65534), (_GROUP_OBJ, 5, _ANY), (_MASK, mask, _ANY),
+        (_OTHER, 5, _ANY),
+    )  # fmt: skip
+    try:
+        os.setxattr(cache, name, acl)  # (as setfacl -m u:nobody:rwx does)
+    except OSError as exc:
+        pytest.skip(f"the file system of {tmp_path} refuses POSIX ACLs: {exc.strerror}")
+    data, said = _read(url, cache)
+    assert data == GOOD
+    _refused(said, cache, why)
+    assert chunk.read_bytes().endswith(EVIL[:MIN_CHUNK])
+
+
+def test_a_cache_made_under_umask_002_is_used(server: Server, tmp_path: Path) -> None:
+    url, cache = f"{server.url}/a.bin", tmp_path / "c"
+    old = os.umask(0o002)
+    try:
+        assert _read(url, cache) == (GOOD, [])
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", CacheWarning)
+            with open_path(url, cache_dir=str(cache)) as src:
+                assert src.read(0, SIZE) == GOOD
+                assert src.cache_stats.hits == 3  # type: ignore[attr-defined]
+    finally:
+        os.umask(old)
+    made = [cache, *cache.rglob("*")]
+    assert len([p for p in made if p.name.endswith(".chunk")]) == 3
+    assert all(stat.S_IMODE(p.lstat().st_mode) & 0o022 == 0 for p in made), made

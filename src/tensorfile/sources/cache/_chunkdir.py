@@ -42,7 +42,7 @@ import warnings
 from dataclasses import dataclass
 
 from ...core.atomic import atomic_write, write_all
-from .files import heal
+from .files import ENTRY_MODE, heal
 from .folder import CHUNKS
 from .keys import identity
 
@@ -142,6 +142,7 @@ def write_info(folder: str, data: bytes, *, dir_fd: int) -> None:
     except FileNotFoundError:
         pass
     with atomic_write(path, dir_fd=dir_fd) as fd:
+        os.fchmod(fd, ENTRY_MODE)
         write_all(fd, memoryview(data))
 
 

@@ -197,7 +197,7 @@ class FileEntries:
                     close_fd(fd)
                     self._damaged(key, None, locked)
                     return None
-                if distrust(st) is not None:  # another user's: never read, removed
+                if distrust(st, fd) is not None:  # another user's: never read, removed
                     close_fd(fd)
                     drop(path, st, dir_fd=root)
                     return None

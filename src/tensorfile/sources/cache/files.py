@@ -57,6 +57,7 @@ from ...core.errors import SourceError
 from .guards import distrust, flock_within, untrusted
 
 __all__ = [
+    "ENTRY_MODE",
     "RECORD_BYTES",
     "adopt",
     "close_fd",
@@ -90,6 +91,9 @@ _O_FOLDER = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | _O_CLOEXEC
 _FOLDER_MODE = 0o755
 """The mode of the folders the cache makes (never writable by group or others, whatever
 the umask: :func:`~.guards.distrust` would refuse them)."""
+ENTRY_MODE = 0o644
+"""The mode of the files the cache writes (set with ``fchmod``, whatever the umask: one
+writable by its group would be refused by :func:`~.guards.distrust`)."""
 
 
 def _at(path: str, dir_fd: int | None) -> str:
@@ -133,7 +137,7 @@ def open_entry(path: str, flags: int = os.O_RDONLY, *, dir_fd: int | None = None
         raise
     try:
         st = os.fstat(fd)
-        if stat.S_ISREG(st.st_mode) and distrust(st) is None:
+        if stat.S_ISREG(st.st_mode) and distrust(st, fd) is None:
             return fd
     except BaseException:
         os.close(fd)
@@ -211,6 +215,7 @@ def new_temp(dest: str, size: int, *, fsync: bool = False, dir_fd: int | None = 
         tmp = AtomicFile(dest, fsync=fsync, dir_fd=dir_fd)
         _HELD.add(tmp.fd)
     try:
+        os.fchmod(tmp.fd, ENTRY_MODE)
         preallocate(tmp.fd, size)
         if os.fstat(tmp.fd).st_size != size:
             os.ftruncate(tmp.fd, size)
@@ -423,7 +428,7 @@ def open_folder(path: str, *, create: bool = True, parent: int | None = None) ->
 
 def _distrust_fd(fd: int) -> str | None:
     try:
-        return distrust(os.fstat(fd))
+        return distrust(os.fstat(fd), fd)
     except BaseException:
         os.close(fd)
         raise
@@ -482,6 +487,7 @@ def write_record(path: str, digest: str, version: str | None, *, dir_fd: int | N
         data = json.dumps({"xxh3": digest, "etag": None}).encode()
     heal(path, dir_fd=dir_fd)
     with atomic_write(path, dir_fd=dir_fd) as fd:
+        os.fchmod(fd, ENTRY_MODE)
         os.write(fd, data)
 
 

@@ -4,10 +4,10 @@ is waited for.
 **Who may write.** A cache folder another user can write in decides the bytes a load
 returns (a planted chunk needs only public facts: the URL, the ETag, the size). So, as ssh
 does for its files, the cache folder and its layout folders are used only when they are
-owned by this process's user (or root), not writable by others, and writable by a group
-only when it is this user's own group (:func:`distrust`); else the read goes on without the
+owned by this process's user (or root), writable by no group nor other user, and carry
+no extended POSIX ACL (:func:`distrust`); else the read goes on without the
 cache (:class:`UntrustedFolder`, with a warning). Inside such a folder, a file's chunk
-folder or an entry owned by another user, or writable by others, is a damaged entry:
+folder or an entry owned by another user, or writable by a group or others, is a damaged entry:
 removed, never read. (The folders above the cache folder are the user's choice and are not
 checked.)
 
@@ -32,6 +32,7 @@ Example:
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import pwd
@@ -84,15 +85,43 @@ def _user(uid: int) -> str:
         return f"uid {uid}"
 
 
-def distrust(st: os.stat_result) -> str | None:
+_ACL_ACCESS, _ACL_DEFAULT = "system.posix_acl_access", "system.posix_acl_default"
+_BASE_ACL = 4 + 3 * 8
+"""Bytes of an access ACL with only the three base entries (owner, group, other: the mode
+bits); a longer one names other users or groups."""
+_NO_ACL = {errno.ENODATA, errno.ENOTSUP, errno.EOPNOTSUPP}
+
+
+def _acl(where: int | str, folder: bool) -> str | None:
+    """Why the file or folder ``where`` (an open descriptor or a path) carries an ACL that
+    could let another user write (None when none): an access ACL beyond the mode bits, or
+    (a folder) any default ACL. One that cannot be read is distrusted."""
+    if not hasattr(os, "getxattr"):
+        return None
+    for name in (_ACL_ACCESS, _ACL_DEFAULT) if folder else (_ACL_ACCESS,):
+        try:
+            value = os.getxattr(where, name)
+        except OSError as exc:
+            if exc.errno in _NO_ACL:
+                continue
+            return f"its ACL cannot be read ({exc.strerror or exc})"
+        if name == _ACL_DEFAULT or len(value) > _BASE_ACL:
+            kind = "a default" if name == _ACL_DEFAULT else "an extended"
+            return f"it carries {kind} POSIX ACL (other users may write)"
+    return None
+
+
+def distrust(st: os.stat_result, where: int | str | None = None) -> str | None:
     """Why a cache folder or entry with this ``stat`` could be changed by a user other than
     this process's (None when it cannot): owned by another user (root excepted), writable
-    by others, or writable by a group that is not this process's own.
+    by a group or by others (as ssh's StrictModes: a group may hold other users), or
+    (``where``: its open descriptor or path, whose extended attributes are read) carrying
+    an extended POSIX ACL.
 
     Example:
         >>> import os, tempfile
         >>> folder = tempfile.mkdtemp()
-        >>> distrust(os.stat(folder)) is None
+        >>> distrust(os.stat(folder), folder) is None
         True
         >>> os.chmod(folder, 0o777)
         >>> distrust(os.stat(folder)).endswith("writable by every user")
@@ -105,8 +134,12 @@ def distrust(st: os.stat_result) -> str | None:
     who = f"owned by {_user(st.st_uid)}, {mode}"
     if st.st_mode & stat.S_IWOTH:
         return f"{who}: writable by every user"
-    if st.st_mode & stat.S_IWGRP and st.st_gid != os.getegid():
-        return f"{who}: writable by the group gid {st.st_gid}, not this user's own"
+    if st.st_mode & stat.S_IWGRP:
+        return f"{who}: writable by its group (gid {st.st_gid})"
+    if where is not None:
+        why = _acl(where, stat.S_ISDIR(st.st_mode))
+        if why is not None:
+            return f"{who}: {why}"
     return None
 
 
@@ -118,7 +151,7 @@ def check_root(folder: str) -> None:
         st = os.stat(folder)
     except OSError:
         return
-    why = distrust(st)
+    why = distrust(st, folder)
     if why is not None:
         raise untrusted(folder, why)
 
@@ -129,7 +162,7 @@ def untrusted(folder: str, why: str) -> UntrustedFolder:
     return UntrustedFolder(
         f"the cache folder {folder} is {why}: another user could plant the bytes a load "
         "returns, so the read bypasses the cache; use a folder only you can write (chmod "
-        "go-w it, or another cache_dir / $TENSORFILE_CACHE_DIR)"
+        "go-w it and setfacl -b it, or use another cache_dir / $TENSORFILE_CACHE_DIR)"
     )
 
 
