@@ -192,3 +192,23 @@ def test_a_cache_made_under_umask_002_is_used(server: Server, tmp_path: Path) ->
     made = [cache, *cache.rglob("*")]
     assert len([p for p in made if p.name.endswith(".chunk")]) == 3
     assert all(stat.S_IMODE(p.lstat().st_mode) & 0o022 == 0 for p in made), made
+
+
+def test_an_entry_is_never_writable_by_others_not_even_while_it_is_made(tmp_path: Path) -> None:
+    """Review e03: an entry's temporary file was made 0666 less the umask (0664 under 002,
+    0666 under 0) and only then set to 0644: in that window a user of the group could open
+    it for writing and keep writing into the committed entry. Under umask 0, the kind of
+    file :func:`new_temp` makes is 0600 as it is created, and the entry 0644 after."""
+    from tensorfile.sources.cache import files
+
+    old = os.umask(0)
+    try:
+        tmp = files.new_temp(str(tmp_path / "e.shard"), 16)
+        files.end_temp(tmp, commit=True)
+        fresh = type(tmp)(str(tmp_path / "f.shard"))  # the same kind, seen as it is created
+        created = stat.S_IMODE(os.fstat(fresh.fd).st_mode)
+        fresh.abort()
+    finally:
+        os.umask(old)
+    assert created == 0o600, oct(created)
+    assert stat.S_IMODE(os.stat(tmp_path / "e.shard").st_mode) == files.ENTRY_MODE

@@ -1,9 +1,8 @@
 """Atomic file writes: a temporary file in the destination's folder, renamed into place.
 
 A reader never sees a partial file at the destination, and a failure at any point, a
-``SIGKILL`` included, leaves whatever was there before untouched. The temporary file is
-created with mode 0666 minus the process umask (what ``open(path, "w")`` would give), not the
-0600 of ``mkstemp``.
+``SIGKILL`` included, leaves whatever was there before untouched. The temporary file's mode
+is ``AtomicFile.MODE`` (0666, as ``open(path, "w")`` gives) less the umask.
 
 Temporary files are named ``.{name}.tensorfile-{12 hex digits}.tmp`` and their writer holds an
 exclusive ``flock`` on them until it renames or removes them. A writer killed on the way
@@ -206,10 +205,9 @@ class AtomicFile:
     (:func:`remove_stale_temps`), then creates ``.{name}.tensorfile-{hex}.tmp`` and locks it
     (``flock``) for as long as it lives.
 
-    ``dir_fd``: an open descriptor of ``path``'s folder; every create, rename and unlink
-    is then done in that folder (a copy of the descriptor is kept until the end), never
-    through the folder's path, which another process may have swapped for a symlink
-    meanwhile (``path`` still names the file in messages).
+    ``dir_fd``: an open descriptor of ``path``'s folder, in which every create, rename and
+    unlink is done (a copy is kept until the end), never through the folder's path, which
+    may have been swapped for a symlink meanwhile (``path`` still names it in messages).
 
     Example:
         >>> import os, tempfile
@@ -222,6 +220,8 @@ class AtomicFile:
         >>> open(path, "rb").read(), os.listdir(os.path.dirname(path))
         (b'data', ['x.bin'])
     """
+
+    MODE = 0o666  # the new file's mode, less the umask (a subclass may make it narrower)
 
     def __init__(
         self, path: str | os.PathLike[str], *, fsync: bool = False, dir_fd: int | None = None
@@ -255,7 +255,7 @@ class AtomicFile:
         for _ in range(100):
             self.tmp = os.path.join(self.folder, f"{_temp_prefix(base)}{secrets.token_hex(6)}.tmp")
             try:
-                fd = os.open(self._name(self.tmp), flags, 0o666, dir_fd=self.dir_fd)
+                fd = os.open(self._name(self.tmp), flags, self.MODE, dir_fd=self.dir_fd)
             except FileExistsError:
                 continue
             except OSError as exc:

@@ -204,6 +204,14 @@ os.register_at_fork(
 )
 
 
+class _PrivateTemp(AtomicFile):
+    """A cache entry's temporary file, made 0600 whatever the umask: no other user can open
+    it for writing before :data:`ENTRY_MODE` is set (a descriptor opened in that window
+    would keep writing into the committed entry)."""
+
+    MODE = 0o600
+
+
 def new_temp(dest: str, size: int, *, fsync: bool = False, dir_fd: int | None = None) -> AtomicFile:
     """The temporary file of the entry ``dest`` (anything but a regular file there removed
     first), ``size`` bytes long (preallocated where the file system can: a disk too small
@@ -212,7 +220,7 @@ def new_temp(dest: str, size: int, *, fsync: bool = False, dir_fd: int | None = 
     made, renamed and removed there, whatever its path names meanwhile)."""
     heal(dest, dir_fd=dir_fd)
     with _GUARD[0]:
-        tmp = AtomicFile(dest, fsync=fsync, dir_fd=dir_fd)
+        tmp = _PrivateTemp(dest, fsync=fsync, dir_fd=dir_fd)
         _HELD.add(tmp.fd)
     try:
         os.fchmod(tmp.fd, ENTRY_MODE)
