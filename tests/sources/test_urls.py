@@ -22,6 +22,9 @@ SECRET = "hunter2pw"
         ("hf://datasets/org/name@main/m.safetensors", "hf://datasets/org/name@main/m.safetensors"),
         ("memory://x/y#hunter2pw", "memory://x/y"),
         ("http://u:hunter2pw/with-slash@host/m", "http://(URL withheld: it may hold credentials)"),
+        # review e01/e02: one '/' too many leaves no host, and the user information in the path
+        ("http:///u:hunter2pw@host/m", "http://(URL withheld: it may hold credentials)"),
+        ("ftp:///u:hunter2pw@proxy", "ftp://(URL withheld: it may hold credentials)"),
         ("http://u:p@[::1/x?hunter2pw", "http://(malformed host)"),
         ("HTTP://u:hunter2pw@h/x", "HTTP://h/x"),
         ("ftp://h/\x07bell", "ftp://h/\\x07bell"),
@@ -54,6 +57,7 @@ def test_scrub_replaces_the_url_and_each_secret() -> None:
         ("http://u:hunter2pw@127.0.0.1:8_0/m", "port must be a number"),
         ("http://u:hunter2pw@[::1/m", "malformed URL"),
         ("http://u:hunter2pw@/m", "no host"),
+        ("http:///u:hunter2pw@h/m", "no host"),  # review e01
         ("http://u:hunter2pw@h/a b?t=hunter2pw", "spaces or control characters"),
         ("http://u:hunter2pw@h/a\r\nX: y", "spaces or control characters"),
         (f"http://u:hunter2pw@{'a' * 64}.example/m", "host name is not valid"),
@@ -93,3 +97,16 @@ def test_parse_http_url_takes_urls_apart() -> None:
 def test_bad_options_are_invalid_arguments(option: str, value: object) -> None:
     with pytest.raises(InvalidArgumentError, match=option):
         HTTPSource("http://127.0.0.1:1/m", **{option: value})  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("setting", ["http:///u:hunter2pw@proxy", "//u:hunter2pw@proxy",
+                                     "ftp:///u:hunter2pw@proxy"])  # fmt: skip
+def test_a_mistyped_proxy_setting_shows_no_password(setting: str) -> None:
+    """Review e02: a proxy setting with one '/' too many or too few put its password into
+    the error."""
+    from tensorfile.errors import TensorFileError
+    from tensorfile.sources.http._proxy import parse_proxy
+
+    with pytest.raises(TensorFileError) as info:
+        parse_proxy(setting)
+    assert SECRET not in str(info.value)

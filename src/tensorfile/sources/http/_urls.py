@@ -97,6 +97,8 @@ def redact(url: str, *, malformed: bool = False) -> str:
         'https://host:8080/m.safetensors'
         >>> redact("http://user:pa/ss@host/x")  # an unescaped '/' in the password
         'http://(URL withheld: it may hold credentials)'
+        >>> redact("http:///user:pw@host/x")  # one '/' too many: no host, the rest a path
+        'http://(URL withheld: it may hold credentials)'
         >>> redact("http:/user:pw@host", malformed=True), redact("//u:p?w@h?t=1", malformed=True)
         ('http:/host', '//h')
     """
@@ -108,8 +110,8 @@ def redact(url: str, *, malformed: bool = False) -> str:
         return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", shown)
     scheme, authority, path, _after = parts
     scheme = scheme if _SCHEME.fullmatch(scheme) else "(invalid scheme)"
-    if "@" not in authority and ":" in authority and "@" in path:
-        return f"{scheme}://(URL withheld: it may hold credentials)"
+    if "@" not in authority and (":" in authority or not authority) and "@" in path:
+        return f"{scheme}://(URL withheld: it may hold credentials)"  # (or http:///u:pw@h)
     hostport = authority.rpartition("@")[2]
     if _HOSTPORT.fullmatch(hostport) is None:
         return f"{scheme}://(malformed host)"
