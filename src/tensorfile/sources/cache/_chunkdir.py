@@ -41,8 +41,7 @@ import struct
 import warnings
 from dataclasses import dataclass
 
-from ...core.atomic import atomic_write, write_all
-from .files import ENTRY_MODE, heal
+from .files import heal, write_small
 from .folder import CHUNKS
 from .keys import identity
 
@@ -141,9 +140,7 @@ def write_info(folder: str, data: bytes, *, dir_fd: int) -> None:
         return
     except FileNotFoundError:
         pass
-    with atomic_write(path, dir_fd=dir_fd) as fd:
-        os.fchmod(fd, ENTRY_MODE)
-        write_all(fd, memoryview(data))
+    write_small(path, data, dir_fd=dir_fd)
 
 
 def warn(message: str) -> None:

@@ -51,7 +51,7 @@ import threading
 from collections.abc import Iterator
 from typing import Literal, overload
 
-from ...core.atomic import AtomicFile, atomic_write, preallocate
+from ...core.atomic import AtomicFile, preallocate, write_all
 from ...core.digests import Digest
 from ...core.errors import SourceError
 from .guards import distrust, flock_within, untrusted
@@ -78,6 +78,7 @@ __all__ = [
     "read_record",
     "remove_unused",
     "write_record",
+    "write_small",
 ]
 
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
@@ -493,10 +494,23 @@ def write_record(path: str, digest: str, version: str | None, *, dir_fd: int | N
     data = json.dumps({"xxh3": digest, "etag": version}).encode()
     if len(data) > RECORD_BYTES:
         data = json.dumps({"xxh3": digest, "etag": None}).encode()
-    heal(path, dir_fd=dir_fd)
-    with atomic_write(path, dir_fd=dir_fd) as fd:
-        os.fchmod(fd, ENTRY_MODE)
-        os.write(fd, data)
+    write_small(path, data, dir_fd=dir_fd)  # (healing what is there first, as new_temp does)
+
+
+def write_small(path: str, data: bytes, *, dir_fd: int | None = None) -> None:
+    """Write a small cache file (a record, ``info.json``) whole and atomically, made as an
+    entry's data is (:func:`new_temp`: 0600 while it is written, :data:`ENTRY_MODE` when it
+    is renamed into place), so no other user can open it for writing at any moment."""
+    tmp = new_temp(path, len(data), dir_fd=dir_fd)
+    try:
+        write_all(tmp.fd, memoryview(data), 0)
+    except OSError as exc:
+        end_temp(tmp, commit=False)
+        raise SourceError(f"cannot write {path}: {exc.strerror or exc}") from exc
+    except BaseException:
+        end_temp(tmp, commit=False)
+        raise
+    end_temp(tmp, commit=True)
 
 
 def read_record(path: str, *, dir_fd: int | None = None) -> tuple[str, str | None] | None:
