@@ -6,7 +6,9 @@ returns (a planted chunk needs only public facts: the URL, the ETag, the size). 
 does for its files, the cache folder and its layout folders are used only when they are
 owned by this process's user (or root), writable by no group nor other user, and carry
 no extended POSIX ACL (:func:`distrust`); else the read goes on without the
-cache (:class:`UntrustedFolder`, with a warning). Inside such a folder, a file's chunk
+cache (:class:`UntrustedFolder`, with a warning). A symlink at the cache folder's own path is
+followed only when it is this user's or root's (:func:`distrust_link`): one another user
+planted there, before the cache was made, would choose the folder it is made in. Inside such a folder, a file's chunk
 folder or an entry owned by another user, or writable by a group or others, is a damaged entry:
 removed, never read. (The folders above the cache folder are the user's choice and are not
 checked.)
@@ -49,6 +51,7 @@ __all__ = [
     "UntrustedFolder",
     "check_root",
     "distrust",
+    "distrust_link",
     "flock_within",
     "untrusted",
 ]
@@ -145,8 +148,12 @@ def distrust(st: os.stat_result, where: int | str | None = None) -> str | None:
 
 def check_root(folder: str) -> None:
     """Refuse the cache folder ``folder`` (:class:`UntrustedFolder`, saying what to do)
-    when another user could write in it (:func:`distrust`); a folder that is not there yet
+    when another user could write in it (:func:`distrust`), or when its own path is a
+    symlink another user owns (:func:`distrust_link`); a folder that is not there yet
     passes (the cache makes it)."""
+    why = distrust_link(folder)
+    if why is not None:
+        raise untrusted(folder, why)
     try:
         st = os.stat(folder)
     except OSError:
@@ -154,6 +161,36 @@ def check_root(folder: str) -> None:
     why = distrust(st, folder)
     if why is not None:
         raise untrusted(folder, why)
+
+
+def distrust_link(path: str) -> str | None:
+    """Why the symlink at ``path`` is not followed to a cache folder (None when ``path`` is
+    no symlink, or one of this process's user or of root): a link another user owns (say
+    planted in a folder others can write, at the path ``$TENSORFILE_CACHE_DIR`` names
+    before the cache was made) picks a folder of yours for the cache. As the kernel's
+    ``fs.protected_symlinks`` rule: a link is followed when its owner is who follows it.
+
+    Example:
+        >>> import os, tempfile
+        >>> base = tempfile.mkdtemp()
+        >>> os.symlink(tempfile.mkdtemp(), os.path.join(base, "cache"))
+        >>> distrust_link(os.path.join(base, "cache")) is None  # (your own link)
+        True
+    """
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    if not stat.S_ISLNK(st.st_mode) or st.st_uid in (os.geteuid(), 0):
+        return None
+    try:
+        target = f" to {os.readlink(path)!r}"
+    except OSError:
+        target = ""
+    return (
+        f"a symlink owned by {_user(st.st_uid)}, not by {_user(os.geteuid())}{target} "
+        "(a folder another user chose)"
+    )
 
 
 def untrusted(folder: str, why: str) -> UntrustedFolder:
