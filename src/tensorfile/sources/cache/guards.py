@@ -63,7 +63,9 @@ holder keeps one for a scan or a rename: milliseconds. (A shard's download lock 
 for as long as a download may take: :data:`~.entries.WAIT_SECONDS`.)"""
 HELD_MEMORY = 60.0
 """Seconds a lock found held is remembered: within them, the next wait for that lock in this
-process is one try (the files of a sharded checkpoint do not each wait for it)."""
+process is one try (the files of a sharded checkpoint do not each wait for it). The shared
+locks of cached files are remembered per folder: a user who holds every cached shard of a
+folder costs one wait, not one per shard."""
 _HELD_AT: dict[str, float] = {}
 
 
@@ -203,11 +205,14 @@ def untrusted(folder: str, why: str) -> UntrustedFolder:
     )
 
 
-def flock_within(fd: int, how: int, path: str, wait: float | None = None) -> None:
+def flock_within(
+    fd: int, how: int, path: str, wait: float | None = None, *, memory: str | None = None
+) -> None:
     """``flock(fd, how)``, waited for at most ``wait`` seconds (None: :data:`LOCK_WAIT`),
     polled without blocking: no process holding the lock can hang this one. Still held
     then: :class:`LockHeld` names the lock ``path`` and its folder (and for
-    :data:`HELD_MEMORY` seconds the next wait for it is one try).
+    :data:`HELD_MEMORY` seconds the next wait for it is one try). ``memory``: what that is
+    remembered by (None: ``path``; a folder: every lock remembered by it at once).
 
     Example:
         >>> import fcntl, os, tempfile
@@ -222,20 +227,22 @@ def flock_within(fd: int, how: int, path: str, wait: float | None = None) -> Non
         >>> os.close(a); os.close(b)
     """
     limit = LOCK_WAIT if wait is None else wait
+    key = path if memory is None else memory
     now = time.monotonic()
-    if path in _HELD_AT and now - _HELD_AT[path] < HELD_MEMORY:
+    if key in _HELD_AT and now - _HELD_AT[key] < HELD_MEMORY:
         limit = 0.0  # (found held a moment ago)
     give_up = now + limit
     pause = 0.001
     while True:
         try:
             fcntl.flock(fd, how | fcntl.LOCK_NB)
-            _HELD_AT.pop(path, None)
+            if memory is None:  # (a folder's: others in it may still be held)
+                _HELD_AT.pop(key, None)
             return
         except BlockingIOError:
             pass
         if time.monotonic() >= give_up:
-            _HELD_AT[path] = time.monotonic()
+            _HELD_AT[key] = time.monotonic()
             raise LockHeld(
                 f"the lock {os.path.basename(path)} in the cache folder "
                 f"{os.path.dirname(path)} is held by another process (waited {limit:g} s): "
