@@ -237,7 +237,11 @@ def test_the_storage_dtype_of_an_unknown_v2_type_is_in_the_id(tmp_path: Path) ->
     data = np.array([1.5, -2.0, 3.25, 0.0], np.float16).tobytes()
     ids, structural = set(), set()
     for storage in ("f16", "i16", "u16", "bf16"):
-        obj = {"shape": [4], "layout": "dense", "parts": {"data": _part(storage, 8, type="x.foo/1")}}
+        obj = {
+            "shape": [4],
+            "layout": "dense",
+            "parts": {"data": _part(storage, 8, type="x.foo/1")},
+        }
         path = _v2_object(tmp_path / f"{storage}.zt", obj, {4096: data})
         ids.add(_id(path))
         structural.add(structural_hash(path))

@@ -198,7 +198,7 @@ def test_an_entry_is_never_writable_by_others_not_even_while_it_is_made(tmp_path
     """Review e03: an entry's temporary file was made 0666 less the umask (0664 under 002,
     0666 under 0) and only then set to 0644: in that window a user of the group could open
     it for writing and keep writing into the committed entry. Under umask 0, the kind of
-    file :func:`new_temp` makes is 0600 as it is created, and the entry 0644 after."""
+    file :func:`new_temp` makes is 0600 as it is created, and the entry ENTRY_MODE after."""
     from tensorfile.sources.cache import files
 
     old = os.umask(0)

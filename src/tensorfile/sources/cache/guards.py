@@ -8,10 +8,10 @@ owned by this process's user (or root), writable by no group nor other user, and
 no extended POSIX ACL (:func:`distrust`); else the read goes on without the
 cache (:class:`UntrustedFolder`, with a warning). A symlink at the cache folder's own path is
 followed only when it is this user's or root's (:func:`distrust_link`): one another user
-planted there, before the cache was made, would choose the folder it is made in. Inside such a folder, a file's chunk
-folder or an entry owned by another user, or writable by a group or others, is a damaged entry:
-removed, never read. (The folders above the cache folder are the user's choice and are not
-checked.)
+planted there, before the cache was made, would choose the folder it is made in. Inside
+such a folder, a file's chunk folder or an entry owned by another user, or writable by a
+group or others, is a damaged entry: removed, never read. (The folders above the cache
+folder are the user's choice and are not checked.)
 
 **Bounded waits.** A lock is a file others may open: a user who can only read the folder
 can ``flock`` a lock file or a cached file (``flock`` works on a read-only descriptor), and
