@@ -4,7 +4,14 @@ remote dataset, and a folder or shard another user could write in is never read.
 
 from __future__ import annotations
 
+import fcntl
 import os
+import re
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -111,3 +118,93 @@ def test_shards_cached_under_umask_002_are_read_again(url: str, tmp_path: Path) 
     assert np.array_equal(rows, ROWS) and said == [] and len(made) == 2
     assert {p: p.stat().st_ino for p in _shards(cache)} == made  # hits: nothing fetched again
     assert all(p.stat().st_mode & 0o022 == 0 for p in (cache, *cache.rglob("*")))
+
+
+def _filled(folder: Path, n: int) -> tuple[entries.FileEntries, list[str]]:
+    """A shard cache in ``folder`` holding ``n`` entries of 16 bytes, and their keys."""
+    files = entries.FileEntries(str(folder), limit=1 << 20)
+    keys = [f"{i:040x}" for i in range(n)]
+    for key in keys:
+        found = files.fetch(key, 16, lambda fd: (os.pwrite(fd, b"x" * 16, 0), '"v"')[1], where=key)
+        assert found is not None
+        entries.close_fd(found[1])
+    return files, keys
+
+
+def test_a_user_holding_every_cached_shard_costs_one_wait(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Review d03: a user who can read the cache folder holds an exclusive flock on every
+    cached shard. The memory of a lock found held was per file, so each shard's open waited
+    the whole LOCK_WAIT (1,000 shards: 83 minutes an epoch); it is per folder now."""
+    monkeypatch.setattr(guards, "_HELD_AT", {})
+    files, keys = _filled(tmp_path / "c", 3)
+    holders = [os.open(files.path(key), os.O_RDONLY) for key in keys]  # (read access suffices)
+    try:
+        for fd in holders:
+            fcntl.flock(fd, fcntl.LOCK_EX)  # (another open file: the cache's flock conflicts)
+        waited = []
+        for key in keys:
+            with pytest.raises(guards.LockHeld) as caught:
+                files.open_cached(key, 16)
+            found = re.search(r"\(waited (\S+) s\)", str(caught.value))
+            assert found is not None, caught.value
+            waited.append(found.group(1))
+    finally:
+        for fd in holders:
+            os.close(fd)
+    assert waited == ["0.5", "0", "0"]  # one wait for the folder, then one try each
+    for key in keys:  # let go: read from the cache again
+        found = files.open_cached(key, 16)
+        assert found is not None
+        entries.close_fd(found[1])
+
+
+def test_the_cache_folders_and_entries_are_yours_alone(tmp_path: Path) -> None:
+    """Review d03: in a cache folder its user made readable (mkdir under umask 022), the
+    layout folder was 0755 and the entries 0644: any user could open a shard and flock it.
+    They are 0700 and 0600 now, and an older cache's 0755 layout folder is narrowed."""
+    cache = tmp_path / "c"
+    cache.mkdir(mode=0o755)
+    files, keys = _filled(cache, 1)
+    layout = cache / LAYOUT
+    assert stat.S_IMODE(layout.stat().st_mode) == 0o700
+    made = [p for p in layout.iterdir()]
+    assert {stat.S_IMODE(p.stat().st_mode) for p in made} == {0o600}, made
+    layout.chmod(0o755)  # (as an older version made it)
+    found = files.open_cached(keys[0], 16)
+    assert found is not None
+    entries.close_fd(found[1])
+    assert stat.S_IMODE(layout.stat().st_mode) == 0o700
+
+
+_OPEN_AS_NOBODY = """
+import os, sys
+os.setgroups([]); os.setgid(65534); os.setuid(65534)
+for path in sys.argv[1:]:
+    try:
+        os.close(os.open(path, os.O_RDONLY))
+        print("opened", path)
+    except PermissionError:
+        print("refused", path)
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="playing another user needs root")
+def test_another_user_cannot_open_a_cached_shard(tmp_path: Path) -> None:
+    """Review d03, as the reproducer plays it: another user (nobody) cannot even open a
+    cached shard of a cache folder its owner made readable to all (0755)."""
+    base = Path(tempfile.mkdtemp(prefix="d03-", dir="/tmp"))
+    try:
+        base.chmod(0o755)
+        cache = base / "c"
+        cache.mkdir(mode=0o755)
+        files, keys = _filled(cache, 1)
+        shard = files.path(keys[0])
+        out = subprocess.run(
+            [sys.executable, "-c", _OPEN_AS_NOBODY, shard, str(cache)],
+            capture_output=True, text=True, timeout=60, check=True,
+        )  # fmt: skip
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    assert out.stdout.split("\n")[:2] == [f"refused {shard}", f"opened {cache}"], out.stdout

@@ -228,6 +228,29 @@ def test_distinct_v2_logical_types_get_distinct_ids(tmp_path: Path) -> None:
     assert ids["the F32 type"] == hashlib.sha256(CONTENT_PREFIX + record + b"\n").hexdigest()
 
 
+def test_the_storage_dtype_of_an_unknown_v2_type_is_in_the_id(tmp_path: Path) -> None:
+    """Hostile review d06: the same bytes stored as ``f16``, ``i16``, ``u16`` or ``bf16``
+    under the logical type ``x.foo/1`` (which ztensor 2.1.2 reads with four dtypes) got one
+    content id and one structural hash: the head named the logical type only. It names the
+    storage dtype after it now (``x.foo/1@u16``); a known type's head is unchanged (pinned in
+    the test above)."""
+    data = np.array([1.5, -2.0, 3.25, 0.0], np.float16).tobytes()
+    ids, structural = set(), set()
+    for storage in ("f16", "i16", "u16", "bf16"):
+        obj = {
+            "shape": [4],
+            "layout": "dense",
+            "parts": {"data": _part(storage, 8, type="x.foo/1")},
+        }
+        path = _v2_object(tmp_path / f"{storage}.zt", obj, {4096: data})
+        ids.add(_id(path))
+        structural.add(structural_hash(path))
+        if storage == "u16":
+            record = b'{"name":"w","dtype":"x.foo/1@u16","shape":[4]}\n' + sha(data).encode()
+            assert _id(path) == hashlib.sha256(CONTENT_PREFIX + record + b"\n").hexdigest()
+    assert len(ids) == 4 and len(structural) == 4
+
+
 def test_a_v2_encoding_id_raw_is_not_unencoded(tmp_path: Path) -> None:
     """An unregistered v2 encoding id that is literally ``raw`` (or ``zstd``, zTensor
     v1.0's codec) was taken for tensorfile's own: its stored bytes were hashed as the data

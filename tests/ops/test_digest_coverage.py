@@ -187,6 +187,33 @@ def test_verify_fails_a_tensor_the_digest_map_leaves_out(tmp_path: Path, capsys:
     assert doc["strict"] is False
 
 
+@pytest.mark.parametrize(
+    ("name", "options"),
+    [("out.safetensors", {"checksum": "sha256"}), ("out.zt", {"to": "zt2", "checksum": "xxh3"}),
+     ("copy.safetensors", {}), ("out.npz", {})],
+)  # fmt: skip
+def test_convert_names_the_tensors_no_digest_covered(
+    tmp_path: Path, capsys: Any, name: str, options: dict[str, Any]
+) -> None:
+    """Review d09: ``convert --checksum`` turned a source failing verify (rule uncovered:
+    b replaced, its digest dropped from the map) into a file that passes it, in silence.
+    The result's notes (and the command line) name the tensors no stored digest covered."""
+    src = _partial_map(tmp_path / "m.safetensors", ["a"])
+    assert ops.verify(str(src)).uncovered == ("b",)
+    result = ops.convert(src, tmp_path / name, **options)
+    said = [n for n in result.notes if "leave out" in n]
+    assert len(said) == 1, result.notes
+    assert "1 tensor ('b')" in said[0] and "fails verify (rule uncovered)" in said[0]
+    assert ("are new, over those unchecked bytes" in said[0]) == ("checksum" in options)
+    got = run(capsys, "convert", src, tmp_path / f"cli-{name}", *(
+        f"--{k}={v}" for k, v in options.items()))  # fmt: skip
+    assert got.code == 0 and f"note: {said[0]}" in got.out.splitlines(), got.out
+    covered = tmp_path / "all.safetensors"
+    _partial_map(covered, ["a", "b"])  # every tensor covered: no such note
+    assert not [n for n in ops.convert(covered, tmp_path / f"all-{name}", **options).notes
+                if "leave out" in n]  # fmt: skip
+
+
 def test_many_uncovered_tensors_are_one_line(tmp_path: Path, capsys: Any) -> None:
     names = sorted(MODEL)
     path = _partial_map(tmp_path / "m.safetensors", names[:1], MODEL)

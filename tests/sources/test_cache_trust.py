@@ -198,7 +198,7 @@ def test_an_entry_is_never_writable_by_others_not_even_while_it_is_made(tmp_path
     """Review e03: an entry's temporary file was made 0666 less the umask (0664 under 002,
     0666 under 0) and only then set to 0644: in that window a user of the group could open
     it for writing and keep writing into the committed entry. Under umask 0, the kind of
-    file :func:`new_temp` makes is 0600 as it is created, and the entry 0644 after."""
+    file :func:`new_temp` makes is 0600 as it is created, and the entry ENTRY_MODE after."""
     from tensorfile.sources.cache import files
 
     old = os.umask(0)
@@ -212,3 +212,32 @@ def test_an_entry_is_never_writable_by_others_not_even_while_it_is_made(tmp_path
         os.umask(old)
     assert created == 0o600, oct(created)
     assert stat.S_IMODE(os.stat(tmp_path / "e.shard").st_mode) == files.ENTRY_MODE
+
+
+def test_your_own_symlink_as_the_cache_folder_is_followed(server: Server, tmp_path: Path) -> None:
+    """~/.cache/tensorfile -> /data/cache: a link of one's own is the user's choice."""
+    url, target = f"{server.url}/a.bin", tmp_path / "data-cache"
+    target.mkdir(mode=0o700)
+    os.symlink(target, tmp_path / "c")
+    assert _read(url, tmp_path / "c") == (GOOD, [])
+    assert (target / LAYOUT).is_dir() and (tmp_path / "c").is_symlink()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a symlink owned by another user needs root")
+def test_a_symlink_another_user_planted_at_the_cache_path_is_not_followed(
+    server: Server, tmp_path: Path
+) -> None:
+    """Review e04: $TENSORFILE_CACHE_DIR names a path not made yet, in a folder others can
+    write; another user plants a symlink there to a folder of the victim's. The cache is not
+    made in that folder: the read bypasses the cache, with the distrust warning."""
+    url, precious = f"{server.url}/a.bin", tmp_path / "precious"
+    precious.mkdir(mode=0o700)
+    (precious / "notes.txt").write_text("the victim's")
+    planted = tmp_path / "tfcache"
+    os.symlink(precious, planted)
+    os.lchown(planted, 65534, 65534)  # (nobody's link, to a folder of ours)
+    data, said = _read(url, planted)
+    assert data == GOOD
+    _refused(said, planted, "a symlink owned by")
+    assert "uid 65534" in said[0] and str(precious) in said[0]
+    assert sorted(os.listdir(precious)) == ["notes.txt"]

@@ -9,7 +9,10 @@ is noted here:
   (a uint32 and an int64 are both a number, a float32 its shortest decimal);
 - the per-tensor digests a source stores (zTensor), where the destination stores none or
   ``checksum`` was not given;
-- zTensor v2 object attributes (convert writes file metadata only).
+- zTensor v2 object attributes (convert writes file metadata only);
+- and, whatever the destination, what no digest vouched for: the tensors a source's
+  digests leave out (:func:`uncovered_notes`: that source fails ``verify``, rule
+  ``uncovered``, and with ``checksum=`` the output's fresh digests would hide it).
 
 Example:
     >>> from tensorfile import formats
@@ -25,7 +28,7 @@ from typing import Any
 
 from .. import formats
 
-__all__ = ["Kept", "losses"]
+__all__ = ["Kept", "losses", "uncovered_notes"]
 
 _SHOWN = 5  # names a note lists before "..."
 
@@ -39,12 +42,15 @@ class Kept:
         metadata: its metadata, as plain values.
         digests: the number of tensors with a stored digest, by algorithm.
         object_attributes: the tensors that carry attributes of their own (zTensor v2).
+        uncovered: the tensors no stored digest covers while others are covered (the
+            source fails ``verify``'s rule ``uncovered``).
     """
 
     format: str
     metadata: Mapping[str, Any]
     digests: Mapping[str, int] = field(default_factory=dict)
     object_attributes: tuple[str, ...] = ()
+    uncovered: tuple[str, ...] = ()
 
 
 def _names(names: list[str]) -> str:
@@ -102,6 +108,23 @@ def _digests(kept: Kept, fmt: formats.Format, options: Mapping[str, Any], label:
         f"checksums: the source's digests are not kept: {found}; pass checksum= (--checksum) "
         f"to have {label} store its own"
     ]
+
+
+def uncovered_notes(kept: Kept, options: Mapping[str, Any], label: str) -> list[str]:
+    """The source's tensors no digest covered: their bytes were not checked as they were
+    read, and with ``checksum=`` the output's digests of them vouch for whatever they
+    held (the source fails ``verify``, the output would pass it)."""
+    names = list(kept.uncovered)
+    if not names:
+        return []
+    note = (
+        f"checksums: the source's digests leave out {_count(len(names), 'tensor')} "
+        f"({_names(names)}): their bytes were copied unchecked, and the source fails "
+        "verify (rule uncovered)"
+    )
+    if options.get("checksum") is not None:
+        note += f"; the digests {label} stores for them are new, over those unchecked bytes"
+    return [note]
 
 
 def losses(kept: Kept, fmt: formats.Format, options: Mapping[str, Any], label: str) -> list[str]:

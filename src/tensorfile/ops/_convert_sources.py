@@ -20,7 +20,7 @@ import numpy as np
 
 from ..core import dtypes
 from ..core.catalog import TensorInfo
-from ..core.digests import STORED
+from ..core.digests import STORED, uncovered
 from ..core.errors import FormatError
 from ..core.values import plain
 from ..formats.ggml import DEQUANTIZED, layout_bytes
@@ -124,6 +124,15 @@ def _check_backed(info: TensorInfo) -> None:
     )
 
 
+def _uncovered(reader: Any) -> tuple[str, ...]:
+    """The tensors of ``reader`` no digest it stores covers, when its digests cover others
+    (what fails ``verify``'s rule ``uncovered``); () when it stores none or covers all."""
+    names = uncovered(reader)
+    if not names or len(names) == sum(reader.info(n).numel != 0 for n in reader.keys()):
+        return ()
+    return tuple(names)
+
+
 def _source(src: str, reader: Any) -> ConvertSource:
     shards = getattr(reader, "shards", None)
     sharded = bool(shards) and isinstance(shards, list)
@@ -164,7 +173,13 @@ def _source(src: str, reader: Any) -> ConvertSource:
         get,
         reader.close,
         single,
-        Kept(reader.format, {k: v for k, v in metadata.items() if k not in others}, digests, owned),
+        Kept(
+            reader.format,
+            {k: v for k, v in metadata.items() if k not in others},
+            digests,
+            owned,
+            _uncovered(reader),
+        ),
         others,
         reader.in_order if single is not None else None,
     )

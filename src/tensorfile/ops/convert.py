@@ -49,7 +49,7 @@ from ..core.errors import InvalidArgumentError, SourceError
 from ..formats.catalogs import index_path, local_target, locate_checkpoint
 from ..sources import is_url
 from . import _convert_sinks as sinks
-from ._convert_losses import losses
+from ._convert_losses import losses, uncovered_notes
 from ._convert_sources import ConvertSource, Item, open_source
 from .inspect import not_tensors_text
 
@@ -258,6 +258,7 @@ def _run(
         )
         files = tuple(written)
         notes += losses(source.kept, fmt, options, name)
+    notes += uncovered_notes(source.kept, options, name)
     bytes_out = sum(os.path.getsize(f) for f in files if os.path.isfile(f))
     return ConvertResult(
         src, dst, source.format, name, len(items), total, bytes_out, files, densified, tuple(notes)

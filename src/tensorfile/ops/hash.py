@@ -4,7 +4,8 @@ The **structural hash** is SHA-256 (lower-case hex) of the compact JSON
 ``{"format":…,["gguf_version":…,]"metadata":{…},"tensors":{name:{"name","dtype","shape",
 "byte_length"}}}``: maps sorted by key, dtypes lower-cased (a type tensorfile does not
 know, a zTensor v2 logical type it has not registered, as its common dtype: case kept,
-never a known type's name), and each metadata value
+never a known type's name, then ``@`` and the storage dtype: ``x.foo/1@u16``), and each
+metadata value
 canonicalised as weight-inspect does (a string ``pt`` becomes the JSON string ``"\\"pt\\""``;
 inside it only quotes, backslashes and the ASCII control characters are escaped: ``\\n``,
 ``\\r`` and ``\\t`` by name, the rest of U+0000-U+001F and U+007F as ``\\u00xx``, lower-case
@@ -21,7 +22,9 @@ tensor bytes, so a model converted between safetensors, zTensor, npz or GGUF kee
 depends on the content and on the digest algorithm only, never on the container. It is
 SHA-256 (lower-case hex) of ``tensorfile-content-v2\\n`` followed, for each tensor in name
 order, by the compact JSON ``{"name":…,"dtype":…,"shape":[…]}`` (the common dtype, as
-:attr:`~tensorfile.core.catalog.TensorInfo.common_dtype` names it; the row-major shape),
+:attr:`~tensorfile.core.catalog.TensorInfo.common_dtype` names it, and for a type
+tensorfile does not know ``@`` and the storage dtype its bytes are held as,
+``x.foo/1@u16``; the row-major shape),
 ``\\n``, the digest text ``algorithm:hex`` of the tensor's data bytes and ``\\n``. The data
 bytes are the dense elements, row-major and little-endian (a sparse tensor's dense form; a
 sub-byte type packed as a raw file stores it; GGUF's quantized blocks as stored). A tensor
@@ -234,7 +237,27 @@ def _structural_dtype(fmt: str, t: TensorInfo) -> str:
     not ``x.foo/1``) and never the name of a known type (``ext:f32``)."""
     if t.type_known or t.layout == "quantized":
         return file_dtype(fmt, t).lower()
-    return t.common_dtype
+    return _id_dtype(t)
+
+
+def _id_dtype(t: TensorInfo) -> str:
+    """A tensor's dtype in the content id's head (and, for a type tensorfile does not know,
+    in the structural hash): :attr:`~tensorfile.core.catalog.TensorInfo.common_dtype`, and
+    for a type tensorfile does not know (a zTensor v2 logical type it has not registered)
+    ``@`` and the storage dtype its bytes are held as, lower-cased (``x.foo/1@u16``): the
+    same bytes stored as ``f16`` or ``u16`` under one logical type are two tensors to the
+    file and to ztensor. A known type's name is its common dtype alone.
+
+    Example:
+        >>> from tensorfile.core.catalog import ByteRange, Component, TensorInfo
+        >>> from tensorfile.core.dtypes import from_name
+        >>> u16 = Component(ByteRange(0, 8), from_name("U16"), logical="x.foo/1")
+        >>> _id_dtype(TensorInfo("w", u16.dtype, (4,), {"data": u16}, dtype_name="x.foo/1"))
+        'x.foo/1@u16'
+    """
+    if t.type_known or t.layout == "quantized":
+        return t.common_dtype
+    return f"{t.common_dtype}@{t.dtype.name.lower()}"
 
 
 def _items(value: Any) -> int:
@@ -482,7 +505,7 @@ def _head(reader: Reader, info: TensorInfo, t: TensorInfo) -> bytes:
     character, so the first ``\n`` ends it). An extension layout's head also names the
     layout and, when its object has any (zTensor v2), the deterministic CBOR of its
     attributes as hex, so a plain tensor's head (which has neither key) never equals one."""
-    head: dict[str, Any] = {"name": t.name, "dtype": t.common_dtype, "shape": list(t.shape)}
+    head: dict[str, Any] = {"name": t.name, "dtype": _id_dtype(t), "shape": list(t.shape)}
     if not is_plain(info):
         head["layout"] = file_name(info.layout)  # as the file names it
         attributes = _attributes(reader, t.name)

@@ -201,7 +201,8 @@ class FileEntries:
                     close_fd(fd)
                     drop(path, st, dir_fd=root)
                     return None
-                if not lock_same(fd, path, st, fcntl.LOCK_SH, dir_fd=root):
+                # (remembered by the folder: one user holding every shard costs one wait)
+                if not lock_same(fd, path, st, fcntl.LOCK_SH, dir_fd=root, memory=self.root):
                     close_fd(fd)  # evicted or replaced meanwhile: look again
                     continue
                 if st.st_size != size or (

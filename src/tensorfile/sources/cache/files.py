@@ -89,12 +89,16 @@ RECORD_BYTES = 512
 download reserves this much room for its record."""
 _O_ENTRY = os.O_NOFOLLOW | os.O_NONBLOCK | _O_CLOEXEC
 _O_FOLDER = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | _O_CLOEXEC
-_FOLDER_MODE = 0o755
+_FOLDER_MODE = 0o700
 """The mode of the folders the cache makes (never writable by group or others, whatever
-the umask: :func:`~.guards.distrust` would refuse them)."""
-ENTRY_MODE = 0o644
+the umask: :func:`~.guards.distrust` would refuse them; nor searchable by them: another
+user cannot open an entry to ``flock`` it, even in a cache folder others may read). A
+layout folder of this user's with a wider mode (an older version made them 0755) is
+narrowed to it when opened."""
+ENTRY_MODE = 0o600
 """The mode of the files the cache writes (set with ``fchmod``, whatever the umask: one
-writable by its group would be refused by :func:`~.guards.distrust`)."""
+writable by its group would be refused by :func:`~.guards.distrust`; readable by their
+owner only, as the cache is one user's)."""
 
 
 def _at(path: str, dir_fd: int | None) -> str:
@@ -110,7 +114,7 @@ def guarded() -> Iterator[None]:
         yield
 
 
-def open_fd(path: str, flags: int, mode: int = 0o644, *, dir_fd: int | None = None) -> int:
+def open_fd(path: str, flags: int, mode: int = 0o600, *, dir_fd: int | None = None) -> int:
     """``os.open`` (never following a symlink, never blocking on a FIFO, close-on-exec),
     the descriptor remembered until :func:`close_fd`: a forked child closes it.
     ``dir_fd``: ``path``'s folder is this open descriptor (its path is not used)."""
@@ -297,12 +301,13 @@ def lock_same(
     *,
     dir_fd: int | None = None,
     wait: float | None = None,
+    memory: str | None = None,
 ) -> bool:
-    """``flock(fd, how)`` (waiting at most ``wait`` seconds:
-    :func:`~.guards.flock_within`), then whether ``path`` still names the file ``fd`` is
-    open on (``st``: its fstat); False when it was removed or replaced meanwhile (the
-    caller closes ``fd`` and opens the name again)."""
-    flock_within(fd, how, path, wait)
+    """``flock(fd, how)`` (waiting at most ``wait`` seconds, a lock found held remembered
+    by ``memory``: :func:`~.guards.flock_within`), then whether ``path`` still names the
+    file ``fd`` is open on (``st``: its fstat); False when it was removed or replaced
+    meanwhile (the caller closes ``fd`` and opens the name again)."""
+    flock_within(fd, how, path, wait, memory=memory)
     try:
         now = os.stat(_at(path, dir_fd), dir_fd=dir_fd, follow_symlinks=False)
     except FileNotFoundError:
@@ -418,6 +423,7 @@ def open_folder(path: str, *, create: bool = True, parent: int | None = None) ->
         else:
             why = _distrust_fd(fd)
             if why is None:
+                _narrow(fd)
                 return fd
             os.close(fd)
             if parent is None:
@@ -433,6 +439,15 @@ def open_folder(path: str, *, create: bool = True, parent: int | None = None) ->
         if not create:
             return None
     raise SourceError(f"the cache folder {path} is replaced again and again")
+
+
+def _narrow(fd: int) -> None:
+    """Give the cache's folder ``fd``, when it is this user's, :data:`_FOLDER_MODE` (one an
+    older version made 0755 let other users open its entries)."""
+    with contextlib.suppress(OSError):
+        st = os.fstat(fd)
+        if st.st_mode & 0o077 and st.st_uid == os.geteuid():
+            os.fchmod(fd, _FOLDER_MODE)
 
 
 def _distrust_fd(fd: int) -> str | None:

@@ -6,10 +6,12 @@ returns (a planted chunk needs only public facts: the URL, the ETag, the size). 
 does for its files, the cache folder and its layout folders are used only when they are
 owned by this process's user (or root), writable by no group nor other user, and carry
 no extended POSIX ACL (:func:`distrust`); else the read goes on without the
-cache (:class:`UntrustedFolder`, with a warning). Inside such a folder, a file's chunk
-folder or an entry owned by another user, or writable by a group or others, is a damaged entry:
-removed, never read. (The folders above the cache folder are the user's choice and are not
-checked.)
+cache (:class:`UntrustedFolder`, with a warning). A symlink at the cache folder's own path is
+followed only when it is this user's or root's (:func:`distrust_link`): one another user
+planted there, before the cache was made, would choose the folder it is made in. Inside
+such a folder, a file's chunk folder or an entry owned by another user, or writable by a
+group or others, is a damaged entry: removed, never read. (The folders above the cache
+folder are the user's choice and are not checked.)
 
 **Bounded waits.** A lock is a file others may open: a user who can only read the folder
 can ``flock`` a lock file or a cached file (``flock`` works on a read-only descriptor), and
@@ -49,6 +51,7 @@ __all__ = [
     "UntrustedFolder",
     "check_root",
     "distrust",
+    "distrust_link",
     "flock_within",
     "untrusted",
 ]
@@ -60,7 +63,9 @@ holder keeps one for a scan or a rename: milliseconds. (A shard's download lock 
 for as long as a download may take: :data:`~.entries.WAIT_SECONDS`.)"""
 HELD_MEMORY = 60.0
 """Seconds a lock found held is remembered: within them, the next wait for that lock in this
-process is one try (the files of a sharded checkpoint do not each wait for it)."""
+process is one try (the files of a sharded checkpoint do not each wait for it). The shared
+locks of cached files are remembered per folder: a user who holds every cached shard of a
+folder costs one wait, not one per shard."""
 _HELD_AT: dict[str, float] = {}
 
 
@@ -145,8 +150,12 @@ def distrust(st: os.stat_result, where: int | str | None = None) -> str | None:
 
 def check_root(folder: str) -> None:
     """Refuse the cache folder ``folder`` (:class:`UntrustedFolder`, saying what to do)
-    when another user could write in it (:func:`distrust`); a folder that is not there yet
+    when another user could write in it (:func:`distrust`), or when its own path is a
+    symlink another user owns (:func:`distrust_link`); a folder that is not there yet
     passes (the cache makes it)."""
+    why = distrust_link(folder)
+    if why is not None:
+        raise untrusted(folder, why)
     try:
         st = os.stat(folder)
     except OSError:
@@ -154,6 +163,36 @@ def check_root(folder: str) -> None:
     why = distrust(st, folder)
     if why is not None:
         raise untrusted(folder, why)
+
+
+def distrust_link(path: str) -> str | None:
+    """Why the symlink at ``path`` is not followed to a cache folder (None when ``path`` is
+    no symlink, or one of this process's user or of root): a link another user owns (say
+    planted in a folder others can write, at the path ``$TENSORFILE_CACHE_DIR`` names
+    before the cache was made) picks a folder of yours for the cache. As the kernel's
+    ``fs.protected_symlinks`` rule: a link is followed when its owner is who follows it.
+
+    Example:
+        >>> import os, tempfile
+        >>> base = tempfile.mkdtemp()
+        >>> os.symlink(tempfile.mkdtemp(), os.path.join(base, "cache"))
+        >>> distrust_link(os.path.join(base, "cache")) is None  # (your own link)
+        True
+    """
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    if not stat.S_ISLNK(st.st_mode) or st.st_uid in (os.geteuid(), 0):
+        return None
+    try:
+        target = f" to {os.readlink(path)!r}"
+    except OSError:
+        target = ""
+    return (
+        f"a symlink owned by {_user(st.st_uid)}, not by {_user(os.geteuid())}{target} "
+        "(a folder another user chose)"
+    )
 
 
 def untrusted(folder: str, why: str) -> UntrustedFolder:
@@ -166,11 +205,14 @@ def untrusted(folder: str, why: str) -> UntrustedFolder:
     )
 
 
-def flock_within(fd: int, how: int, path: str, wait: float | None = None) -> None:
+def flock_within(
+    fd: int, how: int, path: str, wait: float | None = None, *, memory: str | None = None
+) -> None:
     """``flock(fd, how)``, waited for at most ``wait`` seconds (None: :data:`LOCK_WAIT`),
     polled without blocking: no process holding the lock can hang this one. Still held
     then: :class:`LockHeld` names the lock ``path`` and its folder (and for
-    :data:`HELD_MEMORY` seconds the next wait for it is one try).
+    :data:`HELD_MEMORY` seconds the next wait for it is one try). ``memory``: what that is
+    remembered by (None: ``path``; a folder: every lock remembered by it at once).
 
     Example:
         >>> import fcntl, os, tempfile
@@ -185,20 +227,22 @@ def flock_within(fd: int, how: int, path: str, wait: float | None = None) -> Non
         >>> os.close(a); os.close(b)
     """
     limit = LOCK_WAIT if wait is None else wait
+    key = path if memory is None else memory
     now = time.monotonic()
-    if path in _HELD_AT and now - _HELD_AT[path] < HELD_MEMORY:
+    if key in _HELD_AT and now - _HELD_AT[key] < HELD_MEMORY:
         limit = 0.0  # (found held a moment ago)
     give_up = now + limit
     pause = 0.001
     while True:
         try:
             fcntl.flock(fd, how | fcntl.LOCK_NB)
-            _HELD_AT.pop(path, None)
+            if memory is None:  # (a folder's: others in it may still be held)
+                _HELD_AT.pop(key, None)
             return
         except BlockingIOError:
             pass
         if time.monotonic() >= give_up:
-            _HELD_AT[path] = time.monotonic()
+            _HELD_AT[key] = time.monotonic()
             raise LockHeld(
                 f"the lock {os.path.basename(path)} in the cache folder "
                 f"{os.path.dirname(path)} is held by another process (waited {limit:g} s): "
