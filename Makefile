@@ -43,7 +43,7 @@ STREAMING := mosaicml-streaming==0.13.0
 # --no-compile: pip would byte-compile all ~27,000 modules of the dev packages (a minute of
 # one core, on the path of every fresh make test); .warm compiles the ~4,000 the suite imports
 $(VENV)/.dev: $(PY) pyproject.toml constraints.txt $(HOOK)
-	$(INSTALL) --no-compile -e '.[dev]'
+	$(INSTALL) -e '.[dev]' --no-compile
 	$(PIP) install --no-compile --no-deps $(STREAMING)
 	touch $@ $(VENV)/.core
 
