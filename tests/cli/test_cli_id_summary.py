@@ -50,14 +50,15 @@ def _structural(
 
 def _content(tensors: dict[str, tuple[str, list[int], bytes]], algorithm: str = "sha256") -> str:
     """The content id (v2): per tensor in name order, its name, common dtype and shape as
-    compact JSON, then the digest of its dense bytes, each followed by a newline."""
+    compact JSON, then the digest of its dense bytes, each followed by a newline; an id of
+    xxh3 or crc32c digests names its algorithm."""
     h = hashlib.sha256(b"tensorfile-content-v2\n")
     for name in sorted(tensors):
         dt, shape, data = tensors[name]
         head = {"name": name, "dtype": dt, "shape": shape}
         h.update(json.dumps(head, separators=(",", ":"), ensure_ascii=False).encode() + b"\n")
         h.update(digest_text(algorithm, data).encode() + b"\n")
-    return h.hexdigest()
+    return h.hexdigest() if algorithm == "sha256" else f"{algorithm}:{h.hexdigest()}"
 
 
 def _model_content(model: dict[str, np.ndarray[Any, Any]], algorithm: str = "sha256") -> str:

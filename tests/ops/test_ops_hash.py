@@ -514,7 +514,7 @@ def _expected_id(arrays: dict[str, Any], algorithm: str) -> str:
         h.update(json.dumps(head, separators=(",", ":")).encode() + b"\n")
         data = a.astype(a.dtype.newbyteorder("<")).tobytes()  # row-major, little-endian
         h.update(digest_text(algorithm, data).encode() + b"\n")
-    return h.hexdigest()
+    return h.hexdigest() if algorithm == "sha256" else f"{algorithm}:{h.hexdigest()}"
 
 
 _COMMON = {"float32": "F32", "float16": "F16", "bfloat16": "BF16", "int32": "I32"}

@@ -125,6 +125,8 @@ Examples:
 The content id reads and hashes every tensor's bytes. --trust-stored-digests is a trust
 boundary: the digests the file claims enter the id unchecked, so a file changed after it
 was written keeps its old id. Use it only for files you trust; --verify checks them.
+Only the default sha256 id resists a forger: an xxh3 or crc32c id (printed xxh3:<hex>,
+crc32c:<hex>) detects accidental changes, and a file changed on purpose can keep it.
 
 {_several("id", "one line each: <hash>  <path>")}
 
@@ -376,7 +378,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--digest",
         choices=ALGORITHMS,
         default=None,
-        help="with --content: the per-tensor digest (default sha256)",
+        help="with --content: the per-tensor digest (default sha256). Only a sha256 id "
+        "resists a forger: xxh3 and crc32c are checksums, which catch accidents (a flipped "
+        "bit, a cut download) but not a weight changed on purpose with a few low bits "
+        "flipped elsewhere to keep them; their ids print as xxh3:<hex> and crc32c:<hex>, "
+        "never to be taken for a sha256 id",
     )
     p.add_argument(
         "--verify",

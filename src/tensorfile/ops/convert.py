@@ -47,7 +47,7 @@ from .. import formats
 from ..core.atomic import AtomicFile
 from ..core.errors import InvalidArgumentError, SourceError
 from ..formats.catalogs import index_path, local_target, locate_checkpoint
-from ..sources import is_url
+from ..sources import is_url, redact
 from . import _convert_sinks as sinks
 from ._convert_losses import losses, uncovered_notes
 from ._convert_sources import ConvertSource, Item, open_source
@@ -73,7 +73,8 @@ class ConvertResult:
     """What :func:`convert` did.
 
     Attributes:
-        src / dst: the paths.
+        src / dst: the paths; a URL source as messages show it, without its credentials,
+            query string or fragment (:func:`~tensorfile.sources.redact`).
         source_format / destination_format: e.g. ``safetensors``, ``gguf``, ``pytorch``;
             ``safetensors``, ``zt``, ``zt2``, ``npz``, ``npy`` (:func:`tensorfile.formats.label`).
         tensors: tensors written.
@@ -187,7 +188,7 @@ def convert(
         raise InvalidArgumentError("src and dst must be non-empty paths")
     src_s, dst_s = local_target(src_s), local_target(dst_s)  # file:// URLs: local paths
     if is_url(dst_s):
-        raise InvalidArgumentError(f"{dst_s}: convert writes local files only")
+        raise InvalidArgumentError(f"{redact(dst_s)}: convert writes local files only")
     fmt, implied = _destination(dst_s, to, shard_size)
     options = fmt.check_options(
         {
@@ -260,6 +261,7 @@ def _run(
         notes += losses(source.kept, fmt, options, name)
     notes += uncovered_notes(source.kept, options, name)
     bytes_out = sum(os.path.getsize(f) for f in files if os.path.isfile(f))
+    src = redact(src)  # the result is printed: a URL without its credentials or query
     return ConvertResult(
         src, dst, source.format, name, len(items), total, bytes_out, files, densified, tuple(notes)
     )

@@ -39,6 +39,15 @@ text has its algorithm's length: two different tensor sets never give the same s
 :class:`~tensorfile.core.digests.Digest` writes it (``xxh3:`` + 16 hex digits,
 ``crc32c:`` + 8, ``sha256:`` + 64, lower-case).
 
+Only a ``sha256`` id resists a forger. ``crc32c`` and ``xxh3`` are checksums, not
+cryptographic hashes: they catch accidents (a flipped bit, a truncated download), but
+anyone can change a weight and flip a few low bits elsewhere so that the tensor keeps its
+checksum, and so the file its id (CRC-32C is linear; xxh3 is 64 bits and was never meant
+to resist collisions). So an id built from them names its algorithm: ``xxh3:`` or
+``crc32c:`` before the 64 hex digits, never the bare hex of a ``sha256`` id, and it can
+never be taken for one. Use them to spot accidental changes in files you hold, never to
+identify or dedupe files from elsewhere.
+
 The id is a statement about the bytes: by default every tensor's bytes are read and
 hashed, whatever digests the file claims. A file that already stores the digest of a
 tensor's data bytes (safetensors saved with ``checksum=``, zTensor v1.0 components stored
@@ -390,7 +399,9 @@ def content_hash(
     checks everything): asking for both is an
     :class:`~tensorfile.errors.InvalidArgumentError`. ``algorithm`` is one of ``xxh3``,
     ``crc32c`` and ``sha256``; the id depends on the content and the algorithm only, never
-    on which of these ways computed it.
+    on which of these ways computed it. A ``sha256`` id is 64 lower-case hex digits; an
+    ``xxh3`` or ``crc32c`` one is ``xxh3:`` or ``crc32c:`` and 64 hex digits: it detects
+    accidental changes only, a forger can keep it (see the module docstring).
 
     ``progress(done, total)`` is called as bytes are hashed (for a progress bar); ``total``
     counts the bytes to read, not those of tensors a stored digest covers. Memory stays
@@ -448,7 +459,7 @@ def content_hash(
     finally:
         for r in by_file.values():
             r.close()
-    return h.hexdigest()
+    return h.hexdigest() if algorithm == "sha256" else f"{algorithm}:{h.hexdigest()}"
 
 
 CONTENT_PREFIX = b"tensorfile-content-v2\n"

@@ -40,7 +40,7 @@ from ..core.atomic import check_editable
 from ..core.errors import InvalidArgumentError, UnsupportedError
 from ..formats import FORMATS, detect
 from ..formats.catalogs import file_catalog, local_target
-from ..sources import is_url, open_path
+from ..sources import is_url, open_path, redact
 from ._catalogs import files_of, load
 
 __all__ = ["MetadataEdit", "edit_metadata", "read_metadata"]
@@ -123,7 +123,7 @@ def edit_metadata(
     a checkpoint); tensor bytes never change, and a failure leaves the file as it was."""
     path = local_target(path)  # a file:// URL: its local path
     if is_url(path):
-        raise UnsupportedError(f"{path}: metadata of a remote file is read-only")
+        raise UnsupportedError(f"{redact(path)}: metadata of a remote file is read-only")
     s = load(path)
     fmt = FORMATS[s.format]
     if not fmt.editable:

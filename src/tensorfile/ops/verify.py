@@ -63,7 +63,7 @@ from ..formats.catalogs import (
     locate_checkpoint,
     open_file_source,
 )
-from ..sources import is_url
+from ..sources import is_url, redact
 
 __all__ = [
     "GROUP_OVER",
@@ -188,7 +188,8 @@ class VerifyReport:
     """What :func:`verify` found.
 
     Attributes:
-        path: the file or checkpoint verified.
+        path: the file or checkpoint verified, as messages show it: a URL without its
+            credentials, query string or fragment (:func:`~tensorfile.sources.redact`).
         format: its format (``safetensors``, ``ztensor``, ``gguf``...; ``safetensors`` for a
             sharded checkpoint too, as ``inspect`` says).
         tensors_checked: tensors whose bytes were read.
@@ -416,7 +417,7 @@ def verify(
         fmt = _single(run, target, allow_full_download)
     _check_coverage(run, strict)
     return VerifyReport(
-        target,
+        redact(target),
         fmt,
         run.checked,
         tuple(run.failures),
@@ -468,18 +469,19 @@ def _open(
 
 def _single(run: _Run, target: str, allow_full_download: bool | None) -> str:
     local = not is_url(target)
+    shown = redact(target)  # what a failure's message names (never a URL's credentials)
     try:
         reader = _open(target, local=local, allow_full_download=allow_full_download)
     except IncompleteBufferError as exc:
         if not exc.past_end:
             raise
         for name in exc.past_end:
-            run.fail(name, "truncated", _where(target, exc))
+            run.fail(name, "truncated", _where(shown, exc))
         return "safetensors"
     with reader:
         names = reader.keys()
         run.total = len(names)
-        run.tensors(reader, names, target)
+        run.tensors(reader, names, shown)
         return reader.format
 
 
