@@ -61,6 +61,7 @@ from tensorfile.formats.ztensor._layouts import (
     ExtensionTensor,
     check_coo,
     check_csr,
+    sorted_csr,
 )
 from tensorfile.formats.ztensor.v1._manifest import (
     FOOTER_SIZE,
@@ -275,7 +276,8 @@ class ZTensorReader(Reader):
         try:
             if info.layout == "sparse_csr":
                 check_csr(comps["values"], comps["indices"], comps["indptr"], info.shape)
-                return CSRTensor(comps["values"], comps["indices"], comps["indptr"], info.shape)
+                values, indices = sorted_csr(comps["values"], comps["indices"], comps["indptr"])
+                return CSRTensor(values, indices, comps["indptr"], info.shape)
             if info.layout == "sparse_coo":
                 values = comps["values"]
                 ndim = len(info.shape)
