@@ -318,7 +318,7 @@ def test_reference_sparse_reads_in_tensorfile(ref: Any, tmp_path: Path, dtype: s
 def _ref_csr(ref: Any, path: Path, indices: list[int]) -> dict[str, Any]:
     """A 2x3 CSR tensor ``w`` written by the reference: row 0 holds 1.0, 2.0 at ``indices``,
     row 1 holds 4.0 at column 2; the arrays as given, and torch's dense form of them."""
-    values, index = np.array([1.0, 2.0, 4.0], np.float32), np.array(indices + [2], np.uint64)
+    values, index = np.array([1.0, 2.0, 4.0], np.float32), np.array([*indices, 2], np.uint64)
     indptr = np.array([0, 2, 3], np.uint64)
     with ref.Writer(str(path)) as w:
         w.add_sparse_csr("w", values, index, indptr, (2, 3))

@@ -342,9 +342,7 @@ def unsorted_row(indices: NDArray, indptr: NDArray) -> tuple[int, int] | None:
     return int(np.searchsorted(indptr, at, side="right")) - 1, at
 
 
-def sorted_csr(
-    values: NDArray, indices: NDArray, indptr: NDArray
-) -> tuple[NDArray, NDArray]:
+def sorted_csr(values: NDArray, indices: NDArray, indptr: NDArray) -> tuple[NDArray, NDArray]:
     """``(values, indices)`` of a CSR tensor (arrays valid, as :func:`check_csr` checks)
     with each row's column indices in increasing order (the arrays themselves when they
     already are); a ZTensorError naming the row when a row names a column twice.
@@ -360,7 +358,7 @@ def sorted_csr(
     """
     if unsorted_row(indices, indptr) is None:
         return values, indices
-    rows = np.repeat(np.arange(indptr.size - 1), np.diff(indptr.astype(np.int64)))
+    rows = np.repeat(np.arange(indptr.size - 1), np.diff(indptr.astype(np.int64)).astype(np.int64))
     order = np.lexsort((indices, rows))
     values, indices = values[order], indices[order]
     repeat = unsorted_row(indices, indptr)
