@@ -32,6 +32,7 @@ import zstandard
 
 import tensorfile
 from tensorfile import ztensor
+from tensorfile.formats.ztensor import MAX_ZSTD_RATIO
 from tensorfile.ztensor import (
     COOTensor,
     ExtensionTensor,
@@ -42,6 +43,7 @@ from tensorfile.ztensor import (
     ZTensorUnsupportedError,
     ZTensorWarning,
 )
+from tests.formats.limits import GIB, run_limited
 
 MAGIC = b"ZTEN1000"
 SPECIFIC = (ZTensorUnsupportedError, ZTensorChecksumError, ZTensorMissingError)
@@ -1125,6 +1127,74 @@ def test_zstd_stream_shorter_than_declared(tmp_path: Path, declared: int) -> Non
     stream = zstd(np.arange(6, dtype=np.float32).tobytes())
     data = build({"w": ("float32", [declared], "dense", {"data": (stream, {"encoding": "zstd"})})})
     expect_error(tmp_path, data, ZTensorError, "24", tensor="w")
+
+
+def test_zstd_claim_is_allocated_only_once_the_stream_shows_it(tmp_path: Path) -> None:
+    """A real 64 KiB stream under a shape that claims 1,024 times as much (within zstd's
+    most expansion, so the manifest passes): the stream is inflated into memory that grows
+    with its output and refused short, naming both sizes, and the claim is never allocated
+    (it was, before the first byte was inflated)."""
+    values = np.random.default_rng(0).standard_normal(16_384).astype(np.float32)
+    stream = zstd(values.tobytes())
+    declared = 1024 * values.size
+    assert declared * 4 < MAX_ZSTD_RATIO * len(stream)
+    data = build({"w": ("float32", [declared], "dense", {"data": (stream, {"encoding": "zstd"})})})
+    expect_error(tmp_path, data, ZTensorError, "65,536 bytes", f"{declared * 4:,}", tensor="w")
+    path = _write(tmp_path, data)
+    for read in READERS.values():
+        exc, peak = _peak_while(lambda read=read: read(path))
+        assert isinstance(exc, ZTensorError), exc
+        assert peak < 8 * MB, peak
+
+
+_READ_LIMITED = """
+import sys, tracemalloc
+import tensorfile
+tracemalloc.start()
+reads = {{
+    "get_tensor": lambda f: f.get_tensor("w"),
+    "read_slice": lambda f: f.read_slice("w", slice(None)),
+    "get_tensors": lambda f: f.get_tensors(),
+}}
+for how, read in reads.items():
+    try:
+        with tensorfile.open({path!r}) as f:
+            read(f)
+        print(how, "read")
+    except tensorfile.TensorFileError as exc:
+        print(how, type(exc).__name__, exc)
+print("TRACED", tracemalloc.get_traced_memory()[1])
+"""
+
+
+def test_zstd_claim_under_an_address_space_limit(tmp_path: Path) -> None:
+    """The review's file: 70,000 float32 values stored with zstd (~259 KB) under a shape of
+    400,000,000 (1.6 GB, within 32,768 times the stored bytes). Under a 1.5 GiB address
+    space (the claim does not fit) each way of reading it says the stream holds 280,000
+    bytes, not 1.6 GB; it said "cannot be held" (the claim, allocated first)."""
+    values = np.random.default_rng(0).standard_normal(70_000).astype(np.float32)
+    stream = zstd(values.tobytes())
+    claim = 400_000_000
+    data = build({"w": ("float32", [claim], "dense", {"data": (stream, {"encoding": "zstd"})})})
+    path = _write(tmp_path, data)
+    printed, peak = run_limited(_READ_LIMITED.format(path=str(path)), address_space=GIB * 3 // 2)
+    *lines, traced = printed.splitlines()
+    assert [line.split()[0] for line in lines] == ["get_tensor", "read_slice", "get_tensors"]
+    for line in lines:
+        assert " ZTensorError " in line, line
+        assert "decompresses to 280,000 bytes, the manifest declares 1,600,000,000" in line, line
+    assert int(traced.split()[1]) < 64 << 20, traced  # the claim was never allocated
+    assert peak < 512 << 20, peak
+
+
+@pytest.mark.parametrize("elements", [0, 1, 262_143, 262_144, 750_001], ids=repr)
+def test_zstd_streams_read_whole_around_the_allocation(tmp_path: Path, elements: int) -> None:
+    """Held chunks, then the buffer: a stream read across the point where its buffer is
+    allocated (half the declared size, read 1 MiB at a time) comes out whole."""
+    values = np.random.default_rng(elements).standard_normal(elements).astype(np.float32)
+    data = build(dense_spec(values, encoding="zstd"))
+    got = read_ok(tmp_path, data)
+    np.testing.assert_array_equal(got["w"], values)
 
 
 def test_zstd_stream_longer_than_declared(tmp_path: Path) -> None:

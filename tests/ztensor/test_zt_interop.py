@@ -11,6 +11,8 @@ the handle that owns it is alive.
 from __future__ import annotations
 
 import struct
+import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +27,8 @@ from hypothesis.extra import numpy as hnp
 
 import tensorfile
 from tensorfile import ztensor as zt
+from tensorfile.errors import InvalidArgumentError
+from tensorfile.ops import content_hash
 from tests.helpers.samples import assert_same
 from tests.ztensor import make_fixtures
 
@@ -309,6 +313,85 @@ def test_reference_sparse_reads_in_tensorfile(ref: Any, tmp_path: Path, dtype: s
     assert pt["coo3"]._indices().tolist() == coo3.coords.astype(np.int64).tolist()
     values = pt["coo3"]._values().contiguous().view(torch.uint8).numpy()
     assert values.tobytes() == coo3.values.tobytes()
+
+
+def _ref_csr(ref: Any, path: Path, indices: list[int]) -> dict[str, Any]:
+    """A 2x3 CSR tensor ``w`` written by the reference: row 0 holds 1.0, 2.0 at ``indices``,
+    row 1 holds 4.0 at column 2; the arrays as given, and torch's dense form of them."""
+    values, index = np.array([1.0, 2.0, 4.0], np.float32), np.array([*indices, 2], np.uint64)
+    indptr = np.array([0, 2, 3], np.uint64)
+    with ref.Writer(str(path)) as w:
+        w.add_sparse_csr("w", values, index, indptr, (2, 3))
+    assert ref_component(ref, path, "w", "indices", np.uint64).tolist() == index.tolist()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # "sparse CSR support is in beta"
+        t = torch.sparse_csr_tensor(
+            torch.from_numpy(indptr.astype(np.int64)),
+            torch.from_numpy(index.astype(np.int64)),
+            torch.from_numpy(values),
+            size=(2, 3),
+        )
+    return {"values": values, "indices": index, "indptr": indptr, "dense": t.to_dense().numpy()}
+
+
+def _get(opener: Callable[[Path], Any], path: Path) -> Any:
+    with opener(path) as f:
+        return f.get_tensor("w")
+
+
+CSR_READS: dict[str, Callable[[Path], Any]] = {
+    "open": lambda path: _get(zt.open, path),
+    "load_file": zt.load_file,
+    "load_file-pt": lambda path: zt.load_file(path, framework="pt"),
+    "tensorfile.open": lambda path: _get(tensorfile.open, path),
+    "content_hash": content_hash,
+}
+
+
+@pytest.mark.parametrize("read", CSR_READS.values(), ids=CSR_READS.keys())
+def test_reference_csr_with_a_cell_twice_is_refused(
+    ref: Any, tmp_path: Path, read: Callable[[Path], Any]
+) -> None:
+    """The reference writes a CSR row naming a column twice as given, and it, torch and
+    scipy read that cell as the sum; a plain assignment (the dense form tensorfile hashed)
+    keeps one value, so the file had the content id of another tensor. No reading is the
+    file's: every way in refuses it, naming the tensor and the row."""
+    path = tmp_path / "twice.zt"
+    csr = _ref_csr(ref, path, [1, 1])
+    assert csr["dense"].tolist() == [[0.0, 3.0, 0.0], [0.0, 0.0, 4.0]]
+    with pytest.raises(zt.ZTensorError, match=r"'w'.*row 0 holds column 1 more than once"):
+        read(path)
+
+
+def test_csr_with_a_cell_twice_is_not_written(tmp_path: Path) -> None:
+    """tensorfile's v1 writer refuses what its reader refuses; in memory such a tensor's
+    dense form is the sum, as its torch and scipy forms are."""
+    twice = zt.CSRTensor(np.array([1.0, 2.0]), np.array([1, 1]), np.array([0, 2, 2]), (2, 3))
+    assert twice.to_dense().tolist() == [[0.0, 3.0, 0.0], [0.0, 0.0, 0.0]]
+    assert twice.to_torch().to_dense().tolist() == twice.to_dense().tolist()
+    assert twice.to_scipy().toarray().tolist() == twice.to_dense().tolist()
+    with pytest.raises(InvalidArgumentError, match="row 0 holds column 1 more than once"):
+        zt.save_file({"w": twice}, tmp_path / "ours.zt")
+    assert not (tmp_path / "ours.zt").exists()
+
+
+def test_reference_csr_with_unsorted_rows_reads_sorted(ref: Any, tmp_path: Path) -> None:
+    """zTensor v1.0 does not ask for sorted rows, and the reference writes them as given: a
+    row whose columns are out of order reads as the same values with the row sorted (what
+    torch's CSR tensors require), and gets the content id of the same dense tensor."""
+    path = tmp_path / "unsorted.zt"
+    csr = _ref_csr(ref, path, [2, 0])
+    assert csr["dense"].tolist() == [[2.0, 0.0, 1.0], [0.0, 0.0, 4.0]]
+    got = zt.load_file(path)["w"]
+    assert got.indices.tolist() == [0, 2, 2]
+    assert got.values.tolist() == [2.0, 1.0, 4.0]
+    assert got.to_dense().tolist() == csr["dense"].tolist()
+    assert got.to_scipy().toarray().tolist() == csr["dense"].tolist()
+    t = got.to_torch()
+    torch._validate_sparse_csr_tensor_args(t.crow_indices(), t.col_indices(), t.values(), t.shape)
+    dense = tmp_path / "dense.zt"
+    zt.save_file({"w": csr["dense"]}, dense)
+    assert content_hash(path) == content_hash(dense)
 
 
 def test_reference_torch_inputs_read_in_tensorfile(ref: Any, tmp_path: Path) -> None:

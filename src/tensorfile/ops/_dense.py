@@ -131,7 +131,7 @@ def _csr_chunks(csr: Any, elements: int) -> Iterator[NDArray]:
             where = np.repeat(np.arange(first, last, dtype=np.int64), counts) * cols
             where += indices[a:b]
             keep = (where >= lo) & (where < hi)
-            out[where[keep] - lo] = csr.values[a:b][keep]  # as to_dense: the last one wins
+            np.add.at(out, where[keep] - lo, csr.values[a:b][keep])  # as to_dense: summed
         yield out
 
 

@@ -1,22 +1,25 @@
 """zTensor component codecs: zstd compression and the ``algorithm:value`` digests.
 
-Decompression never trusts a size the file claims: output goes into a buffer of the tensor's
-declared size (or, when no size is declared, grows chunk by chunk up to a limit), and a
-stream that would produce more is stopped there, so a decompression bomb costs at most the
-declared size. Digests cover the stored bytes of a component (after compression), as the
-v1.0 reference computes them; crc32c is written as ``crc32c:0x`` + 8 upper-case hex digits.
+Decompression never trusts a size the file claims: output grows chunk by chunk with the
+bytes really inflated, and goes into a buffer of the tensor's declared size only once half
+of it has come out (when no size is declared, up to a limit); a stream that would produce
+more is stopped there, so neither a decompression bomb nor a small stream under a huge
+claim costs more than twice what the stream really holds. Digests cover the stored bytes
+of a component (after compression), as the v1.0 reference computes them; crc32c is written
+as ``crc32c:0x`` + 8 upper-case hex digits.
 
 Example:
     >>> packed = compress(b"a" * 1000, level=3)
-    >>> out = bytearray(1000)
-    >>> decompress_into(packed, memoryview(out), what="x")
-    >>> bytes(out) == b"a" * 1000, make_digest("crc32c", b"abc")
-    (True, 'crc32c:0x364B3FB7')
+    >>> bytes(decompress_limited(packed, 4096, what="x")) == b"a" * 1000
+    True
+    >>> make_digest("crc32c", b"abc")
+    'crc32c:0x364B3FB7'
 """
 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from typing import Any
 
 from tensorfile.core.errors import ZTensorChecksumError, ZTensorError, ZTensorUnsupportedError
@@ -32,8 +35,8 @@ __all__ = [
     "check_digest",
     "check_frames",
     "compress",
-    "decompress_into",
     "decompress_limited",
+    "decompress_to",
     "make_digest",
     "verify_digest",
 ]
@@ -131,39 +134,69 @@ def check_frames(stored: Any, *, what: str) -> None:
             raise ZTensorError(f"{what}: the zstd stream is truncated (its checksum is missing)")
 
 
-def decompress_into(stored: Any, out: memoryview, *, what: str) -> None:
-    """Decompress ``stored`` into ``out``, which it must fill exactly.
+def decompress_to(stored: Any, size: int, allocate: Callable[[], memoryview], *, what: str) -> None:
+    """Decompress ``stored``, which the manifest says holds ``size`` bytes, into the buffer
+    ``allocate()`` returns (``size`` bytes), calling it only once half of ``size`` has
+    really come out of the stream: until then the output is kept in memory that grows with
+    the bytes inflated, so a claimed size never decides an allocation (at most twice the
+    bytes the stream really holds).
 
     Raises ZTensorError when the stream is corrupt, ends early, or holds more than
-    ``out`` (the declared size): decoding stops at that size, nothing more is allocated.
+    ``size``: decoding stops at that size.
+
+    Example:
+        >>> out = bytearray(1000)
+        >>> decompress_to(compress(b"a" * 1000), 1000, lambda: memoryview(out), what="x")
+        >>> bytes(out) == b"a" * 1000
+        True
     """
     zstd = _zstd()
     check_frames(stored, what=what)
-    target = out.cast("B") if out.format != "B" or out.ndim != 1 else out
-    want = target.nbytes
+    held: list[bytes] = []
+    target: memoryview | None = None
+    got = 0
     try:
         reader = zstd.ZstdDecompressor().stream_reader(
             memoryview(stored), read_size=_CHUNK, read_across_frames=True, closefd=False
         )
         with reader:
-            got = 0
-            while got < want:
-                n = reader.readinto(target[got:])
+            while got < size:
+                if target is None and 2 * got >= size:
+                    target = _filled(allocate(), held)
+                if target is not None:
+                    n = reader.readinto(target[got:])
+                else:
+                    chunk = reader.read(min(_CHUNK, size - got))
+                    held.append(chunk)
+                    n = len(chunk)
                 if n == 0:
                     break
                 got += n
-            extra = reader.read(1) if got == want else b""
+            extra = reader.read(1) if got == size else b""
     except zstd.ZstdError as exc:
         raise ZTensorError(f"{what}: the zstd stream is corrupt: {exc}") from exc
-    if got < want:
+    if got < size:
         raise ZTensorError(
-            f"{what}: the zstd stream decompresses to {got:,} bytes, the manifest declares {want:,}"
+            f"{what}: the zstd stream decompresses to {got:,} bytes, the manifest declares {size:,}"
         )
     if extra:
         raise ZTensorError(
-            f"{what}: the zstd stream decompresses to more than the {want:,} bytes the "
+            f"{what}: the zstd stream decompresses to more than the {size:,} bytes the "
             "manifest declares; decoding stopped there"
         )
+    if target is None:  # (nothing declared)
+        _filled(allocate(), held)
+
+
+def _filled(out: memoryview, held: list[bytes]) -> memoryview:
+    """``out`` as bytes, with ``held`` copied to its start (and dropped)."""
+    target = out.cast("B") if out.format != "B" or out.ndim != 1 else out
+    pos = 0
+    while held:
+        chunk = held.pop(0)
+        target[pos : pos + len(chunk)] = chunk
+        pos += len(chunk)
+    return target
 
 
 def decompress_limited(stored: Any, limit: int, *, what: str) -> bytearray:

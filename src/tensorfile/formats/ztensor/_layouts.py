@@ -28,7 +28,16 @@ from tensorfile.core.errors import InvalidArgumentError, UnsupportedError, ZTens
 from tensorfile.core.reader import brief
 from tensorfile.core.slicing import shape_text
 
-__all__ = ["COOTensor", "CSRTensor", "ExtensionTensor", "check_coo", "check_csr", "shape_of"]
+__all__ = [
+    "COOTensor",
+    "CSRTensor",
+    "ExtensionTensor",
+    "check_coo",
+    "check_csr",
+    "shape_of",
+    "sorted_csr",
+    "unsorted_row",
+]
 
 NDArray = np.ndarray[Any, Any]
 _MAX_U64 = (1 << 64) - 1
@@ -130,7 +139,8 @@ class CSRTensor(_Sparse):
         rows, cols = self.shape
         out = _zeros((rows, cols), self.values.dtype)
         row_of = np.repeat(np.arange(rows), np.diff(self.indptr.astype(np.int64)).astype(np.int64))
-        out[row_of, self.indices.astype(np.int64)] = self.values
+        # a cell named twice (which no reader hands out) is summed, as to_scipy/to_torch do
+        np.add.at(out, (row_of, self.indices.astype(np.int64)), self.values)
         return out
 
     def to_scipy(self) -> Any:
@@ -305,6 +315,57 @@ def check_csr(values: NDArray, indices: NDArray, indptr: NDArray, shape: tuple[i
         raise ZTensorError(
             f"CSR column index {int(indices.max())} is out of range for {cols} columns"
         )
+
+
+def unsorted_row(indices: NDArray, indptr: NDArray) -> tuple[int, int] | None:
+    """``(row, position)`` of the first value whose column index is not above the one
+    before it in the same row (``indptr`` valid, as :func:`check_csr` checks), or None when
+    every row's column indices strictly increase.
+
+    Example:
+        >>> unsorted_row(np.array([0, 2, 1]), np.array([0, 1, 3]))
+        (1, 2)
+    """
+    nnz = indices.size
+    if nnz < 2:
+        return None
+    # a step that is not an increase is allowed only where a row starts
+    steps = np.flatnonzero(indices[1:] <= indices[:-1]) + 1
+    if not steps.size:
+        return None
+    starts = np.zeros(nnz + 1, bool)
+    starts[indptr[1:-1].astype(np.int64)] = True
+    inside = steps[~starts[steps]]
+    if not inside.size:
+        return None
+    at = int(inside[0])
+    return int(np.searchsorted(indptr, at, side="right")) - 1, at
+
+
+def sorted_csr(values: NDArray, indices: NDArray, indptr: NDArray) -> tuple[NDArray, NDArray]:
+    """``(values, indices)`` of a CSR tensor (arrays valid, as :func:`check_csr` checks)
+    with each row's column indices in increasing order (the arrays themselves when they
+    already are); a ZTensorError naming the row when a row names a column twice.
+
+    zTensor v1.0 does not require sorted rows (its reference writes what it is given), but
+    a cell stored twice is read as the sum by the reference, torch and scipy and as one of
+    the values by a plain assignment, so no reading of it is the file's: it is refused.
+
+    Example:
+        >>> v, i = sorted_csr(np.array([1.0, 2.0]), np.array([3, 1]), np.array([0, 2]))
+        >>> v.tolist(), i.tolist()
+        ([2.0, 1.0], [1, 3])
+    """
+    if unsorted_row(indices, indptr) is None:
+        return values, indices
+    rows = np.repeat(np.arange(indptr.size - 1), np.diff(indptr.astype(np.int64)).astype(np.int64))
+    order = np.lexsort((indices, rows))
+    values, indices = values[order], indices[order]
+    repeat = unsorted_row(indices, indptr)
+    if repeat is not None:
+        row, at = repeat
+        raise ZTensorError(f"row {row} holds column {int(indices[at])} more than once")
+    return values, indices
 
 
 def check_coo(values: NDArray, coords: NDArray, shape: tuple[int, ...]) -> None:

@@ -3,8 +3,10 @@
 Opening reads the magic, the footer and the manifest (three small reads; nothing in
 proportion to the data). Raw dense tensors are served zero-copy from the mapped file
 (:meth:`ZTensorReader.view`, 64-byte aligned) or copied straight into new arrays; zstd
-components are decompressed into the output buffer; digests are checked against the stored
-bytes before anything is handed out (``verify=False`` skips that). Sparse tensors come back
+components are decompressed into the output buffer, which is allocated only once the stream
+has shown half its declared size (a size the manifest only claims never decides an
+allocation); digests are checked against the stored bytes before anything is handed out
+(``verify=False`` skips that). Sparse tensors come back
 as :class:`CSRTensor`/:class:`COOTensor`, tensors of unknown layouts as
 :class:`ExtensionTensor` whose components are raw arrays.
 
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import math
 import struct
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 import numpy as np
@@ -51,8 +54,8 @@ from tensorfile.core.source import Source
 from tensorfile.formats import ZTENSOR
 from tensorfile.formats.ztensor._codecs import (
     MAX_ZSTD_RATIO,
-    decompress_into,
     decompress_limited,
+    decompress_to,
     verify_digest,
 )
 from tensorfile.formats.ztensor._layouts import (
@@ -61,6 +64,7 @@ from tensorfile.formats.ztensor._layouts import (
     ExtensionTensor,
     check_coo,
     check_csr,
+    sorted_csr,
 )
 from tensorfile.formats.ztensor.v1._manifest import (
     FOOTER_SIZE,
@@ -163,44 +167,42 @@ class ZTensorReader(Reader):
 
     def start_read(self, names: list[str], alloc: Allocator[T]) -> Pending[T]:
         """Read dense tensors into buffers from ``alloc``: raw ones with coalesced reads,
-        zstd ones decompressed in place; digests checked."""
+        zstd ones decompressed, their buffers allocated only once the stream has shown
+        that much data (:func:`~tensorfile.formats.ztensor._codecs.decompress_to`);
+        digests checked."""
         infos = [self.info(n) for n in names]
         for info in infos:
             self._dense(info)
-        slots = [self._allocate(alloc, _decoded(info)) for info in infos]
-        raw = [
-            (info.name, info.data.range, slot[0])
-            for info, slot in zip(infos, slots, strict=True)
+        slots = {
+            k: self._allocate(alloc, info)
+            for k, info in enumerate(infos)
             if info.data.encoding == "raw"
-        ]
+        }
+        raw = [(infos[k].name, infos[k].data.range, slot[0]) for k, slot in slots.items()]
 
         def finish() -> list[T]:
-            packed: list[tuple[TensorInfo, memoryview]] = []
-            for info, (view, _finish) in zip(infos, slots, strict=True):
-                if info.data.encoding == "raw":
-                    self._check(info, "data", view)
-                else:
-                    packed.append((info, view))
-            self._decode_all(packed)
-            return [done() for _, done in slots]
+            for k, (view, _finish) in slots.items():
+                self._check(infos[k], "data", view)
+            packed = {k: info for k, info in enumerate(infos) if k not in slots}
+            decoded = dict(zip(packed, self._decode_all(list(packed.values()), alloc), strict=True))
+            return [slots[k][1]() if k in slots else decoded[k]() for k in range(len(infos))]
 
         return Pending(self.plan_reads(raw), finish)
 
-    def _decode_all(self, jobs: list[tuple[TensorInfo, memoryview]]) -> None:
-        """Decompress components into their buffers, on all cores when there is a lot."""
-        total = sum(view.nbytes for _, view in jobs)
+    def _decode_all(self, infos: list[TensorInfo], alloc: Allocator[T]) -> list[Callable[[], T]]:
+        """Decompress data components into buffers from ``alloc``, on all cores when there
+        is a lot; each buffer's finish function."""
+        total = sum(_decoded(info).data.range.length for info in infos)
         threads = workers(total)
-        if len(jobs) < 2 or threads < 2:
-            for info, view in jobs:
-                self._decode_into(info, "data", view)
-            return
+        if len(infos) < 2 or threads < 2:
+            return [self._decode(info, alloc) for info in infos]
         from concurrent.futures import ThreadPoolExecutor
 
         with ThreadPoolExecutor(
-            min(threads, len(jobs)), thread_name_prefix="tensorfile-zstd"
+            min(threads, len(infos)), thread_name_prefix="tensorfile-zstd"
         ) as pool:
-            for future in [pool.submit(self._decode_into, i, "data", v) for i, v in jobs]:
-                future.result()
+            futures = [pool.submit(self._decode, info, alloc) for info in infos]
+            return [future.result() for future in futures]
 
     def read_slice(self, name: str, key: Any) -> NDArray:
         """``tensor[key]``: raw tensors read only the rows the index needs; compressed ones
@@ -275,7 +277,8 @@ class ZTensorReader(Reader):
         try:
             if info.layout == "sparse_csr":
                 check_csr(comps["values"], comps["indices"], comps["indptr"], info.shape)
-                return CSRTensor(comps["values"], comps["indices"], comps["indptr"], info.shape)
+                values, indices = sorted_csr(comps["values"], comps["indices"], comps["indptr"])
+                return CSRTensor(values, indices, comps["indptr"], info.shape)
             if info.layout == "sparse_coo":
                 values = comps["values"]
                 ndim = len(info.shape)
@@ -324,11 +327,22 @@ class ZTensorReader(Reader):
         if self.verify and comp.digest is not None and (info.name, role) not in self._verified:
             self._check(info, role, self._stored(comp))
 
-    def _decode_into(self, info: TensorInfo, role: str, out: memoryview) -> None:
-        comp = info.components[role]
-        stored = self._stored(comp)
-        self._check(info, role, stored)
-        decompress_into(stored, out, what=self._what(info, role))
+    def _decode(self, info: TensorInfo, alloc: Allocator[T]) -> Callable[[], T]:
+        """Decompress the data component of ``info`` into a buffer from ``alloc``, which is
+        asked for only once half the declared size has come out of the stream; the
+        buffer's finish function."""
+        decoded = _decoded(info)
+        stored = self._stored(info.data)
+        self._check(info, "data", stored)
+        slot: list[Callable[[], T]] = []
+
+        def allocate() -> memoryview:
+            view, done = self._allocate(alloc, decoded)
+            slot.append(done)
+            return view
+
+        decompress_to(stored, decoded.data.range.length, allocate, what=self._what(info, "data"))
+        return slot[0]
 
     def _decode_unsized(self, info: TensorInfo, role: str) -> bytearray:
         comp = info.components[role]

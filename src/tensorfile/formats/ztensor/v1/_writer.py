@@ -30,7 +30,7 @@ from tensorfile._version import __version__ as _version
 from tensorfile.core import dtypes
 from tensorfile.core.catalog import ByteRange, Component, TensorInfo
 from tensorfile.core.dtypes import DType
-from tensorfile.core.errors import InvalidArgumentError, ZTensorUnsupportedError
+from tensorfile.core.errors import InvalidArgumentError, ZTensorError, ZTensorUnsupportedError
 from tensorfile.core.reader import brief, bytes_view
 from tensorfile.formats.ztensor._codecs import (
     Digester,
@@ -51,7 +51,7 @@ from tensorfile.formats.ztensor._inputs import (
     text_of,
     ztensor_dtype,
 )
-from tensorfile.formats.ztensor._layouts import CSRTensor, shape_of
+from tensorfile.formats.ztensor._layouts import CSRTensor, shape_of, sorted_csr
 from tensorfile.formats.ztensor.v1._manifest import (
     ALIGNMENT,
     MAGIC,
@@ -126,7 +126,13 @@ class Writer1(ContainerWriter):
         values = np.ascontiguousarray(sparse.values, dtype=sparse.values.dtype.newbyteorder("<"))
         parts: list[tuple[str, Any]] = [("values", values)]
         if isinstance(sparse, CSRTensor):
-            parts += [("indices", sparse.indices), ("indptr", sparse.indptr)]
+            try:  # a cell stored twice is refused, as the reader refuses it
+                values, indices = sorted_csr(values, sparse.indices, sparse.indptr)
+            except ZTensorError as exc:
+                raise InvalidArgumentError(
+                    f"tensor {name!r} cannot be written as a zTensor sparse_csr tensor: {exc}"
+                ) from None
+            parts = [("values", values), ("indices", indices), ("indptr", sparse.indptr)]
             layout = "sparse_csr"
         else:
             parts += [("coords", sparse.coords)]

@@ -26,7 +26,7 @@ import numpy as np
 from tensorfile.core import dtypes
 from tensorfile.core.catalog import Component
 from tensorfile.core.errors import ZTensorError
-from tensorfile.formats.ztensor._layouts import COOTensor, CSRTensor
+from tensorfile.formats.ztensor._layouts import COOTensor, CSRTensor, unsorted_row
 
 __all__ = ["assemble_coo", "assemble_csr", "check_logical", "elements"]
 
@@ -90,14 +90,11 @@ def assemble_csr(
         raise _fail(
             what, f"column index {int(idx.max())} is out of range for {cols} columns", tensor
         )
-    if nnz > 1:
-        # within a row, strictly increasing: a step that is not an increase must be a row start
-        steps = np.flatnonzero(idx[1:] <= idx[:-1]) + 1
-        starts = np.zeros(nnz + 1, bool)
-        starts[ptr[1:-1].astype(np.int64)] = True
-        if steps.size and not bool(np.all(starts[steps])):
-            row = int(np.searchsorted(ptr, int(steps[~starts[steps]][0]), side="right")) - 1
-            raise _fail(what, f"the column indices of row {row} do not strictly increase", tensor)
+    unsorted = unsorted_row(idx, ptr)
+    if unsorted is not None:
+        raise _fail(
+            what, f"the column indices of row {unsorted[0]} do not strictly increase", tensor
+        )
     try:
         return CSRTensor(values, idx, ptr, shape)
     except ValueError as exc:  # (an InvalidArgumentError from the constructor's own checks)
