@@ -278,6 +278,7 @@ def two_servers(
         if name.lower().endswith("_proxy"):
             monkeypatch.delenv(name)
     monkeypatch.setenv("TENSORFILE_TOKEN", "secret-token")
+    monkeypatch.setenv("TENSORFILE_TOKEN_HOSTS", ",".join(s.url for s in _servers))
     for server in _servers:
         shutil.rmtree(server.root)
         server.root.mkdir()

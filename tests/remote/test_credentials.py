@@ -18,6 +18,8 @@ from tensorfile.cli.app import main
 from tensorfile.errors import InvalidArgumentError, SourceError, TensorFileError
 from tensorfile.safetensors.numpy import save
 from tensorfile.sources import HTTPSource, open_path, redact
+from tensorfile.sources.http._request import authorization
+from tensorfile.sources.http._urls import parse_http_url
 from tests.helpers.hostile_http import HostileServer, Request, reply, serve_bytes
 
 PASSWORD = "hunter2pw"
@@ -65,8 +67,10 @@ def test_credentials_do_not_follow_a_redirect_to_another_port(how: str, monkeypa
             options["token"] = TOKEN
         elif how == "env":
             monkeypatch.setenv("TENSORFILE_TOKEN", TOKEN)
+            monkeypatch.setenv("TENSORFILE_TOKEN_HOSTS", a.url)
         elif how == "hf-env":
             monkeypatch.setenv("HF_TOKEN", TOKEN)
+            monkeypatch.setenv("HF_ENDPOINT", a.url)
         elif how == "url-userinfo":
             url = url.replace("://", f"://alice:{PASSWORD}@")
         else:
@@ -85,6 +89,113 @@ def test_credentials_do_not_follow_a_redirect_to_another_port(how: str, monkeypa
         for r in b.requests:
             assert "authorization" not in r.headers and "cookie" not in r.headers, r.headers
             assert all(TOKEN not in v and PASSWORD not in v for v in r.headers.values())
+
+
+def _authorizations(server: HostileServer) -> list[str]:
+    return [r.headers["authorization"] for r in server.requests if "authorization" in r.headers]
+
+
+@pytest.fixture
+def token_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    """No token, endpoint or token hosts of the machine's environment."""
+    for name in ("HF_TOKEN", "HF_ENDPOINT", "HF_HUB_DISABLE_IMPLICIT_TOKEN", "TENSORFILE_TOKEN",
+                 "TENSORFILE_TOKEN_HOSTS"):  # fmt: skip
+        monkeypatch.delenv(name, raising=False)
+    return monkeypatch
+
+
+@pytest.mark.parametrize(
+    "named",
+    [None, "https://127.0.0.1:{port}", "127.0.0.1:{port}", "127.0.0.1", "http://127.0.0.1:1",
+     "huggingface.co"],
+)  # fmt: skip
+def test_an_environment_token_never_reaches_a_host_not_named_for_it(
+    token_env: pytest.MonkeyPatch, named: str | None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Review f02: ``$HF_TOKEN`` and ``$TENSORFILE_TOKEN`` went as ``Authorization: Bearer``
+    to any host a URL named (a model card's link handed the user's Hugging Face token to its
+    server, over plain http too). Neither reaches a plain-HTTP host that ``$HF_ENDPOINT`` or
+    ``$TENSORFILE_TOKEN_HOSTS`` does not name exactly, scheme and port included."""
+    with HostileServer(serve_bytes(DATA)) as server:
+        port = server.url.rsplit(":", 1)[1]
+        token_env.setenv("HF_TOKEN", TOKEN)
+        token_env.setenv("TENSORFILE_TOKEN", PASSWORD)
+        if named is not None:
+            token_env.setenv("TENSORFILE_TOKEN_HOSTS", named.format(port=port))
+            token_env.setenv("HF_ENDPOINT", named.format(port=port))
+        with tensorfile.open(f"{server.url}/m.safetensors") as f:
+            assert f.keys() == ["w"]
+        assert main(["inspect", f"{server.url}/m.safetensors"]) == 0
+        assert server.requests and _authorizations(server) == []
+    capsys.readouterr()
+
+
+def test_hf_token_reaches_the_hf_endpoint_the_user_set(token_env: pytest.MonkeyPatch) -> None:
+    """``$HF_ENDPOINT`` (a mirror, a private Hub) is where huggingface_hub sends
+    ``$HF_TOKEN``, plain http when it says so: tensorfile too, and nowhere else."""
+    with HostileServer(serve_bytes(DATA)) as server:
+        token_env.setenv("HF_TOKEN", TOKEN)
+        token_env.setenv("HF_ENDPOINT", server.url + "/")
+        with tensorfile.open(f"{server.url}/org/m/resolve/main/m.safetensors") as f:
+            assert f.keys() == ["w"]
+        assert set(_authorizations(server)) == {f"Bearer {TOKEN}"}
+        server.requests.clear()
+        token_env.setenv("HF_HUB_DISABLE_IMPLICIT_TOKEN", "1")  # (huggingface_hub's switch)
+        assert HTTPSource(f"{server.url}/m.safetensors").read(0, 8) == DATA[:8]
+        assert server.requests and _authorizations(server) == []
+
+
+def test_tensorfile_token_reaches_the_hosts_named_for_it(token_env: pytest.MonkeyPatch) -> None:
+    with HostileServer(serve_bytes(DATA)) as server:
+        token_env.setenv("TENSORFILE_TOKEN", TOKEN)
+        token_env.setenv("HF_TOKEN", PASSWORD)
+        token_env.setenv("HF_ENDPOINT", server.url)  # (TENSORFILE_TOKEN first where both go)
+        token_env.setenv("TENSORFILE_TOKEN_HOSTS", f" example.org:8443, {server.url} ,")
+        assert HTTPSource(f"{server.url}/m.safetensors").read(0, 8) == DATA[:8]
+        assert set(_authorizations(server)) == {f"Bearer {TOKEN}"}
+
+
+@pytest.mark.parametrize(
+    ("url", "sent"),
+    [("https://huggingface.co/o/m/resolve/main/m.safetensors", True),
+     ("https://HF.co:443/o/m/resolve/main/m.safetensors", True),
+     ("https://hub-ci.huggingface.co/o/m/resolve/main/m.safetensors", True),
+     ("http://huggingface.co/o/m/resolve/main/m.safetensors", False),  # (plain http)
+     ("https://huggingface.co:8443/m.safetensors", False),
+     ("https://cdn-lfs.huggingface.co/m.safetensors", False),  # (a CDN: signed URLs)
+     ("https://huggingface.co.evil.example/m.safetensors", False),
+     ("https://evil.example/huggingface.co/m.safetensors", False)],
+)  # fmt: skip
+def test_hf_token_goes_to_the_hub_origins_only(
+    token_env: pytest.MonkeyPatch, url: str, sent: bool
+) -> None:
+    """The Hub's origins as huggingface_hub lists them (``_HUB_ORIGINS``), https only."""
+    from huggingface_hub.utils._http import _HUB_ORIGINS, _url_origin
+
+    token_env.setenv("HF_TOKEN", TOKEN)
+    assert (_url_origin(url.lower()) in _HUB_ORIGINS) == sent  # (huggingface_hub agrees)
+    auth = authorization(parse_http_url(url), None)
+    assert auth == (f"Bearer {TOKEN}" if sent else None)
+
+
+@pytest.mark.parametrize("entry", ["https://h/path", "u:pw@h", "h:99999", "ftp://h", "h?x=1"])
+def test_a_bad_token_hosts_entry_is_refused(token_env: pytest.MonkeyPatch, entry: str) -> None:
+    token_env.setenv("TENSORFILE_TOKEN", TOKEN)
+    token_env.setenv("TENSORFILE_TOKEN_HOSTS", f"example.org,{entry}")
+    with pytest.raises(InvalidArgumentError, match=r"\$TENSORFILE_TOKEN_HOSTS") as info:
+        HTTPSource("http://127.0.0.1:1/m.safetensors")
+    assert "pw" not in str(info.value) and TOKEN not in str(info.value)
+
+
+def test_a_401_says_why_no_token_was_sent(token_env: pytest.MonkeyPatch) -> None:
+    with _failing(401) as server:
+        token_env.setenv("HF_TOKEN", TOKEN)
+        token_env.setenv("TENSORFILE_TOKEN", PASSWORD)
+        with pytest.raises(SourceError, match="401") as info:
+            HTTPSource(f"{server.url}/m.safetensors", retries=0)
+    shown = str(info.value)
+    assert "$TENSORFILE_TOKEN_HOSTS" in shown and "$HF_ENDPOINT" in shown
+    assert TOKEN not in shown and PASSWORD not in shown
 
 
 def test_the_token_goes_to_the_origin_again_after_a_round_trip() -> None:

@@ -163,6 +163,7 @@ def test_meta_is_read_only_over_http(nginx: Any, small: Any, capsys: Any) -> Non
 def test_token_is_sent_but_never_shown(nginx: Any, small: Any, monkeypatch: Any) -> None:
     _, url = small
     monkeypatch.setenv("TENSORFILE_TOKEN", "s3cret-token")
+    monkeypatch.setenv("TENSORFILE_TOKEN_HOSTS", nginx.url)
     src = HTTPSource(url + "?sig=abc")
     assert "s3cret" not in repr(src) and "sig=abc" not in src.name
     with pytest.raises(SourceError) as info:

@@ -337,6 +337,60 @@ def test_a_re_signed_url_finds_the_chunks_of_the_last_signing(
     assert etag != cache_key(_signed(bare, "20260101T000000Z", "aa11"), '"t"', 1, 1)
 
 
+# Two signings of one object by each provider (the signature, times and key change; a
+# parameter that names another version stays). nginx ignores the query.
+_RESIGNED = {
+    "azure-sas": (
+        "sv=2022-11-02&ss=b&srt=o&sp=r&se=2026-11-28T18:0{0}:00Z&st=2026-11-28T17:0{0}:00Z"
+        "&spr=https&sig=SAS{0}secretHMAC%3D&versionid=7",
+        "sv=2022-11-02&sr=b&sp=r&skoid=oid&sktid=tid&skt=2026-11-28T17:0{0}:00Z"
+        "&ske=2026-11-29T17:00:00Z&sks=b&skv=2022-11-02&se=2026-11-28T18:00:00Z"
+        "&rsct=application%2Foctet-stream&sig=UD{0}secretHMAC%3D&versionid=7",
+    ),
+    "tencent-cos": (
+        "q-sign-algorithm=sha1&q-ak=AKID{0}&q-sign-time=1{0};2&q-key-time=1{0};2"
+        "&q-header-list=host&q-url-param-list=&q-signature=COS{0}secret"
+        "&x-cos-security-token=tok{0}&versionId=7",
+    ),
+    "alibaba-oss": (
+        "OSSAccessKeyId=LTAI{0}&Expires=17{0}&Signature=OSS{0}secret&security-token=tok{0}"
+        "&versionId=7",
+        "x-oss-signature-version=OSS4-HMAC-SHA256&x-oss-credential=LTAI{0}%2F20261128"
+        "&x-oss-date=20261128T00000{0}Z&x-oss-expires=600&x-oss-signature=OSS4{0}secret"
+        "&versionId=7",
+    ),
+}
+
+
+@pytest.mark.parametrize("provider", sorted(_RESIGNED))
+def test_a_url_re_signed_by_another_provider_finds_the_chunks(
+    nginx: Server, tmp_path: Path, provider: str
+) -> None:
+    path, bare = _served(nginx, f"{provider}.safetensors", seed=7, n=2)
+    for form in _RESIGNED[provider]:
+        cache = tmp_path / f"cache-{_RESIGNED[provider].index(form)}"
+        _same(load_file(f"{bare}?{form.format(1)}", cache_dir=cache), path)
+        nginx.reset()
+        _same(load_file(f"{bare}?{form.format(2)}", cache_dir=cache), path)
+        assert len(nginx.requests()) == 1  # the one request that tells the ETag and size
+        for f in cache.rglob("*"):
+            assert b"secret" not in f.name.encode()
+            assert not f.is_file() or b"secret" not in f.read_bytes()
+        other = f"{bare}?{form.format(1).replace('ersionid=7', 'ersionid=8')}"
+        other = other.replace("ersionId=7", "ersionId=8")  # (another version: another file)
+        assert cache_key(other, '"t"', 1, 1) != cache_key(f"{bare}?{form.format(1)}", '"t"', 1, 1)
+
+
+def test_azure_names_are_cut_only_from_a_sas() -> None:
+    """``sp``, ``st``, ``sig``... are short names: without ``sv`` and ``sig`` together the
+    query is no SAS, and they may name the file."""
+    bare = "https://host/get"
+    assert cache_key(f"{bare}?st=a&sp=1", '"t"', 1, 1) != cache_key(
+        f"{bare}?st=b&sp=1", '"t"', 1, 1
+    )
+    assert cache_key(f"{bare}?sig=a", '"t"', 1, 1) != cache_key(f"{bare}?sig=b", '"t"', 1, 1)
+
+
 @pytest.mark.parametrize("tiny", ["1", "16", "1KiB", "65535"])
 def test_a_tiny_chunk_size_is_refused(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tiny: str

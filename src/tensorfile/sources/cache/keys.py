@@ -28,9 +28,23 @@ _SIGNING = re.compile(
     r"x-amz-(algorithm|credential|date|expires|signedheaders|signature|security-token)"
     r"|x-goog-(algorithm|credential|date|expires|signedheaders|signature)"
     r"|awsaccesskeyid|googleaccessid|signature|expires"
+    r"|q-(sign-algorithm|ak|sign-time|key-time|header-list|url-param-list|signature)"
+    r"|x-cos-security-token"
+    r"|ossaccesskeyid|security-token"
+    r"|x-oss-(signature-version|credential|date|expires|signature|additional-headers"
+    r"|security-token)"
 )
-"""Query parameters that sign a presigned URL (AWS SigV4 and V2, GCS V4 and V2): not part
-of what names the file."""
+"""Query parameters that sign a presigned URL (AWS SigV4 and V2, GCS V4 and V2, Tencent
+COS, Alibaba OSS V1 and V4): not part of what names the file."""
+_SAS = re.compile(
+    r"sv|ss|srt|sp|se|st|sip|spr|si|sr|sig|sdd|ses"
+    r"|skoid|sktid|skt|ske|sks|skv|saoid|suoid|sduoid|scid"
+    r"|rscc|rscd|rsce|rscl|rsct"
+)
+"""The parameters of an Azure Storage shared access signature (service, account and user
+delegation SAS: version, services, resource, permissions, times, IP range, protocol, the
+delegation key's fields, the response overrides, ``sig``): cut only from a query that is a
+SAS, one holding ``sv`` and ``sig`` (short names that elsewhere may name a file)."""
 _ENDPOINT = ("endpoint_url", "endpoint", "account_name")
 _HTTP = frozenset({"http", "https"})
 """Schemes whose clients (tensorfile's HTTP client, fsspec's: ``urllib.parse``, ``yarl``)
@@ -77,14 +91,21 @@ def identity(url: str) -> str:
     whole = authority + path
     query = after.partition("#")[0]
     if query.startswith("?"):
-        kept = [p for p in query[1:].split("&") if not _signing(p)]
+        params = query[1:].split("&")
+        sas = {"sv", "sig"} <= {_name(p) for p in params}
+        kept = [p for p in params if not _signing(p, sas)]
         query = "?" + "&".join(kept) if kept else ""
     return f"{scheme}://{whole}{query}"
 
 
-def _signing(param: str) -> bool:
-    name = urllib.parse.unquote(param.partition("=")[0]).strip().lower()
-    return _SIGNING.fullmatch(name) is not None
+def _name(param: str) -> str:
+    return urllib.parse.unquote(param.partition("=")[0]).strip().lower()
+
+
+def _signing(param: str, sas: bool) -> bool:
+    """Whether ``param`` signs the URL (``sas``: the query is an Azure SAS)."""
+    name = _name(param)
+    return _SIGNING.fullmatch(name) is not None or (sas and _SAS.fullmatch(name) is not None)
 
 
 def endpoint_id(options: Mapping[str, Any], resolved: str | None = None) -> str:

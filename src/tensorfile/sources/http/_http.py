@@ -83,6 +83,7 @@ from ._request import (
     check_request,
     positive,
 )
+from ._tokens import withheld
 from ._urls import HttpURL, parse_http_url, redact, scrub
 
 __all__ = ["MIN_SPEED", "Fetched", "HTTPFetcher", "redact"]
@@ -101,8 +102,9 @@ class HTTPFetcher(Exchanges):
     Args:
         url: ``http://`` or ``https://`` URL of the file.
         token: bearer token (default: ``user:password@`` of the URL as basic auth, then
-            ``$TENSORFILE_TOKEN``, then ``$HF_TOKEN``); sent to the URL's origin (scheme,
-            host and port) only, never printed.
+            ``$TENSORFILE_TOKEN`` when ``$TENSORFILE_TOKEN_HOSTS`` names the URL's origin,
+            then ``$HF_TOKEN`` when it is the Hugging Face Hub's: see :mod:`._tokens`);
+            sent to the URL's origin (scheme, host and port) only, never printed.
         timeout: seconds for connecting and for each socket operation.
         retries: attempts after the first for transient failures.
         backoff: first wait between attempts, doubled each time.
@@ -144,7 +146,7 @@ class HTTPFetcher(Exchanges):
             raise InvalidArgumentError(f"retries must be from 0 to {_MAX_RETRIES}, not {retries}")
         self._retries = retries
         self._backoff = positive("backoff", backoff, zero=True)
-        self._auth = authorization(self._url, token)
+        self._auth = self._authorization(token)
         self._headers, self._origin_headers = check_headers(self.name, headers or {})
         if not any(k.lower() == "user-agent" for k in self._headers):
             self._headers = {"User-Agent": USER_AGENT, **self._headers}
@@ -287,8 +289,15 @@ class HTTPFetcher(Exchanges):
         kind = SourceNotFoundError if gone else SourceError
         raise kind(f"{self.name}: HTTP {reply.status} {reason}{self._error_detail(reply)}")
 
+    def _authorization(self, token: str | None) -> str | None:
+        """The ``Authorization`` header of requests to the origin (see ``token``)."""
+        return authorization(self._url, token)
+
     def _error_detail(self, reply: Reply) -> str:
-        """What an error reply says beyond its status (an object store's error code)."""
+        """What an error reply says beyond its status (an object store's error code): for a
+        ``401`` or ``403`` to a request without credentials, why none was sent."""
+        if reply.status in (401, 403) and self._auth is None:
+            return withheld(self._url)
         return ""
 
     def _framing(self, reply: Reply) -> int | None:

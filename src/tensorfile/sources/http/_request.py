@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import base64
 import math
-import os
 import re
 from dataclasses import dataclass
 
@@ -26,6 +25,7 @@ from ..._version import __version__
 from ...core.errors import InvalidArgumentError
 from ...core.source import ByteRequest, RangeRequest, SuffixRequest
 from . import _headers as hdr
+from ._tokens import env_token
 from ._urls import HttpURL
 
 __all__ = ["USER_AGENT", "Want", "authorization", "check_headers", "check_request", "positive"]
@@ -98,7 +98,9 @@ def positive(name: str, value: float, *, zero: bool = False) -> float:
 
 def authorization(url: HttpURL, token: str | None) -> str | None:
     """The ``Authorization`` header for the origin, checked (never echoed): ``token``, else
-    ``user:password@`` of the URL as basic auth, else ``$TENSORFILE_TOKEN``, ``$HF_TOKEN``."""
+    ``user:password@`` of the URL as basic auth, else the environment's token for this
+    origin (:func:`~._tokens.env_token`: ``$TENSORFILE_TOKEN`` to the hosts
+    ``$TENSORFILE_TOKEN_HOSTS`` names, ``$HF_TOKEN`` to the Hugging Face Hub only)."""
     if token is None and url.user is not None:
         pair = f"{url.user}:{url.password or ''}".encode()
         return "Basic " + base64.b64encode(pair).decode("ascii")
@@ -106,10 +108,7 @@ def authorization(url: HttpURL, token: str | None) -> str | None:
     if token is not None and not isinstance(token, str):
         raise InvalidArgumentError(f"the token must be a str, not {type(token).__name__}")
     if token is None:
-        for var in ("TENSORFILE_TOKEN", "HF_TOKEN"):
-            if os.environ.get(var):
-                token, where = os.environ[var], f"${var}"
-                break
+        token, where = env_token(url) or (None, where)
     if not token:
         return None
     token = token.strip()

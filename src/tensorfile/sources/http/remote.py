@@ -203,8 +203,10 @@ class HTTPSource(RemoteSource):
     Args:
         url: ``http://`` or ``https://`` URL of the file.
         token: bearer token (default: ``user:password@`` of the URL as basic auth, then
-            ``$TENSORFILE_TOKEN``, then ``$HF_TOKEN``); sent to the URL's origin (scheme,
-            host and port) only, not after a redirect elsewhere; never printed.
+            ``$TENSORFILE_TOKEN`` when ``$TENSORFILE_TOKEN_HOSTS`` names the URL's origin,
+            then ``$HF_TOKEN`` when it is the Hugging Face Hub's or ``$HF_ENDPOINT``'s);
+            sent to the URL's origin (scheme, host and port) only, not after a redirect
+            elsewhere; never printed.
         timeout: seconds for connecting and for each socket operation.
         retries: attempts after the first for transient failures.
         backoff: first wait between attempts, doubled each time.

@@ -230,14 +230,14 @@ def s3_config(
     """
     env = os.environ if env is None else env
     endpoint, region, style, profile = _checked(options, env)
+    client, config = _mapping(options.get("client_kwargs")), _mapping(options.get("config_kwargs"))
+    anon = options.get("anon", False) or config.get("signature_version") == "UNSIGNED"
+    given = None if anon else _given_credentials(options, client, env, profile)
     if bucket is None or env.get(CLIENT_ENV, "").strip().lower() == "fsspec":
         return None
     if not _understood(options) or not _BUCKET.fullmatch(bucket) or ".." in bucket:
         return None
-    client: Mapping[str, Any] = options.get("client_kwargs") or {}
-    config: Mapping[str, Any] = options.get("config_kwargs") or {}
-    anon = options.get("anon", False) or config.get("signature_version") == "UNSIGNED"
-    credentials = _no_credentials if anon else _credentials(options, client, env, profile)
+    credentials = _no_credentials if anon else _credentials(given, env, profile)
     retries = config.get("retries")
     attempts = retries.get("max_attempts") if isinstance(retries, Mapping) else None
     timeout = config.get("read_timeout") or config.get("connect_timeout")
@@ -460,37 +460,86 @@ def _no_credentials() -> Credentials | None:
     return None
 
 
-def _credentials(
+def _given_credentials(
     options: Mapping[str, Any],
     client: Mapping[str, Any],
     env: Mapping[str, str],
     profile: str | None,
-) -> Callable[[], Credentials | None]:
-    """The credentials' source, in the order of the module docstring."""
-    key = _text(options.get("key"), "key") or _text(
-        client.get("aws_access_key_id"), "client_kwargs.aws_access_key_id"
-    )
-    secret = _text(options.get("secret"), "secret") or _text(
-        client.get("aws_secret_access_key"), "client_kwargs.aws_secret_access_key"
-    )
-    token = _text(options.get("token"), "token") or _text(
-        client.get("aws_session_token"), "client_kwargs.aws_session_token"
-    )
+) -> Credentials | None:
+    """The credentials the storage options or the environment give (the first two places of
+    the module docstring), checked (:func:`check_credentials`) whoever reads the URL: a
+    session token with a line end would be refused by ``http.client`` in s3fs's request too,
+    with the token in the message."""
+    key, secret, token = [
+        _first([(options.get(name), f"storage option {name}"),
+                (client.get(f"aws_{alias}"), f"storage option client_kwargs.aws_{alias}")])
+        for name, alias in (("key", "access_key_id"), ("secret", "secret_access_key"),
+                            ("token", "session_token"))
+    ]  # fmt: skip
     if key or secret:
         if not (key and secret):
             raise InvalidArgumentError("storage options key and secret go together")
-        fixed = Credentials(key, secret, token)
-        return lambda: fixed
+        return check_credentials(Credentials(key[0], secret[0], token and token[0]),
+                                 key[1], secret[1], token[1] if token else "")  # fmt: skip
     if env.get("AWS_ACCESS_KEY_ID") and env.get("AWS_SECRET_ACCESS_KEY") and not profile:
-        fixed = Credentials(
-            env["AWS_ACCESS_KEY_ID"], env["AWS_SECRET_ACCESS_KEY"], env.get("AWS_SESSION_TOKEN")
-        )
-        return lambda: fixed
+        return check_credentials(
+            Credentials(
+                env["AWS_ACCESS_KEY_ID"], env["AWS_SECRET_ACCESS_KEY"], env.get("AWS_SESSION_TOKEN")
+            ),
+            "$AWS_ACCESS_KEY_ID", "$AWS_SECRET_ACCESS_KEY", "$AWS_SESSION_TOKEN",
+        )  # fmt: skip
+    return None
+
+
+def _credentials(
+    given: Credentials | None, env: Mapping[str, str], profile: str | None
+) -> Callable[[], Credentials | None]:
+    """The credentials' source, in the order of the module docstring, each checked before it
+    signs anything: ``given`` (:func:`_given_credentials`), else botocore's chain, else the
+    shared credentials file."""
+    if given is not None:
+        return lambda: given
     chain = _botocore_chain(profile)
     if chain is not None:
         return chain
     found = _shared_file(env, profile)
     return lambda: found
+
+
+_VISIBLE = re.compile(r"[\x21-\x7e]+")
+"""What an access key id and a session token may hold: they go into request headers."""
+_CONTROL_CHAR = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def check_credentials(creds: Credentials, key: str, secret: str, token: str) -> Credentials:
+    """``creds`` when its access key id and session token are visible ASCII (no space, no
+    control character: they are sent in headers) and its secret holds no control character,
+    else an :class:`~tensorfile.errors.InvalidArgumentError` naming the setting (``key``,
+    ``secret``, ``token``: where each came from), never its value. A token file saved with
+    Windows line ends leaves a ``\\r`` at the end of ``$AWS_SESSION_TOKEN``; ``http.client``
+    refused the header with the whole token in its message.
+
+    Example:
+        >>> c = Credentials("AKIAEXAMPLE", "secret", "token\\r")
+        >>> names = "$AWS_ACCESS_KEY_ID", "$AWS_SECRET_ACCESS_KEY", "$AWS_SESSION_TOKEN"
+        >>> try:
+        ...     check_credentials(c, *names)
+        ... except InvalidArgumentError as exc:
+        ...     print(exc)  # doctest: +ELLIPSIS
+        the S3 session token (from $AWS_SESSION_TOKEN) holds a space or a control character...
+    """
+    fields = (
+        ("access key id", key, _VISIBLE.fullmatch(creds.key) is not None),
+        ("secret access key", secret, not _CONTROL_CHAR.search(creds.secret)),
+        ("session token", token, not creds.token or _VISIBLE.fullmatch(creds.token) is not None),
+    )  # fmt: skip
+    for what, where, ok in fields:
+        if not ok:
+            raise InvalidArgumentError(
+                f"the S3 {what} (from {where}) holds a space or a control character (a line "
+                "end of a file saved on Windows, say): it cannot be sent; its value is not shown"
+            )
+    return creds
 
 
 def _botocore_chain(profile: str | None) -> Callable[[], Credentials | None] | None:
@@ -510,7 +559,10 @@ def _botocore_chain(profile: str | None) -> Callable[[], Credentials | None] | N
 
     def frozen() -> Credentials | None:
         now = found.get_frozen_credentials()  # refreshed when temporary ones expire
-        return Credentials(now.access_key, now.secret_key, now.token)
+        where = f"the AWS credentials botocore found ({found.method})"
+        return check_credentials(
+            Credentials(now.access_key, now.secret_key, now.token), where, where, where
+        )
 
     return frozen
 
@@ -530,6 +582,11 @@ def _shared_file(env: Mapping[str, str], profile: str | None) -> Credentials | N
     key, secret = items.get("aws_access_key_id"), items.get("aws_secret_access_key")
     if not key or not secret:
         return None
-    return Credentials(
-        key.strip(), secret.strip(), (items.get("aws_session_token") or "").strip() or None
-    )
+    where = f"{path} [{section}]"
+    return check_credentials(
+        Credentials(
+            key.strip(), secret.strip(), (items.get("aws_session_token") or "").strip() or None
+        ),
+        f"{where} aws_access_key_id", f"{where} aws_secret_access_key",
+        f"{where} aws_session_token",
+    )  # fmt: skip

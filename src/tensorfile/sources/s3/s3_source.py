@@ -75,11 +75,13 @@ class S3Fetcher(HTTPFetcher):
             deadline=deadline,
             min_speed=min_speed,
         )
-        self._auth = None  # no bearer token ($HF_TOKEN...): S3 requests carry a signature
         self._s3 = settings
         self.name = redact(url)
         self.s3_url = url
         self._anonymous = settings.credentials() is None
+
+    def _authorization(self, token: str | None) -> str | None:
+        return None  # no bearer token ($HF_TOKEN...): S3 requests carry a signature
 
     def _signed(self, url: HttpURL) -> dict[str, str]:
         creds = self._s3.credentials()
