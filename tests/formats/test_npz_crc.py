@@ -122,3 +122,30 @@ def test_a_deflated_member_whose_crc_fails_is_a_digest_failure(tmp_path: Path) -
 @given(st.binary(max_size=300), st.binary(max_size=300))
 def test_crc32_combine_is_zlibs(a: bytes, b: bytes) -> None:
     assert crc32_combine(zlib.crc32(a), zlib.crc32(b), len(b)) == zlib.crc32(a + b)
+
+
+def test_bytes_read_over_a_gap_check_nothing(tmp_path: Path) -> None:
+    """Over HTTP the planner reads ``a`` and ``c`` in one request, the small member ``b``
+    between them going to its shared scratch buffer (which parallel pieces may overwrite):
+    those bytes never count for ``b``'s CRC-32, so a damaged ``b`` that was not asked for
+    fails no read of the others (and its own read still fails)."""
+    from tests.helpers.servers import start_range_server
+
+    root = tmp_path / "www"
+    root.mkdir()
+    path = root / "m.npz"
+    big = np.ones(100_000, np.float32)  # b (80 KB) more than zipfile reads for a header
+    np.savez(path, a=big, b=np.arange(20_000, dtype=np.float32), c=big)
+    data = bytearray(path.read_bytes())
+    at = data.index(np.float32(100.0).tobytes())
+    data[at] ^= 1  # inside b
+    path.write_bytes(bytes(data))
+    server, stopper = start_range_server(root, tmp_path / "access.log")
+    try:
+        with tensorfile.open(f"{server.url}/m.npz") as r:
+            got = r.get_tensors(["a", "c"])
+            assert got["a"].sum() == got["c"].sum() == 100_000
+            with pytest.raises(NpzChecksumError, match=r"member b\.npy"):
+                r.get_tensor("b")
+    finally:
+        stopper.terminate()

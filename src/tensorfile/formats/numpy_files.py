@@ -249,9 +249,8 @@ class NpzEntry:
                 with zf.open(info) as f:
                     arr = _header(f)
             except (*_HEADER_ERRORS, NotImplementedError, RuntimeError) as exc:
-                raise FormatError(
-                    f"{where}: member {info.filename} is not a valid .npy: {exc}", format="npz"
-                ) from exc
+                what = f"{where}: member {info.filename}"
+                raise _zip_error(what, exc, f"{what} is not a valid .npy: {exc}") from exc
             holds = max(0, _member_bound(info) - arr.data_at)
             if _claimed(arr) > holds:
                 raise FormatError(
@@ -392,10 +391,7 @@ def _member_decoder(
                             format="npz",
                         )
         except (zipfile.BadZipFile, OSError, EOFError, ValueError, zlib.error) as exc:
-            crc = str(exc).startswith("Bad CRC-32")  # zipfile's words for a changed member
-            raise (NpzChecksumError if crc else FormatError)(
-                f"{what}: {exc}", format="npz"
-            ) from exc
+            raise _zip_error(what, exc, f"{what}: {exc}") from exc
         if pos != stated:
             raise FormatError(
                 f"{what} inflates to {pos:,} bytes, not the {stated:,} its zip header states "
@@ -405,6 +401,15 @@ def _member_decoder(
         return data
 
     return _decoder(raw, m.arr)
+
+
+def _zip_error(what: str, exc: BaseException, message: str) -> FormatError:
+    """``zipfile``'s ``exc`` about member ``what`` as tensorfile's error: ``message``, or
+    for a CRC-32 mismatch (a small member's is checked as its header is read) an
+    :class:`~tensorfile.errors.NpzChecksumError` saying so."""
+    if str(exc).startswith("Bad CRC-32"):  # zipfile's words for a changed member
+        return NpzChecksumError(f"{what}: {exc}", format="npz")
+    return FormatError(message, format="npz")
 
 
 def _no_options(fmt: str, options: Mapping[str, Any]) -> dict[str, Any]:
