@@ -69,6 +69,35 @@ def test_a_claim_a_little_over_what_is_held_is_refused(tmp_path: Path) -> None:
         tensorfile.open(str(path))
 
 
+_TRACED = """
+import tracemalloc, tensorfile
+tracemalloc.start()
+try:
+    tensorfile.open({path!r})
+    print("read")
+except tensorfile.TensorFileError as exc:
+    print(type(exc).__name__)
+    assert "1,073,741,824" in str(exc) or "1073741824" in str(exc), exc
+print("TRACED", tracemalloc.get_traced_memory()[1])
+"""
+
+
+def test_a_string_claiming_more_than_the_file_allocates_nothing(tmp_path: Path) -> None:
+    """A text value in an old-format pickle whose length claims 1 GiB: read through a file
+    object whose ``read(n)`` asks for no more than the file holds (``io.BufferedReader``
+    allocates ``n`` first), so the claim is never an allocation, by tensorfile's scan or by
+    torch's unpickler."""
+    data = _legacy({"w": torch.zeros(4), "note": "hello"})
+    needle = b"X" + struct.pack("<I", 5) + b"hello"  # BINUNICODE: a 4-byte length, then text
+    at = data.index(needle)
+    path = tmp_path / "text.pt"
+    path.write_bytes(data[:at] + b"X" + struct.pack("<I", 1 << 30) + data[at + 5 :])
+    printed, _peak = run_limited(_TRACED.format(path=str(path)), address_space=4 * GIB)
+    outcome, traced = printed.splitlines()
+    assert outcome == "FormatError", printed
+    assert int(traced.split()[1]) < 64 << 20, traced
+
+
 @pytest.mark.parametrize("protocol", [2, 3, 4, 5])
 def test_whole_old_format_pickles_open_in_every_protocol(tmp_path: Path, protocol: int) -> None:
     """Shared storages, views, several dtypes and plain values: each storage counted once,

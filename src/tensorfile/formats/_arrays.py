@@ -49,6 +49,7 @@ from ._zipcrc import CrcCheck, MemberCrc
 __all__ = [
     "ArraysReader",
     "ArraysSource",
+    "BufferedSourceFile",
     "Segment",
     "SourceFile",
     "file_stem",
@@ -100,6 +101,28 @@ class SourceFile(io.RawIOBase):
             self._source.readinto(self._pos, [view[:n]])
             self._pos += n
         return n
+
+
+class BufferedSourceFile(io.BufferedReader):
+    """A buffered :class:`SourceFile` whose ``read(n)`` never asks for more than the file
+    holds: ``io.BufferedReader`` allocates ``n`` bytes before it reads, so a length a file
+    only claims (a pickle's string) would otherwise be an allocation of that size.
+
+    Example:
+        >>> from tensorfile.sources import MemorySource
+        >>> with BufferedSourceFile(MemorySource(b"abc")) as f:
+        ...     f.read(1 << 62)
+        b'abc'
+    """
+
+    def __init__(self, source: Source, buffer_size: int = 1 << 20) -> None:
+        super().__init__(SourceFile(source), buffer_size)
+        self._size = source.size
+
+    def read(self, size: int | None = -1) -> bytes:
+        if size is not None and size >= 0:
+            size = min(size, max(0, self._size - self.tell()))
+        return super().read(size)
 
 
 def file_stem(source_name: str) -> str:

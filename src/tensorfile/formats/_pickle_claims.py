@@ -27,13 +27,12 @@ Example:
 
 from __future__ import annotations
 
-import io
 import pickletools
 from typing import Any, NamedTuple
 
 from ..core.errors import FormatError, quoted_name
 from ..core.source import Source
-from ._arrays import SourceFile
+from ._arrays import BufferedSourceFile
 
 __all__ = ["claims", "refuse_overclaimed"]
 
@@ -65,7 +64,6 @@ class _Global(NamedTuple):
     name: str
 
 
-_MARK = object()
 _ANY = object()  # a value the scan does not follow
 
 _LITERALS = frozenset(
@@ -83,15 +81,31 @@ class _Scan:
 
     def __init__(self) -> None:
         self.stack: list[Any] = []
+        self.marks: list[int] = []  # where each mark is in the stack (as pickle keeps them)
         self.memo: dict[int, Any] = {}
         self.ids: list[tuple[Any, ...]] = []
 
     def pop_mark(self) -> list[Any]:
         """The items above the topmost mark (the mark removed)."""
-        at = len(self.stack) - 1 - self.stack[::-1].index(_MARK)
-        items = self.stack[at + 1 :]
+        at = self.marks.pop()  # (IndexError: no mark, as pickle's own error)
+        items = self.stack[at:]
         del self.stack[at:]
         return items
+
+    def take(self, n: int) -> list[Any]:
+        """The top ``n`` items, removed: an IndexError when fewer are above the top mark
+        (pickle's own "stack underflow")."""
+        if len(self.stack) - (self.marks[-1] if self.marks else 0) < n:
+            raise IndexError("stack underflow")
+        items = self.stack[len(self.stack) - n :]
+        del self.stack[len(self.stack) - n :]
+        return items
+
+    def top(self) -> Any:
+        """The top item, left in place (an IndexError when the frame is empty)."""
+        (item,) = self.take(1)
+        self.stack.append(item)
+        return item
 
     def op(self, opcode: pickletools.OpcodeInfo, arg: Any) -> None:
         name, stack = opcode.name, self.stack
@@ -100,42 +114,39 @@ class _Scan:
         elif name in _CONSTANTS:
             stack.append(_CONSTANTS[name])
         elif name == "MARK":
-            stack.append(_MARK)
+            self.marks.append(len(stack))
         elif name in ("PUT", "BINPUT", "LONG_BINPUT"):
-            self.memo[arg] = stack[-1]
+            self.memo[arg] = self.top()
         elif name == "MEMOIZE":
-            self.memo[len(self.memo)] = stack[-1]
+            self.memo[len(self.memo)] = self.top()
         elif name in ("GET", "BINGET", "LONG_BINGET"):
             stack.append(self.memo.get(arg, _ANY))
         elif name == "GLOBAL":
             module, _, attr = str(arg).partition(" ")
             stack.append(_Global(module, attr))
         elif name == "STACK_GLOBAL":
-            attr, module = stack.pop(), stack.pop()
+            module, attr = self.take(2)
             stack.append(_Global(str(module), str(attr)))
         elif name == "TUPLE":
             stack.append(tuple(self.pop_mark()))
         elif name in ("TUPLE1", "TUPLE2", "TUPLE3"):
-            n = int(name[-1])
-            items = tuple(stack[-n:])
-            del stack[-n:]
-            stack.append(items)
+            stack.append(tuple(self.take(int(name[-1]))))
         elif name == "STOP":
             pass  # (the pickle's value stays on the stack, to be looked at)
         elif name == "BINPERSID":
-            pid = stack.pop()
+            (pid,) = self.take(1)
             if isinstance(pid, tuple):
                 self.ids.append(pid)
             stack.append(_ANY)
         else:  # any other opcode: its effect on the stack, by pickletools' description
             before = opcode.stack_before
-            if pickletools.markobject in before or (name == "POP" and stack[-1:] == [_MARK]):
+            if pickletools.markobject in before:
                 self.pop_mark()
-                before = before[: before.index(pickletools.markobject)] if before else []
-            if before:
-                if len(stack) < len(before):
-                    raise IndexError("stack underflow")
-                del stack[len(stack) - len(before) :]
+                before = before[: before.index(pickletools.markobject)]
+            elif name == "POP" and self.marks and self.marks[-1] == len(stack):
+                self.pop_mark()  # (POP of an empty frame pops its mark)
+                before = []
+            self.take(len(before))
             stack.extend(_ANY for _ in opcode.stack_after)
 
 
@@ -153,7 +164,8 @@ def _storage_bytes(pid: tuple[Any, ...]) -> tuple[Any, int] | None:
 def claims(f: Any) -> tuple[int, int] | None:
     """``(bytes the storages claim, offset where the object's pickle ends)`` of the
     old-format pickle in file object ``f`` (each storage counted once), or None when it is
-    not one this can follow (torch then refuses it before any storage).
+    not one this can follow (torch then refuses it before any storage); an ``EOFError``
+    when a length in it (a string's) runs past the end of the file.
 
     Example:
         >>> import io, torch
@@ -170,8 +182,12 @@ def claims(f: Any) -> tuple[int, int] | None:
                 scan.op(opcode, arg)
             if index == 0 and scan.stack[-1:] != [_MAGIC]:
                 return None  # torch: "Invalid magic number; corrupt file?"
-    except (ValueError, IndexError, TypeError, EOFError, UnicodeDecodeError, KeyError):
+    except ValueError as exc:
+        if "remain" in str(exc):  # pickletools: "expected N bytes in ..., but only M remain"
+            raise EOFError(str(exc)) from None
         return None  # not a pickle this follows: torch's unpickler refuses it
+    except (IndexError, TypeError, EOFError, UnicodeDecodeError, KeyError):
+        return None
     owned: dict[Any, int] = {}
     for n, pid in enumerate(scan.ids):
         found = _storage_bytes(pid)
@@ -184,9 +200,17 @@ def claims(f: Any) -> tuple[int, int] | None:
 def refuse_overclaimed(source: Source) -> None:
     """Raise a :class:`~tensorfile.errors.FormatError` when the old-format pickle in
     ``source`` claims more bytes for its storages than the file holds after its object's
-    pickle (where their bytes are), before torch allocates what it claims."""
-    with io.BufferedReader(SourceFile(source), 1 << 20) as f:
-        found = claims(f)
+    pickle (where their bytes are), or a length that runs past the end of the file, before
+    torch allocates what it claims."""
+    with BufferedSourceFile(source) as f:  # (a string's claimed length is no allocation)
+        try:
+            found = claims(f)
+        except EOFError as exc:
+            raise FormatError(
+                f"{quoted_name(source.name)}: the pickle claims more than the file holds: {exc}",
+                offset=f.tell(),
+                format="pytorch",
+            ) from None
     if found is None:
         return
     claimed, end = found

@@ -60,7 +60,6 @@ Example:
 
 from __future__ import annotations
 
-import io
 import os
 import sys
 from collections.abc import Callable, Mapping
@@ -80,7 +79,7 @@ from ..core.errors import (
 from ..core.extras import require
 from ..core.source import Source
 from . import NPZ, PYTORCH, metadata_text
-from ._arrays import ArraysReader, ArraysSource, Segment, SourceFile, file_stem
+from ._arrays import ArraysReader, ArraysSource, BufferedSourceFile, Segment, file_stem
 from ._pickle_claims import refuse_overclaimed
 
 __all__ = [
@@ -160,7 +159,7 @@ def _load(source: Source) -> Any:
                     raise
         if source.read(0, len(_ZIP)) != _ZIP:  # an old-format pickle: claims first
             refuse_overclaimed(source)
-        with io.BufferedReader(SourceFile(source), 1 << 20) as f:
+        with BufferedSourceFile(source) as f:  # (a string's claimed length is no allocation)
             return torch.load(f, weights_only=True, map_location="cpu")
     except (SourceError, FormatError):
         raise
