@@ -64,7 +64,8 @@ def _what(r: VerifyReport) -> str:
     """What an OK verdict means for this file, in words."""
     parts = ["structure and every byte read"]
     if r.digests_checked:
-        parts.append(f"{plural(r.digests_checked, 'digest')} compared")
+        kind = " (the zip's CRC-32s)" if r.format == "npz" else ""
+        parts.append(f"{plural(r.digests_checked, 'digest')} compared{kind}")
     if r.deep:
         parts.append("values checked (NaN/Inf, BOOL)")
     said = ", ".join(parts)

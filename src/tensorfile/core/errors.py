@@ -39,6 +39,8 @@ translated where it crosses into tensorfile and chained with ``from``::
     │   │   │                               (+ TensorNotFoundError)
     │   │   └── ZTensorIOError              the file could not be read (+ SourceError)
     │   ├── GGUFError               a GGUF header is invalid or cannot be read
+    │   ├── NpzChecksumError        an npz member's bytes do not match the CRC-32 its zip
+    │   │                           archive records (+ ChecksumError)
     │   └── UnknownFormatError      not a tensor file tensorfile knows (an HTML page, a JSON
     │                               document, random bytes, an empty file)
     ├── ChecksumError               a stored digest does not match the bytes
@@ -99,6 +101,7 @@ __all__ = [
     "MisalignedSubByteError",
     "MissingTensorError",
     "NoDigestsWarning",
+    "NpzChecksumError",
     "SafetensorArgumentError",
     "SafetensorChecksumError",
     "SafetensorError",
@@ -382,6 +385,14 @@ class GGUFError(FormatError):
     """A GGUF header is invalid, truncated, or claims more than the file holds."""
 
     format = "gguf"
+
+
+class NpzChecksumError(FormatError, ChecksumError):
+    """An ``.npz`` member's bytes do not match the CRC-32 its zip archive records for it:
+    the file changed after it was written (a stored member's CRC-32 is compared whenever
+    its bytes have all been read, a deflated member's as it is inflated)."""
+
+    format = "npz"
 
 
 class UnknownFormatError(FormatError):

@@ -44,7 +44,16 @@ from .catalog import ByteRange
 from .errors import InvalidArgumentError
 from .parallel import in_threads
 
-__all__ = ["DEFAULT_CHUNK", "Job", "Pending", "Piece", "execute", "plan", "threads_for"]
+__all__ = [
+    "DEFAULT_CHUNK",
+    "Job",
+    "Pending",
+    "Piece",
+    "execute",
+    "is_scratch",
+    "plan",
+    "threads_for",
+]
 
 T = TypeVar("T")
 
@@ -89,6 +98,22 @@ class Pending(Generic[T]):
         return self.finish()
 
 
+class _Scratch(bytearray):
+    """The shared buffer skipped gaps are read into (a type of its own, so that a reader can
+    tell it from a destination: :func:`is_scratch`)."""
+
+
+def is_scratch(view: memoryview) -> bool:
+    """Whether ``view`` is (part of) a plan's scratch buffer: bytes read for nothing, which
+    another thread may be overwriting (a reader that looks at what it read skips them).
+
+    Example:
+        >>> is_scratch(memoryview(bytearray(4))), is_scratch(memoryview(_Scratch(4))[1:])
+        (False, True)
+    """
+    return isinstance(view.obj, _Scratch)
+
+
 def _hint(source: object, attr: str, default: int) -> int:
     value = getattr(source, attr, default)
     usable = isinstance(value, int) and not isinstance(value, bool) and value > 0
@@ -125,7 +150,7 @@ def plan(source: object, read: ReadFn, jobs: Sequence[Job]) -> list[Piece]:
             # one request over a small gap beats two (remote sources): the gap's bytes go
             # to the shared scratch buffer, and never more than the bytes wanted
             if scratch is None:
-                scratch = memoryview(bytearray(gap_limit))
+                scratch = memoryview(_Scratch(gap_limit))
             run.append(scratch[:gap])
             run.append(flat)
             skipped += gap

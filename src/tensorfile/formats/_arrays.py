@@ -10,8 +10,10 @@ unpickler produced. A segment is decoded when first read, and the last one decod
 (memory: about the largest tensor). An :class:`ArraysReader` decodes a segment before it
 allocates the segment's destination, so that the size a file only claims for a decoded
 tensor (an npz member's header) is proven by bytes really decoded before it is allocated.
-:class:`CrcCheck` s make reads of stored zip members check the member's CRC-32 whenever a
-read covers the whole member.
+:class:`~._zipcrc.CrcCheck` s make reads of stored zip members check the member's CRC-32
+once the reads, in any pieces and any order, have covered the whole member
+(:class:`~._zipcrc.MemberCrc`); a read of part of a member (a slice) that never covers it
+whole checks nothing, a member found changed fails every later read that touches it.
 
 Example:
     >>> import numpy as np
@@ -39,14 +41,15 @@ import numpy as np
 
 from ..core import plan
 from ..core.catalog import ByteRange, TensorInfo
-from ..core.errors import FormatError, SourceError, UnsupportedError
+from ..core.errors import FormatError, NpzChecksumError, SourceError, UnsupportedError
 from ..core.reader import Allocator, Reader, T
 from ..core.source import Source, SourceBase
+from ._zipcrc import CrcCheck, MemberCrc
 
 __all__ = [
     "ArraysReader",
     "ArraysSource",
-    "CrcCheck",
+    "BufferedSourceFile",
     "Segment",
     "SourceFile",
     "file_stem",
@@ -98,6 +101,28 @@ class SourceFile(io.RawIOBase):
             self._source.readinto(self._pos, [view[:n]])
             self._pos += n
         return n
+
+
+class BufferedSourceFile(io.BufferedReader):
+    """A buffered :class:`SourceFile` whose ``read(n)`` never asks for more than the file
+    holds: ``io.BufferedReader`` allocates ``n`` bytes before it reads, so a length a file
+    only claims (a pickle's string) would otherwise be an allocation of that size.
+
+    Example:
+        >>> from tensorfile.sources import MemorySource
+        >>> with BufferedSourceFile(MemorySource(b"abc")) as f:
+        ...     f.read(1 << 62)
+        b'abc'
+    """
+
+    def __init__(self, source: Source, buffer_size: int = 1 << 20) -> None:
+        super().__init__(SourceFile(source), buffer_size)
+        self._size = source.size
+
+    def read(self, size: int | None = -1) -> bytes:
+        if size is not None and size >= 0:
+            size = min(size, max(0, self._size - self.tell()))
+        return super().read(size)
 
 
 def file_stem(source_name: str) -> str:
@@ -181,18 +206,6 @@ class Segment(NamedTuple):
     fetch: Callable[[], Buffer]
 
 
-class CrcCheck(NamedTuple):
-    """A zip member stored in place: its data ``[start, stop)`` in the file, the CRC-32 of
-    the member's bytes before them (``prefix_crc``) and the CRC-32 the archive states for
-    the whole member."""
-
-    start: int
-    stop: int
-    prefix_crc: int
-    expected: int
-    what: str
-
-
 class ArraysSource(SourceBase):
     """``base``'s bytes, then decoded segments (see the module docstring)."""
 
@@ -208,9 +221,10 @@ class ArraysSource(SourceBase):
         self._base = base
         self._segments = sorted((s for s in segments if s.length), key=lambda s: s.start)
         self._starts = [s.start for s in self._segments]
-        self._checks = {c.start: c for c in checks if c.stop > c.start}
+        self._checks = {c.start: MemberCrc(c) for c in checks if c.stop > c.start}
         self._check_starts = sorted(self._checks)  # a read finds its checks by bisection
         self._checked: set[int] = set()
+        self._bad: dict[int, str] = {}  # the members found changed: their message
         self._base_size = base.size
         last = self._segments[-1] if self._segments else None
         self._size = max(self._base_size, last.start + last.length if last else 0)
@@ -297,29 +311,35 @@ class ArraysSource(SourceBase):
         return n
 
     def _verify(self, offset: int, flat: list[memoryview]) -> None:
-        """Check the CRC-32 of every stored member a read of ``flat`` at ``offset`` covered."""
+        """Feed the bytes a read of ``flat`` at ``offset`` put in its destinations (not the
+        plan's scratch) to the CRC-32 of every stored member they fall in; check each
+        member they complete."""
         stop = offset + sum(b.nbytes for b in flat)
-        first = bisect.bisect_left(self._check_starts, offset)
+        first = max(0, bisect.bisect_right(self._check_starts, offset) - 1)
         last = bisect.bisect_left(self._check_starts, stop)
-        for start in self._check_starts[first:last]:  # the checks this read can cover only
-            check = self._checks[start]
-            if start in self._checked or check.stop > stop:
+        for start in self._check_starts[first:last]:  # the members this read can touch only
+            member = self._checks[start]
+            if start in self._bad and member.check.stop > offset:
+                raise NpzChecksumError(self._bad[start])
+            if start in self._checked or member.check.stop <= offset:
                 continue
-            crc = check.prefix_crc
             pos = offset
             for buf in flat:
-                lo, hi = max(pos, check.start), min(pos + buf.nbytes, check.stop)
-                if lo < hi:
-                    crc = zlib.crc32(buf[lo - pos : hi - pos], crc)
+                if not plan.is_scratch(buf):
+                    crc = member.add(pos, buf)
+                    if crc is not None:
+                        self.check_crc(member.check, crc)
                 pos += buf.nbytes
-            self.check_crc(check, crc)
 
     def verify_range(self, rng: ByteRange) -> None:
         """Check the CRC-32 of the stored member whose data is ``rng``, once, on the mapped
         file (for a zero-copy view, which no read goes through)."""
-        check = self._checks.get(rng.start)
-        if check is None or rng.start in self._checked:
+        member = self._checks.get(rng.start)
+        if member is None or rng.start in self._checked:
             return
+        check = member.check
+        if rng.start in self._bad:
+            raise NpzChecksumError(self._bad[rng.start])
         whole = self._base.buffer()
         if whole is None:
             data = self._base.read(check.start, check.stop - check.start)
@@ -328,12 +348,15 @@ class ArraysSource(SourceBase):
             self.check_crc(check, zlib.crc32(whole[check.start : check.stop], check.prefix_crc))
 
     def check_crc(self, check: CrcCheck, crc: int) -> None:
-        """Record ``check`` as passed, or raise: the member's bytes are not what was stored."""
+        """Record ``check`` as passed, or raise (and remember) a
+        :class:`~tensorfile.errors.NpzChecksumError`: the member's bytes are not what was
+        stored."""
         if crc != check.expected:
-            raise FormatError(
+            self._bad[check.start] = message = (
                 f"{self.name}: {check.what}: Bad CRC-32 (the archive says {check.expected:08x}, "
                 f"the bytes give {crc:08x}): the file is damaged"
             )
+            raise NpzChecksumError(message)
         self._checked.add(check.start)
 
     def buffer(self) -> memoryview | None:
@@ -356,8 +379,15 @@ class ArraysReader(Reader):
 
     source: ArraysSource
 
-    def __init__(self, source: ArraysSource, catalog: Any) -> None:
+    def __init__(self, source: ArraysSource, catalog: Any, *, zip_crcs: bool = False) -> None:
         super().__init__(source, catalog)
+        self._zip_crcs = zip_crcs
+
+    def checks_digest(self, name: str) -> bool:
+        """Whether reading ``name`` compares a digest the file stores: an npz member's zip
+        CRC-32 (``zip_crcs``), which a read of the whole tensor always compares (a stored
+        member's once its bytes were all read, a deflated one's as it is inflated)."""
+        return self._zip_crcs and self.info(name).numel > 0
 
     def start_read(self, names: list[str], alloc: Allocator[T]) -> plan.Pending[T]:
         """As :meth:`Reader.start_read`, but each decoded tensor is decoded first, then

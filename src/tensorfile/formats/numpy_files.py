@@ -12,13 +12,19 @@ allocates what a header only claims:
   before anything is allocated; a member that is not an ``.npy`` is refused by name;
 * little-endian C-ordered data of a stored (uncompressed, ``np.savez``) member or of an
   ``.npy`` is read in place: :meth:`~tensorfile.core.reader.Reader.view` maps it; a stored
-  member's CRC-32 is checked whenever a read (or a view) covers it whole;
+  member's CRC-32 is checked once reads have covered the member whole, in whatever pieces
+  and order (a whole tensor read in parallel pieces, the content id's chunks, ``verify``,
+  ``convert``), and by a view before it is returned; a slice that reads part of a member
+  checks nothing (as a safetensors file without digests); a mismatch is a
+  :class:`~tensorfile.errors.NpzChecksumError` (a ``FormatError`` and a
+  ``ChecksumError``) naming the member, and every later read of the member fails the same;
 * deflated members (``np.savez_compressed``), big-endian and Fortran-ordered arrays are
   decoded when first read, into little-endian C order, as every tensor format stores them
-  (``zipfile`` checks a deflated member's CRC-32). A member is inflated chunk by chunk into
-  memory that grows with the bytes really inflated, before the tensor's destination is
-  allocated: a size its headers only claim is never allocated, and a member that inflates
-  to more or fewer bytes than its zip header states is refused by name.
+  (``zipfile`` checks a deflated member's CRC-32: a mismatch is an ``NpzChecksumError``
+  too). A member is inflated chunk by chunk into memory that grows with the bytes really
+  inflated, before the tensor's destination is allocated: a size its headers only claim is
+  never allocated, and a member that inflates to more or fewer bytes than its zip header
+  states is refused by name.
 
 Writing (:meth:`tensorfile.formats.Format.save`): an ``.npz`` member by member, not
 compressed (as ``np.savez``); an ``.npy`` of exactly one tensor. Both atomic (a temporary
@@ -49,10 +55,17 @@ import numpy as np
 from ..core import dtypes
 from ..core.atomic import AtomicFile
 from ..core.catalog import ByteRange, Catalog, Component, TensorInfo
-from ..core.errors import FormatError, InvalidArgumentError, SourceError, UnsupportedError
+from ..core.errors import (
+    FormatError,
+    InvalidArgumentError,
+    NpzChecksumError,
+    SourceError,
+    UnsupportedError,
+)
 from ..core.source import Source
 from . import NPY, NPZ, GetTensor, TensorSpec
-from ._arrays import ArraysReader, ArraysSource, CrcCheck, Segment, SourceFile, file_stem
+from ._arrays import ArraysReader, ArraysSource, Segment, SourceFile, file_stem
+from ._zipcrc import CrcCheck
 
 __all__ = ["NPY_ENTRY", "NPZ_ENTRY", "NpyEntry", "NpzEntry", "little"]
 
@@ -236,9 +249,8 @@ class NpzEntry:
                 with zf.open(info) as f:
                     arr = _header(f)
             except (*_HEADER_ERRORS, NotImplementedError, RuntimeError) as exc:
-                raise FormatError(
-                    f"{where}: member {info.filename} is not a valid .npy: {exc}", format="npz"
-                ) from exc
+                what = f"{where}: member {info.filename}"
+                raise _zip_error(what, exc, f"{what} is not a valid .npy: {exc}") from exc
             holds = max(0, _member_bound(info) - arr.data_at)
             if _claimed(arr) > holds:
                 raise FormatError(
@@ -288,7 +300,8 @@ class NpzEntry:
     def open_reader(self, source: Source, *, verify: bool | None = None) -> ArraysReader:
         """A reader over the ``.npz`` in ``source``."""
         catalog, segments, checks = self._open(source)
-        return ArraysReader(ArraysSource(source.name, source, segments, checks), catalog)
+        arrays = ArraysSource(source.name, source, segments, checks)
+        return ArraysReader(arrays, catalog, zip_crcs=True)
 
     def check_options(self, options: Mapping[str, Any]) -> dict[str, Any]:
         """``.npz`` output takes no options."""
@@ -378,7 +391,7 @@ def _member_decoder(
                             format="npz",
                         )
         except (zipfile.BadZipFile, OSError, EOFError, ValueError, zlib.error) as exc:
-            raise FormatError(f"{what}: {exc}", format="npz") from exc
+            raise _zip_error(what, exc, f"{what}: {exc}") from exc
         if pos != stated:
             raise FormatError(
                 f"{what} inflates to {pos:,} bytes, not the {stated:,} its zip header states "
@@ -388,6 +401,15 @@ def _member_decoder(
         return data
 
     return _decoder(raw, m.arr)
+
+
+def _zip_error(what: str, exc: BaseException, message: str) -> FormatError:
+    """``zipfile``'s ``exc`` about member ``what`` as tensorfile's error: ``message``, or
+    for a CRC-32 mismatch (a small member's is checked as its header is read) an
+    :class:`~tensorfile.errors.NpzChecksumError` saying so."""
+    if str(exc).startswith("Bad CRC-32"):  # zipfile's words for a changed member
+        return NpzChecksumError(f"{what}: {exc}", format="npz")
+    return FormatError(message, format="npz")
 
 
 def _no_options(fmt: str, options: Mapping[str, Any]) -> dict[str, Any]:

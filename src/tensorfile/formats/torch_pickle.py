@@ -8,7 +8,10 @@ torch's reason). torch is imported only when such a file is opened (without it: 
 UnsupportedError naming the ``torch`` extra); a local file is loaded with ``mmap=True`` (the
 tensors stay in the page cache, not in memory) where torch can and its name is a PyTorch
 one (torch routes a path by its name: a ``*.safetensors`` path is not loaded as a pickle),
-others from their bytes.
+others from their bytes. An old-format (not zip) pickle's storage sizes are read first,
+without running it (:mod:`~tensorfile.formats._pickle_claims`), and a pickle claiming more
+bytes than the file holds is a :class:`~tensorfile.errors.FormatError` before torch
+allocates the claim.
 
 What the pickle holds becomes tensors and metadata by these rules (a training checkpoint,
 ``{"model_state_dict": ..., "optimizer_state_dict": ..., "epoch": 3, "char2idx": {...}}``,
@@ -57,7 +60,6 @@ Example:
 
 from __future__ import annotations
 
-import io
 import os
 import sys
 from collections.abc import Callable, Mapping
@@ -67,11 +69,18 @@ import numpy as np
 
 from ..core import dtypes
 from ..core.catalog import ByteRange, Catalog, Component, TensorInfo
-from ..core.errors import InvalidArgumentError, SourceError, UnsupportedError, quoted_name
+from ..core.errors import (
+    FormatError,
+    InvalidArgumentError,
+    SourceError,
+    UnsupportedError,
+    quoted_name,
+)
 from ..core.extras import require
 from ..core.source import Source
-from . import PYTORCH, metadata_text
-from ._arrays import ArraysReader, ArraysSource, Segment, SourceFile, file_stem
+from . import NPZ, PYTORCH, metadata_text
+from ._arrays import ArraysReader, ArraysSource, BufferedSourceFile, Segment, file_stem
+from ._pickle_claims import refuse_overclaimed
 
 __all__ = [
     "Checkpoint",
@@ -131,6 +140,9 @@ def _reason(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
+_ZIP = NPZ.magic  # a zip archive's first bytes: a zip-format pickle (torch.save's default)
+
+
 def _load(source: Source) -> Any:
     """``torch.load(weights_only=True)`` of the file in ``source``, with a torch new enough
     that it cannot be bypassed."""
@@ -145,9 +157,11 @@ def _load(source: Source) -> Any:
             except RuntimeError as exc:
                 if "mmap" not in str(exc):  # an old (not zip) pickle cannot be mapped
                     raise
-        with io.BufferedReader(SourceFile(source), 1 << 20) as f:
+        if source.read(0, len(_ZIP)) != _ZIP:  # an old-format pickle: claims first
+            refuse_overclaimed(source)
+        with BufferedSourceFile(source) as f:  # (a string's claimed length is no allocation)
             return torch.load(f, weights_only=True, map_location="cpu")
-    except SourceError:
+    except (SourceError, FormatError):
         raise
     except Exception as exc:  # torch's UnpicklingError and friends: the reason is theirs
         raise UnsupportedError(

@@ -2,8 +2,9 @@
 
 :func:`verify` opens the file (which runs every structural rule of its format: an invalid
 header or manifest is an error, not a report) and then reads every tensor's bytes, so that
-each digest is checked (zTensor v1.0 crc32c/sha256, zTensor v2 xxh3/sha256) and a file cut
-short is noticed, tensor by tensor. A sharded checkpoint (a ``*.safetensors.index.json`` or
+each digest is checked (zTensor v1.0 crc32c/sha256, zTensor v2 xxh3/sha256, safetensors'
+``tensorfile.digests``, an npz member's zip CRC-32) and a file cut short is noticed, tensor
+by tensor. A sharded checkpoint (a ``*.safetensors.index.json`` or
 the folder holding it) is checked as a whole: every shard present and readable, every tensor
 of the index in the shard it names and in no other, no shard tensor the index does not
 list, and ``metadata.total_size`` equal to the sum of the tensors' sizes (the sum
@@ -14,7 +15,7 @@ Coverage: a tensor no stored digest covers is read, but a changed byte inside a 
 cannot be seen. When a file stores digests for some tensors but not for others (a digest
 map that leaves a tensor out), each tensor left out is a failure (rule ``uncovered``): a
 file that carries digests is not verified while part of it is unchecked. A file that stores
-no digests at all (safetensors saved without ``checksum=``, GGUF, npz...) passes on
+no digests at all (safetensors saved without ``checksum=``, GGUF, npy...) passes on
 structure and completeness alone, as the report says, unless ``strict=True``, which makes
 every tensor no digest covers a failure. :attr:`VerifyReport.uncovered` names them either
 way. A tensor with no elements needs no digest: no byte of it could change.
@@ -171,10 +172,11 @@ class TensorCheck:
     ``checked`` holds ``structure`` (the header's rules held when the file was opened, and
     every stored byte of the tensor was read: nothing is cut short), ``digest`` (a digest
     the file stores for it was compared with its bytes: zTensor's crc32c/sha256/xxh3, a v2
-    shard's whole-file digest) and, with ``deep``, ``values`` (NaN/Inf counted in float
-    tensors, BOOL bytes checked). A format without digests (safetensors, GGUF, npz, npy,
-    PyTorch pickles) can only be structurally valid and readable: a flipped bit in its
-    data passes unless ``deep`` finds a value no tensor should hold. ``empty``: the tensor
+    shard's whole-file digest, an npz member's zip CRC-32) and, with ``deep``, ``values``
+    (NaN/Inf counted in float tensors, BOOL bytes checked). A file without digests
+    (safetensors without ``checksum=``, GGUF, npy, PyTorch pickles) can only be
+    structurally valid and readable: a flipped bit in its data passes unless ``deep`` finds
+    a value no tensor should hold. ``empty``: the tensor
     has no elements, so no byte of it could change unseen (it needs no digest).
     """
 
