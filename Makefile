@@ -1,7 +1,7 @@
 # Two commands set up everything on a fresh machine:
 #   make demo   create .venv, install tensorfile, run the demo on generated sample files
 #   make test   create .venv, install tensorfile[dev], run lint, type checks and the whole test suite
-#               (in parallel worker processes: about 10 minutes on a 2-core machine from a fresh clone)
+#               (in parallel worker processes: about 9 minutes on a 2-core machine from a fresh clone)
 # make test also needs Java 17 (the Spark tests), Debian's chromium (installed with apt-get when
 # run as root) and about 6 GB for .venv: tools/check_prereqs.py says what is missing first.
 # `make bench` runs the benchmark runner (not part of the tests).
