@@ -1187,10 +1187,11 @@ def test_zstd_claim_under_an_address_space_limit(tmp_path: Path) -> None:
     assert peak < 512 << 20, peak
 
 
-@pytest.mark.parametrize("elements", [0, 1, 262_143, 262_144, 750_001], ids=repr)
+@pytest.mark.parametrize("elements", [0, 1, 262_143, 262_144, 750_001, 2_097_153], ids=repr)
 def test_zstd_streams_read_whole_around_the_allocation(tmp_path: Path, elements: int) -> None:
     """Held chunks, then the buffer: a stream read across the point where its buffer is
-    allocated (half the declared size, read 1 MiB at a time) comes out whole."""
+    allocated (an eighth of the declared size, read 1 MiB at a time: 2,097,153 elements
+    are held for a chunk or two first) comes out whole."""
     values = np.random.default_rng(elements).standard_normal(elements).astype(np.float32)
     data = build(dense_spec(values, encoding="zstd"))
     got = read_ok(tmp_path, data)

@@ -134,12 +134,17 @@ def check_frames(stored: Any, *, what: str) -> None:
             raise ZTensorError(f"{what}: the zstd stream is truncated (its checksum is missing)")
 
 
+# decompress_to asks for a tensor's buffer once 1/HELD_SHARE of its declared size came out
+HELD_SHARE = 8
+
+
 def decompress_to(stored: Any, size: int, allocate: Callable[[], memoryview], *, what: str) -> None:
     """Decompress ``stored``, which the manifest says holds ``size`` bytes, into the buffer
-    ``allocate()`` returns (``size`` bytes), calling it only once half of ``size`` has
-    really come out of the stream: until then the output is kept in memory that grows with
-    the bytes inflated, so a claimed size never decides an allocation (at most twice the
-    bytes the stream really holds).
+    ``allocate()`` returns (``size`` bytes), calling it only once an eighth of ``size``
+    (:data:`HELD_SHARE`) has really come out of the stream: until then the output is kept
+    in memory that grows with the bytes inflated, so a claimed size never decides an
+    allocation (at most eight times the bytes the stream really holds), and an honest
+    tensor pays a copy of an eighth of its bytes (half cost zt_load_zstd a quarter).
 
     Raises ZTensorError when the stream is corrupt, ends early, or holds more than
     ``size``: decoding stops at that size.
@@ -161,7 +166,7 @@ def decompress_to(stored: Any, size: int, allocate: Callable[[], memoryview], *,
         )
         with reader:
             while got < size:
-                if target is None and 2 * got >= size:
+                if target is None and HELD_SHARE * got >= size:
                     target = _filled(allocate(), held)
                 if target is not None:
                     n = reader.readinto(target[got:])

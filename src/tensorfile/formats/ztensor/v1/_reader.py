@@ -4,7 +4,7 @@ Opening reads the magic, the footer and the manifest (three small reads; nothing
 proportion to the data). Raw dense tensors are served zero-copy from the mapped file
 (:meth:`ZTensorReader.view`, 64-byte aligned) or copied straight into new arrays; zstd
 components are decompressed into the output buffer, which is allocated only once the stream
-has shown half its declared size (a size the manifest only claims never decides an
+has shown an eighth of its declared size (a size the manifest only claims never decides an
 allocation); digests are checked against the stored bytes before anything is handed out
 (``verify=False`` skips that). Sparse tensors come back
 as :class:`CSRTensor`/:class:`COOTensor`, tensors of unknown layouts as
@@ -329,7 +329,7 @@ class ZTensorReader(Reader):
 
     def _decode(self, info: TensorInfo, alloc: Allocator[T]) -> Callable[[], T]:
         """Decompress the data component of ``info`` into a buffer from ``alloc``, which is
-        asked for only once half the declared size has come out of the stream; the
+        asked for only once an eighth of the declared size has come out of the stream; the
         buffer's finish function."""
         decoded = _decoded(info)
         stored = self._stored(info.data)
