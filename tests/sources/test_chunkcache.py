@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
 import threading
 import time
 import warnings
@@ -257,6 +258,22 @@ def test_a_reader_whose_chunks_were_evicted_reads_the_network(tmp_path: Path) ->
         assert not _chunks(tmp_path)
         assert src.read(0, 5_000) == data
         assert src.cache_stats.misses == 10
+
+
+def test_a_chunk_folder_removed_under_an_open_reader_is_made_again(tmp_path: Path) -> None:
+    """A source opens its chunk folder once for its reads; when that folder is removed
+    (a sweep, a heal, a user), the next reads store into a new one and then hit there."""
+    data = os.urandom(5_000)
+    url = _memory_file("regone.bin", data)
+    with _cached(url, tmp_path, _config()) as src:
+        assert src.read(0, 5_000) == data
+        (folder,) = (tmp_path / LAYOUT).iterdir()
+        shutil.rmtree(folder)
+        assert src.read(0, 5_000) == data  # (misses: fetched and stored again)
+        assert len(_chunks(tmp_path)) == 5
+        hits = src.cache_stats.hits
+        assert src.read(0, 5_000) == data
+        assert src.cache_stats.hits == hits + 5 and src.cache_stats.misses == 10
 
 
 def test_sweep_removes_only_dead_writers_temporary_files(tmp_path: Path) -> None:

@@ -187,6 +187,8 @@ class CachedSource(SourceBase):
         self._touched: set[int] = set()
         self.bypass = False
         """Whether the folder is not used at all (another user could write in it)."""
+        self._held: int | None = None
+        """This file's chunk folder as reads open it (:meth:`_read_folder`), or None."""
         self.writable = self._prepare()
         if self.writable and self.cache.sweep_due():
             self._sweep()
@@ -237,6 +239,25 @@ class CachedSource(SourceBase):
     def _close_folder(fd: int | None) -> None:
         if fd is not None:
             os.close(fd)
+
+    def _read_folder(self) -> int | None:
+        """A descriptor of this file's chunk folder for one read (the caller closes it): a
+        copy of one :meth:`_open_folder` opened and checked once for this source, not a
+        walk from the cache folder for every chunk (a dozen calls each, a quarter of a
+        cached load's time); opened again once that folder is gone (:meth:`_gone`)."""
+        with self._lock:
+            if self._held is None:
+                self._held = self._open_folder()
+            return None if self._held is None else os.dup(self._held)
+
+    def _gone(self, folder: int) -> None:
+        """Forget the held chunk folder when ``folder`` (a copy of it) was removed (a sweep
+        or a heal took it), so the next read opens the folder there now."""
+        if os.fstat(folder).st_nlink:
+            return
+        with self._lock:
+            held, self._held = self._held, None
+        self._close_folder(held)
 
     def _path(self, index: int) -> str:
         return os.path.join(self.folder, chunk_name(index))
@@ -316,11 +337,13 @@ class CachedSource(SourceBase):
         when there is no such file; False when it cannot be read or is not right (then it
         is deleted, where it can be)."""
         try:  # (never blocks, never follows a link; anything else there is removed)
-            folder = self._open_folder()
+            folder = self._read_folder()
             if folder is None:
                 return None
             try:
                 found = open_entry(self._path(index), dir_fd=folder)
+                if found is None:
+                    self._gone(folder)
             finally:
                 os.close(folder)
         except OSError:
@@ -531,6 +554,9 @@ class CachedSource(SourceBase):
             return
         super().close()
         self.inner.close()
+        with self._lock:
+            held, self._held = self._held, None
+        self._close_folder(held)
 
     def __repr__(self) -> str:
         return f"<CachedSource {self.name} in {self.folder}>"

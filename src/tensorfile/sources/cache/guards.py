@@ -136,16 +136,15 @@ def distrust(st: os.stat_result, where: int | str | None = None) -> str | None:
     mode = f"mode {stat.S_IMODE(st.st_mode):04o}"
     if st.st_uid not in (me, 0):
         return f"owned by {_user(st.st_uid)}, not by {_user(me)} ({mode})"
-    who = f"owned by {_user(st.st_uid)}, {mode}"
     if st.st_mode & stat.S_IWOTH:
-        return f"{who}: writable by every user"
-    if st.st_mode & stat.S_IWGRP:
-        return f"{who}: writable by its group (gid {st.st_gid})"
-    if where is not None:
-        why = _acl(where, stat.S_ISDIR(st.st_mode))
-        if why is not None:
-            return f"{who}: {why}"
-    return None
+        why: str | None = "writable by every user"
+    elif st.st_mode & stat.S_IWGRP:
+        why = f"writable by its group (gid {st.st_gid})"
+    else:
+        why = None if where is None else _acl(where, stat.S_ISDIR(st.st_mode))
+    # (the owner's name only in a refusal: a password-database lookup for every cache
+    # entry opened cost a cached load a fifth of its time)
+    return None if why is None else f"owned by {_user(st.st_uid)}, {mode}: {why}"
 
 
 def check_root(folder: str) -> None:
