@@ -1,10 +1,10 @@
 """zTensor component codecs: zstd compression and the ``algorithm:value`` digests.
 
 Decompression never trusts a size the file claims: output grows chunk by chunk with the
-bytes really inflated, and goes into a buffer of the tensor's declared size only once half
-of it has come out (when no size is declared, up to a limit); a stream that would produce
-more is stopped there, so neither a decompression bomb nor a small stream under a huge
-claim costs more than twice what the stream really holds. Digests cover the stored bytes
+bytes really inflated, and goes into a buffer of the tensor's declared size only once an
+eighth of it has come out (when no size is declared, up to a limit); a stream that would
+produce more is stopped there, so neither a decompression bomb nor a small stream under a
+huge claim costs more than eight times what the stream really holds. Digests cover the stored bytes
 of a component (after compression), as the v1.0 reference computes them; crc32c is written
 as ``crc32c:0x`` + 8 upper-case hex digits.
 
@@ -197,10 +197,10 @@ def _filled(out: memoryview, held: list[bytes]) -> memoryview:
     """``out`` as bytes, with ``held`` copied to its start (and dropped)."""
     target = out.cast("B") if out.format != "B" or out.ndim != 1 else out
     pos = 0
-    while held:
-        chunk = held.pop(0)
+    for chunk in held:
         target[pos : pos + len(chunk)] = chunk
         pos += len(chunk)
+    held.clear()
     return target
 
 
