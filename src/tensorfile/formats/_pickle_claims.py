@@ -1,19 +1,38 @@
-"""What an old-format (not zip) PyTorch pickle claims for its storages, read without running
-it.
+"""What a PyTorch pickle would make torch allocate, read before ``torch.load`` runs it.
 
-``torch.save(..., _use_new_zipfile_serialization=False)`` writes pickles one after the
-other (torch's magic number, its protocol version, a description of the machine, then the
-object, then the list of storage keys) and after them each storage's bytes: an 8-byte
-count, then the data. The object's pickle names each storage by a persistent id,
-``("storage", <torch.FloatStorage>, key, location, numel, view)``, and torch's legacy loader
-allocates ``numel`` elements for it the moment it meets the id, before any of its bytes are
-read: a 512 KB file claiming 2**31 float64 elements makes ``torch.load`` allocate 16 GiB.
+``torch.load(weights_only=True)`` never runs a pickle's own code, but what it does run can
+allocate any size a pickle names: the storage of a persistent id
+``("storage", <torch.FloatStorage>, key, location, numel[, view])`` (the old format's loader
+allocates ``numel`` elements the moment it meets the id, before any of its bytes are
+read), ``builtins.bytearray(N)``, a legacy tensor or storage class called with a size
+(``torch.FloatTensor(N)``, ``torch.storage.UntypedStorage(N)``), ``_rebuild_qtensor``
+(allocates its size, then points it at its storage), and rebuilds that convert a tensor
+while loading (``_rebuild_device_tensor_from_cpu_tensor(view, torch.float64, ...)``
+materializes any stride-0 view). Each call runs as its opcode comes, so a refusal torch
+makes further on comes after the allocation.
 
-:func:`refuse_overclaimed` reads those ids first, with :func:`pickletools.genops` and a
-stack of plain values (nothing is imported, called or built), and refuses a pickle whose
-storages claim more bytes than the file holds after its object: every claim is then
-backed by bytes really in the file before torch allocates it. A pickle this cannot follow
-is left to torch, which refuses it before any storage.
+:func:`scan` reads every pickle torch would (the zip's ``data.pkl``; an old-format
+file's five: torch's magic number, its protocol version, a description of the machine,
+the object, the list of storage keys), opcode by opcode as torch's weights-only unpickler
+reads them, with a stack of plain values (nothing is imported, called or built), and
+refuses, before torch runs any of it:
+
+* what it cannot follow: an opcode torch's unpickler does not read either, a length past
+  the end, a stack underflow, a memo entry never stored (a :class:`FormatError`; torch
+  would refuse it too, but only after running everything before it);
+* a call of anything but what tensor checkpoints use (:data:`_CALLS`: tensor and parameter
+  rebuilds, ``OrderedDict``, ``Counter``, ``set``, ``complex``, ``torch.Size``,
+  ``torch.device``, bytes and bytearrays from their text), or one of those with arguments
+  that could allocate more than the pickle holds (``bytearray(N)``, ``set(tensor)``):
+  an :class:`UnsupportedError` naming it;
+* storages claiming more bytes than the file holds for them: an old-format file keeps
+  their bytes after the object's pickle, a zip one in its record ``data/<key>`` (stored,
+  as ``torch.save`` writes it); each key counted once, at the element size of its class
+  (a legacy tensor class, ``torch.DoubleTensor``, at its dtype's; one unknown at 16, the
+  largest) (a :class:`FormatError`).
+
+A global that torch refuses (``rules.allows``) ends the scan: torch's unpickler stops at
+that very opcode, having run only what the scan has checked, and says why itself.
 
 Example:
     >>> import io, torch
@@ -22,150 +41,427 @@ Example:
     >>> torch.save({"w": torch.zeros(4)}, buf, _use_new_zipfile_serialization=False)
     >>> claims(io.BytesIO(buf.getvalue()))
     (16, 313)
-    >>> refuse_overclaimed(MemorySource(buf.getvalue()))  # 16 bytes claimed, and held
+    >>> scan(MemorySource(buf.getvalue()))  # 16 bytes claimed, and held
 """
 
 from __future__ import annotations
 
-import pickletools
+import math
+import struct
+import zipfile
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from ..core.errors import FormatError, quoted_name
+from ..core.errors import FormatError, UnsupportedError, quoted_name
 from ..core.source import Source
+from . import NPZ
 from ._arrays import BufferedSourceFile
 
-__all__ = ["claims", "refuse_overclaimed"]
+__all__ = ["Rules", "claims", "scan"]
 
 _MAGIC = 0x1950A86A20F9469CFC6C  # torch.serialization.MAGIC_NUMBER, the first pickle
 _HEAD = 3  # the pickles before the object's: the magic number, the protocol, the machine
 
 _ITEMSIZE = {
-    "DoubleStorage": 8,
-    "FloatStorage": 4,
-    "HalfStorage": 2,
-    "BFloat16Storage": 2,
-    "LongStorage": 8,
-    "IntStorage": 4,
-    "ShortStorage": 2,
-    "CharStorage": 1,
-    "ByteStorage": 1,
-    "BoolStorage": 1,
-    "ComplexDoubleStorage": 16,
-    "ComplexFloatStorage": 8,
-    "QInt32Storage": 4,
+    *(("Double", 8), ("Float", 4), ("Half", 2), ("BFloat16", 2), ("Long", 8), ("Int", 4)),
+    *(("Short", 2), ("Char", 1), ("Byte", 1), ("Bool", 1), ("ComplexDouble", 16)),
+    *(("ComplexFloat", 8), ("QUInt8", 1), ("QInt8", 1), ("QInt32", 4), ("QUInt4x2", 1)),
+    *(("QUInt2x4", 1), ("Untyped", 1)),
 }
-"""Bytes per element of torch's storage classes (any other: 1, the least a claim can be)."""
+_SIZES = dict(_ITEMSIZE)
+"""Bytes per element of torch's storage and legacy tensor classes by their stem
+(``FloatStorage``, ``torch.FloatTensor``: ``Float``); any other class: 16, the most."""
+
+_LARGEST = 16
+
+
+class Rules(NamedTuple):
+    """How torch's unpickler names a global: ``rename`` maps a ``GLOBAL``'s module and name
+    as torch does (``__builtin__`` is ``builtins``) to ``module.name``; ``allows`` says
+    whether torch loads it (a global torch refuses ends the scan: torch stops there)."""
+
+    rename: Callable[[str, str], str]
+    allows: Callable[[str], bool]
+
+
+def _plain_rename(module: str, name: str) -> str:
+    return f"{'builtins' if module == '__builtin__' else module}.{name}"
+
+
+STRICT = Rules(_plain_rename, lambda name: True)
+"""Rules that let no global end the scan (every call is judged here)."""
 
 
 class _Global(NamedTuple):
-    """A class a pickle names (``GLOBAL``), never imported."""
-
-    module: str
-    name: str
+    name: str  # module.name, as torch resolves it
 
 
-_ANY = object()  # a value the scan does not follow
+class _Thing:
+    """A value the scan does not look into: ``kind`` says what it is (``list``, ``dict``,
+    ``set``, ``tensor``, ``storage``, ``value``); a storage knows its element size."""
 
-_LITERALS = frozenset(
-    {
-        *("INT", "BININT", "BININT1", "BININT2", "LONG", "LONG1", "LONG4", "FLOAT", "BINFLOAT"),
-        *("STRING", "BINSTRING", "SHORT_BINSTRING", "UNICODE", "BINUNICODE"),
-        *("SHORT_BINUNICODE", "BINUNICODE8", "BINBYTES", "SHORT_BINBYTES", "BINBYTES8"),
-    }
-)
-_CONSTANTS = {"NONE": None, "NEWTRUE": True, "NEWFALSE": False, "EMPTY_TUPLE": ()}
+    __slots__ = ("itemsize", "kind")
+
+    def __init__(self, kind: str, itemsize: int = 0) -> None:
+        self.kind, self.itemsize = kind, itemsize
 
 
-class _Scan:
-    """The stack and memo of one pickle, as far as plain values go."""
+class _Stop(Exception):
+    """A global torch refuses: torch's unpickler stops at it."""
 
-    def __init__(self) -> None:
+
+class _Bad(Exception):
+    """What the scan cannot follow (torch's unpickler would fail there too)."""
+
+
+_CONTAINERS = ("list", "dict", "set")
+_SIMPLE = (bool, int, float, str, bytes, type(None))
+_LATIN1 = ("latin1", "latin-1", "iso-8859-1", "iso8859-1", "l1", "iso_8859_1")
+
+
+def _is(value: Any, *kinds: str) -> bool:
+    return isinstance(value, _Thing) and value.kind in kinds
+
+
+def _iterable(args: tuple[Any, ...]) -> bool:
+    """At most one argument, a container the pickle built (never a tensor: iterating one
+    makes an object per element, which a stride-0 view has any number of)."""
+    return len(args) == 0 or (
+        len(args) == 1 and (_is(args[0], *_CONTAINERS) or isinstance(args[0], tuple | str))
+    )
+
+
+def _text_args(args: tuple[Any, ...]) -> bool:
+    """``(text, 'latin1')``: bytes as pickle protocol 2 writes them (never a count)."""
+    return (
+        len(args) in (1, 2)
+        and isinstance(args[0], str)
+        and (len(args) == 1 or (isinstance(args[1], str) and args[1].lower() in _LATIN1))
+    )
+
+
+def _ints(value: Any) -> bool:
+    return isinstance(value, tuple) and all(
+        isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value
+    )
+
+
+_TENSOR = "tensor"
+_CALLS: dict[str, tuple[Callable[[tuple[Any, ...]], bool], str]] = {
+    "collections.OrderedDict": (_iterable, "dict"),
+    "collections.Counter": (_iterable, "dict"),
+    "builtins.set": (_iterable, "set"),
+    "builtins.complex": (lambda a: len(a) <= 2 and all(type(v) in (int, float) for v in a), "value"),
+    "builtins.bytearray": (lambda a: not a or _text_args(a), "value"),
+    "_codecs.encode": (_text_args, "value"),
+    "torch.Size": (lambda a: not a or (len(a) == 1 and _ints(a[0])), "value"),
+    "torch.device": (lambda a: len(a) in (1, 2) and all(type(v) in (str, int) for v in a), "value"),
+    "torch.serialization._get_layout": (lambda a: len(a) == 1 and isinstance(a[0], str), "value"),
+    "torch._utils._rebuild_tensor": (lambda a: bool(a) and _is(a[0], "storage"), _TENSOR),
+    "torch._utils._rebuild_tensor_v2": (lambda a: bool(a) and _is(a[0], "storage"), _TENSOR),
+    "torch._utils._rebuild_tensor_v3": (lambda a: bool(a) and _is(a[0], "storage"), _TENSOR),
+    "torch._utils._rebuild_parameter": (lambda a: bool(a) and _is(a[0], _TENSOR), _TENSOR),
+    "torch._utils._rebuild_parameter_with_state": (
+        lambda a: bool(a) and _is(a[0], _TENSOR),
+        _TENSOR,
+    ),
+    "torch._utils._rebuild_meta_tensor_no_storage": (lambda a: True, _TENSOR),  # (no memory)
+    "torch._utils._rebuild_qtensor": (
+        lambda a: len(a) >= 3 and _is(a[0], "storage") and _ints(a[2]),
+        _TENSOR,
+    ),
+}
+"""The calls tensor checkpoints make, each with what its arguments must be so that it
+allocates no more than the pickle holds, and what it makes."""
+
+_WHY = {
+    "torch._utils._rebuild_sparse_tensor": "a sparse tensor; tensorfile reads dense tensors",
+    "torch._utils._rebuild_nested_tensor": "a nested tensor; tensorfile reads dense tensors",
+    "torch._utils._rebuild_device_tensor_from_cpu_tensor": "it converts a tensor while loading",
+    "torch._utils._rebuild_device_tensor_from_numpy": "it converts an array while loading",
+    "torch._utils._rebuild_wrapper_subclass": "a tensor subclass without storage",
+}
+
+_TYPES = frozenset({"torch.Tensor", "torch.nn.parameter.Parameter"})
+
+
+class _Machine:
+    """One pickle's stack, marks and memo, as torch's weights-only unpickler keeps them."""
+
+    def __init__(self, f: Any, rules: Rules, where: str, budget: int) -> None:
+        self.f, self.rules, self.where = f, rules, where
         self.stack: list[Any] = []
-        self.marks: list[int] = []  # where each mark is in the stack (as pickle keeps them)
+        self.metastack: list[list[Any]] = []
         self.memo: dict[int, Any] = {}
-        self.ids: list[tuple[Any, ...]] = []
+        self.pids: list[tuple[Any, ...]] = []
+        self.budget = budget  # bytes calls may still allocate (a quantized tensor's)
+
+    def read(self, n: int) -> bytes:
+        data: bytes = self.f.read(n)
+        if len(data) != n:
+            raise _Bad(f"{n:,} bytes asked, {len(data):,} left in the file")
+        return data
+
+    def pop(self) -> Any:
+        if not self.stack:
+            raise _Bad("stack underflow")
+        return self.stack.pop()
 
     def pop_mark(self) -> list[Any]:
-        """The items above the topmost mark (the mark removed)."""
-        at = self.marks.pop()  # (IndexError: no mark, as pickle's own error)
-        items = self.stack[at:]
-        del self.stack[at:]
+        if not self.metastack:
+            raise _Bad("no mark")
+        items, self.stack = self.stack, self.metastack.pop()
         return items
 
-    def take(self, n: int) -> list[Any]:
-        """The top ``n`` items, removed: an IndexError when fewer are above the top mark
-        (pickle's own "stack underflow")."""
-        if len(self.stack) - (self.marks[-1] if self.marks else 0) < n:
-            raise IndexError("stack underflow")
-        items = self.stack[len(self.stack) - n :]
-        del self.stack[len(self.stack) - n :]
-        return items
+    def run(self) -> Any:
+        """Scan up to the pickle's ``STOP``; its value (a plain value, or what the scan
+        keeps of it)."""
+        while True:
+            at = self.f.tell()
+            key = self.read(1)[0]
+            try:
+                done, value = self.step(key)
+            except _Bad as exc:
+                raise _Bad(f"{exc} (opcode 0x{key:02x} at offset {at:,})") from None
+            if done:
+                return value
 
-    def top(self) -> Any:
-        """The top item, left in place (an IndexError when the frame is empty)."""
-        (item,) = self.take(1)
-        self.stack.append(item)
-        return item
+    def step(self, key: int) -> tuple[bool, Any]:  # noqa: C901, PLR0912 (one opcode each)
+        op, push = chr(key), self.stack.append
+        if op in _FIXED:
+            push(_FIXED[op]())
+        elif op in _NUMBERS:
+            size, fmt = _NUMBERS[op]
+            push(struct.unpack(fmt, self.read(size))[0])
+        elif op == "X":  # BINUNICODE
+            try:
+                push(str(self.read(struct.unpack("<I", self.read(4))[0]), "utf-8", "surrogatepass"))
+            except UnicodeDecodeError as exc:
+                raise _Bad(f"text that is not UTF-8: {exc}") from None
+        elif op == "U":  # SHORT_BINSTRING (torch.load decodes it as UTF-8)
+            try:
+                push(self.read(self.read(1)[0]).decode("utf-8"))
+            except UnicodeDecodeError as exc:
+                raise _Bad(f"text that is not UTF-8: {exc}") from None
+        elif op == "\x8a":  # LONG1
+            push(int.from_bytes(self.read(self.read(1)[0]), "little", signed=True))
+        elif op == "c":  # GLOBAL
+            push(self.global_())
+        elif op == "(":  # MARK
+            self.metastack.append(self.stack)
+            self.stack = []
+        elif op == "t":
+            items = self.pop_mark()
+            self.stack.append(tuple(items))
+        elif op in "\x85\x86\x87":  # TUPLE1, TUPLE2, TUPLE3
+            n = key - 0x84
+            if len(self.stack) < n:
+                raise _Bad("stack underflow")
+            items = tuple(self.stack[-n:])
+            self.stack[-n:] = [items]
+        elif op in "hj":  # BINGET, LONG_BINGET
+            index = self.read(1)[0] if op == "h" else struct.unpack("<I", self.read(4))[0]
+            if index not in self.memo:
+                raise _Bad(f"memo entry {index} was never stored")
+            push(self.memo[index])
+        elif op in "qr":  # BINPUT, LONG_BINPUT
+            index = self.read(1)[0] if op == "q" else struct.unpack("<I", self.read(4))[0]
+            if not self.stack:
+                raise _Bad("stack underflow")
+            self.memo[index] = self.stack[-1]
+        elif op == "R":  # REDUCE
+            args = self.pop()
+            if not self.stack:
+                raise _Bad("stack underflow")
+            self.stack[-1] = self.call(self.stack[-1], args)
+        elif op == "\x81":  # NEWOBJ: only nn.Parameter(tensor, requires_grad) is built
+            args, cls = self.pop(), self.pop()
+            if cls != _Global("torch.nn.parameter.Parameter") or not isinstance(args, tuple):
+                raise UnsupportedError(self.refusal(cls, "a new object of it"))
+            push(_Thing(_TENSOR))
+        elif op == "b":  # BUILD: state for a tensor, a parameter or a dict (no allocation)
+            self.pop()
+            if not self.stack:
+                raise _Bad("stack underflow")
+        elif op == "a":  # APPEND
+            self.pop()
+            self.target("list")
+        elif op == "e":  # APPENDS
+            self.pop_mark()
+            self.target("list")
+        elif op == "s":  # SETITEM
+            self.pop(), self.pop()
+            self.target("dict")
+        elif op == "u":  # SETITEMS
+            self.pop_mark()
+            self.target("dict")
+        elif op == "Q":  # BINPERSID
+            push(self.storage(self.pop()))
+        elif op == "\x80":  # PROTO
+            self.read(1)
+        elif op == ".":  # STOP
+            return True, self.pop()
+        else:
+            raise _Bad("an opcode torch's weights-only unpickler does not read")
+        return False, None
 
-    def op(self, opcode: pickletools.OpcodeInfo, arg: Any) -> None:
-        name, stack = opcode.name, self.stack
-        if name in _LITERALS:
-            stack.append(arg)
-        elif name in _CONSTANTS:
-            stack.append(_CONSTANTS[name])
-        elif name == "MARK":
-            self.marks.append(len(stack))
-        elif name in ("PUT", "BINPUT", "LONG_BINPUT"):
-            self.memo[arg] = self.top()
-        elif name == "MEMOIZE":
-            self.memo[len(self.memo)] = self.top()
-        elif name in ("GET", "BINGET", "LONG_BINGET"):
-            stack.append(self.memo.get(arg, _ANY))
-        elif name == "GLOBAL":
-            module, _, attr = str(arg).partition(" ")
-            stack.append(_Global(module, attr))
-        elif name == "STACK_GLOBAL":
-            module, attr = self.take(2)
-            stack.append(_Global(str(module), str(attr)))
-        elif name == "TUPLE":
-            stack.append(tuple(self.pop_mark()))
-        elif name in ("TUPLE1", "TUPLE2", "TUPLE3"):
-            stack.append(tuple(self.take(int(name[-1]))))
-        elif name == "STOP":
-            pass  # (the pickle's value stays on the stack, to be looked at)
-        elif name == "BINPERSID":
-            (pid,) = self.take(1)
-            if isinstance(pid, tuple):
-                self.ids.append(pid)
-            stack.append(_ANY)
-        else:  # any other opcode: its effect on the stack, by pickletools' description
-            before = opcode.stack_before
-            if pickletools.markobject in before:
-                self.pop_mark()
-                before = before[: before.index(pickletools.markobject)]
-            elif name == "POP" and self.marks and self.marks[-1] == len(stack):
-                self.pop_mark()  # (POP of an empty frame pops its mark)
-                before = []
-            self.take(len(before))
-            stack.extend(_ANY for _ in opcode.stack_after)
+    def global_(self) -> _Global:
+        lines = []
+        for _ in range(2):
+            line = self.f.readline()
+            if not line.endswith(b"\n"):
+                raise _Bad("a GLOBAL without its end of line")
+            try:
+                lines.append(line[:-1].decode("utf-8"))
+            except UnicodeDecodeError as exc:
+                raise _Bad(f"a GLOBAL that is not UTF-8: {exc}") from None
+        name = self.rules.rename(lines[0], lines[1])
+        if not self.rules.allows(name):
+            raise _Stop(name)
+        return _Global(name)
+
+    def target(self, kind: str) -> None:
+        if not self.stack or not _is(self.stack[-1], kind):
+            raise _Bad(f"no {kind} to add to")
+
+    def refusal(self, func: Any, what: str = "") -> str:
+        name = func.name if isinstance(func, _Global) else f"a {type(func).__name__} value"
+        why = _WHY.get(name, "a tensor checkpoint does not need it, and it could allocate more "
+                       "than the file holds")  # fmt: skip
+        how = f" ({what})" if what else ""
+        return f"{quoted_name(self.where)}: the pickle calls {name}{how}, which tensorfile " \
+            f"refuses before torch.load runs it: {why}"  # fmt: skip
+
+    def call(self, func: Any, args: Any, nested: bool = False) -> _Thing:
+        """What calling ``func`` with ``args`` makes, refusing a call that is not one of
+        :data:`_CALLS` with the arguments it allows."""
+        if not isinstance(args, tuple):
+            raise _Bad("a call whose arguments are not a tuple")
+        name = func.name if isinstance(func, _Global) else ""
+        if name == "torch._tensor._rebuild_from_type_v2" and not nested and len(args) == 4:
+            inner, kind, inner_args, _state = args
+            if kind in {_Global(t) for t in _TYPES}:
+                return self.call(inner, inner_args, nested=True)
+        check, made = _CALLS.get(name, (None, ""))
+        if check is None or not check(args):
+            shown = ", ".join(_show(a) for a in args)
+            raise UnsupportedError(self.refusal(func, f"with ({shown})" if check else ""))
+        if name == "torch._utils._rebuild_qtensor":  # allocates its size, then sets it
+            need = math.prod(args[2]) * max(1, args[0].itemsize)
+            if need > self.budget:
+                raise FormatError(
+                    f"{quoted_name(self.where)}: a quantized tensor of the pickle claims "
+                    f"{need:,} bytes, more than the {self.budget:,} the file holds",
+                    format="pytorch",
+                )
+            self.budget -= need
+        return _Thing(made)
+
+    def storage(self, pid: Any) -> _Thing:
+        if not isinstance(pid, tuple) or len(pid) not in (5, 6) or pid[0] != "storage":
+            raise _Bad(f"a persistent id that is no storage's: {_show(pid)}")
+        kind, key, numel = pid[1], pid[2], pid[4]
+        if not isinstance(key, str) or type(numel) is not int or numel < 0:
+            raise _Bad(f"a storage's persistent id torch cannot load: {_show(pid)}")
+        size = _itemsize(kind)
+        self.pids.append((key, numel * size))
+        return _Thing("storage", size)
 
 
-def _storage_bytes(pid: tuple[Any, ...]) -> tuple[Any, int] | None:
-    """``(key, bytes claimed)`` of a storage's persistent id, or None for another id."""
-    if len(pid) != 6 or pid[0] not in ("storage", b"storage"):
-        return None
-    kind, key, numel = pid[1], pid[2], pid[4]
-    if not isinstance(numel, int) or isinstance(numel, bool) or numel < 0:
-        return None  # not a count torch could allocate from
-    size = _ITEMSIZE.get(kind.name, 1) if isinstance(kind, _Global) else 1
-    return key, numel * size
+def _itemsize(kind: Any) -> int:
+    """The element size of a storage of class ``kind`` (16 for one not known)."""
+    if not isinstance(kind, _Global):
+        return _LARGEST
+    module, _, stem = kind.name.rpartition(".")
+    if not module.startswith("torch"):
+        return _LARGEST
+    for suffix in ("Storage", "Tensor"):
+        if stem.endswith(suffix) and stem[: -len(suffix)] in _SIZES:
+            return _SIZES[stem[: -len(suffix)]]
+    return _LARGEST
 
 
-def claims(f: Any) -> tuple[int, int] | None:
+def _show(value: Any) -> str:
+    if isinstance(value, _Global):
+        return value.name
+    if isinstance(value, _Thing):
+        return f"a {value.kind}"
+    if isinstance(value, tuple):
+        return "(" + ", ".join(_show(v) for v in value[:6]) + (", ...)" if len(value) > 6 else ")")
+    text = repr(value) if isinstance(value, _SIMPLE) else type(value).__name__
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+_FIXED: dict[str, Callable[[], Any]] = {
+    "N": lambda: None,
+    "\x88": lambda: True,
+    "\x89": lambda: False,
+    ")": tuple,
+    "]": lambda: _Thing("list"),
+    "}": lambda: _Thing("dict"),
+    "\x8f": lambda: _Thing("set"),
+}
+_NUMBERS = {"J": (4, "<i"), "K": (1, "<B"), "M": (2, "<H"), "G": (8, ">d")}
+
+
+def _claimed(pids: list[tuple[str, int]]) -> dict[str, int]:
+    """The bytes each storage key claims (torch allocates a key once: the largest)."""
+    owned: dict[str, int] = {}
+    for key, nbytes in pids:
+        owned[key] = max(owned.get(key, 0), nbytes)
+    return owned
+
+
+def _fail(where: str, exc: _Bad, offset: int) -> FormatError:
+    return FormatError(
+        f"{quoted_name(where)}: not a pickle torch.load(weights_only=True) reads: {exc}",
+        offset=offset,
+        format="pytorch",
+    )
+
+
+def _legacy(source: Source, rules: Rules) -> None:
+    with BufferedSourceFile(source) as f:
+        try:
+            pids = _legacy_pids(f, rules, source)
+        except _Bad as exc:
+            raise _fail(source.name, exc, f.tell()) from None
+        except _Stop:
+            return
+        end = f.tell()
+    claimed = sum(_claimed(pids).values())
+    held = max(0, source.size - end)
+    if claimed > held:
+        raise FormatError(
+            f"{quoted_name(source.name)}: the pickle's storages claim {claimed:,} bytes, but "
+            f"the file holds {held:,} after the pickle (an old-format PyTorch file keeps their "
+            "bytes there): the file is not what it says",
+            offset=end,
+            format="pytorch",
+        )
+
+
+def _legacy_pids(f: Any, rules: Rules, source: Any) -> list[tuple[str, int]]:
+    """The storage claims of an old-format pickle's object; the file stands after it."""
+    found: list[tuple[str, int]] = []
+    end = 0
+    for index in range(_HEAD + 2):
+        machine = _Machine(f, rules, source.name, source.size)
+        value = machine.run()
+        if index == 0 and value != _MAGIC:
+            raise _Bad("its first pickle is not torch's magic number")
+        if machine.pids and index != _HEAD:
+            raise _Bad("a persistent id outside the object's pickle")
+        if index == _HEAD:
+            found, end = machine.pids, f.tell()
+    f.seek(end)
+    return found
+
+
+def claims(f: Any, rules: Rules = STRICT) -> tuple[int, int]:
     """``(bytes the storages claim, offset where the object's pickle ends)`` of the
-    old-format pickle in file object ``f`` (each storage counted once), or None when it is
-    not one this can follow (torch then refuses it before any storage); an ``EOFError``
-    when a length in it (a string's) runs past the end of the file.
+    old-format pickle in file object ``f`` (each storage key counted once, at its class's
+    element size); a :class:`FormatError` for a pickle the scan cannot follow.
 
     Example:
         >>> import io, torch
@@ -176,50 +472,85 @@ def claims(f: Any) -> tuple[int, int] | None:
         24
     """
     try:
-        for index in range(_HEAD + 1):
-            scan = _Scan()
-            for opcode, arg, _pos in pickletools.genops(f):
-                scan.op(opcode, arg)
-            if index == 0 and scan.stack[-1:] != [_MAGIC]:
-                return None  # torch: "Invalid magic number; corrupt file?"
-    except ValueError as exc:
-        if "remain" in str(exc):  # pickletools: "expected N bytes in ..., but only M remain"
-            raise EOFError(str(exc)) from None
-        return None  # not a pickle this follows: torch's unpickler refuses it
-    except (IndexError, TypeError, EOFError, UnicodeDecodeError, KeyError):
-        return None
-    owned: dict[Any, int] = {}
-    for n, pid in enumerate(scan.ids):
-        found = _storage_bytes(pid)
-        if found is not None:  # a key not followed counts on its own (never less)
-            key = found[0] if isinstance(found[0], str | bytes | int) else (_ANY, n)
-            owned.setdefault(key, found[1])  # (torch allocates a key's storage once)
-    return sum(owned.values()), int(f.tell())
+        pids = _legacy_pids(f, rules, _Named(getattr(f, "name", "<pickle>")))
+    except _Bad as exc:
+        raise _fail(getattr(f, "name", "<pickle>"), exc, f.tell()) from None
+    return sum(_claimed(pids).values()), int(f.tell())
 
 
-def refuse_overclaimed(source: Source) -> None:
-    """Raise a :class:`~tensorfile.errors.FormatError` when the old-format pickle in
-    ``source`` claims more bytes for its storages than the file holds after its object's
-    pickle (where their bytes are), or a length that runs past the end of the file, before
-    torch allocates what it claims."""
-    with BufferedSourceFile(source) as f:  # (a string's claimed length is no allocation)
-        try:
-            found = claims(f)
-        except EOFError as exc:
+class _Named:
+    """A stand-in source for :func:`claims`: a name and no size limit on calls."""
+
+    def __init__(self, name: str) -> None:
+        self.name, self.size = str(name), 1 << 62
+
+
+def _records(zf: zipfile.ZipFile, where: str, size: int) -> tuple[str, dict[str, zipfile.ZipInfo]]:
+    """The archive's folder name (torch's: its first record's) and its records by
+    lowercase name (torch finds them case-insensitively): every record stored, none twice."""
+    infos = zf.infolist()
+    if not infos or "/" not in infos[0].filename:
+        raise FormatError(f"{quoted_name(where)}: a zip that is no PyTorch archive", format="pytorch")
+    found: dict[str, zipfile.ZipInfo] = {}
+    for info in infos:
+        lower = info.filename.lower()
+        if lower in found:
             raise FormatError(
-                f"{quoted_name(source.name)}: the pickle claims more than the file holds: {exc}",
-                offset=f.tell(),
+                f"{quoted_name(where)}: two records are named {info.filename!r} (torch reads "
+                "one of them)",
                 format="pytorch",
-            ) from None
-    if found is None:
-        return
-    claimed, end = found
-    held = max(0, source.size - end)
-    if claimed > held:
-        raise FormatError(
-            f"{quoted_name(source.name)}: the pickle's storages claim {claimed:,} bytes, but "
-            f"the file holds {held:,} after the pickle (an old-format PyTorch file keeps their "
-            "bytes there): the file is not what it says",
-            offset=end,
-            format="pytorch",
-        )
+            )
+        if info.compress_type != zipfile.ZIP_STORED or info.flag_bits & 1:
+            raise FormatError(
+                f"{quoted_name(where)}: record {info.filename!r} is compressed or encrypted; "
+                "torch.save stores every record as it is",
+                format="pytorch",
+            )
+        if info.file_size != info.compress_size or info.header_offset + info.file_size > size:
+            raise FormatError(
+                f"{quoted_name(where)}: record {info.filename!r} states {info.file_size:,} "
+                "bytes that the file does not hold",
+                format="pytorch",
+            )
+        found[lower] = info
+    return infos[0].filename.split("/", 1)[0].lower(), found
+
+
+def _zipped(source: Source, rules: Rules) -> None:
+    where = source.name
+    with BufferedSourceFile(source) as f:
+        try:
+            zf = zipfile.ZipFile(f)
+        except (zipfile.BadZipFile, OSError, ValueError, EOFError, NotImplementedError) as exc:
+            raise FormatError(f"{quoted_name(where)}: not a valid zip: {exc}", format="pytorch") from exc
+        archive, records = _records(zf, where, source.size)
+        pickle = records.get(f"{archive}/data.pkl")
+        if pickle is None:
+            raise FormatError(f"{quoted_name(where)}: no data.pkl in the archive", format="pytorch")
+        with zf.open(pickle) as data:
+            machine = _Machine(data, rules, where, source.size)
+            try:
+                machine.run()
+            except _Bad as exc:
+                raise _fail(f"{where}: {pickle.filename}", exc, data.tell()) from None
+            except _Stop:
+                return
+    for key, nbytes in _claimed(machine.pids).items():
+        record = records.get(f"{archive}/data/{key}".lower())
+        held = record.file_size if record is not None else 0
+        if nbytes > held:
+            raise FormatError(
+                f"{quoted_name(where)}: storage {key!r} claims {nbytes:,} bytes, but its "
+                f"record holds {held:,}: the file is not what it says",
+                format="pytorch",
+            )
+
+
+def scan(source: Source, rules: Rules = STRICT) -> None:
+    """Refuse the PyTorch pickle in ``source`` (zip or old format) when torch would
+    allocate more than the file holds loading it, or when it is one the scan cannot follow
+    (see the module docstring); return None when torch may load it."""
+    if source.read(0, len(NPZ.magic)) == NPZ.magic:
+        _zipped(source, rules)
+    else:
+        _legacy(source, rules)

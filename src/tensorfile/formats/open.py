@@ -24,7 +24,7 @@ import os
 from ..core.digests import Verify
 from ..core.errors import InvalidArgumentError, SourceError
 from ..core.reader import Reader
-from ..sources import CacheDir, PathOrData, is_url
+from ..sources import CacheDir, PathOrData, is_url, redact
 from . import SAFETENSORS, open_reader
 from ._index import INDEX_SUFFIX, is_index
 from .checkpoint import open_checkpoint
@@ -37,7 +37,7 @@ def _no_cache_dir(cache_dir: CacheDir, target: str) -> None:
     ``$TENSORFILE_CACHE_DIR``)."""
     if cache_dir is not None:
         raise InvalidArgumentError(
-            f"{target}: cache_dir= applies to single files; the shards of a checkpoint are "
+            f"{redact(target)}: cache_dir= applies to single files; the shards of a checkpoint are "
             "cached through $TENSORFILE_CACHE_DIR"
         )
 

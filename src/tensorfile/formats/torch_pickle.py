@@ -78,9 +78,9 @@ from ..core.errors import (
 )
 from ..core.extras import require
 from ..core.source import Source
-from . import NPZ, PYTORCH, metadata_text
+from . import PYTORCH, metadata_text
 from ._arrays import ArraysReader, ArraysSource, BufferedSourceFile, Segment, file_stem
-from ._pickle_claims import refuse_overclaimed
+from ._pickle_claims import STRICT, Rules, scan
 
 __all__ = [
     "Checkpoint",
@@ -140,15 +140,36 @@ def _reason(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
-_ZIP = NPZ.magic  # a zip archive's first bytes: a zip-format pickle (torch.save's default)
+def _rules(torch: Any) -> Rules:
+    """How this torch's weights-only unpickler names globals and which it loads (its
+    own tables); without them (another torch), rules that let no global end the scan."""
+    try:
+        from torch import _utils, _weights_only_unpickler as wo
+
+        allowed = set(wo._get_allowed_globals()) | set(wo._get_user_allowed_globals())
+        blocked = set(wo._blocklisted_modules)
+        imports, names = dict(_utils.IMPORT_MAPPING), dict(_utils.NAME_MAPPING)
+    except (ImportError, AttributeError, TypeError):
+        return STRICT
+
+    def rename(module: str, name: str) -> str:
+        if (module, name) in names:
+            module, name = names[module, name]
+        elif module in imports:
+            module = imports[module]
+        return f"{module}.{name}"
+
+    return Rules(rename, lambda name: name in allowed and name.rpartition(".")[0] not in blocked)
 
 
 def _load(source: Source) -> Any:
     """``torch.load(weights_only=True)`` of the file in ``source``, with a torch new enough
-    that it cannot be bypassed."""
+    that it cannot be bypassed, once :func:`~tensorfile.formats._pickle_claims.scan` found
+    nothing in it that would allocate more than the file holds."""
     torch = _torch(source)
     from ..sources import LocalSource
 
+    scan(source, _rules(torch))
     try:
         named = source.name.lower().endswith(PYTORCH.hint_suffixes)  # (torch routes by name)
         if isinstance(source, LocalSource) and named and os.path.isfile(source.name):
@@ -157,8 +178,6 @@ def _load(source: Source) -> Any:
             except RuntimeError as exc:
                 if "mmap" not in str(exc):  # an old (not zip) pickle cannot be mapped
                     raise
-        if source.read(0, len(_ZIP)) != _ZIP:  # an old-format pickle: claims first
-            refuse_overclaimed(source)
         with BufferedSourceFile(source) as f:  # (a string's claimed length is no allocation)
             return torch.load(f, weights_only=True, map_location="cpu")
     except (SourceError, FormatError):
@@ -458,20 +477,69 @@ def load_tensors(
     torch = sys.modules["torch"]
     from ..frameworks.torch import to_numpy
 
-    arrays: dict[str, np.ndarray[Any, Any]] = {}
+    where = quoted_name(source.name)
     for name, t in found.tensors.items():
         if t.layout != torch.strided:
-            raise UnsupportedError(
-                f"{quoted_name(source.name)}: tensor {name!r} is {t.layout}; only dense tensors"
-            )
+            raise UnsupportedError(f"{where}: tensor {name!r} is {t.layout}; only dense tensors")
         if t.is_meta or t.is_quantized:
             kind = "on the meta device (it has no data)" if t.is_meta else "quantized"
-            raise UnsupportedError(f"{quoted_name(source.name)}: tensor {name!r} is {kind}")
-        try:
-            arrays[name] = to_numpy(t.detach().cpu().contiguous())
-        except UnsupportedError as exc:
-            raise UnsupportedError(f"{quoted_name(source.name)}: tensor {name!r}: {exc}") from None
+            raise UnsupportedError(f"{where}: tensor {name!r} is {kind}")
+        _refuse_repeats(t, f"{where}: tensor {name!r}")
+    held = sum({_view(t)[0]: t.untyped_storage().nbytes() for t in found.tensors.values()}.values())
+    arrays: dict[str, np.ndarray[Any, Any]] = {}
+    made: dict[tuple[Any, ...], np.ndarray[Any, Any]] = {}  # one array for each view
+    copied = 0
+    for name, t in found.tensors.items():
+        view = _view(t)
+        if view not in made:
+            if not t.is_contiguous() or t.is_conj() or t.is_neg():  # (a copy)
+                copied += t.numel() * t.element_size()
+                if copied > held:
+                    raise UnsupportedError(
+                        f"{where}: the pickle's views of its storages would take more than "
+                        f"the {held:,} bytes they hold to copy (at tensor {name!r}); tensorfile "
+                        "copies no more than a file holds"
+                    )
+            try:
+                made[view] = to_numpy(t.detach().cpu().contiguous())
+            except UnsupportedError as exc:
+                raise UnsupportedError(f"{where}: tensor {name!r}: {exc}") from None
+        arrays[name] = made[view]
     return arrays, found.values
+
+
+def _view(t: Any) -> tuple[Any, ...]:
+    """What makes two tensors one array: their storage (by address), offset, sizes,
+    strides, dtype and conjugate and negative bits."""
+    data = t.untyped_storage().data_ptr()
+    return data, t.storage_offset(), tuple(t.shape), t.stride(), t.dtype, t.is_conj(), t.is_neg()
+
+
+def _refuse_repeats(t: Any, what: str) -> None:
+    """Refuse a tensor whose elements are not each held once by its storage: more bytes
+    than its storage holds from its offset (a stride-0 view, ``torch.zeros(1).expand(n)``,
+    claims ``n`` elements and stores one), or strides that make two elements one (copying
+    it would make what the file only claims)."""
+    if t.numel() == 0:
+        return
+    size, stride = tuple(t.shape), tuple(t.stride())
+    held = t.untyped_storage().nbytes() - t.storage_offset() * t.element_size()
+    need = t.numel() * t.element_size()
+    layout = f"size {size}, stride {stride}"
+    if need > held or min(stride, default=0) < 0:
+        raise FormatError(
+            f"{what} has {t.numel():,} elements ({layout}) needing {need:,} bytes, but its "
+            f"storage holds {max(0, held):,} from its offset: the file is not what it says",
+            format="pytorch",
+        )
+    reach = 1
+    for step, n in sorted((st, n) for n, st in zip(size, stride, strict=True) if n > 1):
+        if step < reach:
+            raise UnsupportedError(
+                f"{what} repeats elements of its storage ({layout}); tensorfile reads tensors "
+                "whose every element is stored"
+            )
+        reach = step * n
 
 
 def _keep(arr: np.ndarray[Any, Any]) -> Callable[[], np.ndarray[Any, Any]]:
