@@ -394,3 +394,14 @@ def _numpy_slot(info: Any) -> Any:
     from tensorfile.core.reader import numpy_allocator
 
     return numpy_allocator(info)
+
+
+def test_a_cache_dir_refusal_shows_no_credentials_of_the_index_url(tmp_path: Path) -> None:
+    """review35g g06: the refusal of ``cache_dir=`` for a remote index named the URL whole,
+    its password and its presigned signature with it; no request is made."""
+    url = f"https://alice:hunter2-pw@127.0.0.1:9/m/{INDEX}?sig=SECRETSIG"
+    with pytest.raises(InvalidArgumentError, match="cache_dir= applies to single files") as caught:
+        tensorfile.open(url, cache_dir=str(tmp_path))
+    said = str(caught.value)
+    assert "hunter2-pw" not in said and "SECRETSIG" not in said, said
+    assert said.startswith(f"https://127.0.0.1:9/m/{INDEX}: "), said

@@ -57,7 +57,7 @@ from ..core.source import Source
 from . import NPZ
 from ._arrays import BufferedSourceFile
 
-__all__ = ["Rules", "claims", "scan"]
+__all__ = ["STRICT", "Rules", "claims", "scan", "torch_rules"]
 
 _MAGIC = 0x1950A86A20F9469CFC6C  # torch.serialization.MAGIC_NUMBER, the first pickle
 _HEAD = 3  # the pickles before the object's: the magic number, the protocol, the machine
@@ -90,6 +90,29 @@ def _plain_rename(module: str, name: str) -> str:
 
 STRICT = Rules(_plain_rename, lambda name: True)
 """Rules that let no global end the scan (every call is judged here)."""
+
+
+def torch_rules(torch: Any) -> Rules:
+    """How ``torch``'s weights-only unpickler names globals and which it loads (its own
+    tables); without them (another torch): :data:`STRICT`."""
+    try:
+        from torch import _utils
+        from torch import _weights_only_unpickler as wo
+
+        allowed = set(wo._get_allowed_globals()) | set(wo._get_user_allowed_globals())  # type: ignore[no-untyped-call]
+        blocked = set(wo._blocklisted_modules)
+        imports, names = dict(_utils.IMPORT_MAPPING), dict(_utils.NAME_MAPPING)
+    except (ImportError, AttributeError, TypeError):
+        return STRICT
+
+    def rename(module: str, name: str) -> str:
+        if (module, name) in names:
+            module, name = names[module, name]
+        elif module in imports:
+            module = imports[module]
+        return f"{module}.{name}"
+
+    return Rules(rename, lambda name: name in allowed and name.rpartition(".")[0] not in blocked)
 
 
 class _Global(NamedTuple):
@@ -140,6 +163,11 @@ def _text_args(args: tuple[Any, ...]) -> bool:
     )
 
 
+def _bytes(args: tuple[Any, ...]) -> bool:
+    """``(bytes,)``: a copy of bytes the pickle holds (``_codecs.encode``'s)."""
+    return len(args) == 1 and (_is(args[0], "bytes") or isinstance(args[0], bytes))
+
+
 def _ints(value: Any) -> bool:
     return isinstance(value, tuple) and all(
         isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value
@@ -151,9 +179,12 @@ _CALLS: dict[str, tuple[Callable[[tuple[Any, ...]], bool], str]] = {
     "collections.OrderedDict": (_iterable, "dict"),
     "collections.Counter": (_iterable, "dict"),
     "builtins.set": (_iterable, "set"),
-    "builtins.complex": (lambda a: len(a) <= 2 and all(type(v) in (int, float) for v in a), "value"),
-    "builtins.bytearray": (lambda a: not a or _text_args(a), "value"),
-    "_codecs.encode": (_text_args, "value"),
+    "builtins.complex": (
+        lambda a: len(a) <= 2 and all(type(v) in (int, float) for v in a),
+        "value",
+    ),
+    "builtins.bytearray": (lambda a: not a or _text_args(a) or _bytes(a), "value"),
+    "_codecs.encode": (_text_args, "bytes"),
     "torch.Size": (lambda a: not a or (len(a) == 1 and _ints(a[0])), "value"),
     "torch.device": (lambda a: len(a) in (1, 2) and all(type(v) in (str, int) for v in a), "value"),
     "torch.serialization._get_layout": (lambda a: len(a) == 1 and isinstance(a[0], str), "value"),
@@ -182,6 +213,7 @@ _WHY = {
     "torch._utils._rebuild_wrapper_subclass": "a tensor subclass without storage",
 }
 
+_NEEDLESS = "a tensor checkpoint does not need it, and it could allocate more than the file holds"
 _TYPES = frozenset({"torch.Tensor", "torch.nn.parameter.Parameter"})
 
 
@@ -226,7 +258,7 @@ class _Machine:
             if done:
                 return value
 
-    def step(self, key: int) -> tuple[bool, Any]:  # noqa: C901, PLR0912 (one opcode each)
+    def step(self, key: int) -> tuple[bool, Any]:
         op, push = chr(key), self.stack.append
         if op in _FIXED:
             push(_FIXED[op]())
@@ -257,8 +289,7 @@ class _Machine:
             n = key - 0x84
             if len(self.stack) < n:
                 raise _Bad("stack underflow")
-            items = tuple(self.stack[-n:])
-            self.stack[-n:] = [items]
+            self.stack[-n:] = [tuple(self.stack[-n:])]
         elif op in "hj":  # BINGET, LONG_BINGET
             index = self.read(1)[0] if op == "h" else struct.unpack("<I", self.read(4))[0]
             if index not in self.memo:
@@ -326,11 +357,12 @@ class _Machine:
 
     def refusal(self, func: Any, what: str = "") -> str:
         name = func.name if isinstance(func, _Global) else f"a {type(func).__name__} value"
-        why = _WHY.get(name, "a tensor checkpoint does not need it, and it could allocate more "
-                       "than the file holds")  # fmt: skip
+        why = _WHY.get(name, _NEEDLESS)
         how = f" ({what})" if what else ""
-        return f"{quoted_name(self.where)}: the pickle calls {name}{how}, which tensorfile " \
-            f"refuses before torch.load runs it: {why}"  # fmt: skip
+        return (
+            f"{quoted_name(self.where)}: the pickle calls {name}{how}, which tensorfile "
+            f"refuses before torch.load runs it: {why}"
+        )
 
     def call(self, func: Any, args: Any, nested: bool = False) -> _Thing:
         """What calling ``func`` with ``args`` makes, refusing a call that is not one of
@@ -490,7 +522,9 @@ def _records(zf: zipfile.ZipFile, where: str, size: int) -> tuple[str, dict[str,
     lowercase name (torch finds them case-insensitively): every record stored, none twice."""
     infos = zf.infolist()
     if not infos or "/" not in infos[0].filename:
-        raise FormatError(f"{quoted_name(where)}: a zip that is no PyTorch archive", format="pytorch")
+        raise FormatError(
+            f"{quoted_name(where)}: a zip that is no PyTorch archive", format="pytorch"
+        )
     found: dict[str, zipfile.ZipInfo] = {}
     for info in infos:
         lower = info.filename.lower()
@@ -522,7 +556,9 @@ def _zipped(source: Source, rules: Rules) -> None:
         try:
             zf = zipfile.ZipFile(f)
         except (zipfile.BadZipFile, OSError, ValueError, EOFError, NotImplementedError) as exc:
-            raise FormatError(f"{quoted_name(where)}: not a valid zip: {exc}", format="pytorch") from exc
+            raise FormatError(
+                f"{quoted_name(where)}: not a valid zip: {exc}", format="pytorch"
+            ) from exc
         archive, records = _records(zf, where, source.size)
         pickle = records.get(f"{archive}/data.pkl")
         if pickle is None:

@@ -80,7 +80,7 @@ from ..core.extras import require
 from ..core.source import Source
 from . import PYTORCH, metadata_text
 from ._arrays import ArraysReader, ArraysSource, BufferedSourceFile, Segment, file_stem
-from ._pickle_claims import STRICT, Rules, scan
+from ._pickle_claims import scan, torch_rules
 
 __all__ = [
     "Checkpoint",
@@ -140,28 +140,6 @@ def _reason(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
-def _rules(torch: Any) -> Rules:
-    """How this torch's weights-only unpickler names globals and which it loads (its
-    own tables); without them (another torch), rules that let no global end the scan."""
-    try:
-        from torch import _utils, _weights_only_unpickler as wo
-
-        allowed = set(wo._get_allowed_globals()) | set(wo._get_user_allowed_globals())
-        blocked = set(wo._blocklisted_modules)
-        imports, names = dict(_utils.IMPORT_MAPPING), dict(_utils.NAME_MAPPING)
-    except (ImportError, AttributeError, TypeError):
-        return STRICT
-
-    def rename(module: str, name: str) -> str:
-        if (module, name) in names:
-            module, name = names[module, name]
-        elif module in imports:
-            module = imports[module]
-        return f"{module}.{name}"
-
-    return Rules(rename, lambda name: name in allowed and name.rpartition(".")[0] not in blocked)
-
-
 def _load(source: Source) -> Any:
     """``torch.load(weights_only=True)`` of the file in ``source``, with a torch new enough
     that it cannot be bypassed, once :func:`~tensorfile.formats._pickle_claims.scan` found
@@ -169,7 +147,7 @@ def _load(source: Source) -> Any:
     torch = _torch(source)
     from ..sources import LocalSource
 
-    scan(source, _rules(torch))
+    scan(source, torch_rules(torch))
     try:
         named = source.name.lower().endswith(PYTORCH.hint_suffixes)  # (torch routes by name)
         if isinstance(source, LocalSource) and named and os.path.isfile(source.name):
@@ -494,11 +472,11 @@ def load_tensors(
         if view not in made:
             if not t.is_contiguous() or t.is_conj() or t.is_neg():  # (a copy)
                 copied += t.numel() * t.element_size()
-                if copied > held:
+                if copied > _COPIES * held:
                     raise UnsupportedError(
-                        f"{where}: the pickle's views of its storages would take more than "
-                        f"the {held:,} bytes they hold to copy (at tensor {name!r}); tensorfile "
-                        "copies no more than a file holds"
+                        f"{where}: copying the pickle's views of its storages would take more "
+                        f"than twice the {held:,} bytes they hold (at tensor {name!r}); "
+                        "tensorfile copies no more than that"
                     )
             try:
                 made[view] = to_numpy(t.detach().cpu().contiguous())
@@ -506,6 +484,11 @@ def load_tensors(
                 raise UnsupportedError(f"{where}: tensor {name!r}: {exc}") from None
         arrays[name] = made[view]
     return arrays, found.values
+
+
+_COPIES = 2
+"""How many times the bytes of a pickle's storages its distinct non-contiguous views may
+take copied (a matrix, its transpose and a slice of its columns: 1.5)."""
 
 
 def _view(t: Any) -> tuple[Any, ...]:

@@ -1,0 +1,268 @@
+"""Every PyTorch pickle (zip ``data.pkl`` and old format) is scanned before ``torch.load``
+runs it, and what torch loaded is checked before it is copied: no size a file only claims
+becomes an allocation (review35g g01, g02, g03, g04, g07), while ordinary checkpoints
+(state dicts, optimizer states, parameters, every dtype, plain values) read as before."""
+
+from __future__ import annotations
+
+import collections
+import io
+import pickle
+import struct
+import warnings
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+import tensorfile
+from tensorfile.errors import FormatError, UnsupportedError
+from tensorfile.formats._pickle_claims import claims
+from tests.formats.limits import GIB, run_limited
+
+_MAGIC = 0x1950A86A20F9469CFC6C
+
+
+def _save(obj: object, path: Path, zipped: bool) -> Path:
+    torch.save(obj, path, _use_new_zipfile_serialization=zipped)
+    return path
+
+
+class _Call:
+    """Pickled as ``func(*args)``: what a hostile ``torch.save`` can write."""
+
+    def __init__(self, func: Any, *args: Any) -> None:
+        self.func, self.args = func, args
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        return self.func, self.args
+
+
+@pytest.mark.parametrize("zipped", [False, True])
+def test_a_bytearray_of_a_claimed_size_is_refused_before_torch_allocates(
+    tmp_path: Path, zipped: bool
+) -> None:
+    """g01: ``set(bytearray(N))`` (``{0}``: nothing of it kept) in a pickle of a few hundred
+    bytes made ``torch.load(weights_only=True)`` allocate N; refused, naming the call."""
+    obj = {"w": torch.ones(4), "note": _Call(set, _Call(bytearray, 64 << 20))}
+    path = _save(obj, tmp_path / "m.pt", zipped)
+    with pytest.raises(UnsupportedError, match=r"calls builtins\.bytearray \(with \(67108864\)\)"):
+        tensorfile.open(str(path))
+
+
+def test_calls_that_allocate_or_convert_are_refused(tmp_path: Path) -> None:
+    """g03 (torch's side): an allowed rebuild that converts a stride-0 view while loading,
+    and a legacy tensor class called with a size, never reach torch."""
+    view = torch.zeros(1, dtype=torch.uint8).expand(1 << 20)
+    convert = _Call(
+        torch._utils._rebuild_device_tensor_from_cpu_tensor, view, torch.float64, "cpu", False
+    )
+    path = _save({"w": convert}, tmp_path / "c.pt", True)
+    with pytest.raises(UnsupportedError, match="converts a tensor while loading"):
+        tensorfile.open(str(path))
+    path = _save({"w": _Call(torch.FloatTensor, 1 << 20)}, tmp_path / "t.pt", True)
+    with pytest.raises(UnsupportedError, match=r"calls torch\.FloatTensor"):
+        tensorfile.open(str(path))
+
+
+@pytest.mark.parametrize("zipped", [False, True])
+def test_a_stride_0_view_claiming_more_than_its_storage_is_refused(
+    tmp_path: Path, zipped: bool
+) -> None:
+    """g03: ``torch.zeros(1).expand(n)`` stores one element; copying it made ``n``."""
+    obj = {"w": torch.zeros(1, dtype=torch.uint8).expand(1 << 20)}
+    path = _save(obj, tmp_path / "v.pt", zipped)
+    with pytest.raises(
+        FormatError,
+        match=r"'w' has 1,048,576 elements \(size \(1048576,\), "
+        r"stride \(0,\)\) needing 1,048,576 bytes, but its storage holds 1 ",
+    ):
+        tensorfile.open(str(path))
+
+
+def test_a_view_that_repeats_elements_is_refused_and_other_views_read(tmp_path: Path) -> None:
+    base = torch.arange(12, dtype=torch.float32)
+    path = _save({"w": base.as_strided((3, 3), (1, 1))}, tmp_path / "o.pt", True)
+    with pytest.raises(UnsupportedError, match=r"'w' repeats elements of its storage"):
+        tensorfile.open(str(path))
+    m = base.reshape(3, 4)
+    views = {"m": m, "t": m.T, "cols": m[:, ::2], "row": m[1], "tail": base[5:]}
+    path = _save(views, tmp_path / "ok.pt", True)
+    with tensorfile.open(str(path)) as f:
+        for name, t in views.items():
+            assert np.array_equal(f.get_tensor(name), t.numpy()), name
+
+
+@pytest.mark.parametrize("zipped", [False, True])
+def test_one_view_listed_many_times_is_copied_once(tmp_path: Path, zipped: bool) -> None:
+    """g07: a transposed matrix listed 64 times (a memo reference each) was copied 64
+    times; every name now shares one array."""
+    m = torch.arange(64 * 64, dtype=torch.float32).reshape(64, 64)
+    path = _save({"w": [m.T] * 64, "again": m.T.clone().T.T}, tmp_path / "r.pt", zipped)
+    with tensorfile.open(str(path)) as f:
+        first = f.view("w.0")
+        assert np.array_equal(first, m.T.numpy())
+        for i in range(1, 64):
+            assert np.shares_memory(f.view(f"w.{i}"), first), i
+
+
+def test_distinct_views_copying_more_than_the_storages_hold_are_refused(tmp_path: Path) -> None:
+    """Views of one storage that differ by their offset are distinct, each copied: past the
+    bytes the pickle's storages hold twice, refused (a transpose beside its matrix reads)."""
+    m = torch.arange(64 * 64, dtype=torch.float32).reshape(64, 64)
+    path = _save({"w": [m.T[:, k:] for k in range(12)]}, tmp_path / "d.pt", True)
+    with pytest.raises(UnsupportedError, match=r"more than twice the 16,384 bytes they hold"):
+        tensorfile.open(str(path))
+    path = _save({"m": m, "t": m.T}, tmp_path / "ok.pt", True)
+    with tensorfile.open(str(path)) as f:
+        assert np.array_equal(f.get_tensor("t"), m.T.numpy())
+
+
+def _uni(s: str) -> bytes:
+    return b"X" + struct.pack("<I", len(s.encode())) + s.encode()
+
+
+def _legacy_file(storage_class: bytes, numel: int, tail: bytes, held: int) -> bytes:
+    """An old-format pickle holding one storage ``(storage_class, "0", "cpu", numel)``,
+    ``tail`` after its persistent id, and ``held`` bytes of data after the pickles."""
+    info = {
+        "protocol_version": 1001,
+        "little_endian": True,
+        "type_sizes": {"short": 2, "int": 4, "long": 4},
+    }
+    count = b"\x8a" + bytes([9]) + numel.to_bytes(9, "little", signed=True)  # LONG1
+    obj = (
+        b"\x80\x02("
+        + _uni("storage")
+        + b"ctorch\n"
+        + storage_class
+        + b"\n"
+        + _uni("0")
+        + _uni("cpu")
+        + count
+        + b"NtQ"
+        + tail
+        + b"."
+    )
+    return (
+        pickle.dumps(_MAGIC, protocol=2)
+        + pickle.dumps(1001, protocol=2)
+        + pickle.dumps(info, protocol=2)
+        + obj
+        + pickle.dumps(["0"], protocol=2)
+        + struct.pack("<q", numel)
+        + bytes(held)
+    )
+
+
+def test_a_legacy_tensor_class_counts_at_its_element_size(tmp_path: Path) -> None:
+    """g02: a storage typed by ``torch.DoubleTensor`` counted 1 byte an element (torch
+    allocates 8): the file holding 4,096 bytes for 4,096 float64 elements is refused."""
+    data = _legacy_file(b"DoubleTensor", 4096, b"", 4096)
+    assert claims(io.BytesIO(data))[0] == 4096 * 8
+    path = tmp_path / "d.pt"
+    path.write_bytes(data)
+    with pytest.raises(FormatError, match=r"storages claim 32,768 bytes, but the file holds 4,"):
+        tensorfile.open(str(path))
+
+
+_OPEN = """
+import tensorfile
+try:
+    tensorfile.open({path!r})
+    print("read")
+except tensorfile.TensorFileError as exc:
+    print(type(exc).__name__, str(exc).split(": ", 1)[1])
+"""
+
+
+def test_a_byte_the_scan_cannot_follow_is_refused_not_left_to_torch(tmp_path: Path) -> None:
+    """g04: an opcode 0xff after a storage claiming 1 TiB made the scan give up, and torch
+    allocated the claim before it reached the byte. Run under a 4 GiB address space."""
+    path = tmp_path / "b.pt"
+    path.write_bytes(_legacy_file(b"FloatStorage", 1 << 38, b"\xff", 64))
+    printed, _peak = run_limited(_OPEN.format(path=str(path)), address_space=4 * GIB)
+    assert printed.startswith(
+        "FormatError not a pickle torch.load(weights_only=True) reads: "
+        "an opcode torch's weights-only unpickler does not read "
+        "(opcode 0xff at offset"
+    ), printed
+
+
+def test_a_compressed_or_repeated_zip_record_is_refused(tmp_path: Path) -> None:
+    """torch finds records case-insensitively and inflates a compressed one to the size it
+    states: a deflated record, or two records torch cannot tell apart, are refused."""
+    buf = io.BytesIO()
+    torch.save({"w": torch.zeros(4)}, buf)
+    src = zipfile.ZipFile(io.BytesIO(buf.getvalue()))
+    for how in ("deflated", "twice"):
+        out = io.BytesIO()
+        with zipfile.ZipFile(out, "w") as z:
+            for info in src.infolist():
+                method = zipfile.ZIP_DEFLATED if how == "deflated" else zipfile.ZIP_STORED
+                z.writestr(info.filename, src.read(info), compress_type=method)
+            if how == "twice":
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")  # (zipfile's "Duplicate name")
+                    z.writestr(src.infolist()[0].filename.upper(), b"")
+        path = tmp_path / f"{how}.pt"
+        path.write_bytes(out.getvalue())
+        with pytest.raises(FormatError, match="compressed" if how == "deflated" else "two records"):
+            tensorfile.open(str(path))
+
+
+def _everything(zipped: bool) -> dict[str, Any]:
+    dtypes = [
+        torch.float32,
+        torch.float64,
+        torch.float16,
+        torch.bfloat16,
+        torch.int64,
+        torch.int32,
+        torch.int16,
+        torch.int8,
+        torch.uint8,
+        torch.bool,
+        torch.complex64,
+    ]
+    if zipped:  # (torch's old-format loader reads no storage of these)
+        dtypes += [torch.float8_e4m3fn, torch.float8_e5m2, torch.uint16, torch.uint32]
+    lin = torch.nn.Linear(3, 2)
+    opt = torch.optim.Adam(lin.parameters())
+    lin(torch.ones(1, 3)).sum().backward()
+    opt.step()
+    return {
+        "model": lin.state_dict(),
+        "optimizer": opt.state_dict(),
+        "param": torch.nn.Parameter(torch.ones(2)),
+        "dtypes": {str(dt).split(".")[1]: torch.zeros(3, dtype=dt) for dt in dtypes},
+        "values": {
+            "s": {1, 2},
+            "c": 1 + 2j,
+            "b": b"ab",
+            "ba": bytearray(b"xy"),
+            "dt": torch.float32,
+            "dev": torch.device("cpu"),
+            "size": torch.Size([2, 3]),
+            "od": collections.OrderedDict(a=1),
+            "n": collections.Counter("aab"),
+        },
+        "epoch": 3,
+    }
+
+
+@pytest.mark.parametrize("zipped", [False, True])
+def test_ordinary_checkpoints_pass_the_scan(tmp_path: Path, zipped: bool) -> None:
+    obj = _everything(zipped)
+    path = _save(obj, tmp_path / "all.pt", zipped)
+    oracle = torch.load(path, weights_only=True)
+    with tensorfile.open(str(path)) as f:
+        assert f.get_tensor("model.weight").tolist() == oracle["model"]["weight"].tolist()
+        assert "optimizer.state.0.exp_avg" in f.keys()
+        assert f.get_tensor("dtypes.bfloat16").tolist() == [0, 0, 0]
+        assert f.attributes["values"]["c"] == "(1+2j)" and f.attributes["epoch"] == 3
+        if zipped:
+            assert f.get_tensor("dtypes.uint32").tolist() == [0, 0, 0]
