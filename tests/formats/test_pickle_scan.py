@@ -8,6 +8,7 @@ from __future__ import annotations
 import collections
 import io
 import pickle
+import re
 import struct
 import warnings
 import zipfile
@@ -63,9 +64,18 @@ def test_calls_that_allocate_or_convert_are_refused(tmp_path: Path) -> None:
     path = _save({"w": convert}, tmp_path / "c.pt", True)
     with pytest.raises(UnsupportedError, match="converts a tensor while loading"):
         tensorfile.open(str(path))
-    path = _save({"w": _Call(torch.FloatTensor, 1 << 20)}, tmp_path / "t.pt", True)
-    with pytest.raises(UnsupportedError, match=r"calls torch\.FloatTensor"):
-        tensorfile.open(str(path))
+    calls = {
+        "torch.FloatTensor": _Call(torch.FloatTensor, 1 << 20),
+        "torch.storage.UntypedStorage": _Call(torch.UntypedStorage, 1 << 20),
+        "builtins.set (with (a tensor))": _Call(set, view),
+        # (torch's wrapper calls any allowed function: it is judged as that function)
+        "builtins.bytearray": _Call(torch._tensor._rebuild_from_type_v2, bytearray,
+                                    torch.Tensor, (1 << 20,), {}),
+    }  # fmt: skip
+    for k, (called, obj) in enumerate(calls.items()):
+        path = _save({"w": obj}, tmp_path / f"t{k}.pt", True)
+        with pytest.raises(UnsupportedError, match=rf"calls {re.escape(called)}"):
+            tensorfile.open(str(path))
 
 
 @pytest.mark.parametrize("zipped", [False, True])

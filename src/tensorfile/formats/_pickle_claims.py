@@ -46,7 +46,6 @@ Example:
 
 from __future__ import annotations
 
-import math
 import struct
 import zipfile
 from collections.abc import Callable
@@ -379,7 +378,9 @@ class _Machine:
             shown = ", ".join(_show(a) for a in args)
             raise UnsupportedError(self.refusal(func, f"with ({shown})" if check else ""))
         if name == "torch._utils._rebuild_qtensor":  # allocates its size, then sets it
-            need = math.prod(args[2]) * max(1, args[0].itemsize)
+            need = max(1, args[0].itemsize)
+            for n in args[2]:  # (stopping past the budget: a product of huge numbers is slow)
+                need = 0 if n == 0 else need * n if need <= self.budget else need
             if need > self.budget:
                 raise FormatError(
                     f"{quoted_name(self.where)}: a quantized tensor of the pickle claims "
@@ -517,9 +518,18 @@ class _Named:
         self.name, self.size = str(name), 1 << 62
 
 
-def _records(zf: zipfile.ZipFile, where: str, size: int) -> tuple[str, dict[str, zipfile.ZipInfo]]:
-    """The archive's folder name (torch's: its first record's) and its records by
-    lowercase name (torch finds them case-insensitively): every record stored, none twice."""
+_FOLD = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+
+
+def _fold(name: str) -> str:
+    """``name`` as torch's zip reader (miniz) compares names: ASCII letters in any case."""
+    return name.translate(_FOLD)
+
+
+def _records(zf: zipfile.ZipFile, where: str, source: Source) -> tuple[str, dict[str, Any]]:
+    """The archive's folder name (torch's: its first record's) and its records by folded
+    name (torch finds them case-insensitively): every record stored, within the file,
+    none twice."""
     infos = zf.infolist()
     if not infos or "/" not in infos[0].filename:
         raise FormatError(
@@ -527,7 +537,7 @@ def _records(zf: zipfile.ZipFile, where: str, size: int) -> tuple[str, dict[str,
         )
     found: dict[str, zipfile.ZipInfo] = {}
     for info in infos:
-        lower = info.filename.lower()
+        lower = _fold(info.filename)
         if lower in found:
             raise FormatError(
                 f"{quoted_name(where)}: two records are named {info.filename!r} (torch reads "
@@ -540,14 +550,15 @@ def _records(zf: zipfile.ZipFile, where: str, size: int) -> tuple[str, dict[str,
                 "torch.save stores every record as it is",
                 format="pytorch",
             )
-        if info.file_size != info.compress_size or info.header_offset + info.file_size > size:
+        start = info.header_offset + 30 + len(info.filename.encode())  # (no extra field)
+        if info.file_size != info.compress_size or start + info.file_size > source.size:
             raise FormatError(
                 f"{quoted_name(where)}: record {info.filename!r} states {info.file_size:,} "
                 "bytes that the file does not hold",
                 format="pytorch",
             )
         found[lower] = info
-    return infos[0].filename.split("/", 1)[0].lower(), found
+    return _fold(infos[0].filename.split("/", 1)[0]), found
 
 
 def _zipped(source: Source, rules: Rules) -> None:
@@ -559,11 +570,15 @@ def _zipped(source: Source, rules: Rules) -> None:
             raise FormatError(
                 f"{quoted_name(where)}: not a valid zip: {exc}", format="pytorch"
             ) from exc
-        archive, records = _records(zf, where, source.size)
+        archive, records = _records(zf, where, source)
         pickle = records.get(f"{archive}/data.pkl")
         if pickle is None:
             raise FormatError(f"{quoted_name(where)}: no data.pkl in the archive", format="pytorch")
-        with zf.open(pickle) as data:
+        try:
+            data = zf.open(pickle)
+        except (zipfile.BadZipFile, OSError, ValueError) as exc:
+            raise FormatError(f"{quoted_name(where)}: {exc}", format="pytorch") from exc
+        with data:
             machine = _Machine(data, rules, where, source.size)
             try:
                 machine.run()
@@ -572,7 +587,7 @@ def _zipped(source: Source, rules: Rules) -> None:
             except _Stop:
                 return
     for key, nbytes in _claimed(machine.pids).items():
-        record = records.get(f"{archive}/data/{key}".lower())
+        record = records.get(_fold(f"{archive}/data/{key}"))
         held = record.file_size if record is not None else 0
         if nbytes > held:
             raise FormatError(
