@@ -61,16 +61,11 @@ __all__ = ["STRICT", "Rules", "claims", "scan", "torch_rules"]
 _MAGIC = 0x1950A86A20F9469CFC6C  # torch.serialization.MAGIC_NUMBER, the first pickle
 _HEAD = 3  # the pickles before the object's: the magic number, the protocol, the machine
 
-_ITEMSIZE = {
-    *(("Double", 8), ("Float", 4), ("Half", 2), ("BFloat16", 2), ("Long", 8), ("Int", 4)),
-    *(("Short", 2), ("Char", 1), ("Byte", 1), ("Bool", 1), ("ComplexDouble", 16)),
-    *(("ComplexFloat", 8), ("QUInt8", 1), ("QInt8", 1), ("QInt32", 4), ("QUInt4x2", 1)),
-    *(("QUInt2x4", 1), ("Untyped", 1)),
-}
-_SIZES = dict(_ITEMSIZE)
+_SIZES = {"Double": 8, "Float": 4, "Half": 2, "BFloat16": 2, "Long": 8, "Int": 4, "Short": 2,
+          "Char": 1, "Byte": 1, "Bool": 1, "ComplexDouble": 16, "ComplexFloat": 8, "QUInt8": 1,
+          "QInt8": 1, "QInt32": 4, "QUInt4x2": 1, "QUInt2x4": 1, "Untyped": 1}  # fmt: skip
 """Bytes per element of torch's storage and legacy tensor classes by their stem
 (``FloatStorage``, ``torch.FloatTensor``: ``Float``); any other class: 16, the most."""
-
 _LARGEST = 16
 
 
@@ -95,10 +90,8 @@ def torch_rules(torch: Any) -> Rules:
     """How ``torch``'s weights-only unpickler names globals and which it loads (its own
     tables); without them (another torch): :data:`STRICT`."""
     try:
-        from torch import _utils
-        from torch import _weights_only_unpickler as wo
-
-        allowed = set(wo._get_allowed_globals()) | set(wo._get_user_allowed_globals())  # type: ignore[no-untyped-call]
+        _utils, wo = torch._utils, torch._weights_only_unpickler
+        allowed = set(wo._get_allowed_globals()) | set(wo._get_user_allowed_globals())
         blocked = set(wo._blocklisted_modules)
         imports, names = dict(_utils.IMPORT_MAPPING), dict(_utils.NAME_MAPPING)
     except (ImportError, AttributeError, TypeError):
@@ -456,7 +449,7 @@ def _fail(where: str, exc: _Bad, offset: int) -> FormatError:
 def _legacy(source: Source, rules: Rules) -> None:
     with BufferedSourceFile(source) as f:
         try:
-            pids = _legacy_pids(f, rules, source)
+            pids = _legacy_pids(f, rules, source.name, source.size)
         except _Bad as exc:
             raise _fail(source.name, exc, f.tell()) from None
         except _Stop:
@@ -474,12 +467,12 @@ def _legacy(source: Source, rules: Rules) -> None:
         )
 
 
-def _legacy_pids(f: Any, rules: Rules, source: Any) -> list[tuple[str, int]]:
+def _legacy_pids(f: Any, rules: Rules, where: str, budget: int) -> list[tuple[str, int]]:
     """The storage claims of an old-format pickle's object; the file stands after it."""
     found: list[tuple[str, int]] = []
     end = 0
     for index in range(_HEAD + 2):
-        machine = _Machine(f, rules, source.name, source.size)
+        machine = _Machine(f, rules, where, budget)
         value = machine.run()
         if index == 0 and value != _MAGIC:
             raise _Bad("its first pickle is not torch's magic number")
@@ -505,17 +498,10 @@ def claims(f: Any, rules: Rules = STRICT) -> tuple[int, int]:
         24
     """
     try:
-        pids = _legacy_pids(f, rules, _Named(getattr(f, "name", "<pickle>")))
+        pids = _legacy_pids(f, rules, str(getattr(f, "name", "<pickle>")), 1 << 62)
     except _Bad as exc:
         raise _fail(getattr(f, "name", "<pickle>"), exc, f.tell()) from None
     return sum(_claimed(pids).values()), int(f.tell())
-
-
-class _Named:
-    """A stand-in source for :func:`claims`: a name and no size limit on calls."""
-
-    def __init__(self, name: str) -> None:
-        self.name, self.size = str(name), 1 << 62
 
 
 _FOLD = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")

@@ -8,10 +8,14 @@ torch's reason). torch is imported only when such a file is opened (without it: 
 UnsupportedError naming the ``torch`` extra); a local file is loaded with ``mmap=True`` (the
 tensors stay in the page cache, not in memory) where torch can and its name is a PyTorch
 one (torch routes a path by its name: a ``*.safetensors`` path is not loaded as a pickle),
-others from their bytes. An old-format (not zip) pickle's storage sizes are read first,
-without running it (:mod:`~tensorfile.formats._pickle_claims`), and a pickle claiming more
-bytes than the file holds is a :class:`~tensorfile.errors.FormatError` before torch
-allocates the claim.
+others from their bytes. Every pickle is scanned first, without running it
+(:mod:`~tensorfile.formats._pickle_claims`): one the scan cannot follow, storages claiming
+more bytes than the file holds, or a call that could allocate a size the pickle only
+claims (``bytearray(N)``) is refused before torch runs any of it. What torch loaded is
+checked before it is copied: a tensor claiming more elements than its storage holds (a
+stride-0 view) or repeating its elements is refused, naming it; each distinct tensor
+becomes one array (one tensor listed many times is copied once), and copies of views
+together take at most twice the bytes of the storages they view.
 
 What the pickle holds becomes tensors and metadata by these rules (a training checkpoint,
 ``{"model_state_dict": ..., "optimizer_state_dict": ..., "epoch": 3, "char2idx": {...}}``,
