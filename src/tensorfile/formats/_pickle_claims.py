@@ -449,12 +449,9 @@ def _fail(where: str, exc: _Bad, offset: int) -> FormatError:
 def _legacy(source: Source, rules: Rules) -> None:
     with BufferedSourceFile(source) as f:
         try:
-            pids = _legacy_pids(f, rules, source.name, source.size)
+            pids, end = _legacy_pids(f, rules, source.name, source.size)
         except _Bad as exc:
             raise _fail(source.name, exc, f.tell()) from None
-        except _Stop:
-            return
-        end = f.tell()
     claimed = sum(_claimed(pids).values())
     held = max(0, source.size - end)
     if claimed > held:
@@ -467,21 +464,26 @@ def _legacy(source: Source, rules: Rules) -> None:
         )
 
 
-def _legacy_pids(f: Any, rules: Rules, where: str, budget: int) -> list[tuple[str, int]]:
-    """The storage claims of an old-format pickle's object; the file stands after it."""
+def _legacy_pids(
+    f: Any, rules: Rules, where: str, budget: int
+) -> tuple[list[tuple[str, int]], int]:
+    """The storage claims of an old-format pickle's object and where it ends; up to a
+    global torch refuses (torch runs what comes before it), and where that is."""
     found: list[tuple[str, int]] = []
     end = 0
     for index in range(_HEAD + 2):
         machine = _Machine(f, rules, where, budget)
-        value = machine.run()
+        try:
+            value = machine.run()
+        except _Stop:
+            return (machine.pids if index == _HEAD else found), (end or f.tell())
         if index == 0 and value != _MAGIC:
             raise _Bad("its first pickle is not torch's magic number")
         if machine.pids and index != _HEAD:
             raise _Bad("a persistent id outside the object's pickle")
         if index == _HEAD:
             found, end = machine.pids, f.tell()
-    f.seek(end)
-    return found
+    return found, end
 
 
 def claims(f: Any, rules: Rules = STRICT) -> tuple[int, int]:
@@ -498,10 +500,10 @@ def claims(f: Any, rules: Rules = STRICT) -> tuple[int, int]:
         24
     """
     try:
-        pids = _legacy_pids(f, rules, str(getattr(f, "name", "<pickle>")), 1 << 62)
+        pids, end = _legacy_pids(f, rules, str(getattr(f, "name", "<pickle>")), 1 << 62)
     except _Bad as exc:
         raise _fail(getattr(f, "name", "<pickle>"), exc, f.tell()) from None
-    return sum(_claimed(pids).values()), int(f.tell())
+    return sum(_claimed(pids).values()), end
 
 
 _FOLD = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
@@ -570,8 +572,10 @@ def _zipped(source: Source, rules: Rules) -> None:
                 machine.run()
             except _Bad as exc:
                 raise _fail(f"{where}: {pickle.filename}", exc, data.tell()) from None
+            except (zipfile.BadZipFile, OSError, EOFError) as exc:  # (a CRC-32 that differs)
+                raise FormatError(f"{quoted_name(where)}: {exc}", format="pytorch") from exc
             except _Stop:
-                return
+                pass  # (torch stops there, having loaded the storages before it)
     for key, nbytes in _claimed(machine.pids).items():
         record = records.get(_fold(f"{archive}/data/{key}"))
         held = record.file_size if record is not None else 0
