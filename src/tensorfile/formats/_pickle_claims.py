@@ -46,6 +46,7 @@ Example:
 
 from __future__ import annotations
 
+import io
 import struct
 import zipfile
 from collections.abc import Callable
@@ -54,7 +55,7 @@ from typing import Any, NamedTuple
 from ..core.errors import FormatError, UnsupportedError, quoted_name
 from ..core.source import Source
 from . import NPZ
-from ._arrays import BufferedSourceFile
+from ._arrays import BufferedSourceFile, SourceFile
 
 __all__ = ["STRICT", "Rules", "claims", "scan", "torch_rules"]
 
@@ -209,11 +210,15 @@ _NEEDLESS = "a tensor checkpoint does not need it, and it could allocate more th
 _TYPES = frozenset({"torch.Tensor", "torch.nn.parameter.Parameter"})
 
 
+_LINE = 1 << 16  # the longest GLOBAL line read
+
+
 class _Machine:
     """One pickle's stack, marks and memo, as torch's weights-only unpickler keeps them."""
 
-    def __init__(self, f: Any, rules: Rules, where: str, budget: int) -> None:
+    def __init__(self, f: Any, rules: Rules, where: str, budget: int, size: int) -> None:
         self.f, self.rules, self.where = f, rules, where
+        self.pos, self.size = int(f.tell()), size  # (where f stands; where it ends)
         self.stack: list[Any] = []
         self.metastack: list[list[Any]] = []
         self.memo: dict[int, Any] = {}
@@ -221,9 +226,14 @@ class _Machine:
         self.budget = budget  # bytes calls may still allocate (a quantized tensor's)
 
     def read(self, n: int) -> bytes:
+        """``n`` bytes, never asking for more than the file holds (no claimed length is an
+        allocation)."""
+        if n > self.size - self.pos:
+            raise _Bad(f"{n:,} bytes asked, {max(0, self.size - self.pos):,} left in the file")
         data: bytes = self.f.read(n)
         if len(data) != n:
             raise _Bad(f"{n:,} bytes asked, {len(data):,} left in the file")
+        self.pos += n
         return data
 
     def pop(self) -> Any:
@@ -241,11 +251,11 @@ class _Machine:
         """Scan up to the pickle's ``STOP``; its value (a plain value, or what the scan
         keeps of it)."""
         while True:
-            at = self.f.tell()
+            at = self.pos
             key = self.read(1)[0]
             try:
                 done, value = self.step(key)
-            except _Bad as exc:
+            except (_Bad, UnicodeDecodeError) as exc:  # (text that is not UTF-8)
                 raise _Bad(f"{exc} (opcode 0x{key:02x} at offset {at:,})") from None
             if done:
                 return value
@@ -258,15 +268,9 @@ class _Machine:
             size, fmt = _NUMBERS[op]
             push(struct.unpack(fmt, self.read(size))[0])
         elif op == "X":  # BINUNICODE
-            try:
-                push(str(self.read(struct.unpack("<I", self.read(4))[0]), "utf-8", "surrogatepass"))
-            except UnicodeDecodeError as exc:
-                raise _Bad(f"text that is not UTF-8: {exc}") from None
+            push(str(self.read(struct.unpack("<I", self.read(4))[0]), "utf-8", "surrogatepass"))
         elif op == "U":  # SHORT_BINSTRING (torch.load decodes it as UTF-8)
-            try:
-                push(self.read(self.read(1)[0]).decode("utf-8"))
-            except UnicodeDecodeError as exc:
-                raise _Bad(f"text that is not UTF-8: {exc}") from None
+            push(self.read(self.read(1)[0]).decode("utf-8"))
         elif op == "\x8a":  # LONG1
             push(int.from_bytes(self.read(self.read(1)[0]), "little", signed=True))
         elif op == "c":  # GLOBAL
@@ -331,13 +335,11 @@ class _Machine:
     def global_(self) -> _Global:
         lines = []
         for _ in range(2):
-            line = self.f.readline()
+            line = self.f.readline(_LINE)
+            self.pos += len(line)
             if not line.endswith(b"\n"):
                 raise _Bad("a GLOBAL without its end of line")
-            try:
-                lines.append(line[:-1].decode("utf-8"))
-            except UnicodeDecodeError as exc:
-                raise _Bad(f"a GLOBAL that is not UTF-8: {exc}") from None
+            lines.append(line[:-1].decode("utf-8"))
         name = self.rules.rename(lines[0], lines[1])
         if not self.rules.allows(name):
             raise _Stop(name)
@@ -447,9 +449,9 @@ def _fail(where: str, exc: _Bad, offset: int) -> FormatError:
 
 
 def _legacy(source: Source, rules: Rules) -> None:
-    with BufferedSourceFile(source) as f:
+    with io.BufferedReader(SourceFile(source), 1 << 20) as f:  # (Machine.read bounds n)
         try:
-            pids, end = _legacy_pids(f, rules, source.name, source.size)
+            pids, end = _legacy_pids(f, rules, source.name, source.size, source.size)
         except _Bad as exc:
             raise _fail(source.name, exc, f.tell()) from None
     claimed = sum(_claimed(pids).values())
@@ -465,14 +467,14 @@ def _legacy(source: Source, rules: Rules) -> None:
 
 
 def _legacy_pids(
-    f: Any, rules: Rules, where: str, budget: int
+    f: Any, rules: Rules, where: str, budget: int, size: int
 ) -> tuple[list[tuple[str, int]], int]:
     """The storage claims of an old-format pickle's object and where it ends; up to a
     global torch refuses (torch runs what comes before it), and where that is."""
     found: list[tuple[str, int]] = []
     end = 0
     for index in range(_HEAD + 2):
-        machine = _Machine(f, rules, where, budget)
+        machine = _Machine(f, rules, where, budget, size)
         try:
             value = machine.run()
         except _Stop:
@@ -500,7 +502,9 @@ def claims(f: Any, rules: Rules = STRICT) -> tuple[int, int]:
         24
     """
     try:
-        pids, end = _legacy_pids(f, rules, str(getattr(f, "name", "<pickle>")), 1 << 62)
+        start = f.tell()
+        size, _ = f.seek(0, io.SEEK_END), f.seek(start)
+        pids, end = _legacy_pids(f, rules, str(getattr(f, "name", "<pickle>")), 1 << 62, size)
     except _Bad as exc:
         raise _fail(getattr(f, "name", "<pickle>"), exc, f.tell()) from None
     return sum(_claimed(pids).values()), end
@@ -563,19 +567,16 @@ def _zipped(source: Source, rules: Rules) -> None:
         if pickle is None:
             raise FormatError(f"{quoted_name(where)}: no data.pkl in the archive", format="pytorch")
         try:
-            data = zf.open(pickle)
-        except (zipfile.BadZipFile, OSError, ValueError) as exc:
+            data = io.BytesIO(zf.read(pickle))  # (stored, within the file: its size is real)
+        except (zipfile.BadZipFile, OSError, ValueError, EOFError) as exc:  # (a CRC-32)
             raise FormatError(f"{quoted_name(where)}: {exc}", format="pytorch") from exc
-        with data:
-            machine = _Machine(data, rules, where, source.size)
-            try:
-                machine.run()
-            except _Bad as exc:
-                raise _fail(f"{where}: {pickle.filename}", exc, data.tell()) from None
-            except (zipfile.BadZipFile, OSError, EOFError) as exc:  # (a CRC-32 that differs)
-                raise FormatError(f"{quoted_name(where)}: {exc}", format="pytorch") from exc
-            except _Stop:
-                pass  # (torch stops there, having loaded the storages before it)
+    machine = _Machine(data, rules, where, source.size, len(data.getbuffer()))
+    try:
+        machine.run()
+    except _Bad as exc:
+        raise _fail(f"{where}: {pickle.filename}", exc, machine.pos) from None
+    except _Stop:
+        pass  # (torch stops there, having loaded the storages before it)
     for key, nbytes in _claimed(machine.pids).items():
         record = records.get(_fold(f"{archive}/data/{key}"))
         held = record.file_size if record is not None else 0
