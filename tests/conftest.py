@@ -96,7 +96,8 @@ def spark() -> Iterator[Any]:
     each with its own Python workers and working directory, started from the pip-installed
     pyspark (~10-20 s). Nothing can rely on driver-local state; every failed task is retried
     once (``spark.task.maxFailures`` 2, where a cluster's default is 4: a real retry on another
-    attempt, in half the time for the tests whose jobs must fail in every attempt).
+    attempt, in half the time for the tests whose jobs must fail in every attempt). The JVMs
+    start with :data:`tests.helpers.spark.JVM_OPTIONS`.
     ``TENSORFILE_SPARK_MASTER`` overrides it
     (``local[2,4]`` starts faster while working on a test).
     """
@@ -114,6 +115,7 @@ def spark() -> Iterator[Any]:
     from pyspark.sql import SparkSession
 
     from tensorfile.spark import SafetensorsDataSource
+    from tests.helpers.spark import JVM_OPTIONS
 
     session = (
         SparkSession.builder.master(MASTER)
@@ -124,6 +126,8 @@ def spark() -> Iterator[Any]:
         .config("spark.default.parallelism", "2")
         .config("spark.python.worker.reuse", "true")
         .config("spark.task.maxFailures", "2")
+        .config("spark.driver.extraJavaOptions", JVM_OPTIONS)
+        .config("spark.executor.extraJavaOptions", JVM_OPTIONS)
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")

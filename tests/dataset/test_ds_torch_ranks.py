@@ -184,9 +184,11 @@ def main():
     ds = dataset.open(path)
     it = ds.to_torch(shuffle=True, seed=11)  # rank and world size from torch.distributed
     epochs = {}
-    # spawned workers: forking a process that runs gloo's threads can deadlock a child; kept
-    # for both epochs (set_epoch reaches persistent workers at their next pass)
-    loader = DataLoader(it, batch_size=4, num_workers=2, multiprocessing_context="spawn",
+    # workers forked from a fork server (a fresh process that imported this script, so torch
+    # once, not once per worker as spawned ones do): forking a process that runs gloo's
+    # threads can deadlock a child; kept for both epochs (set_epoch reaches persistent
+    # workers at their next pass)
+    loader = DataLoader(it, batch_size=4, num_workers=2, multiprocessing_context="forkserver",
                         persistent_workers=True)
     for epoch in range(2):
         it.set_epoch(epoch)

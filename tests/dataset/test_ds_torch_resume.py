@@ -4,7 +4,8 @@ exact same-layout resume through torchdata's StatefulDataLoader, hostile states 
 batches with every dtype's values and in shared memory inside workers.
 
 The distributed tests run real ranks: processes joined by ``torch.distributed`` (gloo on
-127.0.0.1), each with a DataLoader of two spawned worker processes.
+127.0.0.1), each with a DataLoader of two worker processes forked from a fork server (a
+fresh process, not the rank that runs gloo's threads; it imports torch once for both).
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ def main():
         with open(os.path.join(out, "state.json")) as f:
             it.load_state_dict(json.load(f)["state"])  # saved by 2 ranks; here 3
     loader = StatefulDataLoader(it, batch_size=None, num_workers=2,
-                                multiprocessing_context="spawn")
+                                multiprocessing_context="forkserver")
     log = open(os.path.join(out, f"{mode}-{rank}.jsonl"), "w")
     for step, batch in enumerate(loader):
         ids = batch["id"].tolist()

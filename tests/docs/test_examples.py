@@ -109,7 +109,11 @@ def _page_folder(
 
 
 def _runs_spark(page: str) -> bool:
-    return "pyspark" in (REPO / page).read_text(encoding="utf-8")
+    """Whether an example of ``page`` that runs uses Spark (imports pyspark). A page that
+    names pyspark only in its prose or in a not-run block (getting-started.md's install
+    table) runs without the session's Spark and on any worker."""
+    text = (REPO / page).read_text(encoding="utf-8")
+    return any("pyspark" in b.code for b in blocks(text) if b.runs)
 
 
 @pytest.mark.parametrize(

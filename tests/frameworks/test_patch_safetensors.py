@@ -1,6 +1,7 @@
 """``tensorfile.patch_safetensors()``: code that imports ``safetensors`` itself
 (``transformers``, ``huggingface_hub``) gets tensorfile's drop-in without an edit (issue 25).
-Each case runs in a fresh interpreter, so the patch and what it imported stay there."""
+Each case runs in a fresh interpreter, so the patch and what it imported stay there
+(transformers' two cases, one file and shards, share one)."""
 
 from __future__ import annotations
 
@@ -90,49 +91,71 @@ def test_the_reference_is_told_apart_by_folder_not_by_name(tmp_path: Path) -> No
     assert is_inside(tmp_path / "link" / "safetensors" / "numpy.py", package)
 
 
+# transformers saves and loads a small BERT twice, in one file and in shards of 20 KB: both
+# cases in one interpreter (importing torch and transformers takes it about 5 s of a core),
+# saved and loaded while patched, then read by the reference once unpatched
+_BERT = """
+import os, sys
+import tensorfile
+tensorfile.patch_safetensors()
+import torch
+import transformers
+from transformers import BertConfig, BertModel
+import transformers.modeling_utils as mu
+import safetensors.torch
+assert safetensors.torch.__name__ == "tensorfile.safetensors.torch"
+written = {}
+for case, size in (("one file", "1GB"), ("shards", "20KB")):
+    torch.manual_seed(0)
+    cfg = BertConfig(vocab_size=99, hidden_size=32, num_hidden_layers=2,
+                     num_attention_heads=2, intermediate_size=37)
+    model = BertModel(cfg).eval()
+    out = os.path.join(sys.argv[1], case.replace(" ", "-"))
+    model.save_pretrained(out, max_shard_size=size)
+    loaded = BertModel.from_pretrained(out).eval()
+    want, got = model.state_dict(), loaded.state_dict()
+    assert want.keys() == got.keys()
+    assert all(torch.equal(want[k], got[k]) for k in want)
+    names = sorted(os.listdir(out))
+    print(case, "files:", [n for n in names if n.endswith((".safetensors", ".json"))])
+    written[case] = (out, names, len(want))
+tensorfile.unpatch_safetensors()
+import safetensors.torch as ref  # the reference reads what was written
+for case, (out, names, count) in written.items():
+    total = 0
+    for n in names:
+        if n.endswith(".safetensors"):
+            total += len(ref.load_file(os.path.join(out, n)))
+    print(case, "reference tensors:", total == count)
+"""
+
+
+@pytest.fixture(scope="session")
+def bert_through_the_patch(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
+    """What :data:`_BERT` printed, run once per run (whichever worker asks first)."""
+    pytest.importorskip("transformers")
+    from tests.helpers.workers import once_per_run, run_folder
+
+    def make(folder: Path) -> None:
+        (folder / "printed.txt").write_text(run(_BERT, folder), encoding="utf-8")
+
+    made = once_per_run(run_folder(tmp_path_factory), "bert-through-the-patch", make)
+    return (made / "printed.txt").read_text(encoding="utf-8").splitlines()
+
+
 @pytest.mark.parametrize("shards", [False, True])
-def test_transformers_loads_through_the_patched_safetensors(tmp_path: Path, shards: bool) -> None:
+def test_transformers_loads_through_the_patched_safetensors(
+    bert_through_the_patch: list[str], shards: bool
+) -> None:
     """A small BERT built from a config (no download) saved and loaded by transformers
     itself, with ``safetensors`` patched: transformers' own modules use tensorfile's
     functions, the files load in the reference unchanged, and the weights come back equal."""
-    pytest.importorskip("transformers")
-    out = run(
-        f"""
-        import sys
-        import tensorfile
-        tensorfile.patch_safetensors()
-        import torch
-        import transformers
-        from transformers import BertConfig, BertModel
-        import transformers.modeling_utils as mu
-        import safetensors.torch
-        assert safetensors.torch.__name__ == "tensorfile.safetensors.torch"
-        torch.manual_seed(0)
-        cfg = BertConfig(vocab_size=99, hidden_size=32, num_hidden_layers=2,
-                         num_attention_heads=2, intermediate_size=37)
-        model = BertModel(cfg).eval()
-        out = sys.argv[1] + "/bert"
-        model.save_pretrained(out, max_shard_size={'"20KB"' if shards else '"1GB"'})
-        loaded = BertModel.from_pretrained(out).eval()
-        want, got = model.state_dict(), loaded.state_dict()
-        assert want.keys() == got.keys()
-        assert all(torch.equal(want[k], got[k]) for k in want)
-        import os
-        names = sorted(os.listdir(out))
-        print("files:", [n for n in names if n.endswith((".safetensors", ".json"))])
-        tensorfile.unpatch_safetensors()
-        import safetensors.torch as ref  # the reference reads what was written
-        total = 0
-        for n in names:
-            if n.endswith(".safetensors"):
-                total += len(ref.load_file(os.path.join(out, n)))
-        print("reference tensors:", total == len(want))
-        """,
-        tmp_path,
-    )
-    assert "reference tensors: True" in out
+    case = "shards" if shards else "one file"
+    out = "\n".join(line for line in bert_through_the_patch if line.startswith(case + " "))
+    assert f"{case} reference tensors: True" in out
     if shards:
         assert "model.safetensors.index.json" in out
+        assert "model-00001-of-" in out  # (written in more than one shard)
     else:
         assert "model.safetensors'" in out
 

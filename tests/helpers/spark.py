@@ -15,6 +15,10 @@ from py4j.protocol import Py4JJavaError
 from pyspark.errors import PySparkException
 
 SPARK_ERRORS = (PySparkException, Py4JJavaError)
+# the tests' JVMs (a driver, its executors) compile with C1 alone and collect with the serial
+# collector: the tests' jobs are small and short, and C2's compiling at start-up cost as much
+# CPU as they do (a local-cluster session started in 7 s instead of 16 on the 2-core machine)
+JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 FMT = "safetensors"
 TENSOR_STRUCT = "struct<data:binary,shape:array<int>,dtype:string>"
 

@@ -17,7 +17,13 @@ import pytest
 from tensorfile.errors import InvalidArgumentError, UnsupportedError
 from tensorfile.spark import SafetensorsDataSource, configure
 from tensorfile.spark.workers import check_worker_python, choose_worker_python, is_local
-from tests.helpers.spark import env_without_venv, load, python_without_tensorfile, save
+from tests.helpers.spark import (
+    JVM_OPTIONS,
+    env_without_venv,
+    load,
+    python_without_tensorfile,
+    save,
+)
 
 JOB = """
 import json, os, sys
@@ -25,9 +31,10 @@ from pyspark.sql import SparkSession
 from tensorfile.errors import UnsupportedError
 from tensorfile.spark import SafetensorsDataSource
 
-bad, out = sys.argv[1], sys.argv[2]
+bad, out, jvm_options = sys.argv[1], sys.argv[2], sys.argv[3]
 spark = (SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false")
-         .config("spark.ui.showConsoleProgress", "false").getOrCreate())
+         .config("spark.ui.showConsoleProgress", "false")
+         .config("spark.driver.extraJavaOptions", jvm_options).getOrCreate())
 sc = spark.sparkContext
 report = {"pyspark_chose": sc.pythonExec}
 # 1. a worker interpreter chosen on the context that lacks tensorfile: refused at once
@@ -58,7 +65,7 @@ def test_a_job_without_the_venv_on_path(tmp_path: Path) -> None:
     job = tmp_path / "job.py"
     job.write_text(JOB)
     done = subprocess.run(
-        [sys.executable, str(job), bad, str(tmp_path / "ds")],
+        [sys.executable, str(job), bad, str(tmp_path / "ds"), JVM_OPTIONS],
         env=env,
         cwd=tmp_path,
         capture_output=True,
