@@ -338,7 +338,7 @@ def test_processes_killed_while_writing_chunks_leave_a_consistent_cache(
     landed = 0
     with HostileServer(_honest(data)) as server:
         url = f"{server.url}/m.safetensors"
-        for _ in range(8):  # until three kills landed while a chunk was being written
+        for _ in range(24):  # until three kills landed while a chunk was being written
             if landed == 3:
                 break
             child = _child(url, cache, chunk="4MiB")

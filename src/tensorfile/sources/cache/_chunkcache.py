@@ -453,13 +453,12 @@ class CachedSource(SourceBase):
 
     def _fetch(self, run: list[int], start: int, stop: int, dest: _Dest) -> None:
         """Fetch chunks ``run`` (neighbours) in one request: the wanted part straight into
-        ``dest``, the rest of the first and last chunk into scratch buffers; then publish
-        each chunk."""
+        ``dest``, the rest of the first and last chunk into scratch buffers (only the wanted
+        part when the cache is not written); then reserve room and publish each chunk."""
         rs, re_ = self._span(run[0])[0], self._span(run[-1])[1]
         ws, we = max(rs, start), min(re_, stop)
         views = dest.views(ws, we)
-        temps = self._reserve(run) if self.writable else None
-        if temps is None:  # nothing will be kept: fetch only what is wanted
+        if not self.writable:
             self.inner.readinto(ws, views)
             with self._lock:
                 self.cache_stats.misses += len(run)
@@ -469,15 +468,16 @@ class CachedSource(SourceBase):
             views.insert(0, memoryview(bytearray(ws - rs)))
         if re_ > we:
             views.append(memoryview(bytearray(re_ - we)))
-        try:
-            self.inner.readinto(rs, views)
-        except BaseException:
-            for t in temps:
-                end_temp(t, commit=False)
-            raise
+        self.inner.readinto(rs, views)
         with self._lock:
             self.cache_stats.misses += len(run)
             self.cache_stats.bytes_fetched += re_ - rs
+        # room is reserved (and the temporary files made and sized) once the bytes are here:
+        # reserving first queued every reading thread for the folder's lock before its
+        # request went out, a third of a cold load's time with 16 threads
+        temps = self._reserve(run)
+        if temps is None:
+            return
         got = _Dest(rs, views)
         try:
             for k, tmp in zip(run, temps, strict=True):

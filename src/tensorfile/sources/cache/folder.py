@@ -42,6 +42,7 @@ import fcntl
 import os
 import re
 import stat
+import threading
 import time
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
@@ -82,6 +83,31 @@ _FILE_TEMP = re.compile(r"\.([0-9a-f]{40}\.(?:shard|sum))\.tensorfile-[0-9a-f]{1
 _OLD = ((CHUNKS, ".lock"), (CHUNKS, ".swept"), (FILES, ".lock"))
 
 T = TypeVar("T")
+
+_THREADS: dict[str, threading.RLock] = {}
+"""One lock per cache folder for this process's threads: they queue for the folder's
+``.lock`` here, woken the moment it is released, instead of polling its ``flock`` (which
+only other processes then contend for); a sweep or reservation of one thread is never
+slowed by another's backing off."""
+_THREADS_GUARD = threading.Lock()
+
+
+def _thread_lock(folder: str) -> threading.RLock:
+    with _THREADS_GUARD:
+        lock = _THREADS.get(folder)
+        if lock is None:
+            lock = _THREADS[folder] = threading.RLock()
+        return lock
+
+
+def _forget_thread_locks() -> None:
+    # a fork's child has one thread: a lock another thread held at the fork is never freed
+    global _THREADS_GUARD
+    _THREADS.clear()
+    _THREADS_GUARD = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_thread_locks)
 
 
 @dataclass(order=True, slots=True)
@@ -132,12 +158,14 @@ class CacheFolder:
 
     @contextlib.contextmanager
     def locked(self) -> Iterator[int]:
-        """Hold the folder's lock (its descriptor: touched after each sweep)."""
-        fd = lock_fd(os.path.join(self.folder, LOCK))
-        try:
-            yield fd
-        finally:
-            close_fd(fd)
+        """Hold the folder's lock (its descriptor: touched after each sweep), this process's
+        other threads queued behind it without polling."""
+        with _thread_lock(self.folder):
+            fd = lock_fd(os.path.join(self.folder, LOCK))
+            try:
+                yield fd
+            finally:
+                close_fd(fd)
 
     def reserve(
         self,
