@@ -19,7 +19,14 @@ import tensorfile
 from tensorfile.errors import FormatError, UnsupportedError
 from tensorfile.formats.torch_pickle import open_reader
 from tensorfile.sources import LocalSource
-from tests.helpers.hostile_http import HostileServer, Request, Respond, parse_range, reply
+from tests.helpers.hostile_http import (
+    HostileServer,
+    Request,
+    Respond,
+    parse_range,
+    reply,
+    serve_bytes,
+)
 
 
 def _records(obj: object) -> dict[str, bytes]:
@@ -133,6 +140,16 @@ def _evil_zip(records: dict[str, bytes]) -> bytes:
     return out.getvalue()
 
 
+def _mapped(address: int) -> str:
+    """What the memory at ``address`` maps (``/proc/self/maps``: a file's path)."""
+    for line in Path("/proc/self/maps").read_text().splitlines():
+        span, *rest = line.split(maxsplit=5)
+        start, stop = (int(x, 16) for x in span.split("-"))
+        if start <= address < stop:
+            return rest[-1] if len(rest) == 5 else ""
+    return ""
+
+
 def test_torch_loads_the_file_scanned_not_the_name(tmp_path: Path) -> None:
     """h04: torch.load reopened a local file by its name after the scan: a file put in its
     place in between (here: after the open) ran unscanned. torch now gets the descriptor
@@ -145,11 +162,16 @@ def test_torch_loads_the_file_scanned_not_the_name(tmp_path: Path) -> None:
     torch.save({"w": torch.arange(3.0)}, path)
     swap = tmp_path / "swap.tmp"
     swap.write_bytes(evil)
-    with LocalSource(path) as source:
+    with LocalSource(path) as source, LocalSource(path) as again:
         os.replace(swap, path)  # (the attacker's rename)
         with open_reader(source) as reader:
             assert reader.keys() == ["w"] and "x" not in reader.metadata
             assert reader.get_tensor("w").tolist() == [0.0, 1.0, 2.0]
+        from tensorfile.formats._pickle_bytes import load
+
+        loaded = load(torch, again)["w"]
+        where = _mapped(loaded.untyped_storage().data_ptr())
+        assert where.endswith(f"{path} (deleted)")  # (the file scanned, mapped)
     with pytest.raises(UnsupportedError, match=r"calls builtins\.bytearray"):
         tensorfile.open(str(path))  # (the new file, opened: scanned, refused)
 
@@ -199,3 +221,13 @@ def test_a_remote_pickle_is_fetched_once_for_the_scan_and_torch() -> None:
             except (FormatError, UnsupportedError) as exc:  # (the scan saw the harm)
                 seen.append("refused" if "calls builtins.bytearray" in str(exc) else str(exc))
     assert set(seen) == {"refused", "loaded"}, seen
+
+
+def test_an_old_format_remote_pickle_loads_from_its_one_copy() -> None:
+    """An old-format pickle cannot be mapped: torch reads it from the copy fetched once."""
+    buf = io.BytesIO()
+    torch.save({"w": torch.arange(3.0), "e": 3}, buf, _use_new_zipfile_serialization=False)
+    with HostileServer(serve_bytes(buf.getvalue())) as server:
+        with tensorfile.open(f"{server.url}/old.pt") as f:
+            assert f.get_tensor("w").tolist() == [0.0, 1.0, 2.0] and f.metadata == {"e": "3"}
+        assert len(server.requests) <= 3  # (format detection, then the one copy)
