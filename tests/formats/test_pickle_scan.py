@@ -220,7 +220,8 @@ def test_a_compressed_or_repeated_zip_record_is_refused(tmp_path: Path) -> None:
             if how == "twice":
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")  # (zipfile's "Duplicate name")
-                    z.writestr(src.infolist()[0].filename.upper(), b"")
+                    folder, name = src.infolist()[0].filename.split("/", 1)
+                    z.writestr(f"{folder}/{name.upper()}", b"")  # (torch: one folder)
         path = tmp_path / f"{how}.pt"
         path.write_bytes(out.getvalue())
         with pytest.raises(FormatError, match="compressed" if how == "deflated" else "two records"):
@@ -279,3 +280,74 @@ def test_ordinary_checkpoints_pass_the_scan(tmp_path: Path, zipped: bool) -> Non
         assert f.attributes["values"]["c"] == "(1+2j)" and f.attributes["epoch"] == 3
         if zipped:
             assert f.get_tensor("dtypes.uint32").tolist() == [0, 0, 0]
+
+
+def _legacy_bytes(obj: object) -> bytes:
+    buf = io.BytesIO()
+    torch.save(obj, buf, _use_new_zipfile_serialization=False)
+    return buf.getvalue()
+
+
+def test_a_tensor_reaching_past_its_storage_is_refused(tmp_path: Path) -> None:
+    """h01: an old-format rebuild whose size (or offset) reaches past its storage made
+    torch's ``set_`` grow the storage to fit (a 337-byte file, a 512 MiB tensor); so did a
+    storage the list of storage keys leaves out, never filled (old memory served as data)."""
+    raw = _legacy_bytes({"w": torch.zeros(2)})
+    old = b"K\x00K\x02\x85"  # offset 0, size (2,)
+    assert raw.count(old) == 1
+    path = tmp_path / "w.pt"
+    for new, said in [
+        (b"K\x00J" + struct.pack("<i", 1 << 20) + b"\x85", "reaches 4,194,304 bytes into a "
+         "storage of 8, which torch would grow"),
+        (b"K\x01K\x02\x85", "offset 1, size (2), stride (1)) reaches 12 bytes into a storage of 8"),
+    ]:  # fmt: skip
+        path.write_bytes(raw.replace(old, new))
+        with pytest.raises(FormatError, match=re.escape(said)):
+            tensorfile.open(str(path))
+    start = raw.rindex(b"\x80\x02]")  # the list of storage keys, left empty
+    path.write_bytes(raw[:start] + b"\x80\x02]." + raw[raw.index(b".", start) + 1 :])
+    with pytest.raises(FormatError, match=r"storage '\w+' is never read from the file"):
+        tensorfile.open(str(path))
+
+
+class _Stated:
+    """Pickled as a tensor over ``storage`` then given ``(storage, 0, (n,), (1,))`` as its
+    state: torch's unpickler calls ``tensor.set_(*state)``."""
+
+    def __init__(self, storage: Any, n: int) -> None:
+        self.storage, self.n = storage, n
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        args = (self.storage, 0, (2,), (1,), False, collections.OrderedDict())
+        return torch._utils._rebuild_tensor_v2, args, (self.storage, 0, (self.n,), (1,))
+
+
+def test_a_layout_given_to_a_tensor_as_its_state_is_refused(tmp_path: Path) -> None:
+    """h01: a BUILD state on a tensor is ``tensor.set_(*state)``, which grows an
+    old-format storage to any size the state names."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (TypedStorage is deprecated)
+        storage = torch.zeros(2).storage()
+    path = _save({"w": _Stated(storage, 1 << 20)}, tmp_path / "s.pt", False)
+    with pytest.raises(UnsupportedError, match=r"calls torch\.Tensor\.set_ \(with \(a storage"):
+        tensorfile.open(str(path))
+
+
+def test_a_deeply_nested_argument_is_refused_cleanly(tmp_path: Path) -> None:
+    """h03: a tuple nested 100,000 deep given to a refused call made the refusal's text
+    raise RecursionError; it is shown four levels deep."""
+    buf = io.BytesIO()
+    torch.save({"w": torch.zeros(2)}, buf)
+    src = zipfile.ZipFile(buf)
+    records = {info.filename: src.read(info) for info in src.infolist()}
+    deep = b"N" + b"\x85" * 100_000 + b"\x85R"  # bytearray(((((None,),),),...),)
+    pkl = records["archive/data.pkl"]
+    records["archive/data.pkl"] = pkl[:-1] + _uni("x") + b"cbuiltins\nbytearray\n" + deep + b"s."
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as z:
+        for name, data in records.items():
+            z.writestr(name, data)
+    path = tmp_path / "deep.pt"
+    path.write_bytes(out.getvalue())
+    with pytest.raises(UnsupportedError, match=re.escape("bytearray (with ((((((...)))))))")):
+        tensorfile.open(str(path))

@@ -11,7 +11,8 @@ while loading (``_rebuild_device_tensor_from_cpu_tensor(view, torch.float64, ...
 materializes any stride-0 view). Each call runs as its opcode comes, so a refusal torch
 makes further on comes after the allocation.
 
-:func:`scan` reads every pickle torch would (the zip's ``data.pkl``; an old-format
+:func:`scan` reads every pickle torch would (the zip's ``data.pkl``, found by torch's own
+zip reader, :mod:`._pickle_bytes`; an old-format
 file's five: torch's magic number, its protocol version, a description of the machine,
 the object, the list of storage keys), opcode by opcode as torch's weights-only unpickler
 reads them, with a stack of plain values (nothing is imported, called or built), and
@@ -29,7 +30,13 @@ refuses, before torch runs any of it:
   their bytes after the object's pickle, a zip one in its record ``data/<key>`` (stored,
   as ``torch.save`` writes it); each key counted once, at the element size of its class
   (a legacy tensor class, ``torch.DoubleTensor``, at its dtype's; one unknown at 16, the
-  largest) (a :class:`FormatError`).
+  largest) (a :class:`FormatError`);
+* a tensor whose offset, size and stride reach past its storage's bytes (torch's ``set_``
+  grows an old-format storage to fit, and nothing of the file fills what it grew: a
+  :class:`FormatError`), or a layout given to a tensor as its state (``tensor.set_(*state)``,
+  which ``torch.save`` never writes: an :class:`UnsupportedError`);
+* an old-format storage that the list of storage keys leaves out (torch never fills it
+  from the file: it would hold whatever memory held before; a :class:`FormatError`).
 
 A global that torch refuses (``rules.allows``) ends the scan: torch's unpickler stops at
 that very opcode, having run only what the scan has checked, and says why itself.
@@ -48,14 +55,15 @@ from __future__ import annotations
 
 import io
 import struct
-import zipfile
+import sys
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from ..core.errors import FormatError, UnsupportedError, quoted_name
 from ..core.source import Source
 from . import NPZ
-from ._arrays import BufferedSourceFile, SourceFile
+from ._arrays import SourceFile
+from ._pickle_bytes import STRICT, Rules, fold, torch_rules, zip_records
 
 __all__ = ["STRICT", "Rules", "claims", "scan", "torch_rules"]
 
@@ -70,56 +78,20 @@ _SIZES = {"Double": 8, "Float": 4, "Half": 2, "BFloat16": 2, "Long": 8, "Int": 4
 _LARGEST = 16
 
 
-class Rules(NamedTuple):
-    """How torch's unpickler names a global: ``rename`` maps a ``GLOBAL``'s module and name
-    as torch does (``__builtin__`` is ``builtins``) to ``module.name``; ``allows`` says
-    whether torch loads it (a global torch refuses ends the scan: torch stops there)."""
-
-    rename: Callable[[str, str], str]
-    allows: Callable[[str], bool]
-
-
-def _plain_rename(module: str, name: str) -> str:
-    return f"{'builtins' if module == '__builtin__' else module}.{name}"
-
-
-STRICT = Rules(_plain_rename, lambda name: True)
-"""Rules that let no global end the scan (every call is judged here)."""
-
-
-def torch_rules(torch: Any) -> Rules:
-    """How ``torch``'s weights-only unpickler names globals and which it loads (its own
-    tables); without them (another torch): :data:`STRICT`."""
-    try:
-        _utils, wo = torch._utils, torch._weights_only_unpickler
-        allowed = set(wo._get_allowed_globals()) | set(wo._get_user_allowed_globals())
-        blocked = set(wo._blocklisted_modules)
-        imports, names = dict(_utils.IMPORT_MAPPING), dict(_utils.NAME_MAPPING)
-    except (ImportError, AttributeError, TypeError):
-        return STRICT
-
-    def rename(module: str, name: str) -> str:
-        if (module, name) in names:
-            module, name = names[module, name]
-        elif module in imports:
-            module = imports[module]
-        return f"{module}.{name}"
-
-    return Rules(rename, lambda name: name in allowed and name.rpartition(".")[0] not in blocked)
-
-
 class _Global(NamedTuple):
     name: str  # module.name, as torch resolves it
 
 
 class _Thing:
     """A value the scan does not look into: ``kind`` says what it is (``list``, ``dict``,
-    ``set``, ``tensor``, ``storage``, ``value``); a storage knows its element size."""
+    ``set``, ``tensor``, ``storage``, ``value``); a storage knows its element size and its
+    bytes; a list whose items are kept (the storage keys') has them in ``items``."""
 
-    __slots__ = ("itemsize", "kind")
+    __slots__ = ("items", "itemsize", "kind", "nbytes")
 
-    def __init__(self, kind: str, itemsize: int = 0) -> None:
-        self.kind, self.itemsize = kind, itemsize
+    def __init__(self, kind: str, itemsize: int = 0, nbytes: int = 0) -> None:
+        self.kind, self.itemsize, self.nbytes = kind, itemsize, nbytes
+        self.items: list[Any] | None = None
 
 
 class _Stop(Exception):
@@ -211,18 +183,26 @@ _TYPES = frozenset({"torch.Tensor", "torch.nn.parameter.Parameter"})
 
 
 _LINE = 1 << 16  # the longest GLOBAL line read
+_SHOWN_DEPTH = 4  # how deep a refusal shows nested tuples
+_SETS = frozenset({"torch._utils._rebuild_tensor", "torch._utils._rebuild_tensor_v2",
+                   "torch._utils._rebuild_tensor_v3", "torch._utils._rebuild_qtensor"})  # fmt: skip
+"""The rebuilds that give a tensor a layout over a storage with ``set_``."""
 
 
 class _Machine:
     """One pickle's stack, marks and memo, as torch's weights-only unpickler keeps them."""
 
-    def __init__(self, f: Any, rules: Rules, where: str, budget: int, size: int) -> None:
+    def __init__(
+        self, f: Any, rules: Rules, where: str, budget: int, size: int, keep: bool = False
+    ) -> None:
         self.f, self.rules, self.where = f, rules, where
         self.pos, self.size = int(f.tell()), size  # (where f stands; where it ends)
         self.stack: list[Any] = []
         self.metastack: list[list[Any]] = []
         self.memo: dict[int, Any] = {}
         self.pids: list[tuple[Any, ...]] = []
+        self.storages: dict[Any, tuple[int, int]] = {}  # key -> (bytes, itemsize): the first
+        self.keep = keep  # (whether lists keep their items)
         self.budget = budget  # bytes calls may still allocate (a quantized tensor's)
 
     def read(self, n: int) -> bytes:
@@ -264,6 +244,8 @@ class _Machine:
         op, push = chr(key), self.stack.append
         if op in _FIXED:
             push(_FIXED[op]())
+            if self.keep and op == "]":
+                self.stack[-1].items = []
         elif op in _NUMBERS:
             size, fmt = _NUMBERS[op]
             push(struct.unpack(fmt, self.read(size))[0])
@@ -306,16 +288,17 @@ class _Machine:
             if cls != _Global("torch.nn.parameter.Parameter") or not isinstance(args, tuple):
                 raise UnsupportedError(self.refusal(cls, "a new object of it"))
             push(_Thing(_TENSOR))
-        elif op == "b":  # BUILD: state for a tensor, a parameter or a dict (no allocation)
-            self.pop()
+        elif op == "b":  # BUILD: state for a tensor, a parameter or a dict
+            state = self.pop()
             if not self.stack:
                 raise _Bad("stack underflow")
+            if _is(self.stack[-1], _TENSOR) and _is_set(state):  # (torch: tensor.set_(*state))
+                shown = f"with {_show(state)} as a tensor's state"
+                raise UnsupportedError(self.refusal(_Global("torch.Tensor.set_"), shown))
         elif op == "a":  # APPEND
-            self.pop()
-            self.target("list")
+            self.add([self.pop()])
         elif op == "e":  # APPENDS
-            self.pop_mark()
-            self.target("list")
+            self.add(self.pop_mark())
         elif op == "s":  # SETITEM
             self.pop(), self.pop()
             self.target("dict")
@@ -349,6 +332,12 @@ class _Machine:
         if not self.stack or not _is(self.stack[-1], kind):
             raise _Bad(f"no {kind} to add to")
 
+    def add(self, items: list[Any]) -> None:
+        self.target("list")
+        kept = self.stack[-1].items
+        if kept is not None:
+            kept.extend(items)
+
     def refusal(self, func: Any, what: str = "") -> str:
         name = func.name if isinstance(func, _Global) else f"a {type(func).__name__} value"
         why = _WHY.get(name, _NEEDLESS)
@@ -372,6 +361,8 @@ class _Machine:
         if check is None or not check(args):
             shown = ", ".join(_show(a) for a in args)
             raise UnsupportedError(self.refusal(func, f"with ({shown})" if check else ""))
+        if name in _SETS:
+            self.fits(name, args)
         if name == "torch._utils._rebuild_qtensor":  # allocates its size, then sets it
             need = max(1, args[0].itemsize)
             for n in args[2]:  # (stopping past the budget: a product of huge numbers is slow)
@@ -385,15 +376,47 @@ class _Machine:
             self.budget -= need
         return _Thing(made)
 
+    def fits(self, name: str, args: tuple[Any, ...]) -> None:
+        """Refuse a rebuild whose offset, size and stride reach past its storage: torch's
+        ``set_`` grows an old-format storage to fit (an allocation of what the pickle only
+        claims, never filled from the file)."""
+        storage, itemsize = args[0], args[0].itemsize
+        if name == "torch._utils._rebuild_tensor_v3":  # (its own dtype's elements)
+            itemsize = _dtype_size(args[6]) if len(args) > 6 else 0
+        offset, size, stride = (args[1:4] + (None,) * 3)[:3]
+        known = itemsize and _ints((offset,)) and _ints(size) and _ints(stride)
+        if not known or len(size) != len(stride):
+            shown = ", ".join(_show(a) for a in args)
+            what = f"with ({shown}): a layout the scan cannot check against its storage"
+            raise UnsupportedError(self.refusal(_Global(name), what))
+        reach = 1 + sum(st * (n - 1) for n, st in zip(size, stride, strict=True))
+        need = 0 if 0 in size else (offset + reach) * itemsize
+        if need > storage.nbytes:
+            raise FormatError(
+                f"{quoted_name(self.where)}: a tensor of the pickle (offset {offset}, size "
+                f"{_show(size)}, stride {_show(stride)}) reaches {need:,} bytes into a "
+                f"storage of {storage.nbytes:,}, which torch would grow to fit: the file "
+                "is not what it says",
+                format="pytorch",
+            )
+
     def storage(self, pid: Any) -> _Thing:
         if not isinstance(pid, tuple) or len(pid) not in (5, 6) or pid[0] != "storage":
             raise _Bad(f"a persistent id that is no storage's: {_show(pid)}")
         kind, key, numel = pid[1], pid[2], pid[4]
+        view = pid[5] if len(pid) == 6 else None  # (an old-format view: key, offset, numel)
         if not isinstance(key, str) or type(numel) is not int or numel < 0:
             raise _Bad(f"a storage's persistent id torch cannot load: {_show(pid)}")
+        if view is not None and not (isinstance(view, tuple) and len(view) == 3):
+            raise _Bad(f"a storage view torch cannot load: {_show(pid)}")
         size = _itemsize(kind)
         self.pids.append((key, numel * size))
-        return _Thing("storage", size)
+        nbytes, first = self.storages.setdefault(key, (numel * size, size))  # (the first's)
+        if view is not None:  # (a slice of the storage: the first of its key)
+            start, stop = (v * size if _ints((v,)) else 0 for v in view[1:])
+            part = max(0, min(nbytes, start + stop) - start)
+            nbytes = self.storages.setdefault(("view", view[0]), (part, size))[0]
+        return _Thing("storage", max(size, first), nbytes)
 
 
 def _itemsize(kind: Any) -> int:
@@ -409,13 +432,31 @@ def _itemsize(kind: Any) -> int:
     return _LARGEST
 
 
-def _show(value: Any) -> str:
+def _is_set(state: Any) -> bool:
+    """Whether ``state`` given to a tensor (``tensor.set_(*state)``) names a layout over a
+    storage or tensor (``(storage, offset, size[, stride])``), which ``set_`` grows its
+    storage to fit: refused (``torch.save`` writes none)."""
+    return isinstance(state, tuple) and len(state) in (3, 4) and _is(state[0], "storage", _TENSOR)
+
+
+def _dtype_size(value: Any) -> int:
+    """The element size of torch dtype ``value`` (a global ``torch.float32``); 0 unknown."""
+    torch = sys.modules.get("torch")
+    module, _, attr = value.name.rpartition(".") if isinstance(value, _Global) else ("", "", "")
+    dtype = getattr(torch, attr, None) if module == "torch" and torch is not None else None
+    return int(dtype.itemsize) if torch is not None and isinstance(dtype, torch.dtype) else 0
+
+
+def _show(value: Any, depth: int = 0) -> str:
     if isinstance(value, _Global):
         return value.name
     if isinstance(value, _Thing):
         return f"a {value.kind}"
     if isinstance(value, tuple):
-        return "(" + ", ".join(_show(v) for v in value[:6]) + (", ...)" if len(value) > 6 else ")")
+        if depth >= _SHOWN_DEPTH and value:
+            return "(...)"
+        shown = ", ".join(_show(v, depth + 1) for v in value[:6])
+        return f"({shown}{', ...' if len(value) > 6 else ''})"
     text = repr(value) if isinstance(value, _SIMPLE) else type(value).__name__
     return text if len(text) <= 40 else text[:37] + "..."
 
@@ -474,7 +515,7 @@ def _legacy_pids(
     found: list[tuple[str, int]] = []
     end = 0
     for index in range(_HEAD + 2):
-        machine = _Machine(f, rules, where, budget, size)
+        machine = _Machine(f, rules, where, budget, size, keep=index > _HEAD)
         try:
             value = machine.run()
         except _Stop:
@@ -485,6 +526,17 @@ def _legacy_pids(
             raise _Bad("a persistent id outside the object's pickle")
         if index == _HEAD:
             found, end = machine.pids, f.tell()
+    keys = value.items if _is(value, "list") else value if isinstance(value, tuple) else None
+    if keys is None:
+        raise _Bad("its list of storage keys is not a list")
+    unread = sorted({k for k, _ in found} - set(keys))  # (torch fills the storages listed)
+    if unread:
+        raise FormatError(
+            f"{quoted_name(where)}: storage {unread[0]!r} is never read from the file (the "
+            "pickle's list of storage keys leaves it out: its bytes would be whatever "
+            "memory held before): the file is not what it says",
+            format="pytorch",
+        )
     return found, end
 
 
@@ -510,76 +562,18 @@ def claims(f: Any, rules: Rules = STRICT) -> tuple[int, int]:
     return sum(_claimed(pids).values()), end
 
 
-_FOLD = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
-
-
-def _fold(name: str) -> str:
-    """``name`` as torch's zip reader (miniz) compares names: ASCII letters in any case."""
-    return name.translate(_FOLD)
-
-
-def _records(zf: zipfile.ZipFile, where: str, source: Source) -> tuple[str, dict[str, Any]]:
-    """The archive's folder name (torch's: its first record's) and its records by folded
-    name (torch finds them case-insensitively): every record stored, within the file,
-    none twice."""
-    infos = zf.infolist()
-    if not infos or "/" not in infos[0].filename:
-        raise FormatError(
-            f"{quoted_name(where)}: a zip that is no PyTorch archive", format="pytorch"
-        )
-    found: dict[str, zipfile.ZipInfo] = {}
-    for info in infos:
-        lower = _fold(info.filename)
-        if lower in found:
-            raise FormatError(
-                f"{quoted_name(where)}: two records are named {info.filename!r} (torch reads "
-                "one of them)",
-                format="pytorch",
-            )
-        if info.compress_type != zipfile.ZIP_STORED or info.flag_bits & 1:
-            raise FormatError(
-                f"{quoted_name(where)}: record {info.filename!r} is compressed or encrypted; "
-                "torch.save stores every record as it is",
-                format="pytorch",
-            )
-        start = info.header_offset + 30 + len(info.filename.encode())  # (no extra field)
-        if info.file_size != info.compress_size or start + info.file_size > source.size:
-            raise FormatError(
-                f"{quoted_name(where)}: record {info.filename!r} states {info.file_size:,} "
-                "bytes that the file does not hold",
-                format="pytorch",
-            )
-        found[lower] = info
-    return _fold(infos[0].filename.split("/", 1)[0]), found
-
-
 def _zipped(source: Source, rules: Rules) -> None:
     where = source.name
-    with BufferedSourceFile(source) as f:
-        try:
-            zf = zipfile.ZipFile(f)
-        except (zipfile.BadZipFile, OSError, ValueError, EOFError, NotImplementedError) as exc:
-            raise FormatError(
-                f"{quoted_name(where)}: not a valid zip: {exc}", format="pytorch"
-            ) from exc
-        archive, records = _records(zf, where, source)
-        pickle = records.get(f"{archive}/data.pkl")
-        if pickle is None:
-            raise FormatError(f"{quoted_name(where)}: no data.pkl in the archive", format="pytorch")
-        try:
-            data = io.BytesIO(zf.read(pickle))  # (stored, within the file: its size is real)
-        except (zipfile.BadZipFile, OSError, ValueError, EOFError) as exc:  # (a CRC-32)
-            raise FormatError(f"{quoted_name(where)}: {exc}", format="pytorch") from exc
-    machine = _Machine(data, rules, where, source.size, len(data.getbuffer()))
+    pickle, sizes = zip_records(source)  # (torch's own reader: the data.pkl torch runs)
+    machine = _Machine(io.BytesIO(pickle), rules, where, source.size, len(pickle))
     try:
         machine.run()
     except _Bad as exc:
-        raise _fail(f"{where}: {pickle.filename}", exc, machine.pos) from None
+        raise _fail(f"{where}: data.pkl", exc, machine.pos) from None
     except _Stop:
         pass  # (torch stops there, having loaded the storages before it)
     for key, nbytes in _claimed(machine.pids).items():
-        record = records.get(_fold(f"{archive}/data/{key}"))
-        held = record.file_size if record is not None else 0
+        held = sizes.get(fold(f"data/{key}"), 0)
         if nbytes > held:
             raise FormatError(
                 f"{quoted_name(where)}: storage {key!r} claims {nbytes:,} bytes, but its "

@@ -5,11 +5,11 @@ Read only through ``torch.load(weights_only=True)``: never an unrestricted unpic
 pickle that needs anything but tensors, containers and plain values (an object of any
 other class) is refused unexecuted (an :class:`~tensorfile.errors.UnsupportedError` quoting
 torch's reason). torch is imported only when such a file is opened (without it: an
-UnsupportedError naming the ``torch`` extra); a local file is loaded with ``mmap=True`` (the
-tensors stay in the page cache, not in memory) where torch can and its name is a PyTorch
-one (torch routes a path by its name: a ``*.safetensors`` path is not loaded as a pickle),
-others from their bytes. Every pickle is scanned first, without running it
-(:mod:`~tensorfile.formats._pickle_claims`): one the scan cannot follow, storages claiming
+UnsupportedError naming the ``torch`` extra). Every pickle is scanned first, without
+running it (:mod:`~tensorfile.formats._pickle_claims`), from the very bytes torch then
+loads (:mod:`~tensorfile.formats._pickle_bytes`: a local file through the descriptor
+opened, mapped with ``mmap=True`` where torch can, so its tensors stay in the page cache;
+a remote one read once): one the scan cannot follow, storages claiming
 more bytes than the file holds, or a call that could allocate a size the pickle only
 claims (``bytearray(N)``) is refused before torch runs any of it. What torch loaded is
 checked before it is copied: a tensor claiming more elements than its storage holds (a
@@ -64,7 +64,6 @@ Example:
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
@@ -82,8 +81,9 @@ from ..core.errors import (
 )
 from ..core.extras import require
 from ..core.source import Source
-from . import PYTORCH, metadata_text
-from ._arrays import ArraysReader, ArraysSource, BufferedSourceFile, Segment, file_stem
+from . import metadata_text
+from ._arrays import ArraysReader, ArraysSource, Segment, file_stem
+from ._pickle_bytes import load, pinned
 from ._pickle_claims import scan, torch_rules
 
 __all__ = [
@@ -147,28 +147,21 @@ def _reason(exc: BaseException) -> str:
 def _load(source: Source) -> Any:
     """``torch.load(weights_only=True)`` of the file in ``source``, with a torch new enough
     that it cannot be bypassed, once :func:`~tensorfile.formats._pickle_claims.scan` found
-    nothing in it that would allocate more than the file holds."""
+    nothing in it that would allocate more than the file holds: both read the same bytes
+    (:func:`~tensorfile.formats._pickle_bytes.pinned`), never the file again by name."""
     torch = _torch(source)
-    from ..sources import LocalSource
-
-    scan(source, torch_rules(torch))
-    try:
-        named = source.name.lower().endswith(PYTORCH.hint_suffixes)  # (torch routes by name)
-        if isinstance(source, LocalSource) and named and os.path.isfile(source.name):
-            try:
-                return torch.load(source.name, weights_only=True, map_location="cpu", mmap=True)
-            except RuntimeError as exc:
-                if "mmap" not in str(exc):  # an old (not zip) pickle cannot be mapped
-                    raise
-        with BufferedSourceFile(source) as f:  # (a string's claimed length is no allocation)
-            return torch.load(f, weights_only=True, map_location="cpu")
-    except (SourceError, FormatError):
-        raise
-    except Exception as exc:  # torch's UnpicklingError and friends: the reason is theirs
-        raise UnsupportedError(
-            f"{quoted_name(source.name)}: refused by torch.load(weights_only=True), the only "
-            f"way tensorfile reads pickles (it never runs code from one): {_reason(exc)}"
-        ) from None
+    with pinned(source) as held:
+        scan(held, torch_rules(torch))
+        try:
+            return load(torch, held)
+        except (SourceError, FormatError):
+            raise
+        except Exception as exc:  # torch's UnpicklingError and friends: the reason is theirs
+            raise UnsupportedError(
+                f"{quoted_name(source.name)}: refused by torch.load(weights_only=True), the "
+                "only way tensorfile reads pickles (it never runs code from one): "
+                f"{_reason(exc)}"
+            ) from None
 
 
 _SCALARS = (type(None), bool, int, float, complex, str, bytes, bytearray)
