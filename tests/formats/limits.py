@@ -59,6 +59,17 @@ resource.setrlimit(resource.RLIMIT_AS, ({address_space}, {address_space}))
 resource.setrlimit(resource.RLIMIT_CPU, ({cpu}, {cpu}))
 """
 
+OPEN_SAYS = """
+import tensorfile
+try:
+    tensorfile.open({path!r})
+    print("read")
+except tensorfile.TensorFileError as exc:
+    print(type(exc).__name__, str(exc).split(": ", 1)[1])
+"""
+"""A snippet for :func:`run_limited` (``.format(path=...)``): open the file and print
+``read``, or the error's class and its message without the file's name."""
+
 _PROBE = """
 with open('/proc/self/status') as _f:
     print('VMHWM', [l.split()[1] for l in _f if l.startswith('VmHWM')][0])

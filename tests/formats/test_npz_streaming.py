@@ -1,8 +1,9 @@
 """A compressed ``.npz`` member is inflated into memory that grows with the bytes really
 inflated (issue 35): the size its zip header and its ``.npy`` header claim becomes an
 allocation only once that many bytes came out of the member, and a member that inflates
-to more or fewer bytes than its zip header states is an error naming it. numpy's own
-``np.load`` is the oracle for the archives that tell the truth."""
+to more or fewer bytes than its zip header states is an error naming it; members that
+share bytes of the archive are refused, naming two. numpy's own ``np.load`` is the oracle
+for the archives that tell the truth."""
 
 from __future__ import annotations
 
@@ -209,3 +210,37 @@ def test_a_big_honest_member_streams_through_many_chunks(tmp_path: Path) -> None
         np.testing.assert_array_equal(got["w"], want["w"])
         np.testing.assert_array_equal(got["small"], want["small"])
         np.testing.assert_array_equal(f.view("w"), want["w"])
+
+
+def _nested(count: int) -> bytes:
+    """``count`` stored members nested in each other (review35h h07): each a valid ``.npy``
+    of bytes, with its true CRC-32, whose data is the rest of the archive (the next
+    member's local header and data, and so on)."""
+    tail, members = b"", []
+    for i in reversed(range(count)):
+        name = f"t{i}.npy".encode()
+        data = _npy((len(tail),), "|u1") + tail
+        crc, n = zlib.crc32(data), len(data)
+        tail = struct.pack("<IHHHHHIIIHH", 0x04034B50, 20, 0, 0, 0, 0x21, crc, n, n, len(name), 0)
+        tail += name + data
+        members.insert(0, (name, crc, n, len(tail)))
+    central = b"".join(
+        struct.pack("<IHHHHHHIIIHHHHHII", 0x02014B50, 20, 20, 0, 0, 0, 0x21, crc, n, n,
+                    len(name), 0, 0, 0, 0, 0, len(tail) - at) + name
+        for name, crc, n, at in members
+    )  # fmt: skip
+    end = struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, count, count, len(central), len(tail), 0)
+    return tail + central + end
+
+
+def test_members_that_share_bytes_are_refused_naming_two(tmp_path: Path) -> None:
+    """h07: 300 stored members nested in each other, each true to its CRC-32 and within the
+    file, claimed 150 times the file's bytes (every whole read, hash and conversion
+    multiplied); refused, naming the first two that overlap."""
+    path = tmp_path / "nested.npz"
+    path.write_bytes(_nested(300))
+    total = sum(i.file_size for i in zipfile.ZipFile(path).infolist())
+    assert total > 100 * path.stat().st_size
+    said = r"members t0\.npy \(bytes 0 to [\d,]+\) and t1\.npy \(from byte [\d,]+\) overlap"
+    with pytest.raises(FormatError, match=said):
+        tensorfile.open(path)

@@ -1,11 +1,15 @@
 """The plain values of a PyTorch pickle (what is not a tensor) however they are built: lists
 and dicts that hold themselves or are shared are read in time bounded by the pickle, a big
 list of numbers costs about what ``torch.load`` spends on it, and what a metadata value
-cannot keep as it is (two keys with one text, a lone surrogate) is noted, not dropped."""
+cannot keep as it is (two keys with one text, a lone surrogate) is noted, not dropped. What
+memo references make of a few bytes (a long key under itself at every level, one list or
+text in every entry) is bounded by the file's size: names and text past a budget are
+refused, repeats named briefly (review35h h05, h06, h08, h09)."""
 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import tracemalloc
@@ -13,10 +17,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 import torch
 from safetensors import safe_open as ref_safe_open
 
 import tensorfile
+from tensorfile.errors import FormatError
+from tests.formats.limits import GIB, OPEN_SAYS, run_limited
 
 _OPEN = """
 import json, sys, tensorfile
@@ -126,3 +133,86 @@ def test_a_lone_surrogate_in_a_value_is_kept_escaped(tmp_path: Path) -> None:
         meta = f.metadata()
         assert f.keys() == ["model.w"]
     assert meta["s"] == "ok\\ud800bad" and json.loads(meta["l"]) == ["\\udfff"]
+
+
+def _nested_under_one_key(path: Path, key: str, depth: int) -> Path:
+    """``depth`` dicts nested under one key, each beside one tensor: the key and the tensor
+    are one object each, so the pickle holds them once and refers to them at every level."""
+    t = torch.zeros(2)
+    nest: dict[str, Any] = {"t": t}
+    for _ in range(depth):
+        nest = {key: nest, "t": t}
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, 10 * depth))  # (the pickler recurses; torch.load does not)
+    try:
+        torch.save(nest, path)
+    finally:
+        sys.setrecursionlimit(limit)
+    return path
+
+
+def test_names_nested_under_one_long_key_are_refused_past_a_budget(tmp_path: Path) -> None:
+    """h05: 1,500 dicts nested under one 4 KiB key flatten to 1,500 tensor names of up to
+    6 MB each, 4.6 GB in all, from a file of under 100 kB: refused once the names pass the
+    file's budget of characters, under a 3 GiB address space."""
+    path = _nested_under_one_key(tmp_path / "deep.pt", "k" * 4096, 1500)
+    assert path.stat().st_size < 100_000
+    printed, _peak = run_limited(OPEN_SAYS.format(path=str(path)), address_space=3 * GIB)
+    said = (
+        r"FormatError the pickle's flattened names take more than [\d,]+ characters "
+        r"\(tensorfile's limit: 16 for each of its [\d,]+ bytes and 33,554,432 more\)"
+    )
+    assert re.match(said, printed), printed
+
+
+def test_a_repeat_first_rendered_under_a_long_key_is_named_briefly(tmp_path: Path) -> None:
+    """h06: each repeat of a list first rendered under a 64 KiB key was a text quoting the
+    whole name, 64 KiB for each 5-byte reference; now the name is cut (and each repeat
+    counts against the file's budget of text)."""
+    numbers = [1] * 200_000  # (more than the budget renders twice)
+    path = tmp_path / "same.pt"
+    torch.save({"w": torch.zeros(2), "x": {"k" * 65536: numbers, "r": [numbers] * 1000}}, path)
+    with tensorfile.open(path) as f:
+        repeats = f.attributes["x"]["r"]
+        text = f.metadata["x"]
+    assert len(repeats) == 1000 and len(set(repeats)) == 1
+    assert repeats[0].startswith("(the same object as 'x.kkkk") and len(repeats[0]) < 200
+    assert len(text) < 4 * path.stat().st_size
+
+
+def test_a_long_text_referred_to_over_and_over_is_refused_past_a_budget(tmp_path: Path) -> None:
+    """One 64 KiB text in a list 2,000 times (a reference of a few bytes each) was 131 MB
+    of metadata from a 70 kB file: refused once the text passes the file's budget."""
+    path = tmp_path / "texts.pt"
+    torch.save({"w": torch.zeros(2), "s": ["x" * 65536] * 2000}, path)
+    said = r"the pickle's plain values, as text, take more than [\d,]+ characters"
+    with pytest.raises(FormatError, match=said):
+        tensorfile.open(path)
+
+
+def test_a_list_referred_to_over_and_over_is_looked_into_once(tmp_path: Path) -> None:
+    """h08: whether a container leads to a tensor was asked of a list of M numbers once for
+    each of its R references (R * M = 4e10 steps here: hours); now once. (The child's
+    timeout only guards against a hang: it reads in seconds.)"""
+    numbers = [1] * 200_000
+    path = tmp_path / "refs.pt"
+    torch.save({"w": torch.zeros(2), "x": [numbers] * 200_000}, path)
+    keys, attributes, described = _open_in_child(path)
+    assert keys == ["w"] and described == {"x": "list of 200,000 lists"}
+    assert attributes["x"][0] == numbers
+    assert attributes["x"][-1] == "(the same object as 'x.0')"
+
+
+def test_a_list_in_every_entry_is_rendered_once_for_the_file(tmp_path: Path) -> None:
+    """h09: a list of 200,000 numbers in 100 top-level entries was rendered whole for each
+    (each entry had a budget of its own); one budget for the file now: the first entry
+    holds it, the others name it."""
+    numbers = [1] * 200_000
+    path = tmp_path / "shared.pt"
+    torch.save({"w": torch.zeros(2), **{f"a{i}": numbers for i in range(100)}}, path)
+    with tensorfile.open(path) as f:
+        values = f.attributes
+        described = f.catalog.extra["not_tensors"]
+    assert values["a0"] == numbers
+    assert all(values[f"a{i}"] == "(the same object as 'a0')" for i in range(1, 100))
+    assert set(described.values()) == {"list of 200,000 ints"}

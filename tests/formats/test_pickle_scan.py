@@ -22,7 +22,7 @@ import torch
 import tensorfile
 from tensorfile.errors import FormatError, UnsupportedError
 from tensorfile.formats._pickle_claims import claims
-from tests.formats.limits import GIB, run_limited
+from tests.formats.limits import GIB, OPEN_SAYS, run_limited
 
 _MAGIC = 0x1950A86A20F9469CFC6C
 
@@ -168,6 +168,60 @@ def _legacy_file(storage_class: bytes, numel: int, tail: bytes, held: int) -> by
     )
 
 
+def _legacy_views(n: int, views: int) -> bytes:
+    """An old-format pickle whose one storage of ``n * n + views`` float32 ones is viewed
+    (a persistent id's ``view_metadata``) at offsets 1 to ``views``: each view the storage
+    of one transposed ``n`` by ``n`` tensor (review35h h12's file)."""
+    numel = n * n + views
+
+    def memo(op: bytes, i: int) -> bytes:
+        return op + struct.pack("<I", i)
+
+    def long(v: int) -> bytes:
+        return b"\x8a\x04" + struct.pack("<i", v)
+
+    obj = b"\x80\x02}" + _uni("_g") + b"ctorch._utils\n_rebuild_tensor_v2\n" + memo(b"r", 1)
+    obj += b"s" + _uni("_s") + b"ctorch\nFloatStorage\n" + memo(b"r", 2) + b"s"
+    obj += _uni("_o") + b"ccollections\nOrderedDict\n" + memo(b"r", 3) + b"s"
+    for i in range(views):
+        view = b"(" + _uni(f"v{i}") + long(i + 1) + long(n * n) + b"t"
+        pid = b"(" + _uni("storage") + memo(b"j", 2) + _uni("0") + _uni("cpu") + long(numel)
+        size, stride = b"(" + long(n) + long(n) + b"t", b"(K\x01" + long(n) + b"t"
+        args = b"(" + pid + view + b"tQK\x00" + size + stride + b"\x89" + memo(b"j", 3) + b")Rt"
+        obj += _uni(f"t{i}") + memo(b"j", 1) + args + b"Rs"
+    info = {
+        "protocol_version": 1001,
+        "little_endian": True,
+        "type_sizes": {"short": 2, "int": 4, "long": 4},
+    }
+    return (
+        pickle.dumps(_MAGIC, protocol=2)
+        + pickle.dumps(1001, protocol=2)
+        + pickle.dumps(info, protocol=2)
+        + obj
+        + b"."
+        + pickle.dumps(["0"], protocol=2)
+        + struct.pack("<q", numel)
+        + np.ones(numel, "<f4").tobytes()
+    )
+
+
+def test_copies_of_views_of_one_storage_count_its_bytes_once(tmp_path: Path) -> None:
+    """h12: 40 storage views of one 16 kB storage counted as 40 storages, so 40 transposed
+    copies (40 times the file) were within "twice the bytes the storages hold"; the bytes
+    are counted once now (and never more than the file's size): the third copy is refused,
+    and a transposed view of one of them with the view itself reads."""
+    path = tmp_path / "views.pt"
+    path.write_bytes(_legacy_views(64, 40))
+    said = r"more than twice the [\d,]+ bytes they hold \(at tensor 't2'\)"
+    with pytest.raises(UnsupportedError, match=said):
+        tensorfile.open(str(path))
+    path.write_bytes(_legacy_views(64, 2))
+    with tensorfile.open(str(path)) as f:
+        assert f.keys() == ["t0", "t1"]
+        assert np.array_equal(f.get_tensor("t1"), np.ones((64, 64), np.float32))
+
+
 def test_a_legacy_tensor_class_counts_at_its_element_size(tmp_path: Path) -> None:
     """g02: a storage typed by ``torch.DoubleTensor`` counted 1 byte an element (torch
     allocates 8): the file holding 4,096 bytes for 4,096 float64 elements is refused."""
@@ -177,16 +231,6 @@ def test_a_legacy_tensor_class_counts_at_its_element_size(tmp_path: Path) -> Non
     path.write_bytes(data)
     with pytest.raises(FormatError, match=r"storages claim 32,768 bytes, but the file holds 4,"):
         tensorfile.open(str(path))
-
-
-_OPEN = """
-import tensorfile
-try:
-    tensorfile.open({path!r})
-    print("read")
-except tensorfile.TensorFileError as exc:
-    print(type(exc).__name__, str(exc).split(": ", 1)[1])
-"""
 
 
 def test_a_byte_the_scan_cannot_follow_is_refused_not_left_to_torch(tmp_path: Path) -> None:
@@ -201,7 +245,7 @@ def test_a_byte_the_scan_cannot_follow_is_refused_not_left_to_torch(tmp_path: Pa
     ]:  # fmt: skip
         path = tmp_path / "b.pt"
         path.write_bytes(_legacy_file(b"FloatStorage", 1 << 38, tail, 64))
-        printed, _peak = run_limited(_OPEN.format(path=str(path)), address_space=4 * GIB)
+        printed, _peak = run_limited(OPEN_SAYS.format(path=str(path)), address_space=4 * GIB)
         assert printed.startswith(said), printed
 
 

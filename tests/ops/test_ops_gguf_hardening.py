@@ -50,6 +50,26 @@ def test_baseline_is_valid(tmp_path: Path) -> None:
     assert _load(tmp_path, aligned).tensors["w"].nbytes == 32
 
 
+def test_tensors_that_share_data_are_refused_naming_two(tmp_path: Path) -> None:
+    """review35h h10: 64 tensors at one data offset made a file hold 64 times its data
+    (ggml's loader refuses them); refused now, naming the first two, as is a tensor that
+    starts inside another. Tensors one after the other, and an empty one where the next
+    starts, read."""
+    shared = [gguf_tensor(f"t{i}", [8], 0, 0) for i in range(64)]
+    said = r"tensors 't0' \(data offset 0 to 32\) and 't1' \(from data offset 0\) overlap"
+    with pytest.raises(GGUFError, match=said):
+        _load(tmp_path, _valid(tensors=shared))
+    inside = [gguf_tensor("a", [16], 0, 0), gguf_tensor("b", [8], 0, 32)]
+    with pytest.raises(GGUFError, match=r"'a' \(data offset 0 to 64\) and 'b' \(from data"):
+        _load(tmp_path, _valid(tensors=inside, data=bytes(64)))
+    apart = [
+        gguf_tensor("a", [8], 0, 0),
+        gguf_tensor("e", [0], 0, 32),
+        gguf_tensor("b", [8], 0, 32),
+    ]
+    assert sorted(_load(tmp_path, _valid(tensors=apart, data=bytes(64))).tensors) == ["a", "b", "e"]
+
+
 def _arr(elem: int, count: int, payload: bytes = b"") -> bytes:
     return struct.pack("<IQ", elem, count) + payload
 

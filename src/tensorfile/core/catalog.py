@@ -14,11 +14,12 @@ Example:
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
-from collections.abc import Container, Iterator, Mapping
+from collections.abc import Container, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 from . import dtypes
 from .dtypes import DType
@@ -36,6 +37,7 @@ __all__ = [
     "agreed",
     "extension_name",
     "file_name",
+    "first_overlap",
     "merged",
 ]
 
@@ -111,6 +113,28 @@ class ByteRange(NamedTuple):
     def length(self) -> int:
         """Number of bytes in the range."""
         return self.stop - self.start
+
+
+_T = TypeVar("_T")
+
+
+def first_overlap(
+    spans: Iterable[tuple[int, int, _T]],
+) -> tuple[tuple[int, int, _T], tuple[int, int, _T]] | None:
+    """The first two of ``spans`` (``(start, stop, what)``: half-open byte ranges, empty
+    ones aside) that share a byte, in the order of their starts; None when none do.
+
+    Example:
+        >>> first_overlap([(0, 4, "a"), (8, 9, "c"), (2, 6, "b"), (3, 3, "empty")])
+        ((0, 4, 'a'), (2, 6, 'b'))
+        >>> first_overlap([(4, 8, "b"), (0, 4, "a")]) is None
+        True
+    """
+    ordered = sorted((s for s in spans if s[1] > s[0]), key=lambda s: (s[0], s[1]))
+    for before, after in itertools.pairwise(ordered):
+        if after[0] < before[1]:
+            return before, after
+    return None
 
 
 class Component(NamedTuple):

@@ -3,7 +3,8 @@
 Only the header is read, in chunks, and every count and length the file declares is checked
 against the bytes that remain before anything is allocated, so a hostile header costs no more
 than its own size. Tensor byte lengths come from ggml's block sizes; quantized types whose
-layout tensorfile does not know have ``byte_length`` ``None``.
+layout tensorfile does not know have ``byte_length`` ``None``. Two tensors whose data share
+bytes are refused (ggml's loader wants each where the one before it ended).
 
 Example:
     >>> import struct
@@ -29,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from tensorfile.core import dtypes
-from tensorfile.core.catalog import ByteRange, Catalog, Component, TensorInfo
+from tensorfile.core.catalog import ByteRange, Catalog, Component, TensorInfo, first_overlap
 from tensorfile.core.errors import GGUFError, SourceError
 from tensorfile.core.reader import Reader, brief, names_list
 from tensorfile.core.source import Source
@@ -469,7 +470,21 @@ def read_header(source: Source) -> GGUFHeader:
                 f"misaligned or runs past the end of the {source.size:,}-byte file",
                 tensor=t.name,
             )
+    _refuse_overlaps(tensors, name, data_start)
     return GGUFHeader(version, metadata, tuple(tensors), header_size, alignment, data_start)
+
+
+def _refuse_overlaps(tensors: list[GGUFTensor], name: str, data_start: int) -> None:
+    """Refuse two tensors that share data: ``k`` at one offset would be ``k`` times it."""
+    found = first_overlap((t.offset, t.offset + (t.byte_length or 0), t) for t in tensors)
+    if found is not None:
+        (s0, e0, t0), (s1, _e1, t1) = found
+        raise GGUFError(
+            f"{name}: tensors {brief(t0.name)} (data offset {s0:,} to {e0:,}) and "
+            f"{brief(t1.name)} (from data offset {s1:,}) overlap; each must have its own data",
+            offset=data_start + s1,
+            tensor=t1.name,
+        )
 
 
 def catalog_of(h: GGUFHeader) -> Catalog:

@@ -9,7 +9,9 @@ allocates what a header only claims:
   without ``.npy``; every member's header is read (not its data) when the archive is opened,
   and a member whose header claims more bytes than the member can hold (its stated size,
   and for a compressed member no more than its compressed bytes can expand to) is refused
-  before anything is allocated; a member that is not an ``.npy`` is refused by name;
+  before anything is allocated; a member that is not an ``.npy`` is refused by name, and
+  so are two members that share bytes of the archive (nested in each other, they would
+  make a file hold many times its size);
 * little-endian C-ordered data of a stored (uncompressed, ``np.savez``) member or of an
   ``.npy`` is read in place: :meth:`~tensorfile.core.reader.Reader.view` maps it; a stored
   member's CRC-32 is checked once reads have covered the member whole, in whatever pieces
@@ -54,7 +56,7 @@ import numpy as np
 
 from ..core import dtypes
 from ..core.atomic import AtomicFile
-from ..core.catalog import ByteRange, Catalog, Component, TensorInfo
+from ..core.catalog import ByteRange, Catalog, Component, TensorInfo, first_overlap
 from ..core.errors import (
     FormatError,
     InvalidArgumentError,
@@ -241,6 +243,7 @@ class NpzEntry:
     """The ``npz`` registry entry (see the module docstring)."""
 
     def _members(self, zf: zipfile.ZipFile, where: str) -> list[_Member]:
+        _refuse_overlaps(zf.infolist(), where)
         out = []
         for info in zf.infolist():
             if not info.filename.endswith(_MEMBER):
@@ -325,6 +328,25 @@ class NpzEntry:
                 if tick is not None:
                     tick(spec.name)
         return [path]
+
+
+def _refuse_overlaps(infos: list[zipfile.ZipInfo], where: str) -> None:
+    """Refuse two members that share bytes of the archive (each member's local header,
+    name and stored bytes, at least): members nested inside each other, each a valid
+    ``.npy`` whose data is the rest of the archive, would make a file hold many times its
+    size (no writer makes such an archive)."""
+    # (a name's characters are no more than its bytes, and the extra field is left out:
+    # no member is taken to end past where it does)
+    ends = (i.header_offset + _LOCAL_HEADER + len(i.orig_filename) + i.compress_size for i in infos)
+    spans = ((i.header_offset, end, i) for i, end in zip(infos, ends, strict=True))
+    found = first_overlap(spans)
+    if found is not None:
+        (s0, e0, a), (s1, _e1, b) = found
+        raise FormatError(
+            f"{where}: members {a.filename} (bytes {s0:,} to {e0:,}) and {b.filename} (from "
+            f"byte {s1:,}) overlap; each member of an archive must be its own bytes",
+            format="npz",
+        )
 
 
 def _member_bound(info: zipfile.ZipInfo) -> int:
