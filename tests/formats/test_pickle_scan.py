@@ -5,6 +5,7 @@ becomes an allocation (review35g g01, g02, g03, g04, g07), while ordinary checkp
 
 from __future__ import annotations
 
+import _codecs
 import collections
 import io
 import pickle
@@ -56,8 +57,9 @@ def test_a_bytearray_of_a_claimed_size_is_refused_before_torch_allocates(
 
 def test_calls_that_allocate_or_convert_are_refused(tmp_path: Path) -> None:
     """g03 (torch's side): an allowed rebuild that converts a stride-0 view while loading,
-    and a legacy tensor class called with a size, never reach torch."""
-    view = torch.zeros(1, dtype=torch.uint8).expand(1 << 20)
+    and a legacy tensor class called with a size, never reach torch (a stride-0 view itself
+    is refused before them: see the test below)."""
+    view = torch.zeros(4, dtype=torch.uint8)
     convert = _Call(
         torch._utils._rebuild_device_tensor_from_cpu_tensor, view, torch.float64, "cpu", False
     )
@@ -82,13 +84,15 @@ def test_calls_that_allocate_or_convert_are_refused(tmp_path: Path) -> None:
 def test_a_stride_0_view_claiming_more_than_its_storage_is_refused(
     tmp_path: Path, zipped: bool
 ) -> None:
-    """g03: ``torch.zeros(1).expand(n)`` stores one element; copying it made ``n``."""
+    """g03: ``torch.zeros(1).expand(n)`` stores one element; copying it made ``n``. i07:
+    inside torch.load, ``OrderedDict((view,))`` unbinds it into ``n`` tensors: refused by
+    the scan, before torch runs."""
     obj = {"w": torch.zeros(1, dtype=torch.uint8).expand(1 << 20)}
     path = _save(obj, tmp_path / "v.pt", zipped)
     with pytest.raises(
         FormatError,
-        match=r"'w' has 1,048,576 elements \(size \(1048576,\), "
-        r"stride \(0,\)\) needing 1,048,576 bytes, but its storage holds 1 ",
+        match=r"size \(1048576\), stride \(0\)\) has more elements than its storage of 1 "
+        r"bytes holds from that offset \(it repeats elements\)",
     ):
         tensorfile.open(str(path))
 
@@ -395,3 +399,105 @@ def test_a_deeply_nested_argument_is_refused_cleanly(tmp_path: Path) -> None:
     path.write_bytes(out.getvalue())
     with pytest.raises(UnsupportedError, match=re.escape("bytearray (with ((((((...)))))))")):
         tensorfile.open(str(path))
+
+
+class _Built:
+    """Pickled as ``func(*args)`` then given ``state`` (a BUILD): what torch's unpickler
+    runs as ``tensor.set_(*state)`` on a tensor, ``__dict__.update(state)`` on a dict."""
+
+    def __init__(self, func: Any, args: tuple[Any, ...], state: Any) -> None:
+        self.func, self.args, self.state = func, args, state
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return self.func, self.args, self.state
+
+
+@pytest.mark.parametrize("zipped", [False, True])
+def test_any_state_given_to_a_tensor_is_refused(tmp_path: Path, zipped: bool) -> None:
+    """i01: ``set_(*state)`` unpacks a list or a dict as well as a tuple; a tensor from a
+    rebuild gets no state from ``torch.save`` (parameters and tensors with attributes
+    carry theirs in their rebuild's arguments, and read as before)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (TypedStorage is deprecated)
+        storage = torch.zeros(2).storage()
+    rebuild = (storage, 0, (2,), (1,), False, collections.OrderedDict())
+    for state, shown in [([storage, 0, [1 << 20]], "a list"), ({storage: 0}, "a dict")]:
+        obj = {"w": _Built(torch._utils._rebuild_tensor_v2, rebuild, state)}
+        path = _save(obj, tmp_path / "s.pt", zipped)
+        with pytest.raises(UnsupportedError, match=rf"torch\.Tensor\.set_ \(with {shown} "):
+            tensorfile.open(str(path))
+    p, t, u = torch.nn.Parameter(torch.ones(2)), torch.ones(3, requires_grad=True), torch.ones(4)
+    p.note, u.note = "p", "u"
+    path = _save({"p": p, "t": t, "u": u}, tmp_path / "ok.pt", zipped)
+    with tensorfile.open(str(path)) as f:
+        assert [f.get_tensor(k).tolist() for k in "ptu"] == [[1.0] * 2, [1.0] * 3, [1.0] * 4]
+
+
+def test_an_empty_storage_named_again_is_refused(tmp_path: Path) -> None:
+    """i01: torch's old-format loader gives a key whose first storage is empty a new
+    storage each time it is named again, never filled from the file."""
+    again = b"(" + _uni("storage") + b"ctorch\nFloatStorage\n" + _uni("0") + _uni("cpu")
+    path = tmp_path / "e.pt"
+    path.write_bytes(_legacy_file(b"FloatStorage", 0, again + b"K\x00NtQ\x86", 0))
+    with pytest.raises(FormatError, match=r"empty storage '0' is named again"):
+        tensorfile.open(str(path))
+
+
+@pytest.mark.parametrize("zipped", [False, True])
+def test_more_than_64_dimensions_are_refused_before_torch(tmp_path: Path, zipped: bool) -> None:
+    """i02, i03: a size and stride of 65 dims (one memoized tuple serving many rebuilds
+    made the scan quadratic; numpy refuses the tensor after) are refused unread."""
+    ones = (1,) * 65
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        storage = torch.zeros(1).storage()
+    for name, obj in [
+        ("torch._utils._rebuild_tensor_v2", _Call(torch._utils._rebuild_tensor_v2, storage, 0,
+                                                  ones, ones, False, collections.OrderedDict())),
+        ("torch.Size", _Call(torch.Size, ones)),
+    ]:  # fmt: skip
+        path = _save({"w": torch.ones(2), "x": obj}, tmp_path / "d.pt", zipped)
+        with pytest.raises(UnsupportedError, match=rf"calls {re.escape(name)} \(with "):
+            tensorfile.open(str(path))
+
+
+def test_copies_of_one_memoized_argument_are_bounded(tmp_path: Path) -> None:
+    """i04: one text encoded many times (a memo reference each) made torch hold every
+    copy: each copying call is charged its argument's length, against the file's size."""
+    text = "x" * (64 << 10)  # (pickle writes it once, then refers to it)
+    obj = {"w": torch.ones(2), "t": [_Call(_codecs.encode, text, "latin1") for _ in range(1100)]}
+    path = _save(obj, tmp_path / "c.pt", True)
+    assert path.stat().st_size < 1 << 20
+    with pytest.raises(FormatError, match=r"calls of _codecs\.encode copy 65,542 more items"):
+        tensorfile.open(str(path))
+
+
+def test_a_quantized_tensor_is_refused_before_torch_rebuilds_it(tmp_path: Path) -> None:
+    """i05: ``_rebuild_qtensor`` builds its quantizer's parameters (a per-channel scale
+    list any number of memo references long) inside torch.load; tensorfile reads no
+    quantized tensor, so it is refused before."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (quantized tensors are deprecated)
+        q = torch.quantize_per_channel(
+            torch.ones(2, 3), torch.tensor([0.1, 0.2]), torch.tensor([0, 0]), 0, torch.qint8
+        )
+    path = _save({"q": q}, tmp_path / "q.pt", True)
+    with pytest.raises(UnsupportedError, match=r"_rebuild_qtensor.*a quantized tensor"):
+        tensorfile.open(str(path))
+
+
+@pytest.mark.parametrize("zipped", [False, True])
+def test_a_tensor_unpacked_as_a_pair_is_refused(tmp_path: Path, zipped: bool) -> None:
+    """i07: ``OrderedDict((t,))``, and a BUILD on an OrderedDict with state ``(t,)``,
+    unbind ``t`` inside torch.load (one object per row of a stride-0 view)."""
+    t = torch.ones(2)
+    cases = {
+        r"collections\.OrderedDict \(with \(\(a tensor\)\)\)": _Call(collections.OrderedDict, (t,)),
+        r"dict\.update \(with \(a tensor\), holding a tensor": _Built(collections.OrderedDict, (),
+                                                                     (t,)),
+        r"collections\.Counter \(with \(a list\)\)": _Call(collections.Counter, [t]),
+    }  # fmt: skip
+    for said, obj in cases.items():
+        path = _save({"w": obj}, tmp_path / "o.pt", zipped)
+        with pytest.raises(UnsupportedError, match=said):
+            tensorfile.open(str(path))

@@ -36,6 +36,7 @@ import importlib
 import mmap
 import os
 import struct
+import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -46,7 +47,19 @@ from ..core.source import Source
 from ..sources import LocalSource, MemorySource
 from ._arrays import BufferedSourceFile
 
-__all__ = ["STRICT", "Rules", "fold", "load", "pinned", "torch_rules", "zip_records"]
+__all__ = [
+    "STRICT",
+    "Rules",
+    "claimed",
+    "dtype_size",
+    "empty_again",
+    "fold",
+    "itemsize",
+    "load",
+    "pinned",
+    "torch_rules",
+    "zip_records",
+]
 
 _FD_DIR = "/proc/self/fd"  # (where a descriptor can be opened again as the same file)
 _PIECE = 64 << 20  # bytes a copy reads at a time
@@ -210,3 +223,52 @@ def zip_records(source: Source) -> tuple[bytes, dict[str, int]]:
         except RuntimeError as exc:
             raise _refuse(where, f"data.pkl cannot be read: {exc}") from None
     return pickle, sizes
+
+
+_SIZES = {"Double": 8, "Float": 4, "Half": 2, "BFloat16": 2, "Long": 8, "Int": 4, "Short": 2,
+          "Char": 1, "Byte": 1, "Bool": 1, "ComplexDouble": 16, "ComplexFloat": 8, "QUInt8": 1,
+          "QInt8": 1, "QInt32": 4, "QUInt4x2": 1, "QUInt2x4": 1, "Untyped": 1}  # fmt: skip
+"""Bytes per element of torch's storage and legacy tensor classes by their stem
+(``FloatStorage``, ``torch.FloatTensor``: ``Float``); any other class: 16, the most."""
+_LARGEST = 16
+
+
+def itemsize(name: str) -> int:
+    """The element size of a storage or legacy tensor class named ``name``
+    (``torch.FloatStorage``: 4); 16, the largest, for one not known."""
+    module, _, stem = name.rpartition(".")
+    if not module.startswith("torch"):
+        return _LARGEST
+    for suffix in ("Storage", "Tensor"):
+        if stem.endswith(suffix) and stem[: -len(suffix)] in _SIZES:
+            return _SIZES[stem[: -len(suffix)]]
+    return _LARGEST
+
+
+def dtype_size(name: str) -> int:
+    """The element size of the torch dtype named ``name`` (``torch.float32``: 4); 0 unknown."""
+    torch = sys.modules.get("torch")
+    module, _, attr = name.rpartition(".")
+    dtype = getattr(torch, attr, None) if module == "torch" and torch is not None else None
+    return int(dtype.itemsize) if torch is not None and isinstance(dtype, torch.dtype) else 0
+
+
+def claimed(pids: list[tuple[str, int]]) -> dict[str, int]:
+    """The bytes each storage key of ``pids`` ``(key, bytes)`` claims (torch allocates a
+    key once: the largest)."""
+    owned: dict[str, int] = {}
+    for key, nbytes in pids:
+        owned[key] = max(owned.get(key, 0), nbytes)
+    return owned
+
+
+def empty_again(pids: list[tuple[str, int]]) -> str | None:
+    """The first storage key of ``pids`` ``(key, bytes)`` named again after its first
+    persistent id claimed no bytes (torch's old-format loader gives each later one a new
+    storage, never filled from the file); None if there is none."""
+    first: dict[str, int] = {}
+    for key, nbytes in pids:
+        if key in first and first[key] == 0:
+            return key
+        first.setdefault(key, nbytes)
+    return None

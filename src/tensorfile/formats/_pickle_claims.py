@@ -6,7 +6,7 @@ allocate any size a pickle names: the storage of a persistent id
 allocates ``numel`` elements the moment it meets the id, before any of its bytes are
 read), ``builtins.bytearray(N)``, a legacy tensor or storage class called with a size
 (``torch.FloatTensor(N)``, ``torch.storage.UntypedStorage(N)``), ``_rebuild_qtensor``
-(allocates its size, then points it at its storage), and rebuilds that convert a tensor
+(allocates its size and its quantizer's parameters), and rebuilds that convert a tensor
 while loading (``_rebuild_device_tensor_from_cpu_tensor(view, torch.float64, ...)``
 materializes any stride-0 view). Each call runs as its opcode comes, so a refusal torch
 makes further on comes after the allocation.
@@ -24,19 +24,23 @@ refuses, before torch runs any of it:
 * a call of anything but what tensor checkpoints use (:data:`_CALLS`: tensor and parameter
   rebuilds, ``OrderedDict``, ``Counter``, ``set``, ``complex``, ``torch.Size``,
   ``torch.device``, bytes and bytearrays from their text), or one of those with arguments
-  that could allocate more than the pickle holds (``bytearray(N)``, ``set(tensor)``):
-  an :class:`UnsupportedError` naming it;
+  that could allocate more than the pickle holds (``bytearray(N)``, ``set(tensor)``,
+  ``OrderedDict((tensor,))``, which unbinds it; a quantized tensor, which tensorfile
+  refuses anyway): an :class:`UnsupportedError` naming it; copying calls over one memoized
+  argument, past ``16 ×`` the file's size in items (a :class:`FormatError`);
 * storages claiming more bytes than the file holds for them: an old-format file keeps
   their bytes after the object's pickle, a zip one in its record ``data/<key>`` (stored,
   as ``torch.save`` writes it); each key counted once, at the element size of its class
   (a legacy tensor class, ``torch.DoubleTensor``, at its dtype's; one unknown at 16, the
   largest) (a :class:`FormatError`);
 * a tensor whose offset, size and stride reach past its storage's bytes (torch's ``set_``
-  grows an old-format storage to fit, and nothing of the file fills what it grew: a
-  :class:`FormatError`), or a layout given to a tensor as its state (``tensor.set_(*state)``,
+  grows an old-format storage to fit, and nothing of the file fills what it grew), or
+  with more elements than its storage holds from its offset (a :class:`FormatError`); one
+  of more than 64 dimensions, or any state given to a tensor (``tensor.set_(*state)``,
   which ``torch.save`` never writes: an :class:`UnsupportedError`);
-* an old-format storage that the list of storage keys leaves out (torch never fills it
-  from the file: it would hold whatever memory held before; a :class:`FormatError`).
+* an old-format storage that the list of storage keys leaves out, or an empty one named
+  again (torch never fills it from the file: it would hold whatever memory held before;
+  a :class:`FormatError`).
 
 A global that torch refuses (``rules.allows``) ends the scan: torch's unpickler stops at
 that very opcode, having run only what the scan has checked, and says why itself.
@@ -55,13 +59,13 @@ from __future__ import annotations
 
 import io
 import struct
-import sys
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from ..core.errors import FormatError, UnsupportedError, quoted_name
 from ..core.source import Source
 from . import NPZ
+from . import _pickle_bytes as _pb
 from ._arrays import SourceFile
 from ._pickle_bytes import STRICT, Rules, fold, torch_rules, zip_records
 
@@ -69,13 +73,6 @@ __all__ = ["STRICT", "Rules", "claims", "scan", "torch_rules"]
 
 _MAGIC = 0x1950A86A20F9469CFC6C  # torch.serialization.MAGIC_NUMBER, the first pickle
 _HEAD = 3  # the pickles before the object's: the magic number, the protocol, the machine
-
-_SIZES = {"Double": 8, "Float": 4, "Half": 2, "BFloat16": 2, "Long": 8, "Int": 4, "Short": 2,
-          "Char": 1, "Byte": 1, "Bool": 1, "ComplexDouble": 16, "ComplexFloat": 8, "QUInt8": 1,
-          "QInt8": 1, "QInt32": 4, "QUInt4x2": 1, "QUInt2x4": 1, "Untyped": 1}  # fmt: skip
-"""Bytes per element of torch's storage and legacy tensor classes by their stem
-(``FloatStorage``, ``torch.FloatTensor``: ``Float``); any other class: 16, the most."""
-_LARGEST = 16
 
 
 class _Global(NamedTuple):
@@ -87,11 +84,12 @@ class _Thing:
     ``set``, ``tensor``, ``storage``, ``value``); a storage knows its element size and its
     bytes; a list whose items are kept (the storage keys') has them in ``items``."""
 
-    __slots__ = ("items", "itemsize", "kind", "nbytes")
+    __slots__ = ("items", "itemsize", "kind", "nbytes", "tensors")
 
     def __init__(self, kind: str, itemsize: int = 0, nbytes: int = 0) -> None:
-        self.kind, self.itemsize, self.nbytes = kind, itemsize, nbytes
+        self.kind, self.itemsize, self.nbytes = kind, itemsize, nbytes  # (a container's: items)
         self.items: list[Any] | None = None
+        self.tensors = kind == "tensor"  # (whether it is or holds a tensor)
 
 
 class _Stop(Exception):
@@ -112,10 +110,15 @@ def _is(value: Any, *kinds: str) -> bool:
 
 
 def _iterable(args: tuple[Any, ...]) -> bool:
-    """At most one argument, a container the pickle built (never a tensor: iterating one
-    makes an object per element, which a stride-0 view has any number of)."""
+    """At most one argument: a text, a tuple of plain values, or a container holding no
+    tensor (unpacking one as a pair makes an object per row: a stride-0 view's, any)."""
     return len(args) == 0 or (
-        len(args) == 1 and (_is(args[0], *_CONTAINERS) or isinstance(args[0], tuple | str))
+        len(args) == 1
+        and (
+            (_is(args[0], *_CONTAINERS) and not args[0].tensors)
+            or isinstance(args[0], str)
+            or (isinstance(args[0], tuple) and all(isinstance(v, _SIMPLE) for v in args[0]))
+        )
     )
 
 
@@ -134,12 +137,15 @@ def _bytes(args: tuple[Any, ...]) -> bool:
 
 
 def _ints(value: Any) -> bool:
-    return isinstance(value, tuple) and all(
-        isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value
+    return (
+        isinstance(value, tuple)
+        and len(value) <= _DIMS
+        and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value)
     )
 
 
 _TENSOR = "tensor"
+_DIMS = 64  # the most dimensions a size or stride may have (numpy's limit)
 _CALLS: dict[str, tuple[Callable[[tuple[Any, ...]], bool], str]] = {
     "collections.OrderedDict": (_iterable, "dict"),
     "collections.Counter": (_iterable, "dict"),
@@ -162,10 +168,6 @@ _CALLS: dict[str, tuple[Callable[[tuple[Any, ...]], bool], str]] = {
         _TENSOR,
     ),
     "torch._utils._rebuild_meta_tensor_no_storage": (lambda a: True, _TENSOR),  # (no memory)
-    "torch._utils._rebuild_qtensor": (
-        lambda a: len(a) >= 3 and _is(a[0], "storage") and _ints(a[2]),
-        _TENSOR,
-    ),
 }
 """The calls tensor checkpoints make, each with what its arguments must be so that it
 allocates no more than the pickle holds, and what it makes."""
@@ -176,6 +178,7 @@ _WHY = {
     "torch._utils._rebuild_device_tensor_from_cpu_tensor": "it converts a tensor while loading",
     "torch._utils._rebuild_device_tensor_from_numpy": "it converts an array while loading",
     "torch._utils._rebuild_wrapper_subclass": "a tensor subclass without storage",
+    "torch._utils._rebuild_qtensor": "a quantized tensor; tensorfile reads dense tensors",
 }
 
 _NEEDLESS = "a tensor checkpoint does not need it, and it could allocate more than the file holds"
@@ -184,8 +187,11 @@ _TYPES = frozenset({"torch.Tensor", "torch.nn.parameter.Parameter"})
 
 _LINE = 1 << 16  # the longest GLOBAL line read
 _SHOWN_DEPTH = 4  # how deep a refusal shows nested tuples
+_COPIES = frozenset({"collections.OrderedDict", "collections.Counter", "builtins.set",
+                     "builtins.bytearray", "_codecs.encode", "torch.Size"})  # fmt: skip
+"""The calls that copy or iterate over their argument: each charged its length."""
 _SETS = frozenset({"torch._utils._rebuild_tensor", "torch._utils._rebuild_tensor_v2",
-                   "torch._utils._rebuild_tensor_v3", "torch._utils._rebuild_qtensor"})  # fmt: skip
+                   "torch._utils._rebuild_tensor_v3"})  # fmt: skip
 """The rebuilds that give a tensor a layout over a storage with ``set_``."""
 
 
@@ -203,7 +209,8 @@ class _Machine:
         self.pids: list[tuple[Any, ...]] = []
         self.storages: dict[Any, tuple[int, int]] = {}  # key -> (bytes, itemsize): the first
         self.keep = keep  # (whether lists keep their items)
-        self.budget = budget  # bytes calls may still allocate (a quantized tensor's)
+        self.budget = 16 * budget + (64 << 20)  # items copying calls may still make
+        self.held: dict[int, tuple[Any, ...]] = {}  # id -> each tuple holding a tensor
 
     def read(self, n: int) -> bytes:
         """``n`` bytes, never asking for more than the file holds (no claimed length is an
@@ -261,13 +268,13 @@ class _Machine:
             self.metastack.append(self.stack)
             self.stack = []
         elif op == "t":
-            items = self.pop_mark()
-            self.stack.append(tuple(items))
+            made = self.tuple_(self.pop_mark())  # (pop_mark replaces the stack)
+            self.stack.append(made)
         elif op in "\x85\x86\x87":  # TUPLE1, TUPLE2, TUPLE3
             n = key - 0x84
             if len(self.stack) < n:
                 raise _Bad("stack underflow")
-            self.stack[-n:] = [tuple(self.stack[-n:])]
+            self.stack[-n:] = [self.tuple_(self.stack[-n:])]
         elif op in "hj":  # BINGET, LONG_BINGET
             index = self.read(1)[0] if op == "h" else struct.unpack("<I", self.read(4))[0]
             if index not in self.memo:
@@ -292,19 +299,20 @@ class _Machine:
             state = self.pop()
             if not self.stack:
                 raise _Bad("stack underflow")
-            if _is(self.stack[-1], _TENSOR) and _is_set(state):  # (torch: tensor.set_(*state))
-                shown = f"with {_show(state)} as a tensor's state"
+            if _is(self.stack[-1], _TENSOR):  # (torch: tensor.set_(*state); torch.save
+                shown = f"with {_show(state)} as a tensor's state"  # writes none)
                 raise UnsupportedError(self.refusal(_Global("torch.Tensor.set_"), shown))
+            if self.holds(state) and not _is(state, "dict"):  # (__dict__.update(state))
+                shown = f"with {_show(state)}, holding a tensor, as an object's state"
+                raise UnsupportedError(self.refusal(_Global("dict.update"), shown))
         elif op == "a":  # APPEND
             self.add([self.pop()])
         elif op == "e":  # APPENDS
             self.add(self.pop_mark())
         elif op == "s":  # SETITEM
-            self.pop(), self.pop()
-            self.target("dict")
+            self.put([self.pop(), self.pop()], "dict")
         elif op == "u":  # SETITEMS
-            self.pop_mark()
-            self.target("dict")
+            self.put(self.pop_mark(), "dict")
         elif op == "Q":  # BINPERSID
             push(self.storage(self.pop()))
         elif op == "\x80":  # PROTO
@@ -328,12 +336,24 @@ class _Machine:
             raise _Stop(name)
         return _Global(name)
 
-    def target(self, kind: str) -> None:
+    def tuple_(self, items: list[Any]) -> tuple[Any, ...]:
+        made = tuple(items)
+        if any(self.holds(v) for v in made):
+            self.held[id(made)] = made  # (kept: its id is never another's)
+        return made
+
+    def holds(self, value: Any) -> bool:
+        """Whether ``value`` is or holds a tensor (as far as the scan follows it)."""
+        return (isinstance(value, _Thing) and value.tensors) or id(value) in self.held
+
+    def put(self, items: list[Any], kind: str) -> None:
         if not self.stack or not _is(self.stack[-1], kind):
             raise _Bad(f"no {kind} to add to")
+        self.stack[-1].nbytes += len(items)
+        self.stack[-1].tensors |= any(self.holds(v) for v in items)
 
     def add(self, items: list[Any]) -> None:
-        self.target("list")
+        self.put(items, "list")
         kept = self.stack[-1].items
         if kept is not None:
             kept.extend(items)
@@ -363,18 +383,15 @@ class _Machine:
             raise UnsupportedError(self.refusal(func, f"with ({shown})" if check else ""))
         if name in _SETS:
             self.fits(name, args)
-        if name == "torch._utils._rebuild_qtensor":  # allocates its size, then sets it
-            need = max(1, args[0].itemsize)
-            for n in args[2]:  # (stopping past the budget: a product of huge numbers is slow)
-                need = 0 if n == 0 else need * n if need <= self.budget else need
-            if need > self.budget:
-                raise FormatError(
-                    f"{quoted_name(self.where)}: a quantized tensor of the pickle claims "
-                    f"{need:,} bytes, more than the {self.budget:,} the file holds",
-                    format="pytorch",
-                )
-            self.budget -= need
-        return _Thing(made)
+        copied = sum(_length(a) for a in args) if name in _COPIES else 0
+        if copied > self.budget:  # (torch holds each copy: one memoized text, R calls)
+            raise FormatError(
+                f"{quoted_name(self.where)}: the pickle's calls of {name} copy {copied:,} "
+                f"more items, past the {self.budget:,} left of what its size allows",
+                format="pytorch",
+            )
+        self.budget -= copied
+        return _Thing(made, nbytes=len(args[0]) if made == "bytes" else 0)
 
     def fits(self, name: str, args: tuple[Any, ...]) -> None:
         """Refuse a rebuild whose offset, size and stride reach past its storage: torch's
@@ -382,7 +399,7 @@ class _Machine:
         claims, never filled from the file)."""
         storage, itemsize = args[0], args[0].itemsize
         if name == "torch._utils._rebuild_tensor_v3":  # (its own dtype's elements)
-            itemsize = _dtype_size(args[6]) if len(args) > 6 else 0
+            itemsize = _pb.dtype_size(_name(args[6])) if len(args) > 6 else 0
         offset, size, stride = (args[1:4] + (None,) * 3)[:3]
         known = itemsize and _ints((offset,)) and _ints(size) and _ints(stride)
         if not known or len(size) != len(stride):
@@ -391,12 +408,21 @@ class _Machine:
             raise UnsupportedError(self.refusal(_Global(name), what))
         reach = 1 + sum(st * (n - 1) for n, st in zip(size, stride, strict=True))
         need = 0 if 0 in size else (offset + reach) * itemsize
-        if need > storage.nbytes:
+        numel = 0 if 0 in size else 1
+        for n in size:  # (stopping past the storage: a product of huge numbers is slow)
+            numel = numel * n if numel * itemsize <= storage.nbytes else numel
+        many = numel and (offset + numel) * itemsize > storage.nbytes  # (stride 0, overlaps)
+        if many or need > storage.nbytes:
+            what = (
+                f"reaches {need:,} bytes into a storage of {storage.nbytes:,}, which torch "
+                "would grow to fit"
+                if need > storage.nbytes
+                else f"has more elements than its storage of {storage.nbytes:,} bytes holds "
+                "from that offset (it repeats elements)"
+            )
             raise FormatError(
                 f"{quoted_name(self.where)}: a tensor of the pickle (offset {offset}, size "
-                f"{_show(size)}, stride {_show(stride)}) reaches {need:,} bytes into a "
-                f"storage of {storage.nbytes:,}, which torch would grow to fit: the file "
-                "is not what it says",
+                f"{_show(size)}, stride {_show(stride)}) {what}: the file is not what it says",
                 format="pytorch",
             )
 
@@ -409,7 +435,7 @@ class _Machine:
             raise _Bad(f"a storage's persistent id torch cannot load: {_show(pid)}")
         if view is not None and not (isinstance(view, tuple) and len(view) == 3):
             raise _Bad(f"a storage view torch cannot load: {_show(pid)}")
-        size = _itemsize(kind)
+        size = _pb.itemsize(_name(kind))
         self.pids.append((key, numel * size))
         nbytes, first = self.storages.setdefault(key, (numel * size, size))  # (the first's)
         if view is not None:  # (a slice of the storage: the first of its key)
@@ -419,32 +445,15 @@ class _Machine:
         return _Thing("storage", max(size, first), nbytes)
 
 
-def _itemsize(kind: Any) -> int:
-    """The element size of a storage of class ``kind`` (16 for one not known)."""
-    if not isinstance(kind, _Global):
-        return _LARGEST
-    module, _, stem = kind.name.rpartition(".")
-    if not module.startswith("torch"):
-        return _LARGEST
-    for suffix in ("Storage", "Tensor"):
-        if stem.endswith(suffix) and stem[: -len(suffix)] in _SIZES:
-            return _SIZES[stem[: -len(suffix)]]
-    return _LARGEST
+def _length(value: Any) -> int:
+    """The items of a text, bytes, tuple or container (a container's as added)."""
+    if isinstance(value, str | bytes | tuple):
+        return len(value)
+    return value.nbytes if _is(value, "bytes", *_CONTAINERS) else 0
 
 
-def _is_set(state: Any) -> bool:
-    """Whether ``state`` given to a tensor (``tensor.set_(*state)``) names a layout over a
-    storage or tensor (``(storage, offset, size[, stride])``), which ``set_`` grows its
-    storage to fit: refused (``torch.save`` writes none)."""
-    return isinstance(state, tuple) and len(state) in (3, 4) and _is(state[0], "storage", _TENSOR)
-
-
-def _dtype_size(value: Any) -> int:
-    """The element size of torch dtype ``value`` (a global ``torch.float32``); 0 unknown."""
-    torch = sys.modules.get("torch")
-    module, _, attr = value.name.rpartition(".") if isinstance(value, _Global) else ("", "", "")
-    dtype = getattr(torch, attr, None) if module == "torch" and torch is not None else None
-    return int(dtype.itemsize) if torch is not None and isinstance(dtype, torch.dtype) else 0
+def _name(value: Any) -> str:
+    return value.name if isinstance(value, _Global) else ""
 
 
 def _show(value: Any, depth: int = 0) -> str:
@@ -473,14 +482,6 @@ _FIXED: dict[str, Callable[[], Any]] = {
 _NUMBERS = {"J": (4, "<i"), "K": (1, "<B"), "M": (2, "<H"), "G": (8, ">d")}
 
 
-def _claimed(pids: list[tuple[str, int]]) -> dict[str, int]:
-    """The bytes each storage key claims (torch allocates a key once: the largest)."""
-    owned: dict[str, int] = {}
-    for key, nbytes in pids:
-        owned[key] = max(owned.get(key, 0), nbytes)
-    return owned
-
-
 def _fail(where: str, exc: _Bad, offset: int) -> FormatError:
     return FormatError(
         f"{quoted_name(where)}: not a pickle torch.load(weights_only=True) reads: {exc}",
@@ -495,11 +496,11 @@ def _legacy(source: Source, rules: Rules) -> None:
             pids, end = _legacy_pids(f, rules, source.name, source.size, source.size)
         except _Bad as exc:
             raise _fail(source.name, exc, f.tell()) from None
-    claimed = sum(_claimed(pids).values())
+    total = sum(_pb.claimed(pids).values())
     held = max(0, source.size - end)
-    if claimed > held:
+    if total > held:
         raise FormatError(
-            f"{quoted_name(source.name)}: the pickle's storages claim {claimed:,} bytes, but "
+            f"{quoted_name(source.name)}: the pickle's storages claim {total:,} bytes, but "
             f"the file holds {held:,} after the pickle (an old-format PyTorch file keeps their "
             "bytes there): the file is not what it says",
             offset=end,
@@ -529,6 +530,13 @@ def _legacy_pids(
     keys = value.items if _is(value, "list") else value if isinstance(value, tuple) else None
     if keys is None:
         raise _Bad("its list of storage keys is not a list")
+    again = _pb.empty_again(found)
+    if again is not None:  # (torch's loader makes it anew, never filled from the file)
+        raise FormatError(
+            f"{quoted_name(where)}: empty storage {again!r} is named again (torch's "
+            "old-format loader gives each later one new memory never read from the file)",
+            format="pytorch",
+        )
     unread = sorted({k for k, _ in found} - set(keys))  # (torch fills the storages listed)
     if unread:
         raise FormatError(
@@ -559,7 +567,7 @@ def claims(f: Any, rules: Rules = STRICT) -> tuple[int, int]:
         pids, end = _legacy_pids(f, rules, str(getattr(f, "name", "<pickle>")), 1 << 62, size)
     except _Bad as exc:
         raise _fail(getattr(f, "name", "<pickle>"), exc, f.tell()) from None
-    return sum(_claimed(pids).values()), end
+    return sum(_pb.claimed(pids).values()), end
 
 
 def _zipped(source: Source, rules: Rules) -> None:
@@ -572,7 +580,7 @@ def _zipped(source: Source, rules: Rules) -> None:
         raise _fail(f"{where}: data.pkl", exc, machine.pos) from None
     except _Stop:
         pass  # (torch stops there, having loaded the storages before it)
-    for key, nbytes in _claimed(machine.pids).items():
+    for key, nbytes in _pb.claimed(machine.pids).items():
         held = sizes.get(fold(f"data/{key}"), 0)
         if nbytes > held:
             raise FormatError(
