@@ -25,7 +25,6 @@ from typing import Any, Self, TypeVar
 import numpy as np
 
 from . import dtypes, plan, slicing
-from .brief import brief
 from .catalog import Catalog, TensorInfo
 from .errors import (
     InvalidArgumentError,
@@ -35,6 +34,7 @@ from .errors import (
     UnsupportedError,
 )
 from .source import Source
+from .values import brief
 
 __all__ = [
     "Allocator",

@@ -13,7 +13,7 @@ of the top dict. So each file gets budgets, one of each, counted as the pickle i
   byte of the file), and as many of plain values' text (texts, keys, the text of other
   values, the texts that stand for repeats): past either, a
   :class:`~tensorfile.errors.FormatError` naming the limit;
-* a name quoted in a text (a repeat, a note) is cut (:func:`~tensorfile.core.brief.brief`),
+* a name quoted in a text (a repeat, a note) is cut (:func:`~tensorfile.core.values.brief`),
   and each container is looked into once to learn whether it leads to a tensor, however
   often it is referred to.
 
@@ -28,8 +28,8 @@ import sys
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-from ..core.brief import brief, sized
 from ..core.errors import FormatError, UnsupportedError, quoted_name
+from ..core.values import brief, sized
 from ._arrays import file_stem
 
 __all__ = ["MIN_ENTRIES", "MIN_TEXT", "TEXT_PER_BYTE", "Checkpoint", "Plain", "describe"]
@@ -113,7 +113,7 @@ class _Budget:
 
 def _key_text(key: Any) -> str:
     """A key's text in a name: a text as it is, a number as ``str`` has it, another key (a
-    tuple, bytes, a storage) as its :func:`~tensorfile.core.brief.brief` repr, bounded in
+    tuple, bytes, a storage) as its :func:`~tensorfile.core.values.brief` repr, bounded in
     length and in the time it takes (a long bytes key or a storage's elements are never
     all written out, however many dicts share the key)."""
     if isinstance(key, str):
