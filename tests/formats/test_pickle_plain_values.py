@@ -216,3 +216,23 @@ def test_a_list_in_every_entry_is_rendered_once_for_the_file(tmp_path: Path) -> 
     assert values["a0"] == numbers
     assert all(values[f"a{i}"] == "(the same object as 'a0')" for i in range(1, 100))
     assert set(described.values()) == {"list of 200,000 ints"}
+
+
+def test_bytes_and_storages_as_keys_or_values_are_shown_briefly(tmp_path: Path) -> None:
+    """i06: a key that is no text was written out whole before it was cut (one 1 MiB bytes
+    key shared by R dicts: R MiB of repr; a storage's repr writes each element in Python,
+    ~10 us each), and a storage as a value was ``str()``'d whole. Now a key is cut before
+    its repr is made and a storage is its type and size (60 s: trips only on a hang)."""
+    key = b"\x01" * (1 << 20)
+    storage = torch.zeros(1 << 16, dtype=torch.uint8).untyped_storage()
+    path = tmp_path / "keys.pth"
+    shared = [{key: i} for i in range(2_000)]
+    torch.save(
+        {"model": {"w": torch.ones(2)}, "k": shared, "s": [{storage: 1}] * 4, "v": storage}, path
+    )
+    keys, attributes, _ = _open_in_child(path)
+    assert keys == ["model.w"]
+    shown = {text for d in attributes["k"] for text in d}
+    assert len(shown) == 1 and len(text := shown.pop()) == 100 and text.startswith("b'\\x01")
+    said = re.fullmatch(r"<torch\.storage\.\w+Storage of 65,536 bytes>", attributes["v"])
+    assert said and attributes["s"][0] == {attributes["v"]: 1}

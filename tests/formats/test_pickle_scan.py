@@ -110,6 +110,14 @@ def test_a_view_that_repeats_elements_is_refused_and_other_views_read(tmp_path: 
             assert np.array_equal(f.get_tensor(name), t.numpy()), name
 
 
+def test_a_tensor_of_more_than_64_dimensions_is_refused_by_name(tmp_path: Path) -> None:
+    """i03: torch allows 65 dimensions, numpy does not: its ValueError reached the caller
+    (the CLI said "internal error"); now an UnsupportedError naming the tensor."""
+    path = _save({"ok": torch.zeros([1] * 64), "w": torch.zeros([1] * 65)}, tmp_path / "d.pt", True)
+    with pytest.raises(UnsupportedError, match=r"tensor 'w' has 65 dimensions; .* at most 64"):
+        tensorfile.open(str(path))
+
+
 @pytest.mark.parametrize("zipped", [False, True])
 def test_one_view_listed_many_times_is_copied_once(tmp_path: Path, zipped: bool) -> None:
     """g07: a transposed matrix listed 64 times (a memo reference each) was copied 64

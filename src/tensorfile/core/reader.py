@@ -18,7 +18,6 @@ Example:
 from __future__ import annotations
 
 import math
-import reprlib
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Self, TypeVar
@@ -35,6 +34,7 @@ from .errors import (
     UnsupportedError,
 )
 from .source import Source
+from .values import brief
 
 __all__ = [
     "Allocator",
@@ -491,35 +491,3 @@ def index_copy(arr: NDArray, key: Any) -> NDArray:
         raise InvalidArgumentError(
             f"invalid index {brief(key)} for shape {list(arr.shape)}: {exc}"
         ) from exc
-
-
-class _BriefRepr(reprlib.Repr):
-    """reprlib's bounded repr, with integers too long to print shown by their size."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.maxstring = self.maxother = 100
-        self.maxlong = 40
-
-    def repr_int(self, x: int, level: int) -> str:
-        if x.bit_length() > 128:
-            return f"<an integer of {x.bit_length():,} bits>"
-        return super().repr_int(x, level)
-
-
-_BRIEF = _BriefRepr()
-
-
-def brief(value: object) -> str:
-    """A short repr of any value, for an error message: bounded in length and time, and it
-    never fails (an integer past Python's 4,300-digit limit is shown by its size, an object
-    whose repr raises by its type).
-
-    Example:
-        >>> brief(10**5000), brief(list(range(100))), len(brief("x" * 10_000))
-        ('<an integer of 16,610 bits>', '[0, 1, 2, 3, 4, 5, ...]', 100)
-    """
-    try:
-        return _BRIEF.repr(value)
-    except Exception:
-        return f"<{type(value).__name__}>"

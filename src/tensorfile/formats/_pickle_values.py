@@ -13,7 +13,7 @@ of the top dict. So each file gets budgets, one of each, counted as the pickle i
   byte of the file), and as many of plain values' text (texts, keys, the text of other
   values, the texts that stand for repeats): past either, a
   :class:`~tensorfile.errors.FormatError` naming the limit;
-* a name quoted in a text (a repeat, a note) is cut (:func:`~tensorfile.core.reader.brief`),
+* a name quoted in a text (a repeat, a note) is cut (:func:`~tensorfile.core.values.brief`),
   and each container is looked into once to learn whether it leads to a tensor, however
   often it is referred to.
 
@@ -29,7 +29,7 @@ from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 from ..core.errors import FormatError, UnsupportedError, quoted_name
-from ..core.reader import brief
+from ..core.values import brief, sized
 from ._arrays import file_stem
 
 __all__ = ["MIN_ENTRIES", "MIN_TEXT", "TEXT_PER_BYTE", "Checkpoint", "Plain", "describe"]
@@ -93,6 +93,11 @@ class _Budget:
         self.left = self.limit
         self.where, self.size, self.what = where, size, what
 
+    def check(self, n: int) -> None:
+        """Refuse now (before they are made) ``n`` characters more than the budget has."""
+        if n > self.left:
+            self.spend(n)
+
     def spend(self, n: int) -> None:
         self.left -= n
         if self.left < 0:
@@ -108,8 +113,9 @@ class _Budget:
 
 def _key_text(key: Any) -> str:
     """A key's text in a name: a text as it is, a number as ``str`` has it, another key (a
-    tuple) as its :func:`~tensorfile.core.reader.brief` repr (bounded, as a tuple of long
-    texts referred to by memo is not)."""
+    tuple, bytes, a storage) as its :func:`~tensorfile.core.values.brief` repr, bounded in
+    length and in the time it takes (a long bytes key or a storage's elements are never
+    all written out, however many dicts share the key)."""
     if isinstance(key, str):
         return key
     if type(key) in _SMALL or (type(key) is int and -_BIG < key < _BIG):
@@ -303,6 +309,21 @@ class Plain:
         self.text.spend(len(said))
         return said
 
+    def _other(self, value: Any) -> str:
+        """The text of a value that is no number, text or container: bytes as ``str`` has
+        them (refused before they are made if their length alone is past the budget), a
+        complex number, dtype, device or class too; anything else (a storage, whose ``str``
+        shows every element, a tensor) by its type and size, never its ``str``."""
+        if isinstance(value, bytes | bytearray):
+            self.text.check(len(value))
+            return str(value)
+        torch = sys.modules.get("torch")
+        if isinstance(value, complex | type) or (
+            torch is not None and isinstance(value, torch.dtype | torch.device)
+        ):
+            return str(value)
+        return sized(value) or f"<{type(value).__name__}>"
+
     def render(self, value: Any, name: str, depth: int) -> Any:
         """``value`` (named ``name``, ``depth`` containers deep) as a plain value."""
         if type(value) in _SMALL or isinstance(value, bool | float):
@@ -315,7 +336,7 @@ class Plain:
         if isinstance(value, str):
             return self._string(value, name)
         if not isinstance(value, Mapping | list | tuple | set | frozenset):
-            return self._string(str(value), name)
+            return self._string(self._other(value), name)
         if id(value) in self.path:
             return self._same(self.path[id(value)])
         first = self.done.get(id(value))
@@ -359,8 +380,11 @@ class Plain:
 
 def _order(value: Any) -> tuple[str, str]:
     """A set's order: by type, then by text (a plain value's; a container's is not
-    rendered, which could take as long as the container is deep)."""
-    return type(value).__name__, repr(value) if isinstance(value, _SCALARS) else ""
+    rendered, which could take as long as the container is deep; an integer too long to
+    print, by its size)."""
+    if not isinstance(value, _SCALARS):
+        return type(value).__name__, ""
+    return type(value).__name__, brief(value) if isinstance(value, int) else repr(value)
 
 
 def plain_value(value: Any, name: str = "", *, notes: list[str] | None = None) -> Any:

@@ -221,6 +221,11 @@ def load_tensors(
         if t.is_meta or t.is_quantized:
             kind = "on the meta device (it has no data)" if t.is_meta else "quantized"
             raise UnsupportedError(f"{where}: tensor {brief(name)} is {kind}")
+        if t.dim() > _NUMPY_DIMS:
+            raise UnsupportedError(
+                f"{where}: tensor {brief(name)} has {t.dim():,} dimensions; numpy arrays "
+                f"have at most {_NUMPY_DIMS}"
+            )
         _refuse_repeats(t, f"{where}: tensor {brief(name)}")
     held = min(_held(found.tensors.values()), source.size)
     arrays: dict[str, np.ndarray[Any, Any]] = {}
@@ -244,6 +249,9 @@ def load_tensors(
         arrays[name] = made[view]
     return arrays, found.values
 
+
+_NUMPY_DIMS = 64
+"""The most dimensions a numpy array has (torch allows more: such a tensor is refused)."""
 
 _COPIES = 2
 """How many times the bytes of a pickle's storages its distinct non-contiguous views may
