@@ -22,7 +22,6 @@ Example:
 
 from __future__ import annotations
 
-import itertools
 import warnings
 from collections.abc import Mapping
 from typing import Any
@@ -36,6 +35,7 @@ from tensorfile.core.catalog import (
     TensorInfo,
     extension_name,
     file_name,
+    first_overlap,
 )
 from tensorfile.core.dtypes import DType
 from tensorfile.core.errors import ZTensorError, ZTensorUnsupportedError, ZTensorWarning
@@ -332,20 +332,19 @@ def _check_sparse_counts(info: TensorInfo, index_role: str, per_value: int, wher
 
 
 def _check_overlaps(tensors: Mapping[str, TensorInfo], name: str) -> None:
-    spans = sorted(
-        (c.range.start, c.range.stop, t.name, role)
-        for t in tensors.values()
-        for role, c in t.components.items()
-        if c.range.length
+    found = first_overlap(
+        (c.range.start, c.range.stop, (t.name, role))
+        for t in sorted(tensors.values(), key=lambda t: t.name)
+        for role, c in sorted(t.components.items())
     )
-    for (_s0, e0, t0, r0), (s1, _e1, t1, r1) in itertools.pairwise(spans):
-        if s1 < e0:
-            raise _fail(
-                f"{name}: component {brief(r1)} of tensor {brief(t1)} overlaps component "
-                f"{brief(r0)} of tensor {brief(t0)} at byte {s1}",
-                tensor=t1,
-                offset=s1,
-            )
+    if found is not None:
+        (_s0, _e0, (t0, r0)), (s1, _e1, (t1, r1)) = found
+        raise _fail(
+            f"{name}: component {brief(r1)} of tensor {brief(t1)} overlaps component "
+            f"{brief(r0)} of tensor {brief(t0)} at byte {s1}",
+            tensor=t1,
+            offset=s1,
+        )
 
 
 def parse_manifest(data: bytes, *, manifest_start: int, file_size: int, name: str) -> Catalog:
