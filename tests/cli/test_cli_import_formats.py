@@ -66,4 +66,4 @@ def test_a_refused_pickle_is_one_error_line(tmp_path: Path, capsys: Any) -> None
     torch.save({"w": torch.ones(2), "opt": {"when": datetime.date(2026, 1, 1)}}, tmp_path / "d.pt")
     for cmd in (("inspect",), ("id", "--content"), ("verify",)):
         message = assert_one_error(run(capsys, *cmd, tmp_path / "d.pt"))
-        assert "GLOBAL datetime.date was not an allowed global" in message, message
+        assert "the pickle names datetime.date, which tensorfile's pickle" in message, message

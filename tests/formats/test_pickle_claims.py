@@ -14,7 +14,6 @@ import torch
 
 import tensorfile
 from tensorfile.errors import FormatError
-from tensorfile.formats._pickle_claims import claims
 from tests.formats.limits import GIB, run_limited
 
 
@@ -55,17 +54,15 @@ def test_a_claim_beyond_the_file_is_refused_before_torch_allocates(tmp_path: Pat
     lines = printed.splitlines()
     assert len(lines) == 3, printed
     for line in lines:
-        assert line.startswith("FormatError the pickle's storages claim 17,179,869,176 bytes, "), (
-            line
-        )
-        assert "but the file holds 524,3" in line, line
+        assert line.startswith("FormatError storage "), line
+        assert "claims 17,179,869,176 bytes, but the file holds 524,288 after" in line, line
     assert not (tmp_path / "legacy.pt.safetensors").exists()
 
 
 def test_a_claim_a_little_over_what_is_held_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "over.pt"
     path.write_bytes(_forged(65536 + 4096))
-    with pytest.raises(FormatError, match=r"claim 557,056 bytes, but the file holds 524,"):
+    with pytest.raises(FormatError, match=r"claims 557,056 bytes, but the file holds 524,288 "):
         tensorfile.open(str(path))
 
 
@@ -106,7 +103,6 @@ def test_whole_old_format_pickles_open_in_every_protocol(tmp_path: Path, protoco
     state = {"a": base, "view": base[2:5], "again": base, "b": torch.ones(3, dtype=torch.bfloat16),
              "c": [torch.arange(4, dtype=torch.int32)], "epoch": 3}  # fmt: skip
     data = _legacy(state, protocol)
-    assert claims(io.BytesIO(data))[0] == 10 * 8 + 3 * 2 + 4 * 4
     path = tmp_path / "ok.pt"
     path.write_bytes(data)
     with tensorfile.open(str(path)) as f:

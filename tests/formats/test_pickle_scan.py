@@ -22,7 +22,6 @@ import torch
 
 import tensorfile
 from tensorfile.errors import FormatError, UnsupportedError
-from tensorfile.formats._pickle_claims import claims
 from tests.formats.limits import GIB, OPEN_SAYS, run_limited
 
 _MAGIC = 0x1950A86A20F9469CFC6C
@@ -100,7 +99,7 @@ def test_a_stride_0_view_claiming_more_than_its_storage_is_refused(
 def test_a_view_that_repeats_elements_is_refused_and_other_views_read(tmp_path: Path) -> None:
     base = torch.arange(12, dtype=torch.float32)
     path = _save({"w": base.as_strided((3, 3), (1, 1))}, tmp_path / "o.pt", True)
-    with pytest.raises(UnsupportedError, match=r"'w' repeats elements of its storage"):
+    with pytest.raises(UnsupportedError, match=r"stride \(1, 1\)\) repeats elements of its"):
         tensorfile.open(str(path))
     m = base.reshape(3, 4)
     views = {"m": m, "t": m.T, "cols": m[:, ::2], "row": m[1], "tail": base[5:]}
@@ -112,11 +111,10 @@ def test_a_view_that_repeats_elements_is_refused_and_other_views_read(tmp_path: 
 
 def test_a_tensor_of_more_than_64_dimensions_is_refused_by_name(tmp_path: Path) -> None:
     """i03: torch allows 65 dimensions, numpy does not: its ValueError reached the caller
-    (the CLI said "internal error"); now an UnsupportedError: the scan refuses the rebuild
-    before torch runs it (and load_tensors would refuse the tensor by name after)."""
+    (the CLI said "internal error"); now an UnsupportedError: the reader refuses the rebuild
+    as it reads it."""
     path = _save({"ok": torch.zeros([1] * 64), "w": torch.zeros([1] * 65)}, tmp_path / "d.pt", True)
-    many = r"\(1, 1, 1, 1, 1, 1, \.\.\.\)"
-    with pytest.raises(UnsupportedError, match=r"_rebuild_tensor_v2 .*" + many):
+    with pytest.raises(UnsupportedError, match=r"a tensor of the pickle has 65 dimensions"):
         tensorfile.open(str(path))
 
 
@@ -238,12 +236,11 @@ def test_copies_of_views_of_one_storage_count_its_bytes_once(tmp_path: Path) -> 
 
 def test_a_legacy_tensor_class_counts_at_its_element_size(tmp_path: Path) -> None:
     """g02: a storage typed by ``torch.DoubleTensor`` counted 1 byte an element (torch
-    allocates 8): the file holding 4,096 bytes for 4,096 float64 elements is refused."""
+    allocates 8): a legacy tensor class is no storage class torch.save writes, refused."""
     data = _legacy_file(b"DoubleTensor", 4096, b"", 4096)
-    assert claims(io.BytesIO(data))[0] == 4096 * 8
     path = tmp_path / "d.pt"
     path.write_bytes(data)
-    with pytest.raises(FormatError, match=r"storages claim 32,768 bytes, but the file holds 4,"):
+    with pytest.raises(UnsupportedError, match=r"is of 'torch\.DoubleTensor', which tensorfile"):
         tensorfile.open(str(path))
 
 
@@ -252,10 +249,10 @@ def test_a_byte_the_scan_cannot_follow_is_refused_not_left_to_torch(tmp_path: Pa
     allocated the claim before it reached the byte. A global torch refuses ends the scan
     (torch stops there), but the claims before it still count. Under a 4 GiB address space."""
     for tail, said in [
-        (b"\xff", "FormatError not a pickle torch.load(weights_only=True) reads: an opcode "
-         "torch's weights-only unpickler does not read (opcode 0xff at offset"),
-        (b"cposix\nsystem\n", "FormatError the pickle's storages claim 1,099,511,627,776 "
-         "bytes, but the file holds"),
+        (b"\xff", "FormatError not a PyTorch pickle tensorfile reads: an opcode "
+         "tensorfile's pickle reader does not read (opcode 0xff at offset"),
+        (b"cposix\nsystem\n", "UnsupportedError the pickle names posix.system, which "
+         "tensorfile's pickle reader refuses"),
     ]:  # fmt: skip
         path = tmp_path / "b.pt"
         path.write_bytes(_legacy_file(b"FloatStorage", 1 << 38, tail, 64))
@@ -356,8 +353,9 @@ def test_a_tensor_reaching_past_its_storage_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "w.pt"
     for new, said in [
         (b"K\x00J" + struct.pack("<i", 1 << 20) + b"\x85", "reaches 4,194,304 bytes into a "
-         "storage of 8, which torch would grow"),
-        (b"K\x01K\x02\x85", "offset 1, size (2), stride (1)) reaches 12 bytes into a storage of 8"),
+         "storage of 8: the file is not what it says"),
+        (b"K\x01K\x02\x85", "offset 1, size (2), stride (1), F32) reaches 12 bytes into a "
+         "storage of 8"),
     ]:  # fmt: skip
         path.write_bytes(raw.replace(old, new))
         with pytest.raises(FormatError, match=re.escape(said)):
@@ -443,14 +441,18 @@ def test_any_state_given_to_a_tensor_is_refused(tmp_path: Path, zipped: bool) ->
         assert [f.get_tensor(k).tolist() for k in "ptu"] == [[1.0] * 2, [1.0] * 3, [1.0] * 4]
 
 
-def test_an_empty_storage_named_again_is_refused(tmp_path: Path) -> None:
-    """i01: torch's old-format loader gives a key whose first storage is empty a new
-    storage each time it is named again, never filled from the file."""
+def test_an_empty_storage_named_again_is_the_same_empty_storage(tmp_path: Path) -> None:
+    """i01: torch's old-format loader gave a key whose first storage is empty a new storage
+    each time it was named again, never filled from the file (whatever memory held before).
+    tensorfile's reader gives one key one storage: named again, the same empty one."""
     again = b"(" + _uni("storage") + b"ctorch\nFloatStorage\n" + _uni("0") + _uni("cpu")
     path = tmp_path / "e.pt"
     path.write_bytes(_legacy_file(b"FloatStorage", 0, again + b"K\x00NtQ\x86", 0))
-    with pytest.raises(FormatError, match=r"empty storage '0' is named again"):
-        tensorfile.open(str(path))
+    with tensorfile.open(str(path)) as f:
+        assert f.keys() == []
+        shown = f.attributes
+    assert list(shown) == ["0", "1"]
+    assert all(re.fullmatch(r"<[\w.]*Storage of 0 bytes>", s) for s in shown.values())
 
 
 @pytest.mark.parametrize("zipped", [False, True])
@@ -467,7 +469,8 @@ def test_more_than_64_dimensions_are_refused_before_torch(tmp_path: Path, zipped
         ("torch.Size", _Call(torch.Size, ones)),
     ]:  # fmt: skip
         path = _save({"w": torch.ones(2), "x": obj}, tmp_path / "d.pt", zipped)
-        with pytest.raises(UnsupportedError, match=rf"calls {re.escape(name)} \(with "):
+        said = "calls torch.Size (with " if name == "torch.Size" else "has 65 dimensions"
+        with pytest.raises(UnsupportedError, match=re.escape(said)):
             tensorfile.open(str(path))
 
 
@@ -478,7 +481,7 @@ def test_copies_of_one_memoized_argument_are_bounded(tmp_path: Path) -> None:
     obj = {"w": torch.ones(2), "t": [_Call(_codecs.encode, text, "latin1") for _ in range(1100)]}
     path = _save(obj, tmp_path / "c.pt", True)
     assert path.stat().st_size < 1 << 20
-    with pytest.raises(FormatError, match=r"calls of _codecs\.encode copy 65,542 more items"):
+    with pytest.raises(FormatError, match=r"calls of _codecs\.encode copy 65,536 more items"):
         tensorfile.open(str(path))
 
 
@@ -492,7 +495,7 @@ def test_a_quantized_tensor_is_refused_before_torch_rebuilds_it(tmp_path: Path) 
             torch.ones(2, 3), torch.tensor([0.1, 0.2]), torch.tensor([0, 0]), 0, torch.qint8
         )
     path = _save({"q": q}, tmp_path / "q.pt", True)
-    with pytest.raises(UnsupportedError, match=r"_rebuild_qtensor.*a quantized tensor"):
+    with pytest.raises(UnsupportedError, match=r"QInt8Storage', which tensorfile's pickle reader"):
         tensorfile.open(str(path))
 
 
@@ -503,8 +506,8 @@ def test_a_tensor_unpacked_as_a_pair_is_refused(tmp_path: Path, zipped: bool) ->
     t = torch.ones(2)
     cases = {
         r"collections\.OrderedDict \(with \(\(a tensor\)\)\)": _Call(collections.OrderedDict, (t,)),
-        r"dict\.update \(with \(a tensor\), holding a tensor": _Built(collections.OrderedDict, (),
-                                                                     (t,)),
+        r"object\.__setstate__ \(with \(a tensor\) as the state of a dict": _Built(
+            collections.OrderedDict, (), (t,)),
         r"collections\.Counter \(with \(a list\)\)": _Call(collections.Counter, [t]),
     }  # fmt: skip
     for said, obj in cases.items():

@@ -195,7 +195,7 @@ def test_a_checkpoint_with_an_object_is_refused_unexecuted(tmp_path: Path) -> No
         lambda: tensorfile.inspect(str(path)),
         lambda: tensorfile.convert(path, tmp_path / "o.safetensors"),
     ):
-        with pytest.raises(UnsupportedError, match=r"refused by torch\.load.*GLOBAL posix\.system"):
+        with pytest.raises(UnsupportedError, match=r"names posix\.system, which tensorfile's"):
             call()
     assert not marker.exists() and not (tmp_path / "o.safetensors").exists()
 

@@ -174,6 +174,17 @@ def from_torch(dtype: torch.dtype) -> DType:
     return _BY_TORCH[str(dtype).rpartition(".")[2]]
 
 
+def from_torch_name(name: str) -> DType:
+    """The dtype torch calls ``name`` (``torch.float8_e4m3fn`` without ``torch.``);
+    ``KeyError`` if tensorfile has no such type.
+
+    Example:
+        >>> from_torch_name("bfloat16").name
+        'BF16'
+    """
+    return _BY_TORCH[name]
+
+
 def from_name(name: str) -> DType:
     """Look a dtype up by any of its names: safetensors, numpy, torch, zTensor v1.0 or v2
     (a v2 logical type such as ``f8_e4m3fn``, or a v2 storage type such as ``f32``).

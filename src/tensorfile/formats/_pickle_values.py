@@ -25,15 +25,19 @@ Example:
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any, NamedTuple
 
+import numpy as np
+
+from ..core import dtypes
+from ..core.dtypes import DType
 from ..core.errors import FormatError, UnsupportedError, quoted_name
 from ..core.values import brief, sized
 from ._arrays import file_stem
 
-__all__ = ["MIN_ENTRIES", "MIN_TEXT", "TEXT_PER_BYTE", "Checkpoint", "Plain", "describe"]
-__all__ += ["plain_value", "walk"]
+__all__ = ["MIN_ENTRIES", "MIN_TEXT", "TEXT_PER_BYTE", "Checkpoint", "Pairs", "PickledSet"]
+__all__ += ["Plain", "Size", "Storage", "Stored", "TorchName", "describe", "plain_value", "walk"]
 
 
 MIN_ENTRIES = 1 << 17
@@ -75,6 +79,181 @@ _BIG = 1 << 64
 
 _LEFT = -2
 """The parent of a stack entry that marks the end of a container's walk."""
+
+
+class Pairs:
+    """A dict of a pickle, as its ``(key, value)`` pairs in the pickle's order: no key is
+    ever hashed (a file's integer keys can be made to collide, and a dict of them to take
+    quadratic time), and a key set twice is kept twice (flattening refuses it, naming it):
+    ``Pairs([("a", 1)]).values() == [1]``."""
+
+    __slots__ = ("pairs",)
+
+    def __init__(self, pairs: list[tuple[Any, Any]] | None = None) -> None:
+        self.pairs: list[tuple[Any, Any]] = [] if pairs is None else pairs
+
+    def items(self) -> list[tuple[Any, Any]]:
+        return self.pairs
+
+    def values(self) -> list[Any]:
+        return [v for _, v in self.pairs]
+
+    def __len__(self) -> int:
+        return len(self.pairs)
+
+    def __iter__(self) -> Iterator[Any]:
+        return (k for k, _ in self.pairs)
+
+
+class PickledSet(list[Any]):
+    """A set of a pickle, as its items (never hashed); rendered like a set."""
+
+    __slots__ = ()
+
+
+class Size(tuple[int, ...]):
+    """A ``torch.Size`` of a pickle: a shape, kept as one value (never flattened)."""
+
+    __slots__ = ()
+
+
+class TorchName(str):
+    """A torch global that is data, not code (``torch.float32``, a layout), by its name."""
+
+    __slots__ = ()
+
+
+class Storage:
+    """A storage of a pickle: its key, dtype (``U8`` for untyped bytes), size in bytes, and its
+    bytes once the file gave them (:attr:`data`); a view of another (an old-format file's)
+    is ``nbytes`` of its ``base``'s from ``start``."""
+
+    __slots__ = ("base", "data", "dtype", "key", "nbytes", "start")
+
+    def __init__(
+        self,
+        key: str,
+        dtype: DType,
+        nbytes: int,
+        base: Storage | None = None,
+        start: int = 0,
+    ) -> None:
+        self.key, self.dtype, self.nbytes, self.base, self.start = key, dtype, nbytes, base, start
+        self.data: Any = None
+
+    def root(self) -> tuple[Storage, int]:
+        """The storage whose bytes this one's are, and where they start in it."""
+        return (self, 0) if self.base is None else (self.base, self.start)
+
+    def buffer(self) -> Any:
+        """The storage's bytes (a view of the file's)."""
+        root, start = self.root()
+        return root.data[start : start + self.nbytes]
+
+
+_MAX_DIM = 1 << 62  # (a size past it is no shape numpy makes)
+
+
+class Stored:
+    """A tensor of a pickle: ``size`` and ``stride`` (in elements) from ``offset`` in a
+    storage's bytes, read as ``dtype``; made only by :meth:`checked`."""
+
+    __slots__ = ("dtype", "numel", "offset", "size", "storage", "stride")
+
+    def __init__(
+        self,
+        storage: Storage,
+        dtype: DType,
+        offset: int,
+        size: tuple[int, ...],
+        stride: tuple[int, ...],
+        numel: int,
+    ) -> None:
+        self.storage, self.dtype, self.offset = storage, dtype, offset
+        self.size, self.stride, self.numel = size, stride, numel
+
+    @classmethod
+    def checked(
+        cls,
+        storage: Storage,
+        dtype: DType,
+        offset: int,
+        size: tuple[int, ...],
+        stride: tuple[int, ...],
+        where: str,
+    ) -> Stored:
+        """The tensor, if it lies within ``storage`` and holds each of its elements once;
+        else a :class:`FormatError` (past the storage), or an :class:`UnsupportedError`
+        (elements repeated: a stride-0 view, overlapping strides)."""
+        item = dtype.itemsize
+        layout = f"offset {offset:,}, size {_shape(size)}, stride {_shape(stride)}"
+        if any(n >= _MAX_DIM for n in size):
+            raise UnsupportedError(
+                f"{quoted_name(where)}: a tensor of the pickle ({layout}) is too large"
+            )
+        if 0 in size:
+            return cls(storage, dtype, offset, size, stride, 0)
+        reach = 1 + sum(st * (n - 1) for n, st in zip(size, stride, strict=True))
+        if (offset + reach) * item > storage.nbytes:
+            raise FormatError(
+                f"{quoted_name(where)}: a tensor of the pickle ({layout}, {dtype.name}) reaches "
+                f"{(offset + reach) * item:,} bytes into a storage of {storage.nbytes:,}: the "
+                "file is not what it says",
+                format="pytorch",
+            )
+        numel, step, room = 1, 1, storage.nbytes // item - offset
+        for n in size:  # (stopping past the room: a product of huge sizes is slow)
+            numel = numel * n if numel <= room else numel
+        if numel > room:
+            raise FormatError(
+                f"{quoted_name(where)}: a tensor of the pickle ({layout}) has more elements "
+                f"than its storage of {storage.nbytes:,} bytes holds from that offset (it "
+                "repeats elements): the file is not what it says",
+                format="pytorch",
+            )
+        numel = 1
+        for st, n in sorted((st, n) for n, st in zip(size, stride, strict=True) if n > 1):
+            if st < step:
+                raise UnsupportedError(
+                    f"{quoted_name(where)}: a tensor of the pickle ({layout}) repeats elements "
+                    "of its storage; tensorfile reads tensors whose every element is stored"
+                )
+            step, numel = st * n, numel * n
+        return cls(storage, dtype, offset, size, stride, numel)
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel * self.dtype.itemsize
+
+    def contiguous(self) -> bool:
+        """Whether the elements lie one after another in row-major order."""
+        want = 1
+        for n, st in zip(reversed(self.size), reversed(self.stride), strict=True):
+            if n > 1 and st != want:
+                return False
+            want *= n
+        return True
+
+    def key(self) -> tuple[Any, ...]:
+        """What makes two tensors one array: their bytes, layout and dtype."""
+        root, start = self.storage.root()
+        at = start + self.offset * self.dtype.itemsize
+        return id(root), at, self.size, self.stride, self.dtype.name
+
+    def array(self) -> np.ndarray[Any, Any]:
+        """The tensor as a read-only numpy array over the file's bytes (strided as stored)."""
+        np_dtype = dtypes.numpy_dtype(self.dtype)
+        if not self.numel:
+            return np.zeros(self.size, np_dtype)
+        item = self.dtype.itemsize
+        strides = tuple(st * item for st in self.stride)
+        buffer = self.storage.buffer()  # (numpy checks the layout lies within it)
+        return np.ndarray(self.size, np_dtype, buffer, self.offset * item, strides)
+
+
+def _shape(value: tuple[int, ...]) -> str:
+    shown = ", ".join(str(v) for v in value[:8])
+    return f"({shown}{', ...' if len(value) > 8 else ''})"
 
 
 class Checkpoint(NamedTuple):
@@ -123,12 +302,12 @@ def _key_text(key: Any) -> str:
     return brief(key)
 
 
-def _is_container(value: Any, torch: Any) -> bool:
-    return isinstance(value, Mapping | list | tuple) and not isinstance(value, torch.Size)
+def _is_container(value: Any) -> bool:
+    return isinstance(value, Mapping | Pairs | list | tuple) and not isinstance(value, Size)
 
 
 def _members(value: Any) -> Any:
-    return value.values() if isinstance(value, Mapping) else value
+    return value.values() if isinstance(value, Mapping | Pairs) else value
 
 
 def _children(value: Any, name: str, names: _Budget) -> list[tuple[str, Any]]:
@@ -136,7 +315,7 @@ def _children(value: Any, name: str, names: _Budget) -> list[tuple[str, Any]]:
     their keys (``0`` for the integer 0), a list's and a tuple's by their index; their names
     are counted against ``names`` before they are made."""
     names.spend(len(value) * (len(name) + 1))
-    items = value.items() if isinstance(value, Mapping) else enumerate(value)
+    items = value.items() if isinstance(value, Mapping | Pairs) else enumerate(value)
     out: list[tuple[str, Any]] = []
     for key, child in items:
         text = _key_text(key)
@@ -145,31 +324,30 @@ def _children(value: Any, name: str, names: _Budget) -> list[tuple[str, Any]]:
     return out
 
 
-def _holding(obj: Any, torch: Any) -> set[int]:
+def _holding(obj: Any) -> set[int]:
     """The ids of the containers in ``obj`` that hold a tensor, at any depth: each container
     is looked into once however often it is referred to (a cycle or a shared list costs
     one step a reference), and one that holds only plain values is not remembered at all."""
     up: dict[int, list[int]] = {id(obj): []}  # a container's id -> the ids of those holding it
     held: list[int] = []  # the containers that hold a tensor themselves
     seen = {id(obj)}
-    stack = [obj] if _is_container(obj, torch) else []
+    stack = [obj] if _is_container(obj) else []
     while stack:
         value = stack.pop()
         direct = False
         for member in _members(value):
             if type(member) in _PLAIN:
                 continue
-            if isinstance(member, torch.Tensor):
+            if isinstance(member, Stored):
                 direct = True
-            elif _is_container(member, torch):
+            elif _is_container(member):
                 parents = up.get(id(member))
                 if parents is not None:
                     parents.append(id(value))
                 elif id(member) not in seen:  # (looked into once: h08)
                     seen.add(id(member))
                     if any(
-                        type(m) not in _PLAIN
-                        and (isinstance(m, torch.Tensor) or _is_container(m, torch))
+                        type(m) not in _PLAIN and (isinstance(m, Stored) or _is_container(m))
                         for m in _members(member)
                     ):  # (a container of plain values alone cannot lead to a tensor)
                         up[id(member)] = [id(value)]
@@ -195,8 +373,7 @@ def walk(obj: Any, where: str, size: int) -> Checkpoint:
     naming it. Refused: more entries read again through a container walked before than the
     file's budget (a pickle can refer to one dict twice at every level: 2**60 entries in a
     few bytes), and names longer in all than the file's budget of characters."""
-    torch = sys.modules["torch"]
-    holding = _holding(obj, torch)
+    holding = _holding(obj)
     limit = size // 16 + MIN_ENTRIES
     names = _Budget(where, size, "flattened names")
     found = Checkpoint({}, {})
@@ -209,7 +386,7 @@ def walk(obj: Any, where: str, size: int) -> Checkpoint:
         if parent == _LEFT:
             del path[id(value)]
             continue
-        opened = _is_container(value, torch) and (parent < 0 or id(value) in holding)
+        opened = _is_container(value) and (parent < 0 or id(value) in holding)
         if opened and id(value) in path:
             value, opened = f"(the same object as {brief(path[id(value)])})", False
             names.spend(len(value))
@@ -226,7 +403,7 @@ def walk(obj: Any, where: str, size: int) -> Checkpoint:
             stack.append((name, value, _LEFT))  # popped once every child is walked
             stack.extend(reversed([(n, v, 0) for n, v in _children(value, name, names)]))
             continue
-        into = found.tensors if isinstance(value, torch.Tensor) else found.values
+        into = found.tensors if isinstance(value, Stored) else found.values
         name = name or file_stem(where)  # a lone tensor or value: named after the file
         if name in into:
             raise UnsupportedError(
@@ -238,7 +415,15 @@ def walk(obj: Any, where: str, size: int) -> Checkpoint:
 
 
 def _type_name(value: Any) -> str:
-    return "None" if value is None else type(value).__name__
+    if value is None:
+        return "None"
+    return (
+        "dict"
+        if isinstance(value, Pairs)
+        else "set"
+        if isinstance(value, PickledSet)
+        else type(value).__name__
+    )
 
 
 def describe(value: Any) -> str:
@@ -250,10 +435,10 @@ def describe(value: Any) -> str:
         >>> describe([{"lr": 0.1}]), describe(["a", 1]), describe(())
         ('list of 1 dict', 'list of 2 values', 'empty tuple')
     """
-    if not isinstance(value, Mapping | list | tuple | set | frozenset):
+    if not isinstance(value, Mapping | Pairs | list | tuple | set | frozenset):
         return _type_name(value)
-    kind = "dict" if isinstance(value, Mapping) else type(value).__name__
-    members = list(value.values() if isinstance(value, Mapping) else value)
+    kind = "dict" if isinstance(value, Mapping) else _type_name(value)
+    members = list(value.values() if isinstance(value, Mapping | Pairs) else value)
     if not members:
         return f"empty {kind}"
     types = {_type_name(v) for v in members}
@@ -335,7 +520,7 @@ class Plain:
             return value if value.bit_length() <= _INT_BITS else brief(value)
         if isinstance(value, str):
             return self._string(value, name)
-        if not isinstance(value, Mapping | list | tuple | set | frozenset):
+        if not isinstance(value, Mapping | Pairs | list | tuple | set | frozenset):
             return self._string(self._other(value), name)
         if id(value) in self.path:
             return self._same(self.path[id(value)])
@@ -350,9 +535,10 @@ class Plain:
             return self._string(f"({describe(value)}, nested more than {_DEPTH} deep)", name)
         self.path[id(value)] = name
         try:
-            if isinstance(value, Mapping):
+            if isinstance(value, Mapping | Pairs):
                 return self._mapping(value, name, depth)
-            items = sorted(value, key=_order) if isinstance(value, set | frozenset) else value
+            unordered = isinstance(value, set | frozenset | PickledSet)
+            items = sorted(value, key=_order) if unordered else value
             return [
                 v
                 if type(v) in _SMALL or (type(v) is int and -_BIG < v < _BIG)
@@ -362,7 +548,7 @@ class Plain:
         finally:
             del self.path[id(value)]
 
-    def _mapping(self, value: Mapping[Any, Any], name: str, depth: int) -> dict[str, Any]:
+    def _mapping(self, value: Mapping[Any, Any] | Pairs, name: str, depth: int) -> dict[str, Any]:
         out: dict[str, Any] = {}
         keys: dict[str, Any] = {}
         for k, v in value.items():

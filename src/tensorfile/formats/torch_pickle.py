@@ -1,25 +1,25 @@
 """PyTorch pickles (``.pt``, ``.pth``, ``.bin``, ``.ckpt``) as a read-only registry entry:
 ``pytorch``.
 
-Read only through ``torch.load(weights_only=True)``: never an unrestricted unpickler, so a
-pickle that needs anything but tensors, containers and plain values (an object of any
-other class) is refused unexecuted (an :class:`~tensorfile.errors.UnsupportedError` quoting
-torch's reason). torch is imported only when such a file is opened (without it: an
-UnsupportedError naming the ``torch`` extra). Every pickle is scanned first, without
-running it (:mod:`~tensorfile.formats._pickle_claims`), from the very bytes torch then
-loads (:mod:`~tensorfile.formats._pickle_bytes`: a local file through the descriptor
-opened, mapped with ``mmap=True`` where torch can, so its tensors stay in the page cache;
-a remote one read once): one the scan cannot follow, storages claiming
-more bytes than the file holds, or a call that could allocate a size the pickle only
-claims (``bytearray(N)``) is refused before torch runs any of it. What torch loaded is
-checked before it is copied: a tensor claiming more elements than its storage holds (a
-stride-0 view) or repeating its elements is refused, naming it; each distinct tensor
-becomes one array (one tensor listed many times is copied once), and copies of views
-together take at most twice the bytes their storages hold (each byte once, however many
-storages view it, and no more than the file's size). What the pickle flattens to is bounded
-by the file's size too (:mod:`~tensorfile.formats._pickle_values`): entries read again
-through shared containers, and the characters of names and of plain values' text, each
-refused past a budget the file's size sets.
+Read by tensorfile's own reader of the weights-only subset
+(:mod:`~tensorfile.formats._unpickle`), never by ``torch.load`` or any other unpickler: a
+pickle is read opcode by opcode, containers and plain values are built by tensorfile, and
+tensors are views over the file's own bytes (a zip's ``data/<key>`` record, or an
+old-format file's storages after its pickles), each checked against its storage as it is
+made. A pickle that needs anything but tensors, containers and plain values (an object of
+any other class, a call of any other function) is refused unread (an
+:class:`~tensorfile.errors.UnsupportedError` naming it), and nothing a pickle claims is an
+allocation: storages are the file's bytes, and what copying calls make is bounded by the
+file's size. The bytes are read once (:mod:`~tensorfile.formats._pickle_bytes`: a local
+file mapped through the descriptor opened, a remote one copied once into memory); a zip's
+records are found by torch's own zip reader, so tensorfile reads what torch would (torch is
+needed for zipped pickles only; without it: an UnsupportedError naming the ``torch``
+extra). Each distinct tensor becomes one array (one tensor listed many times is one array):
+a contiguous one shares the file's bytes, and copies of the others together take at most
+twice the bytes their storages hold. What the pickle flattens to is bounded by the file's
+size too (:mod:`~tensorfile.formats._pickle_values`): entries read again through shared
+containers, and the characters of names and of plain values' text, each refused past a
+budget the file's size sets.
 
 What the pickle holds becomes tensors and metadata by these rules (a training checkpoint,
 ``{"model_state_dict": ..., "optimizer_state_dict": ..., "epoch": 3, "char2idx": {...}}``,
@@ -71,29 +71,21 @@ Example:
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from ..core import dtypes
 from ..core.catalog import ByteRange, Catalog, Component, TensorInfo
-from ..core.errors import (
-    FormatError,
-    InvalidArgumentError,
-    SourceError,
-    UnsupportedError,
-    quoted_name,
-)
-from ..core.extras import require
+from ..core.errors import InvalidArgumentError, UnsupportedError, quoted_name
 from ..core.reader import brief
 from ..core.source import Source
 from . import metadata_text
 from ._arrays import ArraysReader, ArraysSource, Segment
-from ._pickle_bytes import load, pinned
-from ._pickle_claims import scan, torch_rules
-from ._pickle_values import Checkpoint, Plain, describe, plain_value, walk
+from ._pickle_bytes import pinned
+from ._pickle_values import Checkpoint, Plain, Stored, describe, plain_value, walk
+from ._unpickle import read
 
 __all__ = [
     "Checkpoint",
@@ -107,70 +99,10 @@ __all__ = [
 ]
 
 
-SAFE_TORCH = (2, 6)
-"""The oldest torch whose ``torch.load(weights_only=True)`` tensorfile trusts with a pickle:
-up to 2.5.1 a crafted file could run code through it (CVE-2025-32434)."""
-
-
-def torch_is_safe(version: str) -> bool:
-    """Whether torch ``version`` (``torch.__version__``) is at least :data:`SAFE_TORCH`.
-
-    Example:
-        >>> torch_is_safe("2.5.1+cpu"), torch_is_safe("2.6.0"), torch_is_safe("2.13.0")
-        (False, True, True)
-    """
-    parts = []
-    for piece in version.split("+")[0].split(".")[:2]:
-        digits = "".join(ch for ch in piece if ch.isdigit()) if piece else ""
-        parts.append(int(digits) if digits else 0)
-    return tuple(parts) >= SAFE_TORCH
-
-
-def _torch(source: Source) -> Any:
-    """torch, new enough that ``torch.load(weights_only=True)`` cannot be bypassed."""
-    torch = require("torch", f"{quoted_name(source.name)}: reading a PyTorch pickle", extra="torch")
-    if not torch_is_safe(torch.__version__):
-        raise UnsupportedError(
-            f"{quoted_name(source.name)}: torch {torch.__version__} is installed, and before 2.6 "
-            "torch.load(weights_only=True) could be made to run code (CVE-2025-32434); "
-            "tensorfile reads pickles only with torch>=2.6 (pip install -U torch)"
-        )
-    return torch
-
-
-def _reason(exc: BaseException) -> str:
-    """torch's reason for refusing a pickle, in one line: the weights-only unpickler's own
-    words (``Unsupported global: GLOBAL builtins.print was not an allowed global by
-    default``, ``Trying to load unsupported GLOBAL posix.system whose module posix is
-    blocked``) without torch's advice to load the file unsafely; else the first line."""
-    text = str(exc)
-    for line in (found.strip() for found in text.splitlines()):
-        if line.startswith("WeightsUnpickler error:"):
-            line = line.removeprefix("WeightsUnpickler error:").strip()
-            return line.split(". Please use", 1)[0].rstrip(".")
-        if "GLOBAL " in line:
-            return line.rstrip(".")
-    return text.splitlines()[0] if text else type(exc).__name__
-
-
 def _load(source: Source) -> Any:
-    """``torch.load(weights_only=True)`` of the file in ``source``, with a torch new enough
-    that it cannot be bypassed, once :func:`~tensorfile.formats._pickle_claims.scan` found
-    nothing in it that would allocate more than the file holds: both read the same bytes
-    (:func:`~tensorfile.formats._pickle_bytes.pinned`), never the file again by name."""
-    torch = _torch(source)
+    """The object the pickle in ``source`` holds, read once by tensorfile's own reader."""
     with pinned(source) as held:
-        scan(held, torch_rules(torch))
-        try:
-            return load(torch, held)
-        except (SourceError, FormatError):
-            raise
-        except Exception as exc:  # torch's UnpicklingError and friends: the reason is theirs
-            raise UnsupportedError(
-                f"{quoted_name(source.name)}: refused by torch.load(weights_only=True), the "
-                "only way tensorfile reads pickles (it never runs code from one): "
-                f"{_reason(exc)}"
-            ) from None
+        return read(held)
 
 
 def _select(found: Checkpoint, key: str, where: str) -> Checkpoint:
@@ -196,8 +128,9 @@ def _select(found: Checkpoint, key: str, where: str) -> Checkpoint:
 
 
 def read_checkpoint(source: Source, *, key: str | None = None) -> Checkpoint:
-    """The tensors (torch tensors, as loaded) and other entries of the pickle in ``source``,
-    by flattened name; with ``key``, those under it only (see the module docstring)."""
+    """The tensors (:class:`~tensorfile.formats._pickle_values.Stored` records over the
+    file's bytes) and other entries of the pickle in ``source``, by flattened name; with
+    ``key``, those under it only (see the module docstring)."""
     found = walk(_load(source), source.name, source.size)
     return found if key is None else _select(found, key, source.name)
 
@@ -205,103 +138,39 @@ def read_checkpoint(source: Source, *, key: str | None = None) -> Checkpoint:
 def load_tensors(
     source: Source, *, key: str | None = None
 ) -> tuple[dict[str, np.ndarray[Any, Any]], dict[str, Any]]:
-    """The tensors of the pickle in ``source`` as numpy arrays (sharing memory with what
-    torch loaded), and its other entries as they were loaded, by flattened name (see the
-    module docstring)."""
+    """The tensors of the pickle in ``source`` as numpy arrays (a contiguous one over the
+    file's bytes, read-only; the others copied, at most twice the bytes their storages
+    hold), and its other entries as they were read, by flattened name (see the module
+    docstring)."""
     found = read_checkpoint(source, key=key)
-    torch = sys.modules["torch"]
-    from ..frameworks.torch import to_numpy
-
     where = quoted_name(source.name)
-    for name, t in found.tensors.items():
-        if t.layout != torch.strided:
-            raise UnsupportedError(
-                f"{where}: tensor {brief(name)} is {t.layout}; only dense tensors"
-            )
-        if t.is_meta or t.is_quantized:
-            kind = "on the meta device (it has no data)" if t.is_meta else "quantized"
-            raise UnsupportedError(f"{where}: tensor {brief(name)} is {kind}")
-        if t.dim() > _NUMPY_DIMS:
-            raise UnsupportedError(
-                f"{where}: tensor {brief(name)} has {t.dim():,} dimensions; numpy arrays "
-                f"have at most {_NUMPY_DIMS}"
-            )
-        _refuse_repeats(t, f"{where}: tensor {brief(name)}")
-    held = min(_held(found.tensors.values()), source.size)
+    tensors: dict[str, Stored] = found.tensors
+    roots = {id(r): r.nbytes for r in (t.storage.root()[0] for t in tensors.values())}
+    held = min(sum(roots.values()), source.size)
     arrays: dict[str, np.ndarray[Any, Any]] = {}
     made: dict[tuple[Any, ...], np.ndarray[Any, Any]] = {}  # one array for each view
     copied = 0
-    for name, t in found.tensors.items():
-        view = _view(t)
+    for name, t in tensors.items():
+        view = t.key()
         if view not in made:
-            if not t.is_contiguous() or t.is_conj() or t.is_neg():  # (a copy)
-                copied += t.numel() * t.element_size()
+            arr = t.array()
+            if not t.contiguous():
+                copied += t.nbytes
                 if copied > _COPIES * held:
                     raise UnsupportedError(
                         f"{where}: copying the pickle's views of its storages would take more "
                         f"than twice the {held:,} bytes they hold (at tensor {brief(name)}); "
                         "tensorfile copies no more than that"
                     )
-            try:
-                made[view] = to_numpy(t.detach().cpu().contiguous())
-            except UnsupportedError as exc:
-                raise UnsupportedError(f"{where}: tensor {brief(name)}: {exc}") from None
+                arr = np.ascontiguousarray(arr)
+            made[view] = arr
         arrays[name] = made[view]
     return arrays, found.values
 
 
-_NUMPY_DIMS = 64
-"""The most dimensions a numpy array has (torch allows more: such a tensor is refused)."""
-
 _COPIES = 2
 """How many times the bytes of a pickle's storages its distinct non-contiguous views may
 take copied (a matrix, its transpose and a slice of its columns: 1.5)."""
-
-
-def _held(tensors: Iterable[Any]) -> int:
-    """The bytes the storages of ``tensors`` hold: their memory, each byte counted once
-    however many storages share it (an old-format pickle's storage views, zip records
-    mapped where they overlap)."""
-    spans = sorted({(s.data_ptr(), s.nbytes()) for s in (t.untyped_storage() for t in tensors)})
-    held = end = 0
-    for start, length in spans:
-        held += max(0, start + length - max(start, end))
-        end = max(end, start + length)
-    return held
-
-
-def _view(t: Any) -> tuple[Any, ...]:
-    """What makes two tensors one array: their storage (by address), offset, sizes,
-    strides, dtype and conjugate and negative bits."""
-    data = t.untyped_storage().data_ptr()
-    return data, t.storage_offset(), tuple(t.shape), t.stride(), t.dtype, t.is_conj(), t.is_neg()
-
-
-def _refuse_repeats(t: Any, what: str) -> None:
-    """Refuse a tensor whose elements are not each held once by its storage: more bytes
-    than its storage holds from its offset (a stride-0 view, ``torch.zeros(1).expand(n)``,
-    claims ``n`` elements and stores one), or strides that make two elements one (copying
-    it would make what the file only claims)."""
-    if t.numel() == 0:
-        return
-    size, stride = tuple(t.shape), tuple(t.stride())
-    held = t.untyped_storage().nbytes() - t.storage_offset() * t.element_size()
-    need = t.numel() * t.element_size()
-    layout = f"size {size}, stride {stride}"
-    if need > held or min(stride, default=0) < 0:
-        raise FormatError(
-            f"{what} has {t.numel():,} elements ({layout}) needing {need:,} bytes, but its "
-            f"storage holds {max(0, held):,} from its offset: the file is not what it says",
-            format="pytorch",
-        )
-    reach = 1
-    for step, n in sorted((st, n) for n, st in zip(size, stride, strict=True) if n > 1):
-        if step < reach:
-            raise UnsupportedError(
-                f"{what} repeats elements of its storage ({layout}); tensorfile reads tensors "
-                "whose every element is stored"
-            )
-        reach = step * n
 
 
 def _keep(arr: np.ndarray[Any, Any]) -> Callable[[], np.ndarray[Any, Any]]:
