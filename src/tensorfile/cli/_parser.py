@@ -162,13 +162,13 @@ Examples:
   tensorfile convert model.zt model.safetensors
   tensorfile convert ./checkpoint merged.safetensors            # a sharded checkpoint in
   tensorfile convert big.safetensors ./ck --shard-size 5GB       # shards + index, like hf
-  tensorfile convert pytorch_model.bin model.safetensors         # torch.load(weights_only)
+  tensorfile convert pytorch_model.bin model.safetensors         # never unpickled
   tensorfile convert train.pth model.safetensors --key model_state_dict   # the model only
   tensorfile convert model.gguf model.safetensors                # quantized: dequantized
 
 Sources: safetensors (a file or a sharded checkpoint), zTensor v1.0/v2, GGUF, .npz, .npy,
-PyTorch pickles (.pt, .pth, .bin; torch.load(weights_only=True) only: never a full
-unpickler; entries that are not tensors, such as a training checkpoint's epoch, become
+PyTorch pickles (.pt, .pth, .bin; read by tensorfile's own reader, never unpickled and
+never torch.load; entries that are not tensors, such as a training checkpoint's epoch, become
 metadata, and --key picks one dictionary). The output format comes from --to or DST's
 extension (.safetensors, .zt = v1.0, .npz). Tensor by tensor (memory: about the largest
 tensor), atomic, the content id kept (tensorfile id --content). The digests the source

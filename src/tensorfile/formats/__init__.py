@@ -14,7 +14,7 @@ name (``safetensors``, ``ztensor``, ``npz``, ``npy``, or an alias: ``zt`` is zTe
 
 Besides the tensor file formats (safetensors, zTensor, GGUF) the registry holds import and
 export entries: ``npz`` and ``npy`` (numpy, read and written) and ``pytorch`` (PyTorch
-pickles, read only and only through ``torch.load(weights_only=True)``). Detection knows them
+pickles, read only, by tensorfile's own pickle reader: never unpickled). Detection knows them
 by their content: an ``.npy`` by its magic and header, a zip archive by its members (``.npy``
 members: ``npz``; a ``*/data.pkl``: torch's zip format), and an old PyTorch pickle by the
 pickle protocol opcode when the file name also says ``.pt``, ``.pth``, ``.ckpt`` or ``.bin``

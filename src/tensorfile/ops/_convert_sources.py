@@ -2,7 +2,7 @@
 them opened through the format registry (:func:`tensorfile.formats.open.open`, which
 is ``tensorfile.open``): safetensors (one file, or a sharded checkpoint: an index or the
 folder holding it), zTensor v1.0 and v2, GGUF, numpy ``.npz``/``.npy`` and PyTorch pickles
-(``torch.load(weights_only=True)`` only; see :mod:`tensorfile.formats.torch_pickle`).
+(tensorfile's own pickle reader, never unpickled; see :mod:`tensorfile.formats.torch_pickle`).
 
 Quantized tensors (GGUF's, and those zTensor v2 stores in ggml's ``gguf.<type>/1`` layouts)
 are dequantized to float32 by their reader (``get_tensor(name, dequantize=True)``; see

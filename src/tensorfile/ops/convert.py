@@ -3,8 +3,8 @@
 Convert has no format list of its own: every source is opened through the format registry
 (:mod:`tensorfile.formats`; anything ``tensorfile.open`` reads: safetensors, one file or a
 sharded checkpoint, zTensor v1.0 and v2, GGUF with quantized types dequantized to float32 by
-the ``gguf`` package, numpy ``.npz``/``.npy``, PyTorch pickles through
-``torch.load(weights_only=True)`` only), and every destination is a writable registry entry
+the ``gguf`` package, numpy ``.npz``/``.npy``, PyTorch pickles by
+tensorfile's own pickle reader, never unpickled), and every destination is a writable registry entry
 (:func:`targets`): safetensors (``shard_size``: a sharded checkpoint in a folder, as
 huggingface_hub lays it out), zTensor (``zt``: v1.0, ``zt2``: v2), ``npz`` and ``npy`` (one
 tensor). The output format comes from ``to`` or from ``dst``'s extension.
