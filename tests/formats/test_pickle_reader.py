@@ -188,6 +188,38 @@ def test_every_dtype_torch_saves_reads_as_torch_loads_it(tmp_path: Path) -> None
                 assert got.tobytes() == t.contiguous().view(torch.uint8).numpy().tobytes(), name
 
 
+def test_arrays_outlive_the_file_they_were_read_from(tmp_path: Path) -> None:
+    """An array is a view of the mapped file: closing the reader (or the source) must not
+    unmap what it still shows (a use after close was a segmentation fault), and it is
+    read-only (writing would change every name that shares the storage)."""
+    code = (
+        "import gc, tensorfile\n"
+        "from tensorfile.sources import LocalSource\n"
+        "from tensorfile.formats.torch_pickle import load_tensors\n"
+        "kept = []\n"
+        "for p in {paths!r}:\n"
+        "    with tensorfile.open(p) as f:\n"
+        "        kept += [f.view('w'), f.get_tensor('w')]\n"
+        "    with LocalSource(p) as s:\n"
+        "        kept.append(load_tensors(s)[0]['w'])\n"
+        "gc.collect()\n"
+        "print([float(a.sum()) for a in kept], kept[2].flags.writeable)\n"
+    )
+    paths = []
+    for zipped in (True, False):
+        path = tmp_path / f"w{zipped}.pt"
+        torch.save({"w": torch.arange(1 << 16, dtype=torch.float32)}, path,
+                   _use_new_zipfile_serialization=zipped)  # fmt: skip
+        paths.append(str(path))
+    run = subprocess.run(
+        [sys.executable, "-c", code.format(paths=paths)],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    total = float(sum(range(1 << 16)))
+    assert run.stdout.strip() == f"{[total] * 6} False"
+
+
 def _saved(zipped: bool) -> bytes:
     buf = io.BytesIO()
     state = {"w": torch.arange(6.0).reshape(2, 3), "opt": {"lr": 0.1, "betas": (0.9, 0.99)}}

@@ -247,8 +247,12 @@ class Stored:
             return np.zeros(self.size, np_dtype)
         item = self.dtype.itemsize
         strides = tuple(st * item for st in self.stride)
-        buffer = self.storage.buffer()  # (numpy checks the layout lies within it)
-        return np.ndarray(self.size, np_dtype, buffer, self.offset * item, strides)
+        # (frombuffer holds the buffer, so a mapping stays open under the array; numpy
+        # checks that the layout lies within it)
+        raw = np.frombuffer(self.storage.buffer(), np.uint8)
+        made = np.ndarray(self.size, np_dtype, raw, self.offset * item, strides)
+        made.flags.writeable = False
+        return made
 
 
 def _shape(value: tuple[int, ...]) -> str:
