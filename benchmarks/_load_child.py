@@ -1,8 +1,10 @@
 """One whole-process load, run by ``benchmarks.process`` in a fresh interpreter.
 
-Usage: ``python benchmarks/_load_child.py {ref,tf,tfs,fss,runai} {numpy,torch,zt2}
+Usage: ``python benchmarks/_load_child.py {ref,tf,tfs,fss,runai} {numpy,torch,zt2,pickle}
 {auto,mmap,pread,-} PATH [--check] [--touch]`` (``zt2``: ztensor 2.1.2 against
-``tensorfile.ztensor``, run from ``.venv-zt2``; ``fss``: fastsafetensors on the CPU without
+``tensorfile.ztensor``, run from ``.venv-zt2``; ``pickle``: a PyTorch pickle, every tensor as
+a numpy array, by ``torch.load(weights_only=True)`` (``mmap=True`` for a zipped one, as
+tensorfile maps it) against ``tensorfile.open``; ``fss``: fastsafetensors on the CPU without
 GDS; ``runai``: the Run:ai model streamer; ``tfs``: tensorfile's ``load_sharded``, every shard
 in one read plan, owned tensors; these three torch only)
 
@@ -100,6 +102,27 @@ def touch(tensors: dict[str, Any]) -> int:
     return total
 
 
+def load_pickle(lib: str, path: str) -> dict[str, Any]:
+    """Every tensor of the PyTorch pickle ``path`` as a numpy array: by ``torch.load`` (the
+    reference) or by ``tensorfile.open`` (tensorfile's own reader)."""
+    if lib == "ref":
+        import torch
+
+        with open(path, "rb") as f:
+            zipped = f.read(4) == b"PK\x03\x04"
+        state = torch.load(path, weights_only=True, map_location="cpu", mmap=zipped)
+        return {name: t.numpy() for name, t in state.items()}
+    import tensorfile
+
+    with tensorfile.open(path) as f:
+        return {name: f.view(name) for name in f.keys()}  # (zero-copy, as torch mmap=True)
+
+
+def touch_arrays(arrays: dict[str, Any]) -> int:
+    """:func:`touch` for numpy arrays: one byte of every 4 KiB page."""
+    return sum(int(a.reshape(-1).view("uint8")[::4096].sum()) for a in arrays.values())
+
+
 def _zt2_module(lib: str) -> Any:
     if lib == "ref":
         return _Zt2Ref
@@ -124,6 +147,8 @@ def main(argv: list[str]) -> int:
             import runai_model_streamer  # noqa: F401
     elif framework == "zt2":
         module = _zt2_module(lib)
+    elif framework == "pickle":  # (each library imports what it needs inside the load)
+        module = None
     elif lib == "ref":
         if framework == "numpy":
             import safetensors.numpy as module
@@ -140,7 +165,9 @@ def main(argv: list[str]) -> int:
     before = resource.getrusage(resource.RUSAGE_SELF)
     t2 = time.perf_counter()
     paths = shard_paths(path)
-    if lib == "tfs":
+    if framework == "pickle":
+        tensors = load_pickle(lib, path)
+    elif lib == "tfs":
         tensors = loader(path)
     elif module is None:
         tensors = loader(paths)
@@ -153,7 +180,7 @@ def main(argv: list[str]) -> int:
         for p in paths:
             tensors.update(module.load_file(p, backend=backend))
     if materialise:
-        touch(tensors)
+        touch_arrays(tensors) if framework == "pickle" else touch(tensors)
     t3 = time.perf_counter()
     after = resource.getrusage(resource.RUSAGE_SELF)
     out: dict[str, object] = {
@@ -173,7 +200,7 @@ def main(argv: list[str]) -> int:
 
         crcs = {}
         for name, t in tensors.items():
-            arr = t if framework in ("numpy", "zt2") else t.contiguous().numpy()
+            arr = t if framework in ("numpy", "zt2", "pickle") else t.contiguous().numpy()
             crcs[name] = zlib.crc32(arr.reshape(-1).view("uint8"))
         out["crc32"] = crcs
     print(json.dumps(out), flush=True)

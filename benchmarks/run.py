@@ -110,6 +110,7 @@ from benchmarks.feed_common import FeedResult
 from benchmarks.feed_common import markdown as feed_markdown
 from benchmarks.feed_resume import RESUME_BENCHMARKS
 from benchmarks.feed_s3 import FEED_S3_BENCHMARKS
+from benchmarks.pickle_bench import PICKLE_BENCHMARKS, PICKLE_GROUP
 from benchmarks.process import PROCESS_BENCHMARKS, PROCESS_GROUP, ProcessResult
 from benchmarks.process import markdown as process_markdown
 from benchmarks.process import runners as process_runners
@@ -154,6 +155,7 @@ ALL_BENCHMARKS = (
     + RESUME_BENCHMARKS
     + SHUFFLE_BENCHMARKS
     + CACHE_BENCHMARKS
+    + PICKLE_BENCHMARKS
     + COLD_BENCHMARKS
 )
 
@@ -389,12 +391,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--json", type=Path, default=None, help="also write the results here")
     parser.add_argument(
         "--only",
-        choices=(*ALL_BENCHMARKS, PROCESS_GROUP, CACHE_GROUP, COLD_GROUP, FEED_GROUP),
+        choices=(*ALL_BENCHMARKS, PROCESS_GROUP, CACHE_GROUP, COLD_GROUP, FEED_GROUP, PICKLE_GROUP),
         action="append",
         default=None,
         help=f"run only this benchmark (may be given more than once; {PROCESS_GROUP} selects "
         f"the fresh-process rows, {CACHE_GROUP} the remote-cache rows, {COLD_GROUP} the "
-        f"cold/warm rows against every peer, {FEED_GROUP} the training-feed rows)",
+        f"cold/warm rows against every peer, {FEED_GROUP} the training-feed rows, "
+        f"{PICKLE_GROUP} the PyTorch pickle rows)",
     )
     args = parser.parse_args(argv)
     if args.repeat is not None and args.repeat < 1:
@@ -405,6 +408,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.only = [n for n in args.only if n != PROCESS_GROUP] + list(PROCESS_BENCHMARKS)
     if args.only is not None and CACHE_GROUP in args.only:
         args.only = [n for n in args.only if n != CACHE_GROUP] + list(CACHE_BENCHMARKS)
+    if args.only is not None and PICKLE_GROUP in args.only:
+        args.only = [n for n in args.only if n != PICKLE_GROUP] + list(PICKLE_BENCHMARKS)
     if args.only is not None and FEED_GROUP in args.only:
         feed = (*FEED_BENCHMARKS, *FEED_S3_BENCHMARKS, *RESUME_BENCHMARKS, *SHUFFLE_BENCHMARKS)
         args.only = [n for n in args.only if n != FEED_GROUP] + list(feed)
@@ -437,6 +442,7 @@ def main(argv: list[str] | None = None) -> int:
         *FEED_S3_BENCHMARKS,
         *RESUME_BENCHMARKS,
         *SHUFFLE_BENCHMARKS,
+        *PICKLE_BENCHMARKS,
     )  # rows that do not read the 1 GiB file
     if any(name not in header_only for name in selected):
         make_big(cfg)
@@ -492,6 +498,10 @@ def main(argv: list[str] | None = None) -> int:
         from benchmarks.cache_bench import runners as cache_runners
 
         process.update(cache_runners(cfg, process_repeat, settle))
+    if any(name in PICKLE_BENCHMARKS for name in selected):
+        from benchmarks.pickle_bench import runners as pickle_runners
+
+        process.update(pickle_runners(cfg, process_repeat, settle))
     results: list[Result] = []
     process_results: list[ProcessResult] = []
     load_results: list[LoadResult] = []
@@ -546,7 +556,10 @@ def main(argv: list[str] | None = None) -> int:
         print()
         print(markdown(results))
     cache_results = [r for r in process_results if r.name in CACHE_BENCHMARKS]
-    process_results = [r for r in process_results if r.name not in CACHE_BENCHMARKS]
+    pickle_results = [r for r in process_results if r.name in PICKLE_BENCHMARKS]
+    process_results = [
+        r for r in process_results if r.name not in CACHE_BENCHMARKS + PICKLE_BENCHMARKS
+    ]
     if process_results:
         print()
         print(
@@ -574,6 +587,14 @@ def main(argv: list[str] | None = None) -> int:
         )
         print()
         print(cache_markdown(cache_results))
+    if pickle_results:
+        print()
+        print(
+            f"PyTorch pickles: {process_repeat} children each, alternated, {settle:g} s settle "
+            "before each; medians; ratios torch.load / tensorfile, RSS tensorfile / torch.load"
+        )
+        print()
+        print(process_markdown(pickle_results))
     if cold_results:
         from benchmarks.cold_bench import markdown as cold_markdown
 
@@ -614,6 +635,7 @@ def main(argv: list[str] | None = None) -> int:
             "process_results": [r.to_json() for r in process_results],
             "remote_load_results": [r.to_json() for r in load_results],
             "cache_results": [r.to_json() for r in cache_results],
+            "pickle_results": [r.to_json() for r in pickle_results],
             "cold_results": [r.to_json() for r in cold_results],
             "feed_results": [r.to_json() for r in feed_results],
             "shuffle_quality": [t.to_json() for t in shuffle_results],

@@ -163,6 +163,11 @@ REMOTE_LOADERS = {
 }
 
 
+def _pickle_results(rows: list[dict[str, Any]], _payload: dict[str, Any]) -> list[str]:
+    """tensorfile's own pickle reader against ``torch.load(weights_only=True)``."""
+    return _process(rows, "torch.load", "tensorfile", "torch/tf")
+
+
 def _remote_load_results(rows: list[dict[str, Any]], _payload: dict[str, Any]) -> list[str]:
     """Remote loads: one line per loader, the ratio on tensorfile's line."""
     out = []
@@ -297,6 +302,7 @@ SECTIONS: dict[str, Callable[[list[dict[str, Any]], dict[str, Any]], list[str]]]
     "process_results": _process_results,
     "remote_load_results": _remote_load_results,
     "cache_results": _cache_results,
+    "pickle_results": _pickle_results,
     "cold_results": _cold_results,
     "feed_results": _feed_results,
     "shuffle_quality": _shuffle_quality,
