@@ -323,7 +323,7 @@ def test_pt_with_meta_or_quantized_tensors_is_refused_by_key(tmp_path: Path) -> 
         q = torch.quantize_per_tensor(torch.ones(3), 0.1, 0, torch.qint8)
     torch.save({"qq": q}, tmp_path / "q.pt")
     # (its storage is refused as it is read: review35i i05)
-    with pytest.raises(UnsupportedError, match=r"QInt8Storage', which tensorfile's pickle"):
+    with pytest.raises(UnsupportedError, match=r"QInt8Storage, which tensorfile's pickle"):
         tensorfile.open(str(tmp_path / "q.pt"))
 
 

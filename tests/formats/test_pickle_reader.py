@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import io
 import pickle
+import re
 import struct
 import subprocess
 import sys
 import zipfile
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -145,9 +147,9 @@ def test_a_big_endian_file_is_refused(tmp_path: Path) -> None:
         tensorfile.open(str(path))
 
 
-def test_old_format_pickles_need_no_torch_and_zipped_ones_name_the_extra(tmp_path: Path) -> None:
-    """The reader is tensorfile's own: an old-format file opens with torch unimportable;
-    a zipped one needs torch's zip reader, and says so."""
+def test_pickles_need_no_torch(tmp_path: Path) -> None:
+    """The reader is tensorfile's own, its zip reader too: zipped and old-format files open
+    with torch unimportable."""
     legacy, zipped = tmp_path / "old.pt", tmp_path / "new.pt"
     state = {"w": torch.arange(4, dtype=torch.int16), "step": 7}
     torch.save(state, legacy, _use_new_zipfile_serialization=False)
@@ -155,18 +157,15 @@ def test_old_format_pickles_need_no_torch_and_zipped_ones_name_the_extra(tmp_pat
     code = (
         "import sys; sys.modules['torch'] = None\n"
         "import tensorfile\n"
-        f"f = tensorfile.open({str(legacy)!r})\n"
-        "print(f.get_tensor('w').tolist(), f.attributes)\n"
-        "try:\n"
-        f"    tensorfile.open({str(zipped)!r})\n"
-        "except tensorfile.errors.UnsupportedError as exc:\n"
-        "    print('refused', 'torch' in str(exc))\n"
+        f"for p in ({str(legacy)!r}, {str(zipped)!r}):\n"
+        "    f = tensorfile.open(p)\n"
+        "    print(f.get_tensor('w').tolist(), f.attributes)\n"
     )
     run = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
     )
     assert run.returncode == 0, run.stderr
-    assert run.stdout.splitlines() == ["[0, 1, 2, 3] {'step': 7}", "refused True"]
+    assert run.stdout.splitlines() == ["[0, 1, 2, 3] {'step': 7}"] * 2
 
 
 def test_every_dtype_torch_saves_reads_as_torch_loads_it(tmp_path: Path) -> None:
@@ -254,3 +253,202 @@ def test_any_corruption_is_read_or_refused_never_a_crash(
             _ = f.attributes
     except TensorFileError:
         pass
+
+
+# -- review35k: the reader's own attack surface ----------------------------------------
+
+
+def _zip_pt(tmp_path: Path, pkl: bytes, records: dict[str, bytes], name: str = "z.pt") -> Path:
+    """A zip as torch.save writes it (torch's own writer), holding ``pkl`` and ``records``."""
+    path = tmp_path / name
+    w = torch._C.PyTorchFileWriter(str(path))
+    w.write_record("data.pkl", pkl, len(pkl))
+    w.write_record("byteorder", b"little", 6)
+    for key, data in records.items():
+        w.write_record(f"data/{key}", data, len(data))
+    w.write_end_of_file()
+    del w
+    return path
+
+
+def _one_tensor(size: tuple[int, ...], stride: tuple[int, ...], numel: int = 4) -> bytes:
+    """A zip data.pkl of ``{"w": _rebuild_tensor_v2(<numel floats>, 0, size, stride)}``."""
+    ints = lambda t: b"(" + b"".join(_long(v) for v in t) + b"t"  # noqa: E731
+    pid = (b"(" + _uni("storage") + b"ctorch\nFloatStorage\n" + _uni("0") + _uni("cpu")
+           + _long(numel) + b"tQ")  # fmt: skip
+    call = b"ctorch._utils\n_rebuild_tensor_v2\n(" + pid + b"K\x00" + ints(size) + ints(stride)
+    return b"\x80\x02}" + _uni("w") + call + b"\x89}tRs."
+
+
+def _long(v: int) -> bytes:
+    n = (v.bit_length() + 8) // 8
+    return b"\x8a" + bytes([n]) + v.to_bytes(n, "little", signed=True)
+
+
+@pytest.mark.parametrize(
+    ("size", "stride"),
+    [((1, 4), (2**70, 1)), ((0, 2**62 - 1), (1, 1)), ((1,), (2**2000,))],
+    ids=["k01-size-1-huge-stride", "k02-empty-huge-size", "k12-long-stride"],
+)
+def test_layouts_no_array_can_address_are_refused_by_the_reader(
+    tmp_path: Path, size: tuple[int, ...], stride: tuple[int, ...]
+) -> None:
+    """k01, k02, k12: a stride of 2**70 on a size-1 dimension, or an empty tensor of 2**62
+    elements a row, passed the checks and numpy raised ValueError; now refused, by name."""
+    path = _zip_pt(tmp_path, _one_tensor(size, stride), {"0": bytes(16)})
+    with pytest.raises(UnsupportedError, match="reach past what an array can address"):
+        tensorfile.open(str(path))
+
+
+def _raw_zip(tmp_path: Path, entries: list[tuple[str, bytes, int]]) -> Path:
+    """A zip written by Python's zipfile: ``(name, data, compress_type)`` entries."""
+    path = tmp_path / "z.pt"
+    with zipfile.ZipFile(path, "w") as z:
+        for name, data, how in entries:
+            info = zipfile.ZipInfo(name)
+            info.compress_type = how
+            z.writestr(info, data)
+    return path
+
+
+def test_a_compressed_record_is_refused_unread_whatever_its_size(tmp_path: Path) -> None:
+    """k03: torch's zip reader inflated a compressed ``version`` record while it was built
+    (a 1 MB file: 1 GB); tensorfile's own zip reader inflates nothing and refuses it."""
+    pkl = b"\x80\x02}."
+    bomb = zlib.compress(b"3\n" + bytes(64 << 20), 9)  # (64 MiB in ~64 KiB)
+    path = _raw_zip(tmp_path, [("archive/data.pkl", pkl, zipfile.ZIP_STORED),
+                               ("archive/version", b"", zipfile.ZIP_STORED)])  # fmt: skip
+    raw = path.read_bytes()
+    assert len(bomb) < 1 << 17
+    path = _raw_zip(tmp_path, [("archive/data.pkl", pkl, zipfile.ZIP_STORED),
+                               ("archive/version", b"3\n" + bytes(64 << 20),
+                                zipfile.ZIP_DEFLATED)])  # fmt: skip
+    assert path.stat().st_size < 1 << 18 and len(raw) < 1 << 10
+    with pytest.raises(FormatError, match=r"record 'archive/version' is compressed"):
+        tensorfile.open(str(path))
+
+
+def test_a_record_stored_in_one_header_and_compressed_in_the_other_is_refused(
+    tmp_path: Path,
+) -> None:
+    """k04: the central directory said deflated, the local header stored: tensorfile
+    served the deflate stream as the tensor, torch inflated it. Both headers must agree."""
+    values = np.arange(16, dtype=np.float32).tobytes()
+    pkl = _one_tensor((16,), (1,), 16)
+    path = _raw_zip(tmp_path, [("archive/data.pkl", pkl, zipfile.ZIP_STORED),
+                               ("archive/data/0", values, zipfile.ZIP_DEFLATED)])  # fmt: skip
+    raw = bytearray(path.read_bytes())
+    with zipfile.ZipFile(path) as z:
+        at = z.getinfo("archive/data/0").header_offset
+    struct.pack_into("<H", raw, at + 8, 0)  # (its local header: stored)
+    path.write_bytes(bytes(raw))
+    with pytest.raises(FormatError, match=r"record 'archive/data/0' is compressed"):
+        tensorfile.open(str(path))
+
+
+def _calls(call: bytes, args: bytes, times: int) -> bytes:
+    """A zip data.pkl ``{"w": tensor, "x": [call(*args)] * times}``: the callable and its
+    arguments memoised once, then 5 bytes a call."""
+    body = b"]q\x01(" + call + b"q\x02" + args + b"q\x03R" + b"h\x02h\x03R" * (times - 1)
+    return b"\x80\x02}(" + _uni("w") + _one_tensor((2,), (1,), 2)[3:-2] + _uni("x") + body + b"eu."
+
+
+@pytest.mark.parametrize(
+    ("call", "args", "said", "times"),
+    [
+        (b"ctorch\nSize\n", b"(" + b"(" + _long(2**63) * 64 + b"t" + b"t", "torch.Size", 200_000),
+        (b"cbuiltins\nset\n", b"(]q\x04(" + b"N" * 4000 + b"e" + b"t", "builtins.set", 1_000),
+        (
+            b"ctorch._utils\n_rebuild_tensor_v2\n",
+            _one_tensor((2,), (1,), 2)[_one_tensor((2,), (1,), 2).index(b"_v2\n(") + 4 : -4] + b"t",
+            "torch._utils._rebuild_tensor_v2",
+            200_000,
+        ),
+    ],
+    ids=["k08-size", "k11-set", "k09-rebuild"],
+)
+def test_calls_repeated_through_the_memo_are_counted(
+    tmp_path: Path, call: bytes, args: bytes, said: str, times: int
+) -> None:
+    """k08, k09, k11: one call and its memoised arguments, repeated at 5 bytes a call, made
+    a new value each time (a 64-number Size, a 4,000-item set, a tensor and its catalog
+    entry): hundreds of times the file's size in memory. Each call counts what it makes
+    against twice the file's bytes (and 1 Mi)."""
+    path = _zip_pt(tmp_path, _calls(call, args, times), {"0": bytes(8)})
+    assert path.stat().st_size < 2 << 20
+    with pytest.raises(FormatError, match=rf"calls of {re.escape(said)} copy"):
+        tensorfile.open(str(path))
+
+
+def test_a_set_keeps_each_item_once_and_its_order(tmp_path: Path) -> None:
+    """k05, k15: a set of one 1 MiB bytes value named 300 times was sorted by the repr of
+    every item (300 x 4 MiB at once); a set holds each item once, in the pickle's order."""
+    big = bytes(1 << 20)
+    path = tmp_path / "s.pt"
+    torch.save({"w": torch.ones(1), "s": {"b", "a"}}, path)
+    with tensorfile.open(str(path)) as f:
+        assert sorted(f.attributes["s"]) == ["a", "b"]
+    blob = _uni("s") + b"cbuiltins\nset\n(]q\x05(" + b"B" + struct.pack("<I", len(big))
+    assert blob  # (BINBYTES is no opcode torch.save writes: the repeat goes through the memo)
+    items = b"X" + struct.pack("<I", len(big)) + big.decode("latin1").encode() + b"q\x06"
+    pkl = b"\x80\x02}(" + _uni("s") + b"cbuiltins\nset\n(](" + items + b"h\x06" * 300
+    pkl += b"etRu."
+    path = _zip_pt(tmp_path, pkl, {}, "set.pt")
+    with tensorfile.open(str(path)) as f:
+        assert f.attributes["s"] == ["\x00" * (1 << 20)]
+
+
+def test_a_name_with_a_lone_surrogate_is_refused(tmp_path: Path) -> None:
+    """k06: such a name reached the npz writer (UnicodeEncodeError); no format holds it."""
+    key = "w\ud800".encode("utf-8", "surrogatepass")
+    pkl = _one_tensor((2,), (1,), 2).replace(_uni("w"), b"X" + struct.pack("<I", len(key)) + key)
+    path = _zip_pt(tmp_path, pkl, {"0": bytes(8)})
+    with pytest.raises(FormatError, match="lone surrogate"):
+        tensorfile.open(str(path))
+
+
+def test_a_storage_view_named_like_a_storage_is_refused(tmp_path: Path) -> None:
+    """k07: torch's old-format loader keeps storages and views under one table of keys, so
+    a view named like a storage is that storage there, and another thing here."""
+    view = b"(" + _uni("0") + b"K\x00K\x02t"  # (view key "0": the storage's own key)
+    obj = b"\x80\x02}(" + _uni("w") + _rebuild(_pid(b"FloatStorage", "0", 2, view), 0, (2,))
+    path = _write(tmp_path, _legacy(obj + b"u.", ["0"], _counted(2, bytes(8))))
+    with pytest.raises(FormatError, match=r"storage view '0' has a storage's key"):
+        tensorfile.open(str(path))
+
+
+@pytest.mark.parametrize(("op", "said"), [(b"(", "marks open at once"), (b"}", "containers")])
+def test_marks_and_containers_are_bounded_by_the_file(tmp_path: Path, op: bytes, said: str) -> None:
+    """k13: each one-byte MARK made a list, each ``}`` a dict: 64-110 bytes of memory a
+    byte of the file. Marks open at once are capped; containers count against the file."""
+    path = _write(tmp_path, _legacy(b"\x80\x02" + op * (4 << 20) + b".", []))
+    with pytest.raises(FormatError, match=said):
+        tensorfile.open(str(path))
+
+
+def test_a_complex128_storage_is_refused_for_what_it_is(tmp_path: Path) -> None:
+    path = tmp_path / "c.pt"
+    torch.save({"c": torch.zeros(2, dtype=torch.complex128)}, path)
+    with pytest.raises(UnsupportedError, match="complex128, which no tensor file format holds"):
+        tensorfile.open(str(path))
+
+
+def test_a_remote_size_past_any_file_is_a_source_error() -> None:
+    """k10: a server claiming a 19-digit size made ``os.ftruncate`` raise OverflowError."""
+    from tensorfile.core.source import SourceBase
+    from tensorfile.errors import SourceError
+    from tensorfile.formats._pickle_bytes import pinned
+
+    class Claiming(SourceBase):
+        name = "http://127.0.0.1/claims.pt"
+
+        @property
+        def size(self) -> int:
+            return 9_999_999_999_999_999_999
+
+        def _read(self, offset: int, length: int) -> bytes:
+            raise AssertionError("never read")
+
+    with pytest.raises(SourceError, match="cannot keep the 9,999,999,999,999,999,999 bytes"):
+        with pinned(Claiming()):
+            pass

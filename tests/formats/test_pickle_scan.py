@@ -240,7 +240,7 @@ def test_a_legacy_tensor_class_counts_at_its_element_size(tmp_path: Path) -> Non
     data = _legacy_file(b"DoubleTensor", 4096, b"", 4096)
     path = tmp_path / "d.pt"
     path.write_bytes(data)
-    with pytest.raises(UnsupportedError, match=r"is of 'torch\.DoubleTensor', which tensorfile"):
+    with pytest.raises(UnsupportedError, match=r"is of torch\.DoubleTensor, which tensorfile"):
         tensorfile.open(str(path))
 
 
@@ -279,7 +279,9 @@ def test_a_compressed_or_repeated_zip_record_is_refused(tmp_path: Path) -> None:
                     z.writestr(f"{folder}/{name.upper()}", b"")  # (torch: one folder)
         path = tmp_path / f"{how}.pt"
         path.write_bytes(out.getvalue())
-        with pytest.raises(FormatError, match="compressed" if how == "deflated" else "two records"):
+        with pytest.raises(
+            FormatError, match="compressed" if how == "deflated" else "named like another"
+        ):
             tensorfile.open(str(path))
 
 
@@ -495,7 +497,7 @@ def test_a_quantized_tensor_is_refused_before_torch_rebuilds_it(tmp_path: Path) 
             torch.ones(2, 3), torch.tensor([0.1, 0.2]), torch.tensor([0, 0]), 0, torch.qint8
         )
     path = _save({"q": q}, tmp_path / "q.pt", True)
-    with pytest.raises(UnsupportedError, match=r"QInt8Storage', which tensorfile's pickle reader"):
+    with pytest.raises(UnsupportedError, match=r"QInt8Storage, which tensorfile's pickle reader"):
         tensorfile.open(str(path))
 
 

@@ -1,5 +1,6 @@
-"""The calls and globals of a PyTorch pickle that tensorfile's pickle reader
-(:mod:`._unpickle`) makes values of: tensor and parameter rebuilds, ``OrderedDict()``,
+"""The values tensorfile's pickle reader (:mod:`._unpickle`) makes (dicts as their pairs,
+sets as their items, tensors as checked views of a storage's bytes), and the calls and
+globals of a PyTorch pickle it makes values of: tensor and parameter rebuilds, ``OrderedDict()``,
 ``Counter``, ``set``, ``complex``, bytes from their text, ``torch.Size``, ``torch.device``,
 dtypes and storage classes by name; each with the arguments it takes (any other: None,
 refused by the reader, naming the call).
@@ -11,16 +12,204 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple, Protocol
+
+import numpy as np
 
 from ..core import dtypes
 from ..core.dtypes import DType
-from ..core.errors import UnsupportedError, quoted_name
-from ._pickle_values import Pairs, PickledSet, Size, Storage, Stored, TorchName
+from ..core.errors import FormatError, UnsupportedError, quoted_name
 
-__all__ = ["CALLS", "DIMS", "TYPES", "WHY", "Bad", "Context", "Global", "holds_tensor"]
-__all__ += ["UNTYPED", "dtype_named", "index", "rename", "show", "storage_dtype"]
+__all__ = ["CALLS", "COSTS", "DIMS", "TYPES", "WHY", "Bad", "Context", "Global", "holds_tensor"]
+__all__ += ["UNTYPED", "Pairs", "PickledSet", "Size", "Storage", "Stored", "TorchName"]
+__all__ += ["dtype_named", "index", "rename", "show", "storage_dtype"]
+
+
+class Pairs:
+    """A dict of a pickle, as its ``(key, value)`` pairs in the pickle's order: no key is
+    ever hashed (a file's integer keys can be made to collide, and a dict of them to take
+    quadratic time), and a key set twice is kept twice (flattening refuses it, naming it):
+    ``Pairs([("a", 1)]).values() == [1]``."""
+
+    __slots__ = ("pairs",)
+
+    def __init__(self, pairs: list[tuple[Any, Any]] | None = None) -> None:
+        self.pairs: list[tuple[Any, Any]] = [] if pairs is None else pairs
+
+    def items(self) -> list[tuple[Any, Any]]:
+        return self.pairs
+
+    def values(self) -> list[Any]:
+        return [v for _, v in self.pairs]
+
+    def __len__(self) -> int:
+        return len(self.pairs)
+
+    def __iter__(self) -> Iterator[Any]:
+        return (k for k, _ in self.pairs)
+
+
+class PickledSet(list[Any]):
+    """A set of a pickle, as its items (never hashed); rendered like a set."""
+
+    __slots__ = ()
+
+
+class Size(tuple[int, ...]):
+    """A ``torch.Size`` of a pickle: a shape, kept as one value (never flattened)."""
+
+    __slots__ = ()
+
+
+class TorchName(str):
+    """A torch global that is data, not code (``torch.float32``, a layout), by its name."""
+
+    __slots__ = ()
+
+
+class Storage:
+    """A storage of a pickle: its key, dtype (``U8`` for untyped bytes), size in bytes, and its
+    bytes once the file gave them (:attr:`data`); a view of another (an old-format file's)
+    is ``nbytes`` of its ``base``'s from ``start``."""
+
+    __slots__ = ("base", "data", "dtype", "key", "nbytes", "start")
+
+    def __init__(
+        self,
+        key: str,
+        dtype: DType,
+        nbytes: int,
+        base: Storage | None = None,
+        start: int = 0,
+    ) -> None:
+        self.key, self.dtype, self.nbytes, self.base, self.start = key, dtype, nbytes, base, start
+        self.data: Any = None
+
+    def root(self) -> tuple[Storage, int]:
+        """The storage whose bytes this one's are, and where they start in it."""
+        return (self, 0) if self.base is None else (self.base, self.start)
+
+    def buffer(self) -> Any:
+        """The storage's bytes (a view of the file's)."""
+        root, start = self.root()
+        return root.data[start : start + self.nbytes]
+
+
+_MAX_DIM = 1 << 62  # (a size past it is no shape numpy makes)
+
+
+class Stored:
+    """A tensor of a pickle: ``size`` and ``stride`` (in elements) from ``offset`` in a
+    storage's bytes, read as ``dtype``; made only by :meth:`checked`."""
+
+    __slots__ = ("dtype", "numel", "offset", "size", "storage", "stride")
+
+    def __init__(
+        self,
+        storage: Storage,
+        dtype: DType,
+        offset: int,
+        size: tuple[int, ...],
+        stride: tuple[int, ...],
+        numel: int,
+    ) -> None:
+        self.storage, self.dtype, self.offset = storage, dtype, offset
+        self.size, self.stride, self.numel = size, stride, numel
+
+    @classmethod
+    def checked(
+        cls,
+        storage: Storage,
+        dtype: DType,
+        offset: int,
+        size: tuple[int, ...],
+        stride: tuple[int, ...],
+        where: str,
+    ) -> Stored:
+        """The tensor, if it lies within ``storage`` and holds each of its elements once;
+        else a :class:`FormatError` (past the storage), or an :class:`UnsupportedError`
+        (elements repeated: a stride-0 view, overlapping strides)."""
+        item = dtype.itemsize
+
+        def layout() -> str:  # (made only for a refusal: sizes can be long numbers)
+            return f"offset {offset:,}, size {_shape(size)}, stride {_shape(stride)}"
+
+        span = item
+        for n in size:  # (stopping past the limit: a product of long numbers is slow)
+            span = span * max(n, 1) if span < _MAX_DIM else span
+        if span >= _MAX_DIM or max((*stride, offset), default=0) >= _MAX_DIM // item:
+            raise UnsupportedError(
+                f"{quoted_name(where)}: a tensor of the pickle ({layout()}) is too large: its "
+                "sizes, strides and offset reach past what an array can address"
+            )
+        if 0 in size:
+            return cls(storage, dtype, offset, size, stride, 0)
+        reach = 1 + sum(st * (n - 1) for n, st in zip(size, stride, strict=True))
+        if (offset + reach) * item > storage.nbytes:
+            raise FormatError(
+                f"{quoted_name(where)}: a tensor of the pickle ({layout()}, {dtype.name}) "
+                f"reaches {(offset + reach) * item:,} bytes into a storage of "
+                f"{storage.nbytes:,}: the file is not what it says",
+                format="pytorch",
+            )
+        numel, step, room = 1, 1, storage.nbytes // item - offset
+        for n in size:
+            numel *= n
+        if numel > room:
+            raise FormatError(
+                f"{quoted_name(where)}: a tensor of the pickle ({layout()}) has more elements "
+                f"than its storage of {storage.nbytes:,} bytes holds from that offset (it "
+                "repeats elements): the file is not what it says",
+                format="pytorch",
+            )
+        numel = 1
+        for st, n in sorted((st, n) for n, st in zip(size, stride, strict=True) if n > 1):
+            if st < step:
+                raise UnsupportedError(
+                    f"{quoted_name(where)}: a tensor of the pickle ({layout()}) repeats elements "
+                    "of its storage; tensorfile reads tensors whose every element is stored"
+                )
+            step, numel = st * n, numel * n
+        return cls(storage, dtype, offset, size, stride, numel)
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel * self.dtype.itemsize
+
+    def contiguous(self) -> bool:
+        """Whether the elements lie one after another in row-major order."""
+        want = 1
+        for n, st in zip(reversed(self.size), reversed(self.stride), strict=True):
+            if n > 1 and st != want:
+                return False
+            want *= n
+        return True
+
+    def key(self) -> tuple[Any, ...]:
+        """What makes two tensors one array: their bytes, layout and dtype."""
+        root, start = self.storage.root()
+        at = start + self.offset * self.dtype.itemsize
+        return id(root), at, self.size, self.stride, self.dtype.name
+
+    def array(self) -> np.ndarray[Any, Any]:
+        """The tensor as a read-only numpy array over the file's bytes (strided as stored)."""
+        np_dtype = dtypes.numpy_dtype(self.dtype)
+        if not self.numel:
+            return np.zeros(self.size, np_dtype)
+        item = self.dtype.itemsize
+        strides = tuple(st * item for st in self.stride)
+        # (frombuffer holds the buffer, so a mapping stays open under the array; numpy
+        # checks that the layout lies within it)
+        raw = np.frombuffer(self.storage.buffer(), np.uint8)
+        made = np.ndarray(self.size, np_dtype, raw, self.offset * item, strides)
+        made.flags.writeable = False
+        return made
+
+
+def _shape(value: tuple[int, ...]) -> str:
+    shown = ", ".join(str(v) for v in value[:8])
+    return f"({shown}{', ...' if len(value) > 8 else ''})"
 
 
 class Context(Protocol):
@@ -176,8 +365,22 @@ def _set(m: Context, args: tuple[Any, ...]) -> PickledSet | None:
     plain = (str, bytes, int, float, bool, type(None))
     if isinstance(items, list | tuple) and all(isinstance(v, plain) for v in items):
         m.charge(len(items), "builtins.set")
-        return PickledSet(items)
+        return PickledSet(_distinct(items))
     return None
+
+
+def _distinct(items: list[Any] | tuple[Any, ...]) -> list[Any]:
+    """``items`` without repeats, in order, told apart by type and text rather than by hash
+    (numbers can be made to collide, and a set of them to take quadratic time; text hashes
+    are salted); 1, 1.0 and True stay three."""
+    seen: dict[tuple[str, str | bytes], None] = {}
+    out = []
+    for v in items:
+        key = (type(v).__name__, v if isinstance(v, str | bytes) else repr(v))
+        if key not in seen:
+            seen[key] = None
+            out.append(v)
+    return out
 
 
 def _complex(m: Context, args: tuple[Any, ...]) -> complex | None:
@@ -212,7 +415,10 @@ def _bytearray(m: Context, args: tuple[Any, ...]) -> bytearray | None:
 def _size(m: Context, args: tuple[Any, ...]) -> Size | None:
     if not args:
         return Size()
-    return Size(args[0]) if len(args) == 1 and _ints(args[0]) else None
+    if len(args) == 1 and _ints(args[0]):
+        m.charge(len(args[0]), "torch.Size")
+        return Size(args[0])
+    return None
 
 
 def _device(m: Context, args: tuple[Any, ...]) -> str | None:
@@ -246,6 +452,10 @@ CALLS: dict[str, Callable[[Context, tuple[Any, ...]], Any]] = {
 }
 """The calls tensor checkpoints make, each making its value from the arguments it takes
 (None: arguments it does not take, refused)."""
+
+COSTS = {name: 32 for name in CALLS if name.startswith("torch._utils._rebuild_tensor")}
+"""Items a call counts against the file's budget before what it copies (1 when not here): a
+tensor becomes an entry of the catalog, and an honest one takes 50 bytes of pickle or more."""
 
 
 def dtype_named(value: Any) -> DType | None:

@@ -25,19 +25,16 @@ Example:
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-import numpy as np
-
-from ..core import dtypes
-from ..core.dtypes import DType
 from ..core.errors import FormatError, UnsupportedError, quoted_name
 from ..core.values import brief, sized
 from ._arrays import file_stem
+from ._pickle_calls import Pairs, PickledSet, Size, Stored
 
-__all__ = ["MIN_ENTRIES", "MIN_TEXT", "TEXT_PER_BYTE", "Checkpoint", "Pairs", "PickledSet"]
-__all__ += ["Plain", "Size", "Storage", "Stored", "TorchName", "describe", "plain_value", "walk"]
+__all__ = ["MIN_ENTRIES", "MIN_TEXT", "TEXT_PER_BYTE", "Checkpoint", "Plain", "describe"]
+__all__ += ["plain_value", "walk"]
 
 
 MIN_ENTRIES = 1 << 17
@@ -79,185 +76,6 @@ _BIG = 1 << 64
 
 _LEFT = -2
 """The parent of a stack entry that marks the end of a container's walk."""
-
-
-class Pairs:
-    """A dict of a pickle, as its ``(key, value)`` pairs in the pickle's order: no key is
-    ever hashed (a file's integer keys can be made to collide, and a dict of them to take
-    quadratic time), and a key set twice is kept twice (flattening refuses it, naming it):
-    ``Pairs([("a", 1)]).values() == [1]``."""
-
-    __slots__ = ("pairs",)
-
-    def __init__(self, pairs: list[tuple[Any, Any]] | None = None) -> None:
-        self.pairs: list[tuple[Any, Any]] = [] if pairs is None else pairs
-
-    def items(self) -> list[tuple[Any, Any]]:
-        return self.pairs
-
-    def values(self) -> list[Any]:
-        return [v for _, v in self.pairs]
-
-    def __len__(self) -> int:
-        return len(self.pairs)
-
-    def __iter__(self) -> Iterator[Any]:
-        return (k for k, _ in self.pairs)
-
-
-class PickledSet(list[Any]):
-    """A set of a pickle, as its items (never hashed); rendered like a set."""
-
-    __slots__ = ()
-
-
-class Size(tuple[int, ...]):
-    """A ``torch.Size`` of a pickle: a shape, kept as one value (never flattened)."""
-
-    __slots__ = ()
-
-
-class TorchName(str):
-    """A torch global that is data, not code (``torch.float32``, a layout), by its name."""
-
-    __slots__ = ()
-
-
-class Storage:
-    """A storage of a pickle: its key, dtype (``U8`` for untyped bytes), size in bytes, and its
-    bytes once the file gave them (:attr:`data`); a view of another (an old-format file's)
-    is ``nbytes`` of its ``base``'s from ``start``."""
-
-    __slots__ = ("base", "data", "dtype", "key", "nbytes", "start")
-
-    def __init__(
-        self,
-        key: str,
-        dtype: DType,
-        nbytes: int,
-        base: Storage | None = None,
-        start: int = 0,
-    ) -> None:
-        self.key, self.dtype, self.nbytes, self.base, self.start = key, dtype, nbytes, base, start
-        self.data: Any = None
-
-    def root(self) -> tuple[Storage, int]:
-        """The storage whose bytes this one's are, and where they start in it."""
-        return (self, 0) if self.base is None else (self.base, self.start)
-
-    def buffer(self) -> Any:
-        """The storage's bytes (a view of the file's)."""
-        root, start = self.root()
-        return root.data[start : start + self.nbytes]
-
-
-_MAX_DIM = 1 << 62  # (a size past it is no shape numpy makes)
-
-
-class Stored:
-    """A tensor of a pickle: ``size`` and ``stride`` (in elements) from ``offset`` in a
-    storage's bytes, read as ``dtype``; made only by :meth:`checked`."""
-
-    __slots__ = ("dtype", "numel", "offset", "size", "storage", "stride")
-
-    def __init__(
-        self,
-        storage: Storage,
-        dtype: DType,
-        offset: int,
-        size: tuple[int, ...],
-        stride: tuple[int, ...],
-        numel: int,
-    ) -> None:
-        self.storage, self.dtype, self.offset = storage, dtype, offset
-        self.size, self.stride, self.numel = size, stride, numel
-
-    @classmethod
-    def checked(
-        cls,
-        storage: Storage,
-        dtype: DType,
-        offset: int,
-        size: tuple[int, ...],
-        stride: tuple[int, ...],
-        where: str,
-    ) -> Stored:
-        """The tensor, if it lies within ``storage`` and holds each of its elements once;
-        else a :class:`FormatError` (past the storage), or an :class:`UnsupportedError`
-        (elements repeated: a stride-0 view, overlapping strides)."""
-        item = dtype.itemsize
-        layout = f"offset {offset:,}, size {_shape(size)}, stride {_shape(stride)}"
-        if any(n >= _MAX_DIM for n in size):
-            raise UnsupportedError(
-                f"{quoted_name(where)}: a tensor of the pickle ({layout}) is too large"
-            )
-        if 0 in size:
-            return cls(storage, dtype, offset, size, stride, 0)
-        reach = 1 + sum(st * (n - 1) for n, st in zip(size, stride, strict=True))
-        if (offset + reach) * item > storage.nbytes:
-            raise FormatError(
-                f"{quoted_name(where)}: a tensor of the pickle ({layout}, {dtype.name}) reaches "
-                f"{(offset + reach) * item:,} bytes into a storage of {storage.nbytes:,}: the "
-                "file is not what it says",
-                format="pytorch",
-            )
-        numel, step, room = 1, 1, storage.nbytes // item - offset
-        for n in size:  # (stopping past the room: a product of huge sizes is slow)
-            numel = numel * n if numel <= room else numel
-        if numel > room:
-            raise FormatError(
-                f"{quoted_name(where)}: a tensor of the pickle ({layout}) has more elements "
-                f"than its storage of {storage.nbytes:,} bytes holds from that offset (it "
-                "repeats elements): the file is not what it says",
-                format="pytorch",
-            )
-        numel = 1
-        for st, n in sorted((st, n) for n, st in zip(size, stride, strict=True) if n > 1):
-            if st < step:
-                raise UnsupportedError(
-                    f"{quoted_name(where)}: a tensor of the pickle ({layout}) repeats elements "
-                    "of its storage; tensorfile reads tensors whose every element is stored"
-                )
-            step, numel = st * n, numel * n
-        return cls(storage, dtype, offset, size, stride, numel)
-
-    @property
-    def nbytes(self) -> int:
-        return self.numel * self.dtype.itemsize
-
-    def contiguous(self) -> bool:
-        """Whether the elements lie one after another in row-major order."""
-        want = 1
-        for n, st in zip(reversed(self.size), reversed(self.stride), strict=True):
-            if n > 1 and st != want:
-                return False
-            want *= n
-        return True
-
-    def key(self) -> tuple[Any, ...]:
-        """What makes two tensors one array: their bytes, layout and dtype."""
-        root, start = self.storage.root()
-        at = start + self.offset * self.dtype.itemsize
-        return id(root), at, self.size, self.stride, self.dtype.name
-
-    def array(self) -> np.ndarray[Any, Any]:
-        """The tensor as a read-only numpy array over the file's bytes (strided as stored)."""
-        np_dtype = dtypes.numpy_dtype(self.dtype)
-        if not self.numel:
-            return np.zeros(self.size, np_dtype)
-        item = self.dtype.itemsize
-        strides = tuple(st * item for st in self.stride)
-        # (frombuffer holds the buffer, so a mapping stays open under the array; numpy
-        # checks that the layout lies within it)
-        raw = np.frombuffer(self.storage.buffer(), np.uint8)
-        made = np.ndarray(self.size, np_dtype, raw, self.offset * item, strides)
-        made.flags.writeable = False
-        return made
-
-
-def _shape(value: tuple[int, ...]) -> str:
-    shown = ", ".join(str(v) for v in value[:8])
-    return f"({shown}{', ...' if len(value) > 8 else ''})"
 
 
 class Checkpoint(NamedTuple):
@@ -326,6 +144,14 @@ def _children(value: Any, name: str, names: _Budget) -> list[tuple[str, Any]]:
         names.spend(len(text))
         out.append((f"{name}.{text}" if name else text, child))
     return out
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _holding(obj: Any) -> set[int]:
@@ -409,6 +235,12 @@ def walk(obj: Any, where: str, size: int) -> Checkpoint:
             continue
         into = found.tensors if isinstance(value, Stored) else found.values
         name = name or file_stem(where)  # a lone tensor or value: named after the file
+        if not name.isascii() and not _utf8(name):
+            raise FormatError(
+                f"{quoted_name(where)}: the pickle names an entry with a lone surrogate "
+                f"({brief(name)}), which no file format can hold as a name",
+                format="pytorch",
+            )
         if name in into:
             raise UnsupportedError(
                 f"{quoted_name(where)}: two entries flatten to the name {brief(name)} (a dotted "
@@ -541,7 +373,7 @@ class Plain:
         try:
             if isinstance(value, Mapping | Pairs):
                 return self._mapping(value, name, depth)
-            unordered = isinstance(value, set | frozenset | PickledSet)
+            unordered = isinstance(value, set | frozenset)  # (a pickle's: in its order)
             items = sorted(value, key=_order) if unordered else value
             return [
                 v

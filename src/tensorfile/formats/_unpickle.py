@@ -19,14 +19,15 @@ made. Nothing is imported, called or allocated because a pickle says so:
 * dicts are kept as their pairs (:class:`~tensorfile.formats._pickle_values.Pairs`) and
   sets as their items: no key of a file is ever hashed, so no crafted keys can make
   building one quadratic;
-* what copying calls make (a text encoded as bytes, a dict's items counted) is charged
-  against a budget of ``16 ×`` the file's size and 64 MiB (a
-  :class:`~tensorfile.errors.FormatError` past it);
+* each call counts what it makes (a tensor 32 items, a copy its length) against twice the
+  file's bytes and 1 Mi, empty containers against one for each 4 bytes, and at most 65,536
+  marks are open at once (a :class:`~tensorfile.errors.FormatError` past any of them): a
+  call repeated through the memo at 5 bytes a call cannot make hundreds of times the file;
 * a tensor has at most 64 dimensions, non-negative sizes, strides and offset, lies within
   its storage and holds each of its elements once (a stride-0 view claiming a billion
   elements of one stored value is refused, naming the tensor's layout);
-* a storage's bytes are the file's: a zip's record (found by torch's own zip reader, so
-  tensorfile and torch read the same record; stored, within the file, none overlapping),
+* a storage's bytes are the file's: a zip's record (found by tensorfile's own zip reader,
+  which takes a zip only as torch.save writes it: :func:`._pickle_bytes.zip_records`),
   at least as long as the storage claims; an old-format file's after its five pickles,
   each behind its count of elements, which must be the one the pickle claims; a storage
   never given bytes by the file is refused.
@@ -55,22 +56,29 @@ from . import NPZ
 from ._pickle_bytes import fold, zip_records
 from ._pickle_calls import (
     CALLS,
+    COSTS,
     TYPES,
     WHY,
     Bad,
     Global,
+    Pairs,
+    PickledSet,
+    Storage,
+    Stored,
+    TorchName,
     index,
     rename,
     show,
     storage_dtype,
 )
-from ._pickle_values import Pairs, PickledSet, Storage, Stored, TorchName
 
 __all__ = ["read"]
 
 _MAGIC = 0x1950A86A20F9469CFC6C  # torch.serialization.MAGIC_NUMBER, the first pickle
 _PROTOCOL = 1001  # torch.serialization.PROTOCOL_VERSION, the second
 _LINE = 1 << 10  # the longest GLOBAL line read (module or name)
+_MARKS = 1 << 16  # the most marks open at once (the depth of nested MARKs)
+_CONTAINERS = "]}\x8f"  # EMPTY_LIST, EMPTY_DICT, EMPTY_SET: each a new container
 
 
 class _Machine:
@@ -80,7 +88,7 @@ class _Machine:
     def __init__(self, data: Any, pos: int, where: str, reader: _Reader) -> None:
         self.data, self.pos, self.end, self.where = data, pos, len(data), where
         self.stack: list[Any] = []
-        self.metastack: list[list[Any]] = []
+        self.marks: list[int] = []  # (where each open MARK stands in the stack)
         self.memo: dict[int, Any] = {}
         self.reader = reader
 
@@ -103,20 +111,25 @@ class _Machine:
         except UnicodeDecodeError:
             raise Bad("a GLOBAL whose name is not ASCII") from None
 
-    def pop(self) -> Any:
-        if not self.stack:
+    def above(self, n: int) -> None:
+        """Refuse unless ``n`` items lie above the last open mark."""
+        if len(self.stack) - (self.marks[-1] if self.marks else 0) < n:
             raise Bad("stack underflow")
+
+    def pop(self) -> Any:
+        self.above(1)
         return self.stack.pop()
 
     def top(self) -> Any:
-        if not self.stack:
-            raise Bad("stack underflow")
+        self.above(1)
         return self.stack[-1]
 
     def pop_mark(self) -> list[Any]:
-        if not self.metastack:
+        if not self.marks:
             raise Bad("no mark")
-        items, self.stack = self.stack, self.metastack.pop()
+        at = self.marks.pop()
+        items = self.stack[at:]
+        del self.stack[at:]
         return items
 
     def run(self) -> Any:
@@ -136,6 +149,8 @@ class _Machine:
     def step(self, key: int) -> tuple[bool, Any]:
         op, push = chr(key), self.stack.append
         if op in _FIXED:
+            if op in _CONTAINERS:
+                self.reader.made(op)
             push(_FIXED[op]())
         elif op in _NUMBERS:
             size, fmt = _NUMBERS[op]
@@ -150,15 +165,14 @@ class _Machine:
             module, name = self.line(), self.line()
             push(self.reader.global_(rename(module, name)))
         elif op == "(":  # MARK
-            self.metastack.append(self.stack)
-            self.stack = []
+            if len(self.marks) >= _MARKS:
+                raise Bad(f"more than {_MARKS:,} marks open at once")
+            self.marks.append(len(self.stack))
         elif op == "t":  # TUPLE
-            made = tuple(self.pop_mark())  # (pop_mark replaces the stack: not push)
-            self.stack.append(made)
+            push(tuple(self.pop_mark()))
         elif op in "\x85\x86\x87":  # TUPLE1, TUPLE2, TUPLE3
             n = key - 0x84
-            if len(self.stack) < n:
-                raise Bad("stack underflow")
+            self.above(n)
             self.stack[-n:] = [tuple(self.stack[-n:])]
         elif op in "hj":  # BINGET, LONG_BINGET
             index = self.read(1)[0] if op == "h" else struct.unpack("<I", self.read(4))[0]
@@ -245,8 +259,8 @@ class _Machine:
         if n > self.reader.budget:
             raise FormatError(
                 f"{quoted_name(self.where)}: the pickle's calls of {name} copy {n:,} more "
-                f"items, past the {self.reader.budget:,} left of what its size allows (16 for each "
-                "of its bytes and 64 MiB)",
+                f"items, past the {self.reader.budget:,} left of what its size allows (2 for "
+                "each of its bytes and 1 Mi)",
                 format="pytorch",
             )
         self.reader.budget -= n
@@ -261,6 +275,8 @@ class _Machine:
             if kind in TYPES and isinstance(state, Pairs | type(None)):  # (attributes: set aside)
                 return self.call(inner, inner_args, nested=True)
         made = CALLS.get(name)
+        if made is not None:  # (each call makes something: a tensor's catalog entry most)
+            self.charge(COSTS.get(name, 1), name)
         found = made(self, args) if made is not None else None
         if found is None:
             shown = ", ".join(show(a) for a in args)
@@ -274,8 +290,20 @@ class _Reader:
     def __init__(self, where: str, budget: int, legacy: bool) -> None:
         self.where, self.legacy = where, legacy
         self.budget = budget  # (items copying calls may still make)
+        self.containers = budget // 8  # (empty containers the pickle may still make)
         self.storages: dict[str, Storage] = {}
         self.views: dict[str, Storage] = {}
+
+    def made(self, op: str) -> None:
+        """Count one new container: each takes ~100 bytes for the one byte that asks for it,
+        so a file may make one for each 4 of its bytes (an honest one makes far fewer)."""
+        self.containers -= 1
+        if self.containers < 0:
+            raise FormatError(
+                f"{quoted_name(self.where)}: the pickle makes more containers than its size "
+                "allows (one for each 4 of its bytes and 128 Ki)",
+                format="pytorch",
+            )
 
     def global_(self, name: str) -> Any:
         if name in CALLS or name in WHY or name == "torch._tensor._rebuild_from_type_v2":
@@ -304,6 +332,12 @@ class _Reader:
         if dtype is None or not ok or not index(numel):
             raise UnsupportedError(self.refusal_pid(pid, m))
         nbytes = numel * dtype.itemsize
+        if key in self.views:  # (torch's loader keeps roots and views in one table)
+            raise FormatError(
+                f"{quoted_name(self.where)}: storage {key[:100]!r} has a storage view's key: "
+                "the file is not what it says",
+                format="pytorch",
+            )
         storage = self.storages.setdefault(key, Storage(key, dtype, nbytes))
         if (storage.dtype, storage.nbytes) != (dtype, nbytes):
             raise FormatError(
@@ -320,6 +354,12 @@ class _Reader:
             raise Bad(f"a storage view that is no (key, offset, size): {show(view)}")
         key, offset, numel = view
         item = root.dtype.itemsize
+        if key in self.storages:  # (torch's loader keeps roots and views in one table)
+            raise FormatError(
+                f"{quoted_name(self.where)}: storage view {key[:100]!r} has a storage's key: "
+                "the file is not what it says",
+                format="pytorch",
+            )
         if not (index(offset) and index(numel)) or (offset + numel) * item > root.nbytes:
             raise FormatError(
                 f"{quoted_name(self.where)}: storage view {key!r} ({show(view)}) reaches "
@@ -339,12 +379,22 @@ class _Reader:
         return made
 
     def refusal_pid(self, pid: Any, m: _Machine) -> str:
-        kind = pid[1].name if isinstance(pid[1], Global) else show(pid[1])
+        named = isinstance(pid[1], Global | TorchName)  # (a class tensorfile reads, or not)
+        kind = (pid[1].name if isinstance(pid[1], Global) else str(pid[1])) if named else ""
+        stem = kind.rpartition(".")[2]
+        kind = kind or show(pid[1])
+        why = (
+            "a quantized storage; tensorfile reads dense tensors"
+            if stem.startswith("Q")
+            else "complex128, which no tensor file format holds"
+            if stem == "ComplexDoubleStorage"
+            else "not a storage class torch.save writes"
+            if named
+            else "its key, location and size must be a short text, a text and a count"
+        )
         return (
             f"{quoted_name(self.where)}: a storage of the pickle ({show(pid)}) is of "
-            f"{kind}, which tensorfile's pickle reader does not read (quantized and "
-            "packed storages are not read; the storage's key, location and size must be "
-            "a short text, a text and a count)"
+            f"{kind}, which tensorfile's pickle reader does not read: {why}"
         )
 
 
@@ -384,12 +434,14 @@ def _big_endian(where: str) -> UnsupportedError:
 
 
 def _budget(source: Source) -> int:
-    return 16 * source.size + (64 << 20)
+    """Items a file's calls may make: twice its bytes and 1 Mi (an honest call makes no
+    more items than the bytes that ask for it)."""
+    return 2 * source.size + (1 << 20)
 
 
 def _zipped(source: Source, data: Any) -> Any:
     where = source.name
-    pickle, records = zip_records(source)
+    pickle, records = zip_records(data, where)
     order = records.get("byteorder")
     if order is not None and bytes(data[order[0] : order[0] + order[1]]) not in (b"little", b""):
         raise _big_endian(where)

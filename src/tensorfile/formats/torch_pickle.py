@@ -12,9 +12,8 @@ any other class, a call of any other function) is refused unread (an
 allocation: storages are the file's bytes, and what copying calls make is bounded by the
 file's size. The bytes are read once (:mod:`~tensorfile.formats._pickle_bytes`: a local
 file mapped through the descriptor opened, a remote one copied once into memory); a zip's
-records are found by torch's own zip reader, so tensorfile reads what torch would (torch is
-needed for zipped pickles only; without it: an UnsupportedError naming the ``torch``
-extra). Each distinct tensor becomes one array (one tensor listed many times is one array):
+records are found by tensorfile's own strict zip reader (no torch needed). Each distinct
+tensor becomes one array (one tensor listed many times is one array):
 a contiguous one shares the file's bytes, and copies of the others together take at most
 twice the bytes their storages hold. What the pickle flattens to is bounded by the file's
 size too (:mod:`~tensorfile.formats._pickle_values`): entries read again through shared
@@ -84,7 +83,8 @@ from ..core.source import Source
 from . import metadata_text
 from ._arrays import ArraysReader, ArraysSource, Segment
 from ._pickle_bytes import pinned
-from ._pickle_values import Checkpoint, Plain, Stored, describe, plain_value, walk
+from ._pickle_calls import Stored
+from ._pickle_values import Checkpoint, Plain, describe, plain_value, walk
 from ._unpickle import read
 
 __all__ = [
