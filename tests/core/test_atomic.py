@@ -117,11 +117,53 @@ def test_mode_follows_the_umask(tmp_path: Path, mask: int) -> None:
 
 
 @pytest.mark.usefixtures("umask")
-def test_mode_of_a_replaced_file_follows_the_umask(old: Path) -> None:
+@pytest.mark.parametrize("mode", [0o600, 0o640, 0o666, 0o750], ids=oct)
+def test_a_replaced_file_keeps_its_mode_and_owner(old: Path, mode: int) -> None:
+    """Review j07: a file written over another keeps its mode (a private 0600 file became
+    0644) and, where permitted, its owner, as ``open(path, "w")`` and ``meta`` keep them;
+    the temporary file is never wider than that while it is written."""
     os.umask(0o002)
+    old.chmod(mode)
+    if os.geteuid() == 0:
+        os.chown(old, 1234, 5678)
+    before = old.stat()
     with atomic_write(old) as fd:
+        assert stat.S_IMODE(os.fstat(fd).st_mode) == mode
         os.write(fd, b"x")
-    assert _mode(old) == 0o664
+    after = old.stat()
+    assert old.read_bytes() == b"x" and after.st_ino != before.st_ino
+    assert _mode(old) == mode
+    assert (after.st_uid, after.st_gid) == (before.st_uid, before.st_gid)
+
+
+def test_a_read_only_file_is_refused_never_replaced(
+    old: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Review j07b: ``save_file``, ``convert`` and every atomic write refuse a read-only
+    destination (by its mode bits, for root too), as ``meta`` does; it was replaced and
+    made writable (0644)."""
+    from tests.helpers.cli import run
+
+    source = old.parent / "source.safetensors"
+    save_file({"x": np.ones(2, np.float32)}, source)
+    dest = old.parent / "ro.safetensors"
+    save_file({"x": np.zeros(2, np.float32)}, dest)
+    dest.chmod(0o444)
+    before = dest.read_bytes(), dest.stat().st_ino
+    want = f"cannot write {dest}: the file is read-only (mode 0444); nothing was written"
+    with pytest.raises(SourceError) as info:
+        save_file({"x": np.ones(2, np.float32)}, dest)
+    assert str(info.value) == want
+    with pytest.raises(SourceError, match="read-only"):
+        with atomic_write(dest) as fd:
+            os.write(fd, b"x")
+    result = run(capsys, "convert", source, dest)
+    assert result.code == 2 and want in result.err
+    assert (dest.read_bytes(), dest.stat().st_ino) == before
+    assert _mode(dest) == 0o444
+    assert sorted(p.name for p in old.parent.iterdir()) == sorted(
+        [old.name, source.name, dest.name]
+    )
 
 
 def test_a_directory_destination_is_refused(tmp_path: Path) -> None:

@@ -365,3 +365,44 @@ def test_an_s3_endpoint_from_the_environment_is_part_of_the_shard_key(
         with dataset.open(url, storage_options=options, cache_dir=cache) as ds:
             assert_samples(list(ds), expected_rows(cols, 16))
             assert ds.cache is not None and ds.cache.downloads == downloads
+
+
+def _twin_datasets(fs: Any, first: str, second: str, tmp_path: Path) -> None:
+    """One dataset of zeros at ``first``; at ``second`` its copy (the same manifest, shards
+    of the same names and sizes) whose tensor bytes are 666s."""
+    local = tmp_path / "ds"
+    dataset.write({"x": np.zeros((8, 2), np.float32)}, local, batch_size=4)
+    for p in local.iterdir():
+        if p.is_file():
+            data = p.read_bytes()
+            fs.pipe(f"{first}/{p.name}", data)
+            if p.suffix == ".safetensors":
+                body = 8 + int.from_bytes(data[:8], "little")
+                data = data[:body] + np.full((len(data) - body) // 4, 666, np.float32).tobytes()
+            fs.pipe(f"{second}/{p.name}", data)
+
+
+@pytest.mark.parametrize("where", ["s3", "memory"])
+def test_locations_differing_in_a_hash_or_query_never_share_cached_shards(
+    s3: Any, tmp_path: Path, where: str
+) -> None:
+    """Review j22: on ``s3://`` and ``memory://`` a ``#`` or ``?`` is part of an object's
+    name, so ``ds`` and ``ds#b`` are two datasets; their shards were keyed by the redacted
+    URL (no ``#b``), and after a read of ``ds#b`` a read of ``ds`` gave ``ds#b``'s values."""
+    import fsspec
+
+    if where == "s3":
+        fs, options, base = s3.fs, s3.options, s3.bucket()
+    else:
+        fs, options, base = fsspec.filesystem("memory"), {}, f"/j22-{tmp_path.name}"
+    suffixes = ["#b", "?b"]
+    for suffix in suffixes:
+        _twin_datasets(fs, f"{base}/ds", f"{base}/ds{suffix}", tmp_path / suffix[0])
+    cache = tmp_path / "cache"
+    url = f"{where}://{base.lstrip('/')}/ds"
+    for suffix in suffixes:
+        with dataset.open(url + suffix, storage_options=options, cache_dir=cache) as ds:
+            assert {float(np.asarray(s["x"]).max()) for s in ds} == {666.0}
+    with dataset.open(url, storage_options=options, cache_dir=cache) as ds:
+        assert {float(np.asarray(s["x"]).max()) for s in ds} == {0.0}
+        assert ds.cache is not None and ds.cache.downloads == 2

@@ -138,14 +138,28 @@ def test_any_file(save_file: Callable[..., None], tmp_path: Path) -> None:
 
 
 def test_file_mode(tmp_path: Path) -> None:
+    """A new file: 0600 and the umask's; over a 0640 file: 0600 and 0640 (review j07); over
+    a read-only file: replaced (0600) and refused, untouched (j07b)."""
+    r, t = tmp_path / "r.safetensors", tmp_path / "t.safetensors"
     old = os.umask(0o022)
     try:
-        ref_np.save_file({"x": np.zeros(1)}, tmp_path / "r.safetensors")
-        tf_np.save_file({"x": np.zeros(1)}, tmp_path / "t.safetensors")
+        ref_np.save_file({"x": np.zeros(1)}, r)
+        tf_np.save_file({"x": np.zeros(1)}, t)
+        assert (r.stat().st_mode & 0o777, t.stat().st_mode & 0o777) == (0o600, 0o644)
+        for path, save in ((r, ref_np.save_file), (t, tf_np.save_file)):
+            path.chmod(0o640)
+            save({"x": np.ones(1)}, path)
+        assert (r.stat().st_mode & 0o777, t.stat().st_mode & 0o777) == (0o600, 0o640)
+        r.chmod(0o444)
+        t.chmod(0o444)
+        kept = t.read_bytes()
+        ref_np.save_file({"x": np.zeros(1)}, r)  # (a rename: for any user who may write here)
+        assert r.stat().st_mode & 0o777 == 0o600
+        with pytest.raises(errors.SourceError, match=r"read-only \(mode 0444\)"):
+            tf_np.save_file({"x": np.zeros(1)}, t)
+        assert (t.read_bytes(), t.stat().st_mode & 0o777) == (kept, 0o444)
     finally:
         os.umask(old)
-    assert (tmp_path / "r.safetensors").stat().st_mode & 0o777 == 0o600
-    assert (tmp_path / "t.safetensors").stat().st_mode & 0o777 == 0o644
 
 
 def header_metadata_keys(data: bytes) -> list[str]:

@@ -1,8 +1,11 @@
 """Atomic file writes: a temporary file in the destination's folder, renamed into place.
 
 A reader never sees a partial file at the destination, and a failure at any point, a
-``SIGKILL`` included, leaves whatever was there before untouched. The temporary file's mode
-is ``AtomicFile.MODE`` (0666, as ``open(path, "w")`` gives) less the umask.
+``SIGKILL`` included, leaves whatever was there before untouched. A new file's mode is
+``AtomicFile.MODE`` (0666, as ``open(path, "w")`` gives) less the umask; a file written over
+an existing regular file keeps that file's mode and, where permitted, its owner (as
+``open(path, "w")`` would), from the moment it is created, and a read-only one (by its mode
+bits, for root too) is refused, never replaced (:mod:`.release`).
 
 Temporary files are named ``.{name}.tensorfile-{12 hex digits}.tmp`` and their writer holds an
 exclusive ``flock`` on them until it renames or removes them. A writer killed on the way
@@ -48,6 +51,7 @@ from typing import Literal
 
 from . import release
 from .errors import InvalidArgumentError, InvalidTypeError, SourceError
+from .release import check_editable, keep_owner_and_mode, refuse_read_only
 
 __all__ = [
     "CLONE_BLOCK",
@@ -179,21 +183,24 @@ def _dest_text(path: object) -> str:
     return dest
 
 
-def _check_destination(dest: str, dir_fd: int | None = None) -> None:
+def _check_destination(dest: str, dir_fd: int | None = None) -> os.stat_result | None:
     """Refuse a destination that exists and is not a regular file (or a symlink): renaming a
-    file over ``/dev/null`` or a FIFO would replace the node itself."""
+    file over ``/dev/null`` or a FIFO would replace the node itself. Returns its status (a
+    symlink's own), None when nothing is there."""
     name = dest if dir_fd is None else os.path.basename(dest)
     try:
-        kind = stat.S_IFMT(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
+        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
     except FileNotFoundError:
-        return
+        return None
     except OSError as exc:
         raise SourceError(f"cannot write {dest}: {exc.strerror or exc}") from exc
+    kind = stat.S_IFMT(st.st_mode)
     if kind in _NOT_FILES:
         raise SourceError(
             f"cannot write {dest}: it is {_NOT_FILES[kind]}, not a regular file; tensorfile "
             "writes files by renaming a new file into place and will not replace it"
         )
+    return st
 
 
 class AtomicFile:
@@ -222,6 +229,10 @@ class AtomicFile:
     """
 
     MODE = 0o666  # the new file's mode, less the umask (a subclass may make it narrower)
+    KEEP_MODE = True
+    """Whether a file written over an existing regular file keeps its mode and owner, and a
+    read-only one is refused (see the module docstring). False for files tensorfile alone
+    owns (cache entries), whose mode is the writer's whatever was at the name."""
 
     def __init__(
         self, path: str | os.PathLike[str], *, fsync: bool = False, dir_fd: int | None = None
@@ -248,14 +259,20 @@ class AtomicFile:
             self.dir_fd = None
 
     def _create(self) -> None:
-        _check_destination(self.dest, self.dir_fd)
+        old = _check_destination(self.dest, self.dir_fd)
+        if old is not None and not (self.KEEP_MODE and stat.S_ISREG(old.st_mode)):
+            old = None  # (a symlink is replaced, not followed: its target keeps its mode)
+        if old is not None:
+            refuse_read_only(old, self._name(self.dest), self.dest, "write", self.dir_fd)
         remove_stale_temps(self.dest, dir_fd=self.dir_fd)
         base = os.path.basename(self.dest)
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _CLOEXEC
+        # never wider than the file it replaces, even before its mode is given
+        mode = self.MODE if old is None else self.MODE & stat.S_IMODE(old.st_mode)
         for _ in range(100):
             self.tmp = os.path.join(self.folder, f"{_temp_prefix(base)}{secrets.token_hex(6)}.tmp")
             try:
-                fd = os.open(self._name(self.tmp), flags, self.MODE, dir_fd=self.dir_fd)
+                fd = os.open(self._name(self.tmp), flags, mode, dir_fd=self.dir_fd)
             except FileExistsError:
                 continue
             except OSError as exc:
@@ -263,9 +280,20 @@ class AtomicFile:
             if _lock_own(fd, self._name(self.tmp), self.dir_fd):
                 self.fd = fd
                 self.done = False
+                if old is not None:
+                    self._keep(old)
                 return
             os.close(fd)  # another writer's cleanup removed it before we locked it: again
         raise SourceError(f"cannot write {self.dest}: no temporary file could be kept")
+
+    def _keep(self, old: os.stat_result) -> None:
+        """Give the new file the replaced one's owner and mode
+        (:func:`~.release.keep_owner_and_mode`)."""
+        try:
+            keep_owner_and_mode(self.fd, old)
+        except OSError as exc:
+            self.abort()
+            raise SourceError(f"cannot write {self.dest}: {exc.strerror or exc}") from exc
 
     def commit(self) -> None:
         """Flush (with ``fsync``) and rename the file over the destination, then close it.
@@ -405,77 +433,6 @@ def preallocate(fd: int, size: int, offset: int = 0) -> None:
 # -- editing existing files -------------------------------------------------------------------
 
 
-def _can_write(st: os.stat_result) -> bool:
-    """What the mode bits allow this process (root: any write bit at all)."""
-    euid = os.geteuid()
-    if euid == 0:
-        return bool(st.st_mode & 0o222)
-    if st.st_uid == euid:
-        return bool(st.st_mode & stat.S_IWUSR)
-    if st.st_gid == os.getegid() or st.st_gid in os.getgroups():
-        return bool(st.st_mode & stat.S_IWGRP)
-    return bool(st.st_mode & stat.S_IWOTH)
-
-
-def check_editable(path: str) -> tuple[str, os.stat_result]:
-    """The real file behind ``path`` (symlinks followed) and its status, once it is known
-    that an edit by temporary file + rename may replace it; else a :class:`SourceError`
-    that says why not, before anything is written.
-
-    Refused: a file that is not a regular file, has several hard links (an edit makes a new
-    file: the other names would keep the old contents), or is read-only by its mode bits
-    (checked as bits, so that root is refused too), and a file whose folder or file system
-    is read-only.
-
-    Example:
-        >>> import os, tempfile
-        >>> path = os.path.join(tempfile.mkdtemp(), "x.bin")
-        >>> _ = open(path, "w").write("x")
-        >>> check_editable(path)[0] == os.path.realpath(path)
-        True
-        >>> os.chmod(path, 0o444)
-        >>> try:
-        ...     check_editable(path)
-        ... except SourceError as exc:
-        ...     print(str(exc).split(": ", 1)[1])
-        the file is read-only (mode 0444); nothing was written
-    """
-    real = os.path.realpath(path)
-    shown = path if real == os.path.abspath(path) else f"{path} (a link to {real})"
-    try:
-        st = os.stat(real)
-    except OSError as exc:
-        raise SourceError(f"cannot edit {shown}: {exc.strerror or exc}") from exc
-    mode = stat.S_IMODE(st.st_mode)
-    if not stat.S_ISREG(st.st_mode):
-        raise SourceError(f"cannot edit {shown}: it is not a regular file")
-    if st.st_nlink > 1:
-        raise SourceError(
-            f"cannot edit {shown}: it has {st.st_nlink} hard links, and an atomic edit writes "
-            f"a new file, so the other {st.st_nlink - 1} name(s) would keep the old contents; "
-            "edit a copy, or remove the other links first; nothing was written"
-        )
-    if not _can_write(st) or (os.geteuid() != 0 and not os.access(real, os.W_OK)):
-        raise SourceError(
-            f"cannot edit {shown}: the file is read-only (mode {mode:04o}); nothing was written"
-        )
-    folder = os.path.dirname(real)
-    try:
-        fst = os.stat(folder)
-        read_only_fs = bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
-    except OSError as exc:
-        raise SourceError(f"cannot edit {shown}: {folder}: {exc.strerror or exc}") from exc
-    if read_only_fs:
-        raise SourceError(f"cannot edit {shown}: its file system is mounted read-only")
-    if not _can_write(fst) or (os.geteuid() != 0 and not os.access(folder, os.W_OK | os.X_OK)):
-        raise SourceError(
-            f"cannot edit {shown}: its folder {folder} is read-only (mode "
-            f"{stat.S_IMODE(fst.st_mode):04o}), and the edited file is written there and "
-            "renamed into place; nothing was written"
-        )
-    return real, st
-
-
 def _identity(st: os.stat_result) -> tuple[int, int, int, int]:
     return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
 
@@ -493,8 +450,9 @@ def rewrite(
 
     The new file is written beside the real file (symlinks followed; see
     :func:`check_editable` for what is refused), keeps its mode and, where permitted, its
-    owner, is flushed, and renamed over it: a process killed at any instant leaves the old
-    file or the new one, and readers see one or the other. The kept bytes are cloned where
+    owner (as every :class:`AtomicFile` over a file does), is flushed, and renamed over it:
+    a process killed at any instant leaves the old file or the new one, and readers see one
+    or the other. The kept bytes are cloned where
     the file system can share blocks (``"reflink"``: nothing copied; it needs
     ``len(head) - copy_from`` to be a multiple of :data:`CLONE_BLOCK`), else copied in the
     kernel (``"copy"``). Returns which. ``expect`` is the status of the file when its header
@@ -514,7 +472,6 @@ def rewrite(
         f = AtomicFile(real, fsync=True)
         try:
             method = _fill(src, f.fd, sst.st_size, head, copy_from, copy_len, tail)
-            _keep_owner_and_mode(f.fd, sst)
             if _identity(os.stat(real)) != _identity(sst):  # another edit got there first
                 raise SourceError(f"cannot write {path}: it changed while it was being edited")
             f.commit()
@@ -566,20 +523,6 @@ def _clone(src: int, dst: int, offset: int, length: int, delta: int) -> bool:
         if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EIO):
             raise
         return False  # EOPNOTSUPP, EXDEV, EINVAL (alignment), ENOTTY, ...
-
-
-def _keep_owner_and_mode(fd: int, st: os.stat_result) -> None:
-    """Give the new file the old one's owner (where permitted) and permission bits."""
-    own = os.fstat(fd)
-    if (own.st_uid, own.st_gid) != (st.st_uid, st.st_gid):
-        try:
-            os.fchown(fd, st.st_uid, st.st_gid)
-        except PermissionError:
-            try:  # a member of the file's group may still keep that
-                os.fchown(fd, -1, st.st_gid)
-            except PermissionError:
-                pass
-    os.fchmod(fd, stat.S_IMODE(st.st_mode))  # after chown, which clears set-id bits
 
 
 def copy_range(src: int, dst: int, offset: int, length: int, out_offset: int) -> None:

@@ -1,4 +1,11 @@
-"""Let go of a replaced file in the background.
+"""The file a write replaces: what the new file keeps of it and when it may not be
+replaced, and letting go of it in the background.
+
+Every tensorfile writer (:class:`~.atomic.AtomicFile`, the edits of :func:`~.atomic.rewrite`)
+gives the new file the old one's mode and, where permitted, its owner
+(:func:`keep_owner_and_mode`, as ``open(path, "w")`` would), and refuses a read-only file (by
+its mode bits, so that root is refused too) rather than replace it (:func:`refuse_read_only`);
+:func:`check_editable` adds an edit's own rules (hard links, the folder).
 
 Renaming a new file over an old one removes the old file's last name, and the kernel frees
 its cached pages and its blocks inside the rename, on the writer's time (~0.5 s for a 1 GiB
@@ -26,7 +33,18 @@ import queue
 import stat
 import threading
 
-__all__ = ["MIN_BYTES", "hold", "release", "wait"]
+from .errors import SourceError
+
+__all__ = [
+    "MIN_BYTES",
+    "can_write",
+    "check_editable",
+    "hold",
+    "keep_owner_and_mode",
+    "refuse_read_only",
+    "release",
+    "wait",
+]
 
 MIN_BYTES = 16 << 20
 """Files smaller than this are freed in the rename as before (their pages cost little)."""
@@ -88,3 +106,108 @@ def _run() -> None:
             os.close(item)
         except OSError:
             pass
+
+
+# -- what the new file keeps, and what is refused ----------------------------------------------
+
+
+def can_write(st: os.stat_result) -> bool:
+    """What the mode bits allow this process (root: any write bit at all).
+
+    Example:
+        >>> os.geteuid() == 0 or not can_write(os.stat("/"))
+        True
+    """
+    euid = os.geteuid()
+    if euid == 0:
+        return bool(st.st_mode & 0o222)
+    if st.st_uid == euid:
+        return bool(st.st_mode & stat.S_IWUSR)
+    if st.st_gid == os.getegid() or st.st_gid in os.getgroups():
+        return bool(st.st_mode & stat.S_IWGRP)
+    return bool(st.st_mode & stat.S_IWOTH)
+
+
+def check_editable(path: str) -> tuple[str, os.stat_result]:
+    """The real file behind ``path`` (symlinks followed) and its status, once it is known
+    that an edit by temporary file + rename may replace it; else a :class:`SourceError`
+    that says why not, before anything is written.
+
+    Refused: a file that is not a regular file, has several hard links (an edit makes a new
+    file: the other names would keep the old contents), or is read-only by its mode bits
+    (checked as bits, so that root is refused too), and a file whose folder or file system
+    is read-only.
+
+    Example:
+        >>> import os, tempfile
+        >>> path = os.path.join(tempfile.mkdtemp(), "x.bin")
+        >>> _ = open(path, "w").write("x")
+        >>> check_editable(path)[0] == os.path.realpath(path)
+        True
+        >>> os.chmod(path, 0o444)
+        >>> try:
+        ...     check_editable(path)
+        ... except SourceError as exc:
+        ...     print(str(exc).split(": ", 1)[1])
+        the file is read-only (mode 0444); nothing was written
+    """
+    real = os.path.realpath(path)
+    shown = path if real == os.path.abspath(path) else f"{path} (a link to {real})"
+    try:
+        st = os.stat(real)
+    except OSError as exc:
+        raise SourceError(f"cannot edit {shown}: {exc.strerror or exc}") from exc
+    if not stat.S_ISREG(st.st_mode):
+        raise SourceError(f"cannot edit {shown}: it is not a regular file")
+    if st.st_nlink > 1:
+        raise SourceError(
+            f"cannot edit {shown}: it has {st.st_nlink} hard links, and an atomic edit writes "
+            f"a new file, so the other {st.st_nlink - 1} name(s) would keep the old contents; "
+            "edit a copy, or remove the other links first; nothing was written"
+        )
+    refuse_read_only(st, real, shown, "edit")
+    folder = os.path.dirname(real)
+    try:
+        fst = os.stat(folder)
+        read_only_fs = bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
+    except OSError as exc:
+        raise SourceError(f"cannot edit {shown}: {folder}: {exc.strerror or exc}") from exc
+    if read_only_fs:
+        raise SourceError(f"cannot edit {shown}: its file system is mounted read-only")
+    if not can_write(fst) or (os.geteuid() != 0 and not os.access(folder, os.W_OK | os.X_OK)):
+        raise SourceError(
+            f"cannot edit {shown}: its folder {folder} is read-only (mode "
+            f"{stat.S_IMODE(fst.st_mode):04o}), and the edited file is written there and "
+            "renamed into place; nothing was written"
+        )
+    return real, st
+
+
+def refuse_read_only(
+    st: os.stat_result, name: str, shown: str, doing: str, dir_fd: int | None = None
+) -> None:
+    """A :class:`SourceError` when the regular file ``name`` (of status ``st``; in the
+    folder ``dir_fd`` when given) is read-only: by its mode bits (root too), or for this
+    user. An edit or a write over it would replace what its owner protected."""
+    if can_write(st) and (
+        os.geteuid() == 0 or os.access(name, os.W_OK, dir_fd=dir_fd, follow_symlinks=False)
+    ):
+        return
+    mode = stat.S_IMODE(st.st_mode)
+    raise SourceError(
+        f"cannot {doing} {shown}: the file is read-only (mode {mode:04o}); nothing was written"
+    )
+
+
+def keep_owner_and_mode(fd: int, st: os.stat_result) -> None:
+    """Give the new file the old one's owner (where permitted) and permission bits."""
+    own = os.fstat(fd)
+    if (own.st_uid, own.st_gid) != (st.st_uid, st.st_gid):
+        try:
+            os.fchown(fd, st.st_uid, st.st_gid)
+        except PermissionError:
+            try:  # a member of the file's group may still keep that
+                os.fchown(fd, -1, st.st_gid)
+            except PermissionError:
+                pass
+    os.fchmod(fd, stat.S_IMODE(st.st_mode))  # after chown, which clears set-id bits

@@ -101,7 +101,9 @@ def bypassed(where: str, exc: CacheBypass) -> None:
 
 
 def location_id(store: Store) -> str:
-    """What names a dataset's location in cache keys: its URL without credentials and the
+    """What names a dataset's location in cache keys: its URL as the store's client reads it
+    (:meth:`~tensorfile.sources.Store.location`: ``#...`` and ``?...`` kept where they name
+    objects), without credentials (:func:`~tensorfile.sources.cache.keys.identity`), and the
     endpoint it is read from (never a credential).
 
     Example:
@@ -109,9 +111,14 @@ def location_id(store: Store) -> str:
         >>> a = store_for("memory://loc-doc/ds")
         >>> location_id(a).split("\\0")
         ['memory://loc-doc/ds', '[]']
+        >>> location_id(store_for("memory://loc-doc/ds#b")).split("\\0")[0]
+        'memory://loc-doc/ds#b'
     """
-    url = store.url()
-    return f"{identity(url)}\0{endpoint_id(store.options, resolved_endpoint(url, store.options))}"
+    # the store's own location, never url(): that is the redacted form messages show, and
+    # cuts a "?..." or "#..." that names another folder on s3:// and memory://
+    where = store.location()
+    endpoint = endpoint_id(store.options, resolved_endpoint(where, store.options))
+    return f"{identity(where)}\0{endpoint}"
 
 
 class ShardCache:

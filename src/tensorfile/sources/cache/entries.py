@@ -122,7 +122,7 @@ class FileEntries:
         try:
             close_fd(lock_fd(os.path.join(self.folder, ".lock"), wait=False))
             with self._at_root() as fd:  # (a planted link, FIFO or file: removed, not followed)
-                AtomicFile(os.path.join(self.root, ".probe"), dir_fd=fd).abort()
+                end_temp(new_temp(os.path.join(self.root, ".probe"), 0, dir_fd=fd), commit=False)
         except CacheBypass:
             raise
         except (OSError, SourceError) as exc:

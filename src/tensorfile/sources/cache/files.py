@@ -212,9 +212,11 @@ os.register_at_fork(
 class _PrivateTemp(AtomicFile):
     """A cache entry's temporary file, made 0600 whatever the umask: no other user can open
     it for writing before :data:`ENTRY_MODE` is set (a descriptor opened in that window
-    would keep writing into the committed entry)."""
+    would keep writing into the committed entry), and never given the mode or owner of a
+    file planted at the entry's name."""
 
     MODE = 0o600
+    KEEP_MODE = False
 
 
 def new_temp(dest: str, size: int, *, fsync: bool = False, dir_fd: int | None = None) -> AtomicFile:

@@ -101,6 +101,9 @@ class FsspecStore(Store):
     def url(self, name: str = "") -> str:
         return redact(f"{self.root}/{name}" if name else self.root)
 
+    def location(self) -> str:
+        return self.root
+
     def _fail(self, doing: str, name: str, exc: BaseException) -> TensorFileError:
         return failure(doing, self.url(name), exc, self.root)
 

@@ -86,6 +86,13 @@ class Store:
         """The path or URL of ``name`` (relative to the root) as messages show it."""
         raise NotImplementedError
 
+    def location(self) -> str:
+        """The root as the store's client reads it, unredacted: unlike :meth:`url` it keeps
+        what names the files there (for ``s3://`` or ``memory://``, a ``?`` or ``#`` is part
+        of an object's name). It may hold credentials: never shown, only passed through
+        :func:`~tensorfile.sources.cache.keys.identity` for a cache key."""
+        return self.url()
+
     def __str__(self) -> str:
         return self.url()
 
