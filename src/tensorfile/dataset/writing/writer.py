@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -76,10 +77,13 @@ from .shards import batch_shards, kv_shards
 
 __all__ = [
     "JOB_MARKER",
+    "JOB_NAME",
     "STAGING",
+    "TASK_FOLDER",
     "TaskResult",
     "abort",
     "commit",
+    "new_job",
     "previous_listing",
     "start_job",
     "write",
@@ -113,6 +117,25 @@ def make_folder(path: Location, storage_options: dict[str, Any] | None = None) -
     store = storage_for(path, storage_options)
     store.make_root()
     return store
+
+
+JOB_NAME = re.compile(r"[0-9a-f]{32}")
+"""The name of a write job, and of its staging folder ``_staging/{job}``, as
+:func:`new_job` makes it (:func:`~tensorfile.dataset.gc` collects no other)."""
+
+TASK_FOLDER = re.compile(r"task-[0-9]{5,}-[0-9a-f]{12}")
+"""The name of one task attempt's folder in its job's staging folder, as
+:func:`staging_folder` makes it."""
+
+
+def new_job() -> str:
+    """A new write job's name (:data:`JOB_NAME`): its staging folder is ``_staging/{job}``.
+
+    Example:
+        >>> bool(JOB_NAME.fullmatch(new_job()))
+        True
+    """
+    return uuid.uuid4().hex
 
 
 def staging_folder(path: Location, job: str, task_id: int) -> str:
@@ -539,7 +562,7 @@ def write(
     opts = parse_options(options)
     cols, rows, keys = columns_and_keys(data, opts)
     store = make_folder(path, storage_options)
-    job = uuid.uuid4().hex
+    job = new_job()
     try:
         start_job(store, job)
         folder = staging_folder(store, job, 0)
