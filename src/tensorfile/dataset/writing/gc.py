@@ -84,7 +84,7 @@ from ...formats import SAFETENSORS
 from ..layout.files import INDEX_NAME, MANIFEST_NAME, SHARD_NAME
 from ..layout.manifest import read_manifest
 from ..layout.storage import Location, Store, storage_for
-from .writer import JOB_MARKER, JOB_NAME, STAGING, TASK_FOLDER
+from .staging import JOB_MARKER, JOB_NAME, STAGING, TASK_FOLDER
 
 __all__ = ["DEFAULT_OLDER_THAN", "Collected", "Leftover", "gc", "parse_duration"]
 
@@ -348,7 +348,7 @@ def _staged_jobs(store: Store) -> list[_Job | Leftover]:
 
 def _job(store: Store, job: str) -> _Job:
     """The staging folder of the write job ``job`` as a writer leaves it: a name
-    :func:`~.writer.new_job` makes, holding only its marker (:data:`~.writer.JOB_MARKER`)
+    :func:`~.staging.new_job` makes, holding only its marker (:data:`~.staging.JOB_MARKER`)
     and task folders (``task-{id}-{random}``) that hold only shards; any of these may be a
     temporary file being written. Anything else (another name, a deeper folder, a file
     that is not a regular file) is no writer's: a :class:`_NotAJob` says which."""

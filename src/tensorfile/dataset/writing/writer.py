@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import functools
 import json
-import re
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -74,6 +73,7 @@ from ..layout.storage import (
 from .columns import Column, columns_and_keys
 from .options import WriteOptions, parse_options
 from .shards import batch_shards, kv_shards
+from .staging import JOB_MARKER, JOB_NAME, STAGING, TASK_FOLDER, new_job
 
 __all__ = [
     "JOB_MARKER",
@@ -90,7 +90,6 @@ __all__ = [
     "write_task",
 ]
 
-STAGING = "_staging"
 MODES = ("overwrite", "append")
 
 
@@ -119,25 +118,6 @@ def make_folder(path: Location, storage_options: dict[str, Any] | None = None) -
     return store
 
 
-JOB_NAME = re.compile(r"[0-9a-f]{32}")
-"""The name of a write job, and of its staging folder ``_staging/{job}``, as
-:func:`new_job` makes it (:func:`~tensorfile.dataset.gc` collects no other)."""
-
-TASK_FOLDER = re.compile(r"task-[0-9]{5,}-[0-9a-f]{12}")
-"""The name of one task attempt's folder in its job's staging folder, as
-:func:`staging_folder` makes it."""
-
-
-def new_job() -> str:
-    """A new write job's name (:data:`JOB_NAME`): its staging folder is ``_staging/{job}``.
-
-    Example:
-        >>> bool(JOB_NAME.fullmatch(new_job()))
-        True
-    """
-    return uuid.uuid4().hex
-
-
 def staging_folder(path: Location, job: str, task_id: int) -> str:
     """A new staging folder for one attempt of one task (relative to the dataset's root):
     ``_staging/{job}/task-{id}-{random}``. On a local file system it is created under a real
@@ -149,11 +129,6 @@ def staging_folder(path: Location, job: str, task_id: int) -> str:
     store.make_folder(STAGING, "the staging folder")
     store.make_folder(folder, "the staging folder")
     return folder
-
-
-JOB_MARKER = "_JOB"
-"""A file in a job's staging folder while the job lives: :func:`start_job` writes it, a
-commit or an abort removes it with the folder."""
 
 
 def start_job(path: Location, job: str) -> None:
