@@ -606,6 +606,9 @@ def test_only_a_writers_job_folders_are_collected(tmp_path: Path) -> None:
     (staging / fourth / TASK / "model.bin").write_bytes(b"mine")  # not a shard's name
     fifth = "ef" * 16
     (staging / fifth / "task-1-0123456789ab").mkdir(parents=True)  # not a task's name
+    sixth = "12" * 16
+    _plant_job(staging, sixth)
+    (staging / sixth / SHARD).write_bytes(b"mine")  # a shard's name, outside a task's folder
     aged = [p for p in staging.rglob("*") if p.is_file()]
     _aged(*aged)
 
@@ -613,13 +616,15 @@ def test_only_a_writers_job_folders_are_collected(tmp_path: Path) -> None:
         done = dataset.gc(str(path), older_than=0, dry_run=dry_run)
         assert _names(done.removed) == {f"_staging/{JOB}/"}
         why = {g.name: g.what for g in done.kept}
-        assert set(why) == {f"_staging/{n}/" for n in ("uploads", JOB_B, other, fourth, fifth)}
+        kept = ("uploads", JOB_B, other, fourth, fifth, sixth)
+        assert set(why) == {f"_staging/{n}/" for n in kept}
         assert all(w.startswith("not a write job's: ") for w in why.values()), why
         assert "no writer names a job 'uploads'" in why["_staging/uploads/"]
         assert "'notes.txt'" in why[f"_staging/{JOB_B}/"]
         assert f"{TASK}/ holds a folder 'sub'" in why[f"_staging/{other}/"]
         assert f"'{TASK}/model.bin'" in why[f"_staging/{fourth}/"]
         assert "'task-1-0123456789ab'" in why[f"_staging/{fifth}/"]
+        assert f"'{SHARD}'" in why[f"_staging/{sixth}/"]
     assert not dead.parent.parent.exists()
     assert all(p.exists() for p in aged if JOB not in str(p))
     assert len(_rows(LocalStore(str(path)))) == 2

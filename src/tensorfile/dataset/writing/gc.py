@@ -355,18 +355,18 @@ def _job(store: Store, job: str) -> _Job:
     if not JOB_NAME.fullmatch(job):
         raise _NotAJob(f"no writer names a job {brief(job)}")
     folder = f"{STAGING}/{job}"
-    files = [(folder, n, n == JOB_MARKER) for n in store.list_files(folder)]
+    files = [(folder, n) for n in store.list_files(folder)]
     for task in store.list_folders(folder):
         if not TASK_FOLDER.fullmatch(task):
             raise _NotAJob(f"it holds a folder {brief(task)}, which no writer makes")
         where = f"{folder}/{task}"
         if deeper := store.list_folders(where):
             raise _NotAJob(f"{task}/ holds a folder {brief(deeper[0])}, which no writer makes")
-        files += [(where, n, bool(SHARD_NAME.fullmatch(n))) for n in store.list_files(where)]
+        files += [(where, n) for n in store.list_files(where)]
     ages: list[float | None] = []
-    for where, name, own in files:
-        base = name if own else _temp_of(name)
-        if base is None or not (base == JOB_MARKER or SHARD_NAME.fullmatch(base)):
+    for where, name in files:
+        base = _temp_of(name) or name  # (a task's shard, or the job's marker, being written)
+        if not (SHARD_NAME.fullmatch(base) if where != folder else base == JOB_MARKER):
             raise _NotAJob(f"it holds {brief(_inside(folder, where, name))}, which no writer makes")
         try:
             ages.append(_age(store, f"{where}/{name}"))
