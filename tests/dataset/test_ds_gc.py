@@ -340,29 +340,39 @@ def test_nothing_outside_the_folder_and_no_symlink_is_touched(tmp_path: Path) ->
 
 
 def test_odd_names_in_the_staging_folder(tmp_path: Path) -> None:
-    """Names no writer makes (a backslash, a newline) are no reason to fail, nor a way out."""
+    """Names no writer makes (a backslash, a newline) are no reason to fail, nor a way out:
+    such folders are kept, a writer's job beside them goes."""
     path = tmp_path / "ds"
     dataset.write(cols_a(2), str(path), batch_size=2)
     odd = path / "_staging" / "..\\x"
     odd.mkdir(parents=True)
     (odd / "f").write_bytes(b"x")
-    job = path / "_staging" / "job"
+    job = path / "_staging" / JOB_B
     (job / "task\nx").mkdir(parents=True)
     (job / "task\nx" / "a\\b").write_bytes(b"x")
     (job / "_JOB").write_bytes(b"{}")
+    dead = _plant_job(path / "_staging")
     done = dataset.gc(str(path), older_than=0)
-    assert _names(done.removed) == {"_staging/job/"}
-    assert _names(done.kept) == {"_staging/..\\x/"}
-    assert (odd / "f").exists() and not job.exists()
+    assert _names(done.removed) == {f"_staging/{JOB}/"}
+    assert _names(done.kept) == {"_staging/..\\x/", f"_staging/{JOB_B}/"}
+    assert (odd / "f").exists() and (job / "task\nx" / "a\\b").exists() and not dead.exists()
     assert len(_rows(LocalStore(str(path)))) == 2
 
 
-def _plant_job(folder: Path) -> None:
-    """A dead job's staging folder: one file, written long ago."""
-    (folder / "job1").mkdir(parents=True, exist_ok=True)
-    data = folder / "job1" / "data.bin"
+JOB, JOB_B = "0123456789abcdef" * 2, "fedcba9876543210" * 2  # (as writer.new_job names jobs)
+TASK = "task-00000-0123456789ab"
+
+
+def _plant_job(folder: Path, job: str = JOB) -> Path:
+    """A dead job's staging folder as a writer leaves it (its marker, one task's staged
+    shard), written long ago; returns the shard's path."""
+    (folder / job / TASK).mkdir(parents=True, exist_ok=True)
+    (folder / job / "_JOB").write_bytes(b'{"base": null}')
+    data = folder / job / TASK / SHARD
     data.write_bytes(b"x")
-    os.utime(data, (time.time() - 7200,) * 2)
+    for f in (data, folder / job / "_JOB"):
+        os.utime(f, (time.time() - 7200,) * 2)
+    return data
 
 
 class _SwappingStore(LocalStore):
@@ -407,27 +417,33 @@ def test_staging_swapped_for_a_symlink_mid_gc_removes_nothing_outside(
     assert store.swapped
     assert done.removed == []
     [kept] = done.kept
-    assert kept.name == "_staging/job1/" and "is a symlink: not followed" in kept.what
-    assert (outside / "job1" / "data.bin").read_bytes() == b"x"
-    assert (path / "_staging.real" / "job1" / "data.bin").exists()
+    assert kept.name == f"_staging/{JOB}/" and "is a symlink: not followed" in kept.what
+    assert (outside / JOB / TASK / SHARD).read_bytes() == b"x"
+    assert (path / "_staging.real" / JOB / TASK / SHARD).exists()
     with pytest.raises(SourceError, match="is a symlink: not followed"):
-        store.remove_tree("_staging/job1")  # (the store itself refuses)
-    assert (outside / "job1" / "data.bin").exists()
+        store.remove_tree(f"_staging/{JOB}")  # (the store itself refuses)
+    assert (outside / JOB / TASK / SHARD).exists()
 
 
-def test_symlinks_in_the_staging_folder_are_unlinked_never_followed(tmp_path: Path) -> None:
+def test_symlinks_in_the_staging_folder_are_never_followed(tmp_path: Path) -> None:
+    """A job's folder that is a symlink, or one holding a symlink (a writer makes none), is
+    kept; the link's target is left alone."""
     path, outside = tmp_path / "ds", tmp_path / "outside"
     dataset.write(cols_a(2), str(path), batch_size=2)
     _plant_job(outside)
     (path / "_staging").mkdir()
-    os.symlink(outside / "job1", path / "_staging" / "job1")  # a job folder that leads out
-    _plant_job(path / "_staging" / "job2")
-    os.symlink(outside, path / "_staging" / "job2" / "job1" / "out")  # a link in a job's
+    os.symlink(outside / JOB, path / "_staging" / JOB)  # a job folder that leads out
+    _plant_job(path / "_staging", JOB_B)
+    link = path / "_staging" / JOB_B / TASK / SHARD.replace("00042", "00043")
+    os.symlink(outside / JOB / TASK / SHARD, link)  # a link named like a shard, in a job's
+    dead = _plant_job(path / "_staging", "ab" * 16)
     done = dataset.gc(str(path), older_than=0)
-    assert _names(done.removed) == {"_staging/job2/"}
-    assert not (path / "_staging" / "job2").exists()
-    assert os.path.islink(path / "_staging" / "job1")
-    assert (outside / "job1" / "data.bin").read_bytes() == b"x"
+    assert _names(done.removed) == {f"_staging/{'ab' * 16}/"}
+    assert _names(done.kept) == {f"_staging/{JOB_B}/"}  # (the link is no folder: not a job)
+    assert "not a regular file" in {g.name: g.what for g in done.kept}[f"_staging/{JOB_B}/"]
+    assert not dead.exists() and os.path.islink(link)
+    assert os.path.islink(path / "_staging" / JOB)
+    assert (outside / JOB / TASK / SHARD).read_bytes() == b"x"
 
 
 _EXCHANGE = textwrap.dedent(
@@ -470,7 +486,7 @@ def test_gc_racing_a_staging_symlink_swap_never_leaves_the_folder(tmp_path: Path
             with contextlib.suppress(TensorFileError):
                 dataset.gc(str(path), older_than=0)
             runs += 1
-            assert (outside / "job1" / "data.bin").exists(), f"removed by gc run {runs}"
+            assert (outside / JOB / TASK / SHARD).exists(), f"removed by gc run {runs}"
     finally:
         swapper.kill()
         swapper.wait(timeout=30)
@@ -533,3 +549,100 @@ def test_not_a_dataset_folder(tmp_path: Path) -> None:
         dataset.gc(str(tmp_path / "missing"))
     with pytest.raises(InvalidArgumentError, match="duration"):
         dataset.gc(str(tmp_path), older_than=-1)
+
+
+def test_a_huge_duration_is_refused_as_the_text_is() -> None:
+    from tensorfile.dataset.writing.gc import parse_duration
+
+    for value in (10**400, 10**5000, "9" * 400, float("inf")):
+        with pytest.raises(InvalidArgumentError, match="a duration must be 0 or more"):
+            parse_duration(value)
+
+
+def _aged(*paths: Path) -> None:
+    for p in paths:
+        os.utime(p, (time.time() - 7200,) * 2)
+
+
+def test_a_folder_that_is_no_dataset_is_refused(tmp_path: Path, capsys: Any) -> None:
+    """A project folder with its own ``_staging`` (no manifest, no shard, no write job's
+    staging), given by mistake: gc removes nothing, it says the folder is no dataset."""
+    proj = tmp_path / "thesis"
+    work = proj / "_staging" / "uploads" / "2026" / "thesis.tex"
+    work.parent.mkdir(parents=True)
+    work.write_text("months of work")
+    (proj / "README.md").write_text("a project, not a dataset")
+    (proj / "_staging" / "2026").mkdir()
+    _aged(work, work.parent)
+    for dry_run in (True, False):
+        with pytest.raises(InvalidArgumentError, match=r"is not a dataset folder.*no manifest"):
+            dataset.gc(str(proj), older_than=0, dry_run=dry_run)
+    res = run(capsys, "dataset", "gc", str(proj), "--older-than", "0")
+    assert res.code == 2 and "is not a dataset folder" in res.err
+    assert work.read_text() == "months of work"
+    assert sorted(os.listdir(proj / "_staging")) == ["2026", "uploads"]
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(InvalidArgumentError, match="is not a dataset folder"):
+        dataset.gc(str(tmp_path / "empty"), older_than=0)
+
+
+def test_only_a_writers_job_folders_are_collected(tmp_path: Path) -> None:
+    """In a dataset, a folder under ``_staging`` goes only if it is what a writer leaves:
+    a job's name, its marker, task folders holding shards; anything else is kept, with why."""
+    path = tmp_path / "ds"
+    dataset.write(cols_a(2), str(path), batch_size=2)
+    staging = path / "_staging"
+    dead = _plant_job(staging)
+    (staging / "uploads").mkdir()  # a name no writer gives a job
+    (staging / "uploads" / "thesis.tex").write_text("mine")
+    _plant_job(staging, JOB_B)
+    (staging / JOB_B / "notes.txt").write_text("mine")  # beside a writer's marker
+    other = "ab" * 16
+    _plant_job(staging, other)
+    (staging / other / TASK / "sub").mkdir()  # deeper than a writer goes
+    (staging / other / TASK / "sub" / SHARD).write_bytes(b"mine")
+    fourth = "cd" * 16
+    _plant_job(staging, fourth)
+    (staging / fourth / TASK / "model.bin").write_bytes(b"mine")  # not a shard's name
+    fifth = "ef" * 16
+    (staging / fifth / "task-1-0123456789ab").mkdir(parents=True)  # not a task's name
+    sixth = "12" * 16
+    _plant_job(staging, sixth)
+    (staging / sixth / SHARD).write_bytes(b"mine")  # a shard's name, outside a task's folder
+    aged = [p for p in staging.rglob("*") if p.is_file()]
+    _aged(*aged)
+
+    for dry_run in (True, False):
+        done = dataset.gc(str(path), older_than=0, dry_run=dry_run)
+        assert _names(done.removed) == {f"_staging/{JOB}/"}
+        why = {g.name: g.what for g in done.kept}
+        kept = ("uploads", JOB_B, other, fourth, fifth, sixth)
+        assert set(why) == {f"_staging/{n}/" for n in kept}
+        assert all(w.startswith("not a write job's: ") for w in why.values()), why
+        assert "no writer names a job 'uploads'" in why["_staging/uploads/"]
+        assert "'notes.txt'" in why[f"_staging/{JOB_B}/"]
+        assert f"{TASK}/ holds a folder 'sub'" in why[f"_staging/{other}/"]
+        assert f"'{TASK}/model.bin'" in why[f"_staging/{fourth}/"]
+        assert "'task-1-0123456789ab'" in why[f"_staging/{fifth}/"]
+        assert f"'{SHARD}'" in why[f"_staging/{sixth}/"]
+    assert not dead.parent.parent.exists()
+    assert all(p.exists() for p in aged if JOB not in str(p))
+    assert len(_rows(LocalStore(str(path)))) == 2
+
+
+def test_a_first_write_killed_while_staging_is_collected(tmp_path: Path) -> None:
+    """A writer killed while its tasks stage, before anything was committed, leaves a folder
+    with its staging alone: no manifest, no shard, yet it is a dataset's, and gc takes it."""
+    path = str(tmp_path / "ds")
+    store = writer_module.make_folder(path)
+    job = writer_module.new_job()
+    writer_module.start_job(store, job)
+    opts = parse_options({"batch_size": 2})
+    cols, rows, keys = columns_and_keys(cols_b(4), opts)
+    folder = writer_module.staging_folder(store, job, 0)
+    writer_module.write_task(cols, rows, keys, opts, folder, 0, store)
+    assert os.listdir(path) == ["_staging"]
+    assert dataset.gc(path).kept[0].name == f"_staging/{job}/"  # new: maybe a live job's
+    done = dataset.gc(path, older_than=0)
+    assert _names(done.removed) == {f"_staging/{job}/"} and done.kept == []
+    assert os.listdir(path) == []

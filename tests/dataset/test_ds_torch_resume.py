@@ -420,6 +420,35 @@ def test_persistent_workers_follow_set_epoch_and_load_state_dict(ds_path: str) -
     assert _collect(loader) == _batches(1)  # that pass used the resume point up
 
 
+@pytest.mark.parametrize(
+    ("context", "workers", "persistent"),
+    [("fork", 0, False), ("fork", 2, False), ("fork", 2, True), ("spawn", 1, False)],
+)
+def test_a_loaded_resume_point_is_used_up_by_a_pass_whatever_the_workers(
+    ds_path: str, context: str, workers: int, persistent: bool
+) -> None:
+    """Regression (review35j j06): after ``load_state_dict``, DataLoader workers made afresh
+    for each pass (not persistent) are copies of the main process's object, whose resume
+    point no pass of theirs moves, so every later pass of the epoch (without ``set_epoch``,
+    or with ``set_epoch`` of the same epoch) started at that point again (14, 14, 14 of 20),
+    where no workers and persistent ones give 14, 20, 20. Now all agree: a pass broken off
+    keeps the resume point, one run to its end uses it up."""
+    it = dataset.open(ds_path).to_torch(shuffle=True, seed=SEED, batch_size=B)
+    kw: dict[str, Any] = {"batch_size": None, "num_workers": workers}
+    if workers:
+        kw.update(multiprocessing_context=context, persistent_workers=persistent)
+    loader = DataLoader(it, **kw)
+    it.load_state_dict(it.state_dict(samples=7 * B))
+    if context == "fork":  # (spawned workers cost seconds a pass: the main case only)
+        assert _collect(loader, 2) == _batches(0, 7 * B)[:2]  # broken off: the point stays
+    assert _collect(loader) == _batches(0, 7 * B)  # run to its end: the point is used up
+    assert _collect(loader) == _batches(0)
+    assert len(it) == len(_batches(0))
+    if context == "fork":
+        it.set_epoch(0)  # the same epoch, as a loop calling set_epoch(epoch) each pass does
+        assert _collect(loader) == _batches(0)
+
+
 class _InWorker(IterableDataset):  # type: ignore[type-arg]
     """Reports, from inside a DataLoader worker, whether the batches are in shared memory."""
 

@@ -241,15 +241,18 @@ nothing for DURATION, and (local folders) their temporary files. Each goes only 
 unchanged for DURATION (default 1h): a running writer's shard,
 moved into place but not yet published, is newer than that and is kept; the manifest is
 read again right before each removal. Never touched: the manifest, the index, any listed
-shard, other names, symlinks (never followed), anything outside the folder. A folder
-without a manifest keeps its shards (they are the dataset). A writer that spends longer
+shard, other names, a folder under _staging that is no write job's as a writer leaves it
+(kept, with why), symlinks (never followed), anything outside the folder. A folder
+without a manifest keeps its shards (they are the dataset); one with no manifest, no
+*.safetensors and no write job's staging is no dataset: refused. A writer that spends longer
 than DURATION between moving a shard and publishing can lose it: keep DURATION above your
 longest commit. A job quiet for DURATION loses its staging and fails at its commit,
 publishing nothing: run it again.
 
 Exit status:
   0  done (--dry-run: nothing removed)
-  2  bad usage, or the dataset cannot be read (an unreadable manifest: nothing removed)
+  2  bad usage, or the dataset cannot be read (an unreadable manifest, or no dataset:
+     nothing removed)
   130  interrupted""",
 }
 

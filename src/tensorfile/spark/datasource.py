@@ -36,7 +36,6 @@ driver.
 from __future__ import annotations
 
 import json
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -153,7 +152,7 @@ class _Writer(DataSourceArrowWriter):
         self.store = store
         self.opts = opts
         self.mode = mode
-        self.job = uuid.uuid4().hex
+        self.job = writer.new_job()
         writer.make_folder(store)
         writer.start_job(store, self.job)
 

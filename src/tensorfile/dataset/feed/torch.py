@@ -57,7 +57,8 @@ samples without the ``batch_size`` hint (several workers) bound nothing globally
 a global resume. The main process's count rounds down to whole steps. Seeking costs
 ``O(shards)``. The state's epoch becomes the current one; :meth:`set_epoch` with another
 epoch starts that one from its beginning, and a pass that ran to its end uses its resume
-point up.
+point up, in the main process or in all of one DataLoader pass's workers (fresh for each
+pass, forked from the main process again, too: :mod:`.torch_sync`).
 
 Every value arrives as the matching torch dtype: BF16 as ``torch.bfloat16``, F8 as torch's
 float8 types, unsigned integers as torch's ``uint16``/``uint32``/``uint64``. Only the
@@ -171,6 +172,7 @@ class TorchIterable(IterableDataset):  # type: ignore[type-arg]
         self._next_step: int | None = None  # the next step it produces (None: not started)
         self._shared = Shared()  # with the copies in DataLoader workers (.torch_sync)
         self._gen = 0  # the generation of the shared epoch and resume point this copy has
+        self._published = True  # whether its resume point is that generation's (not a worker's own)
 
     def __getstate__(self) -> dict[str, Any]:
         # pickled for DataLoader workers started by spawn/forkserver, where torch.distributed
@@ -202,6 +204,9 @@ class TorchIterable(IterableDataset):  # type: ignore[type-arg]
         copies (persistent ones at their next pass), and the position is known again."""
         if get_worker_info() is None:
             self._gen = self._shared.publish(self.epoch, self._resume)
+            self._published = True
+        else:  # (set in a worker: its own, until the main process publishes again)
+            self._published = False
 
     def _adopt(self) -> None:
         """In a worker: take up the epoch and resume point the main process set after this
@@ -210,7 +215,16 @@ class TorchIterable(IterableDataset):  # type: ignore[type-arg]
         if gen != self._gen:
             self._gen, self.epoch = gen, epoch
             self._resume, self._worker_resume = resume, None
+            self._published = True
         self._shared.mark_ran()
+
+    def _sync(self) -> None:
+        """Drop a published resume point that a pass used up in another process (DataLoader
+        workers forked from the main process each pass copy its resume point, which their
+        pass never moves here): the next pass starts the epoch from its beginning, as after
+        a pass of the main process's own (:mod:`.torch_sync`)."""
+        if self._published and self._resume and self._shared.used(self._gen):
+            self._resume, self._worker_resume = 0, None
 
     def _split(self, base: int) -> Split:
         _, world = self._where()
@@ -220,6 +234,7 @@ class TorchIterable(IterableDataset):  # type: ignore[type-arg]
         """Batches (batch mode) or samples this rank yields in the next iteration (all its
         workers together; from the resume point after :meth:`load_state_dict`)."""
         rank, _ = self._where()
+        self._sync()
         split = self._split(self._resume)
         steps = split.rank_steps(rank, self.options.drop_last)
         if self.options.batched:
@@ -247,6 +262,7 @@ class TorchIterable(IterableDataset):  # type: ignore[type-arg]
 
     def _start(self, rank: int, world: int, wid: int, workers: int) -> tuple[int, int]:
         """``(base, first step)`` of this worker's next iteration."""
+        self._sync()
         w = self._worker_resume
         if w is not None and (w["rank"], w["world_size"], w["id"], w["workers"]) == (
             rank,
@@ -364,7 +380,14 @@ class TorchIterable(IterableDataset):  # type: ignore[type-arg]
     def _end_pass(self) -> None:
         """A pass ran to its end: its resume point is used up, the next pass (without
         :meth:`set_epoch`) is the whole epoch; ``state_dict()`` still says the epoch is done
-        until that pass starts."""
+        until that pass starts; a pass from the published resume point says so to the
+        other processes (:mod:`.torch_sync`)."""
+        if self._published:
+            info = get_worker_info()
+            if info is None:
+                self._shared.use_up(self._gen)
+            else:
+                self._shared.ended(info.id, info.num_workers, self._gen)
         self._resume, self._worker_resume = 0, None
 
     # -- iteration --------------------------------------------------------------------------

@@ -15,7 +15,14 @@ batches they produced are not the batches consumed). What it can know, through t
 - **the epoch and resume point the main process last set** (``publish``), with a generation
   number: a worker whose copy is of an older generation (``persistent_workers=True`` keeps the
   copy the worker started with) takes them up at the start of its next pass, so ``set_epoch``
-  and ``load_state_dict`` in the main process reach persistent workers too.
+  and ``load_state_dict`` in the main process reach persistent workers too;
+- **which workers ran their share of a pass from that resume point to its end** (``ended``,
+  one slot per worker id, each written by its own worker only) and, once all of one pass's
+  workers did, that the resume point is **used up** (``used``): as a pass that ran to its
+  end in the main process uses it up, the next pass (fresh workers forked from the main
+  process again, whose own copy never moved) starts the epoch from its beginning. A worker
+  id past the slots (more than 500 workers) is not tracked: its passes never use the resume
+  point up.
 
 **Memory.** The block is made with the feed as anonymous shared memory (``mmap`` of no
 file): forked workers inherit it, and it holds no file descriptor, so a program may keep
@@ -36,6 +43,10 @@ Example:
     True
     >>> s.publish(epoch=3, resume=40), s.ran, s.current()
     (1, False, (1, 3, 40))
+    >>> s.ended(worker=0, workers=2, gen=1), s.used(1)
+    (None, False)
+    >>> s.ended(worker=1, workers=2, gen=1), s.used(1), s.used(0)
+    (None, True, False)
 """
 
 from __future__ import annotations
@@ -51,15 +62,25 @@ from ...core.errors import SourceError
 
 __all__ = ["Shared"]
 
-_RAN, _GEN, _EPOCH, _RESUME = range(4)
-_FIELDS = 4
+_RAN, _GEN, _EPOCH, _RESUME, _USED, _WORKERS = range(6)
+_FIELDS = 8  # (the fields, then one slot per worker id)
+_SIZE = 512  # int64 values: one page
+_SLOTS = _SIZE - _FIELDS
+_NONE = -1  # (no generation)
 NDArray = np.ndarray[Any, Any]
+
+
+def _initial() -> list[int]:
+    values = [0] * _SIZE
+    values[_USED] = _NONE
+    values[_FIELDS:] = [_NONE] * _SLOTS
+    return values
 
 
 def _anonymous(values: list[int] | None = None) -> tuple[mmap.mmap, NDArray]:
     """A block of anonymous shared memory (inherited by forked processes, no descriptor)."""
     try:
-        memory = mmap.mmap(-1, _FIELDS * 8, flags=mmap.MAP_SHARED | mmap.MAP_ANONYMOUS)
+        memory = mmap.mmap(-1, _SIZE * 8, flags=mmap.MAP_SHARED | mmap.MAP_ANONYMOUS)
     except OSError as exc:
         raise SourceError(
             f"cannot map the few bytes of shared memory a torch feed shares with its "
@@ -77,7 +98,7 @@ class Shared:
 
     def __init__(self) -> None:
         self._memory: mmap.mmap | None  # the anonymous block (none in a spawned copy)
-        self._memory, first = _anonymous()
+        self._memory, first = _anonymous(_initial())
         self._tensor: torch.Tensor | None = None  # the block other processes can open
         self._blocks: list[NDArray] = [first]
 
@@ -136,13 +157,49 @@ class Shared:
         self._set(_EPOCH, epoch)
         self._set(_RESUME, resume)
         self._set(_RAN, 0)
+        self._set(_USED, _NONE)
+        self._set(_WORKERS, 0)
         self._set(_GEN, gen)
         return gen
+
+    def ended(self, worker: int, workers: int, gen: int) -> None:
+        """Called by worker ``worker`` of ``workers`` that ran its share of a pass from the
+        resume point of generation ``gen`` to its end (each worker writes its own slot:
+        no two processes write one value, but the same)."""
+        if not 0 <= worker < workers <= _SLOTS:
+            return  # (not tracked: see the module docstring)
+        self._set(_FIELDS + worker, _pass_of(gen, workers))
+        self._set(_WORKERS, workers)
+        self.used(gen)
+
+    def use_up(self, gen: int) -> None:
+        """The resume point of generation ``gen`` is used up (a pass in the main process
+        ran to its end)."""
+        self._set(_USED, gen)
+
+    def used(self, gen: int) -> bool:
+        """Whether a pass from the resume point of generation ``gen`` ran to its end: in
+        the main process, or in every worker of one DataLoader pass (then recorded)."""
+        for block in self._blocks:
+            if int(block[_USED]) == gen:
+                return True
+            workers = int(block[_WORKERS])
+            slots = block[_FIELDS : _FIELDS + workers]
+            if 0 < workers <= _SLOTS and bool(np.all(slots == _pass_of(gen, workers))):
+                self.use_up(gen)
+                return True
+        return False
 
     def current(self) -> tuple[int, int, int]:
         """``(generation, epoch, resume)`` as the main process last published them."""
         gen, epoch, resume = (int(v) for v in self._blocks[0][_GEN : _RESUME + 1])
         return gen, epoch, resume
+
+
+def _pass_of(gen: int, workers: int) -> int:
+    """A worker slot's value: a pass of ``workers`` workers from generation ``gen`` (one
+    of another number of workers, a pass of another DataLoader, never matches it)."""
+    return gen * (_SLOTS + 1) + workers
 
 
 def _reduce_for_process(shared: Shared) -> tuple[Any, ...]:

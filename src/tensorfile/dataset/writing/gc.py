@@ -11,12 +11,20 @@ never see them (they trust only the manifest); :func:`gc` removes them:
   not changed for ``older_than`` (default an hour);
 * **staging folders of dead jobs**: ``_staging/<job>/`` whose newest file (the job's marker,
   a task's staged shard, a temporary file being written) is older than ``older_than``, and
-  empty staging folders;
+  empty staging folders; only a write job's folder as a writer leaves it: named as a writer
+  names a job (32 hex digits), holding only its marker ``_JOB`` and task folders
+  ``task-<id>-<12 hex digits>`` that hold only shards (any of these may be a temporary file
+  being written). Any other folder under ``_staging`` is kept, with why;
 * **temporary files** (local folders): ``.dataset_manifest.json.tensorfile-*.tmp`` and the
   like, older than ``older_than``, removed only when no writer holds their lock.
 
+It refuses (:class:`~tensorfile.errors.InvalidArgumentError`, before it removes anything) a
+folder that holds no manifest, no ``*.safetensors`` shard and no write job's staging
+folder: that is no dataset (a project folder given by mistake, with its own ``_staging``).
+
 What it never touches: the manifest, the index, a file the manifest lists, a name that is
-not a writer's (a shard named otherwise, another file), anything that is not a regular file
+not a writer's (a shard named otherwise, another file, a folder under ``_staging`` that is
+no write job's or holds anything a writer does not make), anything that is not a regular file
 (a symlink named like a shard is left alone, never followed), anything outside the dataset
 folder (names come from listing the folder, never from the manifest; in a local folder
 nothing is listed or removed through a symlink at any level, not even a ``_staging`` or a
@@ -71,11 +79,12 @@ from typing import Any
 
 from ...core.atomic import is_temp_name, remove_if_unlocked
 from ...core.errors import FormatError, InvalidArgumentError, SourceError, UnsupportedError
-from ...sources.local.paths import check_name
+from ...core.values import brief
+from ...formats import SAFETENSORS
 from ..layout.files import INDEX_NAME, MANIFEST_NAME, SHARD_NAME
 from ..layout.manifest import read_manifest
 from ..layout.storage import Location, Store, storage_for
-from .writer import STAGING
+from .staging import JOB_MARKER, JOB_NAME, STAGING, TASK_FOLDER
 
 __all__ = ["DEFAULT_OLDER_THAN", "Collected", "Leftover", "gc", "parse_duration"]
 
@@ -119,15 +128,21 @@ def parse_duration(value: float | int | str | datetime.timedelta) -> float:
     if isinstance(value, datetime.timedelta):
         seconds = value.total_seconds()
     elif isinstance(value, (int, float)) and not isinstance(value, bool):
-        seconds = float(value)
+        try:
+            seconds = float(value)
+        except OverflowError:  # (an int past a float's range)
+            seconds = float("inf")
     elif isinstance(value, str) and (m := _DURATION.fullmatch(value.strip().lower())):
         seconds = float(m[1]) * _UNITS[m[2] or "s"]
     else:
         raise InvalidArgumentError(
-            f"a duration is a number of seconds or text such as 90s, 30m, 1h or 2d, not {value!r}"
+            "a duration is a number of seconds or text such as 90s, 30m, 1h or 2d, not "
+            + brief(value)
         )
     if not 0 <= seconds < float("inf"):
-        raise InvalidArgumentError(f"a duration must be 0 or more seconds, not {value!r}")
+        raise InvalidArgumentError(
+            f"a duration must be 0 or more seconds, and finite, not {brief(value)}"
+        )
     return seconds
 
 
@@ -190,10 +205,21 @@ def gc(
         raise UnsupportedError(f"cannot collect garbage in {store}: it cannot delete files")
     names = store.list_files()  # (before the manifest is read: see the module docstring)
     listing = _Listing(store)
+    staged = _staged_jobs(store)
+    if not (
+        listing.has_manifest
+        or any(n.endswith(SAFETENSORS.suffixes) for n in names)
+        or any(isinstance(s, _Job) for s in staged)
+    ):
+        raise InvalidArgumentError(
+            f"{store} is not a dataset folder: it holds no manifest ({MANIFEST_NAME}), no "
+            f"shard (*{SAFETENSORS.suffixes[0]}) and no write job's staging folder; nothing "
+            "was collected"
+        )
     out = Collected(dry_run=dry_run)
     _shards(store, names, listing, grace, out)
     _temps(store, names, grace, out)
-    _staging(store, grace, out)
+    _staging(store, staged, grace, out)
     return out
 
 
@@ -262,11 +288,8 @@ def _temps(store: Store, names: list[str], grace: float, out: Collected) -> None
         return  # (an object store writes each file in one put: no temporary files)
     what = "a temporary file of a writer that is gone"
     for name in names:
-        m = _TEMP.fullmatch(name)
-        base = m[1] if m is not None else ""
-        if not is_temp_name(name, base) or not (
-            base in (MANIFEST_NAME, INDEX_NAME) or SHARD_NAME.fullmatch(base)
-        ):
+        base = _temp_of(name)
+        if base is None or not (base in (MANIFEST_NAME, INDEX_NAME) or SHARD_NAME.fullmatch(base)):
             continue
         try:
             age = _age(store, name)
@@ -282,62 +305,117 @@ def _temps(store: Store, names: list[str], grace: float, out: Collected) -> None
             out.kept.append(Leftover(name, "a temporary file a live writer holds", age))
 
 
-def _staging(store: Store, grace: float, out: Collected) -> None:
-    """The staging folders of jobs whose newest file is older than ``grace``. A local store
-    lists and removes without following a symlink at any level (a ``_staging`` or a job's
-    folder swapped for one, even between the listing and the removal, is refused with a
+def _temp_of(name: str) -> str | None:
+    """The name whose tensorfile temporary file ``name`` is (None: it is none)."""
+    m = _TEMP.fullmatch(name)
+    return m[1] if m is not None and is_temp_name(name, m[1]) else None
+
+
+@dataclass(frozen=True)
+class _Job:
+    """A write job's staging ``folder`` (``_staging/{job}``), the ``age`` of its newest
+    file (None: unknown) and whether it holds no file at all."""
+
+    folder: str
+    age: float | None
+    empty: bool
+
+
+class _NotAJob(Exception):
+    """A folder under ``_staging`` that holds what no writer makes (why: the message)."""
+
+
+def _staged_jobs(store: Store) -> list[_Job | Leftover]:
+    """Each folder under ``_staging``: a write job's (a :class:`_Job`), or else a
+    :class:`Leftover` that says why it is kept. A local store lists without following a
+    symlink at any level (a ``_staging`` or a job's folder swapped for one is refused with a
     SourceError): what it refuses is kept, with why."""
     try:
         jobs = store.list_folders(STAGING)
     except SourceError as exc:
-        out.kept.append(Leftover(f"{STAGING}/", f"not entered: {exc}", None))
-        return
-    what = "the staging folder of a write job that is gone"
+        return [Leftover(f"{STAGING}/", f"not entered: {exc}", None)]
+    found: list[_Job | Leftover] = []
     for job in jobs:
         folder = f"{STAGING}/{job}"
         try:
-            _collect_job(store, check_name(folder), grace, out, what)
-        except InvalidArgumentError:  # (a backslash, a control character: not a job's name)
-            out.kept.append(Leftover(f"{folder}/", "not a name a writer makes", None))
+            found.append(_job(store, job))
+        except _NotAJob as exc:
+            found.append(Leftover(f"{folder}/", f"not a write job's: {exc}", None))
         except SourceError as exc:  # (a symlink, swapped in meanwhile: never followed)
-            out.kept.append(Leftover(f"{folder}/", f"not removed: {exc}", None))
+            found.append(Leftover(f"{folder}/", f"not removed: {exc}", None))
+    return found
+
+
+def _job(store: Store, job: str) -> _Job:
+    """The staging folder of the write job ``job`` as a writer leaves it: a name
+    :func:`~.staging.new_job` makes, holding only its marker (:data:`~.staging.JOB_MARKER`)
+    and task folders (``task-{id}-{random}``) that hold only shards; any of these may be a
+    temporary file being written. Anything else (another name, a deeper folder, a file
+    that is not a regular file) is no writer's: a :class:`_NotAJob` says which."""
+    if not JOB_NAME.fullmatch(job):
+        raise _NotAJob(f"no writer names a job {brief(job)}")
+    folder = f"{STAGING}/{job}"
+    files = [(folder, n) for n in store.list_files(folder)]
+    for task in store.list_folders(folder):
+        if not TASK_FOLDER.fullmatch(task):
+            raise _NotAJob(f"it holds a folder {brief(task)}, which no writer makes")
+        where = f"{folder}/{task}"
+        if deeper := store.list_folders(where):
+            raise _NotAJob(f"{task}/ holds a folder {brief(deeper[0])}, which no writer makes")
+        files += [(where, n) for n in store.list_files(where)]
+    ages: list[float | None] = []
+    for where, name in files:
+        base = _temp_of(name) or name  # (a task's shard, or the job's marker, being written)
+        if not (SHARD_NAME.fullmatch(base) if where != folder else base == JOB_MARKER):
+            raise _NotAJob(f"it holds {brief(_inside(folder, where, name))}, which no writer makes")
+        try:
+            ages.append(_age(store, f"{where}/{name}"))
+        except SourceError:
+            raise _NotAJob(
+                f"it holds {brief(_inside(folder, where, name))}, which is not a regular file"
+            ) from None
+    if any(a is None for a in ages):
+        return _Job(folder, None, False)
+    return _Job(folder, min((a for a in ages if a is not None), default=None), not ages)
+
+
+def _inside(folder: str, where: str, name: str) -> str:
+    """The path of ``name`` in ``where``, relative to the job's ``folder``."""
+    return f"{where}/{name}"[len(folder) + 1 :]
+
+
+def _staging(store: Store, staged: list[_Job | Leftover], grace: float, out: Collected) -> None:
+    """Remove the staging folders of write jobs whose newest file is older than ``grace``
+    (each checked again right before); keep the rest, with why."""
+    what = "the staging folder of a write job that is gone"
+    for job in staged:
+        if isinstance(job, Leftover):
+            out.kept.append(job)
+            continue
+        try:
+            _collect_job(store, job, grace, out, what)
+        except _NotAJob as exc:  # (changed meanwhile)
+            out.kept.append(Leftover(f"{job.folder}/", f"not a write job's: {exc}", None))
+        except SourceError as exc:  # (a symlink, swapped in meanwhile: never followed)
+            out.kept.append(Leftover(f"{job.folder}/", f"not removed: {exc}", None))
     if not out.dry_run and store.supports_deletes:
         store.remove_empty_folder(STAGING)
 
 
-def _collect_job(store: Store, folder: str, grace: float, out: Collected, what: str) -> None:
-    """Remove (or, on a dry run, list) the job's staging ``folder`` if its newest file is
+def _collect_job(store: Store, job: _Job, grace: float, out: Collected, what: str) -> None:
+    """Remove (or, on a dry run, list) the ``job``'s staging folder if its newest file is
     older than ``grace``."""
-    age, empty = _newest(store, folder)
-    if not empty and not _old(age, grace):
+    folder, age = job.folder, job.age
+    if not job.empty and not _old(age, grace):
         out.kept.append(
             Leftover(f"{folder}/", f"a write job's staging; {_why_kept(age, grace)}", age)
         )
         return
     if not out.dry_run:
-        age, empty = _newest(store, folder)  # (right before: a task that wrote meanwhile)
-        if not empty and not _old(age, grace):
-            return
+        # right before: a task that wrote meanwhile, or anything else put there
+        now = _job(store, folder.rpartition("/")[2])
+        if (now.empty and not job.empty) or not (now.empty or _old(now.age, grace)):
+            return  # (emptied: the job committed or aborted meanwhile; or written to)
+        age = now.age
         store.remove_tree(folder)
     out.removed.append(Leftover(f"{folder}/", what, age))
-
-
-def _newest(store: Store, folder: str) -> tuple[float | None, bool]:
-    """The age of the newest file in ``folder`` and its sub-folders (a job's marker, its
-    tasks' staged shards and temporary files; None: unknown), and whether there is none at
-    all (an empty folder goes whatever its age: a writer makes its folders again)."""
-    ages: list[float | None] = []
-    for sub in ["", *store.list_folders(folder)]:
-        where = f"{folder}/{sub}" if sub else folder
-        try:
-            names = store.list_files(check_name(where))
-        except InvalidArgumentError:
-            continue  # (not a name a writer makes: removed with the job's folder)
-        for name in names:
-            try:
-                ages.append(_age(store, f"{where}/{name}"))
-            except (SourceError, InvalidArgumentError):
-                continue  # (not a regular file, or an odd name: no writer's)
-    if any(a is None for a in ages):
-        return None, False
-    return min((a for a in ages if a is not None), default=None), not ages

@@ -73,20 +73,23 @@ from ..layout.storage import (
 from .columns import Column, columns_and_keys
 from .options import WriteOptions, parse_options
 from .shards import batch_shards, kv_shards
+from .staging import JOB_MARKER, JOB_NAME, STAGING, TASK_FOLDER, new_job
 
 __all__ = [
     "JOB_MARKER",
+    "JOB_NAME",
     "STAGING",
+    "TASK_FOLDER",
     "TaskResult",
     "abort",
     "commit",
+    "new_job",
     "previous_listing",
     "start_job",
     "write",
     "write_task",
 ]
 
-STAGING = "_staging"
 MODES = ("overwrite", "append")
 
 
@@ -126,11 +129,6 @@ def staging_folder(path: Location, job: str, task_id: int) -> str:
     store.make_folder(STAGING, "the staging folder")
     store.make_folder(folder, "the staging folder")
     return folder
-
-
-JOB_MARKER = "_JOB"
-"""A file in a job's staging folder while the job lives: :func:`start_job` writes it, a
-commit or an abort removes it with the folder."""
 
 
 def start_job(path: Location, job: str) -> None:
@@ -539,7 +537,7 @@ def write(
     opts = parse_options(options)
     cols, rows, keys = columns_and_keys(data, opts)
     store = make_folder(path, storage_options)
-    job = uuid.uuid4().hex
+    job = new_job()
     try:
         start_job(store, job)
         folder = staging_folder(store, job, 0)
