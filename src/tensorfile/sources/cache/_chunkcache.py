@@ -79,6 +79,10 @@ _MAX_RUN = 64 << 20
 hold a whole reply in memory) and at most :data:`_MAX_CHUNKS` chunks (each is published
 once its request is done)."""
 _MAX_CHUNKS = 4
+_MAX_TRIES = 3
+"""Looks for one chunk in the folder (a miss told "it appeared meanwhile", a wait for
+another thread's fetch) before it is fetched without the cache: whatever is done to the
+folder meanwhile, a read ends."""
 
 
 @dataclass(slots=True)
@@ -252,9 +256,17 @@ class CachedSource(SourceBase):
 
     def _gone(self, folder: int) -> None:
         """Forget the held chunk folder when ``folder`` (a copy of it) was removed (a sweep
-        or a heal took it), so the next read opens the folder there now."""
-        if os.fstat(folder).st_nlink:
-            return
+        or a heal took it) or its path names another folder now (it was moved away: the
+        cache cleared by hand, another folder put there), so the next read opens the folder
+        there now: reads and the look of :meth:`_there` agree on one folder."""
+        held = os.fstat(folder)
+        if held.st_nlink:
+            try:
+                now = os.stat(self.folder, follow_symlinks=False)
+            except OSError:
+                now = None
+            if now is not None and (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino):
+                return
         with self._lock:
             held, self._held = self._held, None
         self._close_folder(held)
@@ -315,10 +327,16 @@ class CachedSource(SourceBase):
     def _fill_range(self, start: int, stop: int, dest: _Dest) -> None:
         prefault(dest.views(start, stop))  # (fresh pages: faster in one go, as local files)
         k, last = start // self.config.chunk, (stop - 1) // self.config.chunk
+        tries = 0  # (looks for chunk k)
         while k <= last:
             found = self._hit(k, start, stop, dest)
             if found is True:
-                k += 1
+                k, tries = k + 1, 0
+                continue
+            tries += 1
+            if tries > _MAX_TRIES:  # (the folder changes under us: never a spin)
+                self._fetch([k], start, stop, dest, keep=False)
+                k, tries = k + 1, 0
                 continue
             run, busy = self._claim(k, last, recheck=found is None)
             if busy is not None:
@@ -330,7 +348,7 @@ class CachedSource(SourceBase):
                 self._fetch(run, start, stop, dest)
             finally:
                 self._release(run)
-            k = run[-1] + 1
+            k, tries = run[-1] + 1, 0
 
     def _hit(self, index: int, start: int, stop: int, dest: _Dest) -> bool | None:
         """Read the part of chunk ``index`` in ``[start, stop)`` from its file: True; None
@@ -431,7 +449,7 @@ class CachedSource(SourceBase):
             busy = self._inflight.get(index)
             if busy is not None:
                 return [], busy
-            if recheck and os.path.exists(self._path(index)):
+            if recheck and self._there(index):
                 return [], None
             run = [index]
             while (
@@ -439,26 +457,43 @@ class CachedSource(SourceBase):
                 and len(run) < _MAX_CHUNKS
                 and (len(run) + 1) * per <= _MAX_RUN
                 and run[-1] + 1 not in self._inflight
-                and not os.path.exists(self._path(run[-1] + 1))
+                and not self._there(run[-1] + 1)
             ):
                 run.append(run[-1] + 1)
             for k in run:
                 self._inflight[k] = threading.Event()
         return run, None
 
+    def _there(self, index: int) -> bool:
+        """Whether chunk ``index`` has a file where :meth:`_hit` looks for it (the held
+        folder; its path when none is held), under :attr:`_lock`: a look through the path
+        while reads go to a held folder moved away found a chunk no read could (a spin)."""
+        name = chunk_name(index)
+        try:
+            if self._held is not None:
+                os.stat(name, dir_fd=self._held, follow_symlinks=False)
+            else:
+                os.lstat(self._path(index))
+        except OSError:
+            return False
+        return True
+
     def _release(self, run: list[int]) -> None:
         with self._lock:
             for k in run:
                 self._inflight.pop(k).set()
 
-    def _fetch(self, run: list[int], start: int, stop: int, dest: _Dest) -> None:
+    def _fetch(
+        self, run: list[int], start: int, stop: int, dest: _Dest, *, keep: bool = True
+    ) -> None:
         """Fetch chunks ``run`` (neighbours) in one request: the wanted part straight into
         ``dest``, the rest of the first and last chunk into scratch buffers (only the wanted
-        part when the cache is not written); then reserve room and publish each chunk."""
+        part when the cache is not written, or not ``keep``); then reserve room and publish
+        each chunk."""
         rs, re_ = self._span(run[0])[0], self._span(run[-1])[1]
         ws, we = max(rs, start), min(re_, stop)
         views = dest.views(ws, we)
-        if not self.writable:
+        if not self.writable or not keep:
             self.inner.readinto(ws, views)
             with self._lock:
                 self.cache_stats.misses += len(run)
