@@ -259,13 +259,13 @@ class CachedSource(SourceBase):
         or a heal took it) or its path names another folder now (it was moved away: the
         cache cleared by hand, another folder put there), so the next read opens the folder
         there now: reads and the look of :meth:`_there` agree on one folder."""
-        held = os.fstat(folder)
-        if held.st_nlink:
+        st = os.fstat(folder)
+        if st.st_nlink:
             try:
                 now = os.stat(self.folder, follow_symlinks=False)
             except OSError:
                 now = None
-            if now is not None and (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino):
+            if now is not None and (now.st_dev, now.st_ino) == (st.st_dev, st.st_ino):
                 return
         with self._lock:
             held, self._held = self._held, None
