@@ -48,27 +48,35 @@ def deep() -> Iterator[Callable[..., None]]:
 
 
 @pytest.fixture
-def stuck() -> Iterator[Callable[[Path], None]]:
+def stuck() -> Iterator[Callable[..., None]]:
     """``stuck(path)``: a folder at ``path`` holding a file ``inside`` that cannot be
-    removed (``chattr +i`` as root, else the folder made read-only), made removable again
-    and removed after the test."""
-    made: list[Path] = []
+    removed; ``stuck(path, file=True)``: a regular file at ``path`` that every user could
+    write (never read by the cache) and that cannot be removed. ``chattr +i`` as root, else
+    the folder that holds it made read-only; made removable again and removed after the
+    test."""
+    made: list[tuple[Path, Path, Path]] = []
 
-    def plant(path: Path) -> None:
-        path.mkdir()
-        (path / "inside").write_bytes(b"")
-        made.append(path)
+    def plant(path: Path, *, file: bool = False) -> None:
+        if file:
+            path.write_bytes(b"x" * 100)
+            path.chmod(0o666)
+            target, holder = path, path.parent
+        else:
+            path.mkdir()
+            target, holder = path / "inside", path
+            target.write_bytes(b"")
+        made.append((path, target, holder))
         if os.geteuid() != 0:
-            path.chmod(0o500)
-        elif subprocess.run(["chattr", "+i", str(path / "inside")], capture_output=True).returncode:
+            holder.chmod(0o500)
+        elif subprocess.run(["chattr", "+i", str(target)], capture_output=True).returncode:
             pytest.skip("no entry can be made that root cannot remove (chattr +i fails here)")
 
     yield plant
-    for path in made:
+    for path, target, holder in made:
         if os.geteuid() == 0:
-            subprocess.run(["chattr", "-i", str(path / "inside")], capture_output=True)
+            subprocess.run(["chattr", "-i", str(target)], capture_output=True)
         else:
-            path.chmod(0o700)
+            holder.chmod(0o700)
         subprocess.run(["rm", "-rf", "--", str(path)], check=False)
 
 

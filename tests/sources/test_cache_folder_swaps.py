@@ -287,3 +287,22 @@ def test_chunks_moved_away_by_hand_while_a_source_reads(tmp_path: Path) -> None:
         assert _read_within(src, [(2 * CHUNK, 10), (2 * CHUNK, 10)], 30) == [want, want]
         assert (src.cache_stats.misses, src.cache_stats.hits) == (3, 1)
         assert (Path(src.folder) / "2.chunk").is_file()
+
+
+def test_a_chunk_the_cache_may_neither_read_nor_remove_is_fetched_not_spun_on(
+    tmp_path: Path, stuck: Callable[..., None]
+) -> None:
+    # a chunk file every user could write is never read (and removed); one that cannot be
+    # removed either was found by every look for the chunk and never read: the read must
+    # fetch it after a few looks (review 35 j01's bound), never spin
+    cache = tmp_path / "cache"
+    with _open(cache) as src:
+        src.read(0, len(DATA))
+        planted = Path(src.folder) / "3.chunk"
+    planted.unlink()
+    stuck(planted, file=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (a folder that cannot be written, as non-root)
+        with _open(cache) as src:
+            got = _read_within(src, [(0, len(DATA))], 30)
+            assert got == [DATA] and src.cache_stats.misses == 1
