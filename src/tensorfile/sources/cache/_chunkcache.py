@@ -64,6 +64,8 @@ from ._chunkdir import (
     cache_key,
     chunk_name,
     info_bytes,
+    parts_crc,
+    pread_all,
     warn,
     write_info,
 )
@@ -80,9 +82,8 @@ hold a whole reply in memory) and at most :data:`_MAX_CHUNKS` chunks (each is pu
 once its request is done)."""
 _MAX_CHUNKS = 4
 _MAX_TRIES = 3
-"""Looks for one chunk in the folder (a miss told "it appeared meanwhile", a wait for
-another thread's fetch) before it is fetched without the cache: whatever is done to the
-folder meanwhile, a read ends."""
+"""Looks for one chunk in the folder before it is fetched without the cache: whatever is
+done to the folder meanwhile, a read ends."""
 
 
 @dataclass(slots=True)
@@ -123,29 +124,6 @@ class _Dest:
                 start = s + hi
             i += 1
         return out
-
-
-def _crc(parts: list[memoryview]) -> int:
-    crc = 0
-    for p in parts:
-        crc = zlib.crc32(p, crc)
-    return crc
-
-
-def _pread_all(fd: int, views: list[memoryview], pos: int) -> bool:
-    """Fill ``views`` from ``fd`` at ``pos``; False when the file ends first."""
-    views = [v for v in views if v.nbytes]
-    while views:
-        n = os.preadv(fd, views[:1024], pos)
-        if n <= 0:
-            return False
-        pos += n
-        while views and n >= views[0].nbytes:
-            n -= views[0].nbytes
-            views.pop(0)
-        if n:
-            views[0] = views[0][n:]
-    return True
 
 
 class CachedSource(SourceBase):
@@ -256,17 +234,15 @@ class CachedSource(SourceBase):
 
     def _gone(self, folder: int) -> None:
         """Forget the held chunk folder when ``folder`` (a copy of it) was removed (a sweep
-        or a heal took it) or its path names another folder now (it was moved away: the
-        cache cleared by hand, another folder put there), so the next read opens the folder
-        there now: reads and the look of :meth:`_there` agree on one folder."""
+        or a heal took it) or moved away (its path names another folder, or none), so the
+        next read opens the folder there now (where :meth:`_there` looks)."""
         st = os.fstat(folder)
-        if st.st_nlink:
-            try:
-                now = os.stat(self.folder, follow_symlinks=False)
-            except OSError:
-                now = None
-            if now is not None and (now.st_dev, now.st_ino) == (st.st_dev, st.st_ino):
+        try:
+            now = os.stat(self.folder, follow_symlinks=False)
+            if st.st_nlink and (now.st_dev, now.st_ino) == (st.st_dev, st.st_ino):
                 return
+        except OSError:
+            pass
         with self._lock:
             held, self._held = self._held, None
         self._close_folder(held)
@@ -389,19 +365,19 @@ class CachedSource(SourceBase):
             return False
         ws, we = max(cs, start), min(ce, stop)
         if not self.config.verify:
-            if not _pread_all(fd, dest.views(ws, we), HEADER.size + ws - cs):
+            if not pread_all(fd, dest.views(ws, we), HEADER.size + ws - cs):
                 return False
         elif ws == cs and we == ce:
             views = dest.views(ws, we)
             if head.crc is None:
                 return False  # written without a CRC: fetched again (with one)
-            if not _pread_all(fd, views, HEADER.size) or _crc(views) != head.crc:
+            if not pread_all(fd, views, HEADER.size) or parts_crc(views) != head.crc:
                 return False
         else:
             if head.crc is None:
                 return False
             whole = memoryview(bytearray(n))
-            if not _pread_all(fd, [whole], HEADER.size) or zlib.crc32(whole) != head.crc:
+            if not pread_all(fd, [whole], HEADER.size) or zlib.crc32(whole) != head.crc:
                 return False
             pos = ws - cs
             for v in dest.views(ws, we):
@@ -465,15 +441,12 @@ class CachedSource(SourceBase):
         return run, None
 
     def _there(self, index: int) -> bool:
-        """Whether chunk ``index`` has a file where :meth:`_hit` looks for it (the held
-        folder; its path when none is held), under :attr:`_lock`: a look through the path
-        while reads go to a held folder moved away found a chunk no read could (a spin)."""
-        name = chunk_name(index)
+        """Whether chunk ``index`` has a file where :meth:`_hit` looks (the held folder, else
+        the path; under :attr:`_lock`): looks through the path alone spun (review 35 j01)."""
+        held = self._held
+        name = self._path(index) if held is None else chunk_name(index)
         try:
-            if self._held is not None:
-                os.stat(name, dir_fd=self._held, follow_symlinks=False)
-            else:
-                os.lstat(self._path(index))
+            os.stat(name, dir_fd=held, follow_symlinks=False)
         except OSError:
             return False
         return True
@@ -483,9 +456,7 @@ class CachedSource(SourceBase):
             for k in run:
                 self._inflight.pop(k).set()
 
-    def _fetch(
-        self, run: list[int], start: int, stop: int, dest: _Dest, *, keep: bool = True
-    ) -> None:
+    def _fetch(self, run: list[int], start: int, stop: int, dest: _Dest, keep: bool = True) -> None:
         """Fetch chunks ``run`` (neighbours) in one request: the wanted part straight into
         ``dest``, the rest of the first and last chunk into scratch buffers (only the wanted
         part when the cache is not written, or not ``keep``); then reserve room and publish
@@ -566,7 +537,7 @@ class CachedSource(SourceBase):
         """Write chunk ``index`` into its temporary file and rename it into place; a failure
         costs a warning and the cache is not written again by this source (False)."""
         cs, ce = self._span(index)
-        crc = _crc(parts) if self.config.verify else None  # (~0.5 s per GiB: only if asked)
+        crc = parts_crc(parts) if self.config.verify else None  # (~0.5 s per GiB: only if asked)
         head = ChunkHeader(self._key7, cs, ce - cs, crc).pack()
         try:
             write_all(tmp.fd, memoryview(head))
