@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import ml_dtypes
 import pytest
+
+from tests.helpers.paths import deep_folder
 
 
 @pytest.fixture(autouse=True)
@@ -25,6 +28,56 @@ def _no_proxy_settings(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture
 def tmp_file(tmp_path: Any) -> str:
     return str(tmp_path / "model.safetensors")
+
+
+@pytest.fixture
+def deep() -> Iterator[Callable[..., None]]:
+    """``deep(path, depth=1200)``: a folder nested deeper than Python's recursion limit at
+    ``path`` (:func:`tests.helpers.paths.deep_folder`); whatever is at ``path`` after the
+    test is removed with ``rm -rf`` (pytest's own clean-up of its temporary folders recurses
+    once per level: a deep tree left in one fails every later session's clean-up)."""
+    planted: list[Path] = []
+
+    def plant(path: Path, depth: int = 1200) -> None:
+        planted.append(path)
+        deep_folder(path, depth)
+
+    yield plant
+    for path in planted:
+        subprocess.run(["rm", "-rf", "--", str(path)], check=False)
+
+
+@pytest.fixture
+def stuck() -> Iterator[Callable[..., None]]:
+    """``stuck(path)``: a folder at ``path`` holding a file ``inside`` that cannot be
+    removed; ``stuck(path, file=True)``: a regular file at ``path`` that every user could
+    write (never read by the cache) and that cannot be removed. ``chattr +i`` as root, else
+    the folder that holds it made read-only; made removable again and removed after the
+    test."""
+    made: list[tuple[Path, Path, Path]] = []
+
+    def plant(path: Path, *, file: bool = False) -> None:
+        if file:
+            path.write_bytes(b"x" * 100)
+            path.chmod(0o666)
+            target, holder = path, path.parent
+        else:
+            path.mkdir()
+            target, holder = path / "inside", path
+            target.write_bytes(b"")
+        made.append((path, target, holder))
+        if os.geteuid() != 0:
+            holder.chmod(0o500)
+        elif subprocess.run(["chattr", "+i", str(target)], capture_output=True).returncode:
+            pytest.skip("no entry can be made that root cannot remove (chattr +i fails here)")
+
+    yield plant
+    for path, target, holder in made:
+        if os.geteuid() == 0:
+            subprocess.run(["chattr", "-i", str(target)], capture_output=True)
+        else:
+            holder.chmod(0o700)
+        subprocess.run(["rm", "-rf", "--", str(path)], check=False)
 
 
 _ = ml_dtypes  # imported for every test, so that the ml_dtypes numpy types are registered

@@ -13,6 +13,7 @@ import sys
 import textwrap
 import threading
 import time
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ import safetensors.numpy as ref
 
 from tensorfile import dataset
 from tensorfile.safetensors.numpy import load_file, save_file
+from tensorfile.sources import CacheWarning
 from tensorfile.sources.cache.folder import CacheFolder
 from tensorfile.sources.cache.settings import (
     CACHE_CHUNK_ENV,
@@ -406,3 +408,32 @@ def test_locations_differing_in_a_hash_or_query_never_share_cached_shards(
     with dataset.open(url, storage_options=options, cache_dir=cache) as ds:
         assert {float(np.asarray(s["x"]).max()) for s in ds} == {0.0}
         assert ds.cache is not None and ds.cache.downloads == 2
+
+
+@pytest.mark.parametrize("kind", ["deep", "stuck"])
+def test_a_folder_planted_at_a_shard_name_is_removed_or_bypassed(
+    tmp_path: Path, kind: str, request: Any
+) -> None:
+    # review 35 j08b: a folder nested past the recursion limit (healing it with shutil.rmtree
+    # raised a RecursionError) or one the cache cannot remove (a SourceError) failed every
+    # read of the dataset through that cache folder
+    cols = {"x": np.arange(64, dtype=np.float32).reshape(16, 4)}
+    url = f"memory://{kind}-shard/ds"
+    dataset.write(cols, url, batch_size=4)
+    cache = tmp_path / "cache"
+    with dataset.open(url, cache_dir=cache) as ds:
+        assert_samples(list(ds), expected_rows(cols, 16))
+    planted = sorted((cache / "shards-v1").glob("*.shard"))[0]
+    planted.unlink()
+    request.getfixturevalue(kind)(planted)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        with dataset.open(url, cache_dir=cache) as ds:
+            assert_samples(list(ds), expected_rows(cols, 16))
+            downloads = ds.cache.downloads if ds.cache is not None else None
+    said = [str(w.message) for w in seen if issubclass(w.category, CacheWarning)]
+    if kind == "stuck":
+        assert said and all("cannot be removed" in m for m in said), said
+        return
+    assert said == [] and downloads == 1
+    assert planted.is_file() and not planted.is_symlink()

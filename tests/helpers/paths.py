@@ -28,3 +28,26 @@ def is_inside(path: str | os.PathLike[str], folder: str | os.PathLike[str]) -> b
     """
     inner, outer = Path(path).resolve(), Path(folder).resolve()
     return inner == outer or outer in inner.parents
+
+
+def deep_folder(path: str | os.PathLike[str], depth: int = 1200) -> None:
+    """A folder at ``path`` nested ``depth`` levels deep (``path/d/d/...``, made relative to
+    descriptors: no path-length limit), an empty file ``inside`` at the bottom: more levels
+    than Python's recursion limit (what a hostile review planted in a cache folder).
+
+    >>> import tempfile
+    >>> top = Path(tempfile.mkdtemp()) / "x"
+    >>> deep_folder(top, 3); sorted(str(p.relative_to(top)) for p in top.rglob("*"))
+    ['d', 'd/d', 'd/d/d', 'd/d/d/inside']
+    """
+    os.mkdir(path)
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for _ in range(depth):
+            os.mkdir("d", dir_fd=fd)
+            sub = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = sub
+        os.close(os.open("inside", os.O_CREAT | os.O_WRONLY, 0o600, dir_fd=fd))
+    finally:
+        os.close(fd)

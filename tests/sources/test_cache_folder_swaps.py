@@ -234,3 +234,75 @@ def test_threads_of_one_process_queue_for_the_folder_lock(
         time.sleep(0.3)  # (the sibling, waiting, would have given up after 0.05 s)
     t.join(10)
     assert results == ["room"]
+
+
+def _read_within(src: CachedSource, reads: list[tuple[int, int]], seconds: float) -> list[bytes]:
+    """``src.read`` of each ``(offset, length)`` on a thread; a read still running after
+    ``seconds`` fails the test (it spins: the thread is left behind, a daemon)."""
+    got: list[bytes] = []
+    failed: list[BaseException] = []
+
+    def job() -> None:
+        try:
+            for offset, length in reads:
+                got.append(src.read(offset, length))
+        except BaseException as exc:  # (raised in the test's thread below)
+            failed.append(exc)
+
+    thread = threading.Thread(target=job, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert not thread.is_alive(), f"a read still runs after {seconds} s: {len(got)} done"
+    if failed:
+        raise failed[0]
+    return got
+
+
+def test_a_chunk_folder_moved_away_and_replaced_while_a_source_holds_it(tmp_path: Path) -> None:
+    # review 35 j01: the folder a source holds moved away, a copy holding the next chunk put
+    # at its path: reads looked in the held folder, the "is it there?" check through the
+    # path, and the read of that chunk spun for ever
+    full, cache = tmp_path / "full", tmp_path / "cache"
+    with _open(full) as src:
+        src.read(0, len(DATA))
+    with _open(cache) as src:
+        assert src.read(0, 10) == DATA[:10]
+        assert src.read(CHUNK, 10) == DATA[CHUNK : CHUNK + 10]  # (the folder now held)
+        key = Path(src.folder)
+        os.rename(key, tmp_path / "moved-away")
+        shutil.copytree(full / CHUNKS / key.name, key)
+        assert _read_within(src, [(2 * CHUNK, 10)], 30) == [DATA[2 * CHUNK : 2 * CHUNK + 10]]
+        assert src.cache_stats.hits == 1  # (read from the folder at the path now)
+
+
+def test_chunks_moved_away_by_hand_while_a_source_reads(tmp_path: Path) -> None:
+    # review 35 j01b: `mv cache/chunks-v1 trash/` while a job has a cached source open: the
+    # next chunk is fetched into a new folder at the old path; reading it again spun
+    cache = tmp_path / "cache"
+    with _open(cache) as src:
+        src.read(0, 10)
+        src.read(CHUNK, 10)
+        os.rename(cache / CHUNKS, tmp_path / "trash")
+        want = DATA[2 * CHUNK : 2 * CHUNK + 10]
+        assert _read_within(src, [(2 * CHUNK, 10), (2 * CHUNK, 10)], 30) == [want, want]
+        assert (src.cache_stats.misses, src.cache_stats.hits) == (3, 1)
+        assert (Path(src.folder) / "2.chunk").is_file()
+
+
+def test_a_chunk_the_cache_may_neither_read_nor_remove_is_fetched_not_spun_on(
+    tmp_path: Path, stuck: Callable[..., None]
+) -> None:
+    # a chunk file every user could write is never read (and removed); one that cannot be
+    # removed either was found by every look for the chunk and never read: the read must
+    # fetch it after a few looks (review 35 j01's bound), never spin
+    cache = tmp_path / "cache"
+    with _open(cache) as src:
+        src.read(0, len(DATA))
+        planted = Path(src.folder) / "3.chunk"
+    planted.unlink()
+    stuck(planted, file=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (a folder that cannot be written, as non-root)
+        with _open(cache) as src:
+            got = _read_within(src, [(0, len(DATA))], 30)
+            assert got == [DATA] and src.cache_stats.misses == 1

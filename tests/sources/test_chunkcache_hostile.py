@@ -144,6 +144,32 @@ def test_a_folder_in_place_of_a_chunk_is_removed_and_fetched_again(
     assert _chunk(src, 3).is_file() and not _chunk(src, 3).is_symlink()
 
 
+@pytest.mark.parametrize("kind", ["deep", "stuck"])
+@pytest.mark.parametrize("where", ["a chunk", "the folder's lock"])
+def test_a_folder_planted_at_an_entry_is_removed_or_bypassed(
+    served: tuple[str, bytes], tmp_path: Path, where: str, kind: str, request: Any
+) -> None:
+    # review 35 j08: a folder nested past the recursion limit (healing it with shutil.rmtree
+    # raised a RecursionError no caller caught: every load through the folder failed) is
+    # removed; one that cannot be removed costs a warning and the load reads the network
+    url, data = served
+    with _fill(url, tmp_path, data) as src:
+        planted = _chunk(src, 3) if where == "a chunk" else tmp_path / ".lock"
+    planted.unlink()
+    request.getfixturevalue(kind)(planted)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        with _source(url, tmp_path) as src:
+            assert src.read(0, len(data)) == data
+    said = [str(w.message) for w in seen if issubclass(w.category, CacheWarning)]
+    if kind == "stuck":
+        assert said and all("cannot be removed" in m for m in said), said
+        return
+    assert said == [] and src.cache_stats.misses == (1 if where == "a chunk" else 0)
+    assert planted.is_file() and not planted.is_symlink()
+    assert not list(tmp_path.rglob(".rm-*"))  # (the levels moved up went too)
+
+
 def test_verify_catches_a_changed_byte(served: tuple[str, bytes], tmp_path: Path) -> None:
     url, data = served
     with _fill(url, tmp_path, data, verify=True) as src:

@@ -64,6 +64,8 @@ from ._chunkdir import (
     cache_key,
     chunk_name,
     info_bytes,
+    parts_crc,
+    pread_all,
     warn,
     write_info,
 )
@@ -79,6 +81,9 @@ _MAX_RUN = 64 << 20
 hold a whole reply in memory) and at most :data:`_MAX_CHUNKS` chunks (each is published
 once its request is done)."""
 _MAX_CHUNKS = 4
+_MAX_TRIES = 3
+"""Looks for one chunk in the folder before it is fetched without the cache: whatever is
+done to the folder meanwhile, a read ends."""
 
 
 @dataclass(slots=True)
@@ -119,29 +124,6 @@ class _Dest:
                 start = s + hi
             i += 1
         return out
-
-
-def _crc(parts: list[memoryview]) -> int:
-    crc = 0
-    for p in parts:
-        crc = zlib.crc32(p, crc)
-    return crc
-
-
-def _pread_all(fd: int, views: list[memoryview], pos: int) -> bool:
-    """Fill ``views`` from ``fd`` at ``pos``; False when the file ends first."""
-    views = [v for v in views if v.nbytes]
-    while views:
-        n = os.preadv(fd, views[:1024], pos)
-        if n <= 0:
-            return False
-        pos += n
-        while views and n >= views[0].nbytes:
-            n -= views[0].nbytes
-            views.pop(0)
-        if n:
-            views[0] = views[0][n:]
-    return True
 
 
 class CachedSource(SourceBase):
@@ -252,9 +234,15 @@ class CachedSource(SourceBase):
 
     def _gone(self, folder: int) -> None:
         """Forget the held chunk folder when ``folder`` (a copy of it) was removed (a sweep
-        or a heal took it), so the next read opens the folder there now."""
-        if os.fstat(folder).st_nlink:
-            return
+        or a heal took it) or moved away (its path names another folder, or none), so the
+        next read opens the folder there now (where :meth:`_there` looks)."""
+        st = os.fstat(folder)
+        try:
+            now = os.stat(self.folder, follow_symlinks=False)
+            if st.st_nlink and (now.st_dev, now.st_ino) == (st.st_dev, st.st_ino):
+                return
+        except OSError:
+            pass
         with self._lock:
             held, self._held = self._held, None
         self._close_folder(held)
@@ -315,10 +303,16 @@ class CachedSource(SourceBase):
     def _fill_range(self, start: int, stop: int, dest: _Dest) -> None:
         prefault(dest.views(start, stop))  # (fresh pages: faster in one go, as local files)
         k, last = start // self.config.chunk, (stop - 1) // self.config.chunk
+        tries = 0  # (looks for chunk k)
         while k <= last:
             found = self._hit(k, start, stop, dest)
             if found is True:
-                k += 1
+                k, tries = k + 1, 0
+                continue
+            tries += 1
+            if tries > _MAX_TRIES:  # (the folder changes under us: never a spin)
+                self._fetch([k], start, stop, dest, keep=False)
+                k, tries = k + 1, 0
                 continue
             run, busy = self._claim(k, last, recheck=found is None)
             if busy is not None:
@@ -330,7 +324,7 @@ class CachedSource(SourceBase):
                 self._fetch(run, start, stop, dest)
             finally:
                 self._release(run)
-            k = run[-1] + 1
+            k, tries = run[-1] + 1, 0
 
     def _hit(self, index: int, start: int, stop: int, dest: _Dest) -> bool | None:
         """Read the part of chunk ``index`` in ``[start, stop)`` from its file: True; None
@@ -371,19 +365,19 @@ class CachedSource(SourceBase):
             return False
         ws, we = max(cs, start), min(ce, stop)
         if not self.config.verify:
-            if not _pread_all(fd, dest.views(ws, we), HEADER.size + ws - cs):
+            if not pread_all(fd, dest.views(ws, we), HEADER.size + ws - cs):
                 return False
         elif ws == cs and we == ce:
             views = dest.views(ws, we)
             if head.crc is None:
                 return False  # written without a CRC: fetched again (with one)
-            if not _pread_all(fd, views, HEADER.size) or _crc(views) != head.crc:
+            if not pread_all(fd, views, HEADER.size) or parts_crc(views) != head.crc:
                 return False
         else:
             if head.crc is None:
                 return False
             whole = memoryview(bytearray(n))
-            if not _pread_all(fd, [whole], HEADER.size) or zlib.crc32(whole) != head.crc:
+            if not pread_all(fd, [whole], HEADER.size) or zlib.crc32(whole) != head.crc:
                 return False
             pos = ws - cs
             for v in dest.views(ws, we):
@@ -431,7 +425,7 @@ class CachedSource(SourceBase):
             busy = self._inflight.get(index)
             if busy is not None:
                 return [], busy
-            if recheck and os.path.exists(self._path(index)):
+            if recheck and self._there(index):
                 return [], None
             run = [index]
             while (
@@ -439,26 +433,38 @@ class CachedSource(SourceBase):
                 and len(run) < _MAX_CHUNKS
                 and (len(run) + 1) * per <= _MAX_RUN
                 and run[-1] + 1 not in self._inflight
-                and not os.path.exists(self._path(run[-1] + 1))
+                and not self._there(run[-1] + 1)
             ):
                 run.append(run[-1] + 1)
             for k in run:
                 self._inflight[k] = threading.Event()
         return run, None
 
+    def _there(self, index: int) -> bool:
+        """Whether chunk ``index`` has a file where :meth:`_hit` looks (the held folder, else
+        the path; under :attr:`_lock`): looks through the path alone spun (review 35 j01)."""
+        held = self._held
+        name = self._path(index) if held is None else chunk_name(index)
+        try:
+            os.stat(name, dir_fd=held, follow_symlinks=False)
+        except OSError:
+            return False
+        return True
+
     def _release(self, run: list[int]) -> None:
         with self._lock:
             for k in run:
                 self._inflight.pop(k).set()
 
-    def _fetch(self, run: list[int], start: int, stop: int, dest: _Dest) -> None:
+    def _fetch(self, run: list[int], start: int, stop: int, dest: _Dest, keep: bool = True) -> None:
         """Fetch chunks ``run`` (neighbours) in one request: the wanted part straight into
         ``dest``, the rest of the first and last chunk into scratch buffers (only the wanted
-        part when the cache is not written); then reserve room and publish each chunk."""
+        part when the cache is not written, or not ``keep``); then reserve room and publish
+        each chunk."""
         rs, re_ = self._span(run[0])[0], self._span(run[-1])[1]
         ws, we = max(rs, start), min(re_, stop)
         views = dest.views(ws, we)
-        if not self.writable:
+        if not self.writable or not keep:
             self.inner.readinto(ws, views)
             with self._lock:
                 self.cache_stats.misses += len(run)
@@ -531,7 +537,7 @@ class CachedSource(SourceBase):
         """Write chunk ``index`` into its temporary file and rename it into place; a failure
         costs a warning and the cache is not written again by this source (False)."""
         cs, ce = self._span(index)
-        crc = _crc(parts) if self.config.verify else None  # (~0.5 s per GiB: only if asked)
+        crc = parts_crc(parts) if self.config.verify else None  # (~0.5 s per GiB: only if asked)
         head = ChunkHeader(self._key7, cs, ce - cs, crc).pack()
         try:
             write_all(tmp.fd, memoryview(head))

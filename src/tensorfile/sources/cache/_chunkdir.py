@@ -39,6 +39,7 @@ import json
 import os
 import struct
 import warnings
+import zlib
 from dataclasses import dataclass
 
 from .files import heal, write_small
@@ -55,6 +56,8 @@ __all__ = [
     "cache_key",
     "chunk_name",
     "info_bytes",
+    "parts_crc",
+    "pread_all",
     "write_info",
 ]
 
@@ -122,6 +125,36 @@ class ChunkHeader:
         if magic != MAGIC:
             return None
         return ChunkHeader(key, start, length, crc if flags & HAS_CRC else None)
+
+
+def parts_crc(parts: list[memoryview]) -> int:
+    """The CRC-32 of ``parts`` one after the other (a chunk's bytes, as the header holds it).
+
+    Example:
+        >>> parts_crc([memoryview(b"ab"), memoryview(b"c")]) == zlib.crc32(b"abc")
+        True
+    """
+    crc = 0
+    for p in parts:
+        crc = zlib.crc32(p, crc)
+    return crc
+
+
+def pread_all(fd: int, views: list[memoryview], pos: int) -> bool:
+    """Fill ``views`` from ``fd`` at ``pos`` (a chunk file's bytes); False when the file
+    ends first."""
+    views = [v for v in views if v.nbytes]
+    while views:
+        n = os.preadv(fd, views[:1024], pos)
+        if n <= 0:
+            return False
+        pos += n
+        while views and n >= views[0].nbytes:
+            n -= views[0].nbytes
+            views.pop(0)
+        if n:
+            views[0] = views[0][n:]
+    return True
 
 
 def info_bytes(info: dict[str, object]) -> bytes:

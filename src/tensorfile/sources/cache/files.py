@@ -45,7 +45,6 @@ import fcntl
 import json
 import mmap
 import os
-import shutil
 import stat
 import threading
 from collections.abc import Iterator
@@ -54,7 +53,8 @@ from typing import Literal, overload
 from ...core.atomic import AtomicFile, preallocate, write_all
 from ...core.digests import Digest
 from ...core.errors import SourceError
-from .guards import distrust, flock_within, untrusted
+from ..local.tree import remove_folder_at
+from .guards import StuckEntry, distrust, flock_within, untrusted
 
 __all__ = [
     "ENTRY_MODE",
@@ -344,8 +344,8 @@ def remove_unused(path: str, record: str, *, force: bool, dir_fd: int | None = N
 def heal(path: str, *, dir_fd: int | None = None) -> bool:
     """Remove what is at ``path`` if it is not a regular file (a directory with what it
     holds, symlinks not followed); True when something was removed. One that cannot be
-    removed is a :class:`~tensorfile.errors.SourceError` naming it. ``dir_fd``: ``path``'s
-    folder is this open descriptor."""
+    removed is a :class:`~.guards.StuckEntry` naming it (the read goes on without the
+    cache). ``dir_fd``: ``path``'s folder is this open descriptor."""
     name = _at(path, dir_fd)
     try:
         st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
@@ -363,16 +363,31 @@ def heal(path: str, *, dir_fd: int | None = None) -> bool:
 def _remove(name: str, dir_fd: int | None, why: str, *, tree: bool = False) -> None:
     """Remove ``name`` (in the folder ``dir_fd``; ``tree``: a folder and what it holds,
     symlinks inside removed, not followed); gone already is no error, anything else a
-    :class:`~tensorfile.errors.SourceError` saying ``why``."""
+    :class:`~.guards.StuckEntry` saying ``why`` (the read goes on without the cache)."""
     try:
         if tree:
-            shutil.rmtree(name, dir_fd=dir_fd)
+            _remove_tree(name, dir_fd)
         else:
             os.unlink(name, dir_fd=dir_fd)
     except FileNotFoundError:
         pass
     except OSError as exc:
-        raise SourceError(f"{why}: {exc.strerror or exc}") from exc
+        raise StuckEntry(f"{why}: {exc.strerror or exc}; read without the cache") from exc
+
+
+def _remove_tree(name: str, dir_fd: int | None) -> None:
+    """Remove the folder ``name`` (in the folder ``dir_fd``, else a path) and what it holds
+    without recursion (:func:`~tensorfile.sources.local.tree.remove_folder_at`: a folder
+    planted a few thousand levels deep is removed, never a ``RecursionError``)."""
+    if dir_fd is not None:
+        remove_folder_at(dir_fd, name, name)
+        return
+    folder, base = os.path.split(name)
+    fd = os.open(folder or ".", os.O_RDONLY | os.O_DIRECTORY | _O_CLOEXEC)
+    try:
+        remove_folder_at(fd, base, name)
+    finally:
+        os.close(fd)
 
 
 @overload

@@ -48,6 +48,7 @@ __all__ = [
     "LOCK_WAIT",
     "CacheBypass",
     "LockHeld",
+    "StuckEntry",
     "UntrustedFolder",
     "check_root",
     "distrust",
@@ -81,6 +82,11 @@ class LockHeld(CacheBypass):
 
 class UntrustedFolder(CacheBypass):
     """The cache folder or a layout folder in it can be written by another user."""
+
+
+class StuckEntry(CacheBypass):
+    """Something that is not a regular file at an entry's name (a folder, a FIFO) cannot be
+    removed (a permission, an immutable file in it): the read goes on without the cache."""
 
 
 def _user(uid: int) -> str:

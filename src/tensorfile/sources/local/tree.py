@@ -30,6 +30,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
+from dataclasses import dataclass
 
 from ...core.errors import SourceError
 
@@ -39,6 +40,7 @@ __all__ = [
     "open_folder",
     "remove_empty_folder",
     "remove_file",
+    "remove_folder_at",
     "remove_tree",
 ]
 
@@ -190,31 +192,123 @@ def remove_tree(root: str, name: str) -> None:
     if fd is None:
         return
     try:
-        _remove_folder(fd, base, os.path.join(root, name))
+        remove_folder_at(fd, base, os.path.join(root, name))
     finally:
         os.close(fd)
 
 
-def _remove_folder(parent: int, name: str, where: str) -> None:
-    fd = _open_sub(parent, name, where)
-    if fd is None:
+def remove_folder_at(parent: int, name: str, where: str) -> None:
+    """Remove the folder ``name`` of the open folder ``parent`` (``where``: its path, for
+    messages) and everything in it, as :func:`remove_tree` does, without recursion and with
+    at most 32 folders of the tree open at once: a folder nested deeper is moved
+    up into ``name`` first (a tree a few thousand levels deep is removed whole, never a
+    ``RecursionError``, never a descriptor per level). Nothing there (or not a folder) is no
+    error; a symlink at ``name`` is a :class:`~tensorfile.errors.SourceError`, as is an
+    entry that cannot be removed.
+
+    Example:
+        >>> import os, tempfile
+        >>> root = tempfile.mkdtemp()
+        >>> os.makedirs(os.path.join(root, "a", *["d"] * 100))
+        >>> fd = os.open(root, os.O_RDONLY)
+        >>> remove_folder_at(fd, "a", os.path.join(root, "a")); os.close(fd)
+        >>> os.listdir(root)
+        []
+    """
+    top = _open_sub(parent, name, where)
+    if top is None:
         return
     try:
-        for entry, is_folder in _list(fd, where):
-            path = os.path.join(where, entry)
-            if is_folder:
-                _remove_folder(fd, entry, path)
-                continue
-            try:
-                os.unlink(entry, dir_fd=fd)
-            except FileNotFoundError:
-                pass
-            except IsADirectoryError:  # (a folder now: made meanwhile)
-                _remove_folder(fd, entry, path)
-            except OSError as exc:
-                raise SourceError(f"cannot remove {path}: {_why(exc)}") from exc
+        _empty(top, where)
     finally:
-        os.close(fd)
+        os.close(top)
+    _rmdir(parent, name, where)
+
+
+_DEPTH = 32
+"""The most folders of a tree :func:`remove_folder_at` holds open at once (a writer's
+staging tree and the cache's folders are a few levels deep)."""
+
+
+@dataclass(slots=True)
+class _Level:
+    fd: int
+    name: str
+    where: str
+    todo: list[tuple[str, bool]]
+
+
+def _empty(top: int, where: str) -> None:
+    """Remove everything in the open folder ``top``, depth first from an explicit stack;
+    a folder at :data:`_DEPTH` is renamed into ``top`` (under a new name) and removed from
+    there once ``top``'s listing is done: each move brings a subtree up, so it ends."""
+    stack = [_Level(top, "", where, _list(top, where))]
+    moved = False
+    try:
+        while stack:
+            level = stack[-1]
+            if not level.todo:
+                if len(stack) > 1:
+                    stack.pop()
+                    os.close(level.fd)
+                    _rmdir(stack[-1].fd, level.name, level.where)
+                elif moved:  # (folders moved up meanwhile: listed again)
+                    moved = False
+                    level.todo = _list(top, where)
+                else:
+                    return
+                continue
+            entry, is_folder = level.todo.pop()
+            path = os.path.join(level.where, entry)
+            if not is_folder and not _unlinked(level.fd, entry, path):
+                continue  # (gone, or unlinked; a folder made meanwhile falls through)
+            if len(stack) >= _DEPTH:
+                _move_up(level.fd, entry, top, path)
+                moved = True
+                continue
+            sub = _open_sub(level.fd, entry, path)
+            if sub is None:
+                continue  # (gone, or not a folder now: left, the folder's removal says so)
+            try:
+                todo = _list(sub, path)
+            except BaseException:
+                os.close(sub)
+                raise
+            stack.append(_Level(sub, entry, path, todo))
+    finally:
+        for level in stack[1:]:
+            os.close(level.fd)
+
+
+def _unlinked(fd: int, name: str, where: str) -> bool:
+    """Unlink the entry ``name`` (not a folder when listed): False when it is gone (or
+    unlinked); True when it is a folder now (made meanwhile)."""
+    try:
+        os.unlink(name, dir_fd=fd)
+    except FileNotFoundError:
+        pass
+    except IsADirectoryError:
+        return True
+    except OSError as exc:
+        raise SourceError(f"cannot remove {where}: {_why(exc)}") from exc
+    return False
+
+
+def _move_up(fd: int, name: str, top: int, where: str) -> None:
+    """Rename the folder ``name`` of ``fd`` into ``top`` under a name not taken there."""
+    for _ in range(8):
+        try:
+            os.rename(name, f".rm-{os.urandom(8).hex()}", src_dir_fd=fd, dst_dir_fd=top)
+            return
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            if exc.errno not in (errno.EEXIST, errno.ENOTEMPTY, errno.ENOTDIR, errno.EISDIR):
+                raise SourceError(f"cannot remove {where}: {_why(exc)}") from exc
+    raise SourceError(f"cannot remove {where}: no free name to move it to")
+
+
+def _rmdir(parent: int, name: str, where: str) -> None:
     try:
         os.rmdir(name, dir_fd=parent)
     except FileNotFoundError:
