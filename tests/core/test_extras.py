@@ -54,7 +54,8 @@ def _without(modules: list[str], body: str, first: Path | None = None) -> dict[s
     return dict(json.loads(run.stdout.strip().splitlines()[-1]))
 
 
-def test_pickles_without_torch_name_the_torch_extra(tmp_path: Path) -> None:
+def test_pickles_open_and_convert_without_torch(tmp_path: Path) -> None:
+    """tensorfile reads PyTorch pickles with its own reader (zip included): no torch."""
     path = tmp_path / "m.pt"
     torch.save({"w": torch.ones(2), "epoch": 1}, path)
     found = _without(
@@ -64,19 +65,15 @@ def test_pickles_without_torch_name_the_torch_extra(tmp_path: Path) -> None:
         from tensorfile.cli.app import main
         step("open", lambda: tensorfile.open({str(path)!r}))
         step("convert", lambda: tensorfile.convert({str(path)!r}, {str(tmp_path / "o.npz")!r}))
-        err = io.StringIO()
-        with contextlib.redirect_stderr(err):
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
             code = main(["inspect", {str(path)!r}])
-        found["cli"] = f"{{code}} {{err.getvalue()}}"
+        found["cli"] = f"{{code}}"
         """,
     )
-    hint = "pip install 'tensorfile[torch]'"
-    for step in ("open", "convert"):
-        assert found[step].startswith("UnsupportedError: "), found
-        assert "needs torch, which is not installed" in found[step] and hint in found[step]
-    assert found["cli"].startswith("2 tensorfile: error: unsupported: "), found["cli"]
-    assert hint in found["cli"] and "internal error" not in found["cli"]
-    assert found["cli"].count("\n") == 1
+    assert found == {"open": "ok", "convert": "ok", "cli": "0"}, found
+    with tensorfile.open(str(tmp_path / "o.npz")) as f:
+        assert f.get_tensor("w").tolist() == [1.0, 1.0]
 
 
 def test_dataset_loaders_without_their_packages_name_the_extra(tmp_path: Path) -> None:
@@ -179,8 +176,8 @@ def test_an_installed_torch_that_fails_to_import_is_not_called_missing(
         "library": "OSError: libtorch_cpu.so: cannot open shared object file",
         "dependency": "ModuleNotFoundError: No module named 'typing_extensions_nope'",
     }[how]
-    for step in ("open", "to_torch", "cli"):
-        assert "needs torch, which is installed but failed to import: " + error in found[step]
-        assert "not installed" not in found[step] and "I/O error" not in found[step], found
-    assert found["open"].startswith("UnsupportedError: "), found
-    assert found["cli"].startswith("2 tensorfile: error: unsupported: "), found["cli"]
+    step = "to_torch"
+    assert "needs torch, which is installed but failed to import: " + error in found[step]
+    assert "not installed" not in found[step] and "I/O error" not in found[step], found
+    # (a pickle is read without torch: a broken torch is no matter to it)
+    assert found["open"] == "ok" and found["cli"] == "0 ", found
