@@ -28,7 +28,7 @@ from tensorfile.dataset.layout.manifest import read_manifest
 from tensorfile.dataset.writing import writer as writer_module
 from tensorfile.dataset.writing.columns import columns_and_keys
 from tensorfile.dataset.writing.options import parse_options
-from tensorfile.errors import FormatError, InvalidArgumentError, SourceError
+from tensorfile.errors import ConcurrentWriteError, FormatError, InvalidArgumentError, SourceError
 from tensorfile.sources import FsspecStore, LocalStore, MemoryStore, Store, store_for
 from tests.helpers.cli import run
 from tests.helpers.datasets import cols_a, cols_b
@@ -646,3 +646,34 @@ def test_a_first_write_killed_while_staging_is_collected(tmp_path: Path) -> None
     done = dataset.gc(path, older_than=0)
     assert _names(done.removed) == {f"_staging/{job}/"} and done.kept == []
     assert os.listdir(path) == []
+
+
+def test_a_job_collected_during_its_commit_fails_with_concurrent_write_error(
+    tmp_path: Path,
+) -> None:
+    """Regression (review35m m09): gc taking a job's staging for dead while its commit runs
+    (after the commit read the job marker, before it moved the shards) failed the commit
+    with a plain SourceError "cannot move ..."; it is the documented ConcurrentWriteError
+    (nothing published, run it again), and the dataset reads as before."""
+    path = tmp_path / "ds"
+    dataset.write(cols_a(2), str(path), batch_size=2)
+
+    class GcAtMove(LocalStore):
+        collected: list[str] = []
+
+        def move(self, src: str, dst: str) -> None:
+            if not GcAtMove.collected:  # another process's gc, at this instant
+                GcAtMove.collected += [g.name for g in dataset.gc(str(path), older_than=0).removed]
+            super().move(src, dst)
+
+    store = GcAtMove(str(path))
+    job = writer_module.new_job()
+    writer_module.start_job(store, job)
+    opts = parse_options({"batch_size": 2})
+    cols, rows, keys = columns_and_keys(cols_b(2), opts)
+    folder = writer_module.staging_folder(store, job, 0)
+    result = writer_module.write_task(cols, rows, keys, opts, folder, 0, store)
+    with pytest.raises(ConcurrentWriteError, match="run it again"):
+        writer_module.commit(store, [result], mode="append", opts=opts, job=job)
+    assert any(job in name for name in GcAtMove.collected)
+    assert sorted(r[0] for r in _rows(LocalStore(str(path)))) == [0, 1]

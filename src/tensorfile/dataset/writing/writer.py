@@ -323,7 +323,7 @@ def commit(
     try:
         for r in results:
             for entry in r.shards:
-                store.move(_join(r.folder, entry.shard_path), entry.shard_path)
+                _move_staged(store, r.folder, entry.shard_path, job)
                 moved.append(entry.shard_path)
             shards += r.shards
             index += r.index
@@ -362,6 +362,23 @@ def commit(
             f"not: {failed}"
         ) from failed
     return manifest
+
+
+def _move_staged(store: Store, folder: str, name: str, job: str | None) -> None:
+    """Move the staged shard ``name`` of ``folder`` into place; a move that fails because
+    the job's staging was taken meanwhile (``dataset gc`` took the job for dead, or it was
+    aborted: its marker is gone) raises :class:`ConcurrentWriteError`: nothing is
+    published and the job can be run again."""
+    try:
+        store.move(_join(folder, name), name)
+    except SourceError as exc:
+        if job is not None and _job_ended(store, folder):
+            raise ConcurrentWriteError(
+                f"{store}: the staging of the write job {job} was removed while it committed "
+                f"(its marker {store.url(_marker(job))} is gone: `dataset gc` took the job "
+                "for dead, or it was aborted); nothing was published, run it again"
+            ) from exc
+        raise
 
 
 def _published_over(store: Store, expected: str | None, step: Any) -> Any:
