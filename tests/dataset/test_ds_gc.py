@@ -658,12 +658,12 @@ def test_a_job_collected_during_its_commit_fails_with_concurrent_write_error(
     path = tmp_path / "ds"
     dataset.write(cols_a(2), str(path), batch_size=2)
 
-    class GcAtMove(LocalStore):
-        collected: list[str] = []
+    collected: list[str] = []
 
+    class GcAtMove(LocalStore):
         def move(self, src: str, dst: str) -> None:
-            if not GcAtMove.collected:  # another process's gc, at this instant
-                GcAtMove.collected += [g.name for g in dataset.gc(str(path), older_than=0).removed]
+            if not collected:  # another process's gc, at this instant
+                collected.extend(g.name for g in dataset.gc(str(path), older_than=0).removed)
             super().move(src, dst)
 
     store = GcAtMove(str(path))
@@ -675,5 +675,5 @@ def test_a_job_collected_during_its_commit_fails_with_concurrent_write_error(
     result = writer_module.write_task(cols, rows, keys, opts, folder, 0, store)
     with pytest.raises(ConcurrentWriteError, match="run it again"):
         writer_module.commit(store, [result], mode="append", opts=opts, job=job)
-    assert any(job in name for name in GcAtMove.collected)
+    assert any(job in name for name in collected)
     assert sorted(r[0] for r in _rows(LocalStore(str(path)))) == [0, 1]
