@@ -432,7 +432,7 @@ def test_a_loaded_resume_point_is_used_up_by_a_pass_whatever_the_workers(
     point no pass of theirs moves, so every later pass of the epoch (without ``set_epoch``,
     or with ``set_epoch`` of the same epoch) started at that point again (14, 14, 14 of 20),
     where no workers and persistent ones give 14, 20, 20. Now all agree: a pass broken off
-    keeps the resume point, one run to its end uses it up."""
+    (here long before its end) keeps the resume point, one run to its end uses it up."""
     it = dataset.open(ds_path).to_torch(shuffle=True, seed=SEED, batch_size=B)
     kw: dict[str, Any] = {"batch_size": None, "num_workers": workers}
     if workers:
@@ -447,6 +447,38 @@ def test_a_loaded_resume_point_is_used_up_by_a_pass_whatever_the_workers(
     if context == "fork":
         it.set_epoch(0)  # the same epoch, as a loop calling set_epoch(epoch) each pass does
         assert _collect(loader) == _batches(0)
+
+
+@pytest.mark.parametrize("persistent", [False, True])
+def test_with_workers_a_pass_produced_to_its_end_uses_the_point_up(
+    ds_path: str, persistent: bool
+) -> None:
+    """The documented limit (review35m m01): with DataLoader workers a pass counts as run to
+    its end once its workers produced their shares (nothing tells them which batches the
+    loop took), so a pass broken off within its last ``prefetch_factor x num_workers``
+    batches uses the resume point up once they did (here: waited for), and the next pass is
+    the whole epoch; loading the state again restores the point."""
+    total = len(_order())
+    it = dataset.open(ds_path).to_torch(shuffle=True, seed=SEED, batch_size=B)
+    loader = DataLoader(
+        it,
+        batch_size=None,
+        num_workers=2,
+        multiprocessing_context="fork",
+        persistent_workers=persistent,
+    )
+    it.load_state_dict(it.state_dict(samples=total - 2 * B))  # 2 batches left
+    assert len(it) == 2
+    for batch in loader:  # broken off after its first batch, once the workers produced all
+        assert batch["id"].tolist() == _batches(0, total - 2 * B)[0]
+        deadline = time.monotonic() + 60
+        while len(it) == 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        break
+    assert len(it) == len(_batches(0))
+    assert _collect(loader) == _batches(0)  # the whole epoch
+    it.load_state_dict(it.state_dict(samples=total - 2 * B))  # the point again
+    assert _collect(loader) == _batches(0, total - 2 * B)
 
 
 class _InWorker(IterableDataset):  # type: ignore[type-arg]

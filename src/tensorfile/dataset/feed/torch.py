@@ -58,7 +58,9 @@ a global resume. The main process's count rounds down to whole steps. Seeking co
 ``O(shards)``. The state's epoch becomes the current one; :meth:`set_epoch` with another
 epoch starts that one from its beginning, and a pass that ran to its end uses its resume
 point up, in the main process or in all of one DataLoader pass's workers (fresh for each
-pass, forked from the main process again, too: :mod:`.torch_sync`).
+pass, forked from the main process again, too), where "ran to its end" means that they
+produced it: they cannot see what the loop took, so a pass broken off within its last
+``prefetch_factor x num_workers`` batches may use it up (:mod:`.torch_sync`).
 
 Every value arrives as the matching torch dtype: BF16 as ``torch.bfloat16``, F8 as torch's
 float8 types, unsigned integers as torch's ``uint16``/``uint32``/``uint64``. Only the

@@ -21,8 +21,14 @@ batches they produced are not the batches consumed). What it can know, through t
   workers did, that the resume point is **used up** (``used``): as a pass that ran to its
   end in the main process uses it up, the next pass (fresh workers forked from the main
   process again, whose own copy never moved) starts the epoch from its beginning. A worker
-  id past the slots (more than 500 workers) is not tracked: its passes never use the resume
-  point up.
+  id past the slots (more than 504 workers) is not tracked: its passes never use the resume
+  point up. A worker's share "ran to its end" once the worker *produced* it: no worker, and
+  no code of the feed in the main process, can see which batches the training loop took
+  (the DataLoader calls nothing of the feed in the main process, and its workers are asked
+  for their next batch ``prefetch_factor`` batches ahead of the loop and stopped the same way
+  whether the loop ran to the end or broke off), so a pass broken off within its last
+  ``prefetch_factor x num_workers`` batches may use the resume point up (review35m m01;
+  loading the state again restores it).
 
 **Memory.** The block is made with the feed as anonymous shared memory (``mmap`` of no
 file): forked workers inherit it, and it holds no file descriptor, so a program may keep
