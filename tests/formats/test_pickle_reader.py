@@ -452,3 +452,130 @@ def test_a_remote_size_past_any_file_is_a_source_error() -> None:
     with pytest.raises(SourceError, match="cannot keep the 9,999,999,999,999,999,999 bytes"):
         with pinned(Claiming()):
             pass
+
+
+# -- review35l: differentials with torch.load, and what names can make ------------------
+
+
+def _torch_zip(obj: object) -> tuple[bytes, dict[str, bytes]]:
+    """``obj`` as torch.save zips it: its data.pkl and its other records (within archive/)."""
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    with zipfile.ZipFile(buf) as z:
+        records = {i.filename.split("/", 1)[1]: z.read(i) for i in z.infolist()}
+    pkl = records.pop("data.pkl")
+    return pkl, {k[len("data/") :]: v for k, v in records.items() if k.startswith("data/")}
+
+
+def test_a_zip_with_a_comment_is_refused(tmp_path: Path) -> None:
+    """l01: a second zip hidden in the end record's comment was what torch (and zipfile)
+    read, tensorfile the first: torch.save writes no comment, and none is taken."""
+    buf = io.BytesIO()
+    torch.save({"w": torch.ones(3)}, buf)
+    raw = bytearray(buf.getvalue())
+    struct.pack_into("<H", raw, len(raw) - 2, 4)
+    path = _write(tmp_path, bytes(raw) + b"hide")  # (a comment: another zip could be there)
+    with pytest.raises(FormatError, match="does not end with its end record"):
+        tensorfile.open(str(path))
+
+
+def test_a_file_that_is_also_a_tar_is_refused(tmp_path: Path) -> None:
+    """l02: torch.load reads a file that is a tar archive as an (old) tar checkpoint before
+    it reads pickles; one whose first 512 bytes carry a tar header's checksum is refused."""
+    buf = io.BytesIO()
+    torch.save({"w": torch.ones(3)}, buf, _use_new_zipfile_serialization=False)
+    head = bytearray(buf.getvalue()[:512].ljust(512, b"\0"))
+    head[148:156] = b"        "
+    head[148:156] = b"%06o\0 " % sum(head)
+    path = _write(tmp_path, bytes(head) + buf.getvalue()[512:])
+    with pytest.raises(FormatError, match="also a tar archive"):
+        tensorfile.open(str(path))
+
+
+def test_one_storage_under_many_names_serves_a_bounded_total(tmp_path: Path) -> None:
+    """l03, l12: one tensor named again and again (a memo reference, 2 bytes a name) served
+    its bytes under every name to convert, id and verify: the names together serve at most
+    4 times the file and 64 MiB; a list of a tensor repeated past one entry for each 32 bytes
+    of the file (and 16,384) is refused before it is walked."""
+    t = torch.zeros(1 << 20)  # (4 MiB: 30 names serve 120 MiB)
+    path = tmp_path / "many.pt"
+    torch.save({f"n{i}": t for i in range(30)}, path)
+    with pytest.raises(UnsupportedError, match="names serve more than 4 times"):
+        tensorfile.open(str(path))
+    pkl = b"\x80\x02](" + _one_tensor((1,), (1,), 1)[3 + 5 + 1 : -2] + b"q\x07" + b"h\x07" * 100_000
+    path = _zip_pt(tmp_path, pkl + b"e.", {"0": bytes(4)}, "memo.pt")
+    with pytest.raises(UnsupportedError, match="flattens to more than"):
+        tensorfile.open(str(path))
+
+
+@pytest.mark.parametrize(
+    ("body", "said"),
+    [(b"N" + b"\x85" * (4 << 20), "containers"), (b"](" + b"N" * (3 << 20) + b"e", "entries")],
+    ids=["l04-tuple-chain", "l05-top-list"],
+)
+def test_one_byte_values_cannot_make_hundreds_of_times_the_file(
+    tmp_path: Path, body: bytes, said: str
+) -> None:
+    """l04, l05: a chain of one-byte TUPLE1s, or a top list of one-byte values (each a
+    metadata entry): ~300 bytes of memory a byte of the file. Tuples count as containers;
+    entries are counted before a container is walked."""
+    path = _write(tmp_path, _legacy(b"\x80\x02" + body + b".", []))
+    with pytest.raises(TensorFileError, match=said):
+        tensorfile.open(str(path))
+
+
+def test_a_state_that_would_change_a_tensor_is_refused(tmp_path: Path) -> None:
+    """l06: torch sets a rebuilt tensor's pickled state with setattr: ``{"data": other}``
+    gives it other's values. Such a state is refused; added attributes are set aside."""
+    t, other = torch.ones(3), torch.full((3,), 666.0)
+    t.__dict__["data"] = other
+    path = tmp_path / "s.pt"
+    torch.save({"w": t}, path)
+    assert torch.load(path, weights_only=True)["w"].tolist() == [666.0] * 3
+    with pytest.raises(UnsupportedError, match="_rebuild_from_type_v2"):
+        tensorfile.open(str(path))
+
+
+def test_keys_python_takes_for_one_are_one_as_torch_has_them(tmp_path: Path) -> None:
+    """l07: ``{1: a, True: b}`` is ``{1: b}`` to torch.load; tensorfile served a under
+    "1" and b under "True". Keys Python takes for one are one: the first key, the last
+    value."""
+    pkl, records = _torch_zip({"a": torch.zeros(2), "b": torch.ones(2)})
+    pkl = pkl.replace(_uni("a"), b"K\x01", 1).replace(_uni("b"), b"\x88", 1)
+    path = _zip_pt(tmp_path, pkl, records)
+    oracle = torch.load(path, weights_only=True)
+    assert list(oracle) == [1] and oracle[1].tolist() == [1.0, 1.0]
+    with tensorfile.open(str(path)) as f:
+        assert f.keys() == ["1"] and f.get_tensor("1").tolist() == [1.0, 1.0]
+
+
+@pytest.mark.parametrize("zipped", [True, False])
+def test_conjugated_and_negated_views_read_as_torch_loads_them(
+    tmp_path: Path, zipped: bool
+) -> None:
+    """l08: the view bits torch.save keeps beside a tensor were ignored."""
+    x = torch.tensor([1 + 2j, 3 - 4j], dtype=torch.complex64)
+    state = {"c": x.conj(), "n": torch._neg_view(torch.tensor([1.0, -2.0]))}
+    path = tmp_path / "v.pt"
+    torch.save(state, path, _use_new_zipfile_serialization=zipped)
+    oracle = torch.load(path, weights_only=True)
+    with tensorfile.open(str(path)) as f:
+        assert f.get_tensor("c").tolist() == oracle["c"].resolve_conj().tolist()
+        assert f.get_tensor("n").tolist() == oracle["n"].resolve_neg().tolist() == [-1.0, 2.0]
+
+
+def test_storage_keys_given_as_a_set_are_refused(tmp_path: Path) -> None:
+    """l10: torch reads an old-format file's storages in the order of its key list; a set
+    has no order (torch's changes with the hash seed)."""
+    obj = b"\x80\x02}(" + _uni("w") + _rebuild(_pid(b"FloatStorage", "0", 2), 0, (2,)) + b"u."
+    path = _write(tmp_path, _legacy(obj, {"0"}, _counted(2, bytes(8))))  # type: ignore[arg-type]
+    with pytest.raises(FormatError, match="not a list of texts"):
+        tensorfile.open(str(path))
+
+
+def test_a_name_with_a_nul_is_refused(tmp_path: Path) -> None:
+    """l11: a NUL in a name made an npz that tensorfile (and numpy) could not read back."""
+    pkl, records = _torch_zip({"a": torch.zeros(2)})
+    path = _zip_pt(tmp_path, pkl.replace(_uni("a"), _uni("a\0b"), 1), records)
+    with pytest.raises(FormatError, match="a NUL or a lone surrogate"):
+        tensorfile.open(str(path))

@@ -113,21 +113,15 @@ _SATURATED = 0xFFFFFFFF
 
 def _end(data: Any, where: str) -> tuple[int, int, int, int]:
     """``(entries, directory offset, directory size, where the directory must end)`` from
-    the end-of-central-directory record (and its zip64 record where it has one): exactly one
-    record whose comment runs to the end of the file, nothing another reader could take for
-    another central directory."""
+    the end-of-central-directory record (and its zip64 record where it has one): the last 22
+    bytes of the file, with no comment (every zip reader takes the last end record it finds;
+    a comment could hold another), nothing another reader could take for another central
+    directory."""
     size = len(data)
-    tail_at = max(0, size - 22 - 0xFFFF)
-    tail = bytes(data[tail_at:size])
-    found = [
-        at for at in range(len(tail) - 22, -1, -1)
-        if tail[at : at + 4] == _EOCD
-        and at + 22 + struct.unpack_from("<H", tail, at + 20)[0] == len(tail)
-    ]  # fmt: skip
-    if len(found) != 1:
-        what = "no end of central directory" if not found else "two ends of central directory"
-        raise _refuse(where, f"not a zip torch.save writes: {what}")
-    eocd = tail_at + found[0]
+    eocd = size - 22  # (torch.save writes no comment: a comment can hide another zip's end)
+    if eocd < 0 or bytes(data[eocd : eocd + 4]) != _EOCD or bytes(data[size - 2 :]) != b"\0\0":
+        raise _refuse(where, "not a zip torch.save writes: it does not end with its end "
+                             "record (a zip comment, or no end record)")  # fmt: skip
     _disk, _cd_disk, _here, entries, cd_size, cd_at = struct.unpack_from("<HHHHII", data, eocd + 4)
     stop = eocd
     if eocd >= 20 and bytes(data[eocd - 20 : eocd - 16]) == _LOCATOR:

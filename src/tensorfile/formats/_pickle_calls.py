@@ -23,7 +23,7 @@ from ..core.errors import FormatError, UnsupportedError, quoted_name
 
 __all__ = ["CALLS", "COSTS", "DIMS", "TYPES", "WHY", "Bad", "Context", "Global", "holds_tensor"]
 __all__ += ["UNTYPED", "Pairs", "PickledSet", "Size", "Storage", "Stored", "TorchName"]
-__all__ += ["dtype_named", "index", "rename", "show", "storage_dtype"]
+__all__ += ["dtype_named", "index", "plain_state", "rename", "show", "storage_dtype"]
 
 
 class Pairs:
@@ -103,7 +103,7 @@ class Stored:
     """A tensor of a pickle: ``size`` and ``stride`` (in elements) from ``offset`` in a
     storage's bytes, read as ``dtype``; made only by :meth:`checked`."""
 
-    __slots__ = ("dtype", "numel", "offset", "size", "storage", "stride")
+    __slots__ = ("dtype", "flags", "numel", "offset", "size", "storage", "stride")
 
     def __init__(
         self,
@@ -116,6 +116,7 @@ class Stored:
     ) -> None:
         self.storage, self.dtype, self.offset = storage, dtype, offset
         self.size, self.stride, self.numel = size, stride, numel
+        self.flags: tuple[str, ...] = ()  # ("conj", "neg"): what torch's view bits ask
 
     @classmethod
     def checked(
@@ -184,13 +185,14 @@ class Stored:
             if n > 1 and st != want:
                 return False
             want *= n
-        return True
+        return not self.flags  # (a conjugated or negated view is made anew)
 
-    def key(self) -> tuple[Any, ...]:
-        """What makes two tensors one array: their bytes, layout and dtype."""
+    def key(self) -> str:
+        """What makes two tensors one array: their bytes, layout, dtype and view bits, as
+        text (whose hash is salted: tuples of a file's numbers could be made to collide)."""
         root, start = self.storage.root()
         at = start + self.offset * self.dtype.itemsize
-        return id(root), at, self.size, self.stride, self.dtype.name
+        return f"{id(root)} {at} {self.size} {self.stride} {self.dtype.name} {self.flags}"
 
     def array(self) -> np.ndarray[Any, Any]:
         """The tensor as a read-only numpy array over the file's bytes (strided as stored)."""
@@ -203,6 +205,10 @@ class Stored:
         # checks that the layout lies within it)
         raw = np.frombuffer(self.storage.buffer(), np.uint8)
         made = np.ndarray(self.size, np_dtype, raw, self.offset * item, strides)
+        if "conj" in self.flags:
+            made = np.conjugate(made)
+        if "neg" in self.flags:
+            made = np.negative(made)
         made.flags.writeable = False
         return made
 
@@ -334,15 +340,60 @@ def _rebuild(m: Context, args: tuple[Any, ...], dtype: Any = None) -> Stored | N
 
 
 def _v2(m: Context, args: tuple[Any, ...]) -> Stored | None:
-    return _rebuild(m, args) if len(args) in (4, 6, 7) else None
+    made = _rebuild(m, args) if len(args) in (6, 7) else None
+    return _flagged(made, args[6] if len(args) == 7 else None)
 
 
 def _v3(m: Context, args: tuple[Any, ...]) -> Stored | None:
-    return _rebuild(m, args, args[6]) if len(args) in (7, 8) else None
+    made = _rebuild(m, args, args[6]) if len(args) in (7, 8) else None
+    return _flagged(made, args[7] if len(args) == 8 else None)
+
+
+def _flagged(made: Stored | None, metadata: Any) -> Stored | None:
+    """``made`` with the view bits ``torch.save`` keeps beside a tensor (``{"conj": True}``,
+    ``{"neg": True}``); None (refused) for any other metadata."""
+    if made is None or metadata is None:
+        return made
+    if not isinstance(metadata, Pairs):
+        return None
+    flags = []
+    for key, value in metadata.pairs:
+        if key in ("conj", "neg") and value is True and made.dtype.kind != "bool":
+            flags.append(key)
+        elif value is not False:
+            return None
+    made.flags = tuple(sorted(set(flags)))
+    return made
+
+
+_TENSOR_ATTRIBUTES = frozenset({
+    "data", "real", "imag", "grad", "requires_grad", "names", "retains_grad", "grad_fn",
+    "T", "H", "mT", "mH", "shape", "dtype", "device", "layout", "is_leaf", "output_nr",
+    "_base", "_cdata", "_grad", "_grad_fn", "_version", "_backward_hooks",
+    "_post_accumulate_grad_hooks",
+})  # fmt: skip
+"""The attributes a tensor's pickled state could set that change what it holds or is."""
+
+
+def plain_state(state: Any) -> bool:
+    """Whether ``state`` (a tensor's or parameter's, which torch sets with ``setattr``) only
+    adds attributes tensorfile sets aside (``p.note = "x"``): None, a dict of them, or a
+    ``(dict, slots)`` pair; never one that names a tensor's own attributes (``data``,
+    ``real``: torch would change the tensor's values or shape)."""
+    if state is None:
+        return True
+    if isinstance(state, tuple) and len(state) == 2:
+        return all(plain_state(part) for part in state if part is not None)
+    return isinstance(state, Pairs) and all(
+        isinstance(key, str) and key not in _TENSOR_ATTRIBUTES and not key.startswith("__")
+        for key, _ in state.pairs
+    )
 
 
 def _parameter(m: Context, args: tuple[Any, ...]) -> Stored | None:
-    return args[0] if len(args) in (3, 4) and isinstance(args[0], Stored) else None
+    if len(args) in (3, 4) and isinstance(args[0], Stored):
+        return args[0] if len(args) == 3 or plain_state(args[3]) else None
+    return None
 
 
 def _ordered(m: Context, args: tuple[Any, ...]) -> Pairs | None:

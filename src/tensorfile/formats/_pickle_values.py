@@ -37,6 +37,10 @@ __all__ = ["MIN_ENTRIES", "MIN_TEXT", "TEXT_PER_BYTE", "Checkpoint", "Plain", "d
 __all__ += ["plain_value", "walk"]
 
 
+_MIN_NAMED = 1 << 14
+"""Entries (tensors and values) any pickle may flatten to; past it, one for each 32 bytes
+of the file (an honest tensor takes more: a name, a rebuild and its storage)."""
+
 MIN_ENTRIES = 1 << 17
 """Entries any pickle may flatten to twice, through containers it refers to more than once
 (131,072); past it, one for each 16 bytes of the file. The same count bounds what a file's
@@ -137,13 +141,55 @@ def _children(value: Any, name: str, names: _Budget) -> list[tuple[str, Any]]:
     their keys (``0`` for the integer 0), a list's and a tuple's by their index; their names
     are counted against ``names`` before they are made."""
     names.spend(len(value) * (len(name) + 1))
-    items = value.items() if isinstance(value, Mapping | Pairs) else enumerate(value)
+    items = _items(value) if isinstance(value, Mapping | Pairs) else enumerate(value)
     out: list[tuple[str, Any]] = []
     for key, child in items:
         text = _key_text(key)
         names.spend(len(text))
         out.append((f"{name}.{text}" if name else text, child))
     return out
+
+
+def _python_key(key: Any) -> tuple[str, Any]:
+    """What tells keys apart as a Python dict does, without hashing the key (a file's
+    numbers can be made to collide): ``1``, ``1.0`` and ``True`` alike, ``0.0`` and
+    ``-0.0`` alike; text hashes are salted."""
+    if isinstance(key, bool):
+        key = int(key)
+    if isinstance(key, float):
+        if key != key:  # (NaN equals nothing, itself included)
+            return "nan", str(id(key))
+        if not key.is_integer():
+            return "float", repr(key)
+        key = int(key)
+    if isinstance(key, int):
+        return "int", str(key) if -_BIG < key < _BIG else f"{key.bit_length()}:{key & 0xFFFF}"
+    if isinstance(key, str | bytes):
+        return type(key).__name__, key
+    return "object", str(id(key))
+
+
+def _items(value: Mapping[Any, Any] | Pairs) -> list[tuple[Any, Any]]:
+    """A dict's items as Python's dict keeps them: keys it takes for one (``1`` and
+    ``True``, a key set twice) are one, the first key with the last value."""
+    if isinstance(value, Mapping):
+        return list(value.items())
+    merged: dict[tuple[str, Any], list[Any]] = {}
+    for key, child in value.pairs:
+        found = merged.get(_python_key(key))
+        if found is None:
+            merged[_python_key(key)] = [key, child]
+        else:
+            found[1] = child
+    return [(k, v) for k, v in merged.values()]
+
+
+def _too_many(where: str, most: int) -> None:
+    raise UnsupportedError(
+        f"{quoted_name(where)}: the pickle flattens to more than {most:,} entries (one for "
+        "each 32 bytes of the file and 16,384): a list of thousands of one-byte values, or "
+        "an entry listed again and again through the memo"
+    )
 
 
 def _utf8(text: str) -> bool:
@@ -205,6 +251,7 @@ def walk(obj: Any, where: str, size: int) -> Checkpoint:
     few bytes), and names longer in all than the file's budget of characters."""
     holding = _holding(obj)
     limit = size // 16 + MIN_ENTRIES
+    promised, most = 1, size // 32 + _MIN_NAMED  # (entries to come, at least; at most)
     names = _Budget(where, size, "flattened names")
     found = Checkpoint({}, {})
     stack: list[tuple[str, Any, int]] = [("", obj, -1)]
@@ -228,6 +275,9 @@ def walk(obj: Any, where: str, size: int) -> Checkpoint:
                         f"{quoted_name(where)}: the pickle refers to its containers so often "
                         f"that it flattens to more than {limit:,} entries read twice"
                     )
+            promised += len(value) - 1  # (each child is an entry, or holds one at least)
+            if promised > most:
+                _too_many(where, most)
             walked.add(id(value))
             path[id(value)] = name
             stack.append((name, value, _LEFT))  # popped once every child is walked
@@ -235,12 +285,13 @@ def walk(obj: Any, where: str, size: int) -> Checkpoint:
             continue
         into = found.tensors if isinstance(value, Stored) else found.values
         name = name or file_stem(where)  # a lone tensor or value: named after the file
-        if not name.isascii() and not _utf8(name):
+        if "\0" in name or (not name.isascii() and not _utf8(name)):
             raise FormatError(
-                f"{quoted_name(where)}: the pickle names an entry with a lone surrogate "
-                f"({brief(name)}), which no file format can hold as a name",
+                f"{quoted_name(where)}: the pickle names an entry with a NUL or a lone "
+                f"surrogate ({brief(name)}), which no file format can hold as a name",
                 format="pytorch",
             )
+
         if name in into:
             raise UnsupportedError(
                 f"{quoted_name(where)}: two entries flatten to the name {brief(name)} (a dotted "
@@ -387,7 +438,7 @@ class Plain:
     def _mapping(self, value: Mapping[Any, Any] | Pairs, name: str, depth: int) -> dict[str, Any]:
         out: dict[str, Any] = {}
         keys: dict[str, Any] = {}
-        for k, v in value.items():
+        for k, v in _items(value):
             text = self._string(_key_text(k), f"{name} key")
             if text in keys:
                 self._note(

@@ -67,6 +67,7 @@ from ._pickle_calls import (
     Stored,
     TorchName,
     index,
+    plain_state,
     rename,
     show,
     storage_dtype,
@@ -169,9 +170,11 @@ class _Machine:
                 raise Bad(f"more than {_MARKS:,} marks open at once")
             self.marks.append(len(self.stack))
         elif op == "t":  # TUPLE
+            self.reader.made(op)
             push(tuple(self.pop_mark()))
         elif op in "\x85\x86\x87":  # TUPLE1, TUPLE2, TUPLE3
             n = key - 0x84
+            self.reader.made(op)
             self.above(n)
             self.stack[-n:] = [tuple(self.stack[-n:])]
         elif op in "hj":  # BINGET, LONG_BINGET
@@ -272,7 +275,7 @@ class _Machine:
         name = func.name if isinstance(func, Global) else ""
         if name == "torch._tensor._rebuild_from_type_v2" and not nested and len(args) == 4:
             inner, kind, inner_args, state = args
-            if kind in TYPES and isinstance(state, Pairs | type(None)):  # (attributes: set aside)
+            if kind in TYPES and plain_state(state):  # (added attributes: set aside)
                 return self.call(inner, inner_args, nested=True)
         made = CALLS.get(name)
         if made is not None:  # (each call makes something: a tensor's catalog entry most)
@@ -464,8 +467,29 @@ def _zipped(source: Source, data: Any) -> Any:
     return found
 
 
+def _is_tar(head: bytes) -> bool:
+    """Whether ``head`` (a file's first 512 bytes) is a tar header: torch.load tries a file
+    as a (very old) tar checkpoint before reading it as pickles, so a file that is both is
+    read otherwise by torch."""
+    if len(head) < 512:
+        return False
+    try:
+        stored = int(head[148:156].replace(b"\0", b" ").strip() or b"-1", 8)
+    except ValueError:
+        return False
+    unsigned = sum(head[:148]) + 8 * 32 + sum(head[156:512])
+    signed = unsigned - 2 * sum(b for b in head[:148] + head[156:512] if b > 127)
+    return stored in (unsigned, signed)
+
+
 def _legacy(source: Source, data: Any) -> Any:
     where = source.name
+    if _is_tar(bytes(data[:512])):
+        raise FormatError(
+            f"{quoted_name(where)}: the file is also a tar archive, which torch.load would "
+            "read instead of its pickles: the file is not what it says",
+            format="pytorch",
+        )
     reader = _Reader(where, _budget(source), legacy=True)
     pos, values = 0, []
     try:
@@ -484,8 +508,8 @@ def _legacy(source: Source, data: Any) -> Any:
                 raise Bad("a storage named outside the object's pickle")
     except Bad as exc:
         raise _fail(where, exc) from None
-    keys = values[4]
-    if not isinstance(keys, list | tuple) or not all(isinstance(k, str) for k in keys):
+    keys = values[4]  # (a list, in the order torch reads the storages: not a set's)
+    if type(keys) is not list or not all(isinstance(k, str) for k in keys):
         raise _fail(where, Bad("its list of storage keys is not a list of texts"))
     for key in keys:
         storage = reader.storages.get(key)

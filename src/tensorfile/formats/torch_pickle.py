@@ -148,9 +148,16 @@ def load_tensors(
     roots = {id(r): r.nbytes for r in (t.storage.root()[0] for t in tensors.values())}
     held = min(sum(roots.values()), source.size)
     arrays: dict[str, np.ndarray[Any, Any]] = {}
-    made: dict[tuple[Any, ...], np.ndarray[Any, Any]] = {}  # one array for each view
-    copied = 0
+    made: dict[str, np.ndarray[Any, Any]] = {}  # one array for each view
+    copied = served = 0
     for name, t in tensors.items():
+        served += t.nbytes  # (what every name serves: converted, hashed, verified each)
+        if served > _SERVED * source.size + _SERVED_MIN:
+            raise UnsupportedError(
+                f"{where}: the pickle's names serve more than {_SERVED} times the file's "
+                f"{source.size:,} bytes (at tensor {brief(name)}): one storage named again "
+                "and again; tensorfile serves no more than that"
+            )
         view = t.key()
         if view not in made:
             arr = t.array()
@@ -167,6 +174,10 @@ def load_tensors(
         arrays[name] = made[view]
     return arrays, found.values
 
+
+_SERVED, _SERVED_MIN = 4, 64 << 20
+"""What all of a pickle's names may serve together: 4 times the file's bytes and 64 MiB (a
+model whose embedding and output share their weights serves under twice its file)."""
 
 _COPIES = 2
 """How many times the bytes of a pickle's storages its distinct non-contiguous views may
