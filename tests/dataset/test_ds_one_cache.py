@@ -24,7 +24,7 @@ import safetensors.numpy as ref
 
 from tensorfile import dataset
 from tensorfile.safetensors.numpy import load_file, save_file
-from tensorfile.sources import CacheWarning
+from tensorfile.sources import CacheWarning, MemoryStore, Store
 from tensorfile.sources.cache.folder import CacheFolder
 from tensorfile.sources.cache.settings import (
     CACHE_CHUNK_ENV,
@@ -437,3 +437,42 @@ def test_a_folder_planted_at_a_shard_name_is_removed_or_bypassed(
         return
     assert said == [] and downloads == 1
     assert planted.is_file() and not planted.is_symlink()
+
+
+class _Unlocated(MemoryStore):
+    """A store that does not say where its files live (``Store.location``'s default), as a
+    user's ``Store`` subclass may be."""
+
+    location = Store.location  # type: ignore[assignment]
+
+
+@pytest.mark.parametrize("kind", [MemoryStore, _Unlocated])
+def test_two_stores_of_one_name_never_share_cached_shards(
+    tmp_path: Path, kind: type[MemoryStore]
+) -> None:
+    """Review m02: every ``MemoryStore``'s location was its URL, ``<memory-store>``, and so
+    any ``Store`` subclass's that did not say one: two datasets with the same manifest in two
+    such stores, read through one cache folder, gave the second the first one's shards.
+    Each ``MemoryStore`` is its own location now; a store without one is read without the
+    shard cache (a ``CacheWarning``)."""
+    stores = {"a": kind(), "b": kind()}
+
+    class Pipe:  # (_twin_datasets writes through fsspec's pipe)
+        def pipe(self, path: str, data: bytes) -> None:
+            which, _, name = path.partition("/")
+            stores[which].write_atomic(name, data)
+
+    _twin_datasets(Pipe(), "a", "b", tmp_path)
+    cache = tmp_path / "cache"
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        for which, want in (("a", 0.0), ("b", 666.0), ("a", 0.0)):
+            with dataset.open(stores[which], cache_dir=cache) as ds:
+                assert {float(np.asarray(s["x"]).max()) for s in ds} == {want}
+                assert (ds.cache is None) == (kind is _Unlocated)
+    said = [str(w.message) for w in seen if issubclass(w.category, CacheWarning)]
+    if kind is _Unlocated:
+        assert len(said) == 3 and all("location() is None" in m for m in said), said
+        assert _shards(cache) == []
+    else:
+        assert said == [] and len(_shards(cache)) == 4
