@@ -271,20 +271,18 @@ def lock_fd(
     """A descriptor of the lock file ``path`` (created if need be, readable by its owner
     only), exclusively locked (``wait``: else not locked) on the file the name still holds
     (a sweep may remove a lock file), waited for at most ``within`` seconds (None:
-    :data:`~.guards.LOCK_WAIT`; still held then: :class:`~.guards.LockHeld`). Anything
-    but a regular file there is removed first (a planted symlink is never followed, a FIFO
-    never waited on), as is a file with other hard links (:func:`is_entry`) and one that
-    cannot be opened (an immutable file; one that cannot be removed either is a
-    :class:`~.guards.StuckEntry`). ``dir_fd``: ``path``'s folder is this open descriptor."""
+    :data:`~.guards.LOCK_WAIT`; still held then: :class:`~.guards.LockHeld`). What is no
+    entry (:func:`heal`: a symlink never followed, a FIFO never waited on, a hard link) or
+    cannot be opened is removed first (:func:`remove_stuck`). ``dir_fd``: ``path``'s
+    folder is this open descriptor."""
     for _ in range(16):
         try:
             fd = open_fd(path, os.O_RDWR | os.O_CREAT, 0o600, dir_fd=dir_fd)
         except OSError as exc:
             if heal(path, dir_fd=dir_fd):
                 continue
-            if exc.errno in (errno.EPERM, errno.EACCES) and _there(path, dir_fd):
-                remove_stuck(path, exc, dir_fd=dir_fd)  # (a file we may not open)
-                continue
+            if exc.errno in (errno.EPERM, errno.EACCES) and remove_stuck(path, exc, dir_fd=dir_fd):
+                continue  # (a file we may not open: removed)
             raise SourceError(f"cannot lock {path}: {exc.strerror or exc}") from exc
         try:
             st = os.fstat(fd)
@@ -306,15 +304,6 @@ def lock_fd(
             raise
         close_fd(fd)  # removed by a sweep before we locked it: take the new one
     raise SourceError(f"cannot lock {path}: it is replaced again and again")
-
-
-def _there(path: str, dir_fd: int | None) -> bool:
-    """Whether something is at ``path`` (not followed)."""
-    try:
-        os.stat(_at(path, dir_fd), dir_fd=dir_fd, follow_symlinks=False)
-    except OSError:
-        return False
-    return True
 
 
 def lock_same(
@@ -364,19 +353,16 @@ def remove_unused(path: str, record: str, *, force: bool, dir_fd: int | None = N
 
 
 def is_entry(st: os.stat_result) -> bool:
-    """Whether a cache entry of this status may be used: a regular file with one name. A
-    file with other names (a hard link planted at the entry's name, say to a file outside
-    the cache) is damaged: the cache's ``fchmod`` and ``utime`` of its entries would change
-    that other file."""
+    """Whether a cache entry of this status may be used: a regular file with one name (the
+    cache's ``fchmod`` and ``utime`` of a hard link would change its other file)."""
     return stat.S_ISREG(st.st_mode) and st.st_nlink == 1
 
 
 def heal(path: str, *, dir_fd: int | None = None) -> bool:
-    """Remove what is at ``path`` if it is not an entry the cache may use (:func:`is_entry`:
-    a directory with what it holds, a symlink, not followed, a hard link's name); True when
-    something was removed. One that cannot be removed is a :class:`~.guards.StuckEntry`
-    naming it (the read goes on without the cache). ``dir_fd``: ``path``'s folder is this
-    open descriptor."""
+    """Remove what is at ``path`` if it is no entry the cache may use (:func:`is_entry`: a
+    directory with what it holds, a symlink, not followed, a hard link); True when something
+    was removed. One that cannot be removed is a :class:`~.guards.StuckEntry` naming it (the
+    read goes on without the cache). ``dir_fd``: ``path``'s folder is this open descriptor."""
     name = _at(path, dir_fd)
     try:
         st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
@@ -392,12 +378,20 @@ def heal(path: str, *, dir_fd: int | None = None) -> bool:
     return True
 
 
-def remove_stuck(path: str, exc: OSError, *, dir_fd: int | None = None) -> None:
-    """Remove the regular file at ``path``, which could not be used (``exc``: why); one
-    that cannot be removed either (an immutable file) is a :class:`~.guards.StuckEntry`
-    (the read goes on without the cache)."""
-    why = f"the cache entry {path} cannot be used ({exc.strerror or exc}) and cannot be removed"
-    _remove(_at(path, dir_fd), dir_fd, why)
+def remove_stuck(path: str, exc: OSError, *, dir_fd: int | None = None) -> bool:
+    """Remove the file at ``path``, which could not be used (``exc``: why); whether one was
+    there. One that cannot be removed either (an immutable file) is a
+    :class:`~.guards.StuckEntry` (the read goes on without the cache)."""
+    try:
+        os.unlink(_at(path, dir_fd), dir_fd=dir_fd)
+    except FileNotFoundError:
+        return False
+    except OSError as err:
+        raise StuckEntry(
+            f"the cache entry {path} cannot be used ({exc.strerror or exc}) and cannot be "
+            f"removed: {err.strerror or err}; read without the cache"
+        ) from err
+    return True
 
 
 def _remove(name: str, dir_fd: int | None, why: str, *, tree: bool = False) -> None:
