@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import signal
 import stat
+import struct
 import subprocess
 import sys
 import textwrap
@@ -134,6 +135,47 @@ def test_a_replaced_file_keeps_its_mode_and_owner(old: Path, mode: int) -> None:
     assert old.read_bytes() == b"x" and after.st_ino != before.st_ino
     assert _mode(old) == mode
     assert (after.st_uid, after.st_gid) == (before.st_uid, before.st_gid)
+
+
+_UNDEFINED = 0xFFFFFFFF
+# owner rw, the user nobody r, the owning group nothing, the mask r, others nothing: the
+# mode shows 0640 (with an ACL the group bits are the mask), the owning group may not read
+_PRIVATE_ACL = struct.pack("<I", 2) + b"".join(
+    struct.pack("<HHI", tag, perm, uid)
+    for tag, perm, uid in [
+        (0x01, 6, _UNDEFINED),
+        (0x02, 4, 65534),
+        (0x04, 0, _UNDEFINED),
+        (0x10, 4, _UNDEFINED),
+        (0x20, 0, _UNDEFINED),
+    ]
+)
+
+
+@pytest.mark.parametrize("how", ["atomic_write", "in an open folder", "rewrite"])
+def test_a_file_kept_private_by_an_acl_keeps_its_acl(old: Path, how: str) -> None:
+    """Review m11: a file whose POSIX ACL keeps its group out (mode 0640: the group bits are
+    the ACL's mask) was replaced by a file of mode 0640 without the ACL: its whole group
+    could read it (and the user the ACL named could not). The new file gets the ACL."""
+    try:
+        os.setxattr(old, "system.posix_acl_access", _PRIVATE_ACL)
+    except OSError as exc:
+        pytest.skip(f"this file system takes no POSIX ACL: {exc.strerror}")
+    acl = os.getxattr(old, "system.posix_acl_access")
+    assert _mode(old) == 0o640
+    if how == "rewrite":
+        assert rewrite(str(old), b"OLD", 3, 9, b"") == "copy"
+    else:
+        folder = os.open(old.parent, os.O_RDONLY) if how != "atomic_write" else None
+        try:
+            with atomic_write(old, dir_fd=folder) as fd:
+                os.write(fd, b"new")
+        finally:
+            if folder is not None:
+                os.close(folder)
+    assert old.read_bytes() == (b"OLD contents" if how == "rewrite" else b"new")
+    assert _mode(old) == 0o640
+    assert os.getxattr(old, "system.posix_acl_access") == acl
 
 
 def test_a_read_only_file_is_refused_never_replaced(

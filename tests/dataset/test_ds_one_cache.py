@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 import subprocess
 import sys
 import textwrap
@@ -24,7 +25,7 @@ import safetensors.numpy as ref
 
 from tensorfile import dataset
 from tensorfile.safetensors.numpy import load_file, save_file
-from tensorfile.sources import CacheWarning
+from tensorfile.sources import CacheWarning, MemoryStore, Store
 from tensorfile.sources.cache.folder import CacheFolder
 from tensorfile.sources.cache.settings import (
     CACHE_CHUNK_ENV,
@@ -437,3 +438,102 @@ def test_a_folder_planted_at_a_shard_name_is_removed_or_bypassed(
         return
     assert said == [] and downloads == 1
     assert planted.is_file() and not planted.is_symlink()
+
+
+class _Unlocated(MemoryStore):
+    """A store that does not say where its files live (``Store.location``'s default), as a
+    user's ``Store`` subclass may be."""
+
+    location = Store.location  # type: ignore[assignment]
+
+
+@pytest.mark.parametrize("kind", [MemoryStore, _Unlocated])
+def test_two_stores_of_one_name_never_share_cached_shards(
+    tmp_path: Path, kind: type[MemoryStore]
+) -> None:
+    """Review m02: every ``MemoryStore``'s location was its URL, ``<memory-store>``, and so
+    any ``Store`` subclass's that did not say one: two datasets with the same manifest in two
+    such stores, read through one cache folder, gave the second the first one's shards.
+    Each ``MemoryStore`` is its own location now; a store without one is read without the
+    shard cache (a ``CacheWarning``)."""
+    stores = {"a": kind(), "b": kind()}
+
+    class Pipe:  # (_twin_datasets writes through fsspec's pipe)
+        def pipe(self, path: str, data: bytes) -> None:
+            which, _, name = path.partition("/")
+            stores[which].write_atomic(name, data)
+
+    _twin_datasets(Pipe(), "a", "b", tmp_path)
+    cache = tmp_path / "cache"
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        for which, want in (("a", 0.0), ("b", 666.0), ("a", 0.0)):
+            with dataset.open(stores[which], cache_dir=cache) as ds:
+                assert {float(np.asarray(s["x"]).max()) for s in ds} == {want}
+                assert (ds.cache is None) == (kind is _Unlocated)
+    said = [str(w.message) for w in seen if issubclass(w.category, CacheWarning)]
+    if kind is _Unlocated:
+        assert len(said) == 3 and all("location() is None" in m for m in said), said
+        assert _shards(cache) == []
+    else:
+        assert said == [] and len(_shards(cache)) == 4
+
+
+@pytest.mark.parametrize("where", [".lock", "shard"])
+def test_a_file_that_cannot_be_removed_at_a_shard_cache_name_is_bypassed(
+    tmp_path: Path, where: str, stuck: Any
+) -> None:
+    """Review m12: an immutable regular file (``chattr +i``) at the cache folder's ``.lock``
+    (it cannot be opened to lock) or at a shard's name (of the wrong size: a download cannot
+    be renamed over it) failed every read of the dataset with a ``SourceError``; it is a
+    stuck entry now: the read goes on without the cache, with a ``CacheWarning``."""
+    cols = {"x": np.arange(64, dtype=np.float32).reshape(16, 4)}
+    url = f"memory://stuck-file-{tmp_path.name}/ds"
+    dataset.write(cols, url, batch_size=4)
+    cache = tmp_path / "cache"
+    with dataset.open(url, cache_dir=cache) as ds:
+        assert_samples(list(ds), expected_rows(cols, 16))
+    if where == ".lock" and os.geteuid() != 0:
+        pytest.skip("only root makes a lock file that cannot be opened (chattr +i)")
+    planted = cache / ".lock" if where == ".lock" else sorted(_shards(cache))[0]
+    planted.unlink()
+    stuck(planted, file=True)
+    for _ in range(2):
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            with dataset.open(url, cache_dir=cache) as ds:
+                assert_samples(list(ds), expected_rows(cols, 16))
+        said = [str(w.message) for w in seen if issubclass(w.category, CacheWarning)]
+        assert len(said) == 1 and "cannot be removed" in said[0], said
+
+
+@pytest.mark.parametrize("where", [".lock", "KEY.lock", "KEY.shard"])
+def test_a_hard_link_at_an_entry_name_never_changes_the_file_outside(
+    tmp_path: Path, where: str
+) -> None:
+    """Review m16: a hard link at the cache folder's ``.lock`` to a file outside the cache
+    was opened as the lock, made 0600 (the fix of a lock an older version made 0644) and
+    touched: the outside file's mode and time changed. A name with other hard links is a
+    damaged entry now: removed and made afresh, the other file never changed."""
+    cols = {"x": np.arange(64, dtype=np.float32).reshape(16, 4)}
+    url = f"memory://hard-link-{tmp_path.name}/ds"
+    dataset.write(cols, url, batch_size=4)
+    cache = tmp_path / "cache"
+    with dataset.open(url, cache_dir=cache) as ds:
+        assert_samples(list(ds), expected_rows(cols, 16))
+    shard = sorted(_shards(cache))[0]
+    outside = tmp_path / "public.html"
+    outside.write_bytes(shard.read_bytes())  # (the shard's size: it would be read)
+    outside.chmod(0o644)
+    os.utime(outside, (1e9, 1e9))
+    planted = cache / where.replace("KEY", f"shards-v1/{shard.stem}")
+    planted.unlink(missing_ok=True)
+    os.link(outside, planted)
+    if where == "KEY.lock":
+        shard.unlink()  # (downloaded again: under its lock)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CacheWarning)
+        with dataset.open(url, cache_dir=cache) as ds:
+            assert_samples(list(ds), expected_rows(cols, 16))
+    st = outside.stat()
+    assert (stat.S_IMODE(st.st_mode), st.st_mtime, st.st_nlink) == (0o644, 1e9, 1)

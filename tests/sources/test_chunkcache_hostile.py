@@ -128,6 +128,26 @@ def test_a_chunk_of_another_file_is_refused(served: tuple[str, bytes], tmp_path:
         assert src.cache_stats.rejected == 1
 
 
+def test_a_hard_link_at_a_chunk_name_never_changes_the_file_outside(
+    served: tuple[str, bytes], tmp_path: Path
+) -> None:
+    # review35m m16: a chunk's name with other hard links (to a file outside the cache, here
+    # a copy of the chunk: it would be read) is a damaged entry: removed and fetched again,
+    # the other file never touched
+    url, data = served
+    outside = tmp_path / "outside.bin"
+    with _fill(url, tmp_path / "cache", data) as src:
+        outside.write_bytes(_chunk(src, 2).read_bytes())
+        _chunk(src, 2).unlink()
+        os.link(outside, _chunk(src, 2))
+    os.utime(outside, (1e9, 1e9))
+    with _source(url, tmp_path / "cache") as src:
+        assert src.read(0, len(data)) == data
+        assert src.cache_stats.misses == 1
+    st = outside.stat()
+    assert (st.st_mtime, st.st_nlink) == (1e9, 1)
+
+
 def test_a_folder_in_place_of_a_chunk_is_removed_and_fetched_again(
     served: tuple[str, bytes], tmp_path: Path
 ) -> None:

@@ -287,10 +287,10 @@ class AtomicFile:
         raise SourceError(f"cannot write {self.dest}: no temporary file could be kept")
 
     def _keep(self, old: os.stat_result) -> None:
-        """Give the new file the replaced one's owner and mode
+        """Give the new file the replaced one's owner, mode and ACL
         (:func:`~.release.keep_owner_and_mode`)."""
         try:
-            keep_owner_and_mode(self.fd, old)
+            keep_owner_and_mode(self.fd, old, self._name(self.dest), self.dir_fd)
         except OSError as exc:
             self.abort()
             raise SourceError(f"cannot write {self.dest}: {exc.strerror or exc}") from exc

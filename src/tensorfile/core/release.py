@@ -28,6 +28,7 @@ Example:
 
 from __future__ import annotations
 
+import errno
 import os
 import queue
 import stat
@@ -36,7 +37,11 @@ import threading
 from .errors import SourceError
 
 __all__ = [
+    "ACL_ACCESS",
+    "BASE_ACL",
     "MIN_BYTES",
+    "NO_ACL",
+    "access_acl",
     "can_write",
     "check_editable",
     "hold",
@@ -199,8 +204,15 @@ def refuse_read_only(
     )
 
 
-def keep_owner_and_mode(fd: int, st: os.stat_result) -> None:
-    """Give the new file the old one's owner (where permitted) and permission bits."""
+def keep_owner_and_mode(
+    fd: int, st: os.stat_result, name: str | None = None, dir_fd: int | None = None
+) -> None:
+    """Give the new file the old one's owner (where permitted), permission bits and POSIX
+    access ACL. ``name``: the old file's path (in the folder ``dir_fd`` when given), whose
+    ACL (:func:`access_acl`) is copied; with an ACL the mode's group bits are its *mask*,
+    not what the owning group may do, so the bits alone would open a file the ACL kept from
+    its group. An ACL that cannot be given leaves the group what the ACL gave it, never the
+    mask (the named users and groups lose their access: narrower, never wider)."""
     own = os.fstat(fd)
     if (own.st_uid, own.st_gid) != (st.st_uid, st.st_gid):
         try:
@@ -210,4 +222,58 @@ def keep_owner_and_mode(fd: int, st: os.stat_result) -> None:
                 os.fchown(fd, -1, st.st_gid)
             except PermissionError:
                 pass
-    os.fchmod(fd, stat.S_IMODE(st.st_mode))  # after chown, which clears set-id bits
+    mode = stat.S_IMODE(st.st_mode)
+    acl = None if name is None else access_acl(name, dir_fd)
+    if acl is not None:
+        group = _acl_group(acl)
+        mode &= ~0o070 | (group << 3)  # (until the ACL is given, or when it cannot be)
+    os.fchmod(fd, mode)  # after chown, which clears set-id bits
+    if acl is not None:
+        try:
+            os.setxattr(fd, ACL_ACCESS, acl)
+        except OSError:
+            pass  # (the mode above stands: the group keeps what the ACL gave it)
+
+
+ACL_ACCESS = "system.posix_acl_access"
+"""The extended attribute of a file's POSIX access ACL (Linux's xattr encoding)."""
+NO_ACL = frozenset({errno.ENODATA, errno.ENOTSUP, errno.EOPNOTSUPP})
+"""The errors of reading an ACL that say there is none (or none can be on that file system)."""
+_ACL_GROUP_OBJ, _ACL_MASK = 0x04, 0x10
+BASE_ACL = 4 + 3 * 8
+"""Bytes of an access ACL with only the three base entries (owner, group, other: the mode
+bits); a longer one names other users or groups, and has a mask."""
+
+
+def access_acl(name: str, dir_fd: int | None = None) -> bytes | None:
+    """The POSIX access ACL of the file ``name`` (in the folder ``dir_fd`` when given; a
+    symlink is not followed) when it has one beyond its mode bits, else None (none, none
+    possible, or it cannot be read).
+
+    Example:
+        >>> import os, tempfile
+        >>> path = os.path.join(tempfile.mkdtemp(), "x")
+        >>> _ = open(path, "w").write("x")
+        >>> access_acl(path) is None
+        True
+    """
+    if not hasattr(os, "getxattr"):
+        return None
+    where = name if dir_fd is None else f"/proc/self/fd/{dir_fd}/{name}"
+    try:
+        acl = os.getxattr(where, ACL_ACCESS, follow_symlinks=False)
+    except OSError:
+        return None
+    return acl if len(acl) > BASE_ACL else None
+
+
+def _acl_group(acl: bytes) -> int:
+    """What the owning group may do under the ACL ``acl`` (``rwx`` bits: its ``GROUP_OBJ``
+    entry within the mask); 0 for an ACL that cannot be parsed."""
+    if len(acl) < 4 or (len(acl) - 4) % 8:
+        return 0
+    entries = {}
+    for at in range(4, len(acl), 8):
+        tag, perm = int.from_bytes(acl[at : at + 2], "little"), acl[at + 2] & 7
+        entries[tag] = perm
+    return entries.get(_ACL_GROUP_OBJ, 0) & entries.get(_ACL_MASK, 7)

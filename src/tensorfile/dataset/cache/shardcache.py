@@ -52,6 +52,7 @@ __all__ = [
     "LAYOUT",
     "CacheBypass",
     "CacheConfig",
+    "NoLocation",
     "ShardCache",
     "bypassed",
     "cache_folder",
@@ -100,11 +101,18 @@ def bypassed(where: str, exc: CacheBypass) -> None:
     warnings.warn(f"{where}: {exc}", CacheWarning, stacklevel=3)
 
 
+class NoLocation(CacheBypass):
+    """The store of a dataset has no :meth:`~tensorfile.sources.Store.location` (a
+    :class:`~tensorfile.sources.Store` subclass that does not say where its files live):
+    the dataset is read without the shard cache."""
+
+
 def location_id(store: Store) -> str:
     """What names a dataset's location in cache keys: its URL as the store's client reads it
     (:meth:`~tensorfile.sources.Store.location`: ``#...`` and ``?...`` kept where they name
     objects), without credentials (:func:`~tensorfile.sources.cache.keys.identity`), and the
-    endpoint it is read from (never a credential).
+    endpoint it is read from (never a credential). A store without a location:
+    :class:`NoLocation` (the read bypasses the cache).
 
     Example:
         >>> from tensorfile.sources import store_for
@@ -115,8 +123,15 @@ def location_id(store: Store) -> str:
         'memory://loc-doc/ds#b'
     """
     # the store's own location, never url(): that is the redacted form messages show, and
-    # cuts a "?..." or "#..." that names another folder on s3:// and memory://
+    # cuts a "?..." or "#..." that names another folder on s3:// and memory://; two stores
+    # may share it (every MemoryStore's is "<memory-store>")
     where = store.location()
+    if where is None:
+        raise NoLocation(
+            f"{type(store).__name__} does not say where its files live (its location() is "
+            "None): its shards could be mixed with another store's, so the read bypasses the "
+            "shard cache"
+        )
     endpoint = endpoint_id(store.options, resolved_endpoint(where, store.options))
     return f"{identity(where)}\0{endpoint}"
 

@@ -83,10 +83,10 @@ class Dataset:
         """Samples ahead each worker downloads in the background (:meth:`prefetch`)."""
         if config is not None and cached:
             digest = hashlib.sha256(manifest.to_bytes()).hexdigest()
-            cache = ShardCache(config, self.storage, digest)
             try:
+                cache = ShardCache(config, self.storage, digest)
                 cache.prepare()
-            except CacheBypass as exc:  # (another user's folder: read without the cache)
+            except CacheBypass as exc:  # (another user's folder, no location: no cache)
                 bypassed(self.path, exc)
             else:
                 schema = manifest.sample_schema()

@@ -52,7 +52,6 @@ import contextlib
 import errno
 import fcntl
 import os
-import stat
 import time
 from collections.abc import Callable, Collection, Iterator
 
@@ -65,12 +64,14 @@ from .files import (
     drop,
     end_temp,
     heal,
+    is_entry,
     lock_fd,
     lock_same,
     new_temp,
     open_fd,
     open_folders,
     read_record,
+    remove_stuck,
     write_record,
 )
 from .folder import FILES, CacheFolder
@@ -193,7 +194,7 @@ class FileEntries:
                 raise SourceError(f"cannot read the cached file {path}: {exc.strerror}") from exc
             try:
                 st = os.fstat(fd)
-                if not _regular(st):  # a FIFO, a directory: never read, removed
+                if not is_entry(st):  # a FIFO, a directory, a hard link: never used, removed
                     close_fd(fd)
                     self._damaged(key, None, locked)
                     return None
@@ -305,26 +306,37 @@ class FileEntries:
             return self.open_cached(key, size, locked=True, fresh=True)
 
     def discard(self, key: str) -> None:
-        """Remove the cached copy of an entry (one found corrupt by its reader)."""
+        """Remove the cached copy of an entry (one found corrupt by its reader); one that
+        cannot be removed is a :class:`~.guards.StuckEntry` (read without the cache)."""
         with self._lock(key), self._at_root() as root:
-            for name in (f"{key}.shard", f"{key}.sum"):
-                with contextlib.suppress(OSError):
-                    os.unlink(name, dir_fd=root)
+            self._unlink(root, key)
 
     def _damaged(self, key: str, seen: os.stat_result | None, locked: bool) -> None:
         """Remove the cached file of ``key`` if it is still the one ``seen`` (a wrong size or
-        checksum), or whatever is there if it is not a regular file (``seen`` None)."""
+        checksum), or whatever is there if it is not an entry the cache may use (``seen``
+        None). One that cannot be removed is a :class:`~.guards.StuckEntry`: a download
+        could never be renamed over it."""
         with contextlib.nullcontext() if locked else self._lock(key), self._at_root() as root:
             if seen is None:
                 heal(self.path(key), dir_fd=root)
                 return
             try:
                 now = os.stat(f"{key}.shard", dir_fd=root, follow_symlinks=False)
-                if (now.st_dev, now.st_ino) == (seen.st_dev, seen.st_ino):
-                    os.unlink(f"{key}.shard", dir_fd=root)
-                    os.unlink(f"{key}.sum", dir_fd=root)
             except OSError:
-                pass
+                return
+            if (now.st_dev, now.st_ino) == (seen.st_dev, seen.st_ino):
+                self._unlink(root, key)
+
+    def _unlink(self, root: int, key: str) -> None:
+        """Remove the file of ``key`` and its record (in the layout folder ``root``)."""
+        try:
+            os.unlink(f"{key}.shard", dir_fd=root)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            remove_stuck(self.path(key), exc, dir_fd=root)
+        with contextlib.suppress(OSError):
+            os.unlink(f"{key}.sum", dir_fd=root)
 
     @contextlib.contextmanager
     def _lock(self, key: str) -> Iterator[None]:
@@ -389,7 +401,3 @@ class FileEntries:
         """Bytes the cache folder's entries (of both kinds) and writes in progress take now."""
         self.prepare()
         return self.cache.usage()
-
-
-def _regular(st: os.stat_result) -> bool:
-    return stat.S_ISREG(st.st_mode)

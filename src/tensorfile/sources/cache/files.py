@@ -13,8 +13,9 @@ in the child (the parent's locks then end when the parent closes its own copies)
 fork waits while one is being opened or closed (:func:`guarded`), so the list is exact.
 
 **Damaged entries.** Every entry of a cache folder is untrusted: anything but a regular
-file at an entry's name (a FIFO, a directory, a symlink, a socket) is removed without being
-followed (:func:`heal`) and the entry fetched again, as a file of the wrong size is. No
+file with one name at an entry's name (a FIFO, a directory, a symlink, a socket, a hard link)
+is removed without being followed (:func:`heal`) and the entry fetched again, as a file of
+the wrong size is. No
 open of an entry can block (:func:`open_fd`, :func:`open_entry`: ``O_NONBLOCK``,
 ``O_NOFOLLOW``, then a file-type check).
 
@@ -68,6 +69,7 @@ __all__ = [
     "guarded",
     "heal",
     "held",
+    "is_entry",
     "lock_fd",
     "lock_same",
     "new_temp",
@@ -76,6 +78,7 @@ __all__ = [
     "open_folder",
     "open_folders",
     "read_record",
+    "remove_stuck",
     "remove_unused",
     "write_record",
     "write_small",
@@ -127,9 +130,10 @@ def open_fd(path: str, flags: int, mode: int = 0o600, *, dir_fd: int | None = No
 
 def open_entry(path: str, flags: int = os.O_RDONLY, *, dir_fd: int | None = None) -> int | None:
     """A descriptor of the regular file ``path`` (not remembered: it carries no lock); None
-    when there is none. Anything else there (a FIFO, a directory, a symlink, a socket) is
-    removed (:func:`heal`) and None returned, as is a file another user could have written
-    (:func:`~.guards.distrust`); the open never blocks nor follows a link.
+    when there is none. Anything else there (a FIFO, a directory, a symlink, a socket, a
+    file with other hard links) is removed (:func:`heal`) and None returned, as is a file
+    another user could have written (:func:`~.guards.distrust`); the open never blocks nor
+    follows a link.
     ``dir_fd``: ``path``'s folder is this open descriptor."""
     try:
         fd = os.open(_at(path, dir_fd), flags | _O_ENTRY, dir_fd=dir_fd)
@@ -142,7 +146,7 @@ def open_entry(path: str, flags: int = os.O_RDONLY, *, dir_fd: int | None = None
         raise
     try:
         st = os.fstat(fd)
-        if stat.S_ISREG(st.st_mode) and distrust(st, fd) is None:
+        if is_entry(st) and distrust(st, fd) is None:
             return fd
     except BaseException:
         os.close(fd)
@@ -155,12 +159,16 @@ def open_entry(path: str, flags: int = os.O_RDONLY, *, dir_fd: int | None = None
 
 def drop(path: str, seen: os.stat_result, *, dir_fd: int | None = None) -> None:
     """Remove the file at ``path`` if it is still the one ``seen`` (a damaged entry: another
-    user's, or writable by others); nothing when it cannot be removed."""
+    user's, or writable by others); one that cannot be removed is a
+    :class:`~.guards.StuckEntry` (nothing could ever be renamed over it: the read goes on
+    without the cache)."""
     name = _at(path, dir_fd)
-    with contextlib.suppress(OSError):
+    try:
         now = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-        if (now.st_dev, now.st_ino) == (seen.st_dev, seen.st_ino):
-            os.unlink(name, dir_fd=dir_fd)
+    except OSError:
+        return
+    if (now.st_dev, now.st_ino) == (seen.st_dev, seen.st_ino):
+        _remove(name, dir_fd, f"the cache entry {path} is damaged and cannot be removed")
 
 
 def adopt(fd: int) -> None:
@@ -263,19 +271,22 @@ def lock_fd(
     """A descriptor of the lock file ``path`` (created if need be, readable by its owner
     only), exclusively locked (``wait``: else not locked) on the file the name still holds
     (a sweep may remove a lock file), waited for at most ``within`` seconds (None:
-    :data:`~.guards.LOCK_WAIT`; still held then: :class:`~.guards.LockHeld`). Anything
-    but a regular file there is removed first (a planted symlink is never followed, a FIFO
-    never waited on). ``dir_fd``: ``path``'s folder is this open descriptor."""
+    :data:`~.guards.LOCK_WAIT`; still held then: :class:`~.guards.LockHeld`). What is no
+    entry (:func:`heal`: a symlink never followed, a FIFO never waited on, a hard link) or
+    cannot be opened is removed first (:func:`remove_stuck`). ``dir_fd``: ``path``'s
+    folder is this open descriptor."""
     for _ in range(16):
         try:
             fd = open_fd(path, os.O_RDWR | os.O_CREAT, 0o600, dir_fd=dir_fd)
         except OSError as exc:
             if heal(path, dir_fd=dir_fd):
                 continue
+            if exc.errno in (errno.EPERM, errno.EACCES) and remove_stuck(path, exc, dir_fd=dir_fd):
+                continue  # (a file we may not open: removed)
             raise SourceError(f"cannot lock {path}: {exc.strerror or exc}") from exc
         try:
             st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
+            if not is_entry(st):  # (never an fchmod or utime of a hard link's other file)
                 close_fd(fd)
                 fd = -1
                 heal(path, dir_fd=dir_fd)
@@ -341,11 +352,17 @@ def remove_unused(path: str, record: str, *, force: bool, dir_fd: int | None = N
         close_fd(fd)
 
 
+def is_entry(st: os.stat_result) -> bool:
+    """Whether a cache entry of this status may be used: a regular file with one name (the
+    cache's ``fchmod`` and ``utime`` of a hard link would change its other file)."""
+    return stat.S_ISREG(st.st_mode) and st.st_nlink == 1
+
+
 def heal(path: str, *, dir_fd: int | None = None) -> bool:
-    """Remove what is at ``path`` if it is not a regular file (a directory with what it
-    holds, symlinks not followed); True when something was removed. One that cannot be
-    removed is a :class:`~.guards.StuckEntry` naming it (the read goes on without the
-    cache). ``dir_fd``: ``path``'s folder is this open descriptor."""
+    """Remove what is at ``path`` if it is no entry the cache may use (:func:`is_entry`: a
+    directory with what it holds, a symlink, not followed, a hard link); True when something
+    was removed. One that cannot be removed is a :class:`~.guards.StuckEntry` naming it (the
+    read goes on without the cache). ``dir_fd``: ``path``'s folder is this open descriptor."""
     name = _at(path, dir_fd)
     try:
         st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
@@ -353,10 +370,27 @@ def heal(path: str, *, dir_fd: int | None = None) -> bool:
         return False
     except OSError as exc:
         raise SourceError(f"cannot check the cache entry {path}: {exc.strerror}") from exc
-    if stat.S_ISREG(st.st_mode):
+    if is_entry(st):
         return False
-    why = f"the cache entry {path} is not a regular file and cannot be removed"
-    _remove(name, dir_fd, why, tree=stat.S_ISDIR(st.st_mode))
+    what = "has other hard links" if stat.S_ISREG(st.st_mode) else "is not a regular file"
+    _remove(name, dir_fd, f"the cache entry {path} {what} and cannot be removed",
+            tree=stat.S_ISDIR(st.st_mode))  # fmt: skip
+    return True
+
+
+def remove_stuck(path: str, exc: OSError, *, dir_fd: int | None = None) -> bool:
+    """Remove the file at ``path``, which could not be used (``exc``: why); whether one was
+    there. One that cannot be removed either (an immutable file) is a
+    :class:`~.guards.StuckEntry` (the read goes on without the cache)."""
+    try:
+        os.unlink(_at(path, dir_fd), dir_fd=dir_fd)
+    except FileNotFoundError:
+        return False
+    except OSError as err:
+        raise StuckEntry(
+            f"the cache entry {path} cannot be used ({exc.strerror or exc}) and cannot be "
+            f"removed: {err.strerror or err}; read without the cache"
+        ) from err
     return True
 
 

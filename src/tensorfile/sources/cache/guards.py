@@ -34,7 +34,6 @@ Example:
 
 from __future__ import annotations
 
-import errno
 import fcntl
 import os
 import pwd
@@ -42,6 +41,7 @@ import stat
 import time
 
 from ...core.errors import SourceError
+from ...core.release import ACL_ACCESS, BASE_ACL, NO_ACL
 
 __all__ = [
     "HELD_MEMORY",
@@ -96,11 +96,7 @@ def _user(uid: int) -> str:
         return f"uid {uid}"
 
 
-_ACL_ACCESS, _ACL_DEFAULT = "system.posix_acl_access", "system.posix_acl_default"
-_BASE_ACL = 4 + 3 * 8
-"""Bytes of an access ACL with only the three base entries (owner, group, other: the mode
-bits); a longer one names other users or groups."""
-_NO_ACL = {errno.ENODATA, errno.ENOTSUP, errno.EOPNOTSUPP}
+_ACL_DEFAULT = "system.posix_acl_default"
 
 
 def _acl(where: int | str, folder: bool) -> str | None:
@@ -109,14 +105,14 @@ def _acl(where: int | str, folder: bool) -> str | None:
     (a folder) any default ACL. One that cannot be read is distrusted."""
     if not hasattr(os, "getxattr"):
         return None
-    for name in (_ACL_ACCESS, _ACL_DEFAULT) if folder else (_ACL_ACCESS,):
+    for name in (ACL_ACCESS, _ACL_DEFAULT) if folder else (ACL_ACCESS,):
         try:
             value = os.getxattr(where, name)
         except OSError as exc:
-            if exc.errno in _NO_ACL:
+            if exc.errno in NO_ACL:
                 continue
             return f"its ACL cannot be read ({exc.strerror or exc})"
-        if name == _ACL_DEFAULT or len(value) > _BASE_ACL:
+        if name == _ACL_DEFAULT or len(value) > BASE_ACL:
             kind = "a default" if name == _ACL_DEFAULT else "an extended"
             return f"it carries {kind} POSIX ACL (other users may write)"
     return None

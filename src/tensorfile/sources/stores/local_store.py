@@ -78,6 +78,9 @@ class LocalStore(Store):
     def url(self, name: str = "") -> str:
         return os.path.join(self.root, *name.split("/")) if name else self.root
 
+    def location(self) -> str:
+        return self.root
+
     def make_root(self) -> None:
         self._require("writes", "create")
         _makedirs(self.root, "the dataset folder")

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+import uuid
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -28,7 +29,9 @@ __all__ = ["MemoryStore"]
 
 class MemoryStore(Store):
     """Files as bytes in a dict, shared by the threads of one process. ``files`` seeds it
-    (name -> bytes); ``read_only`` refuses every change. A pickled copy is a copy."""
+    (name -> bytes); ``read_only`` refuses every change. A pickled copy is a copy. Its
+    :meth:`location` is its own (``name`` and an id made for the instance): two stores of
+    the same name never share cached shards."""
 
     def __init__(
         self,
@@ -38,6 +41,7 @@ class MemoryStore(Store):
         read_only: bool = False,
     ) -> None:
         self.root = name
+        self._location = f"memory-store:{name}:{uuid.uuid4().hex}"  # (a copy gets its own)
         self.read_only = read_only
         self.supports_writes = self.supports_deletes = not read_only
         self.conditional_writes = True
@@ -55,6 +59,9 @@ class MemoryStore(Store):
 
     def url(self, name: str = "") -> str:
         return f"<{self.root}>/{name}" if name else f"<{self.root}>"
+
+    def location(self) -> str:
+        return self._location
 
     def _get(self, name: str) -> bytes | None:
         check_name(name)

@@ -86,12 +86,16 @@ class Store:
         """The path or URL of ``name`` (relative to the root) as messages show it."""
         raise NotImplementedError
 
-    def location(self) -> str:
+    def location(self) -> str | None:
         """The root as the store's client reads it, unredacted: unlike :meth:`url` it keeps
         what names the files there (for ``s3://`` or ``memory://``, a ``?`` or ``#`` is part
         of an object's name). It may hold credentials: never shown, only passed through
-        :func:`~tensorfile.sources.cache.keys.identity` for a cache key."""
-        return self.url()
+        :func:`~tensorfile.sources.cache.keys.identity` for a cache key. It must name these
+        files and no others: two stores with the same location share cached shards. None
+        (the default: a store that does not say): the shard cache is not used for its
+        datasets (a :class:`~tensorfile.sources.CacheWarning` says so), never keyed by
+        :meth:`url`, which two stores may share."""
+        return None
 
     def __str__(self) -> str:
         return self.url()
