@@ -11,6 +11,7 @@ import re
 import struct
 import subprocess
 import sys
+import warnings
 import zipfile
 import zlib
 from pathlib import Path
@@ -578,4 +579,134 @@ def test_a_name_with_a_nul_is_refused(tmp_path: Path) -> None:
     pkl, records = _torch_zip({"a": torch.zeros(2)})
     path = _zip_pt(tmp_path, pkl.replace(_uni("a"), _uni("a\0b"), 1), records)
     with pytest.raises(FormatError, match="a NUL or a lone surrogate"):
+        tensorfile.open(str(path))
+
+
+# -- review35n: keys as Python has them, view bits, bare storages, JSON text ------------
+
+
+def _two_keys(key_a: bytes, key_b: bytes) -> tuple[bytes, dict[str, bytes]]:
+    """A zip data.pkl ``{key_a: <1, 2>, key_b: <666, 666>}`` (keys as opcodes) and its
+    records."""
+    pkl, records = _torch_zip({"a": torch.tensor([1.0, 2.0]), "b": torch.full((2,), 666.0)})
+    return pkl.replace(_uni("a"), key_a, 1).replace(_uni("b"), key_b, 1), records
+
+
+_FLOAT_1 = b"G" + struct.pack(">d", 1.0)
+_COMPLEX_1 = b"cbuiltins\ncomplex\nK\x01K\x00\x86R"
+
+
+@pytest.mark.parametrize(
+    ("key_a", "key_b"),
+    [
+        (b"K\x01\x85", _FLOAT_1 + b"\x85"),  # (1,) and (1.0,)
+        (b"K\x01", _COMPLEX_1),  # 1 and complex(1, 0)
+        (b"K\x01K\x02\x86", b"ctorch\nSize\n(K\x01K\x02t\x85R"),  # (1, 2), Size((1, 2))
+        (_long(2**70 + 1), _long(2**70 + 1)),  # one big integer twice
+    ],
+    ids=["tuples", "complex", "size", "big-int"],
+)
+def test_keys_python_takes_for_one_are_one(tmp_path: Path, key_a: bytes, key_b: bytes) -> None:
+    """n01: tuples, complex numbers and torch.Size were told apart by identity; torch.load
+    has one key (the first key, the last value)."""
+    pkl, records = _two_keys(key_a, key_b)
+    path = _zip_pt(tmp_path, pkl, records)
+    oracle = torch.load(path, weights_only=True)
+    assert len(oracle) == 1
+    with tensorfile.open(str(path)) as f:
+        assert len(f.keys()) == 1 and f.get_tensor(f.keys()[0]).tolist() == [666.0, 666.0]
+
+
+def test_keys_python_tells_apart_are_two(tmp_path: Path) -> None:
+    """n04, n11: distinct big integers (told apart by their size and low bits), and a device
+    and its text, were one key; torch.load has two. A device and its text flatten to one
+    name: refused, as two keys of one text are."""
+    pkl, records = _two_keys(_long(2**70 + 1), _long(2**70 + 2**20 + 1))
+    path = _zip_pt(tmp_path, pkl, records)
+    assert len(torch.load(path, weights_only=True)) == 2
+    with tensorfile.open(str(path)) as f:
+        assert len(f.keys()) == 2
+    pkl, records = _two_keys(b"ctorch\ndevice\nX\x03\x00\x00\x00cpu\x85R", _uni("cpu"))
+    path = _zip_pt(tmp_path, pkl, records, "device.pt")
+    assert len(torch.load(path, weights_only=True)) == 2
+    with pytest.raises(UnsupportedError, match="flatten to the name 'cpu'"):
+        tensorfile.open(str(path))
+
+
+def test_a_view_bit_whose_value_is_false_is_set_as_torch_sets_it(tmp_path: Path) -> None:
+    """n02: torch sets a view bit whose key is there, whatever its value."""
+    pkl, records = _torch_zip({"n": torch._neg_view(torch.tensor([1.0, 2.0]))})
+    path = _zip_pt(tmp_path, pkl.replace(b"\x88s", b"\x89s", 1), records)
+    oracle = torch.load(path, weights_only=True)["n"].resolve_neg()
+    with tensorfile.open(str(path)) as f:
+        assert f.get_tensor("n").tolist() == oracle.tolist() == [-1.0, -2.0]
+
+
+@pytest.mark.parametrize("zipped", [True, False])
+def test_a_bare_storage_is_served_as_its_bytes(tmp_path: Path, zipped: bool) -> None:
+    """n06: torch.load gives a storage in a checkpoint its bytes; it was kept as metadata
+    naming an internal class."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (TypedStorage is deprecated)
+        typed = torch.tensor([1.0, 2.0, 3.0]).storage()
+    state = {
+        "w": torch.ones(1),
+        "ts": typed,
+        "us": torch.arange(4, dtype=torch.uint8).untyped_storage(),
+    }
+    path = tmp_path / "s.pt"
+    torch.save(state if zipped else {"w": state["w"], "ts": typed}, path,
+               _use_new_zipfile_serialization=zipped)  # fmt: skip
+    with tensorfile.open(str(path)) as f:
+        assert f.get_tensor("ts").tolist() == [1.0, 2.0, 3.0]
+        if zipped:
+            assert f.get_tensor("us").tolist() == [0, 1, 2, 3]
+
+
+def test_a_torchscript_archive_is_refused(tmp_path: Path) -> None:
+    """n07: torch.load hands a zip holding constants.pkl to torch.jit.load."""
+    pkl, records = _torch_zip({"w": torch.ones(2)})
+    path = tmp_path / "ts.pt"
+    w = torch._C.PyTorchFileWriter(str(path))
+    for name, data in [("data.pkl", pkl), ("constants.pkl", b"\x80\x02)."),
+                       *((f"data/{k}", v) for k, v in records.items())]:  # fmt: skip
+        w.write_record(name, data, len(data))
+    w.write_end_of_file()
+    del w
+    with pytest.raises(FormatError, match="TorchScript"):
+        tensorfile.open(str(path))
+
+
+def test_set_items_are_told_apart_as_python_does(tmp_path: Path) -> None:
+    """n08: ``set([1, 1.0, True])`` is ``{1}`` to torch.load."""
+    pkl, records = _torch_zip({"w": torch.ones(1), "s": "x"})
+    items = b"cbuiltins\nset\n(]q\x63(K\x01" + _FLOAT_1 + b"\x88etR"
+    path = _zip_pt(tmp_path, pkl.replace(_uni("x"), items, 1), records)
+    assert torch.load(path, weights_only=True)["s"] == {1}
+    with tensorfile.open(str(path)) as f:
+        assert f.attributes["s"] == [1]
+
+
+def test_a_one_tuple_of_text_is_no_class(tmp_path: Path) -> None:
+    """n12: ``("torch.Tensor",)`` equalled the class torch.Tensor (a NamedTuple); torch
+    refuses it as _rebuild_from_type_v2's type."""
+    t = torch.ones(2)
+    t.note = "x"  # (saved through _rebuild_from_type_v2(func, torch.Tensor, args, state))
+    pkl, records = _torch_zip({"w": t})
+    assert b"ctorch\nTensor\n" in pkl
+    pkl = pkl.replace(b"ctorch\nTensor\n", b"X\x0c\x00\x00\x00torch.Tensor\x85", 1)
+    path = _zip_pt(tmp_path, pkl, records)
+    with pytest.raises(UnsupportedError, match="_rebuild_from_type_v2"):
+        tensorfile.open(str(path))
+
+
+def test_control_characters_count_as_json_writes_them(tmp_path: Path) -> None:
+    """n05: the text budget counted characters, and the metadata's JSON writes a NUL as 6:
+    one memoised 64 KiB text of NULs under 520 keys made 200 MB of metadata from 70 KB."""
+    text = "\0" * (64 << 10)
+    entries = b"".join(_uni(f"k{i}") + b"](h\x63e" for i in range(520))
+    pkl = b"\x80\x02}(" + _uni("s") + _uni(text) + b"q\x63" + entries + b"u."
+    path = _zip_pt(tmp_path, pkl, {})
+    assert path.stat().st_size < 100_000
+    with pytest.raises(FormatError, match="as JSON text, take more than"):
         tensorfile.open(str(path))

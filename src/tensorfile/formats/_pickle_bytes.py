@@ -214,5 +214,8 @@ def zip_records(data: Any, where: str) -> tuple[bytes, dict[str, tuple[int, int]
         end = start + size
     if "data.pkl" not in records:
         raise _refuse(where, "no data.pkl in the archive")
+    if "constants.pkl" in records:  # (torch.load hands such a zip to torch.jit.load)
+        raise _refuse(where, "a TorchScript archive (it has constants.pkl), which torch.load "
+                             "reads as a program, not as weights")  # fmt: skip
     start, size = records["data.pkl"]
     return bytes(data[start : start + size]), records

@@ -13,7 +13,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Any, NamedTuple, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -21,9 +21,10 @@ from ..core import dtypes
 from ..core.dtypes import DType
 from ..core.errors import FormatError, UnsupportedError, quoted_name
 
-__all__ = ["CALLS", "COSTS", "DIMS", "TYPES", "WHY", "Bad", "Context", "Global", "holds_tensor"]
+__all__ = ["CALLS", "COSTS", "DIMS", "TYPES", "Bad", "Context", "Global", "holds_tensor"]
 __all__ += ["UNTYPED", "Pairs", "PickledSet", "Size", "Storage", "Stored", "TorchName"]
-__all__ += ["dtype_named", "index", "plain_state", "rename", "show", "storage_dtype"]
+__all__ += ["Device", "dtype_named", "index", "plain_state", "python_key", "rename", "show"]
+__all__ += ["storage_dtype"]
 
 
 class Pairs:
@@ -174,6 +175,12 @@ class Stored:
             step, numel = st * n, numel * n
         return cls(storage, dtype, offset, size, stride, numel)
 
+    @classmethod
+    def whole(cls, storage: Storage, where: str) -> Stored:
+        """A bare storage as a tensor: every element of its dtype (bytes when untyped)."""
+        numel = storage.nbytes // storage.dtype.itemsize
+        return cls.checked(storage, storage.dtype, 0, (numel,), (1,), where)
+
     @property
     def nbytes(self) -> int:
         return self.numel * self.dtype.itemsize
@@ -236,25 +243,73 @@ _STORAGES = {"Double": "F64", "Float": "F32", "Half": "F16", "BFloat16": "BF16",
 reads, by stem (``torch.UntypedStorage`` holds bytes: ``_rebuild_tensor_v3`` names the
 dtype)."""
 
-WHY = {
-    "torch._utils._rebuild_sparse_tensor": "a sparse tensor; tensorfile reads dense tensors",
-    "torch._utils._rebuild_nested_tensor": "a nested tensor; tensorfile reads dense tensors",
-    "torch._utils._rebuild_qtensor": "a quantized tensor; tensorfile reads dense tensors",
-    "torch._utils._rebuild_device_tensor_from_cpu_tensor": "it converts a tensor while loading",
-    "torch._utils._rebuild_device_tensor_from_numpy": "it converts an array while loading",
-    "torch._utils._rebuild_wrapper_subclass": "a tensor subclass without storage",
-    "torch._utils._rebuild_meta_tensor_no_storage": "a tensor on the meta device has no data",
-}
-
-
 _KINDS = {Stored: "a tensor", Storage: "a storage", Pairs: "a dict", PickledSet: "a set"}
 """How a refusal shows the reader's own values."""
 
 
-class Global(NamedTuple):
-    """A ``GLOBAL`` the pickle named, as ``module.name``."""
+class Global:
+    """A ``GLOBAL`` the pickle named, as ``module.name`` (one value, never a container)."""
 
-    name: str
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Global) and other.name == self.name
+
+    def __hash__(self) -> int:
+        return hash(("Global", self.name))
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+class Device(str):
+    """A ``torch.device`` by its text (``cuda:1``); as a key, not equal to that text."""
+
+    __slots__ = ()
+
+
+_KEY_ITEMS = 64  # the most items a tuple key may have (and its depth) to be told apart
+
+
+def python_key(key: Any, depth: int = 0) -> tuple[Any, ...]:
+    """What tells two dict keys (or set items) apart exactly as Python does, without
+    hashing the key (a file's numbers can be made to collide; this text's hashes are
+    salted): ``1``, ``1.0``, ``True`` and ``(1+0j)`` alike, ``0.0`` and ``-0.0`` alike,
+    ``(1, 2)`` and ``torch.Size((1, 2))`` alike, a device and its text apart; a value that
+    compares by identity (a tensor, a storage) by its id. A tuple of more than 64 items or
+    nested deeper is an :class:`UnsupportedError` (no checkpoint keys a dict by one)."""
+    if isinstance(key, complex) and key.imag == 0:
+        key = key.real
+    if isinstance(key, bool):
+        key = int(key)
+    if isinstance(key, float):
+        if key != key:  # (NaN equals nothing, itself included)
+            return ("nan", str(id(key)))
+        if key.is_integer():
+            key = int(key)
+        else:
+            return ("number", repr(key))
+    if isinstance(key, int):
+        return ("number", str(key))  # (a LONG1 holds at most 2,040 bits: ~615 digits)
+    if isinstance(key, complex):
+        return ("complex", repr(key))
+    if isinstance(key, Device | TorchName):
+        return (type(key).__name__, str(key))
+    if isinstance(key, str | bytes):
+        return (type(key).__name__, key)
+    if key is None or isinstance(key, Global):
+        return ("value", repr(key))
+    if isinstance(key, tuple):  # (torch.Size too: equal to the tuple of its numbers)
+        if len(key) > _KEY_ITEMS or depth > _KEY_ITEMS:
+            raise UnsupportedError(
+                f"a dict key or set item that is a tuple of {len(key):,} items or nested "
+                f"more than {_KEY_ITEMS} deep; tensorfile tells apart no such key"
+            )
+        return ("tuple", *(python_key(v, depth + 1) for v in key))
+    return ("object", str(id(key)))
 
 
 class Bad(Exception):
@@ -351,16 +406,21 @@ def _v3(m: Context, args: tuple[Any, ...]) -> Stored | None:
 
 def _flagged(made: Stored | None, metadata: Any) -> Stored | None:
     """``made`` with the view bits ``torch.save`` keeps beside a tensor (``{"conj": True}``,
-    ``{"neg": True}``); None (refused) for any other metadata."""
+    ``{"neg": True}``: torch sets a bit whose key is there, whatever its value); None
+    (refused) for any other metadata, a conjugate bit on a tensor that is not complex, or a
+    negative one on a bool tensor (torch fails on both)."""
     if made is None or metadata is None:
         return made
     if not isinstance(metadata, Pairs):
         return None
     flags = []
     for key, value in metadata.pairs:
-        if key in ("conj", "neg") and value is True and made.dtype.kind != "bool":
+        if not isinstance(key, str) or not isinstance(value, bool):
+            return None
+        kind = made.dtype.kind
+        if (key == "conj" and kind == "complex") or (key == "neg" and kind != "bool"):
             flags.append(key)
-        elif value is not False:
+        else:
             return None
     made.flags = tuple(sorted(set(flags)))
     return made
@@ -376,10 +436,9 @@ _TENSOR_ATTRIBUTES = frozenset({
 
 
 def plain_state(state: Any) -> bool:
-    """Whether ``state`` (a tensor's or parameter's, which torch sets with ``setattr``) only
-    adds attributes tensorfile sets aside (``p.note = "x"``): None, a dict of them, or a
-    ``(dict, slots)`` pair; never one that names a tensor's own attributes (``data``,
-    ``real``: torch would change the tensor's values or shape)."""
+    """Whether ``state`` (torch sets it with ``setattr``) only adds attributes, set aside
+    (``p.note = "x"``): None, a dict of them or a ``(dict, slots)`` pair; never one naming a
+    tensor's own (``data``, ``real``: torch would change its values or shape)."""
     if state is None:
         return True
     if isinstance(state, tuple) and len(state) == 2:
@@ -421,13 +480,12 @@ def _set(m: Context, args: tuple[Any, ...]) -> PickledSet | None:
 
 
 def _distinct(items: list[Any] | tuple[Any, ...]) -> list[Any]:
-    """``items`` without repeats, in order, told apart by type and text rather than by hash
-    (numbers can be made to collide, and a set of them to take quadratic time; text hashes
-    are salted); 1, 1.0 and True stay three."""
-    seen: dict[tuple[str, str | bytes], None] = {}
+    """``items`` without repeats, in order, the first of each kept, told apart as Python's
+    set does (:func:`python_key`: 1, 1.0 and True are one) but never hashed."""
+    seen: dict[tuple[Any, ...], None] = {}
     out = []
     for v in items:
-        key = (type(v).__name__, v if isinstance(v, str | bytes) else repr(v))
+        key = python_key(v)
         if key not in seen:
             seen[key] = None
             out.append(v)
@@ -472,11 +530,11 @@ def _size(m: Context, args: tuple[Any, ...]) -> Size | None:
     return None
 
 
-def _device(m: Context, args: tuple[Any, ...]) -> str | None:
+def _device(m: Context, args: tuple[Any, ...]) -> Device | None:
     if len(args) == 1 and isinstance(args[0], str) and len(args[0]) <= 64:
-        return args[0]
+        return Device(args[0])
     if len(args) == 2 and isinstance(args[0], str) and len(args[0]) <= 64 and index(args[1]):
-        return f"{args[0]}:{args[1]}"
+        return Device(f"{args[0]}:{args[1]}")
     return None
 
 

@@ -31,9 +31,10 @@ from typing import Any, NamedTuple
 from ..core.errors import FormatError, UnsupportedError, quoted_name
 from ..core.values import brief, sized
 from ._arrays import file_stem
-from ._pickle_calls import Pairs, PickledSet, Size, Stored
+from ._pickle_calls import Global, Pairs, PickledSet, Size, Storage, Stored, python_key
 
-__all__ = ["MIN_ENTRIES", "MIN_TEXT", "TEXT_PER_BYTE", "Checkpoint", "Plain", "describe"]
+__all__ = ["MIN_ENTRIES", "MIN_TEXT", "MIN_VALUE_TEXT", "TEXT_PER_BYTE", "Checkpoint"]
+__all__ += ["Plain", "describe"]
 __all__ += ["plain_value", "walk"]
 
 
@@ -47,8 +48,22 @@ MIN_ENTRIES = 1 << 17
 plain values render twice of a container referred to twice."""
 
 MIN_TEXT = 32 << 20
-"""Characters of flattened names any pickle may have (33,554,432), and as many of its plain
-values' text; past it, :data:`TEXT_PER_BYTE` for each byte of the file."""
+"""Characters of flattened names any pickle may have (33,554,432); past it,
+:data:`TEXT_PER_BYTE` for each byte of the file."""
+
+MIN_VALUE_TEXT = 4 << 20
+"""Characters of its plain values' text (as JSON metadata writes it: a control character is
+6) any pickle may have (4,194,304); past it, :data:`TEXT_PER_BYTE` for each byte of the
+file."""
+
+_ESCAPED = dict.fromkeys([*range(32), ord('"'), ord("\\")])
+"""What JSON escapes (control characters, quotes, backslashes): removed to count them."""
+
+
+def _controls(text: str) -> int:
+    """The control characters of ``text`` (JSON writes each as 6 characters)."""
+    return len(text) - len(text.translate(dict.fromkeys(range(32))))
+
 
 TEXT_PER_BYTE = 16
 """Characters of names (and of plain values' text) a pickle may have for each of its bytes
@@ -93,8 +108,9 @@ class Checkpoint(NamedTuple):
 class _Budget:
     """Characters of ``what`` a pickle of ``size`` bytes may make (None: no limit)."""
 
-    def __init__(self, where: str, size: int | None, what: str) -> None:
-        self.limit = sys.maxsize if size is None else MIN_TEXT + TEXT_PER_BYTE * size
+    def __init__(self, where: str, size: int | None, what: str, least: int = MIN_TEXT) -> None:
+        self.least = least
+        self.limit = sys.maxsize if size is None else least + TEXT_PER_BYTE * size
         self.left = self.limit
         self.where, self.size, self.what = where, size, what
 
@@ -109,7 +125,7 @@ class _Budget:
             raise FormatError(
                 f"{quoted_name(self.where)}: the pickle's {self.what} take more than "
                 f"{self.limit:,} characters (tensorfile's limit: {TEXT_PER_BYTE} for each of "
-                f"its {self.size:,} bytes and {MIN_TEXT:,} more): its containers repeat "
+                f"its {self.size:,} bytes and {self.least:,} more): its containers repeat "
                 "long keys or values (a dict nested under one long key again and again, a "
                 "long text or list referred to over and over)",
                 format="pytorch",
@@ -122,10 +138,20 @@ def _key_text(key: Any) -> str:
     length and in the time it takes (a long bytes key or a storage's elements are never
     all written out, however many dicts share the key)."""
     if isinstance(key, str):
-        return key
+        return str(key)
     if type(key) in _SMALL or (type(key) is int and -_BIG < key < _BIG):
         return str(key)
+    if isinstance(key, Global):
+        return key.name
+    if isinstance(key, Storage):
+        return _storage_text(key)
+    if isinstance(key, Stored):
+        return f"<tensor of {key.nbytes:,} bytes>"
     return brief(key)
+
+
+def _storage_text(storage: Storage) -> str:
+    return f"<storage of {storage.nbytes:,} bytes>"
 
 
 def _is_container(value: Any) -> bool:
@@ -150,35 +176,17 @@ def _children(value: Any, name: str, names: _Budget) -> list[tuple[str, Any]]:
     return out
 
 
-def _python_key(key: Any) -> tuple[str, Any]:
-    """What tells keys apart as a Python dict does, without hashing the key (a file's
-    numbers can be made to collide): ``1``, ``1.0`` and ``True`` alike, ``0.0`` and
-    ``-0.0`` alike; text hashes are salted."""
-    if isinstance(key, bool):
-        key = int(key)
-    if isinstance(key, float):
-        if key != key:  # (NaN equals nothing, itself included)
-            return "nan", str(id(key))
-        if not key.is_integer():
-            return "float", repr(key)
-        key = int(key)
-    if isinstance(key, int):
-        return "int", str(key) if -_BIG < key < _BIG else f"{key.bit_length()}:{key & 0xFFFF}"
-    if isinstance(key, str | bytes):
-        return type(key).__name__, key
-    return "object", str(id(key))
-
-
 def _items(value: Mapping[Any, Any] | Pairs) -> list[tuple[Any, Any]]:
     """A dict's items as Python's dict keeps them: keys it takes for one (``1`` and
     ``True``, a key set twice) are one, the first key with the last value."""
     if isinstance(value, Mapping):
         return list(value.items())
-    merged: dict[tuple[str, Any], list[Any]] = {}
+    merged: dict[tuple[Any, ...], list[Any]] = {}
     for key, child in value.pairs:
-        found = merged.get(_python_key(key))
+        told = python_key(key)
+        found = merged.get(told)
         if found is None:
-            merged[_python_key(key)] = [key, child]
+            merged[told] = [key, child]
         else:
             found[1] = child
     return [(k, v) for k, v in merged.values()]
@@ -283,7 +291,11 @@ def walk(obj: Any, where: str, size: int) -> Checkpoint:
             stack.append((name, value, _LEFT))  # popped once every child is walked
             stack.extend(reversed([(n, v, 0) for n, v in _children(value, name, names)]))
             continue
+        if isinstance(value, Storage):  # (a bare storage, as torch.load gives it: its bytes)
+            value = Stored.whole(value, where)
         into = found.tensors if isinstance(value, Stored) else found.values
+        if not name and parent >= 0:
+            raise UnsupportedError(f"{quoted_name(where)}: the pickle has an entry of empty name")
         name = name or file_stem(where)  # a lone tensor or value: named after the file
         if "\0" in name or (not name.isascii() and not _utf8(name)):
             raise FormatError(
@@ -349,7 +361,7 @@ class Plain:
         self.path: dict[int, str] = {}
         self.done: dict[int, str] = {}
         self.left = MIN_ENTRIES + (size or 0) // 16
-        self.text = _Budget(where, size, "plain values, as text,")
+        self.text = _Budget(where, size, "plain values, as JSON text,", MIN_VALUE_TEXT)
         self.notes: list[str] = []
         self.said: dict[str, str] = {}  # a name: the text that stands for a repeat of it
 
@@ -365,7 +377,9 @@ class Plain:
     def _string(self, value: str, name: str) -> str:
         """``value``, or, where it holds a lone surrogate (which UTF-8 cannot hold, and a
         pickle can), the same text with it escaped (``\\ud800``), noted."""
-        self.text.spend(len(value))
+        # (as JSON metadata writes it: a control character is 6 characters, a quote 2)
+        escaped = len(value) - len(value.translate(_ESCAPED))
+        self.text.spend(len(value) + escaped + 4 * _controls(value))
         try:
             value.encode("utf-8")
         except UnicodeEncodeError:
@@ -389,6 +403,10 @@ class Plain:
         if isinstance(value, bytes | bytearray):
             self.text.check(len(value))
             return str(value)
+        if isinstance(value, Global):
+            return value.name
+        if isinstance(value, Storage):
+            return _storage_text(value)
         torch = sys.modules.get("torch")
         if isinstance(value, complex | type) or (
             torch is not None and isinstance(value, torch.dtype | torch.device)

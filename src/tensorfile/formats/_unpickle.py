@@ -58,7 +58,6 @@ from ._pickle_calls import (
     CALLS,
     COSTS,
     TYPES,
-    WHY,
     Bad,
     Global,
     Pairs,
@@ -80,6 +79,16 @@ _PROTOCOL = 1001  # torch.serialization.PROTOCOL_VERSION, the second
 _LINE = 1 << 10  # the longest GLOBAL line read (module or name)
 _MARKS = 1 << 16  # the most marks open at once (the depth of nested MARKs)
 _CONTAINERS = "]}\x8f"  # EMPTY_LIST, EMPTY_DICT, EMPTY_SET: each a new container
+
+WHY = {
+    "torch._utils._rebuild_sparse_tensor": "a sparse tensor; tensorfile reads dense tensors",
+    "torch._utils._rebuild_nested_tensor": "a nested tensor; tensorfile reads dense tensors",
+    "torch._utils._rebuild_qtensor": "a quantized tensor; tensorfile reads dense tensors",
+    "torch._utils._rebuild_device_tensor_from_cpu_tensor": "it converts a tensor while loading",
+    "torch._utils._rebuild_device_tensor_from_numpy": "it converts an array while loading",
+    "torch._utils._rebuild_wrapper_subclass": "a tensor subclass without storage",
+    "torch._utils._rebuild_meta_tensor_no_storage": "a tensor on the meta device has no data",
+}
 
 
 class _Machine:
