@@ -430,7 +430,7 @@ def test_marks_and_containers_are_bounded_by_the_file(tmp_path: Path, op: bytes,
 def test_a_complex128_storage_is_refused_for_what_it_is(tmp_path: Path) -> None:
     path = tmp_path / "c.pt"
     torch.save({"c": torch.zeros(2, dtype=torch.complex128)}, path)
-    with pytest.raises(UnsupportedError, match="complex128, which no tensor file format holds"):
+    with pytest.raises(UnsupportedError, match=r"names torch\.ComplexDoubleStorage, which"):
         tensorfile.open(str(path))
 
 
@@ -596,41 +596,45 @@ _FLOAT_1 = b"G" + struct.pack(">d", 1.0)
 _COMPLEX_1 = b"cbuiltins\ncomplex\nK\x01K\x00\x86R"
 
 
+def test_keys_python_takes_for_one_are_one(tmp_path: Path) -> None:
+    """A key set twice (a big integer, twice) is one key to torch.load: the last value."""
+    pkl, records = _two_keys(_long(2**70 + 1), _long(2**70 + 1))
+    path = _zip_pt(tmp_path, pkl, records)
+    assert len(torch.load(path, weights_only=True)) == 1
+    with tensorfile.open(str(path)) as f:
+        assert len(f.keys()) == 1 and f.get_tensor(f.keys()[0]).tolist() == [666.0, 666.0]
+
+
 @pytest.mark.parametrize(
     ("key_a", "key_b"),
     [
         (b"K\x01\x85", _FLOAT_1 + b"\x85"),  # (1,) and (1.0,)
         (b"K\x01", _COMPLEX_1),  # 1 and complex(1, 0)
         (b"K\x01K\x02\x86", b"ctorch\nSize\n(K\x01K\x02t\x85R"),  # (1, 2), Size((1, 2))
-        (_long(2**70 + 1), _long(2**70 + 1)),  # one big integer twice
+        (b"ctorch\ndevice\nX\x03\x00\x00\x00cpu\x85R", _uni("cpu")),  # a device, a text
     ],
-    ids=["tuples", "complex", "size", "big-int"],
+    ids=["tuples", "complex", "size", "device"],
 )
-def test_keys_python_takes_for_one_are_one(tmp_path: Path, key_a: bytes, key_b: bytes) -> None:
-    """n01: tuples, complex numbers and torch.Size were told apart by identity; torch.load
-    has one key (the first key, the last value)."""
+def test_keys_whose_equality_is_python_s_own_are_refused(
+    tmp_path: Path, key_a: bytes, key_b: bytes
+) -> None:
+    """n01, n11, o01, o02, o05, o07: tuples, torch.Size, complex numbers, devices (and
+    tensors, NaN) as keys: Python's equality for them has corners (``(1,) == (1.0,)``,
+    ``-0.0`` in a complex, NaN by identity, nested memo references) that tensorfile does
+    not follow; no checkpoint keys a dict by one, so such a dict is refused."""
     pkl, records = _two_keys(key_a, key_b)
     path = _zip_pt(tmp_path, pkl, records)
-    oracle = torch.load(path, weights_only=True)
-    assert len(oracle) == 1
-    with tensorfile.open(str(path)) as f:
-        assert len(f.keys()) == 1 and f.get_tensor(f.keys()[0]).tolist() == [666.0, 666.0]
+    with pytest.raises(UnsupportedError, match="a dict key or set item that is"):
+        tensorfile.open(str(path))
 
 
 def test_keys_python_tells_apart_are_two(tmp_path: Path) -> None:
-    """n04, n11: distinct big integers (told apart by their size and low bits), and a device
-    and its text, were one key; torch.load has two. A device and its text flatten to one
-    name: refused, as two keys of one text are."""
+    """n04: distinct big integers were told apart by their size and low bits only."""
     pkl, records = _two_keys(_long(2**70 + 1), _long(2**70 + 2**20 + 1))
     path = _zip_pt(tmp_path, pkl, records)
     assert len(torch.load(path, weights_only=True)) == 2
     with tensorfile.open(str(path)) as f:
         assert len(f.keys()) == 2
-    pkl, records = _two_keys(b"ctorch\ndevice\nX\x03\x00\x00\x00cpu\x85R", _uni("cpu"))
-    path = _zip_pt(tmp_path, pkl, records, "device.pt")
-    assert len(torch.load(path, weights_only=True)) == 2
-    with pytest.raises(UnsupportedError, match="flatten to the name 'cpu'"):
-        tensorfile.open(str(path))
 
 
 def test_a_view_bit_whose_value_is_false_is_set_as_torch_sets_it(tmp_path: Path) -> None:
@@ -709,4 +713,89 @@ def test_control_characters_count_as_json_writes_them(tmp_path: Path) -> None:
     path = _zip_pt(tmp_path, pkl, {})
     assert path.stat().st_size < 100_000
     with pytest.raises(FormatError, match="as JSON text, take more than"):
+        tensorfile.open(str(path))
+
+
+# -- review35o ---------------------------------------------------------------------------
+
+
+def test_a_dtype_tensorfile_does_not_read_is_named(tmp_path: Path) -> None:
+    """o06: a complex32 tensor was refused as "a call a checkpoint does not need"."""
+    path = tmp_path / "c32.pt"
+    torch.save({"x": torch.zeros(2, dtype=torch.complex32)}, path)
+    with pytest.raises(UnsupportedError, match=r"is of torch\.complex32, which tensorfile does"):
+        tensorfile.open(str(path))
+
+
+def test_a_nul_in_a_storage_key_or_record_name_is_refused(tmp_path: Path) -> None:
+    """o08: torch looks records up by C strings, cut at a NUL: ``data/0\\0x`` is ``data/0``
+    to torch, another record to tensorfile."""
+    pkl, records = _torch_zip({"w": torch.ones(2)})
+    path = _zip_pt(tmp_path, pkl.replace(_uni("0"), _uni("0\0x"), 1), records)
+    with pytest.raises(UnsupportedError, match="its key must be a short text without NUL"):
+        tensorfile.open(str(path))
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "said"),
+    [
+        (b"\x80\x02}", b"\x80\x02}}b", "object.__setstate__"),  # a BUILD on a plain dict
+        (b"X\x07\x00\x00\x00storage", b"X\x07\x00\x00\x00storage", "byteorder"),
+    ],
+    ids=["build-on-dict", "empty-byteorder"],
+)
+def test_files_torch_load_refuses_are_refused(
+    tmp_path: Path, old: bytes, new: bytes, said: str
+) -> None:
+    """o09: a BUILD on a plain dict (torch builds only tensors and OrderedDicts), an empty
+    byteorder record (torch: unknown endianness): torch.load refuses both."""
+    pkl, records = _torch_zip({"w": torch.ones(2)})
+    path = tmp_path / "r.pt"
+    w = torch._C.PyTorchFileWriter(str(path))
+    pkl = pkl.replace(old, new, 1)
+    order = b"" if said == "byteorder" else b"little"
+    for name, data in [("data.pkl", pkl), ("byteorder", order),
+                       *((f"data/{k}", v) for k, v in records.items())]:  # fmt: skip
+        w.write_record(name, data, len(data))
+    w.write_end_of_file()
+    del w
+    with pytest.raises(TensorFileError):
+        torch_refuses = False
+        try:
+            torch.load(path, weights_only=True)
+        except Exception:
+            torch_refuses = True
+        assert torch_refuses
+        tensorfile.open(str(path))
+
+
+def test_a_tensor_state_is_one_level_deep(tmp_path: Path) -> None:
+    """o10: a state of pairs of one memoised pair of pairs... (6 bytes a level) was walked
+    2**depth times; nested 5,000 deep it was a RecursionError. torch writes a dict, or a
+    pair of them: nothing deeper is taken."""
+    state = b"NN\x86r" + struct.pack("<I", 1)
+    for level in range(1, 22):  # (2**22 walks of it before)
+        state += b"j" + struct.pack("<I", level) + b"\x86r" + struct.pack("<I", level + 1)
+    call = (b"ctorch._utils\n_rebuild_parameter_with_state\n(" + _rebuild(
+        _pid(b"FloatStorage", "0", 2), 0, (2,)) + b"\x89ccollections\nOrderedDict\n)R"
+        + state + b"tR")  # fmt: skip
+    obj = b"\x80\x02}(" + _uni("w") + call + b"u."
+    path = _write(tmp_path, _legacy(obj, ["0"], _counted(2, bytes(8))))
+    with pytest.raises(UnsupportedError, match="_rebuild_parameter_with_state"):
+        tensorfile.open(str(path))
+
+
+def test_a_record_longer_than_its_storage_is_refused(tmp_path: Path) -> None:
+    """o11: torch reads a storage from a record of exactly its size."""
+    pkl, records = _torch_zip({"w": torch.ones(2)})
+    path = _zip_pt(tmp_path, pkl, {"0": records["0"] + bytes(4)})
+    with pytest.raises(FormatError, match="claims 8 bytes, but has a record of 12"):
+        tensorfile.open(str(path))
+
+
+def test_a_torch_global_that_is_no_dtype_is_refused(tmp_path: Path) -> None:
+    """o09: any ``torch.<name>`` was taken as a dtype's name (``torch.load`` too)."""
+    pkl, records = _torch_zip({"w": torch.ones(2), "f": "x"})
+    path = _zip_pt(tmp_path, pkl.replace(_uni("x"), b"ctorch\nload\n", 1), records)
+    with pytest.raises(UnsupportedError, match=r"names torch\.load, which"):
         tensorfile.open(str(path))

@@ -75,7 +75,8 @@ def test_calls_that_allocate_or_convert_are_refused(tmp_path: Path) -> None:
     }  # fmt: skip
     for k, (called, obj) in enumerate(calls.items()):
         path = _save({"w": obj}, tmp_path / f"t{k}.pt", True)
-        with pytest.raises(UnsupportedError, match=rf"calls {re.escape(called)}"):
+        said = "names" if called == "torch.FloatTensor" else "calls"  # (no class torch takes)
+        with pytest.raises(UnsupportedError, match=rf"{said} {re.escape(called)}"):
             tensorfile.open(str(path))
 
 
@@ -99,7 +100,7 @@ def test_a_stride_0_view_claiming_more_than_its_storage_is_refused(
 def test_a_view_that_repeats_elements_is_refused_and_other_views_read(tmp_path: Path) -> None:
     base = torch.arange(12, dtype=torch.float32)
     path = _save({"w": base.as_strided((3, 3), (1, 1))}, tmp_path / "o.pt", True)
-    with pytest.raises(UnsupportedError, match=r"stride \(1, 1\)\) repeats elements of its"):
+    with pytest.raises(UnsupportedError, match=r"stride \(1, 1\)\) has strides that may make"):
         tensorfile.open(str(path))
     m = base.reshape(3, 4)
     views = {"m": m, "t": m.T, "cols": m[:, ::2], "row": m[1], "tail": base[5:]}
@@ -240,7 +241,7 @@ def test_a_legacy_tensor_class_counts_at_its_element_size(tmp_path: Path) -> Non
     data = _legacy_file(b"DoubleTensor", 4096, b"", 4096)
     path = tmp_path / "d.pt"
     path.write_bytes(data)
-    with pytest.raises(UnsupportedError, match=r"is of torch\.DoubleTensor, which tensorfile"):
+    with pytest.raises(UnsupportedError, match=r"names torch\.DoubleTensor, which tensorfile"):
         tensorfile.open(str(path))
 
 

@@ -168,6 +168,7 @@ def zip_records(data: Any, where: str) -> tuple[bytes, dict[str, tuple[int, int]
     two named alike in any case (torch's reader finds names in any case). Anything else is
     a :class:`FormatError`: no other reader could find other records in such a file."""
     entries, at, cd_size, stop = _end(data, where)
+    directory = at  # (every record lies before it)
     if entries > cd_size // 46:
         raise _refuse(where, f"not a zip torch.save writes: {entries:,} entries claimed")
     spans: list[tuple[int, int, int, str]] = []  # (header, data start, size, name)
@@ -191,6 +192,8 @@ def zip_records(data: Any, where: str) -> tuple[bytes, dict[str, tuple[int, int]
         if method or lmethod or (flags | lflags) & 1 or csize != usize:
             raise _refuse(where, f"record {name!r} is compressed or encrypted; torch.save "
                                  "stores every record as it is")  # fmt: skip
+        if b"\0" in raw:  # (torch looks records up by C strings: cut at the NUL)
+            raise _refuse(where, f"record {name!r} has a NUL in its name")
         if bytes(data[offset + 30 : offset + 30 + ln]) != raw:
             raise _refuse(where, f"record {name!r} is named otherwise in its local header")
         spans.append((offset, offset + 30 + ln + lm, usize, name))
@@ -204,7 +207,7 @@ def zip_records(data: Any, where: str) -> tuple[bytes, dict[str, tuple[int, int]
         if not name.startswith(prefix) or fold(name[len(prefix) :]) in records:
             raise _refuse(where, f"record {name!r} is outside the archive's folder or named "
                                  "like another")  # fmt: skip
-        if header < end or start + size > stop:
+        if header < end or start + size > directory:
             raise _refuse(
                 where,
                 f"record {name!r} ({size:,} bytes at offset {start:,}) overlaps another or "

@@ -33,10 +33,11 @@ class Pairs:
     quadratic time), and a key set twice is kept twice (flattening refuses it, naming it):
     ``Pairs([("a", 1)]).values() == [1]``."""
 
-    __slots__ = ("pairs",)
+    __slots__ = ("ordered", "pairs")
 
-    def __init__(self, pairs: list[tuple[Any, Any]] | None = None) -> None:
+    def __init__(self, pairs: list[tuple[Any, Any]] | None = None, ordered: bool = False) -> None:
         self.pairs: list[tuple[Any, Any]] = [] if pairs is None else pairs
+        self.ordered = ordered  # (made by OrderedDict() or Counter: torch sets its __dict__)
 
     def items(self) -> list[tuple[Any, Any]]:
         return self.pairs
@@ -169,11 +170,18 @@ class Stored:
         for st, n in sorted((st, n) for n, st in zip(size, stride, strict=True) if n > 1):
             if st < step:
                 raise UnsupportedError(
-                    f"{quoted_name(where)}: a tensor of the pickle ({layout()}) repeats elements "
-                    "of its storage; tensorfile reads tensors whose every element is stored"
+                    f"{quoted_name(where)}: a tensor of the pickle ({layout()}) has strides that "
+                    "may make two elements one (interleaved or repeating); tensorfile reads "
+                    "tensors whose strides it can tell hold every element once"
                 )
             step, numel = st * n, numel * n
         return cls(storage, dtype, offset, size, stride, numel)
+
+    def copy(self) -> Stored:
+        """Another tensor of the same storage, layout and view bits (a new object)."""
+        made = Stored(self.storage, self.dtype, self.offset, self.size, self.stride, self.numel)
+        made.flags = self.flags
+        return made
 
     @classmethod
     def whole(cls, storage: Storage, where: str) -> Stored:
@@ -271,45 +279,29 @@ class Device(str):
     __slots__ = ()
 
 
-_KEY_ITEMS = 64  # the most items a tuple key may have (and its depth) to be told apart
-
-
-def python_key(key: Any, depth: int = 0) -> tuple[Any, ...]:
+def python_key(key: Any) -> tuple[str, Any]:
     """What tells two dict keys (or set items) apart exactly as Python does, without
     hashing the key (a file's numbers can be made to collide; this text's hashes are
-    salted): ``1``, ``1.0``, ``True`` and ``(1+0j)`` alike, ``0.0`` and ``-0.0`` alike,
-    ``(1, 2)`` and ``torch.Size((1, 2))`` alike, a device and its text apart; a value that
-    compares by identity (a tensor, a storage) by its id. A tuple of more than 64 items or
-    nested deeper is an :class:`UnsupportedError` (no checkpoint keys a dict by one)."""
-    if isinstance(key, complex) and key.imag == 0:
-        key = key.real
+    salted): ``1``, ``1.0`` and ``True`` alike, ``0.0`` and ``-0.0`` alike. Only text,
+    bytes, numbers and None are keys tensorfile tells apart; any other (a tuple, a complex
+    number, a device, a tensor, NaN, whose equality is Python's own business) is an
+    :class:`UnsupportedError`: no checkpoint keys a dict by one."""
     if isinstance(key, bool):
         key = int(key)
-    if isinstance(key, float):
-        if key != key:  # (NaN equals nothing, itself included)
-            return ("nan", str(id(key)))
-        if key.is_integer():
-            key = int(key)
-        else:
+    if isinstance(key, float) and key == key:  # (not NaN: it equals nothing)
+        if not key.is_integer():
             return ("number", repr(key))
+        key = int(key)
     if isinstance(key, int):
         return ("number", str(key))  # (a LONG1 holds at most 2,040 bits: ~615 digits)
-    if isinstance(key, complex):
-        return ("complex", repr(key))
-    if isinstance(key, Device | TorchName):
-        return (type(key).__name__, str(key))
-    if isinstance(key, str | bytes):
+    if type(key) in (str, bytes):
         return (type(key).__name__, key)
-    if key is None or isinstance(key, Global):
-        return ("value", repr(key))
-    if isinstance(key, tuple):  # (torch.Size too: equal to the tuple of its numbers)
-        if len(key) > _KEY_ITEMS or depth > _KEY_ITEMS:
-            raise UnsupportedError(
-                f"a dict key or set item that is a tuple of {len(key):,} items or nested "
-                f"more than {_KEY_ITEMS} deep; tensorfile tells apart no such key"
-            )
-        return ("tuple", *(python_key(v, depth + 1) for v in key))
-    return ("object", str(id(key)))
+    if key is None:
+        return ("none", "")
+    raise UnsupportedError(
+        f"a dict key or set item that is {show(key)}; tensorfile reads dicts keyed (and "
+        "sets made) of text, bytes, numbers and None"
+    )
 
 
 class Bad(Exception):
@@ -379,7 +371,10 @@ def _rebuild(m: Context, args: tuple[Any, ...], dtype: Any = None) -> Stored | N
     if dtype is not None:
         dt = dtype_named(dtype)
         if dt is None:
-            return None
+            raise UnsupportedError(
+                f"{quoted_name(m.where)}: a tensor of the pickle is of {str(dtype)[:100]}, which "
+                "tensorfile does not read (complex32, packed sub-byte and bits types)"
+            )
     if (
         dt is None
         or not (index(offset) and _ints(size) and _ints(stride))
@@ -439,32 +434,36 @@ def plain_state(state: Any) -> bool:
     """Whether ``state`` (torch sets it with ``setattr``) only adds attributes, set aside
     (``p.note = "x"``): None, a dict of them or a ``(dict, slots)`` pair; never one naming a
     tensor's own (``data``, ``real``: torch would change its values or shape)."""
-    if state is None:
-        return True
-    if isinstance(state, tuple) and len(state) == 2:
-        return all(plain_state(part) for part in state if part is not None)
-    return isinstance(state, Pairs) and all(
-        isinstance(key, str) and key not in _TENSOR_ATTRIBUTES and not key.startswith("__")
-        for key, _ in state.pairs
+    parts = state if isinstance(state, tuple) and len(state) == 2 else (state,)
+    return all(  # (one level: a dict, None, or a pair of them; nothing nested)
+        part is None
+        or (
+            isinstance(part, Pairs)
+            and all(
+                isinstance(key, str) and key not in _TENSOR_ATTRIBUTES and not key.startswith("__")
+                for key, _ in part.pairs
+            )
+        )
+        for part in parts
     )
 
 
 def _parameter(m: Context, args: tuple[Any, ...]) -> Stored | None:
-    if len(args) in (3, 4) and isinstance(args[0], Stored):
-        return args[0] if len(args) == 3 or plain_state(args[3]) else None
+    if len(args) in (3, 4) and isinstance(args[0], Stored):  # (a new object, as torch's)
+        return args[0].copy() if len(args) == 3 or plain_state(args[3]) else None
     return None
 
 
 def _ordered(m: Context, args: tuple[Any, ...]) -> Pairs | None:
-    return Pairs() if not args else None
+    return Pairs(ordered=True) if not args else None
 
 
 def _counter(m: Context, args: tuple[Any, ...]) -> Pairs | None:
     if not args:
-        return Pairs()
+        return Pairs(ordered=True)
     if len(args) == 1 and isinstance(args[0], Pairs) and not holds_tensor(args[0]):
         m.charge(len(args[0].pairs), "collections.Counter")
-        return Pairs(list(args[0].pairs))
+        return Pairs(list(args[0].pairs), ordered=True)
     return None
 
 
@@ -472,17 +471,19 @@ def _set(m: Context, args: tuple[Any, ...]) -> PickledSet | None:
     if not args:
         return PickledSet()
     items = args[0] if len(args) == 1 else None
-    plain = (str, bytes, int, float, bool, type(None))
-    if isinstance(items, list | tuple) and all(isinstance(v, plain) for v in items):
+    if isinstance(items, list | tuple):
         m.charge(len(items), "builtins.set")
-        return PickledSet(_distinct(items))
+        try:
+            return PickledSet(_distinct(items))
+        except UnsupportedError:  # (an item tensorfile does not tell apart: refused)
+            return None
     return None
 
 
 def _distinct(items: list[Any] | tuple[Any, ...]) -> list[Any]:
     """``items`` without repeats, in order, the first of each kept, told apart as Python's
     set does (:func:`python_key`: 1, 1.0 and True are one) but never hashed."""
-    seen: dict[tuple[Any, ...], None] = {}
+    seen: dict[tuple[str, Any], None] = {}
     out = []
     for v in items:
         key = python_key(v)
@@ -586,7 +587,7 @@ the tensor's own)."""
 def storage_dtype(name: str) -> DType | None:
     """The dtype of a storage class (``torch.FloatStorage``: F32; ``torch.UntypedStorage``:
     :data:`UNTYPED`); None for one tensorfile does not read."""
-    if name in ("torch.UntypedStorage", "torch.storage.UntypedStorage"):
+    if name == "torch.storage.UntypedStorage":  # (the one torch.load takes)
         return UNTYPED
     module, _, stem = name.rpartition(".")
     known = module in ("torch", "torch.cuda")

@@ -167,7 +167,7 @@ def _children(value: Any, name: str, names: _Budget) -> list[tuple[str, Any]]:
     their keys (``0`` for the integer 0), a list's and a tuple's by their index; their names
     are counted against ``names`` before they are made."""
     names.spend(len(value) * (len(name) + 1))
-    items = _items(value) if isinstance(value, Mapping | Pairs) else enumerate(value)
+    items = _items(value, names.where) if isinstance(value, Mapping | Pairs) else enumerate(value)
     out: list[tuple[str, Any]] = []
     for key, child in items:
         text = _key_text(key)
@@ -176,14 +176,17 @@ def _children(value: Any, name: str, names: _Budget) -> list[tuple[str, Any]]:
     return out
 
 
-def _items(value: Mapping[Any, Any] | Pairs) -> list[tuple[Any, Any]]:
+def _items(value: Mapping[Any, Any] | Pairs, where: str) -> list[tuple[Any, Any]]:
     """A dict's items as Python's dict keeps them: keys it takes for one (``1`` and
     ``True``, a key set twice) are one, the first key with the last value."""
     if isinstance(value, Mapping):
         return list(value.items())
-    merged: dict[tuple[Any, ...], list[Any]] = {}
+    merged: dict[tuple[str, Any], list[Any]] = {}
     for key, child in value.pairs:
-        told = python_key(key)
+        try:
+            told = python_key(key)
+        except UnsupportedError as exc:
+            raise UnsupportedError(f"{quoted_name(where)}: {exc}") from None
         found = merged.get(told)
         if found is None:
             merged[told] = [key, child]
@@ -456,7 +459,7 @@ class Plain:
     def _mapping(self, value: Mapping[Any, Any] | Pairs, name: str, depth: int) -> dict[str, Any]:
         out: dict[str, Any] = {}
         keys: dict[str, Any] = {}
-        for k, v in _items(value):
+        for k, v in _items(value, self.text.where):
             text = self._string(_key_text(k), f"{name} key")
             if text in keys:
                 self._note(

@@ -80,6 +80,20 @@ _LINE = 1 << 10  # the longest GLOBAL line read (module or name)
 _MARKS = 1 << 16  # the most marks open at once (the depth of nested MARKs)
 _CONTAINERS = "]}\x8f"  # EMPTY_LIST, EMPTY_DICT, EMPTY_SET: each a new container
 
+TORCH_NAMES = frozenset(f"torch.{n}" for n in (
+    "bfloat16", "bool", "complex128", "complex32", "complex64", "float16", "float32",
+    "float64", "float4_e2m1fn_x2", "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2",
+    "float8_e5m2fnuz", "float8_e8m0fnu", "int8", "int16", "int32", "int64", "uint8", "uint16",
+    "uint32", "uint64", "bits8", "bits16", "bits1x8", "bits2x4", "bits4x2", "qint8", "qint32",
+    "quint8", "quint2x4", "quint4x2", "per_tensor_affine", "per_tensor_symmetric",
+    "per_channel_affine", "per_channel_symmetric", "per_channel_affine_float_qparams", "int1",
+    "int2", "int3", "int4", "int5", "int6", "int7", "uint1", "uint2", "uint3", "uint4",
+    "uint5", "uint6", "uint7",
+))  # fmt: skip
+"""The torch globals that are data (dtypes, quantization schemes) torch.load takes, by
+their own names (not aliases such as ``torch.float``)."""
+
+
 WHY = {
     "torch._utils._rebuild_sparse_tensor": "a sparse tensor; tensorfile reads dense tensors",
     "torch._utils._rebuild_nested_tensor": "a nested tensor; tensorfile reads dense tensors",
@@ -200,10 +214,13 @@ class _Machine:
         elif op == "\x81":  # NEWOBJ: only nn.Parameter(tensor, requires_grad) is made
             args, cls = self.pop(), self.pop()
             if cls != Global("torch.nn.parameter.Parameter") or not (
-                isinstance(args, tuple) and args and isinstance(args[0], Stored)
+                isinstance(args, tuple)
+                and len(args) in (1, 2)
+                and isinstance(args[0], Stored)
+                and all(isinstance(a, bool) for a in args[1:])
             ):
                 raise UnsupportedError(self.refusal(cls, "a new object of it"))
-            push(args[0])
+            push(args[0].copy())  # (a Parameter is a new object, as torch makes it)
         elif op == "b":  # BUILD
             self.build(self.pop(), self.top())
         elif op == "a":  # APPEND
@@ -243,8 +260,8 @@ class _Machine:
         """``BUILD``: a dict's attributes (a state dict's ``_metadata``) are set aside (what
         flattening reads are its items); any other state (a tensor's, which ``torch.save``
         never writes) is refused."""
-        if isinstance(target, Pairs) and isinstance(state, Pairs | type(None)):
-            return
+        if isinstance(target, Pairs) and target.ordered and isinstance(state, Pairs | type(None)):
+            return  # (torch sets an OrderedDict's or Counter's __dict__: a plain dict has none)
         if isinstance(target, Stored):  # (torch would run tensor.set_(*state))
             what = f"with {show(state)} as a tensor's state"
             raise UnsupportedError(self.refusal(Global("torch.Tensor.set_"), what))
@@ -285,7 +302,9 @@ class _Machine:
         if name == "torch._tensor._rebuild_from_type_v2" and not nested and len(args) == 4:
             inner, kind, inner_args, state = args
             if kind in TYPES and plain_state(state):  # (added attributes: set aside)
-                return self.call(inner, inner_args, nested=True)
+                made = self.call(inner, inner_args, nested=True)
+                if isinstance(made, Stored):  # (torch makes it a tensor of that type)
+                    return made
         made = CALLS.get(name)
         if made is not None:  # (each call makes something: a tensor's catalog entry most)
             self.charge(COSTS.get(name, 1), name)
@@ -324,7 +343,7 @@ class _Reader:
             return Global(name)
         if storage_dtype(name) is not None:
             return Global(name)
-        if name.startswith("torch.") and "." not in name[len("torch.") :]:
+        if name in TORCH_NAMES:
             return TorchName(name)  # (a dtype or a quantization scheme: data, not code)
         raise UnsupportedError(
             f"{quoted_name(self.where)}: the pickle names {name[:200]}, which tensorfile's "
@@ -341,6 +360,7 @@ class _Reader:
         kind, key, location, numel = pid[1:5]
         dtype = storage_dtype(kind.name) if isinstance(kind, Global) else None
         ok = isinstance(key, str) and len(key) <= 256 and isinstance(location, str)
+        ok = ok and "\0" not in key  # (torch looks a record up by a C string: cut at NUL)
         if dtype is None or not ok or not index(numel):
             raise UnsupportedError(self.refusal_pid(pid, m))
         nbytes = numel * dtype.itemsize
@@ -398,11 +418,12 @@ class _Reader:
         why = (
             "a quantized storage; tensorfile reads dense tensors"
             if stem.startswith("Q")
-            else "complex128, which no tensor file format holds"
-            if stem == "ComplexDoubleStorage"
+            else "its key must be a short text without NUL, its location a text and its "
+            "size a count"
+            if named and storage_dtype(kind) is not None
             else "not a storage class torch.save writes"
             if named
-            else "its key, location and size must be a short text, a text and a count"
+            else "its class must be a storage class"
         )
         return (
             f"{quoted_name(self.where)}: a storage of the pickle ({show(pid)}) is of "
@@ -455,7 +476,7 @@ def _zipped(source: Source, data: Any) -> Any:
     where = source.name
     pickle, records = zip_records(data, where)
     order = records.get("byteorder")
-    if order is not None and bytes(data[order[0] : order[0] + order[1]]) not in (b"little", b""):
+    if order is not None and bytes(data[order[0] : order[0] + order[1]]) != b"little":
         raise _big_endian(where)
     reader = _Reader(where, _budget(source), legacy=False)
     machine = _Machine(pickle, 0, f"{where}: data.pkl", reader)
@@ -465,7 +486,7 @@ def _zipped(source: Source, data: Any) -> Any:
         raise _fail(f"{where}: data.pkl", exc) from None
     for key, storage in reader.storages.items():
         start, held = records.get(fold(f"data/{key}"), (0, -1))
-        if storage.nbytes > held:
+        if storage.nbytes != held:  # (torch reads a record of exactly the storage's size)
             what = "no record" if held < 0 else f"a record of {held:,}"
             raise FormatError(
                 f"{quoted_name(where)}: storage {key!r} claims {storage.nbytes:,} bytes, but "
