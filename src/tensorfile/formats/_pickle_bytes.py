@@ -182,7 +182,10 @@ def zip_records(data: Any, where: str) -> tuple[bytes, dict[str, tuple[int, int]
         raw = bytes(data[at + 46 : at + 46 + n])
         extra = bytes(data[at + 46 + n : at + 46 + n + m])
         usize, csize, offset = _zip64(extra, [usize, csize, offset])
-        name = raw.decode("utf-8", "replace")
+        try:
+            name = raw.decode("utf-8")
+        except UnicodeDecodeError:  # (torch refuses such a name too)
+            raise _refuse(where, f"a record's name is not UTF-8: {raw[:100]!r}") from None
         at += 46 + n + m + k
         local = bytes(data[offset : offset + 30])
         if len(local) != 30 or local[:4] != _LOCAL:

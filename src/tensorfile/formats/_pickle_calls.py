@@ -440,7 +440,7 @@ def plain_state(state: Any) -> bool:
         or (
             isinstance(part, Pairs)
             and all(
-                isinstance(key, str) and key not in _TENSOR_ATTRIBUTES and not key.startswith("__")
+                type(key) is str and key not in _TENSOR_ATTRIBUTES and not key.startswith("__")
                 for key, _ in part.pairs
             )
         )

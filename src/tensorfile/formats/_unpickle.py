@@ -94,6 +94,12 @@ TORCH_NAMES = frozenset(f"torch.{n}" for n in (
 their own names (not aliases such as ``torch.float``)."""
 
 
+_OTHER_STORAGES = frozenset(
+    f"torch.{stem}Storage" for stem in ("ComplexDouble", "QInt8", "QUInt8", "QInt32", "QUInt4x2",
+                                        "QUInt2x4")
+)  # fmt: skip
+"""Storage classes torch.load takes that tensorfile does not read (refused, naming why)."""
+
 WHY = {
     "torch._utils._rebuild_sparse_tensor": "a sparse tensor; tensorfile reads dense tensors",
     "torch._utils._rebuild_nested_tensor": "a nested tensor; tensorfile reads dense tensors",
@@ -220,6 +226,7 @@ class _Machine:
                 and all(isinstance(a, bool) for a in args[1:])
             ):
                 raise UnsupportedError(self.refusal(cls, "a new object of it"))
+            self.charge(32, "torch.nn.parameter.Parameter")  # (a tensor, as a rebuild's)
             push(args[0].copy())  # (a Parameter is a new object, as torch makes it)
         elif op == "b":  # BUILD
             self.build(self.pop(), self.top())
@@ -260,7 +267,7 @@ class _Machine:
         """``BUILD``: a dict's attributes (a state dict's ``_metadata``) are set aside (what
         flattening reads are its items); any other state (a tensor's, which ``torch.save``
         never writes) is refused."""
-        if isinstance(target, Pairs) and target.ordered and isinstance(state, Pairs | type(None)):
+        if isinstance(target, Pairs) and target.ordered and isinstance(state, Pairs):
             return  # (torch sets an OrderedDict's or Counter's __dict__: a plain dict has none)
         if isinstance(target, Stored):  # (torch would run tensor.set_(*state))
             what = f"with {show(state)} as a tensor's state"
@@ -341,8 +348,8 @@ class _Reader:
             return Global(name)
         if name in ("torch.Tensor", "torch.nn.parameter.Parameter"):
             return Global(name)
-        if storage_dtype(name) is not None:
-            return Global(name)
+        if storage_dtype(name) is not None or name in _OTHER_STORAGES:
+            return Global(name)  # (a storage class: one it does not read is refused by name)
         if name in TORCH_NAMES:
             return TorchName(name)  # (a dtype or a quantization scheme: data, not code)
         raise UnsupportedError(
@@ -418,6 +425,8 @@ class _Reader:
         why = (
             "a quantized storage; tensorfile reads dense tensors"
             if stem.startswith("Q")
+            else "complex128, which no tensor file format holds"
+            if stem == "ComplexDoubleStorage"
             else "its key must be a short text without NUL, its location a text and its "
             "size a count"
             if named and storage_dtype(kind) is not None
