@@ -411,6 +411,16 @@ def test_locations_differing_in_a_hash_or_query_never_share_cached_shards(
         assert ds.cache is not None and ds.cache.downloads == 2
 
 
+def _cached_once(cols: dict[str, Any], url: str, tmp_path: Path) -> Path:
+    """``cols`` written as a dataset at ``url`` and read once through a new cache folder in
+    ``tmp_path`` (every shard cached); the folder."""
+    dataset.write(cols, url, batch_size=4)
+    cache = tmp_path / "cache"
+    with dataset.open(url, cache_dir=cache) as ds:
+        assert_samples(list(ds), expected_rows(cols, 16))
+    return cache
+
+
 @pytest.mark.parametrize("kind", ["deep", "stuck"])
 def test_a_folder_planted_at_a_shard_name_is_removed_or_bypassed(
     tmp_path: Path, kind: str, request: Any
@@ -420,10 +430,7 @@ def test_a_folder_planted_at_a_shard_name_is_removed_or_bypassed(
     # read of the dataset through that cache folder
     cols = {"x": np.arange(64, dtype=np.float32).reshape(16, 4)}
     url = f"memory://{kind}-shard/ds"
-    dataset.write(cols, url, batch_size=4)
-    cache = tmp_path / "cache"
-    with dataset.open(url, cache_dir=cache) as ds:
-        assert_samples(list(ds), expected_rows(cols, 16))
+    cache = _cached_once(cols, url, tmp_path)
     planted = sorted((cache / "shards-v1").glob("*.shard"))[0]
     planted.unlink()
     request.getfixturevalue(kind)(planted)
@@ -489,10 +496,7 @@ def test_a_file_that_cannot_be_removed_at_a_shard_cache_name_is_bypassed(
     stuck entry now: the read goes on without the cache, with a ``CacheWarning``."""
     cols = {"x": np.arange(64, dtype=np.float32).reshape(16, 4)}
     url = f"memory://stuck-file-{tmp_path.name}/ds"
-    dataset.write(cols, url, batch_size=4)
-    cache = tmp_path / "cache"
-    with dataset.open(url, cache_dir=cache) as ds:
-        assert_samples(list(ds), expected_rows(cols, 16))
+    cache = _cached_once(cols, url, tmp_path)
     if where == ".lock" and os.geteuid() != 0:
         pytest.skip("only root makes a lock file that cannot be opened (chattr +i)")
     planted = cache / ".lock" if where == ".lock" else sorted(_shards(cache))[0]
@@ -517,10 +521,7 @@ def test_a_hard_link_at_an_entry_name_never_changes_the_file_outside(
     damaged entry now: removed and made afresh, the other file never changed."""
     cols = {"x": np.arange(64, dtype=np.float32).reshape(16, 4)}
     url = f"memory://hard-link-{tmp_path.name}/ds"
-    dataset.write(cols, url, batch_size=4)
-    cache = tmp_path / "cache"
-    with dataset.open(url, cache_dir=cache) as ds:
-        assert_samples(list(ds), expected_rows(cols, 16))
+    cache = _cached_once(cols, url, tmp_path)
     shard = sorted(_shards(cache))[0]
     outside = tmp_path / "public.html"
     outside.write_bytes(shard.read_bytes())  # (the shard's size: it would be read)
