@@ -25,6 +25,9 @@ What it measures (full size; ``--quick`` shrinks the files so a smoke test takes
   against MosaicML Streaming, WebDataset, Hugging Face ``datasets`` and parquet; from S3
   through the shard cache; resuming mid-epoch; the shuffle's quality); see
   ``benchmarks/feed.py``, ``feed_s3.py``, ``feed_resume.py`` and ``shuffle_quality.py``.
+* ``dcp_save_1g`` / ``dcp_load_1g`` (``--only dcp`` selects both): distributed checkpoints
+  (``torch.distributed.checkpoint`` on gloo, a process per rank) with tensorfile's storage
+  plugins against torch's and s3torchconnector's; see ``benchmarks/dcp_bench.py``.
 * ``view_all``: ``tensorfile.open(path)`` then ``.view(name)`` of every tensor of the 1 GiB
   file. The reference has no zero-copy equivalent, so only the absolute time is given. The
   views map the file without reading it, so its GB/s is "bytes made available per second",
@@ -60,6 +63,7 @@ Usage (from the repository root: ``benchmarks`` and ``tests`` are imported as pa
     .venv/bin/python -m benchmarks.run --only cache   # the remote cache (benchmarks/cache_bench.py)
     .venv/bin/python -m benchmarks.run --only load_cold        # cold/warm vs 3 peers, ~10 min
     .venv/bin/python -m benchmarks.run --only feed --repeat 3  # training feeds
+    .venv/bin/python -m benchmarks.run --only dcp     # distributed checkpoints, ~5 min
 """
 
 from __future__ import annotations
@@ -105,6 +109,7 @@ from benchmarks.common import (
     page_in,
     timed,
 )
+from benchmarks.dcp_bench import DCP_BENCHMARKS, DCP_GROUP, DcpResult
 from benchmarks.feed import FEED_BENCHMARKS
 from benchmarks.feed_common import FeedResult
 from benchmarks.feed_common import markdown as feed_markdown
@@ -134,6 +139,7 @@ PEERS = (
     "pyspark",
     "boto3",
     "s3fs",
+    "s3torchconnector",
 )
 """Distributions whose versions ``--json`` records (the peers the rows compare against)."""
 
@@ -157,6 +163,7 @@ ALL_BENCHMARKS = (
     + CACHE_BENCHMARKS
     + PICKLE_BENCHMARKS
     + COLD_BENCHMARKS
+    + DCP_BENCHMARKS
 )
 
 # --------------------------------------------------------------------------- benchmarks
@@ -391,13 +398,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--json", type=Path, default=None, help="also write the results here")
     parser.add_argument(
         "--only",
-        choices=(*ALL_BENCHMARKS, PROCESS_GROUP, CACHE_GROUP, COLD_GROUP, FEED_GROUP, PICKLE_GROUP),
+        choices=(
+            *ALL_BENCHMARKS,
+            PROCESS_GROUP,
+            CACHE_GROUP,
+            COLD_GROUP,
+            FEED_GROUP,
+            PICKLE_GROUP,
+            DCP_GROUP,
+        ),
         action="append",
         default=None,
         help=f"run only this benchmark (may be given more than once; {PROCESS_GROUP} selects "
         f"the fresh-process rows, {CACHE_GROUP} the remote-cache rows, {COLD_GROUP} the "
         f"cold/warm rows against every peer, {FEED_GROUP} the training-feed rows, "
-        f"{PICKLE_GROUP} the PyTorch pickle rows)",
+        f"{PICKLE_GROUP} the PyTorch pickle rows, {DCP_GROUP} the distributed-checkpoint rows)",
     )
     args = parser.parse_args(argv)
     if args.repeat is not None and args.repeat < 1:
@@ -415,6 +430,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.only = [n for n in args.only if n != FEED_GROUP] + list(feed)
     if args.only is not None and COLD_GROUP in args.only:
         args.only = [n for n in args.only if n != COLD_GROUP] + list(COLD_BENCHMARKS)
+    if args.only is not None and DCP_GROUP in args.only:
+        args.only = [n for n in args.only if n != DCP_GROUP] + list(DCP_BENCHMARKS)
     return args
 
 
@@ -443,6 +460,7 @@ def main(argv: list[str] | None = None) -> int:
         *RESUME_BENCHMARKS,
         *SHUFFLE_BENCHMARKS,
         *PICKLE_BENCHMARKS,
+        *DCP_BENCHMARKS,
     )  # rows that do not read the 1 GiB file
     if any(name not in header_only for name in selected):
         make_big(cfg)
@@ -513,6 +531,12 @@ def main(argv: list[str] | None = None) -> int:
 
         cold = cold_runners(cfg, args.quick, settle, args.repeat)
     cold_results: list[ColdResult] = []
+    dcp: dict[str, Callable[[], DcpResult | list[DcpResult]]] = {}
+    if any(name in DCP_BENCHMARKS for name in selected):
+        from benchmarks.dcp_bench import runners as dcp_runners
+
+        dcp = dcp_runners(cfg, args.quick, args.repeat)
+    dcp_results: list[DcpResult] = []
     for name in ALL_BENCHMARKS:
         if name not in selected:
             continue
@@ -521,6 +545,9 @@ def main(argv: list[str] | None = None) -> int:
             process_results.append(process[name]())
         elif name in cold:
             cold_results.append(cold[name]())
+        elif name in dcp:
+            got = dcp[name]()
+            dcp_results.extend(got if isinstance(got, list) else [got])
         else:
             out = runners[name]()
             if isinstance(out, LoadResult):
@@ -614,6 +641,16 @@ def main(argv: list[str] | None = None) -> int:
         )
         print()
         print(feed_markdown(feed_results))
+    if dcp_results:
+        from benchmarks.dcp_bench import markdown as dcp_markdown
+
+        print()
+        print(
+            "distributed checkpoints (gloo, a process per rank): medians of the rounds, sides "
+            "rotated each round; ratios peer / tensorfile with the range over rounds"
+        )
+        print()
+        print(dcp_markdown(dcp_results))
     for table in shuffle_results:
         print()
         print(table.title)
@@ -638,6 +675,7 @@ def main(argv: list[str] | None = None) -> int:
             "pickle_results": [r.to_json() for r in pickle_results],
             "cold_results": [r.to_json() for r in cold_results],
             "feed_results": [r.to_json() for r in feed_results],
+            "dcp_results": [r.to_json() for r in dcp_results],
             "shuffle_quality": [t.to_json() for t in shuffle_results],
         }
         args.json.write_text(json.dumps(payload, indent=2) + "\n")

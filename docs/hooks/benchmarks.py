@@ -297,6 +297,60 @@ def _shuffle_quality(tables: list[dict[str, Any]], _payload: dict[str, Any]) -> 
     return lines
 
 
+DCP_NAMES = {
+    "tf": "tensorfile",
+    "tf_nosync": "tensorfile, no fsync",
+    "tf_s3": "tensorfile",
+    "hf": "torch HF",
+    "fs": "DCP FileSystem",
+    "fs_nosync": "DCP FileSystem, no fsync",
+    "s3tc": "s3torchconnector",
+}
+
+
+def _dcp_results(rows: list[dict[str, Any]], _payload: dict[str, Any]) -> list[str]:
+    """Distributed checkpoints: one line per writer or reader, then one per compared pair."""
+    out = []
+    for r in rows:
+        first = True
+        for key, side in r["sides"].items():
+            each = side.get("s3_received_per_rank", side.get("rchar_per_rank"))
+            each_cell = " / ".join(f"{b / 2**20:,.0f}" for b in each) if each else ""
+            fetched = side.get("fetched_over_checkpoint")
+            fetched_cell = "" if fetched is None else f"{fetched:.2f}"
+            if fetched is not None and key.startswith("tf"):
+                met = "met" if fetched <= r["bytes_target"] else "**not met**"
+                fetched_cell += f" (target ≤ {r['bytes_target']}: {met})"
+            what = f"**{side['what']}**" if key.startswith("tf") else side["what"]
+            out.append(
+                [
+                    _label(r) if first else "",
+                    what,
+                    f"{side['median_s']:.2f}",
+                    f"{side['gbps']:.2f}",
+                    each_cell,
+                    fetched_cell,
+                    "",
+                    "",
+                    "",
+                ]
+            )
+            first = False
+        for p in r["pairs"]:
+            runs = p["run_ratios"]
+            spread = f" ({min(runs):.2f}–{max(runs):.2f})" if len(runs) > 1 else ""
+            target = f"≥ {p['target']:.1f}"
+            met = "yes" if p["met"] else "**no**"
+            if not p["target_in_issue"]:
+                target, met = f"({target})", f"({met})"
+            names = f"{DCP_NAMES[p['peer']]} ÷ {DCP_NAMES[p['tensorfile']]}"
+            ratio = f"**{p['ratio']:.2f}**{spread}"
+            out.append(["", names, "", "", "", "", ratio, target, met])
+    head = ["benchmark", "writer or reader", "median (s)", "GB/s", "each rank read (MiB)"]
+    head += ["fetched, all ranks ÷ checkpoint", "ratio (peer / tf): median (runs)", "target"]
+    return _table([*head, "met"], "llrrrrrrc", out)
+
+
 SECTIONS: dict[str, Callable[[list[dict[str, Any]], dict[str, Any]], list[str]]] = {
     "results": _results,
     "process_results": _process_results,
@@ -305,6 +359,7 @@ SECTIONS: dict[str, Callable[[list[dict[str, Any]], dict[str, Any]], list[str]]]
     "pickle_results": _pickle_results,
     "cold_results": _cold_results,
     "feed_results": _feed_results,
+    "dcp_results": _dcp_results,
     "shuffle_quality": _shuffle_quality,
 }
 """The runner's JSON keys, in the order the tables appear."""
@@ -350,6 +405,9 @@ def _measured_on(payload: dict[str, Any], group: str | None = None) -> str:
             f"fresh processes: {cfg['settle_s']:g} s settle before each"
             + (f", {cfg['process_repeat']} per library" if payload.get("process_results") else "")
         )
+    if payload.get("dcp_results"):
+        rounds = payload["dcp_results"][0]["rounds"]
+        how.append(f"distributed checkpoints: {rounds} rounds, a process per rank (gloo)")
     line = (
         f"*Measured on {date}, on {m['platform']} ({m['machine']}), {cpus}; "
         f"{', '.join(versions)}; {'; '.join(how)}.*"
