@@ -189,11 +189,18 @@ print(time.perf_counter() - t0)
 """
 
 
-def floors(path: Path, repeat: int, settle: float) -> dict[str, list[float]]:
-    """Seconds for the disk alone and for fresh memory alone (see ``_FLOOR``)."""
-    out: dict[str, list[float]] = {"disk O_DIRECT": [], "fresh memory first touch": []}
+FLOORS = {"disk O_DIRECT": "disk", "fresh memory first touch": "memory"}
+
+
+def floors(
+    path: Path, repeat: int, settle: float, keys: tuple[str, ...] = tuple(FLOORS)
+) -> dict[str, list[float]]:
+    """Seconds for the disk alone and for fresh memory alone (see ``_FLOOR``), those of
+    :data:`FLOORS` named by ``keys``."""
+    out: dict[str, list[float]] = {key: [] for key in keys}
     for _ in range(repeat):
-        for key, what in (("disk O_DIRECT", "disk"), ("fresh memory first touch", "memory")):
+        for key in keys:
+            what = FLOORS[key]
             evict(path)
             time.sleep(settle)
             argv = [sys.executable, "-c", _FLOOR, *map(str, files_of(path)), what]

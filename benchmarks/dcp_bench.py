@@ -41,7 +41,8 @@ again for another) and ``rchar`` (through ``read``-like calls: what the rank ask
 kernel for; page faults of a memory map are not counted, so a mapping reader shows near
 zero). S3: the bytes the server sent each rank, counted by a TCP relay in the rank during
 the untimed load. The target: all ranks together at most 1.15x the checkpoint's tensor
-bytes.
+bytes. The cold row's floor: tensorfile's checkpoint read alone with ``O_DIRECT`` on 8
+threads, in a fresh process (``benchmarks/cold_bench.py``).
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from benchmarks.cold_bench import floors
 from benchmarks.common import REPO, Config, check
 
 DCP_BENCHMARKS = ("dcp_save_1g", "dcp_load_1g")
@@ -108,6 +110,7 @@ class DcpResult:
     world: int
     rounds: int
     sides: dict[str, dict[str, Any]] = field(default_factory=dict)
+    floors: dict[str, list[float]] = field(default_factory=dict)
 
     def median(self, key: str) -> float:
         return float(statistics.median(self.sides[key]["times_s"]))
@@ -138,6 +141,9 @@ class DcpResult:
             "sides": sides,
             "pairs": self.pairs(),
             "bytes_target": BYTES_TARGET,
+            "floors_s": {
+                k: {"runs": v, "median": statistics.median(v)} for k, v in self.floors.items()
+            },
         }
 
 
@@ -274,6 +280,7 @@ def runners(cfg: Config, quick: bool, repeat: int | None) -> dict[str, Callable[
             out = spawn("load", LOAD_WORLD, config, root, srv.env)
         finally:
             srv.stop()
+        disk = floors(saved / "tf", min(rounds, 3), 0.0, ("disk O_DIRECT",))
         checked = out["checked"]
         bad = [m for c in checked.values() for m in c["mismatches"]]
         check(not bad, f"dcp_load: loaded values differ: {bad[:5]}")
@@ -304,6 +311,8 @@ def runners(cfg: Config, quick: bool, repeat: int | None) -> dict[str, Callable[
                 if fetched is not None:
                     side["fetched_over_checkpoint"] = sum(fetched) / nbytes
                 row.sides[key] = side
+            if cache == "cold":
+                row.floors = disk
             result.append(row)
         return result
 

@@ -336,6 +336,9 @@ def _dcp_results(rows: list[dict[str, Any]], _payload: dict[str, Any]) -> list[s
                 ]
             )
             first = False
+        for key, floor in r.get("floors_s", {}).items():
+            gbps = f"{r['bytes'] / floor['median'] / 1e9:.2f}"
+            out.append(["", f"*floor: {key} alone*", f"{floor['median']:.2f}", gbps, *[""] * 5])
         for p in r["pairs"]:
             runs = p["run_ratios"]
             spread = f" ({min(runs):.2f}–{max(runs):.2f})" if len(runs) > 1 else ""
