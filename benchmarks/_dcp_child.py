@@ -321,6 +321,8 @@ def load_phase(cfg: dict[str, Any], mesh: DeviceMesh) -> dict[str, Any]:
     plan = [(k, c) for k in cfg["readers"] for c in cfg["cache"].get(k, [])]
     for i in range(cfg["rounds"]):
         for key, cache in plan[i % len(plan) :] + plan[: i % len(plan)]:
+            if i >= cfg["rounds_of"].get(key, cfg["rounds"]):
+                continue
             if rank == 0 and cache in ("cold", "warm"):
                 (evict if cache == "cold" else page_in)(folders[key])
             direct = s3["endpoint"] if s3 is not None else ""

@@ -30,10 +30,10 @@ Rows (``--only dcp`` selects both):
 How it runs: one process group per phase (2 ranks save, then 3 ranks load), kept for every
 run of the phase. Each writer saves once untimed (the first ``dcp.save`` of a process costs
 0.5-0.9 s of set-up), each reader loads once untimed into zeroed tensors that are then
-checked element by element; then ``--repeat`` rounds (5; quick 2), the sides' order
-rotated each round. Times are from a barrier before the call to a barrier after it, taken
-on rank 0. Ratios: peer's median ÷ tensorfile's (> 1: tensorfile faster), with the range of
-the per-round ratios.
+checked element by element; then ``--repeat`` rounds (4; quick 2; at most 2 for the S3
+row, whose loads take the longest), the sides' order rotated each round. Times are from a
+barrier before the call to a barrier after it, taken on rank 0. Ratios: peer's median ÷
+tensorfile's (> 1: tensorfile faster), with the range of the per-round ratios.
 
 Bytes fetched, per rank, from ``/proc/self/io`` around each load: ``read_bytes`` (from the
 disk: cold rows; the page cache is shared, so a page one rank faulted in is not fetched
@@ -223,7 +223,8 @@ def runners(cfg: Config, quick: bool, repeat: int | None) -> dict[str, Callable[
     """The DCP rows by name; the load row saves the checkpoints first when the save row did
     not run."""
     rows = 1024 if quick else 8192
-    rounds = repeat if repeat is not None else 2 if quick else 5
+    rounds = repeat if repeat is not None else 2 if quick else 4
+    s3_rounds = min(rounds, 2)  # the slowest loads (10-40 s each at full size)
     nbytes = rows * (8192 * 4 * 2 + 16384 * 2 * 2)
     root = cfg.data / "dcp"
     saved = root / "save"
@@ -270,6 +271,7 @@ def runners(cfg: Config, quick: bool, repeat: int | None) -> dict[str, Callable[
             config = {
                 "rows": rows,
                 "rounds": rounds,
+                "rounds_of": dict.fromkeys(S3_READERS, s3_rounds),
                 "readers": list(READERS),
                 "s3_readers": S3_READERS,
                 "cache": cache,
@@ -291,7 +293,8 @@ def runners(cfg: Config, quick: bool, repeat: int | None) -> dict[str, Callable[
             ("dcp_load_warm", LOCAL_READERS, "warm", "warm page cache"),
             ("dcp_load_s3", S3_READERS, "s3", "from S3 (SeaweedFS on 127.0.0.1)"),
         ):
-            row = DcpResult(name, f"{what}, {how}", nbytes, LOAD_WORLD, rounds)
+            n = s3_rounds if cache == "s3" else rounds
+            row = DcpResult(name, f"{what}, {how}", nbytes, LOAD_WORLD, n)
             for key in keys:
                 runs = out["runs"][f"{key}:{cache}"]
                 per_rank = [run["bytes_per_rank"] for run in runs]

@@ -409,8 +409,9 @@ def _measured_on(payload: dict[str, Any], group: str | None = None) -> str:
             + (f", {cfg['process_repeat']} per library" if payload.get("process_results") else "")
         )
     if payload.get("dcp_results"):
-        rounds = payload["dcp_results"][0]["rounds"]
-        how.append(f"distributed checkpoints: {rounds} rounds, a process per rank (gloo)")
+        rounds = sorted({r["rounds"] for r in payload["dcp_results"]}, reverse=True)
+        shown = " (S3: ".join(map(str, rounds)) + ")" * (len(rounds) - 1)
+        how.append(f"distributed checkpoints: {shown} rounds, a process per rank (gloo)")
     line = (
         f"*Measured on {date}, on {m['platform']} ({m['machine']}), {cpus}; "
         f"{', '.join(versions)}; {'; '.join(how)}.*"
