@@ -200,10 +200,11 @@ class StorageWriter(_DCPStorageWriter, AsyncStager):
         self.save_id = uuid.uuid4().hex[:16]
         entries, objects = _entries(plans)
         self._sidecar = _objects.sidecar_name(self.prefix, self.save_id) if objects else None
+        pointer = {_objects.POINTER_KEY: self._sidecar} if self._sidecar else {}
         hub = plan_hub(
             entries,
             max_shard_size=self.max_shard_size,
-            metadata={_objects.POINTER_KEY: self._sidecar} if self._sidecar else None,
+            shard_metadata={"format": "pt", **pointer},
             checksum=self.checksum,
             prefix=self.prefix,
         )
