@@ -211,7 +211,7 @@ class StorageWriter(_DCPStorageWriter, AsyncStager):
         shared: dict[str, Any]
         if self.remote:
             store = _upload.uploading_store(store_for(self.path, self.storage_options))
-            self._versions = {n: store.version(n) for n in (hub.index_name, hub.files[0].name)}
+            self._versions = {n: store.version(n) for n in (hub.index_name, hub.single_name)}
             self._uploads = _upload.plan_uploads(store, hub, plans)
             shared = {"uploads": self._uploads}
         else:

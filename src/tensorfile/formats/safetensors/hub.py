@@ -91,6 +91,8 @@ class HubPlan:
     index_name: str
     index: bytes | None
     total_size: int
+    single_name: str
+    """The name the checkpoint has as one file (``model.safetensors``)."""
 
     @property
     def names(self) -> list[str]:
@@ -150,7 +152,7 @@ def plan_hub(
         weight_map = {n: fname for fname, shard in zip(names, shards, strict=True) for n in shard}
         doc = {"metadata": {"total_size": total, **dict(metadata or {})}, "weight_map": weight_map}
         index = json.dumps(doc, indent=2).encode()
-    return HubPlan(files, prefix + INDEX_SUFFIX, index, total)
+    return HubPlan(files, prefix + INDEX_SUFFIX, index, total, prefix + SUFFIX)
 
 
 def remove_stale(store: Store, prefix: str, keep: set[str]) -> list[str]:
