@@ -63,6 +63,7 @@ LAYERS: dict[str, set[str]] = {
     "ops": {"core", "formats", "sources", "frameworks"},
     "dataset": {"core", "formats", "sources", "frameworks"},
     "spark": {"core", "dataset"},
+    "distributed": {"core", "formats", "sources", "frameworks"},
     "cli": {"core", "ops", "dataset", "sources", "samples"},
     "testing": {"core", "sources", "formats", "frameworks"},
     "loading": {"sources"},  # how load_file reads a file (mount table, page cache)

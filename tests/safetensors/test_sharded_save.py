@@ -349,7 +349,7 @@ def _state(folder: Path) -> float | None:
     ("old", "new", "always_whole"),
     [
         ("2KB", "3KB", True),  # 5 shards -> 3: every new name is new in the folder
-        ("2KB", "2KB", False),  # the same names: the old index goes first (no index between)
+        ("2KB", "2KB", True),  # the same names: the old shards kept under links until the end
         ("2KB", "1GB", True),  # 5 shards -> one model.safetensors
         ("1GB", "2KB", True),  # one file -> 5 shards
     ],

@@ -14,8 +14,10 @@ into place, the index last, so a failure (or a SIGKILL) at any instant never lea
 naming a shard that is missing or from another save. When the new shards' names are all new
 in the folder, the old index stays valid until the new one replaces it in one rename (the
 folder always holds the old checkpoint or the new one); when they would overwrite the old
-save's files, the old index is removed before the first of them is (a kill in that short
-window leaves no index at all: no claim, rather than a false one). Files of an earlier save
+save's files, those are first linked under hidden names and the old index pointed at the
+links, so it still names the old checkpoint whole until the new index replaces it (where
+links cannot be made, the old index is removed first: no claim rather than a false one,
+see :func:`publish`). Files of an earlier save
 that the new one did not write (``model-*-of-*.safetensors``, ``model.safetensors``, the
 index) are removed only after success.
 
@@ -41,12 +43,12 @@ from typing import Any
 
 from tensorfile.core.atomic import AtomicFile, remove_stale_temps
 from tensorfile.core.dtypes import from_safetensors
-from tensorfile.core.errors import InvalidArgumentError, SourceError
+from tensorfile.core.errors import InvalidArgumentError, SourceError, TensorFileError
 from tensorfile.core.sizes import parse_size
 from tensorfile.formats import SAFETENSORS, _index
 from tensorfile.formats.safetensors._writer import StreamWriter
 
-__all__ = ["INDEX_SUFFIX", "parse_size", "plan_shards", "write_sharded"]
+__all__ = ["INDEX_SUFFIX", "parse_size", "plan_shards", "publish", "write_sharded"]
 
 SUFFIX = SAFETENSORS.suffixes[0]
 INDEX_SUFFIX = SUFFIX + _index.INDEX_SUFFIX
@@ -216,16 +218,87 @@ def write_sharded(
         for stage, _ in staged:
             _unlink(stage)
         raise
-    index_name = prefix + INDEX_SUFFIX
-    index_path = os.path.join(folder, index_name)
-    if any(os.path.lexists(final) for _, final in staged):
-        _unlink(index_path)  # it may name files about to change: until the new index, none
-    for stage, final in staged:
-        os.replace(stage, final)
     written = list(names)
+    index = None
     if len(plan) > 1:
         weight_map = {n: fname for fname, shard in zip(names, plan, strict=True) for n in shard}
         doc = {"metadata": {"total_size": total, **meta}, "weight_map": weight_map}
+        index = json.dumps(doc, indent=2).encode()
+        written.append(prefix + INDEX_SUFFIX)
+    publish(folder, staged, prefix, index, tag=f"{os.getpid()}")
+    return written
+
+
+def publish(
+    folder: str,
+    staged: Sequence[tuple[str, str]],
+    prefix: str,
+    index: bytes | None,
+    *,
+    tag: str,
+    keep: Sequence[str] = (),
+    fsync: bool = False,
+) -> None:
+    """Move the ``(staging path, final path)`` files of a new checkpoint into ``folder`` and
+    write its ``index`` (None: one file) last; then remove the files of the checkpoint it
+    replaces that it did not write (``keep`` names other files to leave).
+
+    Until the new index (or the new ``model.safetensors``) is in place, the folder holds the
+    old checkpoint whole: where a new shard takes the name of a shard the old index names,
+    the old shard is first linked under a hidden name (``.tensorfile-prev-<tag>-<name>``) and
+    the old index rewritten to name the links, so every file it names stays the old one.
+    Where links cannot be made, the old index is removed before the first such rename (a
+    kill in that window leaves no index: no claim rather than a false one).
+    """
+    index_path = os.path.join(folder, prefix + INDEX_SUFFIX)
+    if any(os.path.lexists(final) for _, final in staged) and os.path.lexists(index_path):
+        if not _keep_old(folder, index_path, {os.path.basename(f) for _, f in staged}, tag):
+            _unlink(index_path)  # it may name files about to change: until the new index, none
+    for stage, final in staged:
+        os.replace(stage, final)
+    if index is not None:
+        out = AtomicFile(index_path, fsync=fsync)
+        try:
+            os.write(out.fd, index)
+            out.commit()
+        except BaseException:
+            out.abort()
+            raise
+    elif fsync:
+        _fsync_folder(folder)
+    written = {os.path.basename(f) for _, f in staged} | set(keep)
+    if index is not None:
+        written.add(prefix + INDEX_SUFFIX)
+    _remove_stale(folder, prefix, written)
+    for name in os.listdir(folder):
+        if name.startswith(_PREV):
+            _unlink(os.path.join(folder, name))
+
+
+_PREV = ".tensorfile-prev-"
+
+
+def _keep_old(folder: str, index_path: str, taken: set[str], tag: str) -> bool:
+    """Link the old index's shards that new files will replace under hidden names and point
+    the old index at them; False (nothing changed) where that cannot be done."""
+    try:
+        weight_map, _ = _index.read_index(index_path, local=True)
+    except (TensorFileError, OSError):
+        return False
+    renamed: dict[str, str] = {}
+    for shard in dict.fromkeys(weight_map.values()):
+        if shard in taken and os.path.basename(shard) == shard:
+            link = f"{_PREV}{tag}-{shard}"
+            try:
+                _unlink(os.path.join(folder, link))
+                os.link(os.path.join(folder, shard), os.path.join(folder, link))
+            except OSError:
+                return False
+            renamed[shard] = link
+    try:
+        with open(index_path, "rb") as f:
+            doc = json.loads(f.read(_index.MAX_INDEX_BYTES + 1))
+        doc["weight_map"] = {k: renamed.get(v, v) for k, v in weight_map.items()}
         out = AtomicFile(index_path)
         try:
             os.write(out.fd, json.dumps(doc, indent=2).encode())
@@ -233,9 +306,22 @@ def write_sharded(
         except BaseException:
             out.abort()
             raise
-        written.append(index_name)
-    _remove_stale(folder, prefix, set(written))
-    return written
+    except (OSError, ValueError, TypeError, TensorFileError):
+        return False
+    return True
+
+
+def _fsync_folder(folder: str) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def _text_map(value: Mapping[str, str] | None, what: str) -> dict[str, str]:

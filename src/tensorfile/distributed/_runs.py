@@ -1,0 +1,65 @@
+"""Where a box of a row-major tensor lies in its bytes: the byte runs of a chunk.
+
+A chunk (a rank's shard, a piece to read) is a box ``offsets .. offsets + sizes`` of a
+tensor of shape ``shape``. Its elements, row-major in the box, fall in the tensor's bytes as
+equal runs: the dimensions after the innermost partial one are whole, so a run spans them.
+A dim-0 shard is one run; a ``Shard(1)`` piece of a matrix is one run per row.
+
+Example:
+    >>> r = runs((4, 6), (1, 2), (2, 3), 4)
+    >>> r.starts.tolist(), r.length, r.count
+    ([32, 56], 12, 2)
+    >>> runs((4, 6), (2, 0), (2, 6), 2).starts.tolist(), runs((), (), (), 8).length
+    ([24], 8)
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+__all__ = ["Runs", "runs"]
+
+
+@dataclass(frozen=True)
+class Runs:
+    """Byte runs of a chunk: ``count`` runs of ``length`` bytes at ``starts`` (relative to
+    the tensor's first byte); the chunk's own bytes are the runs one after the other."""
+
+    starts: NDArray[np.int64]
+    length: int
+
+    @property
+    def count(self) -> int:
+        """How many runs."""
+        return int(self.starts.size)
+
+    @property
+    def nbytes(self) -> int:
+        """The chunk's bytes."""
+        return self.count * self.length
+
+
+def runs(
+    shape: tuple[int, ...], offsets: tuple[int, ...], sizes: tuple[int, ...], itemsize: int
+) -> Runs:
+    """The byte runs of the box ``offsets``/``sizes`` of a tensor of ``shape`` whose
+    elements are ``itemsize`` bytes (a 0-d tensor: one run of ``itemsize``; an empty box:
+    no run)."""
+    nd = len(shape)
+    if nd == 0:
+        return Runs(np.zeros(1, np.int64), itemsize)
+    if math.prod(sizes) == 0:
+        return Runs(np.zeros(0, np.int64), 0)
+    k = nd - 1
+    while k > 0 and sizes[k] == shape[k]:
+        k -= 1  # the dimensions after k are whole: a run spans them
+    stride = [math.prod(shape[d + 1 :]) * itemsize for d in range(nd)]
+    starts = np.array([sum(offsets[d] * stride[d] for d in range(k + 1))], np.int64)
+    for d in range(k - 1, -1, -1):  # the outer dimensions, outermost slowest
+        steps = np.arange(sizes[d], dtype=np.int64) * stride[d]
+        starts = (steps[:, None] + starts[None, :]).reshape(-1)
+    return Runs(starts, sizes[k] * stride[k])

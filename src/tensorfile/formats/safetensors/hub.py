@@ -1,0 +1,259 @@
+"""Hub checkpoints planned before a byte is written, and hub folders read as chunks.
+
+Writing: :func:`plan_hub` lays out a whole checkpoint from its tensors' names, dtypes and
+shapes alone: the shard split (huggingface_hub's rule, as :func:`write_sharded` does), each
+file's header and every tensor's absolute byte range. Writers that fill the files at those
+offsets from many places at once (the ranks of ``torch.distributed.checkpoint``) need
+nothing else; the files they produce are byte for byte what
+:func:`~tensorfile.safetensors.numpy.save_sharded` writes for the same tensors. With
+``checksum=``, each header holds fixed-length placeholder digests, and
+:meth:`FilePlan.header_with` gives the header with the real ones (same length).
+
+Reading: :func:`hub_chunks` finds the files of a checkpoint folder (local or remote, through
+a :class:`~tensorfile.sources.Store`) and says which part of which tensor each file holds: a
+``model.safetensors`` or an index's shards hold whole tensors; a folder of per-rank files as
+torch's ``HuggingFaceStorageWriter`` leaves them (``DCP_SHARDING_INFO`` in each header's
+metadata) holds pieces of tensors at the offsets it records.
+
+Example:
+    >>> p = plan_hub([("a", "F32", (2,)), ("b", "U8", (3,))], max_shard_size=10**9)
+    >>> [(f.name, f.regions["a"], f.regions["b"]) for f in p.files], p.index is None
+    ([('model.safetensors', (104, 112), (112, 115))], True)
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from tensorfile.core.digests import placeholder
+from tensorfile.core.dtypes import from_safetensors
+from tensorfile.core.errors import FormatError, InvalidArgumentError, SourceError
+from tensorfile.core.reader import Reader
+from tensorfile.formats import _index
+from tensorfile.formats.safetensors._sharded import (
+    INDEX_SUFFIX,
+    SUFFIX,
+    _names,
+    _sizes,
+    plan_shards,
+    publish,
+)
+from tensorfile.formats.safetensors._writer import _digest_metadata, _layout, _Spec
+from tensorfile.sources import Store
+
+__all__ = [
+    "SHARDING_KEY",
+    "FilePlan",
+    "HubChunk",
+    "HubPlan",
+    "hub_chunks",
+    "plan_hub",
+    "publish",
+]
+
+SHARDING_KEY = "DCP_SHARDING_INFO"
+"""The header metadata key of torch's per-rank files: ``{fqn: {"saved_offsets": [...]}}``."""
+
+MAX_SHARDING_TEXT = 64 << 20
+
+
+@dataclass(frozen=True)
+class FilePlan:
+    """One file of a planned checkpoint: its name, header, and each tensor's absolute
+    ``(start, stop)`` byte range."""
+
+    name: str
+    header: bytes
+    regions: dict[str, tuple[int, int]]
+    size: int
+    _specs: list[_Spec] = field(repr=False)
+    _metadata: dict[str, str] | None = field(repr=False)
+
+    def header_with(self, digests: Mapping[str, str]) -> bytes:
+        """The header with ``digests`` (``name -> "algorithm:hex"``, every tensor of the
+        file) in place of the placeholders: the same length, so it is written over them."""
+        header, _ = _layout(self._specs, _digest_metadata(self._metadata, digests), 8)
+        if len(header) != len(self.header):
+            raise InvalidArgumentError(f"{self.name}: the digests do not fit their placeholders")
+        return header
+
+
+@dataclass(frozen=True)
+class HubPlan:
+    """A planned checkpoint: its files in order, and its index (None for one file)."""
+
+    files: list[FilePlan]
+    index_name: str
+    index: bytes | None
+    total_size: int
+
+    @property
+    def names(self) -> list[str]:
+        """The file names, the index (when there is one) last."""
+        return [f.name for f in self.files] + ([self.index_name] if self.index else [])
+
+
+def plan_hub(
+    entries: Sequence[tuple[str, str, tuple[int, ...]]],
+    *,
+    max_shard_size: int,
+    metadata: Mapping[str, str] | None = None,
+    checksum: str | None = None,
+    prefix: str = "model",
+) -> HubPlan:
+    """Lay out the checkpoint of ``entries`` (``(name, safetensors dtype, shape)``, in the
+    order the split takes them): ``metadata`` goes in every file's header (``format: pt``
+    beside it unless given) and, for several files, in the index; ``checksum`` reserves
+    digests of that algorithm.
+
+    Example:
+        >>> p = plan_hub([("a", "U8", (4,)), ("b", "U8", (4,))], max_shard_size=6)
+        >>> p.names
+        ['model-00001-of-00002.safetensors', 'model-00002-of-00002.safetensors', \
+'model.safetensors.index.json']
+    """
+    specs, sizes = _sizes(entries, None)
+    shards = plan_shards(sizes, max_shard_size) or [[]]
+    names = _names(prefix, len(shards))
+    meta = {"format": "pt", **dict(metadata or {})}
+    files = []
+    for fname, shard in zip(names, shards, strict=True):
+        placed = [
+            _Spec(
+                n,
+                from_safetensors(specs[n][0]),
+                specs[n][1],
+                from_safetensors(specs[n][0]).nbytes(math.prod(specs[n][1])),
+            )
+            for n in shard
+        ]
+        file_meta = dict(meta)
+        if checksum is not None:
+            file_meta = _digest_metadata(file_meta, {s.name: placeholder(checksum) for s in placed})
+        header, ordered = _layout(placed, file_meta, 8)
+        regions: dict[str, tuple[int, int]] = {}
+        pos = len(header)
+        for s in ordered:
+            regions[s.name] = (pos, pos + s.nbytes)
+            pos += s.nbytes
+        files.append(FilePlan(fname, header, regions, pos, placed, dict(meta)))
+    total = sum(n for _, n in sizes)
+    index = None
+    if len(files) > 1:
+        weight_map = {n: f.name for f in files for n in f.regions}
+        doc = {"metadata": {"total_size": total, **dict(metadata or {})}, "weight_map": weight_map}
+        index = json.dumps(doc, indent=2).encode()
+    return HubPlan(files, prefix + INDEX_SUFFIX, index, total)
+
+
+@dataclass(frozen=True)
+class HubChunk:
+    """A tensor's piece in one file: the whole tensor (``offsets`` all 0) in a plain
+    checkpoint, a rank's box of it in torch's per-rank files."""
+
+    name: str
+    file: str
+    offsets: tuple[int, ...]
+    shape: tuple[int, ...]
+
+
+def hub_chunks(
+    store: Store, *, open_file: Callable[[str], Reader]
+) -> tuple[list[HubChunk], dict[str, Reader]]:
+    """The chunks of the checkpoint in ``store``'s folder and a reader of each file holding
+    them, opened by ``open_file(name)``: ``model.safetensors.index.json``'s shards, else
+    ``model.safetensors``, else every ``*.safetensors`` file of the folder (torch's per-rank
+    files, each header's ``DCP_SHARDING_INFO`` placing its tensors; a file without it holds
+    whole tensors). A tensor two files both hold whole, or a folder with no checkpoint, is a
+    :class:`~tensorfile.errors.FormatError`.
+    """
+    files = _checkpoint_files(store)
+    readers: dict[str, Reader] = {}
+    chunks: list[HubChunk] = []
+    try:
+        for name in files:
+            reader = readers[name] = open_file(name)
+            placed = _sharding(reader, store.url(name))
+            for tname in reader.keys():
+                info = reader.info(tname)
+                if info.layout != "dense":
+                    raise FormatError(f"{store.url(name)}: tensor {tname!r} is not dense")
+                offs = placed.get(tname) if placed is not None else None
+                if offs is None:
+                    offs = (0,) * len(info.shape)
+                if len(offs) != len(info.shape):
+                    raise FormatError(
+                        f"{store.url(name)}: {SHARDING_KEY} places {tname!r} with "
+                        f"{len(offs)} offsets; it has {len(info.shape)} dimensions"
+                    )
+                chunks.append(HubChunk(tname, name, offs, tuple(info.shape)))
+    except BaseException:
+        for r in readers.values():
+            r.close()
+        raise
+    return chunks, readers
+
+
+def _checkpoint_files(store: Store) -> list[str]:
+    index = "model" + INDEX_SUFFIX
+    if store.file_size(index) is not None:
+        raw = store.read_bounded(index, "the checkpoint index", _index.MAX_INDEX_BYTES)
+        if raw is None:
+            raise SourceError(f"{store.url(index)} vanished while it was read")
+        try:
+            doc = json.loads(raw)
+        except (ValueError, RecursionError):
+            raise FormatError(f"{store.url(index)} is not valid JSON") from None
+        weight_map = doc.get("weight_map") if isinstance(doc, dict) else None
+        if not isinstance(weight_map, dict) or not all(
+            isinstance(v, str) for v in weight_map.values()
+        ):
+            raise FormatError(f"{store.url(index)} has no 'weight_map' of names to shard files")
+        out: list[str] = []
+        for shard in weight_map.values():
+            if shard not in out:
+                if "/" in shard or "\\" in shard or shard in ("", ".", ".."):
+                    raise FormatError(
+                        f"{store.url(index)} names a shard outside its folder: {shard!r:.200}"
+                    )
+                out.append(shard)
+        return out
+    single = "model" + SUFFIX
+    if store.file_size(single) is not None:
+        return [single]
+    try:
+        listed = store.list_files()
+    except SourceError:
+        listed = []
+    found = [n for n in listed if n.endswith(SUFFIX) and not n.startswith(".")]
+    if not found:
+        raise SourceError(
+            f"{store.url()} holds no checkpoint: no model.safetensors.index.json, no "
+            "model.safetensors and no *.safetensors files"
+        )
+    return found
+
+
+def _sharding(reader: Reader, shown: str) -> dict[str, tuple[int, ...]] | None:
+    """The offsets torch's per-rank file records for its tensors (None: none recorded)."""
+    text = reader.metadata.get(SHARDING_KEY) if isinstance(reader.metadata, Mapping) else None
+    if text is None:
+        return None
+    if not isinstance(text, str) or len(text) > MAX_SHARDING_TEXT:
+        raise FormatError(f"{shown}: {SHARDING_KEY} is not JSON text of a usable size")
+    try:
+        doc = json.loads(text)
+    except (ValueError, RecursionError):
+        raise FormatError(f"{shown}: {SHARDING_KEY} is not valid JSON") from None
+    if not isinstance(doc, dict):
+        raise FormatError(f"{shown}: {SHARDING_KEY} is not a JSON object")
+    out: dict[str, tuple[int, ...]] = {}
+    for name, entry in doc.items():
+        offs = entry.get("saved_offsets") if isinstance(entry, dict) else None
+        if not isinstance(offs, list) or not all(type(o) is int and 0 <= o < 1 << 62 for o in offs):
+            raise FormatError(f"{shown}: {SHARDING_KEY} entry {name!r:.100} has no list of offsets")
+        out[name] = tuple(offs)
+    return out
