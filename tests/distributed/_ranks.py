@@ -173,7 +173,11 @@ def _read_records(folder: Path, world: int) -> list[dict[str, Any]]:
 
 
 def _wait(
-    poll: Callable[[int], int | None], kill: Callable[[int], None], n: int, timeout: float, grace: float
+    poll: Callable[[int], int | None],
+    kill: Callable[[int], None],
+    n: int,
+    timeout: float,
+    grace: float,
 ) -> tuple[list[int | None], bool]:
     """Wait for ``n`` processes; kill all at ``timeout``, and the rest ``grace`` seconds
     after one failed. Returns the exit codes and whether the timeout struck."""
@@ -401,7 +405,9 @@ def mismatches(got: Mapping[str, Any], want: Mapping[str, torch.Tensor]) -> dict
         else:
             a, b = raw(g), raw(w)
             if a != b:
-                first = next(i for i in range(min(len(a), len(b))) if a[i] != b[i]) if a and b else 0
+                first = (
+                    next(i for i in range(min(len(a), len(b))) if a[i] != b[i]) if a and b else 0
+                )
                 out[name] = f"bytes differ from byte {first} ({len(a)} vs {len(b)} bytes)"
     return out
 

@@ -53,7 +53,9 @@ def _roundtrip(ctx: Rank) -> None:
         ctx.attempt(
             "save_sharded",
             lambda: dcp.save(
-                sd, storage_writer=writer(out / "sharded", max_shard_size=SMALL), process_group=savers
+                sd,
+                storage_writer=writer(out / "sharded", max_shard_size=SMALL),
+                process_group=savers,
             ),
         )
         # saving left the saver's own state dict as it was
@@ -78,9 +80,7 @@ def _roundtrip(ctx: Rank) -> None:
         sd = _data.state_dict(mesh2, _data.SAVE, rank, 2)
 
         def save_async() -> None:
-            pending = dcp.async_save(
-                sd, storage_writer=writer(out / "async"), process_group=savers
-            )
+            pending = dcp.async_save(sd, storage_writer=writer(out / "async"), process_group=savers)
             done = getattr(pending, "upload_completion", pending)
             done.result(timeout=60)
 

@@ -136,3 +136,24 @@ def test_a_planned_layout_filled_is_save_shardeds_bytes(
 
 def _st_dtype(a: np.ndarray) -> str:  # type: ignore[type-arg]
     return {"float32": "F32", "int64": "I64", "bool": "BOOL"}[str(a.dtype)]
+
+
+def test_a_ranks_reads_skip_other_ranks_rows() -> None:
+    """Rows of one rank's columns, 1 KiB apart: the planner reads over a gap only while it
+    stays under coalesce_waste of the bytes wanted (the reader's rule), not up to 2x."""
+    from tensorfile.core import plan as planner
+    from tensorfile.core.catalog import ByteRange
+    from tensorfile.distributed.reader import _Frugal
+    from tensorfile.sources import MemorySource
+
+    src = MemorySource(bytes(64 * 3072))
+    src.coalesce_gap = 1 << 20  # type: ignore[misc]  (a remote source's)
+    bufs = [memoryview(bytearray(1024)) for _ in range(64)]
+    jobs = [(f"r{i}", ByteRange(i * 3072, i * 3072 + 1024), b) for i, b in enumerate(bufs)]
+    greedy = planner.plan(src, src.readinto, jobs)
+    frugal = planner.plan(_Frugal(src), src.readinto, jobs)
+    assert sum(p.nbytes for p in greedy) >= 2 * 64 * 1024  # twice what it wants
+    assert sum(p.nbytes for p in frugal) == 64 * 1024  # a 2 KiB gap is 200% of a row: none
+    dense = [(f"r{i}", ByteRange(i * 1100, i * 1100 + 1024), b) for i, b in enumerate(bufs)]
+    read = sum(p.nbytes for p in planner.plan(_Frugal(src), src.readinto, dense))
+    assert 64 * 1024 < read <= 1.1 * 64 * 1024  # small gaps: merged, within 10 %
