@@ -52,7 +52,7 @@ SAVED: dict[str, Placement] = {  # placements of the 2 saving ranks
     "ids": Shard(1),  # 7 columns: 4 and 3
     "scale": Replicate(),
 }
-LOADED: dict[str, Placement] = {  # placements of the 3 loading ranks
+LOADED: dict[str, Placement] = {  # placements of the load (the same 2 ranks)
     "embed.weight": Shard(1),
     "proj.weight": Shard(0),
     "norm.weight": Shard(0),
