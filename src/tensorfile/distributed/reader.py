@@ -10,9 +10,11 @@ an ``s3://`` prefix.
 
 Each rank reads only its own pieces: every ``ReadItem`` (a box of a stored chunk) becomes
 the byte runs of that box (:mod:`tensorfile.distributed._runs`), read by tensorfile's read
-planner (merged neighbours, parallel pieces, the chunk cache for remote files) straight into
-the destination tensor where its bytes are contiguous, else into one buffer per item that is
-then copied in. No file is read whole.
+planner (merged neighbours, parallel pieces) straight into the destination tensor where its
+bytes are contiguous, else into one buffer per item that is then copied in. No file is read
+whole. Remote files are opened as :func:`tensorfile.sources.open_path` opens them: through
+the chunk cache when ``$TENSORFILE_CACHE_DIR`` is set (a second load on the machine reads
+the tensors from its folder); an error opening one names its URL.
 
 ``verify=True`` checks the digests the files record (``StorageWriter(checksum=...)``): a rank
 then reads each whole tensor it needs part of, once, to check it.
@@ -47,12 +49,12 @@ from torch.futures import Future
 
 from tensorfile.core import dtypes, plan
 from tensorfile.core.catalog import ByteRange
-from tensorfile.core.errors import FormatError, InvalidArgumentError, UnsupportedError
+from tensorfile.core.errors import FormatError, InvalidArgumentError, UnsupportedError, naming
 from tensorfile.core.reader import Reader
 from tensorfile.formats import get as get_format
 from tensorfile.formats import open_reader
 from tensorfile.formats.safetensors.hub import hub_chunks
-from tensorfile.sources import Store, store_for
+from tensorfile.sources import Store, open_path, store_for
 
 from . import _objects
 from ._runs import runs
@@ -130,13 +132,24 @@ class StorageReader(_DCPStorageReader):
         reader = self._readers.get(name)
         if reader is None:
             fmt = get_format("safetensors")
-            found = self._the_store().locate(name, first=fmt.first_request())
+            store = self._the_store()
+            url = store.open_url(name)
+            found = (
+                store.locate(name, first=fmt.first_request())
+                if url is None  # a local folder (or files in memory)
+                else open_path(url, first=fmt.first_request(), **store.options)
+            )  # (a remote file through the chunk cache when $TENSORFILE_CACHE_DIR is set)
             if isinstance(found, str):
                 reader = open_reader(
                     found, format="safetensors", verify="stored" if self.verify else None
                 )
             else:
-                reader = fmt.open_reader(found, verify=self.verify)
+                try:
+                    with naming(found.name):  # every error names the file
+                        reader = fmt.open_reader(found, verify=self.verify)
+                except BaseException:
+                    found.close()
+                    raise
             self._readers[name] = reader
         return reader
 
