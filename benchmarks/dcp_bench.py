@@ -41,8 +41,9 @@ again for another) and ``rchar`` (through ``read``-like calls: what the rank ask
 kernel for; page faults of a memory map are not counted, so a mapping reader shows near
 zero). S3: the bytes the server sent each rank, counted by a TCP relay in the rank during
 the untimed load. The target: all ranks together at most 1.15x the checkpoint's tensor
-bytes. The cold row's floor: tensorfile's checkpoint read alone with ``O_DIRECT`` on 8
-threads, in a fresh process (``benchmarks/cold_bench.py``).
+bytes. The cold row's floors: tensorfile's checkpoint read alone with ``O_DIRECT`` on 8
+threads, in a fresh process (``benchmarks/cold_bench.py``), and by ``cat`` (buffered, the
+kernel's read-ahead).
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchmarks.cold_bench import floors
+from benchmarks.cold_bench import evict, files_of, floors
 from benchmarks.common import REPO, Config, check
 
 DCP_BENCHMARKS = ("dcp_save_1g", "dcp_load_1g")
@@ -214,6 +215,16 @@ def upload(srv: Any, folder: Path, prefix: str) -> str:
     return f"s3://{BUCKET}/{prefix}"
 
 
+def cat(folder: Path) -> float:
+    """Seconds for ``cat`` to read the folder's safetensors files from a cold page cache to
+    ``/dev/null`` (one sequential reader, the kernel's read-ahead)."""
+    files = files_of(folder)
+    evict(folder)
+    t0 = time.perf_counter()
+    subprocess.run(["cat", *map(str, files)], stdout=subprocess.DEVNULL, check=True)
+    return time.perf_counter() - t0
+
+
 def _median_bytes(runs: list[list[dict[str, int]]], what: str) -> list[int]:
     """Each rank's median of ``what`` over runs (each run: one dict per rank)."""
     return [int(statistics.median(run[r][what] for run in runs)) for r in range(len(runs[0]))]
@@ -283,6 +294,7 @@ def runners(cfg: Config, quick: bool, repeat: int | None) -> dict[str, Callable[
         finally:
             srv.stop()
         disk = floors(saved / "tf", min(rounds, 3), 0.0, ("disk O_DIRECT",))
+        disk["disk buffered (cat)"] = [cat(saved / "tf") for _ in range(min(rounds, 3))]
         checked = out["checked"]
         bad = [m for c in checked.values() for m in c["mismatches"]]
         check(not bad, f"dcp_load: loaded values differ: {bad[:5]}")
