@@ -122,8 +122,9 @@ def mismatches(sd: dict[str, Any], rows: int) -> list[str]:
 # --------------------------------------------------------------------------- measuring
 
 
-def io_counters() -> dict[str, int]:
-    out = {}
+def io_counters(reads: Reads | None = None) -> dict[str, int]:
+    """``/proc/self/io``'s counters, and tensorfile's own when ``reads`` is given."""
+    out = reads.total() if reads is not None else {}
     with open("/proc/self/io") as f:
         for line in f:
             key, _, value = line.partition(":")
@@ -152,6 +153,29 @@ def page_in(folder: Path) -> None:
         with p.open("rb", buffering=0) as f:
             while f.readinto(buf):
                 pass
+
+
+class Reads:
+    """tensorfile's own counters: every ``ReadStats`` its sources make from now on (the
+    requests and bytes each source served), summed on demand."""
+
+    def __init__(self) -> None:
+        from tensorfile.core import source
+
+        self.made: list[Any] = []
+        init = source.ReadStats.__init__
+
+        def counted(stats: Any, *args: Any, **kwargs: Any) -> None:
+            init(stats, *args, **kwargs)
+            self.made.append(stats)
+
+        source.ReadStats.__init__ = counted  # type: ignore[method-assign]
+
+    def total(self) -> dict[str, int]:
+        return {
+            "tf_requests": sum(s.requests for s in self.made),
+            "tf_bytes": sum(s.bytes_read for s in self.made),
+        }
 
 
 class Relay:
@@ -290,6 +314,8 @@ def load_phase(cfg: dict[str, Any], mesh: DeviceMesh) -> dict[str, Any]:
         host, _, port = s3["endpoint"].removeprefix("http://").partition(":")
         relay = Relay((host, int(port)))
     folders = {k: Path(v) for k, v in cfg["folders"].items()}
+    reads = Reads()
+    counted = ("rchar", "read_bytes", "tf_requests", "tf_bytes")
 
     def load(key: str, endpoint: str) -> Callable[[], object]:
         return lambda: dcp.load(sd, storage_reader=reader(key, cfg, endpoint))
@@ -303,10 +329,10 @@ def load_phase(cfg: dict[str, Any], mesh: DeviceMesh) -> dict[str, Any]:
         direct = s3["endpoint"] if s3 is not None else ""
         via = f"http://127.0.0.1:{relay.port}" if relay is not None else direct
         before = relay.received if relay is not None else 0
-        io0 = io_counters()
+        io0 = io_counters(reads)
         seconds = timed(load(key, via if key in cfg["s3_readers"] else direct))
-        io1 = io_counters()
-        got = {k: io1[k] - io0[k] for k in ("rchar", "read_bytes")}
+        io1 = io_counters(reads)
+        got = {k: io1[k] - io0[k] for k in counted}
         if relay is not None:
             got["s3_received"] = relay.received - before
         bad = mismatches(sd, rows)
@@ -326,10 +352,10 @@ def load_phase(cfg: dict[str, Any], mesh: DeviceMesh) -> dict[str, Any]:
             if rank == 0 and cache in ("cold", "warm"):
                 (evict if cache == "cold" else page_in)(folders[key])
             direct = s3["endpoint"] if s3 is not None else ""
-            io0 = io_counters()
+            io0 = io_counters(reads)
             seconds = timed(load(key, direct))
-            io1 = io_counters()
-            got = {k: io1[k] - io0[k] for k in ("rchar", "read_bytes")}
+            io1 = io_counters(reads)
+            got = {k: io1[k] - io0[k] for k in counted}
             every = [None] * dist.get_world_size()
             dist.all_gather_object(every, got)
             runs.setdefault(f"{key}:{cache}", []).append({"s": seconds, "bytes_per_rank": every})

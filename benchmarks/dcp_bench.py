@@ -40,7 +40,8 @@ disk: cold rows; the page cache is shared, so a page one rank faulted in is not 
 again for another) and ``rchar`` (through ``read``-like calls: what the rank asked the
 kernel for; page faults of a memory map are not counted, so a mapping reader shows near
 zero). S3: the bytes the server sent each rank, counted by a TCP relay in the rank during
-the untimed load. The target: all ranks together at most 1.15x the checkpoint's tensor
+the untimed load. tensorfile's sources also count their reads (requests, for S3) per
+rank. The target: all ranks together at most 1.15x the checkpoint's tensor
 bytes. The cold row's floors: tensorfile's checkpoint read alone with ``O_DIRECT`` on 8
 threads, in a fresh process (``benchmarks/cold_bench.py``), and by ``cat`` (buffered, the
 kernel's read-ahead).
@@ -317,6 +318,8 @@ def runners(cfg: Config, quick: bool, repeat: int | None) -> dict[str, Callable[
                     "rchar_per_rank": _median_bytes(per_rank, "rchar"),
                     "read_bytes_per_rank": _median_bytes(per_rank, "read_bytes"),
                 }
+                if key.startswith("tf"):  # tensorfile's sources count their reads
+                    side["requests_per_rank"] = _median_bytes(per_rank, "tf_requests")
                 fetched = None
                 if cache == "cold":
                     fetched = side["read_bytes_per_rank"]

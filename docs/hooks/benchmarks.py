@@ -316,6 +316,9 @@ def _dcp_results(rows: list[dict[str, Any]], _payload: dict[str, Any]) -> list[s
         for key, side in r["sides"].items():
             each = side.get("s3_received_per_rank", side.get("rchar_per_rank"))
             each_cell = " / ".join(f"{b / 2**20:,.0f}" for b in each) if each else ""
+            if side.get("requests_per_rank"):
+                reads = " / ".join(f"{n:,}" for n in side["requests_per_rank"])
+                each_cell += f" in {reads} reads"
             fetched = side.get("fetched_over_checkpoint")
             fetched_cell = "" if fetched is None else f"{fetched:.2f}"
             if fetched is not None and key.startswith("tf"):
