@@ -44,7 +44,8 @@ the untimed load. tensorfile's sources also count their reads (requests, for S3)
 rank. The target: all ranks together at most 1.15x the checkpoint's tensor
 bytes. The cold row's floors: tensorfile's checkpoint read alone with ``O_DIRECT`` on 8
 threads, in a fresh process (``benchmarks/cold_bench.py``), and by ``cat`` (buffered, the
-kernel's read-ahead).
+kernel's read-ahead). The S3 row's floor: tensorfile's requests at the rate SeaweedFS
+answers small range GETs alone (4,000 of 11 KiB, 16 in flight, measured after the loads).
 """
 
 from __future__ import annotations
@@ -226,6 +227,29 @@ def cat(folder: Path) -> float:
     return time.perf_counter() - t0
 
 
+def small_get_rate(srv: Any, count: int = 4000, size: int = 11 << 10) -> float:
+    """Range GETs per second the server answers alone: ``count`` reads of ``size`` bytes
+    (a column slab's row here) at spread offsets of a 64 MiB object, 16 in flight, by
+    tensorfile's S3 client."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tensorfile.sources.s3.s3_source import S3Source
+
+    blob, key = 64 << 20, "dcp/rate-probe"
+    srv.client.put_object(Bucket=BUCKET, Key=key, Body=os.urandom(blob))
+    offsets = [(i * (32 << 10)) % (blob - size) for i in range(count)]
+    with S3Source(f"s3://{BUCKET}/{key}", **srv.options) as src:
+
+        def read(at: int) -> None:
+            src.readinto(at, [memoryview(bytearray(size))])
+
+        with ThreadPoolExecutor(16) as pool:
+            list(pool.map(read, offsets[:100]))  # connections opened
+            t0 = time.perf_counter()
+            list(pool.map(read, offsets))
+            return count / (time.perf_counter() - t0)
+
+
 def _median_bytes(runs: list[list[dict[str, int]]], what: str) -> list[int]:
     """Each rank's median of ``what`` over runs (each run: one dict per rank)."""
     return [int(statistics.median(run[r][what] for run in runs)) for r in range(len(runs[0]))]
@@ -292,6 +316,7 @@ def runners(cfg: Config, quick: bool, repeat: int | None) -> dict[str, Callable[
                        "region": REGION},
             }  # fmt: skip
             out = spawn("load", LOAD_WORLD, config, root, srv.env)
+            rates = [small_get_rate(srv) for _ in range(3)]
         finally:
             srv.stop()
         disk = floors(saved / "tf", min(rounds, 3), 0.0, ("disk O_DIRECT",))
@@ -331,6 +356,11 @@ def runners(cfg: Config, quick: bool, repeat: int | None) -> dict[str, Callable[
                 row.sides[key] = side
             if cache == "cold":
                 row.floors = disk
+            if cache == "s3":
+                n = sum(row.sides["tf_s3"]["requests_per_rank"])
+                what = f"its {n:,} requests at the server's rate for small GETs"
+                row.floors = {what: [n / rate for rate in rates]}
+                row.sides["tf_s3"]["server_small_gets_per_s"] = rates
             result.append(row)
         return result
 
