@@ -134,7 +134,11 @@ def placeholder_objects() -> dict[str, Any]:
 
 
 def expected_local(
-    placements: dict[str, Any], rank: int, world: int, names: list[str] | None = None, seed: int = 37
+    placements: dict[str, Any],
+    rank: int,
+    world: int,
+    names: list[str] | None = None,
+    seed: int = 37,
 ) -> dict[str, torch.Tensor]:
     """FQN -> the local tensor rank ``rank`` must hold after a load with ``placements``."""
     full = full_tensors(seed)

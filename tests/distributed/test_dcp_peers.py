@@ -23,6 +23,7 @@ from tests.distributed import _data
 from tests.distributed._plugins import reader, writer
 from tests.distributed._ranks import Group, Rank, dtensor, local_chunk, mismatches, raw, run_ranks
 
+
 def _llama_placements(ref: dict[str, torch.Tensor], world: int) -> dict[str, Any]:
     """2-D weights Shard(0) (Shard(1) for the MLP's down projections), 1-D ones replicated."""
     from torch.distributed.tensor import Replicate, Shard
@@ -52,7 +53,9 @@ def _peers(ctx: Rank) -> None:
         cons = HuggingFaceStorageWriter(
             str(out / "hf_cons"), save_distributed=True, enable_consolidation=True
         )
-        ctx.attempt("torch_save_cons", lambda: dcp.save(sd, storage_writer=cons, process_group=savers))
+        ctx.attempt(
+            "torch_save_cons", lambda: dcp.save(sd, storage_writer=cons, process_group=savers)
+        )
         sd = _data.state_dict(mesh2, _data.SAVE, rank, 2, with_objects=False)
         per_rank = HuggingFaceStorageWriter(str(out / "hf_shard"), save_distributed=True)
         ctx.attempt(
@@ -73,13 +76,17 @@ def _peers(ctx: Rank) -> None:
         "save_sharded": (out / "save_sharded", list(_data.full_tensors())),
     }
     for key, (folder, names) in cases.items():
-        sd = _data.state_dict(mesh3, _data.LOAD, rank, 3, names=names, empty=True, with_objects=False)
-        if ctx.attempt(f"load_{key}", lambda: dcp.load(sd, storage_reader=reader(folder))):
+        sd = _data.state_dict(
+            mesh3, _data.LOAD, rank, 3, names=names, empty=True, with_objects=False
+        )
+        if ctx.attempt(f"load_{key}", dcp.load, sd, storage_reader=reader(folder)):
             want = _data.expected_local(_data.LOAD, rank, 3, names)
             ctx.record(f"load_{key}_tensors", mismatches(_data.flat_tensors(sd), want))
     place = _llama_placements(llama, 3)
     sd = {n: dtensor(torch.zeros_like(t), mesh3, place[n], rank, 3) for n, t in llama.items()}
-    if ctx.attempt("load_pretrained", lambda: dcp.load(sd, storage_reader=reader(out / "pretrained"))):
+    if ctx.attempt(
+        "load_pretrained", lambda: dcp.load(sd, storage_reader=reader(out / "pretrained"))
+    ):
         want = {n: local_chunk(t, place[n], rank, 3) for n, t in llama.items()}
         ctx.record("load_pretrained_tensors", mismatches(sd, want))
 

@@ -53,7 +53,9 @@ def _roundtrip(ctx: Rank) -> None:
         ctx.attempt(
             "save_sharded",
             lambda: dcp.save(
-                sd, storage_writer=writer(out / "sharded", max_shard_size=SMALL), process_group=savers
+                sd,
+                storage_writer=writer(out / "sharded", max_shard_size=SMALL),
+                process_group=savers,
             ),
         )
         # saving left the saver's own state dict as it was
@@ -63,12 +65,12 @@ def _roundtrip(ctx: Rank) -> None:
     want = _data.expected_local(_data.LOAD, rank, 3)
     for name in ("one", "sharded"):
         sd = _data.state_dict(mesh3, _data.LOAD, rank, 3, empty=True)
-        if ctx.attempt(f"load_{name}", lambda: dcp.load(sd, storage_reader=reader(out / name))):
+        if ctx.attempt(f"load_{name}", dcp.load, sd, storage_reader=reader(out / name)):
             ctx.record(f"load_{name}_tensors", mismatches(_data.flat_tensors(sd), want))
             ctx.record(f"load_{name}_objects", _data.object_mismatches(sd))
         sd = _data.state_dict(mesh3, _data.LOAD, rank, 3, empty=True, with_objects=False)
         torch_reader = HuggingFaceStorageReader(str(out / name))
-        if ctx.attempt(f"hf_{name}", lambda: dcp.load(sd, storage_reader=torch_reader)):
+        if ctx.attempt(f"hf_{name}", dcp.load, sd, storage_reader=torch_reader):
             ctx.record(f"hf_{name}_tensors", mismatches(_data.flat_tensors(sd), want))
     dist.barrier()
     # last (a hang here costs only this step): dcp.async_save with the writer as its own
@@ -78,9 +80,7 @@ def _roundtrip(ctx: Rank) -> None:
         sd = _data.state_dict(mesh2, _data.SAVE, rank, 2)
 
         def save_async() -> None:
-            pending = dcp.async_save(
-                sd, storage_writer=writer(out / "async"), process_group=savers
-            )
+            pending = dcp.async_save(sd, storage_writer=writer(out / "async"), process_group=savers)
             done = getattr(pending, "upload_completion", pending)
             done.result(timeout=60)
 
