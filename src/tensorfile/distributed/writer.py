@@ -53,7 +53,15 @@ from torch.distributed.checkpoint.storage import WriteResult
 from torch.futures import Future
 
 from tensorfile.core import dtypes
-from tensorfile.core.atomic import atomic_write, preallocate, write_all
+from tensorfile.core.atomic import (
+    TEMP_TAG,
+    atomic_write,
+    is_temp_name,
+    preallocate,
+    remove_if_unlocked,
+    remove_stale_temps,
+    write_all,
+)
 from tensorfile.core.digests import ALGORITHMS, Digest
 from tensorfile.core.errors import (
     ConcurrentWriteError,
@@ -207,7 +215,7 @@ class StorageWriter(_DCPStorageWriter, AsyncStager):
             raise SourceError(f"cannot create {self.path}: {exc.strerror or exc}") from exc
         self._lock()
         try:
-            _remove_dead_saves(self.path)
+            _remove_dead_saves(self.path, self.prefix, hub.index_name)
             self._staged = []
             for f in hub.files:
                 stage = os.path.join(self.path, f"{_STAGING}{self.save_id}-{f.name}.part")
@@ -517,14 +525,22 @@ def _fsync_file(path: str) -> None:
         os.close(fd)
 
 
-def _remove_dead_saves(folder: str) -> None:
-    """The staging files of saves that died (under the folder's lock no save is live)."""
+def _remove_dead_saves(folder: str, prefix: str, index_name: str) -> None:
+    """The staging files of saves that died (under the folder's lock no save is live), and
+    the temporary files their commits left: an objects file's (a name no later save writes
+    again) and the index's (a later save of one file writes no index)."""
+    sidecars = f".{prefix}.dcp-objects-"
     for name in _listing(folder):
+        path = os.path.join(folder, name)
         if name.startswith(_STAGING):
             try:
-                os.unlink(os.path.join(folder, name))
+                os.unlink(path)
             except OSError:
                 pass
+        elif name.startswith(sidecars) and f".{TEMP_TAG}-" in name:
+            if is_temp_name(name, name[1 : name.rfind(f".{TEMP_TAG}-")]):
+                remove_if_unlocked(path)
+    remove_stale_temps(os.path.join(folder, index_name))
 
 
 def _remove_old_sidecars(folder: str, prefix: str, keep: str | None) -> None:
