@@ -27,7 +27,14 @@ from collections.abc import Mapping
 
 from tensorfile.core.errors import FormatError
 
-__all__ = ["MAX_OBJECTS_BYTES", "POINTER_KEY", "decode", "encode", "sidecar_name"]
+__all__ = [
+    "MAX_OBJECTS_BYTES",
+    "POINTER_KEY",
+    "decode",
+    "encode",
+    "is_sidecar",
+    "sidecar_name",
+]
 
 POINTER_KEY = "tensorfile.dcp_objects"
 """The header metadata key naming the checkpoint's objects file."""
@@ -46,6 +53,16 @@ def sidecar_name(prefix: str, save_id: str) -> str:
         'model.dcp-objects-0a1b.json'
     """
     return f"{prefix}.dcp-objects-{save_id}.json"
+
+
+def is_sidecar(name: str, prefix: str) -> bool:
+    """Whether ``name`` is an objects file of a save with files named ``prefix``.
+
+    Example:
+        >>> is_sidecar("model.dcp-objects-0a1b.json", "model"), is_sidecar("x.json", "model")
+        (True, False)
+    """
+    return name.startswith(f"{prefix}.dcp-objects-") and name.endswith(".json")
 
 
 def encode(objects: Mapping[str, bytes]) -> bytes:

@@ -24,6 +24,9 @@ folder meanwhile fails with :class:`~tensorfile.errors.ConcurrentWriteError`.
 Entries that are not tensors go to a JSON sidecar named in every header
 (:mod:`tensorfile.distributed._objects`).
 
+To an ``s3://`` folder the same checkpoint is written as one multipart upload per file,
+each rank uploading the parts that are all its own (:mod:`tensorfile.distributed._upload`).
+
 Example (one process; with ``torchrun`` every rank runs the same lines)::
 
     import torch, torch.distributed.checkpoint as dcp
@@ -35,13 +38,11 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import errno
-import fcntl
 import io
 import os
 import threading
 import uuid
-from collections.abc import Iterable
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -53,52 +54,39 @@ from torch.distributed.checkpoint.storage import WriteResult
 from torch.futures import Future
 
 from tensorfile.core import dtypes
-from tensorfile.core.atomic import (
-    TEMP_TAG,
-    atomic_write,
-    is_temp_name,
-    preallocate,
-    remove_if_unlocked,
-    remove_stale_temps,
-    write_all,
-)
-from tensorfile.core.digests import ALGORITHMS, Digest
-from tensorfile.core.errors import (
-    ConcurrentWriteError,
-    InvalidArgumentError,
-    SourceError,
-    UnsupportedError,
-)
+from tensorfile.core.atomic import atomic_write, write_all
+from tensorfile.core.digests import ALGORITHMS
+from tensorfile.core.errors import InvalidArgumentError, SourceError, UnsupportedError
 from tensorfile.core.parallel import in_threads
 from tensorfile.core.sizes import parse_size
 from tensorfile.formats.safetensors.hub import HubPlan, plan_hub, publish
-from tensorfile.sources import local_path_of
+from tensorfile.sources import local_path_of, store_for
 
-from . import _objects
+from . import _folder, _objects, _upload
 from ._runs import runs
+from ._shard_bytes import shard_bytes, spans
 
 __all__ = ["StorageWriter"]
 
-_STAGING = ".tensorfile-dcp-"
-_READ_STEP = 16 << 20
-
 
 class StorageWriter(_DCPStorageWriter, AsyncStager):
-    """Save a ``torch.distributed.checkpoint`` state dict as a hub checkpoint in the local
-    folder ``path`` (see the module docstring).
+    """Save a ``torch.distributed.checkpoint`` state dict as a hub checkpoint in
+    ``path_or_url`` (see the module docstring).
 
     Args:
-        path: the checkpoint folder (made if missing); every rank must see it (one machine,
-            or a shared file system across machines).
+        path_or_url: the checkpoint folder (made if missing), which every rank must see
+            (one machine, or a file system shared by all), or an ``s3://`` folder.
         max_shard_size: the largest file before the checkpoint is split into shards
             (huggingface_hub's rule; ``"5GB"``, ``"500MiB"`` or a number of bytes).
         checksum: ``"sha256"``, ``"xxh3"`` or ``"crc32c"``: each tensor's digest is stored
             in its file's header (tensorfile's ``tensorfile.digests``), for
             ``StorageReader(verify=True)``; the coordinator reads the files once more to
-            compute them.
+            compute them (local folders only).
         fsync: flush every file and the folder to stable storage before publishing.
-        thread_count: threads writing on each rank (default 4).
+        thread_count: threads writing (or uploading) on each rank.
         prefix: the files' name stem (``model``).
+        storage_options: options of an ``s3://`` store (endpoint, credentials), as
+            :func:`tensorfile.sources.store_for` takes them.
 
     Example::
 
@@ -109,16 +97,16 @@ class StorageWriter(_DCPStorageWriter, AsyncStager):
 
     def __init__(
         self,
-        path: str | os.PathLike[str],
+        path_or_url: str | os.PathLike[str],
         *,
         max_shard_size: int | str = "5GB",
         checksum: str | None = None,
         fsync: bool = False,
         thread_count: int = 4,
         prefix: str = "model",
+        storage_options: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__()
-        self.path = _local_folder(path)
         self.max_shard_size = parse_size(max_shard_size)
         if checksum is not None and checksum not in ALGORITHMS:
             raise InvalidArgumentError(
@@ -130,10 +118,19 @@ class StorageWriter(_DCPStorageWriter, AsyncStager):
             raise InvalidArgumentError(f"thread_count must be a positive int, got {thread_count!r}")
         if not isinstance(prefix, str) or not prefix or prefix.startswith(".") or "/" in prefix:
             raise InvalidArgumentError(f"prefix {prefix!r}: a plain file name stem")
+        if storage_options is not None and not isinstance(storage_options, Mapping):
+            raise InvalidArgumentError("storage_options must be a mapping")
         self.checksum = checksum
         self.fsync = fsync
         self.thread_count = thread_count
         self.prefix = prefix
+        self.storage_options = dict(storage_options) if storage_options else None
+        self.path, self.remote = _target(path_or_url, self.storage_options)
+        if self.remote and checksum is not None:
+            raise UnsupportedError(
+                f"{self.path}: checksum= is for local folders (the digests of a tensor "
+                "split over ranks need its bytes read back)"
+            )
         self.save_id = uuid.uuid4().hex[:16]
         self.is_coordinator = False
         self.rank: int | None = None
@@ -141,6 +138,8 @@ class StorageWriter(_DCPStorageWriter, AsyncStager):
         self._plan: HubPlan | None = None
         self._staged: list[tuple[str, str]] = []
         self._sidecar: str | None = None
+        self._uploads: dict[str, Any] | None = None
+        self._versions: dict[str, str | None] = {}
 
     # -- pickling (async_save in a process): no open lock travels --------------------------
 
@@ -163,15 +162,15 @@ class StorageWriter(_DCPStorageWriter, AsyncStager):
         """A new save begins (in ``checkpoint_id`` when given)."""
         self._unlock()
         if checkpoint_id is not None:
-            self.path = _local_folder(checkpoint_id)
+            self.path, self.remote = _target(checkpoint_id, self.storage_options)
         self.save_id = uuid.uuid4().hex[:16]
 
     @classmethod
     def validate_checkpoint_id(cls, checkpoint_id: str | os.PathLike[str]) -> bool:
-        """Whether ``checkpoint_id`` is a folder this writer can save to (a local path)."""
+        """Whether ``checkpoint_id`` is a folder this writer can save to."""
         try:
-            _local_folder(checkpoint_id)
-        except InvalidArgumentError:
+            _target(checkpoint_id, None)
+        except (InvalidArgumentError, UnsupportedError):
             return False
         return True
 
@@ -195,47 +194,40 @@ class StorageWriter(_DCPStorageWriter, AsyncStager):
         return plan
 
     def prepare_global_plan(self, plans: list[SavePlan]) -> list[SavePlan]:
-        """On the coordinator: lay out the files from every rank's plan, create them under
-        staging names, and tell each rank where its items go."""
+        """On the coordinator: lay out the files from every rank's plan, create them (or
+        their uploads), and tell each rank where its items go."""
         self._unlock()
         self.save_id = uuid.uuid4().hex[:16]
         entries, objects = _entries(plans)
         self._sidecar = _objects.sidecar_name(self.prefix, self.save_id) if objects else None
-        meta = {_objects.POINTER_KEY: self._sidecar} if self._sidecar else None
         hub = plan_hub(
             entries,
             max_shard_size=self.max_shard_size,
-            metadata=meta,
+            metadata={_objects.POINTER_KEY: self._sidecar} if self._sidecar else None,
             checksum=self.checksum,
             prefix=self.prefix,
         )
-        try:
-            os.makedirs(self.path, exist_ok=True)
-        except OSError as exc:
-            raise SourceError(f"cannot create {self.path}: {exc.strerror or exc}") from exc
-        self._lock()
-        try:
-            _remove_dead_saves(self.path, self.prefix, hub.index_name)
-            self._staged = []
-            for f in hub.files:
-                stage = os.path.join(self.path, f"{_STAGING}{self.save_id}-{f.name}.part")
-                self._staged.append((stage, os.path.join(self.path, f.name)))
-                _create(stage, f.header, f.size)
-        except BaseException:
-            self._abandon()
-            raise
+        shared: dict[str, Any]
+        if self.remote:
+            store = _upload.uploading_store(store_for(self.path, self.storage_options))
+            self._versions = {n: store.version(n) for n in (hub.index_name, hub.files[0].name)}
+            self._uploads = _upload.plan_uploads(store, hub, plans)
+            shared = {"uploads": self._uploads}
+        else:
+            self._stage_files(hub)
+            shared = {"files": [stage for stage, _ in self._staged]}
         self._plan = hub
         where = {
             name: (i, start)
             for i, f in enumerate(hub.files)
             for name, (start, _) in f.regions.items()
         }
-        files = [stage for stage, _ in self._staged]
         return [
             dataclasses.replace(
                 p,
                 storage_data={
-                    "files": files,
+                    **shared,
+                    "rank": rank,
                     "at": {
                         it.index.fqn: where[it.index.fqn]
                         for it in p.items
@@ -243,19 +235,58 @@ class StorageWriter(_DCPStorageWriter, AsyncStager):
                     },
                 },
             )
-            for p in plans
+            for rank, p in enumerate(plans)
         ]
 
+    def _stage_files(self, hub: HubPlan) -> None:
+        try:
+            os.makedirs(self.path, exist_ok=True)
+        except OSError as exc:
+            raise SourceError(f"cannot create {self.path}: {exc.strerror or exc}") from exc
+        self._lock_fd = _folder.lock(self.path)
+        try:
+            _folder.remove_dead_saves(self.path)
+            self._staged = []
+            for f in hub.files:
+                stage = os.path.join(self.path, _folder.staging_name(self.save_id, f.name))
+                self._staged.append((stage, os.path.join(self.path, f.name)))
+                _folder.create(stage, f.header, f.size)
+        except BaseException:
+            self._abandon()
+            raise
+
     def write_data(self, plan: SavePlan, planner: SavePlanner) -> Future[list[WriteResult]]:
-        """On every rank: write the bytes of this rank's items at their offsets."""
+        """On every rank: write (or upload) the bytes of this rank's items."""
         data = plan.storage_data
-        if not isinstance(data, dict) or "files" not in data:
+        if not isinstance(data, dict) or "at" not in data:
             raise InvalidArgumentError(
                 "this plan was not prepared by tensorfile's StorageWriter (a cached plan of "
                 "another writer?)"
             )
-        files: list[str] = data["files"]
         at: dict[str, tuple[int, int]] = data["at"]
+        results: list[WriteResult] = []
+        shards: list[tuple[Any, int, int, Any]] = []
+        for item in plan.items:  # (objects first: they are small)
+            if item.type == WriteItemType.BYTE_IO:
+                got = planner.resolve_data(item)
+                if not isinstance(got, io.BytesIO):
+                    raise InvalidArgumentError(
+                        f"{item.index.fqn!r}: the planner gave {type(got).__name__} for an object"
+                    )
+                value = got.getvalue()
+                results.append(WriteResult(index=item.index, size_in_bytes=len(value),
+                                           storage_data=value))  # fmt: skip
+            else:
+                shards.append((item, *at[item.index.fqn], planner))
+        if "uploads" in data:
+            results.extend(self._upload(data, shards))
+        else:
+            results.extend(self._write_local(data["files"], shards))
+        fut: Future[list[WriteResult]] = Future()
+        fut.set_result(results)
+        return fut
+
+    def _write_local(self, files: list[str], shards: list[Any]) -> list[WriteResult]:
         fds: dict[int, int] = {}
         opening = threading.Lock()
         results: list[WriteResult] = []
@@ -272,64 +303,76 @@ class StorageWriter(_DCPStorageWriter, AsyncStager):
                         ) from exc
                 return fds[i]
 
-        def one(item: Any) -> None:
-            if item.type == WriteItemType.BYTE_IO:
-                got = planner.resolve_data(item)
-                if not isinstance(got, io.BytesIO):
-                    raise InvalidArgumentError(
-                        f"{item.index.fqn!r}: the planner gave {type(got).__name__} for an object"
-                    )
-                value = got.getvalue()
-                results.append(WriteResult(index=item.index, size_in_bytes=len(value),
-                                           storage_data=bytes(value)))  # fmt: skip
-                return
-            file_no, start = at[item.index.fqn]
-            n = _write_item(item, planner.resolve_data(item), fd_of(file_no), start)
-            results.append(WriteResult(index=item.index, size_in_bytes=n, storage_data=None))
+        def one(job: tuple[Any, int, int, Any]) -> None:
+            item, file_no, start, planner = job
+            r, data = _bytes_of(item, planner)
+            fd = fd_of(file_no) if r.count else -1
+            try:
+                for _, off, piece in spans(file_no, start, r, data):
+                    write_all(fd, piece, off)
+            except OSError as exc:
+                raise SourceError(
+                    f"writing {item.index.fqn!r} failed: {exc.strerror or exc}"
+                ) from exc
+            results.append(WriteResult(index=item.index, size_in_bytes=r.nbytes,
+                                       storage_data=None))  # fmt: skip
 
         try:
-            in_threads(self.thread_count, plan.items, one)
+            in_threads(self.thread_count, shards, one)
             if self.fsync:
                 for fd in fds.values():
                     os.fsync(fd)
         finally:
             for fd in fds.values():
                 os.close(fd)
-        fut: Future[list[WriteResult]] = Future()
-        fut.set_result(results)
-        return fut
+        return results
+
+    def _upload(self, data: dict[str, Any], shards: list[Any]) -> list[WriteResult]:
+        store = _upload.uploading_store(store_for(self.path, self.storage_options))
+        results: list[WriteResult] = []
+        held: list[tuple[int, int, memoryview]] = []
+        for item, file_no, start, planner in shards:
+            r, raw = _bytes_of(item, planner)
+            held.extend(spans(file_no, start, r, raw))
+            results.append(WriteResult(index=item.index, size_in_bytes=r.nbytes,
+                                       storage_data=None))  # fmt: skip
+        sent = _upload.rank_uploads(store, data["uploads"], data["rank"], held, self.thread_count)
+        if results:
+            results[0] = dataclasses.replace(results[0], storage_data=sent)
+        elif sent["etags"] or sent["pieces"]:
+            raise InvalidArgumentError("a rank with no shards holds bytes of a part")
+        return results
 
     def finish(self, metadata: Metadata, results: list[list[WriteResult]]) -> None:
         """On the coordinator, once every rank has written: the objects file, the digests,
         then the files published, the index last."""
         if self._plan is None:
             raise InvalidArgumentError("finish() without prepare_global_plan() on this rank")
+        objects = {wr.index.fqn: wr.storage_data for rank in results for wr in rank
+                   if isinstance(wr.storage_data, bytes)}  # fmt: skip
+        sidecar = (self._sidecar, _objects.encode(objects)) if self._sidecar else None
+        if self.remote:
+            assert self._uploads is not None
+            sent = [wr.storage_data for rank in results for wr in rank
+                    if isinstance(wr.storage_data, dict)]  # fmt: skip
+            store = _upload.uploading_store(store_for(self.path, self.storage_options))
+            _upload.finish_uploads(store, self._plan, self._uploads, sent,
+                                   versions=self._versions, sidecar=sidecar,
+                                   prefix=self.prefix, threads=self.thread_count)  # fmt: skip
+            self._plan, self._uploads = None, None
+            return
         try:
-            if self._sidecar is not None:
-                objects = {
-                    wr.index.fqn: wr.storage_data
-                    for rank in results
-                    for wr in rank
-                    if isinstance(wr.storage_data, bytes)
-                }
-                with atomic_write(os.path.join(self.path, self._sidecar), fsync=self.fsync) as fd:
-                    write_all(fd, memoryview(_objects.encode(objects)))
+            if sidecar is not None:
+                with atomic_write(os.path.join(self.path, sidecar[0]), fsync=self.fsync) as fd:
+                    write_all(fd, memoryview(sidecar[1]))
             if self.checksum is not None:
                 self._write_digests(self.checksum)
             if self.fsync:
                 for stage, _ in self._staged:
-                    _fsync_file(stage)
-            index = self._plan.index
-            publish(
-                self.path,
-                self._staged,
-                self.prefix,
-                index,
-                tag=self.save_id,
-                keep=[self._sidecar] if self._sidecar else [],
-                fsync=self.fsync,
-            )
-            _remove_old_sidecars(self.path, self.prefix, self._sidecar)
+                    _folder.fsync_file(stage)
+            publish(self.path, self._staged, self.prefix, self._plan.index, tag=self.save_id,
+                    keep=[self._sidecar] if self._sidecar else [], fsync=self.fsync)  # fmt: skip
+            _folder.remove_old_sidecars(self.path, self.prefix, self._sidecar)
         except BaseException:
             self._abandon()
             raise
@@ -353,26 +396,6 @@ class StorageWriter(_DCPStorageWriter, AsyncStager):
 
     # -- helpers ---------------------------------------------------------------------------
 
-    def _lock(self) -> None:
-        """An exclusive ``flock`` of the folder itself (no lock file is left behind; the
-        lock goes with the coordinator's process, however it ends)."""
-        path = self.path
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        except OSError as exc:
-            raise SourceError(f"cannot open {path}: {exc.strerror or exc}") from exc
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            os.close(fd)
-            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                raise ConcurrentWriteError(
-                    f"{self.path}: another job is saving a checkpoint to this folder; "
-                    "nothing was written"
-                ) from None
-            raise SourceError(f"cannot lock {path}: {exc.strerror or exc}") from exc
-        self._lock_fd = fd
-
     def _unlock(self) -> None:
         fd, self._lock_fd = getattr(self, "_lock_fd", None), None
         if fd is not None:
@@ -394,50 +417,29 @@ class StorageWriter(_DCPStorageWriter, AsyncStager):
         for (stage, _), f in zip(self._staged, self._plan.files, strict=True):
             fd = os.open(stage, os.O_RDWR | os.O_CLOEXEC)
             try:
-                found = _digests(fd, stage, f.regions, algorithm, self.thread_count)
+                found = _folder.digests(fd, stage, f.regions, algorithm, self.thread_count)
                 write_all(fd, memoryview(f.header_with(found)), 0)
             finally:
                 os.close(fd)
 
 
-def _digests(
-    fd: int, shown: str, regions: dict[str, tuple[int, int]], algorithm: str, threads: int
-) -> dict[str, str]:
-    """The digest of each tensor's bytes in the open file ``fd``, on ``threads`` threads."""
-    found: dict[str, str] = {}
-
-    def one(item: tuple[str, tuple[int, int]]) -> None:
-        name, (start, stop) = item
-        d = Digest(algorithm)
-        pos = start
-        while pos < stop:
-            chunk = os.pread(fd, min(_READ_STEP, stop - pos), pos)
-            if not chunk:
-                raise SourceError(f"{shown} ended early at byte {pos}")
-            d.update(chunk)
-            pos += len(chunk)
-        found[name] = d.value()
-
-    in_threads(threads, list(regions.items()), one)
-    return found
-
-
-def _local_folder(path: object) -> str:
+def _target(path: object, options: Mapping[str, Any] | None) -> tuple[str, bool]:
+    """The checkpoint's local folder (absolute) or ``s3://`` URL, and whether it is remote."""
     try:
         text = os.fspath(path)  # type: ignore[call-overload]
     except TypeError:
         raise InvalidArgumentError(
-            f"a checkpoint folder is a path, got {type(path).__name__}"
+            f"a checkpoint folder is a path or URL, got {type(path).__name__}"
         ) from None
     if not isinstance(text, str) or not text:
-        raise InvalidArgumentError("a checkpoint folder is a non-empty path")
+        raise InvalidArgumentError("a checkpoint folder is a non-empty path or URL")
     local = local_path_of(text)
-    if local is None:
-        raise UnsupportedError(
-            f"{text}: StorageWriter saves to local (or shared) folders; StorageReader reads "
-            "http(s):// and s3:// checkpoints"
-        )
-    return os.path.abspath(local)
+    if local is not None:
+        if options:
+            raise InvalidArgumentError(f"storage_options are for URLs, not the folder {text}")
+        return os.path.abspath(local), False
+    _upload.uploading_store(store_for(text, options))
+    return text.rstrip("/"), True
 
 
 def _entries(plans: list[SavePlan]) -> tuple[list[tuple[str, str, tuple[int, ...]]], bool]:
@@ -472,92 +474,13 @@ def _entries(plans: list[SavePlan]) -> tuple[list[tuple[str, str, tuple[int, ...
     return entries, objects
 
 
-def _write_item(item: Any, tensor: Any, fd: int, start: int) -> int:
-    """Write one shard's bytes at its runs; the bytes written."""
+def _bytes_of(item: Any, planner: Any) -> tuple[Any, memoryview]:
+    """The runs of ``item``'s shard and its bytes (resolved now: one shard in memory)."""
     td = item.tensor_data
-    if td is None or not isinstance(tensor, torch.Tensor):
-        raise InvalidArgumentError(
-            f"{item.index.fqn!r}: the planner gave {type(tensor).__name__}, not a tensor"
-        )
-    t = tensor.detach()
-    if t.dtype != td.properties.dtype or tuple(t.shape) != tuple(td.chunk.sizes):
-        raise InvalidArgumentError(
-            f"{item.index.fqn!r}: the shard is {t.dtype} {list(t.shape)}; the plan says "
-            f"{td.properties.dtype} {list(td.chunk.sizes)}"
-        )
-    r = runs(tuple(td.size), tuple(td.chunk.offsets), tuple(td.chunk.sizes), t.element_size())
-    if r.count == 0:
-        return 0
-    if t.device.type != "cpu":
-        t = t.cpu()
-    flat = t.contiguous().reshape(-1).view(torch.uint8).numpy()
-    view = memoryview(flat)  # type: ignore[arg-type]
-    n = r.length
-    try:
-        for i, s in enumerate(r.starts.tolist()):
-            write_all(fd, view[i * n : (i + 1) * n], start + s)
-    except OSError as exc:
-        raise SourceError(f"writing {item.index.fqn!r} failed: {exc.strerror or exc}") from exc
-    return r.nbytes
-
-
-def _create(stage: str, header: bytes, size: int) -> None:
-    """A staging file: the header, then the data region reserved."""
-    try:
-        fd = os.open(stage, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
-    except OSError as exc:
-        raise SourceError(f"cannot create {stage}: {exc.strerror or exc}") from exc
-    try:
-        write_all(fd, memoryview(header))
-        preallocate(fd, size - len(header), len(header))
-        os.ftruncate(fd, size)
-    except OSError as exc:
-        raise SourceError(f"cannot write {stage}: {exc.strerror or exc}") from exc
-    finally:
-        os.close(fd)
-
-
-def _fsync_file(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _remove_dead_saves(folder: str, prefix: str, index_name: str) -> None:
-    """The staging files of saves that died (under the folder's lock no save is live), and
-    the temporary files their commits left: an objects file's (a name no later save writes
-    again) and the index's (a later save of one file writes no index)."""
-    sidecars = f".{prefix}.dcp-objects-"
-    for name in _listing(folder):
-        path = os.path.join(folder, name)
-        if name.startswith(_STAGING):
-            try:
-                os.unlink(path)
-            except OSError:
-                pass
-        elif name.startswith(sidecars) and f".{TEMP_TAG}-" in name:
-            if is_temp_name(name, name[1 : name.rfind(f".{TEMP_TAG}-")]):
-                remove_if_unlocked(path)
-    remove_stale_temps(os.path.join(folder, index_name))
-
-
-def _remove_old_sidecars(folder: str, prefix: str, keep: str | None) -> None:
-    stem = f"{prefix}.dcp-objects-"
-    for name in _listing(folder):
-        if name.startswith(stem) and name.endswith(".json") and name != keep:
-            try:
-                os.unlink(os.path.join(folder, name))
-            except OSError:
-                pass
-
-
-def _listing(folder: str) -> Iterable[str]:
-    try:
-        return os.listdir(folder)
-    except OSError:
-        return []
+    r = runs(tuple(td.size), tuple(td.chunk.offsets), tuple(td.chunk.sizes),
+             td.properties.dtype.itemsize)  # fmt: skip
+    tensor = planner.resolve_data(item)
+    return shard_bytes(item.index.fqn, tensor, td.properties.dtype, tuple(td.chunk.sizes), r)
 
 
 def _staged(obj: Any) -> Any:
@@ -580,9 +503,7 @@ def _staged(obj: Any) -> Any:
     if isinstance(obj, list):
         return [_staged(v) for v in obj]
     if isinstance(obj, tuple):
-        return (
-            type(obj)(*map(_staged, obj))
-            if hasattr(obj, "_fields")
-            else tuple(_staged(v) for v in obj)
-        )
+        if hasattr(obj, "_fields"):
+            return type(obj)(*map(_staged, obj))
+        return tuple(_staged(v) for v in obj)
     return copy.deepcopy(obj)

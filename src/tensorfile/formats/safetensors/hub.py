@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -52,6 +53,7 @@ __all__ = [
     "hub_chunks",
     "plan_hub",
     "publish",
+    "remove_stale",
 ]
 
 SHARDING_KEY = "DCP_SHARDING_INFO"
@@ -147,6 +149,19 @@ def plan_hub(
         doc = {"metadata": {"total_size": total, **dict(metadata or {})}, "weight_map": weight_map}
         index = json.dumps(doc, indent=2).encode()
     return HubPlan(files, prefix + INDEX_SUFFIX, index, total)
+
+
+def remove_stale(store: Store, prefix: str, keep: set[str]) -> list[str]:
+    """Remove the files of an earlier checkpoint in ``store``'s folder that are not in
+    ``keep`` (``<prefix>.safetensors``, ``<prefix>-0000k-of-0000n.safetensors``, the index:
+    huggingface_hub's names), the index first; the names removed."""
+    pattern = re.compile(re.escape(prefix) + r"(-\d{5}-of-\d{5})?" + re.escape(SUFFIX) +
+                         r"(" + re.escape(INDEX_SUFFIX[len(SUFFIX):]) + r")?")  # fmt: skip
+    stale = [n for n in store.list_files() if pattern.fullmatch(n) and n not in keep]
+    stale.sort(key=lambda n: not n.endswith(INDEX_SUFFIX))  # never a shard before its index
+    for name in stale:
+        store.remove(name)
+    return stale
 
 
 @dataclass(frozen=True)

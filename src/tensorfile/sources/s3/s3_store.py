@@ -11,7 +11,10 @@ with it ``read_range`` and ``locate``), :meth:`S3Store.read_bounded`,
 request of one byte). :meth:`~..stores.fsspec_store.FsspecStore.file_size` asks s3fs (a
 ``HEAD``: a dataset's open checks every listed shard's size and reads none of them).
 Listing, writing (single puts, ``If-Match``/``If-None-Match`` conditional puts), moving and
-deleting stay s3fs's (:class:`~..stores.fsspec_store.FsspecStore`).
+deleting stay s3fs's (:class:`~..stores.fsspec_store.FsspecStore`), and so do multipart
+uploads (:meth:`S3Store.start_upload`, :meth:`~S3Store.upload_part`,
+:meth:`~S3Store.complete_upload`, :meth:`~S3Store.abort_upload`): an object written in
+parts by several processes at once, invisible until it is completed.
 
 The endpoint, region and addressing style are checked when the store first reaches the
 bucket, before any connection (:func:`~._s3config.s3_config`).
@@ -124,6 +127,66 @@ class S3Store(FsspecStore):
             return None
         # (a server without ETags: s3fs hashes the content)
         return "etag:" + head[1] if head[1] else super().version(name)
+
+    # -- multipart uploads -------------------------------------------------------------------
+
+    MIN_PART = 5 << 20
+    """S3's smallest part (every part but the last)."""
+    MAX_PARTS = 10_000
+
+    def _bucket_key(self, name: str) -> dict[str, str]:
+        self._require("writes", "write", name)
+        bucket = self.root.partition("://")[2].partition("/")[0]
+        return {"Bucket": bucket, "Key": self._key(name)}
+
+    def start_upload(self, name: str) -> str:
+        """Begin a multipart upload of the object ``name``; its upload id."""
+        try:
+            reply = self.fs.call_s3("create_multipart_upload", **self._bucket_key(name))
+        except Exception as exc:
+            raise self._fail("start an upload of", name, exc) from None
+        upload = reply.get("UploadId") if isinstance(reply, dict) else None
+        if not isinstance(upload, str) or not upload:
+            raise SourceError(f"{self.url(name)}: the server gave no upload id")
+        return upload
+
+    def upload_part(self, name: str, upload: str, number: int, data: bytes) -> str:
+        """Upload part ``number`` (1-based) of ``upload``; its ETag."""
+        try:
+            reply = self.fs.call_s3(
+                "upload_part",
+                UploadId=upload,
+                PartNumber=number,
+                Body=data,
+                **self._bucket_key(name),
+            )
+        except Exception as exc:
+            raise self._fail(f"upload part {number} of", name, exc) from None
+        etag = reply.get("ETag") if isinstance(reply, dict) else None
+        if not isinstance(etag, str) or not etag:
+            raise SourceError(f"{self.url(name)}: part {number} was stored without an ETag")
+        return etag
+
+    def complete_upload(self, name: str, upload: str, etags: list[str]) -> None:
+        """Publish the object ``name`` from its parts (the ETags of parts 1, 2, ...)."""
+        parts = [{"PartNumber": i, "ETag": e} for i, e in enumerate(etags, 1)]
+        try:
+            self.fs.call_s3(
+                "complete_multipart_upload",
+                UploadId=upload,
+                MultipartUpload={"Parts": parts},
+                **self._bucket_key(name),
+            )
+        except Exception as exc:
+            raise self._fail("complete the upload of", name, exc) from None
+        self.fs.invalidate_cache(self._p(name))
+
+    def abort_upload(self, name: str, upload: str) -> None:
+        """Drop ``upload`` and its parts (nothing was published); never raises."""
+        try:
+            self.fs.call_s3("abort_multipart_upload", UploadId=upload, **self._bucket_key(name))
+        except Exception:  # (best effort: a bucket lifecycle rule removes what is left)
+            pass
 
     def read_bounded(self, name: str, what: str, limit: int) -> bytes | None:
         if self.native is None:
