@@ -18,7 +18,14 @@ import errno
 import fcntl
 import os
 
-from tensorfile.core.atomic import preallocate, write_all
+from tensorfile.core.atomic import (
+    TEMP_TAG,
+    is_temp_name,
+    preallocate,
+    remove_if_unlocked,
+    remove_stale_temps,
+    write_all,
+)
 from tensorfile.core.digests import Digest
 from tensorfile.core.errors import ConcurrentWriteError, SourceError
 from tensorfile.core.parallel import in_threads
@@ -110,11 +117,19 @@ def digests(
     return found
 
 
-def remove_dead_saves(folder: str) -> None:
-    """The staging files of saves that died (call it holding the folder's lock)."""
+def remove_dead_saves(folder: str, prefix: str, index_name: str) -> None:
+    """The staging files of saves that died (call it holding the folder's lock), and the
+    temporary files their commits left: an objects file's (a name no later save writes
+    again) and the index's (a later save of one file writes no index)."""
+    tag = f".{TEMP_TAG}-"
     for name in _listing(folder):
         if name.startswith(_STAGING):
             _unlink(os.path.join(folder, name))
+        elif name.startswith(".") and tag in name:
+            sidecar = name[1 : name.rfind(tag)]
+            if _objects.is_sidecar(sidecar, prefix) and is_temp_name(name, sidecar):
+                remove_if_unlocked(os.path.join(folder, name))
+    remove_stale_temps(os.path.join(folder, index_name))
 
 
 def remove_old_sidecars(folder: str, prefix: str, keep: str | None) -> None:

@@ -245,7 +245,7 @@ class StorageWriter(_DCPStorageWriter, AsyncStager):
             raise SourceError(f"cannot create {self.path}: {exc.strerror or exc}") from exc
         self._lock_fd = _folder.lock(self.path)
         try:
-            _folder.remove_dead_saves(self.path)
+            _folder.remove_dead_saves(self.path, self.prefix, hub.index_name)
             self._staged = []
             for f in hub.files:
                 stage = os.path.join(self.path, _folder.staging_name(self.save_id, f.name))
