@@ -68,7 +68,8 @@ MUTATING = {
 }
 TRANSITIONS = [("one", "few"), ("few", "one"), ("few", "few")]  # (few -> many: random kills)
 RANDOM_KILLS = 8
-SEED = 37037
+# the same kill points every run; another seed explores others (the failures show the seed)
+SEED = int(os.environ.get("TENSORFILE_DCP_CRASH_SEED", "37037"))
 
 
 class _Spy:
@@ -423,7 +424,7 @@ def test_random_kills_leave_a_whole_checkpoint(driver: Group) -> None:
     assert all(counts[k] > 0 for k in counts), counts  # every phase was seen
     attempts = driver.get("random_kills")[0]
     assert len(attempts) == RANDOM_KILLS
-    assert not any(a["problems"] for a in attempts), _show(attempts)
+    assert not any(a["problems"] for a in attempts), f"seed {SEED}:\n{_show(attempts)}"
     killed = [a for a in attempts if a["codes"][a["rank"]] == -signal.SIGKILL]
     assert len(killed) >= RANDOM_KILLS // 2, attempts
 
