@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-SHARED = ("test_dcp_roundtrip", "test_dcp_peers", "test_dcp_crash")
+SHARED = ("test_dcp_roundtrip", "test_dcp_peers", "test_dcp_crash", "test_dcp_remote")
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -79,10 +79,12 @@ class S3Server:
             out.extend(json.loads(line) for line in text.splitlines() if line.strip())
 
     def bytes_read(self, requests: list[dict[str, Any]], key_suffix: str = "") -> dict[str, int]:
-        """Bytes asked for by the GET requests recorded, per object path (``/bucket/key``),
-        for the objects whose path ends with ``key_suffix``; a GET without ``Range`` counts
-        the whole object."""
+        """Bytes the GET requests recorded fetched, per object path (``/bucket/key``), for
+        the objects whose path ends with ``key_suffix``: each ``Range`` asked for, cut at
+        the object's end (a read of "up to N bytes" of a smaller object gets the object); a
+        GET without ``Range`` counts the whole object."""
         out: dict[str, int] = {}
+        sizes: dict[str, int] = {}
         for r in requests:
             if r["method"] != "GET":
                 continue
@@ -90,12 +92,21 @@ class S3Server:
             path = "/" + path.split("://", 1)[-1].split("/", 1)[-1]
             if not path.endswith(key_suffix) or path.endswith("/"):
                 continue
+            if path not in sizes:
+                try:
+                    sizes[path] = self.fs.size(path.lstrip("/"))
+                except FileNotFoundError:
+                    sizes[path] = 0  # (a 404 fetched nothing)
+            size = sizes[path]
             rng = {k.lower(): v for k, v in r["headers"].items()}.get("range")
             if rng and rng.startswith("bytes="):
                 first, _, last = rng[6:].partition("-")
-                n = int(last) - int(first) + 1
+                if not first:  # the last N bytes
+                    n = min(int(last), size)
+                else:
+                    n = max(0, min(int(last) + 1 if last else size, size) - int(first))
             else:
-                n = self.fs.size(path.lstrip("/"))
+                n = size
             out[path] = out.get(path, 0) + n
         return out
 

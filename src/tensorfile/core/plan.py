@@ -18,6 +18,8 @@ bounded buffer per thread (a remote reply being received, an aligned bounce buff
 A source tunes the plan with optional attributes (absent: the defaults):
 
 * ``coalesce_gap`` (part of the Source protocol): the largest gap worth reading over;
+* ``coalesce_waste``: how many bytes read for nothing a run may carry, as a fraction of
+  the bytes it wants (default 1.0: a run never reads more than twice what it needs);
 * ``io_chunk``: the piece size (default :data:`DEFAULT_CHUNK`);
 * ``io_threads``: how many pieces may be read at once (default 1);
 * ``will_read(ranges)``: called once before the reads with the runs' ``(start, stop)``
@@ -129,6 +131,9 @@ def plan(source: object, read: ReadFn, jobs: Sequence[Job]) -> list[Piece]:
     """
     ordered = sorted(jobs, key=lambda job: job[1].start)
     gap_limit = max(0, _hint(source, "coalesce_gap", 0))
+    waste = getattr(source, "coalesce_waste", 1.0)
+    if not isinstance(waste, int | float) or isinstance(waste, bool) or not 0 <= waste <= 1:
+        waste = 1.0
     chunk = _hint(source, "io_chunk", DEFAULT_CHUNK)
     scratch: memoryview | None = None
     runs: list[tuple[int, list[memoryview]]] = []
@@ -146,7 +151,7 @@ def plan(source: object, read: ReadFn, jobs: Sequence[Job]) -> list[Piece]:
         gap = rng.start - run_stop
         if run and gap == 0:
             run.append(flat)
-        elif run and 0 < gap <= gap_limit and skipped + gap <= wanted + rng.length:
+        elif run and 0 < gap <= gap_limit and skipped + gap <= waste * (wanted + rng.length):
             # one request over a small gap beats two (remote sources): the gap's bytes go
             # to the shared scratch buffer, and never more than the bytes wanted
             if scratch is None:

@@ -10,9 +10,11 @@ an ``s3://`` prefix.
 
 Each rank reads only its own pieces: every ``ReadItem`` (a box of a stored chunk) becomes
 the byte runs of that box (:mod:`tensorfile.distributed._runs`), read by tensorfile's read
-planner (merged neighbours, parallel pieces, the chunk cache for remote files) straight into
-the destination tensor where its bytes are contiguous, else into one buffer per item that is
-then copied in. No file is read whole.
+planner (merged neighbours, parallel pieces) straight into the destination tensor where its
+bytes are contiguous, else into one buffer per item that is then copied in. No file is read
+whole. Remote files are opened as :func:`tensorfile.sources.open_path` opens them: through
+the chunk cache when ``$TENSORFILE_CACHE_DIR`` is set (a second load on the machine reads
+the tensors from its folder); an error opening one names its URL.
 
 ``verify=True`` checks the digests the files record (``StorageWriter(checksum=...)``): a rank
 then reads each whole tensor it needs part of, once, to check it.
@@ -47,12 +49,12 @@ from torch.futures import Future
 
 from tensorfile.core import dtypes, plan
 from tensorfile.core.catalog import ByteRange
-from tensorfile.core.errors import FormatError, InvalidArgumentError, UnsupportedError
+from tensorfile.core.errors import FormatError, InvalidArgumentError, UnsupportedError, naming
 from tensorfile.core.reader import Reader
 from tensorfile.formats import get as get_format
 from tensorfile.formats import open_reader
 from tensorfile.formats.safetensors.hub import hub_chunks
-from tensorfile.sources import Store, store_for
+from tensorfile.sources import Store, open_path, store_for
 
 from . import _objects
 from ._runs import runs
@@ -130,13 +132,24 @@ class StorageReader(_DCPStorageReader):
         reader = self._readers.get(name)
         if reader is None:
             fmt = get_format("safetensors")
-            found = self._the_store().locate(name, first=fmt.first_request())
+            store = self._the_store()
+            url = store.open_url(name)
+            found = (
+                store.locate(name, first=fmt.first_request())
+                if url is None  # a local folder (or files in memory)
+                else open_path(url, first=fmt.first_request(), **store.options)
+            )  # (a remote file through the chunk cache when $TENSORFILE_CACHE_DIR is set)
             if isinstance(found, str):
                 reader = open_reader(
                     found, format="safetensors", verify="stored" if self.verify else None
                 )
             else:
-                reader = fmt.open_reader(found, verify=self.verify)
+                try:
+                    with naming(found.name):  # every error names the file
+                        reader = fmt.open_reader(found, verify=self.verify)
+                except BaseException:
+                    found.close()
+                    raise
             self._readers[name] = reader
         return reader
 
@@ -167,6 +180,7 @@ class StorageReader(_DCPStorageReader):
                 c.file,
                 info.byte_range.start,
                 c.shape,
+                dt,
             )
         for name, md in sdm.items():
             _check_cover(name, md, store.url())
@@ -218,46 +232,49 @@ class StorageReader(_DCPStorageReader):
         return fut
 
     def _read(self, load: LoadPlan, planner: LoadPlanner) -> None:
-        pieces: list[plan.Piece] = []
+        jobs: dict[str, list[plan.Job]] = {}
         after: list[tuple[Any, torch.Tensor, torch.Tensor | None]] = []
         checked: set[tuple[str, str]] = set()
         for ri in load.items:
+            fqn = ri.storage_index.fqn
             if ri.type == LoadItemType.BYTE_IO:
-                value = self._storage.get(MetadataIndex(ri.storage_index.fqn))
+                value = self._storage.get(MetadataIndex(fqn))
                 if not isinstance(value, bytes):
-                    raise FormatError(f"{self.path}: no object {ri.storage_index.fqn!r}")
+                    raise FormatError(f"{self.path}: no object {fqn!r}")
                 planner.load_bytes(ri, io.BytesIO(value))
                 continue
             place = self._storage.get(ri.storage_index)
             if place is None:
                 raise FormatError(f"{self.path}: no chunk {ri.storage_index}")
-            file, start, shape = place
-            reader = self._open(file)
-            if self.verify and (file, ri.storage_index.fqn) not in checked:
-                checked.add((file, ri.storage_index.fqn))
-                reader.get_tensor(ri.storage_index.fqn)  # (its digest checked on the way)
+            file, start, shape, stored = place
+            if self.verify and (file, fqn) not in checked:
+                checked.add((file, fqn))
+                self._open(file).get_tensor(fqn)  # (its digest checked on the way)
             dest = planner.resolve_tensor(ri).detach()
-            r = runs(tuple(shape), tuple(ri.storage_offsets), tuple(ri.lengths),
-                     dest.element_size())  # fmt: skip
+            itemsize = stored.itemsize
+            r = runs(tuple(shape), tuple(ri.storage_offsets), tuple(ri.lengths), itemsize)
             if r.count == 0:
                 after.append((ri, dest, None))
                 continue
-            direct = dest.device.type == "cpu" and dest.is_contiguous()
-            target = dest if direct else torch.empty(tuple(ri.lengths), dtype=dest.dtype)
-            if target.numel() * target.element_size() != r.nbytes:
+            # straight into the destination where its bytes are the box's, in order
+            direct = dest.device.type == "cpu" and dest.is_contiguous() and dest.dtype == stored
+            target = dest if direct else torch.empty(tuple(ri.lengths), dtype=stored)
+            if target.numel() * itemsize != r.nbytes:
                 raise FormatError(
-                    f"{self.path}: chunk {ri.storage_index.fqn!r} holds {r.nbytes} bytes for "
-                    f"a box of {list(ri.lengths)} {dest.dtype}"
+                    f"{self.path}: chunk {fqn!r} holds {r.nbytes} bytes for a box of "
+                    f"{list(ri.lengths)} {dest.dtype}"
                 )
             buf = memoryview(target.reshape(-1).view(torch.uint8).numpy())  # type: ignore[arg-type]
             n = r.length
-            fqn = ri.storage_index.fqn
-            jobs = [
+            jobs.setdefault(file, []).extend(
                 (fqn, ByteRange(start + s, start + s + n), buf[i * n : (i + 1) * n])
                 for i, s in enumerate(r.starts.tolist())
-            ]
-            pieces.extend(reader.plan_reads(jobs))
+            )
             after.append((ri, dest, None if direct else target))
+        pieces: list[plan.Piece] = []
+        for file, file_jobs in jobs.items():  # one plan per file: neighbours share requests
+            reader = self._open(file)
+            pieces.extend(plan.plan(_Frugal(reader.source), reader.readinto, file_jobs))
         plan.execute(pieces)
         for ri, dest, bounce in after:
             if bounce is not None:
@@ -268,6 +285,21 @@ class StorageReader(_DCPStorageReader):
         readers, self._readers = self._readers, {}
         for r in readers.values():
             r.close()
+
+
+class _Frugal:
+    """A source's tuning for one rank's reads: its gap may be read over only while the
+    bytes read for nothing stay under ``coalesce_waste`` of those wanted (a gap between one
+    rank's pieces is another rank's bytes: all ranks together then fetch at most that much
+    more than the checkpoint)."""
+
+    coalesce_waste = 0.1
+
+    def __init__(self, source: Any) -> None:
+        self._source = source
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._source, name)
 
 
 def _text(path: object) -> str:

@@ -200,17 +200,18 @@ class StorageWriter(_DCPStorageWriter, AsyncStager):
         self.save_id = uuid.uuid4().hex[:16]
         entries, objects = _entries(plans)
         self._sidecar = _objects.sidecar_name(self.prefix, self.save_id) if objects else None
+        pointer = {_objects.POINTER_KEY: self._sidecar} if self._sidecar else {}
         hub = plan_hub(
             entries,
             max_shard_size=self.max_shard_size,
-            metadata={_objects.POINTER_KEY: self._sidecar} if self._sidecar else None,
+            shard_metadata={"format": "pt", **pointer},
             checksum=self.checksum,
             prefix=self.prefix,
         )
         shared: dict[str, Any]
         if self.remote:
             store = _upload.uploading_store(store_for(self.path, self.storage_options))
-            self._versions = {n: store.version(n) for n in (hub.index_name, hub.files[0].name)}
+            self._versions = {n: store.version(n) for n in (hub.index_name, hub.single_name)}
             self._uploads = _upload.plan_uploads(store, hub, plans)
             shared = {"uploads": self._uploads}
         else:

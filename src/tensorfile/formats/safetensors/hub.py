@@ -18,7 +18,7 @@ metadata) holds pieces of tensors at the offsets it records.
 Example:
     >>> p = plan_hub([("a", "F32", (2,)), ("b", "U8", (3,))], max_shard_size=10**9)
     >>> [(f.name, f.regions["a"], f.regions["b"]) for f in p.files], p.index is None
-    ([('model.safetensors', (104, 112), (112, 115))], True)
+    ([('model.safetensors', (120, 128), (128, 131))], True)
 """
 
 from __future__ import annotations
@@ -91,6 +91,8 @@ class HubPlan:
     index_name: str
     index: bytes | None
     total_size: int
+    single_name: str
+    """The name the checkpoint has as one file (``model.safetensors``)."""
 
     @property
     def names(self) -> list[str]:
@@ -103,13 +105,14 @@ def plan_hub(
     *,
     max_shard_size: int,
     metadata: Mapping[str, str] | None = None,
+    shard_metadata: Mapping[str, str] | None = None,
     checksum: str | None = None,
     prefix: str = "model",
 ) -> HubPlan:
     """Lay out the checkpoint of ``entries`` (``(name, safetensors dtype, shape)``, in the
-    order the split takes them): ``metadata`` goes in every file's header (``format: pt``
-    beside it unless given) and, for several files, in the index; ``checksum`` reserves
-    digests of that algorithm.
+    order the split takes them) as :func:`write_sharded` writes it: ``shard_metadata`` in
+    every file's header, ``metadata`` in the index (beside ``total_size``), or in the file
+    when there is one; ``checksum`` reserves digests of that algorithm.
 
     Example:
         >>> p = plan_hub([("a", "U8", (4,)), ("b", "U8", (4,))], max_shard_size=6)
@@ -120,9 +123,10 @@ def plan_hub(
     specs, sizes = _sizes(entries, None)
     shards = plan_shards(sizes, max_shard_size) or [[]]
     names = _names(prefix, len(shards))
-    meta = {"format": "pt", **dict(metadata or {})}
+    per_shard = dict(shard_metadata or {})
     files = []
     for fname, shard in zip(names, shards, strict=True):
+        meta = {**per_shard, **dict(metadata or {})} if len(shards) == 1 else per_shard
         placed = [
             _Spec(
                 n,
@@ -132,7 +136,7 @@ def plan_hub(
             )
             for n in shard
         ]
-        file_meta = dict(meta)
+        file_meta: dict[str, str] | None = dict(meta) if meta else None
         if checksum is not None:
             file_meta = _digest_metadata(file_meta, {s.name: placeholder(checksum) for s in placed})
         header, ordered = _layout(placed, file_meta, 8)
@@ -141,14 +145,14 @@ def plan_hub(
         for s in ordered:
             regions[s.name] = (pos, pos + s.nbytes)
             pos += s.nbytes
-        files.append(FilePlan(fname, header, regions, pos, placed, dict(meta)))
+        files.append(FilePlan(fname, header, regions, pos, placed, dict(meta) if meta else None))
     total = sum(n for _, n in sizes)
     index = None
     if len(files) > 1:
-        weight_map = {n: f.name for f in files for n in f.regions}
+        weight_map = {n: fname for fname, shard in zip(names, shards, strict=True) for n in shard}
         doc = {"metadata": {"total_size": total, **dict(metadata or {})}, "weight_map": weight_map}
         index = json.dumps(doc, indent=2).encode()
-    return HubPlan(files, prefix + INDEX_SUFFIX, index, total)
+    return HubPlan(files, prefix + INDEX_SUFFIX, index, total, prefix + SUFFIX)
 
 
 def remove_stale(store: Store, prefix: str, keep: set[str]) -> list[str]:
