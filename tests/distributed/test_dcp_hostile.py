@@ -39,19 +39,21 @@ def _write(folder: Path, name: str, header: dict[str, Any], data: bytes) -> Path
     return path
 
 
-def load_error(folder: Path, sd: dict[str, Any], kind: type[BaseException], *words: str) -> str:
+def load_error(
+    folder: Path, sd: dict[str, Any], kind: type[BaseException], *words: str, **options: Any
+) -> str:
     """``dcp.load(sd)`` from ``folder`` fails (within a bound) with DCP's
     ``CheckpointException`` carrying a ``kind`` whose message holds every one of ``words``;
     returns that message. DCP keeps only the text of an error of ``read_metadata`` (it
     raises an AssertionError quoting it): there the type is checked on a direct call."""
     with pytest.raises(CheckpointException) as info:
-        within(60, lambda: dcp.load(sd, storage_reader=reader(folder)))
+        within(60, lambda: dcp.load(sd, storage_reader=reader(folder, **options)))
     found = [e for e in inner_exceptions(info.value) if isinstance(e, kind)]
     if found:
         message = str(found[0])
     else:
         with pytest.raises(kind) as direct:
-            reader(folder).read_metadata()
+            reader(folder, **options).read_metadata()
         message = str(direct.value)
         assert message in str(info.value), "DCP's error does not quote tensorfile's"
     for w in words:
@@ -236,3 +238,20 @@ def test_a_sidecar_named_outside_the_folder(tmp_path: Path, name: str) -> None:
         F32_4,
     )
     load_error(folder, {"w": torch.zeros(4), "step": 0}, errors.FormatError, "objects")
+
+
+def test_verify_finds_a_flipped_byte(tmp_path: Path) -> None:
+    """StorageWriter(checksum=) stores digests; StorageReader(verify=True) checks them (and
+    without verify the flipped byte loads as it is)."""
+    folder = tmp_path / "ckpt"
+    w = torch.arange(64.0).reshape(8, 8)
+    dcp.save({"w": w, "b": torch.ones(3)}, storage_writer=writer(folder, checksum="sha256"))
+    path = folder / "model.safetensors"
+    data = bytearray(path.read_bytes())
+    data[-3 * 4 - 5] ^= 0x40  # a byte of w's last row (b's 12 bytes come after it, or before)
+    path.write_bytes(bytes(data))
+    sd = {"w": torch.zeros(8, 8), "b": torch.zeros(3)}
+    dcp.load(sd, storage_reader=reader(folder))
+    assert not torch.equal(sd["w"], w) or not torch.equal(sd["b"], torch.ones(3))
+    sd = {"w": torch.zeros(8, 8), "b": torch.zeros(3)}
+    load_error(folder, sd, errors.ChecksumError, "model.safetensors", verify=True)
