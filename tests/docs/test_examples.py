@@ -87,6 +87,23 @@ def _environment(tmp: Path, s3: Any | None, bin_dir: Path, path: Path) -> dict[s
     return env
 
 
+def example_scripts(text: str) -> list[str]:
+    """The scripts of the repository's ``examples/`` folder that a page's commands run
+    (``$ python examples/NAME.py ...``): the page's folder gets a copy of each, where a
+    reader who cloned the repository has them. (A script that starts processes of its own,
+    such as ranks of ``torch.distributed``, cannot run inside a ``python`` block.)"""
+    named = {
+        m.group(1)
+        for b in blocks(text)
+        if b.kind == "console"
+        for c in b.commands
+        for m in re.finditer(r"(?<![\w/.-])(examples/[A-Za-z0-9_]+\.py)\b", c.command)
+    }
+    missing = sorted(n for n in named if not (REPO / n).is_file())
+    assert not missing, f"the page runs scripts the repository lacks: {missing}"
+    return sorted(named)
+
+
 def _page_folder(
     request: pytest.FixtureRequest,
     page: str,
@@ -100,6 +117,9 @@ def _page_folder(
     slug = prefix + re.sub(r"[^A-Za-z0-9]+", "-", page_id(page)).strip("-")
     folder = fresh_folder(request.getfixturevalue("pages_root"), slug)
     shutil.copytree(made, folder, dirs_exist_ok=True)
+    for script in example_scripts(text):
+        (folder / "examples").mkdir(exist_ok=True)
+        shutil.copy(REPO / script, folder / script)
     url = f"{request.getfixturevalue('http_base')}/{slug}/"
     s3 = None
     if f"s3://{BUCKET}/" in text:

@@ -61,6 +61,7 @@ PUBLIC = (
     "tensorfile.dataset.ray",
     "tensorfile.dataset.dask",
     "tensorfile.spark",
+    "tensorfile.distributed",
     "tensorfile.testing",
 )
 # packages of tensorfile that are not an API of their own: the program, and the parts

@@ -48,6 +48,8 @@ METADATA_KEYS = {
     "tensorfile.columns",
     "tensorfile.kv_separator",
     "tensorfile.name_col",
+    "tensorfile.dcp_objects",  # (distributed/_objects.py: the header key naming the objects file)
+    "tensorfile.dcp",  # (of "tensorfile.dcp-objects", that file's format name)
 }
 
 

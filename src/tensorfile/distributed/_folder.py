@@ -3,9 +3,16 @@ the staging files every rank writes into, and what is left of dead saves.
 
 Staging files are named ``.tensorfile-dcp-<save id>-<file>.part``: hidden, and never ending
 in ``.safetensors`` (torch's ``HuggingFaceStorageReader`` takes every such file of a folder).
-The lock is an exclusive ``flock`` of the folder itself, held by the coordinator from the
-plan to the publication: no file is left for it, and it goes with the process, however
-that ends. Under it no other save is live, so every staging file found is a dead save's.
+Two locks, both ``flock`` (they go with the process, however it ends):
+
+* the folder's own (:func:`folder_lock`), held briefly: while a save creates its staging
+  files and while it publishes, so two saves never publish at once;
+* each save's (:func:`save_lock`, on ``.tensorfile-dcp-<save id>.lock``), held by its
+  coordinator from the plan until it publishes or is given up: a staging file whose save's
+  lock is free is a dead save's, and the next save removes it.
+
+A save that another one published over since it planned fails at its own publication
+(:class:`~tensorfile.errors.ConcurrentWriteError`): saves of two jobs never interleave.
 
 Example:
     >>> staging_name("0a1b", "model.safetensors")
@@ -14,9 +21,12 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import os
+import time
+from collections.abc import Iterator
 
 from tensorfile.core.atomic import (
     TEMP_TAG,
@@ -35,11 +45,14 @@ from . import _objects
 __all__ = [
     "create",
     "digests",
+    "drop_save_lock",
+    "folder_lock",
     "fsync_file",
-    "lock",
     "remove_dead_saves",
     "remove_old_sidecars",
+    "save_lock",
     "staging_name",
+    "version",
 ]
 
 _STAGING = ".tensorfile-dcp-"
@@ -51,23 +64,64 @@ def staging_name(save_id: str, name: str) -> str:
     return f"{_STAGING}{save_id}-{name}.part"
 
 
-def lock(folder: str) -> int:
-    """An exclusive ``flock`` of ``folder`` (its descriptor: closing it releases the lock);
-    a :class:`~tensorfile.errors.ConcurrentWriteError` when another save holds it."""
+def _flock(path: str, flags: int, *, create: bool = False) -> int | None:
+    """An exclusive ``flock`` of ``path`` (its descriptor: closing it releases the lock);
+    None when another holds it."""
     try:
-        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        fd = os.open(path, flags | os.O_CLOEXEC | (os.O_CREAT if create else 0), 0o644)
     except OSError as exc:
-        raise SourceError(f"cannot open {folder}: {exc.strerror or exc}") from exc
+        raise SourceError(f"cannot open {path}: {exc.strerror or exc}") from exc
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as exc:
         os.close(fd)
         if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-            raise ConcurrentWriteError(
-                f"{folder}: another job is saving a checkpoint to this folder; nothing was written"
-            ) from None
-        raise SourceError(f"cannot lock {folder}: {exc.strerror or exc}") from exc
+            return None
+        raise SourceError(f"cannot lock {path}: {exc.strerror or exc}") from exc
     return fd
+
+
+@contextlib.contextmanager
+def folder_lock(folder: str, timeout: float = 60.0) -> Iterator[None]:
+    """The folder's lock while the block runs (waiting up to ``timeout`` seconds for
+    another save's short hold; then a :class:`~tensorfile.errors.ConcurrentWriteError`)."""
+    deadline = time.monotonic() + timeout
+    while (fd := _flock(folder, os.O_RDONLY | os.O_DIRECTORY)) is None:
+        if time.monotonic() > deadline:
+            raise ConcurrentWriteError(
+                f"{folder}: another save held the folder for over {timeout:g} s; nothing "
+                "was written"
+            )
+        time.sleep(0.01)
+    try:
+        yield
+    finally:
+        os.close(fd)
+
+
+def save_lock(folder: str, save_id: str) -> int:
+    """The lock of the save ``save_id`` (held until its descriptor is closed)."""
+    fd = _flock(os.path.join(folder, f"{_STAGING}{save_id}.lock"), os.O_RDWR, create=True)
+    if fd is None:  # (a fresh random id: nobody else has it)
+        raise ConcurrentWriteError(f"{folder}: save {save_id} is already running")
+    return fd
+
+
+def drop_save_lock(folder: str, save_id: str) -> None:
+    """Remove the lock file of the save ``save_id`` (it still holds the lock: call it
+    holding the folder's lock, then close the lock's descriptor)."""
+    _unlink(os.path.join(folder, f"{_STAGING}{save_id}.lock"))
+
+
+def version(folder: str, name: str) -> str | None:
+    """What tells the file ``name`` apart from any other version of it (None: no file)."""
+    try:
+        st = os.stat(os.path.join(folder, name))
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise SourceError(f"cannot stat {folder}/{name}: {exc.strerror or exc}") from exc
+    return f"{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}"
 
 
 def create(stage: str, header: bytes, size: int) -> None:
@@ -118,14 +172,28 @@ def digests(
 
 
 def remove_dead_saves(folder: str, prefix: str, index_name: str) -> None:
-    """The staging files of saves that died (call it holding the folder's lock), and the
+    """The staging files of saves that died or were given up (their lock is free; call it
+    holding the folder's lock, so no save is creating its lock meanwhile), and the
     temporary files their commits left: an objects file's (a name no later save writes
-    again) and the index's (a later save of one file writes no index)."""
+    again) and the index's (a later save of one file writes no index); a live writer holds
+    its temporary file's ``flock``, and that file stays."""
+    listing = _listing(folder)
+    names = [n for n in listing if n.startswith(_STAGING)]
+    ids = {n[len(_STAGING) :].partition("-")[0].partition(".")[0] for n in names}
+    for save_id in ids:
+        lock_name = f"{_STAGING}{save_id}.lock"
+        if lock_name in names:
+            fd = _flock(os.path.join(folder, lock_name), os.O_RDWR)
+            if fd is None:
+                continue  # a live save's
+            os.close(fd)
+        for name in names:
+            if name.startswith(f"{_STAGING}{save_id}-"):
+                _unlink(os.path.join(folder, name))
+        _unlink(os.path.join(folder, lock_name))  # (last: its files are gone first)
     tag = f".{TEMP_TAG}-"
-    for name in _listing(folder):
-        if name.startswith(_STAGING):
-            _unlink(os.path.join(folder, name))
-        elif name.startswith(".") and tag in name:
+    for name in listing:
+        if name.startswith(".") and tag in name:
             sidecar = name[1 : name.rfind(tag)]
             if _objects.is_sidecar(sidecar, prefix) and is_temp_name(name, sidecar):
                 remove_if_unlocked(os.path.join(folder, name))

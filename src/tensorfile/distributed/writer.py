@@ -56,7 +56,12 @@ from torch.futures import Future
 from tensorfile.core import dtypes
 from tensorfile.core.atomic import atomic_write, write_all
 from tensorfile.core.digests import ALGORITHMS
-from tensorfile.core.errors import InvalidArgumentError, SourceError, UnsupportedError
+from tensorfile.core.errors import (
+    ConcurrentWriteError,
+    InvalidArgumentError,
+    SourceError,
+    UnsupportedError,
+)
 from tensorfile.core.parallel import in_threads
 from tensorfile.core.sizes import parse_size
 from tensorfile.formats.safetensors.hub import HubPlan, plan_hub, publish
@@ -160,7 +165,7 @@ class StorageWriter(_DCPStorageWriter, AsyncStager):
 
     def reset(self, checkpoint_id: str | os.PathLike[str] | None = None) -> None:
         """A new save begins (in ``checkpoint_id`` when given)."""
-        self._unlock()
+        self._abandon()
         if checkpoint_id is not None:
             self.path, self.remote = _target(checkpoint_id, self.storage_options)
         self.save_id = uuid.uuid4().hex[:16]
@@ -196,7 +201,7 @@ class StorageWriter(_DCPStorageWriter, AsyncStager):
     def prepare_global_plan(self, plans: list[SavePlan]) -> list[SavePlan]:
         """On the coordinator: lay out the files from every rank's plan, create them (or
         their uploads), and tell each rank where its items go."""
-        self._unlock()
+        self._abandon()  # (a save of this writer that failed on another rank: given up)
         self.save_id = uuid.uuid4().hex[:16]
         entries, objects = _entries(plans)
         self._sidecar = _objects.sidecar_name(self.prefix, self.save_id) if objects else None
@@ -211,7 +216,7 @@ class StorageWriter(_DCPStorageWriter, AsyncStager):
         shared: dict[str, Any]
         if self.remote:
             store = _upload.uploading_store(store_for(self.path, self.storage_options))
-            self._versions = {n: store.version(n) for n in (hub.index_name, hub.single_name)}
+            self._versions = {n: store.version(n) for n in _published(hub)}
             self._uploads = _upload.plan_uploads(store, hub, plans)
             shared = {"uploads": self._uploads}
         else:
@@ -244,17 +249,19 @@ class StorageWriter(_DCPStorageWriter, AsyncStager):
             os.makedirs(self.path, exist_ok=True)
         except OSError as exc:
             raise SourceError(f"cannot create {self.path}: {exc.strerror or exc}") from exc
-        self._lock_fd = _folder.lock(self.path)
-        try:
+        with _folder.folder_lock(self.path):
             _folder.remove_dead_saves(self.path, self.prefix, hub.index_name)
-            self._staged = []
-            for f in hub.files:
-                stage = os.path.join(self.path, _folder.staging_name(self.save_id, f.name))
-                self._staged.append((stage, os.path.join(self.path, f.name)))
-                _folder.create(stage, f.header, f.size)
-        except BaseException:
-            self._abandon()
-            raise
+            self._lock_fd = _folder.save_lock(self.path, self.save_id)
+            self._versions = {n: _folder.version(self.path, n) for n in _published(hub)}
+            try:
+                self._staged = []
+                for f in hub.files:
+                    stage = os.path.join(self.path, _folder.staging_name(self.save_id, f.name))
+                    self._staged.append((stage, os.path.join(self.path, f.name)))
+                    _folder.create(stage, f.header, f.size)
+            except BaseException:
+                self._abandon()
+                raise
 
     def write_data(self, plan: SavePlan, planner: SavePlanner) -> Future[list[WriteResult]]:
         """On every rank: write (or upload) the bytes of this rank's items."""
@@ -371,9 +378,19 @@ class StorageWriter(_DCPStorageWriter, AsyncStager):
             if self.fsync:
                 for stage, _ in self._staged:
                     _folder.fsync_file(stage)
-            publish(self.path, self._staged, self.prefix, self._plan.index, tag=self.save_id,
-                    keep=[self._sidecar] if self._sidecar else [], fsync=self.fsync)  # fmt: skip
-            _folder.remove_old_sidecars(self.path, self.prefix, self._sidecar)
+            with _folder.folder_lock(self.path):
+                for name, version in self._versions.items():
+                    if _folder.version(self.path, name) != version:
+                        raise ConcurrentWriteError(
+                            f"{self.path}: another save published {name} since this one "
+                            "began; this one published nothing",
+                            changed=name,
+                        )
+                publish(self.path, self._staged, self.prefix, self._plan.index,
+                        tag=self.save_id, keep=[self._sidecar] if self._sidecar else [],
+                        fsync=self.fsync)  # fmt: skip
+                _folder.remove_old_sidecars(self.path, self.prefix, self._sidecar)
+                _folder.drop_save_lock(self.path, self.save_id)
         except BaseException:
             self._abandon()
             raise
@@ -441,6 +458,11 @@ def _target(path: object, options: Mapping[str, Any] | None) -> tuple[str, bool]
         return os.path.abspath(local), False
     _upload.uploading_store(store_for(text, options))
     return text.rstrip("/"), True
+
+
+def _published(hub: HubPlan) -> tuple[str, str]:
+    """The files whose change tells that another save published: the index and the file."""
+    return hub.index_name, hub.single_name
 
 
 def _entries(plans: list[SavePlan]) -> tuple[list[tuple[str, str, tuple[int, ...]]], bool]:
