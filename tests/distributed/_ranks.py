@@ -8,9 +8,9 @@ the test, and the tensors those ranks hold.
   gloo talks over the loopback (``GLOO_SOCKET_IFNAME=lo``). A hard timeout kills every rank
   and fails the test (a hang never hangs the suite); a rank that fails gets its peers killed
   after a grace period (they would wait in the next collective).
-* :func:`fork_ranks`: the same from inside a process that has imported torch already (the
-  crash tests' driver): ranks are forked, which costs milliseconds, so a test can run many
-  short-lived groups (and SIGKILL them).
+* :func:`fork_ranks`, :func:`start_forked`: the same from inside a process that has imported
+  torch already (the crash tests' driver): ranks are forked, which costs milliseconds, so a
+  test can run many short-lived groups (and SIGKILL them).
 * :func:`dtensor`, :func:`local_chunk`: DTensors built without a collective (gloo cannot
   scatter every dtype): ``torch.chunk``'s split, as DTensor's ``Shard`` makes it, trailing
   ranks with empty shards.
@@ -64,11 +64,12 @@ class Rank:
         tmp.write_bytes(pickle.dumps(value))
         os.replace(tmp, where / f"{self.rank}.{key}.pkl")
 
-    def attempt(self, key: str, call: Callable[[], Any]) -> bool:
-        """``call()``; records ``"ok"`` under ``key`` or the text of what it raised
-        (``CheckpointException`` is a BaseException: caught too); whether it returned."""
+    def attempt(self, key: str, call: Callable[..., Any], *args: Any, **kwargs: Any) -> bool:
+        """``call(*args, **kwargs)``; records ``"ok"`` under ``key`` or the text of what it
+        raised (``CheckpointException`` is a BaseException: caught too); whether it
+        returned."""
         try:
-            call()
+            call(*args, **kwargs)
         except BaseException as exc:
             self.record(key, describe(exc))
             return False
@@ -281,23 +282,55 @@ def _in_rank(target: Callable[[Rank], None], ctx: Rank, store: Path | None) -> N
     dist.destroy_process_group()
 
 
-def fork_ranks(
+class Forked:
+    """Ranks forked by :func:`start_forked`, running; :meth:`wait` for them."""
+
+    def __init__(self, folder: Path, pids: list[int]) -> None:
+        self.folder, self.pids, self.start = folder, pids, time.monotonic()
+
+    def poll(self, i: int) -> int | None:
+        pid, status = os.waitpid(self.pids[i], os.WNOHANG)
+        if pid == 0:
+            return None
+        return -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+
+    def kill(self, i: int) -> None:
+        try:
+            os.kill(self.pids[i], signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+    def wait(self, timeout: float = 60.0, grace: float = 5.0) -> Group:
+        """Their :class:`Group` once all have ended (killed at ``timeout``, or ``grace``
+        seconds after one failed); exit codes are ``-signal`` for a rank a signal ended;
+        their output went to the caller's."""
+        n = len(self.pids)
+        codes, hung = _wait(self.poll, self.kill, n, timeout, grace)
+        for i, c in enumerate(codes):
+            if c is None:  # killed just now: reap it
+                os.waitpid(self.pids[i], 0)
+                codes[i] = -signal.SIGKILL
+        seconds = round(time.monotonic() - self.start, 2)
+        return Group(self.folder, n, _read_records(self.folder, n), codes, [""] * n, hung, seconds)
+
+
+def start_forked(
     target: Callable[[Rank], None],
     world: int,
     folder: Path,
     *,
     args: Mapping[str, Any] | None = None,
-    timeout: float = 60.0,
-    grace: float = 5.0,
-) -> tuple[list[int | None], bool]:
+) -> Forked:
     """Fork ``world`` ranks of a new gloo group running ``target`` (the caller must hold no
-    process group and no threads that matter); returns their exit codes (``-signal`` for a
-    rank killed by a signal) and whether the timeout struck. Call it from a process started
-    by :func:`run_ranks` with ``collective=False``."""
+    process group and no threads that matter), each in ``folder`` (its records there);
+    from a process :func:`run_ranks` started with ``collective=False``, which has imported
+    torch already: a fork costs milliseconds where a new interpreter costs seconds."""
     folder.mkdir(parents=True, exist_ok=True)
     store = folder / f".rendezvous-{uuid.uuid4().hex}"
     pids = []
     for r in range(world):
+        sys.stdout.flush()
+        sys.stderr.flush()
         pid = os.fork()
         if pid == 0:  # the rank
             code = 1
@@ -311,20 +344,19 @@ def fork_ranks(
                 sys.stderr.flush()
                 os._exit(code)
         pids.append(pid)
+    return Forked(folder, pids)
 
-    def poll(i: int) -> int | None:
-        pid, status = os.waitpid(pids[i], os.WNOHANG)
-        if pid == 0:
-            return None
-        return -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
 
-    def kill(i: int) -> None:
-        try:
-            os.kill(pids[i], signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-
-    return _wait(poll, kill, world, timeout, grace)
+def fork_ranks(
+    target: Callable[[Rank], None],
+    world: int,
+    folder: Path,
+    *,
+    args: Mapping[str, Any] | None = None,
+    timeout: float = 60.0,
+) -> Group:
+    """:func:`start_forked`, then wait for the ranks (:meth:`Forked.wait`)."""
+    return start_forked(target, world, folder, args=args).wait(timeout)
 
 
 def _main() -> None:

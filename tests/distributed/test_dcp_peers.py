@@ -53,21 +53,15 @@ def _peers(ctx: Rank) -> None:
         cons = HuggingFaceStorageWriter(
             str(out / "hf_cons"), save_distributed=True, enable_consolidation=True
         )
-        ctx.attempt(
-            "torch_save_cons", lambda: dcp.save(sd, storage_writer=cons, process_group=savers)
-        )
+        ctx.attempt("torch_save_cons", dcp.save, sd, storage_writer=cons, process_group=savers)
         sd = _data.state_dict(mesh2, _data.SAVE, rank, 2, with_objects=False)
         per_rank = HuggingFaceStorageWriter(str(out / "hf_shard"), save_distributed=True)
-        ctx.attempt(
-            "torch_save_shard", lambda: dcp.save(sd, storage_writer=per_rank, process_group=savers)
-        )
+        ctx.attempt("torch_save_shard", dcp.save, sd, storage_writer=per_rank, process_group=savers)
         # tensorfile's writer: the Llama's state dict, resharded from 2 ranks
         place = _llama_placements(llama, 2)
         sd = {n: dtensor(t, mesh2, place[n], rank, 2) for n, t in llama.items()}
-        ctx.attempt(
-            "save_llama",
-            lambda: dcp.save(sd, storage_writer=writer(out / "llama_dcp"), process_group=savers),
-        )
+        to = writer(out / "llama_dcp")
+        ctx.attempt("save_llama", dcp.save, sd, storage_writer=to, process_group=savers)
     dist.barrier()
     cases = {
         "hf_cons": (out / "hf_cons", _data.FLOAT),
@@ -79,16 +73,51 @@ def _peers(ctx: Rank) -> None:
         sd = _data.state_dict(
             mesh3, _data.LOAD, rank, 3, names=names, empty=True, with_objects=False
         )
-        if ctx.attempt(f"load_{key}", lambda: dcp.load(sd, storage_reader=reader(folder))):
+        if ctx.attempt(f"load_{key}", dcp.load, sd, storage_reader=reader(folder)):
             want = _data.expected_local(_data.LOAD, rank, 3, names)
             ctx.record(f"load_{key}_tensors", mismatches(_data.flat_tensors(sd), want))
     place = _llama_placements(llama, 3)
     sd = {n: dtensor(torch.zeros_like(t), mesh3, place[n], rank, 3) for n, t in llama.items()}
-    if ctx.attempt(
-        "load_pretrained", lambda: dcp.load(sd, storage_reader=reader(out / "pretrained"))
-    ):
+    if ctx.attempt("load_pretrained", dcp.load, sd, storage_reader=reader(out / "pretrained")):
         want = {n: local_chunk(t, place[n], rank, 3) for n, t in llama.items()}
         ctx.record("load_pretrained_tensors", mismatches(sd, want))
+    _fsdp(ctx, llama, mesh3)
+
+
+def _holder(tensors: dict[str, torch.Tensor]) -> torch.nn.Module:
+    """A module whose parameters have the names and shapes of ``tensors`` (zeros): the
+    Llama's parameters without importing transformers in the ranks."""
+    root = torch.nn.Module()
+    for name, t in tensors.items():
+        *path, leaf = name.split(".")
+        node = root
+        for part in path:
+            if not hasattr(node, part):
+                node.add_module(part, torch.nn.Module())
+            node = getattr(node, part)
+        node.register_parameter(leaf, torch.nn.Parameter(torch.zeros_like(t)))
+    return root
+
+
+def _fsdp(ctx: Rank, llama: dict[str, torch.Tensor], mesh3: Any) -> None:
+    """FSDP2 (``fully_shard``, its own Shard(0) views, rank 2 holding empty shards of the
+    small tensors): the pretrained checkpoint loads straight into the sharded module, whose
+    state dict 3 ranks then save for from_pretrained."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict, set_model_state_dict
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.tensor import Shard
+
+    module = _holder(llama)
+    fully_shard(module, mesh=mesh3)
+    sd = get_model_state_dict(module)
+    if ctx.attempt("fsdp_load", dcp.load, sd, storage_reader=reader(ctx.folder / "pretrained")):
+        set_model_state_dict(module, sd)
+        got = {n: p.to_local() for n, p in module.named_parameters()}
+        want = {n: local_chunk(t, Shard(0), ctx.rank, 3) for n, t in llama.items()}
+        ctx.record("fsdp_load_tensors", mismatches(got, want))
+    sd = get_model_state_dict(module)
+    ctx.attempt("fsdp_save", dcp.save, sd, storage_writer=writer(ctx.folder / "fsdp_dcp"))
 
 
 def _tiny_llama() -> tuple[Any, Any]:
@@ -153,14 +182,22 @@ def test_transformers_checkpoint_loads_into_sharded_ranks(group: tuple[Group, An
     assert g.get("load_pretrained_tensors") == [{}, {}, {}]
 
 
-def test_from_pretrained_loads_what_two_ranks_saved(
-    group: tuple[Group, dict[str, torch.Tensor]],
+def test_pretrained_checkpoint_loads_into_an_fsdp_module(group: tuple[Group, Any]) -> None:
+    g, _ = group
+    g.ok("fsdp_load")
+    assert g.get("fsdp_load_tensors") == [{}, {}, {}]
+
+
+@pytest.mark.parametrize(("saved", "ranks"), [("llama_dcp", [0, 1]), ("fsdp_dcp", [0, 1, 2])])
+def test_from_pretrained_loads_what_the_ranks_saved(
+    group: tuple[Group, dict[str, torch.Tensor]], saved: str, ranks: list[int]
 ) -> None:
+    """2 ranks' DTensors (Shard(0), Shard(1)), and 3 FSDP2 ranks' state dict."""
     from transformers import AutoModelForCausalLM
 
     g, state = group
-    g.ok("save_llama", [0, 1])
-    folder = g.folder / "llama_dcp"
+    g.ok("save_llama" if saved == "llama_dcp" else "fsdp_save", ranks)
+    folder = g.folder / saved
     shutil.copy(g.folder / "pretrained" / "config.json", folder / "config.json")
     model, info = AutoModelForCausalLM.from_pretrained(str(folder), output_loading_info=True)
     assert not info["missing_keys"] and not info["unexpected_keys"], info

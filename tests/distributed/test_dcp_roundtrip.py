@@ -65,12 +65,12 @@ def _roundtrip(ctx: Rank) -> None:
     want = _data.expected_local(_data.LOAD, rank, 3)
     for name in ("one", "sharded"):
         sd = _data.state_dict(mesh3, _data.LOAD, rank, 3, empty=True)
-        if ctx.attempt(f"load_{name}", lambda: dcp.load(sd, storage_reader=reader(out / name))):
+        if ctx.attempt(f"load_{name}", dcp.load, sd, storage_reader=reader(out / name)):
             ctx.record(f"load_{name}_tensors", mismatches(_data.flat_tensors(sd), want))
             ctx.record(f"load_{name}_objects", _data.object_mismatches(sd))
         sd = _data.state_dict(mesh3, _data.LOAD, rank, 3, empty=True, with_objects=False)
         torch_reader = HuggingFaceStorageReader(str(out / name))
-        if ctx.attempt(f"hf_{name}", lambda: dcp.load(sd, storage_reader=torch_reader)):
+        if ctx.attempt(f"hf_{name}", dcp.load, sd, storage_reader=torch_reader):
             ctx.record(f"hf_{name}_tensors", mismatches(_data.flat_tensors(sd), want))
     dist.barrier()
     # last (a hang here costs only this step): dcp.async_save with the writer as its own

@@ -342,6 +342,11 @@ def _state(folder: Path) -> float | None:
         assert sorted(ck.keys()) == sorted(_arrays(0))
         values = {float(v) for n in ck.keys() for v in np.unique(ck.get_tensor(n))}
     assert len(values) == 1, values
+    if index.exists() and (folder / "model.safetensors").exists():
+        # transformers reads model.safetensors first: it must hold the index's checkpoint
+        with tensorfile.open(folder / "model.safetensors") as ck:
+            single = {float(v) for n in ck.keys() for v in np.unique(ck.get_tensor(n))}
+        assert single == values, f"model.safetensors holds {single}, the index {values}"
     return values.pop()
 
 

@@ -28,7 +28,14 @@ import os
 import time
 from collections.abc import Iterator
 
-from tensorfile.core.atomic import preallocate, write_all
+from tensorfile.core.atomic import (
+    TEMP_TAG,
+    is_temp_name,
+    preallocate,
+    remove_if_unlocked,
+    remove_stale_temps,
+    write_all,
+)
 from tensorfile.core.digests import Digest
 from tensorfile.core.errors import ConcurrentWriteError, SourceError
 from tensorfile.core.parallel import in_threads
@@ -164,10 +171,14 @@ def digests(
     return found
 
 
-def remove_dead_saves(folder: str) -> None:
+def remove_dead_saves(folder: str, prefix: str, index_name: str) -> None:
     """The staging files of saves that died or were given up (their lock is free; call it
-    holding the folder's lock, so no save is creating its lock meanwhile)."""
-    names = [n for n in _listing(folder) if n.startswith(_STAGING)]
+    holding the folder's lock, so no save is creating its lock meanwhile), and the
+    temporary files their commits left: an objects file's (a name no later save writes
+    again) and the index's (a later save of one file writes no index); a live writer holds
+    its temporary file's ``flock``, and that file stays."""
+    listing = _listing(folder)
+    names = [n for n in listing if n.startswith(_STAGING)]
     ids = {n[len(_STAGING) :].partition("-")[0].partition(".")[0] for n in names}
     for save_id in ids:
         lock_name = f"{_STAGING}{save_id}.lock"
@@ -180,6 +191,13 @@ def remove_dead_saves(folder: str) -> None:
             if name.startswith(f"{_STAGING}{save_id}-"):
                 _unlink(os.path.join(folder, name))
         _unlink(os.path.join(folder, lock_name))  # (last: its files are gone first)
+    tag = f".{TEMP_TAG}-"
+    for name in listing:
+        if name.startswith(".") and tag in name:
+            sidecar = name[1 : name.rfind(tag)]
+            if _objects.is_sidecar(sidecar, prefix) and is_temp_name(name, sidecar):
+                remove_if_unlocked(os.path.join(folder, name))
+    remove_stale_temps(os.path.join(folder, index_name))
 
 
 def remove_old_sidecars(folder: str, prefix: str, keep: str | None) -> None:

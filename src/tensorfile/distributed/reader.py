@@ -198,7 +198,7 @@ class StorageReader(_DCPStorageReader):
         if len(names) > 1:
             raise FormatError(f"{store.url()}: the files name different objects files")
         name = names.pop()
-        if not isinstance(name, str) or "/" in name or name.startswith("."):
+        if not isinstance(name, str) or not name or "/" in name or name.startswith("."):
             raise FormatError(f"{store.url()}: the objects file {name!r:.100} is not a file name")
         raw = store.read_bounded(name, "the objects file", _objects.MAX_OBJECTS_BYTES)
         if raw is None:

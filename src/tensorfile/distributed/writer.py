@@ -250,7 +250,7 @@ class StorageWriter(_DCPStorageWriter, AsyncStager):
         except OSError as exc:
             raise SourceError(f"cannot create {self.path}: {exc.strerror or exc}") from exc
         with _folder.folder_lock(self.path):
-            _folder.remove_dead_saves(self.path)
+            _folder.remove_dead_saves(self.path, self.prefix, hub.index_name)
             self._lock_fd = _folder.save_lock(self.path, self.save_id)
             self._versions = {n: _folder.version(self.path, n) for n in _published(hub)}
             try:

@@ -46,6 +46,7 @@ from tensorfile.core.dtypes import from_safetensors
 from tensorfile.core.errors import InvalidArgumentError, SourceError, TensorFileError
 from tensorfile.core.sizes import parse_size
 from tensorfile.formats import SAFETENSORS, _index
+from tensorfile.formats.safetensors._parse import N_LEN, parse_header, parse_header_length
 from tensorfile.formats.safetensors._writer import StreamWriter
 
 __all__ = ["INDEX_SUFFIX", "parse_size", "plan_shards", "publish", "write_sharded"]
@@ -249,12 +250,27 @@ def publish(
     the old index rewritten to name the links, so every file it names stays the old one.
     Where links cannot be made, the old index is removed before the first such rename (a
     kill in that window leaves no index: no claim rather than a false one).
+
+    Readers disagree on a folder holding both an index and ``model.safetensors``
+    (transformers takes the file, huggingface_hub and tensorfile the index), so a change of
+    layout never leaves the two naming different checkpoints: an old single file is first
+    reached through an index (naming a link to it) and removed, so that the new index
+    replaces it in one rename; a new single file is committed by rewriting the old index to
+    name it (under a hidden link), then put in place, then the index removed. Where links
+    cannot be made, the old order stands.
     """
     index_path = os.path.join(folder, prefix + INDEX_SUFFIX)
+    single = os.path.join(folder, prefix + SUFFIX)
     if any(os.path.lexists(final) for _, final in staged) and os.path.lexists(index_path):
         if not _keep_old(folder, index_path, {os.path.basename(f) for _, f in staged}, tag):
             _unlink(index_path)  # it may name files about to change: until the new index, none
-    for stage, final in staged:
+    moving = list(staged)
+    if index is not None and os.path.lexists(single) and not os.path.lexists(index_path):
+        _single_behind_index(single, index_path, tag, fsync)
+    if index is None and len(staged) == 1 and os.path.lexists(index_path):
+        if _commit_through_index(staged[0], index_path, tag, fsync):
+            moving = []
+    for stage, final in moving:
         os.replace(stage, final)
     if index is not None:
         out = AtomicFile(index_path, fsync=fsync)
@@ -276,6 +292,73 @@ def publish(
 
 
 _PREV = ".tensorfile-prev-"
+
+
+def _hidden_link(path: str, tag: str) -> str | None:
+    """A hard link to ``path`` under a hidden name in its folder (None: links cannot be
+    made there)."""
+    folder, name = os.path.split(path)
+    link = os.path.join(folder, f"{_PREV}{tag}-{name}")
+    try:
+        _unlink(link)
+        os.link(path, link)
+    except OSError:
+        return None
+    return link
+
+
+def _index_of(path: str, link: str, index_path: str, fsync: bool) -> bool:
+    """Write ``index_path`` naming ``link`` for every tensor of the safetensors file
+    ``path``; False (nothing written) when its header cannot be read."""
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            n = parse_header_length(f.read(N_LEN), size)
+            header = parse_header(f.read(n), size)
+    except (OSError, TensorFileError):
+        return False
+    shard = os.path.basename(link)
+    doc = {
+        "metadata": {"total_size": header.data_len},
+        "weight_map": dict.fromkeys(header.names, shard),
+    }
+    out = AtomicFile(index_path, fsync=fsync)
+    try:
+        os.write(out.fd, json.dumps(doc, indent=2).encode())
+        out.commit()
+    except BaseException:
+        out.abort()
+        raise
+    return True
+
+
+def _single_behind_index(single: str, index_path: str, tag: str, fsync: bool) -> None:
+    """Make the old checkpoint of one file an index naming a link to it, and remove the
+    file's own name (the index then holds the old checkpoint, whichever rule a reader
+    follows, until the new index replaces it)."""
+    link = _hidden_link(single, tag)
+    if link is None:
+        return
+    if not _index_of(single, link, index_path, fsync):
+        _unlink(link)
+        return
+    _unlink(single)
+
+
+def _commit_through_index(staged: tuple[str, str], index_path: str, tag: str, fsync: bool) -> bool:
+    """Commit a new checkpoint of one file over one with an index: the index rewritten to
+    name the new file's link (the commit), the file renamed into place, then the index
+    removed; False (nothing done) where that cannot be done."""
+    stage, final = staged
+    link = _hidden_link(stage, tag)
+    if link is None:
+        return False
+    if not _index_of(stage, link, index_path, fsync):
+        _unlink(link)
+        return False
+    os.replace(stage, final)
+    _unlink(index_path)
+    return True
 
 
 def _keep_old(folder: str, index_path: str, taken: set[str], tag: str) -> bool:

@@ -1,0 +1,20 @@
+"""The modules here whose tests share one group of processes (a module-scoped fixture that
+spawns ranks, seconds of CPU each) keep their tests on one worker under ``make test``
+(an xdist group per module): else every worker that got one of them would spawn the group
+again."""
+
+from __future__ import annotations
+
+import pytest
+
+SHARED = ("test_dcp_roundtrip", "test_dcp_peers", "test_dcp_crash", "test_dcp_remote")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    from tests.helpers.workers import join_group
+
+    for item in items:
+        folder, _, module = item.nodeid.split("::")[0].rpartition("/")
+        if folder == "tests/distributed" and module.removesuffix(".py") in SHARED:
+            join_group(item, "dcp-" + module.removesuffix(".py"))
