@@ -50,6 +50,7 @@ answers small range GETs alone (4,000 of 11 KiB, 16 in flight, measured after th
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import shutil
@@ -265,6 +266,8 @@ def runners(cfg: Config, quick: bool, repeat: int | None) -> dict[str, Callable[
     root = cfg.data / "dcp"
     saved = root / "save"
     state: dict[str, Any] = {}
+    # the checkpoints are written anew by every run: gigabytes nothing reuses
+    atexit.register(shutil.rmtree, root, ignore_errors=True)
 
     def save(rounds: int) -> dict[str, Any]:
         shutil.rmtree(root, ignore_errors=True)
