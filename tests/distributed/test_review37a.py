@@ -1,0 +1,167 @@
+"""Hostile review of issue 37 (tensorfile.distributed): each test here FAILS on main and
+shows one defect (see the review's report). Single process: ``dcp.save``/``dcp.load`` run
+without a process group (DCP's no-dist mode), plus subprocesses where a crash is needed."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+import safetensors.torch
+import torch
+import torch.distributed.checkpoint as dcp
+
+from tensorfile.distributed import StorageReader, StorageWriter
+from tensorfile.distributed._objects import POINTER_KEY, encode
+from tensorfile.errors import TensorFileError
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _safetensors(path: Path, tensors: dict[str, torch.Tensor], meta: dict[str, str]) -> None:
+    safetensors.torch.save_file(tensors, str(path), metadata=meta)
+
+
+class _Boom:
+    """Unpickling it creates a file: proof that a load ran code from the checkpoint."""
+
+    def __init__(self, marker: str) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (open, (self.marker, "w"))
+
+
+def test_a_hub_checkpoint_sidecar_runs_code_when_loaded_into_a_model(tmp_path: Path) -> None:
+    """A folder of safetensors + a JSON sidecar (no pickle file anywhere) executes code when
+    a model's state dict (tensors only) is loaded from it: the sidecar claims one of the
+    model's tensor names as an 'object', DCP's planner unpickles it with
+    ``torch.load(weights_only=False)``. Loading a pretrained hub checkpoint must never run
+    code: an object whose destination is a tensor (or any object, unless asked for) must be
+    refused with a FormatError."""
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    marker = tmp_path / "pwned"
+    payload = pickle.dumps(_Boom(str(marker)))
+    side = "model.dcp-objects-0123456789abcdef.json"
+    (ckpt / side).write_bytes(encode({"lm_head.weight": payload}))
+    _safetensors(ckpt / "model.safetensors", {"embed.weight": torch.ones(2, 2)},
+                 {"format": "pt", POINTER_KEY: side})  # fmt: skip
+    model_sd = {"embed.weight": torch.zeros(2, 2), "lm_head.weight": torch.zeros(2, 2)}
+    try:
+        dcp.load(model_sd, storage_reader=StorageReader(ckpt))
+    except BaseException:
+        pass
+    assert not marker.exists(), "loading a safetensors checkpoint ran code from its sidecar"
+
+
+def test_many_chunks_overlapping_with_the_right_volume_leave_a_hole(tmp_path: Path) -> None:
+    """torch-style per-rank files (DCP_SHARDING_INFO) with 513 chunks of one tensor: two
+    overlap, so elements 2..3 are in no chunk, yet the volume matches. Over 512 chunks only
+    the volume is checked: the load succeeds and leaves those destination elements as they
+    were (silently wrong data). It must raise a FormatError (chunks do not cover)."""
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    offsets = [0, 0, *range(4, 1026, 2)]  # 513 chunks of 2: [2, 4) missing
+    assert len(offsets) == 513
+    for i, off in enumerate(offsets):
+        info = json.dumps({"w": {"saved_offsets": [off]}})
+        _safetensors(ckpt / f"shard-{i:05d}.safetensors", {"w": torch.full((2,), float(i + 1))},
+                     {"DCP_SHARDING_INFO": info})  # fmt: skip
+    dest = {"w": torch.full((1026,), -7.0)}
+    with pytest.raises((TensorFileError, dcp.api.CheckpointException)):
+        dcp.load(dest, storage_reader=StorageReader(ckpt))
+    assert not bool((dest["w"] == -7.0).any()), "destination left partly unfilled"
+
+
+def test_a_tensor_named___metadata___saves_a_checkpoint_nobody_can_read(tmp_path: Path) -> None:
+    """A state dict entry named ``__metadata__`` (a legal dict key) is written as a tensor
+    under the header key safetensors reserves for metadata: the save succeeds and replaces
+    the previous checkpoint with one that neither the reference nor tensorfile can open.
+    The save must be refused (InvalidArgumentError) before anything is published."""
+    ckpt = tmp_path / "ckpt"
+    dcp.save({"w": torch.ones(2)}, storage_writer=StorageWriter(ckpt))  # the previous one
+    try:
+        dcp.save({"__metadata__": torch.ones(2)}, storage_writer=StorageWriter(ckpt))
+    except BaseException:
+        pass
+    got = safetensors.torch.load_file(str(ckpt / "model.safetensors"))  # must still load
+    assert set(got) in ({"w"}, {"__metadata__"})
+
+
+def test_a_failed_save_leaves_its_staging_files_and_lock(tmp_path: Path) -> None:
+    """A save that fails in write_data (here a 'meta' tensor: NotImplementedError from
+    torch, not a tensorfile error) leaves its full-size staging file and its lock file in
+    the folder while the process lives on (only a later save removes them). A failed save
+    should remove what it staged, and a meta tensor should be a clear InvalidArgumentError."""
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    (ckpt / "notes.txt").write_text("mine")
+    sd = {"big": torch.empty(1 << 20, device="meta"), "w": torch.ones(2)}
+    with pytest.raises(dcp.api.CheckpointException):
+        dcp.save(sd, storage_writer=StorageWriter(ckpt))
+    assert sorted(os.listdir(ckpt)) == ["notes.txt"]
+
+
+def test_a_meta_tensor_is_refused_with_a_tensorfile_error(tmp_path: Path) -> None:
+    """A 'meta' tensor (no data) fails in torch's ``.cpu()`` with NotImplementedError deep
+    in write_data, after the files were staged; it should be an InvalidArgumentError saying
+    which tensor, before anything is staged."""
+    with pytest.raises(dcp.api.CheckpointException) as info:
+        dcp.save({"m": torch.empty(4, device="meta")}, storage_writer=StorageWriter(tmp_path))
+    assert "NotImplementedError" not in str(info.value)
+
+
+_CRASH = textwrap.dedent(
+    """
+    import os, signal, sys
+    import torch, torch.distributed.checkpoint as dcp
+    from tensorfile.distributed import StorageWriter
+    import tensorfile.formats.safetensors._sharded as sh
+    def die(*a, **k):  # SIGKILL right after the new checkpoint's files are in place
+        os.kill(os.getpid(), signal.SIGKILL)
+    sh._remove_stale = die
+    sd = {"a": torch.full((64,), 2.0), "b": torch.full((64,), 2.0)}
+    dcp.save(sd, storage_writer=StorageWriter(sys.argv[1], max_shard_size=int(sys.argv[2])))
+    """
+)
+
+
+@pytest.mark.parametrize(
+    ("old_shard", "new_shard"), [(300, 10**9), (10**9, 300)], ids=["sharded->one", "one->sharded"]
+)
+def test_a_kill_at_publication_leaves_two_checkpoints_that_loaders_disagree_on(
+    tmp_path: Path, old_shard: int, new_shard: int
+) -> None:
+    """The previous checkpoint is sharded (index + shards) and the new one one file, or the
+    reverse. A SIGKILL after the new files are in place but before the old ones are removed
+    leaves both: transformers (``model.safetensors`` first) then loads one checkpoint while
+    tensorfile's StorageReader (the index first) loads the other, for good (no later step
+    repairs it). After a crash every loader must see the same checkpoint."""
+    ckpt = tmp_path / "ckpt"
+    dcp.save({"a": torch.full((64,), 1.0), "b": torch.full((64,), 1.0)},
+             storage_writer=StorageWriter(ckpt, max_shard_size=old_shard))  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    subprocess.run([sys.executable, "-c", _CRASH, str(ckpt), str(new_shard)], env=env,
+                   timeout=120, check=False, capture_output=True)  # fmt: skip
+    from transformers.utils import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME
+
+    # transformers' rule (modeling_utils._get_resolved_checkpoint_files): the single file first
+    if (ckpt / SAFE_WEIGHTS_NAME).is_file():
+        hf = safetensors.torch.load_file(str(ckpt / SAFE_WEIGHTS_NAME))["a"]
+    else:
+        shard = json.loads((ckpt / SAFE_WEIGHTS_INDEX_NAME).read_text())["weight_map"]["a"]
+        hf = safetensors.torch.load_file(str(ckpt / shard))["a"]
+    dest = {"a": torch.zeros(64), "b": torch.zeros(64)}
+    dcp.load(dest, storage_reader=StorageReader(ckpt))
+    assert torch.equal(hf, dest["a"]), (
+        f"transformers loads a={hf[0].item()}, tensorfile a={dest['a'][0].item()}: "
+        f"{sorted(os.listdir(ckpt))}"
+    )
