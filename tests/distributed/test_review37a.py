@@ -4,6 +4,8 @@ without a process group (DCP's no-dist mode), plus subprocesses where a crash is
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import json
 import os
 import pickle
@@ -17,6 +19,9 @@ import pytest
 import safetensors.torch
 import torch
 import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.default_planner import DefaultSavePlanner
+from torch.distributed.checkpoint.metadata import ChunkStorageMetadata
+from torch.distributed.checkpoint.planner import SavePlan
 
 from tensorfile.distributed import StorageReader, StorageWriter
 from tensorfile.distributed._objects import POINTER_KEY, encode
@@ -165,6 +170,73 @@ def test_a_kill_at_publication_leaves_two_checkpoints_that_loaders_disagree_on(
         f"transformers loads a={hf[0].item()}, tensorfile a={dest['a'][0].item()}: "
         f"{sorted(os.listdir(ckpt))}"
     )
+
+
+class _HalfPlanner(DefaultSavePlanner):
+    """A custom planner whose plan covers half of ``w`` (a bug of the planner's)."""
+
+    def create_local_plan(self) -> SavePlan:
+        p = super().create_local_plan()
+        items = []
+        for it in p.items:
+            if it.index.fqn == "w" and it.tensor_data is not None:
+                chunk = ChunkStorageMetadata(torch.Size([0]), torch.Size([2]))
+                it = dataclasses.replace(
+                    it, tensor_data=dataclasses.replace(it.tensor_data, chunk=chunk)
+                )
+            items.append(it)
+        self.plan = dataclasses.replace(p, items=items)
+        return self.plan
+
+    def resolve_data(self, write_item: Any) -> Any:
+        t = super().resolve_data(write_item)
+        return t[:2] if write_item.index.fqn == "w" else t
+
+
+def test_a_global_plan_that_leaves_bytes_unwritten_publishes_zeros(tmp_path: Path) -> None:
+    """The ranks' chunks of a tensor do not cover it (here a custom planner's; a rank's
+    dropped item does the same): the local writer publishes the unwritten bytes as the
+    zeros of the reserved region, silently (the s3:// writer checks the cover and refuses,
+    the reader checks it on load, the local writer does not). It must refuse to publish."""
+    ckpt = tmp_path / "ckpt"
+    try:
+        dcp.save({"w": torch.full((4,), 5.0)}, storage_writer=StorageWriter(ckpt),
+                 planner=_HalfPlanner())  # fmt: skip
+    except BaseException:
+        pass
+    if (ckpt / "model.safetensors").exists():
+        got = safetensors.torch.load_file(str(ckpt / "model.safetensors"))["w"]
+        assert torch.equal(got, torch.full((4,), 5.0)), f"published {got.tolist()}"
+
+
+def test_the_reader_cannot_load_a_checkpoint_saved_with_a_prefix(tmp_path: Path) -> None:
+    """``StorageWriter(prefix=...)`` is documented, but StorageReader knows only
+    ``model.*``: it falls back to every ``*.safetensors`` of the folder, so a folder holding
+    two checkpoints of different prefixes (or a prefix checkpoint beside any other
+    safetensors file) fails with 'a file of the checkpoint missing?', and a prefix
+    checkpoint's index is never read. StorageReader needs the same prefix option."""
+    ckpt = tmp_path / "ckpt"
+    dcp.save({"w": torch.ones(4)}, storage_writer=StorageWriter(ckpt, prefix="ema"))
+    dcp.save({"w": torch.full((4,), 2.0)}, storage_writer=StorageWriter(ckpt, prefix="bar"))
+    dest = {"w": torch.zeros(4)}
+    assert "prefix" in inspect.signature(StorageReader).parameters, (
+        "no way to read the 'bar' checkpoint: StorageReader has no prefix option"
+    )
+    reader = StorageReader(ckpt, prefix="bar")  # type: ignore[call-arg]
+    dcp.load(dest, storage_reader=reader)
+    assert torch.equal(dest["w"], torch.full((4,), 2.0))
+
+
+def test_verify_on_a_checkpoint_without_digests_checks_nothing_silently(tmp_path: Path) -> None:
+    """``StorageReader(verify=True)`` on a checkpoint with no stored digests (any plain hub
+    checkpoint, or one whose digests an attacker stripped) loads without a word: the
+    caller believes the data was verified. It should raise (nothing to verify) or at
+    least warn."""
+    ckpt = tmp_path / "ckpt"
+    dcp.save({"w": torch.ones(4)}, storage_writer=StorageWriter(ckpt))
+    dest = {"w": torch.zeros(4)}
+    with pytest.raises((TensorFileError, dcp.api.CheckpointException)):
+        dcp.load(dest, storage_reader=StorageReader(ckpt, verify=True))
 
 
 # -- two gloo ranks -----------------------------------------------------------------------
