@@ -239,6 +239,54 @@ def test_verify_on_a_checkpoint_without_digests_checks_nothing_silently(tmp_path
         dcp.load(dest, storage_reader=StorageReader(ckpt, verify=True))
 
 
+_S3_CRASH = textwrap.dedent(
+    """
+    import json, os, signal, sys
+    import torch, torch.distributed.checkpoint as dcp
+    from tensorfile.distributed import StorageWriter
+    from tensorfile.sources.s3.s3_store import S3Store
+    done = []
+    real = S3Store.complete_upload
+    def complete(self, *a, **k):  # SIGKILL once the first new file is in place
+        if done:
+            os.kill(os.getpid(), signal.SIGKILL)
+        real(self, *a, **k)
+        done.append(1)
+    S3Store.complete_upload = complete
+    sd = {"a": torch.full((64,), 2.0), "b": torch.full((64,), 2.0)}
+    dcp.save(sd, storage_writer=StorageWriter(sys.argv[1], max_shard_size=300,
+                                              storage_options=json.loads(sys.argv[2])))
+    """
+)
+
+
+def test_an_s3_save_killed_between_shards_loads_as_a_mix_of_two_checkpoints(
+    s3: Any, tmp_path: Path
+) -> None:
+    """Saving over a sharded s3:// checkpoint with the same shard names: the old index is
+    removed, then each new file completed. A coordinator killed between two completions
+    leaves no index, the new shard 1 and the old shard 2; StorageReader then falls back to
+    'every *.safetensors of the folder' (torch's per-rank layout) and loads a MIX of the two
+    checkpoints (a from the new save, b from the old) without a word. With no index and
+    hub-named shards it must refuse (or the old checkpoint must stay loadable)."""
+    bucket = s3.bucket()
+    url = f"s3://{bucket}/ck"
+    dcp.save({"a": torch.full((64,), 1.0), "b": torch.full((64,), 1.0)},
+             storage_writer=StorageWriter(url, max_shard_size=300, storage_options=s3.options),
+             no_dist=True)  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    subprocess.run([sys.executable, "-c", _S3_CRASH, url, json.dumps(s3.options)], env=env,
+                   timeout=120, check=False, capture_output=True)  # fmt: skip
+    dest = {"a": torch.zeros(64), "b": torch.zeros(64)}
+    try:
+        dcp.load(dest, storage_reader=StorageReader(url, storage_options=s3.options),
+                 no_dist=True)  # fmt: skip
+    except BaseException:
+        return  # refusing is right
+    a, b = dest["a"][0].item(), dest["b"][0].item()
+    assert a == b, f"loaded a={a} (one save) and b={b} (another) as one checkpoint"
+
+
 # -- two gloo ranks -----------------------------------------------------------------------
 
 _ROWS = 1 << 20
