@@ -239,6 +239,21 @@ def test_verify_on_a_checkpoint_without_digests_checks_nothing_silently(tmp_path
         dcp.load(dest, storage_reader=StorageReader(ckpt, verify=True))
 
 
+def test_plan_caching_breaks_every_save_after_the_first(tmp_path: Path) -> None:
+    """``DefaultSavePlanner(enable_plan_caching=True)`` (torchtitan's setting for periodic
+    saves): from the second save on, DCP hands write_data the cached global plan, whose
+    storage_data names the FIRST save's staging files (long renamed), and skips
+    prepare_global_plan: every later save fails with 'cannot open ....part'. The writer
+    must give each save its own staging (e.g. keep the layout out of the cached plan, or
+    refuse caching with a clear error at the first save)."""
+    ckpt = tmp_path / "ckpt"
+    planner = DefaultSavePlanner(enable_plan_caching=True)
+    for v in (1.0, 2.0):
+        dcp.save({"w": torch.full((4,), v)}, storage_writer=StorageWriter(ckpt), planner=planner)
+    got = safetensors.torch.load_file(str(ckpt / "model.safetensors"))["w"]
+    assert torch.equal(got, torch.full((4,), 2.0))
+
+
 _S3_CRASH = textwrap.dedent(
     """
     import json, os, signal, sys
