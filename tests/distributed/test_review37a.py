@@ -322,7 +322,20 @@ def _two_ranks(ctx: Any) -> None:
 
     mesh = init_device_mesh("cpu", (ctx.world,))
     folder = Path(ctx.folder)
-    # 1. memory of a Shard(1) save/load: a (1M, 2) float32 matrix, 4 MiB per rank
+    # 1. a Shard(1) matrix to s3://, 1 MiB per rank (first: the peak RSS only grows)
+    rows = _ROWS // 4
+    small = torch.arange(rows * 2, dtype=torch.float32).reshape(rows, 2)
+    sd = {"w": dtensor(small, mesh, Shard(1), ctx.rank, ctx.world)}
+    url = f"s3://{ctx.args['bucket']}/ck"
+    opts = ctx.args["s3"]
+    dist.barrier()
+    before = _peak_mib()
+    ctx.attempt(
+        "s3save", lambda: dcp.save(sd, storage_writer=StorageWriter(url, storage_options=opts))
+    )
+    ctx.record("s3_peak_growth_mib", _peak_mib() - before)
+    dist.barrier()
+    # 2. memory of a Shard(1) save/load: a (1M, 2) float32 matrix, 4 MiB per rank
     full = torch.arange(_ROWS * 2, dtype=torch.float32).reshape(_ROWS, 2)
     sd = {"w": dtensor(full, mesh, Shard(1), ctx.rank, ctx.world)}
     dist.barrier()
@@ -338,10 +351,11 @@ def _two_ranks(ctx: Any) -> None:
 
 
 @pytest.fixture(scope="module")
-def group(tmp_path_factory: pytest.TempPathFactory) -> Any:
+def group(tmp_path_factory: pytest.TempPathFactory, s3: Any) -> Any:
     from tests.distributed._ranks import run_ranks
 
-    return run_ranks(_two_ranks, 2, tmp_path_factory.mktemp("review37a"), timeout=240)
+    args = {"bucket": s3.bucket(), "s3": s3.options}
+    return run_ranks(_two_ranks, 2, tmp_path_factory.mktemp("review37a"), args=args, timeout=240)
 
 
 def test_a_shard1_save_holds_a_python_object_per_row(group: Any) -> None:
@@ -361,3 +375,13 @@ def test_a_shard1_load_holds_a_python_object_per_row(group: Any) -> None:
     assert group.get("load_equal") == [True, True]
     growth = group.get("load_peak_growth_mib")
     assert max(growth) < 64, f"peak memory grew by {growth} MiB loading 4 MiB shards"
+
+
+def test_a_shard1_s3_save_sends_a_python_object_per_row_to_the_coordinator(group: Any) -> None:
+    """To s3:// every part of a Shard(1) matrix is mixed: each rank sends the coordinator a
+    ``(file, offset, bytes)`` tuple per row through DCP's gather (pickled), and the
+    coordinator holds all of them: 1 MiB shards grow the peak memory by far more than
+    the 2 MiB the coordinator uploads. It must stay in proportion to the bytes."""
+    group.ok("s3save")
+    growth = group.get("s3_peak_growth_mib")
+    assert max(growth) < 32, f"peak memory grew by {growth} MiB saving 1 MiB shards to s3"
