@@ -239,6 +239,34 @@ def test_verify_on_a_checkpoint_without_digests_checks_nothing_silently(tmp_path
         dcp.load(dest, storage_reader=StorageReader(ckpt, verify=True))
 
 
+def test_a_kill_at_publication_leaves_links_torchs_reader_takes_for_the_checkpoint(
+    tmp_path: Path,
+) -> None:
+    """Saving a sharded checkpoint over one with the same shard names links the old shards
+    as ``.tensorfile-prev-<tag>-model-0000k-of-0000n.safetensors``: names ending in
+    ``.safetensors``, which torch's ``HuggingFaceStorageReader`` takes (it reads every
+    ``*.safetensors`` of the folder, the later file winning). A SIGKILL after the new index
+    is written leaves them for good: tensorfile and transformers load the new checkpoint,
+    torch's reader the OLD one. The links need a name torch's reader skips (the staging
+    files' rule: never ending in ``.safetensors``)."""
+    from torch.distributed.checkpoint import HuggingFaceStorageReader
+
+    ckpt = tmp_path / "ckpt"
+    dcp.save({"a": torch.full((64,), 1.0), "b": torch.full((64,), 1.0)},
+             storage_writer=StorageWriter(ckpt, max_shard_size=300))  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    subprocess.run([sys.executable, "-c", _CRASH, str(ckpt), "300"], env=env,
+                   timeout=120, check=False, capture_output=True)  # fmt: skip
+    ours = {"a": torch.zeros(64), "b": torch.zeros(64)}
+    dcp.load(ours, storage_reader=StorageReader(ckpt))
+    theirs = {"a": torch.zeros(64), "b": torch.zeros(64)}
+    dcp.load(theirs, storage_reader=HuggingFaceStorageReader(str(ckpt)))
+    assert torch.equal(ours["a"], theirs["a"]) and torch.equal(ours["b"], theirs["b"]), (
+        f"tensorfile loads a={ours['a'][0].item()}, torch's reader a={theirs['a'][0].item()}: "
+        f"{sorted(os.listdir(ckpt))}"
+    )
+
+
 def test_plan_caching_breaks_every_save_after_the_first(tmp_path: Path) -> None:
     """``DefaultSavePlanner(enable_plan_caching=True)`` (torchtitan's setting for periodic
     saves): from the second save on, DCP hands write_data the cached global plan, whose
