@@ -269,6 +269,48 @@ def test_a_kill_at_publication_leaves_links_torchs_reader_takes_for_the_checkpoi
     assert torch.equal(ours["a"], theirs["a"]) and torch.equal(ours["b"], theirs["b"])
 
 
+@pytest.fixture
+def nofile_1024() -> Any:
+    """The common default soft limit of open files (1024) while the test runs."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(1024, hard), hard))
+    yield
+    resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+_MANY = {f"t{i}": torch.full((4,), float(i)) for i in range(1100)}
+
+
+def test_a_save_of_over_1000_shards_fails_on_open_files(tmp_path: Path, nofile_1024: Any) -> None:
+    """Each rank keeps every file it writes open until all are written: a checkpoint of
+    more files than the open-files limit (1100 shards; e.g. a large model with a small
+    ``max_shard_size``) fails with 'Too many open files'. Files should be opened a few at
+    a time."""
+    dcp.save(_MANY, storage_writer=StorageWriter(tmp_path / "c", max_shard_size=16))
+    assert len(os.listdir(tmp_path / "c")) == 1101
+
+
+def test_a_load_of_over_1000_shards_fails_on_open_files(tmp_path: Path) -> None:
+    """``hub_chunks`` opens every file of the checkpoint and keeps them all open: a hub
+    checkpoint of 1100 shards cannot be read under the usual 1024 limit; the error then
+    shown is 'the source is closed' (DCP's retry of read_metadata finds the readers that
+    the failed attempt closed still cached in the StorageReader)."""
+    import resource
+
+    ckpt = tmp_path / "c"
+    dcp.save(_MANY, storage_writer=StorageWriter(ckpt, max_shard_size=16))  # limit as is
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(1024, hard), hard))
+    try:
+        dest = {k: torch.zeros(4) for k in _MANY}
+        dcp.load(dest, storage_reader=StorageReader(ckpt))
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert all(torch.equal(dest[k], v) for k, v in _MANY.items())
+
+
 def test_plan_caching_breaks_every_save_after_the_first(tmp_path: Path) -> None:
     """``DefaultSavePlanner(enable_plan_caching=True)`` (torchtitan's setting for periodic
     saves): from the second save on, DCP hands write_data the cached global plan, whose
