@@ -374,6 +374,54 @@ def test_an_s3_save_killed_between_shards_loads_as_a_mix_of_two_checkpoints(
     assert a == b, f"loaded a={a} (one save) and b={b} (another) as one checkpoint"
 
 
+def test_two_s3_saves_racing_publish_one_jobs_bytes_under_the_others_index(
+    s3: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two jobs save to one s3:// folder (same layout). Job A checks the versions, removes
+    the old index and starts completing its shards; job B's whole save lands right then
+    (it sees no index, completes its shards, writes its index: success). A then completes
+    its shards over B's and fails on its conditional index put (ConcurrentWriteError). The
+    folder now holds B's index over A's bytes: B's caller was told it succeeded and its
+    data is gone; A's caller was told it failed and its data is what loads. Saves of two
+    jobs must never interleave (the issue's rule)."""
+    from tensorfile.sources.s3.s3_store import S3Store
+
+    bucket = s3.bucket()
+    url = f"s3://{bucket}/ck"
+
+    def save(v: float) -> None:
+        dcp.save({"a": torch.full((64,), v), "b": torch.full((64,), v)},
+                 storage_writer=StorageWriter(url, max_shard_size=300,
+                                              storage_options=s3.options),
+                 no_dist=True)  # fmt: skip
+
+    save(1.0)
+    real = S3Store.complete_upload
+    outcome: dict[str, str] = {}
+
+    def complete(self: Any, *a: Any, **k: Any) -> None:
+        if "B" not in outcome:
+            monkeypatch.setattr(S3Store, "complete_upload", real)
+            try:
+                save(3.0)
+                outcome["B"] = "ok"
+            except BaseException as exc:
+                outcome["B"] = repr(exc)[:200]
+        real(self, *a, **k)
+
+    monkeypatch.setattr(S3Store, "complete_upload", complete)
+    try:
+        save(2.0)
+        outcome["A"] = "ok"
+    except BaseException as exc:
+        outcome["A"] = repr(exc)[:200]
+    dest = {"a": torch.zeros(64), "b": torch.zeros(64)}
+    dcp.load(dest, storage_reader=StorageReader(url, storage_options=s3.options), no_dist=True)
+    got = (dest["a"][0].item(), dest["b"][0].item())
+    winner = [job for job, v in (("A", 2.0), ("B", 3.0)) if got == (v, v)]
+    assert winner and outcome[winner[0]] == "ok", f"loaded {got}; outcomes {outcome}"
+
+
 # -- two gloo ranks -----------------------------------------------------------------------
 
 _ROWS = 1 << 20
