@@ -326,6 +326,21 @@ def test_plan_caching_breaks_every_save_after_the_first(tmp_path: Path) -> None:
     assert torch.equal(got, torch.full((4,), 2.0))
 
 
+@pytest.mark.parametrize("kw", [{"prefix": "a\x00b"}], ids=str)
+def test_bad_options_fail_with_a_tensorfile_error(tmp_path: Path, kw: dict[str, Any]) -> None:
+    """A prefix with a NUL byte fails in the save with ValueError ('embedded null byte'), an
+    unrelated exception from deep in the save: it should be InvalidArgumentError from the
+    constructor. (Also seen, not kept as a test for its run time: ``thread_count=10**9``
+    tries to start that many threads whatever the work - in_threads starts ``threads``
+    workers for 2 items - and fails after ~5 minutes with RuntimeError.)"""
+    try:
+        w = StorageWriter(tmp_path / "c", **kw)
+    except TensorFileError:
+        return
+    dcp.save({"w": torch.ones(4), "v": torch.ones(4)}, storage_writer=w)  # works, or ...
+    assert (tmp_path / "c").exists()
+
+
 _S3_CRASH = textwrap.dedent(
     """
     import json, os, signal, sys
