@@ -64,6 +64,8 @@ from tensorfile.core.errors import (
 )
 from tensorfile.core.parallel import in_threads
 from tensorfile.core.sizes import parse_size
+from tensorfile.core.plan import MAX_THREADS
+from tensorfile.formats.safetensors._sharded import check_prefix
 from tensorfile.formats.safetensors.hub import HubPlan, plan_hub, publish
 from tensorfile.sources import local_path_of, store_for
 
@@ -88,8 +90,10 @@ class StorageWriter(_DCPStorageWriter, AsyncStager):
             ``StorageReader(verify=True)``; the coordinator reads the files once more to
             compute them (local folders only).
         fsync: flush every file and the folder to stable storage before publishing.
-        thread_count: threads writing (or uploading) on each rank.
-        prefix: the files' name stem (``model``).
+        thread_count: threads writing (or uploading) on each rank (1 to 64; no more than
+            the rank has items to write).
+        prefix: the files' name stem (``model``): letters, digits, ``_``, ``.`` and ``-``,
+            not starting with ``.``.
         storage_options: options of an ``s3://`` store (endpoint, credentials), as
             :func:`tensorfile.sources.store_for` takes them.
 
@@ -119,10 +123,15 @@ class StorageWriter(_DCPStorageWriter, AsyncStager):
             )
         if not isinstance(fsync, bool):
             raise InvalidArgumentError(f"fsync must be a bool, got {fsync!r}")
-        if isinstance(thread_count, bool) or not isinstance(thread_count, int) or thread_count < 1:
-            raise InvalidArgumentError(f"thread_count must be a positive int, got {thread_count!r}")
-        if not isinstance(prefix, str) or not prefix or prefix.startswith(".") or "/" in prefix:
-            raise InvalidArgumentError(f"prefix {prefix!r}: a plain file name stem")
+        if (
+            isinstance(thread_count, bool)
+            or not isinstance(thread_count, int)
+            or not 1 <= thread_count <= MAX_THREADS
+        ):
+            raise InvalidArgumentError(
+                f"thread_count must be an int from 1 to {MAX_THREADS}, got {thread_count!r}"
+            )
+        check_prefix(prefix)
         if storage_options is not None and not isinstance(storage_options, Mapping):
             raise InvalidArgumentError("storage_options must be a mapping")
         self.checksum = checksum

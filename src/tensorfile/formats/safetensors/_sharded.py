@@ -46,10 +46,11 @@ from tensorfile.core.dtypes import from_safetensors
 from tensorfile.core.errors import InvalidArgumentError, SourceError, TensorFileError
 from tensorfile.core.sizes import parse_size
 from tensorfile.formats import SAFETENSORS, _index
+from tensorfile.formats.safetensors._encode import check_name
 from tensorfile.formats.safetensors._parse import N_LEN, parse_header, parse_header_length
 from tensorfile.formats.safetensors._writer import StreamWriter
 
-__all__ = ["INDEX_SUFFIX", "parse_size", "plan_shards", "publish", "write_sharded"]
+__all__ = ["INDEX_SUFFIX", "check_prefix", "parse_size", "plan_shards", "publish", "write_sharded"]
 
 SUFFIX = SAFETENSORS.suffixes[0]
 INDEX_SUFFIX = SUFFIX + _index.INDEX_SUFFIX
@@ -120,6 +121,7 @@ def _sizes(
         name, dtype, shape = entry
         if not isinstance(name, str) or not name:
             raise InvalidArgumentError(f"tensor names are non-empty text, got {name!r}")
+        check_name(name)  # (the format's rule: ``__metadata__`` names no tensor)
         if name in specs:
             raise InvalidArgumentError(f"tensor {name!r} appears twice")
         try:
@@ -146,6 +148,23 @@ def _dims(shape: Any) -> tuple[int, ...] | None:
     except TypeError:
         return None
     return dims if len(dims) == len(shape) and all(d >= 0 for d in dims) else None
+
+
+def check_prefix(prefix: object) -> str:
+    """``prefix`` if it is a plain file name stem (letters, digits, ``_``, ``.``, ``-``; not
+    starting with ``.``), else an :class:`~tensorfile.errors.InvalidArgumentError`.
+
+    Example:
+        >>> check_prefix("model")
+        'model'
+    """
+    if (
+        not isinstance(prefix, str)
+        or not re.fullmatch(r"[A-Za-z0-9_.-]+", prefix)
+        or prefix.startswith(".")
+    ):
+        raise InvalidArgumentError(f"prefix {prefix!r}: a plain file name stem")
+    return prefix
 
 
 def write_sharded(
@@ -179,10 +198,7 @@ def write_sharded(
         ['model-00001-of-00002.safetensors', 'model-00002-of-00002.safetensors', \
 'model.safetensors.index.json']
     """
-    if not isinstance(prefix, str) or not re.fullmatch(r"[A-Za-z0-9_.-]+", prefix):
-        raise InvalidArgumentError(f"prefix {prefix!r}: a plain file name stem")
-    if prefix.startswith("."):
-        raise InvalidArgumentError(f"prefix {prefix!r}: a plain file name stem")
+    check_prefix(prefix)
     if isinstance(max_shard_size, bool) or not isinstance(max_shard_size, int):
         raise InvalidArgumentError(f"max_shard_size is a number of bytes, got {max_shard_size!r}")
     if max_shard_size < 1:
