@@ -317,13 +317,18 @@ def test_plan_caching_breaks_every_save_after_the_first(tmp_path: Path) -> None:
     storage_data names the FIRST save's staging files (long renamed), and skips
     prepare_global_plan: every later save fails with 'cannot open ....part'. The writer
     must give each save its own staging (e.g. keep the layout out of the cached plan, or
-    refuse caching with a clear error at the first save)."""
+    refuse caching with a clear error at the first save).
+
+    (fix37w: the writer refuses caching with a clear error at the first save, and the
+    previous checkpoint stays as it was.)"""
     ckpt = tmp_path / "ckpt"
+    dcp.save({"w": torch.full((4,), 1.0)}, storage_writer=StorageWriter(ckpt))
     planner = DefaultSavePlanner(enable_plan_caching=True)
-    for v in (1.0, 2.0):
-        dcp.save({"w": torch.full((4,), v)}, storage_writer=StorageWriter(ckpt), planner=planner)
+    with pytest.raises(dcp.api.CheckpointException, match=r"enable_plan_caching=True"):
+        dcp.save({"w": torch.full((4,), 2.0)}, storage_writer=StorageWriter(ckpt), planner=planner)
     got = safetensors.torch.load_file(str(ckpt / "model.safetensors"))["w"]
-    assert torch.equal(got, torch.full((4,), 2.0))
+    assert torch.equal(got, torch.full((4,), 1.0))
+    assert sorted(os.listdir(ckpt)) == ["model.safetensors"]
 
 
 @pytest.mark.parametrize("kw", [{"prefix": "a\x00b"}], ids=str)
