@@ -269,6 +269,60 @@ def test_a_kill_at_publication_leaves_links_torchs_reader_takes_for_the_checkpoi
     assert torch.equal(ours["a"], theirs["a"]) and torch.equal(ours["b"], theirs["b"])
 
 
+_CRASH_LINKED = textwrap.dedent(
+    """
+    import os, signal, sys
+    import torch, torch.distributed.checkpoint as dcp
+    from tensorfile.distributed import StorageWriter
+    import tensorfile.formats.safetensors._sharded as sh
+    real = sh._keep_old
+    def keep_then_die(*a, **k):  # SIGKILL once the old index names the links
+        real(*a, **k)
+        os.kill(os.getpid(), signal.SIGKILL)
+    sh._keep_old = keep_then_die
+    sd = {"a": torch.full((64,), 2.0), "b": torch.full((64,), 2.0)}
+    dcp.save(sd, storage_writer=StorageWriter(sys.argv[1], max_shard_size=300))
+    """
+)
+
+
+def test_a_kill_while_the_old_index_names_the_links_leaves_it_loadable_everywhere(
+    tmp_path: Path,
+) -> None:
+    """(fix37w) Killed once the old index names the hidden links (before the new files are
+    in place): the old checkpoint loads whole with huggingface_hub (which wants every shard
+    an index names to end in ``.safetensors``), tensorfile.open, StorageReader and torch's
+    HuggingFaceStorageReader, and the next save leaves no link behind."""
+    from huggingface_hub import load_torch_model
+    from torch.distributed.checkpoint import HuggingFaceStorageReader
+
+    import tensorfile
+
+    ckpt = tmp_path / "ckpt"
+    old = {"a": torch.full((64,), 1.0), "b": torch.full((64,), 1.0)}
+    dcp.save(old, storage_writer=StorageWriter(ckpt, max_shard_size=300))
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    subprocess.run([sys.executable, "-c", _CRASH_LINKED, str(ckpt)], env=env,
+                   timeout=120, check=False, capture_output=True)  # fmt: skip
+    index = json.loads((ckpt / "model.safetensors.index.json").read_text())
+    named = set(index["weight_map"].values())
+    assert all(n.startswith(".tensorfile-prev-") and n.endswith(".safetensors") for n in named)
+    module = torch.nn.Module()
+    module.a = torch.nn.Parameter(torch.zeros(64))
+    module.b = torch.nn.Parameter(torch.zeros(64))
+    load_torch_model(module, ckpt)
+    assert torch.equal(module.a.detach(), old["a"]) and torch.equal(module.b.detach(), old["b"])
+    with tensorfile.open(ckpt / "model.safetensors.index.json") as f:
+        assert all(torch.equal(torch.from_numpy(f.get_tensor(k)), v) for k, v in old.items())
+    for reader in (StorageReader(ckpt), HuggingFaceStorageReader(str(ckpt))):
+        dest = {"a": torch.zeros(64), "b": torch.zeros(64)}
+        dcp.load(dest, storage_reader=reader)
+        assert all(torch.equal(dest[k], v) for k, v in old.items()), type(reader)
+    dcp.save({"a": torch.full((64,), 3.0), "b": torch.full((64,), 3.0)},
+             storage_writer=StorageWriter(ckpt, max_shard_size=300))  # fmt: skip
+    assert not [n for n in os.listdir(ckpt) if n.startswith(".")]
+
+
 @pytest.fixture
 def nofile_1024() -> Any:
     """The common default soft limit of open files (1024) while the test runs."""

@@ -88,8 +88,10 @@ def check_cover(
     nd = len(shape)
     full = [b for b in boxes if math.prod(b[1]) > 0]
     for offs, sizes in full:
-        if len(offs) != nd or len(sizes) != nd or any(
-            o < 0 or o + s > d for o, s, d in zip(offs, sizes, shape, strict=True)
+        if (
+            len(offs) != nd
+            or len(sizes) != nd
+            or any(o < 0 or o + s > d for o, s, d in zip(offs, sizes, shape, strict=True))
         ):
             raise InvalidArgumentError(
                 f"tensor {name!r}: a shard {_box(offs, sizes)} lies outside its shape {list(shape)}"

@@ -64,8 +64,7 @@ from tensorfile.core.errors import (
 from tensorfile.core.parallel import in_threads
 from tensorfile.core.sizes import parse_size
 from tensorfile.core.plan import MAX_THREADS
-from tensorfile.formats.safetensors._sharded import check_prefix
-from tensorfile.formats.safetensors.hub import HubPlan, plan_hub, publish
+from tensorfile.formats.safetensors.hub import HubPlan, check_prefix, plan_hub, publish
 from tensorfile.sources import local_path_of, store_for
 
 from . import _folder, _objects, _upload
