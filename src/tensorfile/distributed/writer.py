@@ -62,8 +62,8 @@ from tensorfile.core.errors import (
     UnsupportedError,
 )
 from tensorfile.core.parallel import in_threads
-from tensorfile.core.sizes import parse_size
 from tensorfile.core.plan import MAX_THREADS
+from tensorfile.core.sizes import parse_size
 from tensorfile.formats.safetensors.hub import HubPlan, check_prefix, plan_hub, publish
 from tensorfile.sources import local_path_of, store_for
 
