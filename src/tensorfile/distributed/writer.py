@@ -17,7 +17,9 @@ is written twice:
    place, the index last (:func:`~tensorfile.formats.safetensors.hub.publish`).
 
 Until step 3 the folder holds the previous checkpoint whole; a save that fails or loses a
-rank (SIGKILL) leaves it so, and its staging files are removed by the next save. The
+rank (SIGKILL) leaves it so. Its staging files and lock file go at once when the error is
+on the coordinator's rank, else when the coordinator's writer object is collected or saves
+again, or at any later save once the coordinator's process has ended. The
 coordinator holds a lock of the folder from step 1 to 3: a second job saving to the same
 folder meanwhile fails with :class:`~tensorfile.errors.ConcurrentWriteError`.
 
