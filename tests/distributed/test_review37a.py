@@ -115,6 +115,27 @@ def test_a_failed_save_leaves_its_staging_files_and_lock(tmp_path: Path) -> None
     assert sorted(os.listdir(ckpt)) == ["notes.txt"]
 
 
+def test_a_writer_collected_mid_save_removes_its_staging_files_and_lock(tmp_path: Path) -> None:
+    """(fix37w) A save that failed on another rank leaves the coordinator's writer holding
+    its staged files and lock (DCP calls nothing on it); once that object is collected,
+    they are gone."""
+    import gc
+
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    (ckpt / "notes.txt").write_text("mine")
+    planner = DefaultSavePlanner()
+    planner.set_up_planner({"w": torch.ones(4)}, is_coordinator=True)
+    writer = StorageWriter(ckpt)
+    writer.set_up_storage_writer(True, rank=0)
+    plans, _ = planner.create_global_plan([writer.prepare_local_plan(planner.create_local_plan())])
+    plans = writer.prepare_global_plan(plans)
+    assert len(os.listdir(ckpt)) > 1  # staged, and the save's lock file
+    del writer, plans
+    gc.collect()
+    assert sorted(os.listdir(ckpt)) == ["notes.txt"]
+
+
 def test_a_meta_tensor_is_refused_with_a_tensorfile_error(tmp_path: Path) -> None:
     """A 'meta' tensor (no data) fails in torch's ``.cpu()`` with NotImplementedError deep
     in write_data, after the files were staged; it should be an InvalidArgumentError saying

@@ -163,8 +163,13 @@ class StorageWriter(_DCPStorageWriter, AsyncStager):
         return state
 
     def __del__(self) -> None:
-        if getattr(self, "_lock_fd", None) is not None:  # (a save this object coordinates)
-            self._abandon()
+        """A save this object still coordinates (it failed on another rank) is given up:
+        its staging files and lock file removed."""
+        if getattr(self, "_lock_fd", None) is not None:
+            try:
+                self._abandon()
+            except Exception:  # (at interpreter exit, perhaps: nothing to be done)
+                pass
 
     # -- DCP's StorageWriter ---------------------------------------------------------------
 
