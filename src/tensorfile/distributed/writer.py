@@ -499,7 +499,8 @@ def _published(hub: HubPlan) -> tuple[str, str]:
 
 def _entries(plans: list[SavePlan]) -> tuple[list[tuple[str, str, tuple[int, ...]]], bool]:
     """Every tensor of the global plan as ``(fqn, safetensors dtype, global shape)``, in
-    the order of first appearance; and whether there are other objects."""
+    the order of first appearance, once its shards are checked to cover it exactly; and
+    whether there are other objects."""
     specs: dict[str, tuple[torch.dtype, tuple[int, ...]]] = {}
     boxes: dict[str, list[tuple[tuple[int, ...], tuple[int, ...]]]] = {}
     objects = False
