@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sized
 from typing import TypeVar
 
 __all__ = [
@@ -90,7 +90,8 @@ def in_threads(threads: int, items: Iterable[T], job: Callable[[T], None]) -> No
     """Run ``job(item)`` for every item on ``threads`` threads, which take the items in
     order (a thread the host deschedules holds up one item, not a fixed share); the first
     failure stops the items not yet started and is raised once every thread is done (no
-    thread outlives the call). One thread (or fewer): on the calling thread, in order.
+    thread outlives the call). Never more threads than a sized ``items`` has items; one
+    thread (or fewer): on the calling thread, in order.
 
     Example:
         >>> seen = []
@@ -98,6 +99,8 @@ def in_threads(threads: int, items: Iterable[T], job: Callable[[T], None]) -> No
         >>> sorted(seen)
         [0, 1, 2, 3, 4]
     """
+    if isinstance(items, Sized):
+        threads = min(threads, len(items))  # (no thread without an item)
     queue = iter(items)
     if threads <= 1:
         for item in queue:

@@ -21,7 +21,9 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-__all__ = ["Runs", "runs"]
+from tensorfile.core.errors import InvalidArgumentError
+
+__all__ = ["Runs", "check_cover", "runs"]
 
 
 @dataclass(frozen=True)
@@ -63,3 +65,53 @@ def runs(
         steps = np.arange(sizes[d], dtype=np.int64) * stride[d]
         starts = (steps[:, None] + starts[None, :]).reshape(-1)
     return Runs(starts, sizes[k] * stride[k])
+
+
+def check_cover(
+    name: str,
+    shape: tuple[int, ...],
+    boxes: list[tuple[tuple[int, ...], tuple[int, ...]]],
+) -> None:
+    """That the ``(offsets, sizes)`` boxes of the tensor ``name`` of ``shape`` cover it
+    exactly (each inside it, no two overlapping, together all of it), else an
+    :class:`~tensorfile.errors.InvalidArgumentError` naming it: compared box against box
+    (memory: the boxes', never a row's).
+
+    Example:
+        >>> check_cover("w", (4, 2), [((0, 0), (4, 1)), ((0, 1), (4, 1))])
+        >>> try:
+        ...     check_cover("w", (4,), [((0,), (2,)), ((1,), (2,))])
+        ... except InvalidArgumentError as exc:
+        ...     print(exc)
+        tensor 'w': the ranks' shards [0:2] and [1:3] overlap
+    """
+    nd = len(shape)
+    full = [b for b in boxes if math.prod(b[1]) > 0]
+    for offs, sizes in full:
+        if (
+            len(offs) != nd
+            or len(sizes) != nd
+            or any(o < 0 or o + s > d for o, s, d in zip(offs, sizes, shape, strict=True))
+        ):
+            raise InvalidArgumentError(
+                f"tensor {name!r}: a shard {_box(offs, sizes)} lies outside its shape {list(shape)}"
+            )
+    lo = np.array([b[0] for b in full], np.int64).reshape(len(full), nd)
+    hi = lo + np.array([b[1] for b in full], np.int64).reshape(len(full), nd)
+    for i in range(len(full) - 1):
+        hit = np.all((lo[i] < hi[i + 1 :]) & (lo[i + 1 :] < hi[i]), axis=1)
+        if hit.any():
+            j = i + 1 + int(np.argmax(hit))
+            raise InvalidArgumentError(
+                f"tensor {name!r}: the ranks' shards {_box(*full[i])} and {_box(*full[j])} overlap"
+            )
+    covered = sum(math.prod(b[1]) for b in full)
+    if covered != math.prod(shape):
+        raise InvalidArgumentError(
+            f"tensor {name!r}: the ranks' shards hold {covered} of its {math.prod(shape)} "
+            "elements; the rest would be published unwritten"
+        )
+
+
+def _box(offs: tuple[int, ...], sizes: tuple[int, ...]) -> str:
+    return "[" + ", ".join(f"{o}:{o + s}" for o, s in zip(offs, sizes, strict=True)) + "]"

@@ -12,6 +12,7 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -20,7 +21,10 @@ from tensorfile.core.errors import InvalidArgumentError
 
 from ._runs import Runs
 
-__all__ = ["shard_bytes", "spans"]
+__all__ = ["Span", "shard_bytes", "spans"]
+
+Span = tuple[int, int, memoryview]
+"""Bytes of a shard in a file: ``(file number, absolute offset, bytes)``."""
 
 
 def shard_bytes(
@@ -35,17 +39,25 @@ def shard_bytes(
         raise InvalidArgumentError(
             f"{fqn!r}: the shard is {t.dtype} {list(t.shape)}; the plan says {dtype} {list(sizes)}"
         )
+    if t.device.type == "meta":
+        raise InvalidArgumentError(f"{fqn!r}: a 'meta' tensor has no data to save")
     if r.count == 0:
         return r, memoryview(b"")
-    if t.device.type != "cpu":
-        t = t.cpu()
-    flat = t.contiguous().reshape(-1).view(torch.uint8).numpy()
+    try:
+        if t.device.type != "cpu":
+            t = t.cpu()
+        flat = t.contiguous().reshape(-1).view(torch.uint8).numpy()
+    except (RuntimeError, NotImplementedError, TypeError, ValueError) as exc:
+        raise InvalidArgumentError(
+            f"{fqn!r}: the bytes of this {type(tensor).__name__} cannot be taken "
+            f"({type(exc).__name__}: {str(exc)[:200]})"
+        ) from None
     return r, memoryview(flat)  # type: ignore[arg-type]
 
 
-def spans(file_no: int, start: int, r: Runs, data: memoryview) -> list[tuple[int, int, memoryview]]:
-    """The shard's bytes as ``(file number, absolute offset, bytes)``, a run each."""
+def spans(file_no: int, start: int, r: Runs, data: memoryview) -> Iterator[Span]:
+    """The shard's bytes as ``(file number, absolute offset, bytes)``, a run each, made
+    one at a time (a ``Shard(1)`` shard has a run per row: none is held)."""
     n = r.length
-    return [
-        (file_no, start + s, data[i * n : (i + 1) * n]) for i, s in enumerate(r.starts.tolist())
-    ]
+    for i, s in enumerate(r.starts):
+        yield file_no, start + int(s), data[i * n : (i + 1) * n]

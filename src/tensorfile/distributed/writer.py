@@ -17,7 +17,9 @@ is written twice:
    place, the index last (:func:`~tensorfile.formats.safetensors.hub.publish`).
 
 Until step 3 the folder holds the previous checkpoint whole; a save that fails or loses a
-rank (SIGKILL) leaves it so, and its staging files are removed by the next save. The
+rank (SIGKILL) leaves it so. Its staging files and lock file go at once when the error is
+on the coordinator's rank, else when the coordinator's writer object is collected or saves
+again, or at any later save once the coordinator's process has ended. The
 coordinator holds a lock of the folder from step 1 to 3: a second job saving to the same
 folder meanwhile fails with :class:`~tensorfile.errors.ConcurrentWriteError`.
 
@@ -40,7 +42,6 @@ import copy
 import dataclasses
 import io
 import os
-import threading
 import uuid
 from collections.abc import Mapping
 from typing import Any
@@ -63,12 +64,13 @@ from tensorfile.core.errors import (
     UnsupportedError,
 )
 from tensorfile.core.parallel import in_threads
+from tensorfile.core.plan import MAX_THREADS
 from tensorfile.core.sizes import parse_size
-from tensorfile.formats.safetensors.hub import HubPlan, plan_hub, publish
+from tensorfile.formats.safetensors.hub import HubPlan, check_prefix, plan_hub, publish
 from tensorfile.sources import local_path_of, store_for
 
 from . import _folder, _objects, _upload
-from ._runs import runs
+from ._runs import check_cover, runs
 from ._shard_bytes import shard_bytes, spans
 
 __all__ = ["StorageWriter"]
@@ -88,8 +90,10 @@ class StorageWriter(_DCPStorageWriter, AsyncStager):
             ``StorageReader(verify=True)``; the coordinator reads the files once more to
             compute them (local folders only).
         fsync: flush every file and the folder to stable storage before publishing.
-        thread_count: threads writing (or uploading) on each rank.
-        prefix: the files' name stem (``model``).
+        thread_count: threads writing (or uploading) on each rank (1 to 64; no more than
+            the rank has items to write).
+        prefix: the files' name stem (``model``): letters, digits, ``_``, ``.`` and ``-``,
+            not starting with ``.``.
         storage_options: options of an ``s3://`` store (endpoint, credentials), as
             :func:`tensorfile.sources.store_for` takes them.
 
@@ -119,10 +123,15 @@ class StorageWriter(_DCPStorageWriter, AsyncStager):
             )
         if not isinstance(fsync, bool):
             raise InvalidArgumentError(f"fsync must be a bool, got {fsync!r}")
-        if isinstance(thread_count, bool) or not isinstance(thread_count, int) or thread_count < 1:
-            raise InvalidArgumentError(f"thread_count must be a positive int, got {thread_count!r}")
-        if not isinstance(prefix, str) or not prefix or prefix.startswith(".") or "/" in prefix:
-            raise InvalidArgumentError(f"prefix {prefix!r}: a plain file name stem")
+        if (
+            isinstance(thread_count, bool)
+            or not isinstance(thread_count, int)
+            or not 1 <= thread_count <= MAX_THREADS
+        ):
+            raise InvalidArgumentError(
+                f"thread_count must be an int from 1 to {MAX_THREADS}, got {thread_count!r}"
+            )
+        check_prefix(prefix)
         if storage_options is not None and not isinstance(storage_options, Mapping):
             raise InvalidArgumentError("storage_options must be a mapping")
         self.checksum = checksum
@@ -154,7 +163,13 @@ class StorageWriter(_DCPStorageWriter, AsyncStager):
         return state
 
     def __del__(self) -> None:
-        self._unlock()
+        """A save this object still coordinates (it failed on another rank) is given up:
+        its staging files and lock file removed."""
+        if getattr(self, "_lock_fd", None) is not None:
+            try:
+                self._abandon()
+            except Exception:  # (at interpreter exit, perhaps: nothing to be done)
+                pass
 
     # -- DCP's StorageWriter ---------------------------------------------------------------
 
@@ -202,6 +217,8 @@ class StorageWriter(_DCPStorageWriter, AsyncStager):
         """On the coordinator: lay out the files from every rank's plan, create them (or
         their uploads), and tell each rank where its items go."""
         self._abandon()  # (a save of this writer that failed on another rank: given up)
+        if not all(p.usable for p in plans):
+            raise UnsupportedError(_NO_CACHING)
         self.save_id = uuid.uuid4().hex[:16]
         entries, objects = _entries(plans)
         self._sidecar = _objects.sidecar_name(self.prefix, self.save_id) if objects else None
@@ -265,6 +282,16 @@ class StorageWriter(_DCPStorageWriter, AsyncStager):
 
     def write_data(self, plan: SavePlan, planner: SavePlanner) -> Future[list[WriteResult]]:
         """On every rank: write (or upload) the bytes of this rank's items."""
+        try:
+            return self._write_data(plan, planner)
+        except BaseException:
+            if self.is_coordinator:
+                self._abandon()  # (what another rank fails in stays until __del__ or the next save)
+            raise
+
+    def _write_data(self, plan: SavePlan, planner: SavePlanner) -> Future[list[WriteResult]]:
+        if getattr(planner, "_enable_plan_caching", False):
+            raise UnsupportedError(_NO_CACHING)
         data = plan.storage_data
         if not isinstance(data, dict) or "at" not in data:
             raise InvalidArgumentError(
@@ -295,44 +322,39 @@ class StorageWriter(_DCPStorageWriter, AsyncStager):
         return fut
 
     def _write_local(self, files: list[str], shards: list[Any]) -> list[WriteResult]:
-        fds: dict[int, int] = {}
-        opening = threading.Lock()
+        """Each item's runs written at their offsets, a ``pwrite`` a run, the item's file
+        opened for it alone (a rank of many files holds a descriptor per thread)."""
         results: list[WriteResult] = []
-
-        def fd_of(i: int) -> int:
-            with opening:
-                if i not in fds:
-                    try:
-                        fds[i] = os.open(files[i], os.O_WRONLY | os.O_CLOEXEC)
-                    except OSError as exc:
-                        raise SourceError(
-                            f"cannot open {files[i]}: {exc.strerror or exc} (was the save "
-                            "abandoned, or is the folder not shared by every rank?)"
-                        ) from exc
-                return fds[i]
+        written: set[int] = set()
 
         def one(job: tuple[Any, int, int, Any]) -> None:
             item, file_no, start, planner = job
             r, data = _bytes_of(item, planner)
-            fd = fd_of(file_no) if r.count else -1
-            try:
-                for _, off, piece in spans(file_no, start, r, data):
-                    write_all(fd, piece, off)
-            except OSError as exc:
-                raise SourceError(
-                    f"writing {item.index.fqn!r} failed: {exc.strerror or exc}"
-                ) from exc
+            if r.count:
+                written.add(file_no)
+                try:
+                    fd = os.open(files[file_no], os.O_WRONLY | os.O_CLOEXEC)
+                except OSError as exc:
+                    raise SourceError(
+                        f"cannot open {files[file_no]}: {exc.strerror or exc} (was the save "
+                        "abandoned, or is the folder not shared by every rank?)"
+                    ) from exc
+                try:
+                    for _, off, piece in spans(file_no, start, r, data):
+                        write_all(fd, piece, off)
+                except OSError as exc:
+                    raise SourceError(
+                        f"writing {item.index.fqn!r} failed: {exc.strerror or exc}"
+                    ) from exc
+                finally:
+                    os.close(fd)
             results.append(WriteResult(index=item.index, size_in_bytes=r.nbytes,
                                        storage_data=None))  # fmt: skip
 
-        try:
-            in_threads(self.thread_count, shards, one)
-            if self.fsync:
-                for fd in fds.values():
-                    os.fsync(fd)
-        finally:
-            for fd in fds.values():
-                os.close(fd)
+        in_threads(self.thread_count, shards, one)
+        if self.fsync:
+            for file_no in sorted(written):
+                _folder.fsync_file(files[file_no])
         return results
 
     def _upload(self, data: dict[str, Any], shards: list[Any]) -> list[WriteResult]:
@@ -420,14 +442,17 @@ class StorageWriter(_DCPStorageWriter, AsyncStager):
             os.close(fd)  # (releases the lock)
 
     def _abandon(self) -> None:
-        """Remove this save's staging files and release the folder."""
-        for stage, _ in self._staged:
+        """Give up this save: remove its staging files and its lock file, and release the
+        lock."""
+        for stage, _ in getattr(self, "_staged", []):
             try:
                 os.unlink(stage)
             except OSError:
                 pass
         self._staged = []
         self._plan = None
+        if getattr(self, "_lock_fd", None) is not None:
+            _folder.drop_save_lock(self.path, self.save_id)  # (still held: nobody races it)
         self._unlock()
 
     def _write_digests(self, algorithm: str) -> None:
@@ -439,6 +464,13 @@ class StorageWriter(_DCPStorageWriter, AsyncStager):
                 write_all(fd, memoryview(f.header_with(found)), 0)
             finally:
                 os.close(fd)
+
+
+_NO_CACHING = (
+    "tensorfile's StorageWriter lays out each save's files anew and cannot reuse a cached "
+    "plan: use DefaultSavePlanner(enable_plan_caching=False) (the default), not "
+    "DefaultSavePlanner(enable_plan_caching=True)"
+)
 
 
 def _target(path: object, options: Mapping[str, Any] | None) -> tuple[str, bool]:
@@ -467,8 +499,10 @@ def _published(hub: HubPlan) -> tuple[str, str]:
 
 def _entries(plans: list[SavePlan]) -> tuple[list[tuple[str, str, tuple[int, ...]]], bool]:
     """Every tensor of the global plan as ``(fqn, safetensors dtype, global shape)``, in
-    the order of first appearance; and whether there are other objects."""
+    the order of first appearance, once its shards are checked to cover it exactly; and
+    whether there are other objects."""
     specs: dict[str, tuple[torch.dtype, tuple[int, ...]]] = {}
+    boxes: dict[str, list[tuple[tuple[int, ...], tuple[int, ...]]]] = {}
     objects = False
     for p in plans:
         for it in p.items:
@@ -478,6 +512,9 @@ def _entries(plans: list[SavePlan]) -> tuple[list[tuple[str, str, tuple[int, ...
             td = it.tensor_data
             if td is None:
                 raise InvalidArgumentError(f"{it.index.fqn!r}: a tensor item with no tensor data")
+            boxes.setdefault(it.index.fqn, []).append(
+                (tuple(td.chunk.offsets), tuple(td.chunk.sizes))
+            )
             spec = (td.properties.dtype, tuple(td.size))
             seen = specs.setdefault(it.index.fqn, spec)
             if seen != spec:
@@ -494,6 +531,8 @@ def _entries(plans: list[SavePlan]) -> tuple[list[tuple[str, str, tuple[int, ...
         if d.is_subbyte:
             raise UnsupportedError(f"tensor {fqn!r}: sub-byte {d.name} tensors are not saved")
         entries.append((fqn, d.name, shape))
+    for fqn, (_, shape) in specs.items():
+        check_cover(fqn, shape, boxes[fqn])  # (no byte of the files left unwritten)
     return entries, objects
 
 

@@ -46,10 +46,19 @@ from tensorfile.core.dtypes import from_safetensors
 from tensorfile.core.errors import InvalidArgumentError, SourceError, TensorFileError
 from tensorfile.core.sizes import parse_size
 from tensorfile.formats import SAFETENSORS, _index
+from tensorfile.formats.safetensors._encode import check_name
 from tensorfile.formats.safetensors._parse import N_LEN, parse_header, parse_header_length
 from tensorfile.formats.safetensors._writer import StreamWriter
 
-__all__ = ["INDEX_SUFFIX", "parse_size", "plan_shards", "publish", "write_sharded"]
+__all__ = [
+    "INDEX_SUFFIX",
+    "check_prefix",
+    "parse_size",
+    "plan_shards",
+    "publish",
+    "remove_old_links",
+    "write_sharded",
+]
 
 SUFFIX = SAFETENSORS.suffixes[0]
 INDEX_SUFFIX = SUFFIX + _index.INDEX_SUFFIX
@@ -120,6 +129,7 @@ def _sizes(
         name, dtype, shape = entry
         if not isinstance(name, str) or not name:
             raise InvalidArgumentError(f"tensor names are non-empty text, got {name!r}")
+        check_name(name)  # (the format's rule: ``__metadata__`` names no tensor)
         if name in specs:
             raise InvalidArgumentError(f"tensor {name!r} appears twice")
         try:
@@ -146,6 +156,23 @@ def _dims(shape: Any) -> tuple[int, ...] | None:
     except TypeError:
         return None
     return dims if len(dims) == len(shape) and all(d >= 0 for d in dims) else None
+
+
+def check_prefix(prefix: object) -> str:
+    """``prefix`` if it is a plain file name stem (letters, digits, ``_``, ``.``, ``-``; not
+    starting with ``.``), else an :class:`~tensorfile.errors.InvalidArgumentError`.
+
+    Example:
+        >>> check_prefix("model")
+        'model'
+    """
+    if (
+        not isinstance(prefix, str)
+        or not re.fullmatch(r"[A-Za-z0-9_.-]+", prefix)
+        or prefix.startswith(".")
+    ):
+        raise InvalidArgumentError(f"prefix {prefix!r}: a plain file name stem")
+    return prefix
 
 
 def write_sharded(
@@ -179,10 +206,7 @@ def write_sharded(
         ['model-00001-of-00002.safetensors', 'model-00002-of-00002.safetensors', \
 'model.safetensors.index.json']
     """
-    if not isinstance(prefix, str) or not re.fullmatch(r"[A-Za-z0-9_.-]+", prefix):
-        raise InvalidArgumentError(f"prefix {prefix!r}: a plain file name stem")
-    if prefix.startswith("."):
-        raise InvalidArgumentError(f"prefix {prefix!r}: a plain file name stem")
+    check_prefix(prefix)
     if isinstance(max_shard_size, bool) or not isinstance(max_shard_size, int):
         raise InvalidArgumentError(f"max_shard_size is a number of bytes, got {max_shard_size!r}")
     if max_shard_size < 1:
@@ -246,7 +270,9 @@ def publish(
 
     Until the new index (or the new ``model.safetensors``) is in place, the folder holds the
     old checkpoint whole: where a new shard takes the name of a shard the old index names,
-    the old shard is first linked under a hidden name (``.tensorfile-prev-<tag>-<name>``) and
+    the old shard is first linked under a hidden name (``.tensorfile-prev-<tag>/<name>``:
+    in a hidden folder, which readers that take every ``*.safetensors`` of the folder do not
+    list, under its own name, which transformers and huggingface_hub want of a shard) and
     the old index rewritten to name the links, so every file it names stays the old one.
     Where links cannot be made, the old index is removed before the first such rename (a
     kill in that window leaves no index: no claim rather than a false one).
@@ -286,30 +312,58 @@ def publish(
     if index is not None:
         written.add(prefix + INDEX_SUFFIX)
     _remove_stale(folder, prefix, written)
-    for name in os.listdir(folder):
-        if name.startswith(_PREV):
-            _unlink(os.path.join(folder, name))
+    remove_old_links(folder)
 
 
 _PREV = ".tensorfile-prev-"
 
 
-def _hidden_link(path: str, tag: str) -> str | None:
-    """A hard link to ``path`` under a hidden name in its folder (None: links cannot be
-    made there)."""
-    folder, name = os.path.split(path)
-    link = os.path.join(folder, f"{_PREV}{tag}-{name}")
+def remove_old_links(folder: str) -> None:
+    """Remove the hidden links that kept an old checkpoint while a new one was published
+    (``.tensorfile-prev-<tag>/``, and the ``.tensorfile-prev-<tag>-<name>`` files of
+    earlier versions): call it once the new checkpoint's index (or file) is in place."""
+    for name in _listing(folder):
+        if name.startswith(_PREV):
+            path = os.path.join(folder, name)
+            if os.path.isdir(path) and not os.path.islink(path):
+                for inner in _listing(path):
+                    _unlink(os.path.join(path, inner))
+                try:
+                    os.rmdir(path)
+                except OSError:
+                    pass
+            else:
+                _unlink(path)
+
+
+def _listing(folder: str) -> list[str]:
     try:
+        return os.listdir(folder)
+    except OSError:
+        return []
+
+
+def _hidden_link(path: str, tag: str, name: str) -> str | None:
+    """A hard link to ``path`` as ``.tensorfile-prev-<tag>/<name>`` in its folder, the
+    name relative to the folder (None: links cannot be made there). The hidden folder
+    keeps the link out of readers that take every ``*.safetensors`` of a folder (torch's
+    ``HuggingFaceStorageReader``) while its own name keeps the suffix that transformers
+    and huggingface_hub ask of an index's shards."""
+    folder = os.path.dirname(path)
+    rel = f"{_PREV}{tag}/{name}"
+    link = os.path.join(folder, rel)
+    try:
+        os.makedirs(os.path.dirname(link), exist_ok=True)
         _unlink(link)
         os.link(path, link)
     except OSError:
         return None
-    return link
+    return rel
 
 
 def _index_of(path: str, link: str, index_path: str, fsync: bool) -> bool:
-    """Write ``index_path`` naming ``link`` for every tensor of the safetensors file
-    ``path``; False (nothing written) when its header cannot be read."""
+    """Write ``index_path`` naming ``link`` (relative to its folder) for every tensor of
+    the safetensors file ``path``; False (nothing written) when its header cannot be read."""
     try:
         with open(path, "rb") as f:
             size = os.fstat(f.fileno()).st_size
@@ -317,10 +371,9 @@ def _index_of(path: str, link: str, index_path: str, fsync: bool) -> bool:
             header = parse_header(f.read(n), size)
     except (OSError, TensorFileError):
         return False
-    shard = os.path.basename(link)
     doc = {
         "metadata": {"total_size": header.data_len},
-        "weight_map": dict.fromkeys(header.names, shard),
+        "weight_map": dict.fromkeys(header.names, link),
     }
     out = AtomicFile(index_path, fsync=fsync)
     try:
@@ -336,11 +389,11 @@ def _single_behind_index(single: str, index_path: str, tag: str, fsync: bool) ->
     """Make the old checkpoint of one file an index naming a link to it, and remove the
     file's own name (the index then holds the old checkpoint, whichever rule a reader
     follows, until the new index replaces it)."""
-    link = _hidden_link(single, tag)
+    link = _hidden_link(single, tag, os.path.basename(single))
     if link is None:
         return
     if not _index_of(single, link, index_path, fsync):
-        _unlink(link)
+        _unlink(os.path.join(os.path.dirname(single), link))
         return
     _unlink(single)
 
@@ -350,11 +403,11 @@ def _commit_through_index(staged: tuple[str, str], index_path: str, tag: str, fs
     name the new file's link (the commit), the file renamed into place, then the index
     removed; False (nothing done) where that cannot be done."""
     stage, final = staged
-    link = _hidden_link(stage, tag)
+    link = _hidden_link(stage, tag, os.path.basename(final))
     if link is None:
         return False
     if not _index_of(stage, link, index_path, fsync):
-        _unlink(link)
+        _unlink(os.path.join(os.path.dirname(stage), link))
         return False
     os.replace(stage, final)
     _unlink(index_path)
@@ -371,11 +424,8 @@ def _keep_old(folder: str, index_path: str, taken: set[str], tag: str) -> bool:
     renamed: dict[str, str] = {}
     for shard in dict.fromkeys(weight_map.values()):
         if shard in taken and os.path.basename(shard) == shard:
-            link = f"{_PREV}{tag}-{shard}"
-            try:
-                _unlink(os.path.join(folder, link))
-                os.link(os.path.join(folder, shard), os.path.join(folder, link))
-            except OSError:
+            link = _hidden_link(os.path.join(folder, shard), tag, shard)
+            if link is None:
                 return False
             renamed[shard] = link
     try:

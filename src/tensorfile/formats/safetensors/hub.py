@@ -39,6 +39,7 @@ from tensorfile.formats.safetensors._sharded import (
     SUFFIX,
     _names,
     _sizes,
+    check_prefix,
     plan_shards,
     publish,
 )
@@ -50,6 +51,7 @@ __all__ = [
     "FilePlan",
     "HubChunk",
     "HubPlan",
+    "check_prefix",
     "hub_chunks",
     "plan_hub",
     "publish",
@@ -234,7 +236,7 @@ def _checkpoint_files(store: Store) -> list[str]:
         out: list[str] = []
         for shard in weight_map.values():
             if shard not in out:
-                if "/" in shard or "\\" in shard or shard in ("", ".", ".."):
+                if shard in ("", ".", "..") or _plain(shard) != shard:
                     raise FormatError(
                         f"{store.url(index)} names a shard outside its folder: {shard!r:.200}"
                     )
@@ -254,6 +256,16 @@ def _checkpoint_files(store: Store) -> list[str]:
             "model.safetensors and no *.safetensors files"
         )
     return found
+
+
+def _plain(shard: str) -> str | None:
+    """``shard`` normalised when it is a plain name of a file in the index's folder or
+    below it (the links a publication keeps an old checkpoint by are in a hidden folder),
+    else None: the rule of :func:`tensorfile.formats._index.shard_name`."""
+    try:
+        return _index.shard_name("index", shard)
+    except InvalidArgumentError:
+        return None
 
 
 def _sharding(reader: Reader, shown: str) -> dict[str, tuple[int, ...]] | None:
