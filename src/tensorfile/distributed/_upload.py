@@ -2,19 +2,33 @@
 
 The coordinator plans each file's parts (:mod:`~tensorfile.distributed._parts`) from who
 holds which bytes and starts one multipart upload per file; each rank uploads the parts
-whose bytes are all its own, straight from its shards, and sends the coordinator the few
-bytes it has in mixed parts (through DCP's own gathering of results); the coordinator
-uploads the mixed parts (the header's among them), then publishes: the objects file, each
-file's upload completed, the index last with a conditional put. An upload is invisible
-until it is completed, so a save that fails or loses a rank before that publishes nothing
-(its parts are dropped on failure; a bucket lifecycle rule removes those a killed job
-leaves).
+whose bytes are all its own, straight from its shards, and sends the coordinator the
+bytes it has in mixed parts (through DCP's own gathering of results) as a few strided
+pieces per shard and part (:mod:`~tensorfile.distributed._pieces`: a ``Shard(1)`` piece of a
+million rows is three integers and its bytes, never an object per row); the coordinator
+assembles and uploads the mixed parts (the header's among them), then publishes. An upload
+is invisible until it is completed, so a save that fails or loses a rank before that
+publishes nothing (its parts are dropped on failure; a bucket lifecycle rule removes those
+a killed job leaves).
+
+The publication runs under the folder's publication lock
+(:mod:`~tensorfile.distributed._publishing`): of two jobs publishing to one folder, the
+first to take it publishes and the other fails at once with
+:class:`~tensorfile.errors.ConcurrentWriteError` and drops its uploads, so one job's
+shards never land under the other's index. Under it: the versions checked (a job that
+published since this one planned: a :class:`~tensorfile.errors.ConcurrentWriteError`,
+nothing published), the objects file written, every upload completed at once, the index
+put last with a conditional put.
+
+A tensor split into many short runs (the rows of a ``Shard(1)`` piece) is one mixed region
+of its file: its parts are assembled by the coordinator, its shards checked to tile it as
+boxes.
 
 Where the new files take the names of files the old index names, the old index is removed
-before the first of them is completed: a coordinator killed in that short window leaves no
-index (no claim rather than a false one; object stores have no links to keep the old files
-by). A job that saved to the same folder since this one planned makes this one fail with
-:class:`~tensorfile.errors.ConcurrentWriteError` before anything is published.
+just before the uploads are completed: a coordinator killed between that and the new
+index (the completions, on parallel threads, and one put) leaves no index and a mix of
+old and new shards, which :class:`~tensorfile.distributed.StorageReader` refuses to load
+(no claim rather than a false one; object stores have no links to keep the old files by).
 """
 
 from __future__ import annotations
@@ -242,14 +256,15 @@ def finish_uploads(
             for name, version in versions.items():
                 store.check_version(name, version)
             _publish(store, hub, files, etags, versions, sidecar, threads)
+            # (still under the lock: never another save's files, published meanwhile)
+            keep = set(hub.names) | ({sidecar[0]} if sidecar else set())
+            remove_stale(store, prefix, keep)
+            for name in store.list_files():
+                if is_sidecar(name, prefix) and name not in keep:
+                    store.remove(name)
     except BaseException:
         abort(store, files)
         raise
-    keep = set(hub.names) | ({sidecar[0]} if sidecar else set())
-    remove_stale(store, prefix, keep)
-    for name in store.list_files():
-        if is_sidecar(name, prefix) and name not in keep:
-            store.remove(name)
 
 
 def _publish(
