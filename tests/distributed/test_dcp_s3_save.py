@@ -134,3 +134,54 @@ def test_a_save_published_over_since_it_planned_publishes_nothing(s3: Any, tmp_p
     assert not s3.fs.call_s3("list_multipart_uploads", Bucket=bucket).get("Uploads")
     with tensorfile.open(io.BytesIO(files["model.safetensors"]).getvalue()) as f:
         assert f.keys() == ["w"]
+
+
+def test_a_held_publication_lock_fails_a_save_and_a_stale_one_is_taken_over(s3: Any) -> None:
+    """Another save's publication lock (made a moment ago) makes this save fail with
+    ConcurrentWriteError before it publishes: the checkpoint stays, no upload is left, the
+    lock stays the other's. A lock older than 15 minutes (a killed save's) is taken over,
+    and removed once the save is published."""
+    import json
+    import time
+
+    import torch.distributed.checkpoint as dcp
+
+    from tensorfile.distributed import StorageWriter
+
+    bucket = s3.bucket()
+    url = f"s3://{bucket}/ck"
+
+    def save(v: float) -> None:
+        w = StorageWriter(url, max_shard_size=300, storage_options=s3.options)
+        dcp.save({"a": torch.full((64,), v), "b": torch.full((64,), v)}, storage_writer=w,
+                 no_dist=True)  # fmt: skip
+
+    def loaded() -> list[float]:
+        files = _files(s3, f"{bucket}/ck")
+        got: dict[str, torch.Tensor] = {}
+        for name in sorted(n for n in files if n.endswith(".safetensors")):
+            got.update(safetensors.torch.load(files[name]))
+        return [got["a"][0].item(), got["b"][0].item()]
+
+    lock = f"{bucket}/ck/.tensorfile-dcp-publishing"
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "torch.distributed is disabled", UserWarning)
+        save(1.0)
+        held = json.dumps({"save": "other", "since": time.time()}).encode()
+        s3.fs.pipe_file(lock, held)
+        with pytest.raises(BaseException) as caught:
+            save(2.0)
+        assert isinstance(caught.value, ConcurrentWriteError) or "ConcurrentWriteError" in repr(
+            caught.value
+        )
+        assert "is publishing" in str(caught.value)
+        assert loaded() == [1.0, 1.0]
+        assert not s3.fs.call_s3("list_multipart_uploads", Bucket=bucket).get("Uploads")
+        s3.fs.invalidate_cache()
+        assert s3.fs.cat_file(lock) == held
+        stale = json.dumps({"save": "killed", "since": time.time() - 16 * 60}).encode()
+        s3.fs.pipe_file(lock, stale)
+        save(3.0)
+    assert loaded() == [3.0, 3.0]
+    s3.fs.invalidate_cache()
+    assert not s3.fs.exists(lock)

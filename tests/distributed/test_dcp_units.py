@@ -8,6 +8,7 @@ import itertools
 import math
 import random
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -17,6 +18,7 @@ from hypothesis import strategies as st
 
 from tensorfile.distributed._objects import decode, encode
 from tensorfile.distributed._parts import COORDINATOR, Segment, plan_parts
+from tensorfile.distributed._pieces import clip, copy_into, extent, piece
 from tensorfile.distributed._runs import runs
 from tensorfile.errors import FormatError, InvalidArgumentError
 from tensorfile.formats.safetensors.hub import plan_hub
@@ -157,3 +159,34 @@ def test_a_ranks_reads_skip_other_ranks_rows() -> None:
     dense = [(f"r{i}", ByteRange(i * 1100, i * 1100 + 1024), b) for i, b in enumerate(bufs)]
     read = sum(p.nbytes for p in planner.plan(_Frugal(src), src.readinto, dense))
     assert 64 * 1024 < read <= 1.1 * 64 * 1024  # small gaps: merged, within 10 %
+
+
+@given(boxes(), st.sampled_from([1, 2, 4]), st.data())
+@settings(max_examples=300, deadline=None)
+def test_pieces_clipped_and_copied_put_every_byte_of_a_box_at_its_place(
+    box: tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]], itemsize: int, data: Any
+) -> None:
+    """A shard's bytes as a Piece (a progression of runs, or an array where the box has two
+    partial outer dimensions), clipped to arbitrary parts and copied into them, land
+    exactly where the per-run layout puts them."""
+    shape, offs, sizes = box
+    base = data.draw(st.integers(0, 50))
+    r = runs(shape, offs, sizes, itemsize)
+    payload = np.arange(r.nbytes, dtype=np.int64).astype(np.uint8) + 1
+    p = piece(0, base, r.starts, r.length, memoryview(payload))
+    size = base + math.prod(shape) * itemsize + 10
+    want = np.zeros(size, np.uint8)
+    for i, s in enumerate(r.starts.tolist()):
+        want[base + s : base + s + r.length] = payload[i * r.length : (i + 1) * r.length]
+    cuts = sorted({0, size, *data.draw(st.lists(st.integers(0, size), max_size=6))})
+    direct = np.zeros(size, np.uint8)
+    clipped = np.zeros(size, np.uint8)
+    got = 0
+    for a, b in itertools.pairwise(cuts):
+        got += copy_into(direct[a:b], a, p)
+        for q in clip(p, a, b):
+            lo, hi = extent(q)
+            assert a <= lo and hi <= b
+            copy_into(clipped[a:b], a, q)
+    assert got == r.nbytes
+    assert np.array_equal(direct, want) and np.array_equal(clipped, want)

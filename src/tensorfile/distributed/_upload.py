@@ -2,26 +2,43 @@
 
 The coordinator plans each file's parts (:mod:`~tensorfile.distributed._parts`) from who
 holds which bytes and starts one multipart upload per file; each rank uploads the parts
-whose bytes are all its own, straight from its shards, and sends the coordinator the few
-bytes it has in mixed parts (through DCP's own gathering of results); the coordinator
-uploads the mixed parts (the header's among them), then publishes: the objects file, each
-file's upload completed, the index last with a conditional put. An upload is invisible
-until it is completed, so a save that fails or loses a rank before that publishes nothing
-(its parts are dropped on failure; a bucket lifecycle rule removes those a killed job
-leaves).
+whose bytes are all its own, straight from its shards, and sends the coordinator the
+bytes it has in mixed parts (through DCP's own gathering of results) as a few strided
+pieces per shard and part (:mod:`~tensorfile.distributed._pieces`: a ``Shard(1)`` piece of a
+million rows is three integers and its bytes, never an object per row); the coordinator
+assembles and uploads the mixed parts (the header's among them), then publishes. An upload
+is invisible until it is completed, so a save that fails or loses a rank before that
+publishes nothing (its parts are dropped on failure; a bucket lifecycle rule removes those
+a killed job leaves).
+
+The publication runs under the folder's publication lock
+(:mod:`~tensorfile.distributed._publishing`): of two jobs publishing to one folder, the
+first to take it publishes and the other fails at once with
+:class:`~tensorfile.errors.ConcurrentWriteError` and drops its uploads, so one job's
+shards never land under the other's index. Under it: the versions checked (a job that
+published since this one planned: a :class:`~tensorfile.errors.ConcurrentWriteError`,
+nothing published), the objects file written, every upload completed at once, the index
+put last with a conditional put.
+
+A tensor split into many short runs (the rows of a ``Shard(1)`` piece) is one mixed region
+of its file: its parts are assembled by the coordinator, its shards checked to tile it as
+boxes.
 
 Where the new files take the names of files the old index names, the old index is removed
-before the first of them is completed: a coordinator killed in that short window leaves no
-index (no claim rather than a false one; object stores have no links to keep the old files
-by). A job that saved to the same folder since this one planned makes this one fail with
-:class:`~tensorfile.errors.ConcurrentWriteError` before anything is published.
+just before the uploads are completed: a coordinator killed between that and the new
+index (the completions, on parallel threads, and one put) leaves no index and a mix of
+old and new shards, which :class:`~tensorfile.distributed.StorageReader` refuses to load
+(no claim rather than a false one; object stores have no links to keep the old files by).
 """
 
 from __future__ import annotations
 
 import bisect
+import math
 from collections.abc import Sequence
 from typing import Any
+
+import numpy as np
 
 from tensorfile.core.errors import FormatError, UnsupportedError
 from tensorfile.core.parallel import in_threads
@@ -29,16 +46,15 @@ from tensorfile.formats.safetensors.hub import HubPlan, remove_stale
 from tensorfile.sources import Store
 
 from ._objects import is_sidecar
-from ._parts import COORDINATOR, Part, Segment, plan_parts
+from ._parts import COORDINATOR, Segment, plan_parts
+from ._pieces import Piece, clip, copy_into, extent
+from ._publishing import publication_lock
 from ._runs import runs
 
-__all__ = ["Span", "finish_uploads", "plan_uploads", "rank_uploads", "uploading_store"]
+__all__ = ["finish_uploads", "plan_uploads", "rank_uploads", "uploading_store"]
 
 TARGET_PART = 64 << 20
 """Bytes of a part one rank uploads (larger files: more, so at most 10,000 parts)."""
-
-Span = tuple[int, int, memoryview]
-"""Bytes a rank has of a file: ``(file number, absolute offset, bytes)``."""
 
 
 def uploading_store(store: Store) -> Any:
@@ -53,25 +69,24 @@ def uploading_store(store: Store) -> Any:
 
 
 def plan_uploads(store: Any, hub: HubPlan, plans: Sequence[Any]) -> dict[str, Any]:
-    """On the coordinator: each file's parts and upload (what every rank needs of them)."""
+    """On the coordinator: each file's parts and upload (what every rank needs of them).
+
+    A tensor whose every shard is one run of bytes, or runs of a part's size at least, is
+    cut into its ranks' runs; one split into many short runs (the rows of a ``Shard(1)``
+    piece) is one mixed region, its shards checked to tile it as boxes (no list of its
+    rows is made)."""
     min_part, max_parts = store.MIN_PART, store.MAX_PARTS
-    owned: dict[str, list[tuple[int, list[int], int]]] = {}
+    owned: dict[str, list[tuple[int, Any]]] = {}
     for rank, p in enumerate(plans):
         for it in p.items:
-            td = it.tensor_data
-            if td is None:
-                continue
-            starts, length = _box(td)
-            owned.setdefault(it.index.fqn, []).append((rank, starts, length))
+            if it.tensor_data is not None:
+                owned.setdefault(it.index.fqn, []).append((rank, it.tensor_data))
     files = []
     for f in hub.files:
         segments = [Segment(0, len(f.header), COORDINATOR)]
-        spans: list[tuple[int, int, int]] = []
-        for name, (start, _) in f.regions.items():
-            for rank, r_starts, length in owned.get(name, []):
-                spans.extend((start + s, start + s + length, rank) for s in r_starts)
-        spans.sort()
-        segments.extend(Segment(a, b, r) for a, b, r in spans)
+        for name, (start, stop) in f.regions.items():
+            segments.extend(_segments(name, start, stop, owned.get(name, []), min_part))
+        segments.sort(key=lambda s: (s.start, s.stop))
         if f.size > len(f.header):
             _check_cover(segments, f.size, f.name)
         target = max(TARGET_PART, -(-f.size // (max_parts // 2)))
@@ -87,10 +102,42 @@ def plan_uploads(store: Any, hub: HubPlan, plans: Sequence[Any]) -> dict[str, An
     return {"files": files}
 
 
-def _box(td: Any) -> tuple[list[int], int]:
-    itemsize = td.properties.dtype.itemsize
-    r = runs(tuple(td.size), tuple(td.chunk.offsets), tuple(td.chunk.sizes), itemsize)
-    return r.starts.tolist(), r.length
+def _segments(
+    name: str, start: int, stop: int, shards: list[tuple[int, Any]], min_part: int
+) -> list[Segment]:
+    """Who has the bytes ``[start, stop)`` of tensor ``name``: each shard's runs where
+    they are few (one, or each of a part's size), else the whole region for the
+    coordinator to assemble (its shards checked to tile the tensor)."""
+    cut: list[Segment] = []
+    for rank, td in shards:
+        r = runs(tuple(td.size), tuple(td.chunk.offsets), tuple(td.chunk.sizes),
+                 td.properties.dtype.itemsize)  # fmt: skip
+        if r.count > 1 and r.length < min_part:
+            _check_boxes(name, tuple(td.size), [s for _, s in shards])
+            return [Segment(start, stop, COORDINATOR)] if stop > start else []
+        if r.length:
+            cut.extend(Segment(start + s, start + s + r.length, rank) for s in r.starts.tolist())
+    return cut
+
+
+def _check_boxes(name: str, shape: tuple[int, ...], shards: list[Any]) -> None:
+    """A :class:`FormatError` unless the shards' boxes tile ``shape``: their volumes add
+    up to it and no two overlap."""
+    boxes = [(tuple(td.chunk.offsets), tuple(td.chunk.sizes)) for td in shards]
+    boxes = [(o, z) for o, z in boxes if math.prod(z) > 0]
+    total = sum(math.prod(z) for _, z in boxes)
+    lo = np.array([o for o, _ in boxes], np.int64).reshape(len(boxes), len(shape))
+    hi = lo + np.array([z for _, z in boxes], np.int64).reshape(len(boxes), len(shape))
+    overlap = np.ones((len(boxes), len(boxes)), bool)
+    for d in range(len(shape)):
+        overlap &= (lo[:, None, d] < hi[None, :, d]) & (lo[None, :, d] < hi[:, None, d])
+    np.fill_diagonal(overlap, False)
+    inside = bool(((lo >= 0) & (hi <= np.array(shape, np.int64))).all())
+    if total != math.prod(shape) or overlap.any() or not inside:
+        raise FormatError(
+            f"tensor {name!r}: the ranks' shards do not tile its shape {list(shape)} "
+            "(bytes left unwritten or written twice)"
+        )
 
 
 def _check_cover(segments: list[Segment], size: int, name: str) -> None:
@@ -106,59 +153,55 @@ def _check_cover(segments: list[Segment], size: int, name: str) -> None:
 
 
 def rank_uploads(
-    store: Any, uploads: dict[str, Any], rank: int, spans: list[Span], threads: int
+    store: Any, uploads: dict[str, Any], rank: int, pieces: list[Piece], threads: int
 ) -> dict[str, Any]:
     """On every rank: upload the parts that are all this rank's; return their ETags and
-    the pieces of mixed parts (for the coordinator)."""
-    by_file: dict[int, list[Span]] = {}
-    for s in spans:
-        by_file.setdefault(s[0], []).append(s)
-    for lst in by_file.values():
-        lst.sort(key=lambda s: s[1])
-    jobs: list[tuple[int, int, Part]] = []
-    pieces: list[tuple[int, int, bytes]] = []
-    for file_no, entry in enumerate(uploads["files"]):
-        mine = by_file.get(file_no, [])
-        if not mine:
-            continue
-        for number, (a, b, owner) in enumerate(entry["parts"], 1):
-            if owner == rank:
-                jobs.append((file_no, number, Part(a, b, owner)))
-            elif owner is None:
-                pieces.extend((file_no, off, bytes(data)) for off, data in _within(mine, a, b))
+    the bytes this rank has of mixed parts (for the coordinator), as pieces clipped
+    to each part: a few objects per shard and part, never one per row."""
+    files = uploads["files"]
+    mine = _by_part(files, pieces)
+    jobs: list[tuple[int, int]] = []
+    mixed: list[tuple[int, int, Piece]] = []
+    for (file_no, number), held in mine.items():
+        a, b, owner = files[file_no]["parts"][number - 1]
+        if owner == rank:
+            jobs.append((file_no, number))
+        elif owner is None:
+            mixed.extend((file_no, number, q) for p in held for q in clip(p, a, b))
     etags: list[tuple[int, int, str]] = []
 
-    def upload(job: tuple[int, int, Part]) -> None:
-        file_no, number, part = job
-        buf = bytearray(part.stop - part.start)
-        got = 0
-        for off, data in _within(by_file[file_no], part.start, part.stop):
-            buf[off - part.start : off - part.start + len(data)] = data
-            got += len(data)
-        if got != len(buf):
+    def upload(job: tuple[int, int]) -> None:
+        file_no, number = job
+        entry = files[file_no]
+        a, b, _ = entry["parts"][number - 1]
+        buf = np.empty(b - a, np.uint8)
+        got = sum(copy_into(buf, a, p) for p in mine[job])
+        if got != b - a:
             raise FormatError(
-                f"part {number} of {uploads['files'][file_no]['name']}: this rank has {got} "
-                f"of its {len(buf)} bytes"
+                f"part {number} of {entry['name']}: this rank has {got} of its {b - a} bytes"
             )
-        entry = uploads["files"][file_no]
-        etag = store.upload_part(entry["name"], entry["upload"], number, bytes(buf))
-        etags.append((file_no, number, etag))
+        etags.append((file_no, number, store.upload_part(entry["name"], entry["upload"],
+                                                          number, buf.tobytes())))  # fmt: skip
 
-    in_threads(threads, jobs, upload)
-    return {"etags": etags, "pieces": pieces}
+    in_threads(min(threads, max(1, len(jobs))), jobs, upload)
+    return {"etags": etags, "pieces": mixed}
 
 
-def _within(spans: list[Span], a: int, b: int) -> list[tuple[int, memoryview]]:
-    """The parts of ``spans`` (sorted by offset) inside ``[a, b)``."""
-    out = []
-    starts = [s[1] for s in spans]
-    i = max(0, bisect.bisect_right(starts, a) - 1)
-    while i < len(spans) and spans[i][1] < b:
-        _, off, data = spans[i]
-        lo, hi = max(a, off), min(b, off + len(data))
-        if lo < hi:
-            out.append((lo, data[lo - off : hi - off]))
-        i += 1
+def _by_part(
+    files: list[dict[str, Any]], pieces: list[Piece]
+) -> dict[tuple[int, int], list[Piece]]:
+    """The pieces holding bytes of each part ``(file number, part number)``."""
+    starts: dict[int, list[int]] = {}
+    out: dict[tuple[int, int], list[Piece]] = {}
+    for p in pieces:
+        lo, hi = extent(p)
+        if hi <= lo:
+            continue
+        if p.file_no not in starts:
+            starts[p.file_no] = [a for a, _, _ in files[p.file_no]["parts"]]
+        first = starts[p.file_no]
+        for i in range(max(0, bisect.bisect_right(first, lo) - 1), bisect.bisect_left(first, hi)):
+            out.setdefault((p.file_no, i + 1), []).append(p)
     return out
 
 
@@ -168,24 +211,23 @@ def finish_uploads(
     uploads: dict[str, Any],
     sent: list[dict[str, Any]],
     *,
+    save_id: str,
     versions: dict[str, str | None],
     sidecar: tuple[str, bytes] | None,
     prefix: str,
     threads: int,
 ) -> None:
     """On the coordinator, once every rank has uploaded: the mixed parts, then the
-    checkpoint published (see the module docstring)."""
+    checkpoint published under the folder's publication lock (see the module docstring)."""
     files = uploads["files"]
     try:
-        for name, version in versions.items():
-            store.check_version(name, version)
         etags: dict[tuple[int, int], str] = {}
-        pieces: dict[int, list[tuple[int, bytes]]] = {}
+        pieces: dict[tuple[int, int], list[Piece]] = {}
         for result in sent:
             for file_no, number, etag in result["etags"]:
                 etags[(file_no, number)] = etag
-            for file_no, off, data in result["pieces"]:
-                pieces.setdefault(file_no, []).append((off, data))
+            for file_no, number, p in result["pieces"]:
+                pieces.setdefault((file_no, number), []).append(p)
         jobs = []
         for file_no, entry in enumerate(files):
             for number, (a, b, owner) in enumerate(entry["parts"], 1):
@@ -196,47 +238,65 @@ def finish_uploads(
 
         def mixed(job: tuple[int, int, int, int]) -> None:
             file_no, number, a, b = job
-            buf = bytearray(b - a)
+            buf = np.empty(b - a, np.uint8)
             header = hub.files[file_no].header
             got = max(0, min(b, len(header)) - a)
-            buf[:got] = header[a : a + got]
-            for off, data in pieces.get(file_no, []):
-                lo, hi = max(a, off), min(b, off + len(data))
-                if lo < hi:
-                    buf[lo - a : hi - a] = data[lo - off : hi - off]
-                    got += hi - lo
+            buf[:got] = np.frombuffer(header, np.uint8, got, a) if got else buf[:0]
+            got += sum(copy_into(buf, a, p) for p in pieces.pop((file_no, number), []))
             if got != b - a:
                 raise FormatError(
                     f"{files[file_no]['name']}: part {number} got {got} of its {b - a} bytes"
                 )
             etags[(file_no, number)] = store.upload_part(
-                files[file_no]["name"], files[file_no]["upload"], number, bytes(buf)
+                files[file_no]["name"], files[file_no]["upload"], number, buf.tobytes()
             )
 
-        in_threads(threads, jobs, mixed)
-        if sidecar is not None:
-            store.write_atomic(sidecar[0], sidecar[1])
-        index_name = hub.index_name
-        names = {f.name for f in hub.files}
-        index_version = versions.get(index_name)
-        if index_version is not None and names & set(store.list_files()):
-            store.remove(index_name)  # it names files about to change: until the new one, none
-            index_version = None
-        for file_no, entry in enumerate(files):
-            count = len(entry["parts"])
-            store.complete_upload(
-                entry["name"], entry["upload"], [etags[(file_no, n)] for n in range(1, count + 1)]
-            )
+        in_threads(min(threads, max(1, len(jobs))), jobs, mixed)
+        with publication_lock(store, save_id):
+            for name, version in versions.items():
+                store.check_version(name, version)
+            _publish(store, hub, files, etags, versions, sidecar, threads)
+            # (still under the lock: never another save's files, published meanwhile)
+            keep = set(hub.names) | ({sidecar[0]} if sidecar else set())
+            remove_stale(store, prefix, keep)
+            for name in store.list_files():
+                if is_sidecar(name, prefix) and name not in keep:
+                    store.remove(name)
     except BaseException:
         abort(store, files)
         raise
+
+
+def _publish(
+    store: Any,
+    hub: HubPlan,
+    files: list[dict[str, Any]],
+    etags: dict[tuple[int, int], str],
+    versions: dict[str, str | None],
+    sidecar: tuple[str, bytes] | None,
+    threads: int,
+) -> None:
+    """Under the lock, versions checked: the objects file, the old index removed where the
+    new files take the names it names, every upload completed at once, the index."""
+    if sidecar is not None:
+        store.write_atomic(sidecar[0], sidecar[1])
+    index_name = hub.index_name
+    index_version = versions.get(index_name)
+    if index_version is not None and {f.name for f in hub.files} & set(store.list_files()):
+        store.remove(index_name)  # it names files about to change: until the new one, none
+        index_version = None
+
+    def complete(file_no: int) -> None:
+        entry = files[file_no]
+        count = len(entry["parts"])
+        store.complete_upload(
+            entry["name"], entry["upload"], [etags[(file_no, n)] for n in range(1, count + 1)]
+        )
+        entry["upload"] = ""  # (completed: nothing to abort)
+
+    in_threads(min(threads, max(1, len(files))), range(len(files)), complete)
     if hub.index is not None:
         store.write_if(index_name, hub.index, index_version)
-    keep = set(hub.names) | ({sidecar[0]} if sidecar else set())
-    remove_stale(store, prefix, keep)
-    for name in store.list_files():
-        if is_sidecar(name, prefix) and name not in keep:
-            store.remove(name)
 
 
 def abort(store: Any, files: list[dict[str, Any]]) -> None:

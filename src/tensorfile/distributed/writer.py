@@ -69,7 +69,7 @@ from tensorfile.core.sizes import parse_size
 from tensorfile.formats.safetensors.hub import HubPlan, check_prefix, plan_hub, publish
 from tensorfile.sources import local_path_of, store_for
 
-from . import _folder, _objects, _upload
+from . import _folder, _objects, _pieces, _upload
 from ._runs import check_cover, runs
 from ._shard_bytes import shard_bytes, spans
 
@@ -360,10 +360,10 @@ class StorageWriter(_DCPStorageWriter, AsyncStager):
     def _upload(self, data: dict[str, Any], shards: list[Any]) -> list[WriteResult]:
         store = _upload.uploading_store(store_for(self.path, self.storage_options))
         results: list[WriteResult] = []
-        held: list[tuple[int, int, memoryview]] = []
+        held: list[_pieces.Piece] = []
         for item, file_no, start, planner in shards:
             r, raw = _bytes_of(item, planner)
-            held.extend(spans(file_no, start, r, raw))
+            held.append(_pieces.piece(file_no, start, r.starts, r.length, raw))
             results.append(WriteResult(index=item.index, size_in_bytes=r.nbytes,
                                        storage_data=None))  # fmt: skip
         sent = _upload.rank_uploads(store, data["uploads"], data["rank"], held, self.thread_count)
@@ -387,7 +387,7 @@ class StorageWriter(_DCPStorageWriter, AsyncStager):
                     if isinstance(wr.storage_data, dict)]  # fmt: skip
             store = _upload.uploading_store(store_for(self.path, self.storage_options))
             _upload.finish_uploads(store, self._plan, self._uploads, sent,
-                                   versions=self._versions, sidecar=sidecar,
+                                   save_id=self.save_id, versions=self._versions, sidecar=sidecar,
                                    prefix=self.prefix, threads=self.thread_count)  # fmt: skip
             self._plan, self._uploads = None, None
             return
