@@ -8,6 +8,16 @@ torch's ``HuggingFaceStorageWriter`` (its consolidated folder, and its per-rank 
 ``DCP_SHARDING_INFO``). The checkpoint may be a local folder, an ``http(s)://`` folder or
 an ``s3://`` prefix.
 
+The checkpoint's files are ``<prefix>.safetensors.index.json`` and its shards, else
+``<prefix>.safetensors`` (``prefix="model"`` by default, as ``StorageWriter`` names them),
+else every ``*.safetensors`` of the folder: torch's per-rank files. A folder that holds
+shards named as huggingface_hub names them (``model-00001-of-00002.safetensors``) but not
+their index is refused (a :class:`~tensorfile.errors.FormatError`): a save that did not
+finish, or a broken checkpoint, whose files may belong to two saves. The chunks of each
+tensor must cover it exactly once (their volumes add up and no two overlap, checked in
+numpy blocks; more than :data:`MAX_CHUNKS` chunks of one tensor is refused). A rank keeps at
+most :data:`MAX_OPEN` files open, and nothing of a failed ``read_metadata`` (DCP retries it).
+
 Each rank reads only its own pieces: every ``ReadItem`` (a box of a stored chunk) becomes
 the byte runs of that box (:mod:`tensorfile.distributed._runs`), read by tensorfile's read
 planner (merged neighbours, parallel pieces) straight into the destination tensor where its
@@ -16,8 +26,34 @@ whole. Remote files are opened as :func:`tensorfile.sources.open_path` opens the
 the chunk cache when ``$TENSORFILE_CACHE_DIR`` is set (a second load on the machine reads
 the tensors from its folder); an error opening one names its URL.
 
+A box of very many runs close together (more than :data:`MANY_RUNS`, at most
+:data:`SPAN_STRIDE` bytes apart on average: a ``Shard(1)`` piece of a tall, narrow matrix,
+one short run per row) is read otherwise: the span of the tensor's bytes its runs lie in is
+one read into a buffer, and one strided numpy copy moves the runs out of it. The trade-off:
+the rank reads, and holds for a moment, the other ranks' columns between its runs (at most
+``SPAN_STRIDE`` bytes per run, never more than the tensor), where a read per run would need
+a request (or a system call) and some 500 bytes of Python objects per run: a million rows
+of 8 bytes, split in two, took ~940 MiB of memory per rank that way, and take ~20 MiB now.
+All ranks together then fetch up to M times such a tensor (M ranks splitting its columns);
+runs further apart, and boxes of fewer runs, are read run by run, where the gaps between a
+rank's runs are read over only while they stay under 10% of the bytes it wants.
+
+Objects (the state dict's entries that are not tensors, kept in the objects file as
+``torch.save`` bytes) are handed to DCP's planner, whose ``load_bytes`` unpickles them with
+``torch.load(weights_only=False)``: a pickle can run any code. Unless
+``allow_pickle=True``, each object is first read by tensorfile's own pickle reader
+(:func:`tensorfile.formats.torch_pickle.check_plain`, which runs nothing) and must hold
+only tensors, containers and plain values; else the load fails with a
+:class:`~tensorfile.errors.FormatError` naming it. That passes ``torch.get_rng_state()``,
+``torch.cuda.get_rng_state()`` (a CPU ``ByteTensor`` too), ``random.getstate()`` (a tuple
+of ints) and numpy's ``Generator.bit_generator.state`` (a dict of ints), and refuses
+``numpy.random.get_state()`` (it holds a numpy array) and any object of a class. An object
+whose destination in the state dict is a tensor is always refused (DCP would put the
+object in the tensor's place).
+
 ``verify=True`` checks the digests the files record (``StorageWriter(checksum=...)``): a rank
-then reads each whole tensor it needs part of, once, to check it.
+then reads each whole tensor it needs part of, once, to check it; the tensors it reads that
+no digest covers are named in a :class:`~tensorfile.errors.NoDigestsWarning`.
 
 Example (with ``torchrun``, every rank runs the same lines)::
 
@@ -78,10 +114,11 @@ holds part of it); more is a :class:`~tensorfile.errors.FormatError`."""
 MAX_OPEN = 64
 """The most files a rank keeps open at once."""
 
-_MANY_RUNS = 1024
-"""A box of more runs than this, each shorter than :data:`_SHORT_RUN`, is read as one span."""
+MANY_RUNS = 1024
+"""A box of more runs than this, at most :data:`SPAN_STRIDE` bytes apart on average, is read
+as the span of the tensor's bytes they lie in (see the module docstring)."""
 
-_SHORT_RUN = 4096
+SPAN_STRIDE = 4096
 
 
 class StorageReader(_DCPStorageReader):
@@ -196,8 +233,17 @@ class StorageReader(_DCPStorageReader):
     def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
         """The checkpoint's tensors (each file's part of each, as a chunk) and objects."""
         self._close()  # (DCP retries a failed call: nothing of the last attempt is kept)
+        try:
+            return self._metadata()
+        except BaseException:
+            self._close()
+            raise
+
+    def _metadata(self) -> Metadata:
         store = self._the_store()
-        chunks, file_metadata = hub_chunks(store, open_file=self._open_file, prefix=self.prefix)
+        chunks, file_metadata = hub_chunks(
+            store, open_file=self._open, prefix=self.prefix, close=False
+        )  # (the last MAX_OPEN files stay open for read_data)
         sdm: dict[str, Any] = {}
         storage: dict[Any, Any] = {}
         for c in chunks:
@@ -285,7 +331,14 @@ class StorageReader(_DCPStorageReader):
                 "state dict has a tensor there (DCP would replace it with the object)"
             )
         if not self.allow_pickle:
-            check_plain(value, f"{self.path}: object {fqn!r}")
+            try:
+                check_plain(value, f"{self.path}: object {fqn!r}")
+            except FormatError as exc:
+                raise FormatError(
+                    f"{exc}; StorageReader(allow_pickle=True) hands it to torch.load, which "
+                    "runs what a pickle asks: only for checkpoints you trust",
+                    format="pytorch",
+                ) from None
         return value
 
     def _read(self, load: LoadPlan, planner: LoadPlanner) -> None:
@@ -327,10 +380,10 @@ class StorageReader(_DCPStorageReader):
                 )
             flat = target.reshape(-1).view(torch.uint8).numpy()
             n = r.length
-            if r.count > _MANY_RUNS and n < _SHORT_RUN:
-                # many short runs (a Shard(1) piece of a tall narrow matrix): their span in
-                # one read into a buffer, copied out by one strided numpy copy
-                lo, hi = int(r.starts[0]), int(r.starts[-1]) + n
+            lo, hi = int(r.starts[0]), int(r.starts[-1]) + n
+            if r.count > MANY_RUNS and hi - lo <= SPAN_STRIDE * r.count:
+                # many runs close together (a Shard(1) piece of a tall narrow matrix): their
+                # span in one read into a buffer, copied out by one strided numpy copy
                 span = np.empty(hi - lo, np.uint8)
                 jobs.setdefault(file, []).append(
                     (fqn, ByteRange(start + lo, start + hi), memoryview(span))  # type: ignore[arg-type]

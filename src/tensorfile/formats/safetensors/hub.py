@@ -203,11 +203,16 @@ def check_prefix(prefix: object) -> str:
 
 
 def hub_chunks(
-    store: Store, *, open_file: Callable[[str], Reader], prefix: str = "model"
+    store: Store,
+    *,
+    open_file: Callable[[str], Reader],
+    prefix: str = "model",
+    close: bool = True,
 ) -> tuple[list[HubChunk], dict[str, Mapping[str, str]]]:
     """The chunks of the checkpoint in ``store``'s folder and each file's header metadata,
     each file opened by ``open_file(name)`` and closed once read (a checkpoint may have more
-    files than a process may keep open): ``<prefix>.safetensors.index.json``'s shards, else
+    files than a process may keep open; ``close=False``: left to ``open_file``'s owner, a
+    bounded cache of readers): ``<prefix>.safetensors.index.json``'s shards, else
     ``<prefix>.safetensors``, else every ``*.safetensors`` file of the folder (torch's
     per-rank files, each header's ``DCP_SHARDING_INFO`` placing its tensors; a file
     without it holds whole tensors). A tensor two files both hold whole, a folder with no
@@ -242,7 +247,8 @@ def hub_chunks(
                     )
                 )
         finally:
-            reader.close()
+            if close:
+                reader.close()
     return chunks, metadata
 
 
