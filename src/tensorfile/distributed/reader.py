@@ -344,7 +344,7 @@ class StorageReader(_DCPStorageReader):
     def _read(self, load: LoadPlan, planner: LoadPlanner) -> None:
         jobs: dict[str, list[plan.Job]] = {}
         objects: list[tuple[ReadItem, bytes]] = []
-        spans: list[tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], tuple[int, ...]]] = []
+        spans: list[tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]] = []
         after: list[tuple[ReadItem, torch.Tensor, torch.Tensor | None]] = []
         checked: set[tuple[str, str]] = set()
         unverified: list[str] = []
@@ -389,7 +389,7 @@ class StorageReader(_DCPStorageReader):
                     (fqn, ByteRange(start + lo, start + hi), memoryview(span))  # type: ignore[arg-type]
                 )
                 view = box_view(span, tuple(shape), box, itemsize)
-                spans.append((view, flat.reshape(view.shape), box))
+                spans.append((view, flat.reshape(view.shape)))
             else:
                 buf = memoryview(flat)  # type: ignore[arg-type]
                 jobs.setdefault(file, []).extend(
@@ -404,7 +404,7 @@ class StorageReader(_DCPStorageReader):
                 reader = self._open(file)
                 pieces.extend(plan.plan(_Frugal(reader.source), reader.readinto, jobs[file]))
             plan.execute(pieces)
-        for view, out, _ in spans:
+        for view, out in spans:
             np.copyto(out, view)
         spans.clear()
         for ri, value in objects:
@@ -415,8 +415,8 @@ class StorageReader(_DCPStorageReader):
             planner.commit_tensor(ri, dest)
         if unverified:
             warn_outside(
-                f"{self.path}: {not_covered(unverified)}; verify=True cannot check their "
-                "bytes (the checkpoint was saved without checksum=)",
+                f"{self.path}: {not_covered(list(dict.fromkeys(unverified)))}; verify=True "
+                "cannot check their bytes (the checkpoint was saved without checksum=)",
                 NoDigestsWarning,
             )
 
