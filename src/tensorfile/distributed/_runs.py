@@ -23,7 +23,7 @@ from numpy.typing import NDArray
 
 from tensorfile.core.errors import InvalidArgumentError
 
-__all__ = ["Runs", "check_cover", "runs"]
+__all__ = ["Runs", "box_view", "check_cover", "runs"]
 
 
 @dataclass(frozen=True)
@@ -56,10 +56,8 @@ def runs(
         return Runs(np.zeros(1, np.int64), itemsize)
     if math.prod(sizes) == 0:
         return Runs(np.zeros(0, np.int64), 0)
-    k = nd - 1
-    while k > 0 and sizes[k] == shape[k]:
-        k -= 1  # the dimensions after k are whole: a run spans them
-    stride = [math.prod(shape[d + 1 :]) * itemsize for d in range(nd)]
+    k = _inner(shape, sizes)
+    stride = _strides(shape, itemsize)
     starts = np.array([sum(offsets[d] * stride[d] for d in range(k + 1))], np.int64)
     for d in range(k - 1, -1, -1):  # the outer dimensions, outermost slowest
         steps = np.arange(sizes[d], dtype=np.int64) * stride[d]
@@ -115,3 +113,36 @@ def check_cover(
 
 def _box(offs: tuple[int, ...], sizes: tuple[int, ...]) -> str:
     return "[" + ", ".join(f"{o}:{o + s}" for o, s in zip(offs, sizes, strict=True)) + "]"
+
+
+def _inner(shape: tuple[int, ...], sizes: tuple[int, ...]) -> int:
+    """The innermost dimension the box does not span whole (the dimensions after it are
+    whole: a run spans them)."""
+    k = len(shape) - 1
+    while k > 0 and sizes[k] == shape[k]:
+        k -= 1
+    return k
+
+
+def _strides(shape: tuple[int, ...], itemsize: int) -> list[int]:
+    return [math.prod(shape[d + 1 :]) * itemsize for d in range(len(shape))]
+
+
+def box_view(
+    span: NDArray[np.uint8], shape: tuple[int, ...], sizes: tuple[int, ...], itemsize: int
+) -> NDArray[np.uint8]:
+    """The runs of a box of ``sizes`` as a read-only strided view of ``span``, the tensor's
+    bytes from the box's first byte to its last (a non-empty box of a tensor of ``shape``):
+    one row of run bytes per run, its shape the box's outer dimensions and the run length,
+    so that one numpy copy moves every run, with no object per run.
+
+    Example:
+        >>> span = np.arange(4 * 6 * 4, dtype=np.uint8)[32:68]  # runs((4, 6), (1, 2), (2, 3), 4)
+        >>> box_view(span, (4, 6), (2, 3), 4)[:, :2].tolist()
+        [[32, 33], [56, 57]]
+    """
+    k = _inner(shape, sizes)
+    stride = _strides(shape, itemsize)
+    return np.lib.stride_tricks.as_strided(
+        span, (*sizes[:k], sizes[k] * stride[k]), (*stride[:k], 1), writeable=False
+    )

@@ -77,9 +77,10 @@ import numpy as np
 
 from ..core import dtypes
 from ..core.catalog import ByteRange, Catalog, Component, TensorInfo
-from ..core.errors import InvalidArgumentError, UnsupportedError, quoted_name
+from ..core.errors import FormatError, InvalidArgumentError, UnsupportedError, quoted_name
 from ..core.reader import brief
 from ..core.source import Source
+from ..sources import MemorySource
 from . import metadata_text
 from ._arrays import ArraysReader, ArraysSource, Segment
 from ._pickle_bytes import pinned
@@ -90,6 +91,7 @@ from ._unpickle import read
 __all__ = [
     "Checkpoint",
     "PickleReader",
+    "check_plain",
     "describe",
     "load_tensors",
     "open_reader",
@@ -103,6 +105,33 @@ def _load(source: Source) -> Any:
     """The object the pickle in ``source`` holds, read once by tensorfile's own reader."""
     with pinned(source) as held:
         return read(held)
+
+
+def check_plain(blob: bytes | memoryview, where: str) -> None:
+    """Check, without running anything, that the ``torch.save`` bytes ``blob`` hold only
+    what this module reads: tensors, containers (dicts, lists, tuples, sets) and plain
+    values (numbers, text, bytes, None, ``torch.Size``, dtypes, devices). An object of any
+    other class or any other call (a numpy array or scalar, a class of the program) is a
+    :class:`~tensorfile.errors.FormatError` naming ``where`` and what the pickle asks for,
+    and so is a blob that is no PyTorch pickle. What passes is what
+    ``torch.load(weights_only=True)`` loads.
+
+    Example:
+        >>> import io, random, torch
+        >>> buf = io.BytesIO()
+        >>> torch.save({"step": 7, "rng": torch.get_rng_state(), "py": random.getstate()}, buf)
+        >>> check_plain(buf.getvalue(), "state")  # passes: returns None
+        >>> buf = io.BytesIO()
+        >>> torch.save(print, buf)
+        >>> check_plain(buf.getvalue(), "state")
+        Traceback (most recent call last):
+        ...
+        tensorfile.core.errors.FormatError: state: the pickle names builtins.print, ...
+    """
+    try:
+        _load(MemorySource(bytes(blob), where))
+    except UnsupportedError as exc:
+        raise FormatError(str(exc), format="pytorch") from None
 
 
 def _select(found: Checkpoint, key: str, where: str) -> Checkpoint:

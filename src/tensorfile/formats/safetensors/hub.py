@@ -30,7 +30,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from tensorfile.core.digests import placeholder
-from tensorfile.core.dtypes import from_safetensors
+from tensorfile.core.dtypes import DType, from_safetensors
 from tensorfile.core.errors import FormatError, InvalidArgumentError, SourceError
 from tensorfile.core.reader import Reader
 from tensorfile.formats import _index
@@ -173,31 +173,44 @@ def remove_stale(store: Store, prefix: str, keep: set[str]) -> list[str]:
 @dataclass(frozen=True)
 class HubChunk:
     """A tensor's piece in one file: the whole tensor (``offsets`` all 0) in a plain
-    checkpoint, a rank's box of it in torch's per-rank files."""
+    checkpoint, a rank's box of it in torch's per-rank files; ``dtype`` and ``start`` (its
+    first byte in the file) are the file's."""
 
     name: str
     file: str
     offsets: tuple[int, ...]
     shape: tuple[int, ...]
+    dtype: DType
+    start: int
 
 
 def hub_chunks(
-    store: Store, *, open_file: Callable[[str], Reader]
-) -> tuple[list[HubChunk], dict[str, Reader]]:
-    """The chunks of the checkpoint in ``store``'s folder and a reader of each file holding
-    them, opened by ``open_file(name)``: ``model.safetensors.index.json``'s shards, else
-    ``model.safetensors``, else every ``*.safetensors`` file of the folder (torch's per-rank
-    files, each header's ``DCP_SHARDING_INFO`` placing its tensors; a file without it holds
-    whole tensors). A tensor two files both hold whole, or a folder with no checkpoint, is a
+    store: Store,
+    *,
+    open_file: Callable[[str], Reader],
+    prefix: str = "model",
+    close: bool = True,
+) -> tuple[list[HubChunk], dict[str, Mapping[str, str]]]:
+    """The chunks of the checkpoint in ``store``'s folder and each file's header metadata,
+    each file opened by ``open_file(name)`` and closed once read (a checkpoint may have more
+    files than a process may keep open; ``close=False``: left to ``open_file``'s owner, a
+    bounded cache of readers): ``<prefix>.safetensors.index.json``'s shards, else
+    ``<prefix>.safetensors``, else every ``*.safetensors`` file of the folder (torch's
+    per-rank files, each header's ``DCP_SHARDING_INFO`` placing its tensors; a file
+    without it holds whole tensors). A tensor two files both hold whole, a folder with no
+    checkpoint, or one holding shards named as huggingface_hub names them
+    (``model-00001-of-00002.safetensors``) without their index (a save that did not
+    finish, or a broken checkpoint: never loaded as a mix of what is there) is a
     :class:`~tensorfile.errors.FormatError`.
     """
-    files = _checkpoint_files(store)
-    readers: dict[str, Reader] = {}
     chunks: list[HubChunk] = []
-    try:
-        for name in files:
-            reader = readers[name] = open_file(name)
-            placed = _sharding(reader, store.url(name))
+    metadata: dict[str, Mapping[str, str]] = {}
+    for name in _checkpoint_files(store, prefix):
+        reader = open_file(name)
+        try:
+            meta = reader.metadata if isinstance(reader.metadata, Mapping) else {}
+            metadata[name] = meta
+            placed = _sharding(meta, store.url(name))
             for tname in reader.keys():
                 info = reader.info(tname)
                 if info.layout != "dense":
@@ -210,16 +223,26 @@ def hub_chunks(
                         f"{store.url(name)}: {SHARDING_KEY} places {tname!r} with "
                         f"{len(offs)} offsets; it has {len(info.shape)} dimensions"
                     )
-                chunks.append(HubChunk(tname, name, offs, tuple(info.shape)))
-    except BaseException:
-        for r in readers.values():
-            r.close()
-        raise
-    return chunks, readers
+                chunks.append(
+                    HubChunk(
+                        tname, name, offs, tuple(info.shape), info.dtype, info.byte_range.start
+                    )
+                )
+        finally:
+            if close:
+                reader.close()
+    return chunks, metadata
 
 
-def _checkpoint_files(store: Store) -> list[str]:
-    index = "model" + INDEX_SUFFIX
+_TORCH_RANK_FILE = re.compile(r"shard-\d{5}-model-\d{5}-of-\d{5}" + re.escape(SUFFIX))
+"""torch's per-rank files (``HuggingFaceStorageWriter(save_distributed=True)``)."""
+
+_HUB_SHARD = re.compile(r".+-\d{5}-of-\d{5}" + re.escape(SUFFIX))
+"""huggingface_hub's names of shards (``model-00001-of-00002.safetensors``)."""
+
+
+def _checkpoint_files(store: Store, prefix: str) -> list[str]:
+    index = prefix + INDEX_SUFFIX
     if store.file_size(index) is not None:
         raw = store.read_bounded(index, "the checkpoint index", _index.MAX_INDEX_BYTES)
         if raw is None:
@@ -242,7 +265,7 @@ def _checkpoint_files(store: Store) -> list[str]:
                     )
                 out.append(shard)
         return out
-    single = "model" + SUFFIX
+    single = prefix + SUFFIX
     if store.file_size(single) is not None:
         return [single]
     try:
@@ -252,8 +275,14 @@ def _checkpoint_files(store: Store) -> list[str]:
     found = [n for n in listed if n.endswith(SUFFIX) and not n.startswith(".")]
     if not found:
         raise SourceError(
-            f"{store.url()} holds no checkpoint: no model.safetensors.index.json, no "
-            "model.safetensors and no *.safetensors files"
+            f"{store.url()} holds no checkpoint: no {index}, no {single} and no *.safetensors files"
+        )
+    shards = [n for n in found if _HUB_SHARD.fullmatch(n) and not _TORCH_RANK_FILE.fullmatch(n)]
+    if shards:
+        raise FormatError(
+            f"{store.url()} holds shards of a checkpoint ({', '.join(sorted(shards)[:3])}"
+            f"{'...' if len(shards) > 3 else ''}) but not their index: a save that did not "
+            "finish, or a broken checkpoint; tensorfile does not load what is left of it"
         )
     return found
 
@@ -268,9 +297,9 @@ def _plain(shard: str) -> str | None:
         return None
 
 
-def _sharding(reader: Reader, shown: str) -> dict[str, tuple[int, ...]] | None:
+def _sharding(metadata: Mapping[str, str], shown: str) -> dict[str, tuple[int, ...]] | None:
     """The offsets torch's per-rank file records for its tensors (None: none recorded)."""
-    text = reader.metadata.get(SHARDING_KEY) if isinstance(reader.metadata, Mapping) else None
+    text = metadata.get(SHARDING_KEY)
     if text is None:
         return None
     if not isinstance(text, str) or len(text) > MAX_SHARDING_TEXT:
