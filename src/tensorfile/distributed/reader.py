@@ -38,6 +38,11 @@ All ranks together then fetch up to M times such a tensor (M ranks splitting its
 runs further apart, and boxes of fewer runs, are read run by run, where the gaps between a
 rank's runs are read over only while they stay under 10% of the bytes it wants.
 
+From a local file, a box of more than :data:`~tensorfile.distributed._mapped.MANY_RUNS`
+runs is copied out of the file's mapping in one strided copy
+(:mod:`tensorfile.distributed._mapped`): the pages that hold it are read (by the kernel's
+read-ahead when cold), and no work is spent per run.
+
 Objects (the state dict's entries that are not tensors, kept in the objects file as
 ``torch.save`` bytes) are handed to DCP's planner, whose ``load_bytes`` unpickles them with
 ``torch.load(weights_only=False)``: a pickle can run any code. Unless
@@ -102,7 +107,7 @@ from tensorfile.formats.safetensors.hub import check_prefix, hub_chunks
 from tensorfile.formats.torch_pickle import check_plain
 from tensorfile.sources import Store, open_path, store_for
 
-from . import _objects
+from . import _mapped, _objects
 from ._runs import box_view, runs
 
 __all__ = ["StorageReader"]
@@ -370,6 +375,13 @@ class StorageReader(_DCPStorageReader):
             if r.count == 0:
                 after.append((ri, dest, None))
                 continue
+            if r.count > _mapped.MANY_RUNS:
+                mapped = self._open(file).source.buffer()  # (None: not a local file)
+                if mapped is not None:  # one strided copy out of the mapping
+                    offsets = tuple(ri.storage_offsets)
+                    _mapped.copy_box(mapped, start, tuple(shape), stored, offsets, box, dest)
+                    after.append((ri, dest, None))
+                    continue
             # straight into the destination where its bytes are the box's, in order
             direct = dest.device.type == "cpu" and dest.is_contiguous() and dest.dtype == stored
             target = dest if direct else torch.empty(box, dtype=stored)
