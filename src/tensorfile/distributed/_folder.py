@@ -22,11 +22,14 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
 import fcntl
 import os
+import sys
 import time
 from collections.abc import Iterator
+from typing import Any
 
 from tensorfile.core.atomic import (
     TEMP_TAG,
@@ -43,9 +46,11 @@ from tensorfile.core.parallel import in_threads
 from . import _objects
 
 __all__ = [
+    "CAN_FLUSH_RANGE",
     "create",
     "digests",
     "drop_save_lock",
+    "flush_range",
     "folder_lock",
     "fsync_file",
     "remove_dead_saves",
@@ -138,6 +143,38 @@ def create(stage: str, header: bytes, size: int) -> None:
         raise SourceError(f"cannot write {stage}: {exc.strerror or exc}") from exc
     finally:
         os.close(fd)
+
+
+def _libc_sync_file_range() -> Any:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        fn = libc.sync_file_range
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+_SYNC_FILE_RANGE = _libc_sync_file_range() if sys.platform == "linux" else None
+CAN_FLUSH_RANGE = _SYNC_FILE_RANGE is not None
+"""Whether :func:`flush_range` writes a byte range out on its own (Linux's
+``sync_file_range``); elsewhere it flushes the whole file."""
+
+_WAIT_WRITE_WAIT = 1 | 2 | 4  # SYNC_FILE_RANGE_WAIT_BEFORE | _WRITE | _WAIT_AFTER
+
+
+def flush_range(fd: int, offset: int, length: int) -> None:
+    """Write the dirty pages of ``length`` bytes of ``fd`` from ``offset`` to the device and
+    wait for them (the data only: the file's metadata is flushed by :func:`fsync_file`,
+    which the coordinator runs on every file before it publishes). Ranks writing parts of
+    one file flush their own parts at once, rather than each the whole file."""
+    if _SYNC_FILE_RANGE is None:
+        os.fdatasync(fd)
+        return
+    if _SYNC_FILE_RANGE(fd, offset, length, _WAIT_WRITE_WAIT) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
 
 
 def fsync_file(path: str) -> None:

@@ -342,6 +342,9 @@ class StorageWriter(_DCPStorageWriter, AsyncStager):
                 try:
                     for _, off, piece in spans(file_no, start, r, data):
                         write_all(fd, piece, off)
+                    if self.fsync:  # this item's pages, flushed while the others write
+                        first = start + int(r.starts[0])
+                        _folder.flush_range(fd, first, start + int(r.starts[-1]) + r.length - first)
                 except OSError as exc:
                     raise SourceError(
                         f"writing {item.index.fqn!r} failed: {exc.strerror or exc}"
@@ -352,7 +355,7 @@ class StorageWriter(_DCPStorageWriter, AsyncStager):
                                        storage_data=None))  # fmt: skip
 
         in_threads(self.thread_count, shards, one)
-        if self.fsync:
+        if self.fsync and not _folder.CAN_FLUSH_RANGE:
             for file_no in sorted(written):
                 _folder.fsync_file(files[file_no])
         return results
