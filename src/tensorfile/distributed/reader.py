@@ -69,6 +69,7 @@ Example (with ``torchrun``, every rank runs the same lines)::
 
 from __future__ import annotations
 
+import hashlib
 import io
 import math
 import os
@@ -169,6 +170,7 @@ class StorageReader(_DCPStorageReader):
         self.prefix = check_prefix(prefix)
         self.storage_options = dict(storage_options) if storage_options else None
         self._readers: OrderedDict[str, Reader] = OrderedDict()
+        self._identities: dict[str, tuple[Any, ...]] = {}
         self._store: Store | None = None
         self._storage: dict[Any, Any] = {}
 
@@ -229,6 +231,16 @@ class StorageReader(_DCPStorageReader):
         reader = self._readers.get(name)
         if reader is None:
             reader = self._readers[name] = self._open_file(name)
+            seen, now = self._identities.get(name), _identity(reader)
+            if seen is None:
+                self._identities[name] = now
+            elif seen != now:  # reopened for read_data: the file the metadata came from?
+                del self._readers[name]
+                reader.close()
+                raise FormatError(
+                    f"{self._the_store().url(name)} changed since the checkpoint's metadata "
+                    "was read (another save published over it?); load again"
+                )
             while len(self._readers) > MAX_OPEN:
                 self._readers.popitem(last=False)[1].close()
         else:
@@ -238,6 +250,7 @@ class StorageReader(_DCPStorageReader):
     def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
         """The checkpoint's tensors (each file's part of each, as a chunk) and objects."""
         self._close()  # (DCP retries a failed call: nothing of the last attempt is kept)
+        self._identities = {}
         try:
             return self._metadata()
         except BaseException:
@@ -273,6 +286,7 @@ class StorageReader(_DCPStorageReader):
                 [max(a, o + s) for a, o, s in zip(md.size, c.offsets, c.shape, strict=True)]
             )
             storage[MetadataIndex(c.name, torch.Size(c.offsets))] = (c.file, c.start, c.shape, dt)
+        storage[_FILES] = dict(self._identities)  # (checked where a rank opens them again)
         for name, md in sdm.items():
             _check_cover(name, md, store.url())
         for name, value in self._objects(store, file_metadata).items():
@@ -303,6 +317,11 @@ class StorageReader(_DCPStorageReader):
         if not isinstance(metadata.storage_data, dict):
             raise FormatError(f"{self.path}: the metadata was not read by this reader")
         self._storage = metadata.storage_data
+        files = self._storage.get(_FILES)
+        expected = dict(files) if isinstance(files, dict) else {}
+        for name in [n for n in self._readers if self._identities.get(n) != expected.get(n)]:
+            self._readers.pop(name).close()  # (opened at another moment: checked again)
+        self._identities = expected
 
     def prepare_local_plan(self, plan: LoadPlan) -> LoadPlan:
         """Every rank's plan as it is."""
@@ -451,6 +470,30 @@ class _Frugal:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._source, name)
+
+
+_FILES = "tensorfile.files"
+"""The key of the metadata's storage data holding each file's identity (:func:`_identity`)."""
+
+
+def _identity(reader: Reader) -> tuple[Any, ...]:
+    """What tells this file apart from another of its name: its size, header and tensors'
+    places, its version where the server gives one (an ETag), and a local file's inode and
+    modification time."""
+    src = reader.source
+    cat = reader.catalog
+    places = [(n, i.dtype.name, list(i.shape), list(i.byte_range)) for n, i in cat.tensors.items()]
+    digest = hashlib.sha256(repr(places).encode()).hexdigest()  # (the same in every process)
+    local: tuple[int, ...] = ()
+    name = getattr(src, "name", None)
+    if isinstance(name, str) and os.path.isabs(name):
+        try:
+            st = os.stat(name)
+            local = (st.st_ino, st.st_mtime_ns, st.st_size)  # (st_dev differs across hosts)
+        except OSError:
+            local = (-1,)
+    version = getattr(src, "version", None)
+    return (src.size, version if isinstance(version, str) else None, cat.header_size, digest, local)
 
 
 def _text(path: object) -> str:

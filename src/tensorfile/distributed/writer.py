@@ -251,6 +251,7 @@ class StorageWriter(_DCPStorageWriter, AsyncStager):
                 storage_data={
                     **shared,
                     "rank": rank,
+                    "save": self.save_id,
                     "at": {
                         it.index.fqn: where[it.index.fqn]
                         for it in p.items
@@ -316,12 +317,12 @@ class StorageWriter(_DCPStorageWriter, AsyncStager):
         if "uploads" in data:
             results.extend(self._upload(data, shards))
         else:
-            results.extend(self._write_local(data["files"], shards))
+            results.extend(self._write_local(data["files"], shards, data["save"]))
         fut: Future[list[WriteResult]] = Future()
         fut.set_result(results)
         return fut
 
-    def _write_local(self, files: list[str], shards: list[Any]) -> list[WriteResult]:
+    def _write_local(self, files: list[str], shards: list[Any], save: str) -> list[WriteResult]:
         """Each item's runs written at their offsets, a ``pwrite`` a run, the item's file
         opened for it alone (a rank of many files holds a descriptor per thread)."""
         results: list[WriteResult] = []
@@ -352,7 +353,7 @@ class StorageWriter(_DCPStorageWriter, AsyncStager):
                 finally:
                     os.close(fd)
             results.append(WriteResult(index=item.index, size_in_bytes=r.nbytes,
-                                       storage_data=None))  # fmt: skip
+                                       storage_data=save))  # fmt: skip
 
         in_threads(self.thread_count, shards, one)
         if self.fsync and not _folder.CAN_FLUSH_RANGE:
@@ -370,6 +371,7 @@ class StorageWriter(_DCPStorageWriter, AsyncStager):
             results.append(WriteResult(index=item.index, size_in_bytes=r.nbytes,
                                        storage_data=None))  # fmt: skip
         sent = _upload.rank_uploads(store, data["uploads"], data["rank"], held, self.thread_count)
+        sent["save"] = data["save"]
         if results:
             results[0] = dataclasses.replace(results[0], storage_data=sent)
         elif sent["etags"] or sent["pieces"]:
@@ -381,6 +383,12 @@ class StorageWriter(_DCPStorageWriter, AsyncStager):
         then the files published, the index last."""
         if self._plan is None:
             raise InvalidArgumentError("finish() without prepare_global_plan() on this rank")
+        saves = {_save_of(wr.storage_data) for rank in results for wr in rank} - {None}
+        if saves - {self.save_id}:  # (its state is another save's now: leave it be)
+            raise ConcurrentWriteError(
+                f"{self.path}: another save began on this StorageWriter before this one "
+                "finished (use one writer per save in flight); this one published nothing"
+            )
         objects = {wr.index.fqn: wr.storage_data for rank in results for wr in rank
                    if isinstance(wr.storage_data, bytes)}  # fmt: skip
         sidecar = (self._sidecar, _objects.encode(objects)) if self._sidecar else None
@@ -493,6 +501,15 @@ def _target(path: object, options: Mapping[str, Any] | None) -> tuple[str, bool]
         return os.path.abspath(local), False
     _upload.uploading_store(store_for(text, options))
     return text.rstrip("/"), True
+
+
+def _save_of(data: Any) -> str | None:
+    """The save a rank's write result belongs to."""
+    if isinstance(data, str):
+        return data
+    if isinstance(data, dict) and isinstance(data.get("save"), str):
+        return str(data["save"])
+    return None
 
 
 def _published(hub: HubPlan) -> tuple[str, str]:

@@ -268,6 +268,8 @@ def _checkpoint_files(store: Store, prefix: str) -> list[str]:
     single = prefix + SUFFIX
     if store.file_size(single) is not None:
         return [single]
+    if prefix != "model":  # (the files of any save are found by their own names only)
+        raise SourceError(f"{store.url()} holds no {prefix!r} checkpoint: no {index}, no {single}")
     try:
         listed = store.list_files()
     except SourceError:
