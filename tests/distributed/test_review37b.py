@@ -1,0 +1,86 @@
+"""Hostile review 37b of tensorfile.distributed (after the fixes of review 37a): each test
+here FAILS on main and shows one defect (see the review's report). Single process:
+``dcp.save``/``dcp.load`` run without a process group (DCP's no-dist mode); a subprocess
+where a crash is what is shown."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import safetensors.torch
+import torch
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
+
+from tensorfile.distributed import StorageReader, StorageWriter
+from tensorfile.errors import TensorFileError
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_a_prefix_with_no_checkpoint_loads_another_prefixs_weights(tmp_path: Path) -> None:
+    """One folder, two checkpoints of the same model: ``model`` (the weights) and ``ema``
+    (their moving average). The ema save never happened (or was killed before it
+    published). ``StorageReader(prefix="ema")`` finds no ``ema.*`` and falls back to
+    every ``*.safetensors`` of the folder: it loads ``model.safetensors`` as the EMA
+    weights, silently. A prefix that names no checkpoint must be an error."""
+    ckpt = tmp_path / "ckpt"
+    dcp.save({"w": torch.ones(4)}, storage_writer=StorageWriter(ckpt))  # prefix "model"
+    dest = {"w": torch.zeros(4)}
+    try:
+        dcp.load(dest, storage_reader=StorageReader(ckpt, prefix="ema"))
+    except Exception:
+        return  # (an error: the right outcome)
+    raise AssertionError(
+        f"StorageReader(prefix='ema') loaded model.safetensors as the ema checkpoint: {dest['w']}"
+    )
+
+
+def _non_coordinator_load(ckpt: Path, dest: dict[str, torch.Tensor], replace: object) -> None:
+    """DCP's load as a rank that is not the coordinator sees it: the metadata is read by
+    the coordinator's reader and sent over; this rank's reader only reads data."""
+    coordinator = StorageReader(ckpt)
+    metadata = coordinator.read_metadata()
+    coordinator.reset()
+    replace()  # (another job publishes a new checkpoint at the path meanwhile)
+    rank = StorageReader(ckpt)
+    rank.set_up_storage_reader(metadata, False)
+    planner = DefaultLoadPlanner()
+    planner.set_up_planner(dest, metadata, False)
+    plan = planner.create_local_plan()
+    rank.read_data(plan, planner).wait()
+
+
+def test_a_checkpoint_published_between_metadata_and_read_loads_other_tensors(
+    tmp_path: Path,
+) -> None:
+    """A rank reads its items at the places the coordinator's metadata gave (file name,
+    byte offset, shape, dtype) in the file it opens by name in read_data, never checking
+    that the file still holds that tensor there. A save published at the path between
+    the two (a trainer saving while an evaluator loads: the publication is atomic, and the
+    old index's files are kept by hidden links for exactly such readers) makes the rank
+    read the new file's bytes at the old offsets: another tensor's values, silently. It
+    must fail (the file changed) or read the checkpoint the metadata describes."""
+    ckpt = tmp_path / "ckpt"
+    dcp.save({"a": torch.full((4,), 1.0), "b": torch.full((4,), 2.0)},
+             storage_writer=StorageWriter(ckpt))  # fmt: skip
+
+    def replace() -> None:  # a new save: tensor "0" first, so "a" and "b" move
+        dcp.save({"0": torch.full((4,), 7.0), "a": torch.full((4,), 3.0),
+                  "b": torch.full((4,), 4.0)}, storage_writer=StorageWriter(ckpt))  # fmt: skip
+
+    dest = {"a": torch.zeros(4), "b": torch.zeros(4)}
+    try:
+        _non_coordinator_load(ckpt, dest, replace)
+    except TensorFileError:
+        return  # (refused: the right outcome)
+    a, b = dest["a"].tolist(), dest["b"].tolist()
+    assert (a, b) in (([1.0] * 4, [2.0] * 4), ([3.0] * 4, [4.0] * 4)), (
+        f"a rank loaded a={a}, b={b}: bytes of one checkpoint at places of another"
+    )
