@@ -84,3 +84,64 @@ def test_a_checkpoint_published_between_metadata_and_read_loads_other_tensors(
     assert (a, b) in (([1.0] * 4, [2.0] * 4), ([3.0] * 4, [4.0] * 4)), (
         f"a rank loaded a={a}, b={b}: bytes of one checkpoint at places of another"
     )
+
+
+_TRUNCATED_UNDER_THE_MAP = """
+import os, sys, torch, safetensors.torch
+from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
+from torch.distributed.checkpoint.metadata import MetadataIndex
+from torch.distributed.checkpoint.planner import LoadItemType, LoadPlan, ReadItem
+from tensorfile.distributed import StorageReader
+from tensorfile.errors import TensorFileError
+
+ckpt = sys.argv[1]
+path = os.path.join(ckpt, "model.safetensors")
+rows = 1 << 14
+safetensors.torch.save_file({"a": torch.ones(rows, 4), "b": torch.full((rows, 4), 2.0)}, path)
+reader = StorageReader(ckpt)
+metadata = reader.read_metadata()
+reader.set_up_storage_reader(metadata, True)
+
+
+class Planner(DefaultLoadPlanner):  # (the file is cut short while the rank reads)
+    calls = 0
+
+    def resolve_tensor(self, ri):
+        Planner.calls += 1
+        if Planner.calls == 2:
+            os.truncate(path, 4096)  # (as `cp other.safetensors model.safetensors` does)
+        return super().resolve_tensor(ri)
+
+
+dest = {"a": torch.zeros(rows, 2), "b": torch.zeros(rows, 2)}
+planner = Planner()
+planner.set_up_planner(dest, metadata, True)
+z = torch.Size([0, 0])
+items = [ReadItem(LoadItemType.TENSOR, MetadataIndex(n, z), z, MetadataIndex(n, z), z,
+                  torch.Size([rows, 2])) for n in ("a", "b")]
+try:
+    reader.read_data(LoadPlan(items), planner).wait()
+except TensorFileError as exc:
+    print("refused:", exc)
+    sys.exit(0)
+print("loaded", dest["b"][-1].tolist())
+sys.exit(0)
+"""
+
+
+def test_a_file_cut_short_during_a_column_load_kills_the_process(tmp_path: Path) -> None:
+    """A rank's column box of more than 64 rows of a local file is copied out of the file's
+    mapping (``_mapped.copy_box``, new since review 37a); before, it was read with pread,
+    which says ``SourceError: the file ended ... truncated after it was opened``. A file cut
+    short under the mapping (another process copying a checkpoint over it in place, as
+    ``cp`` does) now ends the rank with SIGBUS: no error, no cleanup, DCP's collectives
+    left hanging on the other ranks. The load must fail with a tensorfile error."""
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    done = subprocess.run([sys.executable, "-c", _TRUNCATED_UNDER_THE_MAP, str(ckpt)],
+                          env=env, capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 0, (
+        f"the loading process died with {done.returncode} (SIGBUS is -7): "
+        f"{done.stdout[-300:]} {done.stderr[-300:]}"
+    )
