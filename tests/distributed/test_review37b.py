@@ -18,6 +18,7 @@ import torch
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
 
+import tensorfile
 from tensorfile.distributed import StorageReader, StorageWriter
 from tensorfile.errors import TensorFileError
 
@@ -138,7 +139,7 @@ def test_a_file_cut_short_during_a_column_load_kills_the_process(tmp_path: Path)
     left hanging on the other ranks. The load must fail with a tensorfile error."""
     ckpt = tmp_path / "ckpt"
     ckpt.mkdir()
-    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    env = {**os.environ, "PYTHONPATH": str(Path(tensorfile.__file__).parents[1])}
     done = subprocess.run([sys.executable, "-c", _TRUNCATED_UNDER_THE_MAP, str(ckpt)],
                           env=env, capture_output=True, text=True, timeout=60)  # fmt: skip
     assert done.returncode == 0, (
