@@ -146,3 +146,52 @@ def test_a_file_cut_short_during_a_column_load_kills_the_process(tmp_path: Path)
         f"the loading process died with {done.returncode} (SIGBUS is -7): "
         f"{done.stdout[-300:]} {done.stderr[-300:]}"
     )
+
+
+_CRASH_AFTER_FIRST_SHARD = textwrap.dedent(
+    """
+    import os, signal, sys
+    import torch, torch.distributed.checkpoint as dcp
+    from tensorfile.distributed import StorageWriter
+    real = os.replace
+    def replace_then_die(src, dst, *a, **k):  # SIGKILL once the first new shard is in place
+        real(src, dst, *a, **k)
+        if str(dst).endswith("model-00001-of-00002.safetensors"):
+            os.kill(os.getpid(), signal.SIGKILL)
+    os.replace = replace_then_die
+    sd = {"a": torch.full((64,), 2.0), "b": torch.full((64,), 2.0)}
+    dcp.save(sd, storage_writer=StorageWriter(sys.argv[1], max_shard_size=300))
+    """
+)
+
+
+def test_a_save_of_another_prefix_deletes_the_links_that_hold_the_old_checkpoint(
+    tmp_path: Path,
+) -> None:
+    """A save killed mid-publication leaves the previous ``model`` checkpoint reachable
+    only through its index naming hidden links (``.tensorfile-prev-<save>/...``: shard 1's
+    old bytes exist nowhere else, its name already holds the new bytes). It loads whole
+    (review 37a's fix). Then a save of ANOTHER checkpoint in the folder (``prefix="optim"``,
+    documented for several checkpoints side by side) ends its publication with
+    ``remove_old_links(folder)``, which deletes every ``.tensorfile-prev-*`` of the folder,
+    whatever prefix's index still names them: the previous model checkpoint is destroyed
+    (its index names files that are gone). A publication must remove only the links of its
+    own prefix, and none that a live index names."""
+    ckpt = tmp_path / "ckpt"
+    old = {"a": torch.full((64,), 1.0), "b": torch.full((64,), 1.0)}
+    dcp.save(old, storage_writer=StorageWriter(ckpt, max_shard_size=300))
+    env = {**os.environ, "PYTHONPATH": str(Path(tensorfile.__file__).parents[1])}
+    subprocess.run([sys.executable, "-c", _CRASH_AFTER_FIRST_SHARD, str(ckpt)], env=env,
+                   timeout=120, check=False, capture_output=True)  # fmt: skip
+    dest = {"a": torch.zeros(64), "b": torch.zeros(64)}
+    dcp.load(dest, storage_reader=StorageReader(ckpt))  # (loads the old one whole: 37a's fix)
+    assert all(torch.equal(dest[k], v) for k, v in old.items())
+    dcp.save({"step": torch.tensor(5)}, storage_writer=StorageWriter(ckpt, prefix="optim"))
+    dest = {"a": torch.zeros(64), "b": torch.zeros(64)}
+    try:
+        dcp.load(dest, storage_reader=StorageReader(ckpt))
+    except Exception as exc:
+        raise AssertionError(
+            f"the previous model checkpoint was destroyed by a save of prefix 'optim': {exc!r:.300}"
+        ) from None
+    assert all(torch.equal(dest[k], v) for k, v in old.items())
