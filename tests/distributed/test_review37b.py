@@ -195,3 +195,25 @@ def test_a_save_of_another_prefix_deletes_the_links_that_hold_the_old_checkpoint
             f"the previous model checkpoint was destroyed by a save of prefix 'optim': {exc!r:.300}"
         ) from None
     assert all(torch.equal(dest[k], v) for k, v in old.items())
+
+
+def test_a_folder_inside_a_links_folder_fails_a_published_save_with_an_oserror(
+    tmp_path: Path,
+) -> None:
+    """``remove_old_links`` unlinks every entry of a ``.tensorfile-prev-*`` folder; an entry
+    that is a folder (left by anyone: a copy tool, a user) makes ``os.unlink`` raise
+    IsADirectoryError, which ``_unlink`` does not catch. It is raised from ``dcp.save``
+    AFTER the new checkpoint was published (the caller is told the save failed; it did
+    not), and every later save of the folder fails the same way. Cleanup must skip what it
+    cannot remove (or fail with a tensorfile error before publishing)."""
+    ckpt = tmp_path / "ckpt"
+    dcp.save({"w": torch.ones(4)}, storage_writer=StorageWriter(ckpt))
+    (ckpt / ".tensorfile-prev-0123" / "sub").mkdir(parents=True)
+    for value in (2.0, 3.0):
+        try:
+            dcp.save({"w": torch.full((4,), value)}, storage_writer=StorageWriter(ckpt))
+        except Exception as exc:
+            published = safetensors.torch.load_file(str(ckpt / "model.safetensors"))["w"]
+            raise AssertionError(
+                f"dcp.save failed ({exc!r:.200}) though it published w={published.tolist()}"
+            ) from None
