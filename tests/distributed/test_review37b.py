@@ -13,6 +13,7 @@ import textwrap
 import time
 from pathlib import Path
 
+import pytest
 import safetensors.torch
 import torch
 import torch.distributed.checkpoint as dcp
@@ -217,3 +218,55 @@ def test_a_folder_inside_a_links_folder_fails_a_published_save_with_an_oserror(
             raise AssertionError(
                 f"dcp.save failed ({exc!r:.200}) though it published w={published.tolist()}"
             ) from None
+
+
+@pytest.mark.parametrize("since", ["1e300", "1" * 400, "Infinity"])
+def test_a_lock_object_with_an_odd_time_fails_an_s3_save_with_overflowerror(since: str) -> None:
+    """The publication lock of an object-store folder (``.tensorfile-dcp-publishing``) is
+    JSON that any writer of the bucket (a corrupt put, a clock gone wild, another tool) may
+    leave with a ``since`` out of time's range: ``_read`` turns a huge int into a float
+    (OverflowError) and ``_since`` formats a huge float with ``time.gmtime``
+    (OverflowError). The save dies with a Python OverflowError instead of the
+    ConcurrentWriteError that says whose lock it is and to remove it."""
+    from tensorfile.distributed._publishing import LOCK_NAME, publication_lock
+    from tensorfile.errors import ConcurrentWriteError
+    from tensorfile.sources.stores.memory_store import MemoryStore
+
+    store = MemoryStore()
+    store.write_if(LOCK_NAME, f'{{"save": "other", "since": {since}}}'.encode(), None)
+    with pytest.raises(ConcurrentWriteError), publication_lock(store, "mine"):
+        pass
+
+
+def test_a_lock_object_dated_nan_is_taken_over_at_once() -> None:
+    """A lock whose time cannot be read is held (never taken over: 'its lock does not say
+    since when'), but one whose ``since`` is NaN (JSON ``NaN``, which Python's json reads)
+    has an age that compares False with the bound and is taken over at once: a second
+    save publishes beside the first. A NaN time is a lock that does not say since when."""
+    from tensorfile.distributed._publishing import LOCK_NAME, publication_lock
+    from tensorfile.errors import ConcurrentWriteError
+    from tensorfile.sources.stores.memory_store import MemoryStore
+
+    store = MemoryStore()
+    store.write_if(LOCK_NAME, b'{"save": "other", "since": NaN}', None)
+    with pytest.raises(ConcurrentWriteError), publication_lock(store, "mine"):
+        pass
+
+
+def test_a_live_lock_from_a_clock_16_minutes_behind_is_taken_over() -> None:
+    """Staleness is judged by the ``since`` the holder wrote, by the holder's clock: a
+    save on a machine whose clock runs 16 minutes behind (no NTP in a container, a VM
+    resumed) writes a lock that every other machine finds stale the moment it is put, so
+    a second save takes it over while the first publishes (one job's shards under the
+    other's index, review 37a's finding 5, again). The store dates the object itself
+    (its version, its Last-Modified): a lock put a moment ago is not stale, whatever it
+    says."""
+    from tensorfile.distributed._publishing import LOCK_NAME, publication_lock
+    from tensorfile.errors import ConcurrentWriteError
+    from tensorfile.sources.stores.memory_store import MemoryStore
+
+    store = MemoryStore()
+    skewed = json.dumps({"save": "live", "since": time.time() - 16 * 60}).encode()
+    store.write_if(LOCK_NAME, skewed, None)  # (put just now, by the slow clock's holder)
+    with pytest.raises(ConcurrentWriteError), publication_lock(store, "mine"):
+        pass
