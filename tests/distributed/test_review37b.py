@@ -270,3 +270,30 @@ def test_a_live_lock_from_a_clock_16_minutes_behind_is_taken_over() -> None:
     store.write_if(LOCK_NAME, skewed, None)  # (put just now, by the slow clock's holder)
     with pytest.raises(ConcurrentWriteError), publication_lock(store, "mine"):
         pass
+
+
+_COVER_MANY = """
+import sys
+from tensorfile.distributed._runs import check_cover
+n = int(sys.argv[1])
+check_cover("w", (n, 8), [((i, 0), (1, 8)) for i in range(n)])
+print("checked")
+"""
+
+
+def test_the_writers_cover_check_is_quadratic_in_the_ranks() -> None:
+    """``check_cover`` (the writer's, new since review 37a) compares each box with every
+    later one in a Python loop: n(n-1)/2 box pairs per tensor. FSDP over N ranks gives
+    every parameter N chunks, so a save's plan step costs O(N^2) per parameter on the
+    coordinator: 16,384 ranks take ~3 s per parameter (minutes for a model's few hundred
+    parameters, at every save), 65,536 (the reader's own MAX_CHUNKS) ~50 s. The reader's
+    ``_check_cover`` does the same check sorted and blocked, in well under a second for
+    65,536. This is a hang bound, not a speed target: one tensor of 65,536 row chunks
+    must be checked within 8 s (the reader: 0.35 s)."""
+    env = {**os.environ, "PYTHONPATH": str(Path(tensorfile.__file__).parents[1])}
+    try:
+        done = subprocess.run([sys.executable, "-c", _COVER_MANY, str(1 << 16)], env=env,
+                              capture_output=True, text=True, timeout=8)  # fmt: skip
+    except subprocess.TimeoutExpired:
+        raise AssertionError("check_cover of 65,536 chunks of one tensor ran past 8 s") from None
+    assert "checked" in done.stdout, done.stderr[-500:]
