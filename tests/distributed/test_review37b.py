@@ -297,3 +297,31 @@ def test_the_writers_cover_check_is_quadratic_in_the_ranks() -> None:
     except subprocess.TimeoutExpired:
         raise AssertionError("check_cover of 65,536 chunks of one tensor ran past 8 s") from None
     assert "checked" in done.stdout, done.stderr[-500:]
+
+
+def test_a_links_folder_planted_as_a_symlink_replaces_a_file_outside_the_checkpoint(
+    tmp_path: Path,
+) -> None:
+    """``save_sharded`` publishes with the tag of its process id, so its hidden links go in
+    ``.tensorfile-prev-<pid>/``, a name anyone who can write the folder (a shared scratch
+    folder) knows in advance. ``_hidden_link`` makes that folder with ``makedirs(...,
+    exist_ok=True)``, which follows a symlink planted there, then ``unlink``s the shard's
+    name inside it and hard-links the old shard in its place: a file of that name in the
+    symlink's target (outside the checkpoint, a folder the planter may not write) is
+    deleted and replaced. Links must be made only in a folder the save created itself
+    (``mkdir`` without following links, ``O_NOFOLLOW``)."""
+    import numpy as np
+
+    from tensorfile.safetensors.numpy import save_sharded
+
+    ckpt, elsewhere = tmp_path / "ckpt", tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    victim = elsewhere / "model-00001-of-00002.safetensors"
+    victim.write_bytes(b"someone else's file")
+    tensors = {"a": np.zeros(300, np.float32), "b": np.ones(300, np.float32)}
+    save_sharded(tensors, str(ckpt), max_shard_size="1KB")
+    (ckpt / f".tensorfile-prev-{os.getpid()}").symlink_to(elsewhere)
+    save_sharded(tensors, str(ckpt), max_shard_size="1KB")
+    assert victim.read_bytes() == b"someone else's file", (
+        "a save replaced a file outside its checkpoint through a planted symlink"
+    )
