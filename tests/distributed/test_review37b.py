@@ -325,3 +325,42 @@ def test_a_links_folder_planted_as_a_symlink_replaces_a_file_outside_the_checkpo
     assert victim.read_bytes() == b"someone else's file", (
         "a save replaced a file outside its checkpoint through a planted symlink"
     )
+
+
+def _plan_and_write(writer: StorageWriter, sd: dict[str, torch.Tensor], write: bool) -> object:
+    """One rank's steps of ``dcp.save`` up to its data written (``write``) or planned."""
+    from torch.distributed.checkpoint.default_planner import DefaultSavePlanner
+
+    planner = DefaultSavePlanner()
+    writer.reset()
+    writer.set_up_storage_writer(True, rank=0)
+    planner.set_up_planner(sd, writer.storage_meta(), True)
+    local = writer.prepare_local_plan(planner.create_local_plan())
+    plans, metadata = planner.create_global_plan([local])
+    plans = writer.prepare_global_plan(plans)
+    final = planner.finish_plan(plans[0])
+    results = writer.write_data(final, planner).wait() if write else None
+    return metadata, results
+
+
+def test_a_second_save_begun_on_a_writer_makes_the_first_publish_its_unwritten_files(
+    tmp_path: Path,
+) -> None:
+    """``dcp.async_save`` runs a save's ``finish`` in the background; a training loop that
+    starts the next ``async_save`` with the same ``StorageWriter`` before the last one
+    finished (DCP does not stop it) calls ``reset`` and ``prepare_global_plan`` on the
+    writer meanwhile. The writer keeps one save's state (``_plan``, ``_staged``) on the
+    object: the first save's ``finish`` then publishes the SECOND save's staging files,
+    made but not yet written: a checkpoint of zeros, published as complete. A writer must
+    refuse to begin a save while another of its saves is in flight (or keep each save's
+    state apart)."""
+    ckpt = tmp_path / "ckpt"
+    writer = StorageWriter(ckpt)
+    metadata, results = _plan_and_write(writer, {"w": torch.full((4,), 1.0)}, write=True)
+    _plan_and_write(writer, {"w": torch.full((4,), 2.0)}, write=False)  # (the next save begins)
+    try:
+        writer.finish(metadata, [results])  # (the first save's background finish)
+    except TensorFileError:
+        return  # (refused: nothing published)
+    published = safetensors.torch.load_file(str(ckpt / "model.safetensors"))["w"].tolist()
+    assert published in ([1.0] * 4, [2.0] * 4), f"published w={published}: neither save's"
