@@ -12,6 +12,7 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import safetensors.torch
@@ -327,7 +328,7 @@ def test_a_links_folder_planted_as_a_symlink_replaces_a_file_outside_the_checkpo
     )
 
 
-def _plan_and_write(writer: StorageWriter, sd: dict[str, torch.Tensor], write: bool) -> object:
+def _plan_and_write(writer: StorageWriter, sd: dict[str, torch.Tensor], write: bool) -> Any:
     """One rank's steps of ``dcp.save`` up to its data written (``write``) or planned."""
     from torch.distributed.checkpoint.default_planner import DefaultSavePlanner
 
