@@ -365,3 +365,39 @@ def test_a_second_save_begun_on_a_writer_makes_the_first_publish_its_unwritten_f
         return  # (refused: nothing published)
     published = safetensors.torch.load_file(str(ckpt / "model.safetensors"))["w"].tolist()
     assert published in ([1.0] * 4, [2.0] * 4), f"published w={published}: neither save's"
+
+
+def test_a_column_load_from_a_file_larger_than_memory_fails_to_map_it(tmp_path: Path) -> None:
+    """The strided column copy (``_mapped``, new since review 37a) maps the whole file
+    with ``mmap.ACCESS_COPY``: a private, WRITABLE mapping, which Linux charges in full
+    against the memory commit (heuristic overcommit refuses one larger than RAM + swap;
+    ``vm.overcommit_memory=2``, common on HPC nodes, refuses any beyond the commit limit).
+    A rank wanting 100 rows x 2 bytes of a 1 TiB file (a sparse file here; a large
+    per-rank or unsharded checkpoint, or any shard under strict overcommit) fails with
+    ``SourceError: cannot map ...: Cannot allocate memory``; read run by run (as before
+    6564cfb, and as for a remote file) it loads. A read-only mapping (ACCESS_READ) is not
+    charged; or fall back to the run reads when the map fails."""
+    import struct
+
+    from torch.distributed.checkpoint.metadata import MetadataIndex
+    from torch.distributed.checkpoint.planner import LoadItemType, LoadPlan, ReadItem
+
+    rows = 1 << 38  # x 4 bytes: a 1 TiB tensor, its file sparse (nothing written)
+    head = json.dumps({"w": {"dtype": "U8", "shape": [rows, 4], "data_offsets": [0, rows * 4]}})
+    header = head.encode() + b" " * (-len(head) % 8)
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    with open(ckpt / "model.safetensors", "wb") as f:
+        f.write(struct.pack("<Q", len(header)) + header)
+        f.truncate(8 + len(header) + rows * 4)
+    reader = StorageReader(ckpt)
+    metadata = reader.read_metadata()
+    reader.set_up_storage_reader(metadata, True)
+    dest = {"w": torch.ones(100, 2, dtype=torch.uint8)}
+    planner = DefaultLoadPlanner()
+    planner.set_up_planner(dest, metadata, True)
+    z = torch.Size([0, 0])
+    item = ReadItem(LoadItemType.TENSOR, MetadataIndex("w", z), z, MetadataIndex("w", z),
+                    torch.Size([0, 1]), torch.Size([100, 2]))  # fmt: skip
+    reader.read_data(LoadPlan([item]), planner).wait()
+    assert not dest["w"].any()
