@@ -63,14 +63,14 @@ def copy_mapped(
     start: int,
     shape: tuple[int, ...],
     stored: torch.dtype,
-    offsets: tuple[int, ...],
-    lengths: tuple[int, ...],
+    box: tuple[tuple[int, ...], tuple[int, ...]],
     dest: torch.Tensor,
 ) -> bool:
-    """:func:`copy_box` out of a read-only mapping of the tensor's bytes in ``source``'s
-    file (unmapped again after); False, copying nothing, where ``source`` is not a local
-    file or its file cannot be mapped (the caller reads the box run by run). A
-    :class:`~tensorfile.errors.SourceError` where the file now ends before the tensor does.
+    """:func:`copy_box` of ``box`` (its offsets and lengths) out of a read-only mapping
+    of the tensor's bytes in ``source``'s file (unmapped again after); False, copying
+    nothing, where ``source`` is not a local file or its file cannot be mapped (the caller
+    reads the box run by run). A :class:`~tensorfile.errors.SourceError` where the file
+    now ends before the tensor does.
     """
     fileno = getattr(source, "fileno", None)
     nbytes = math.prod(shape) * stored.itemsize
@@ -91,7 +91,7 @@ def copy_mapped(
     except (OSError, ValueError, OverflowError):
         return False
     try:
-        copy_box(memoryview(mapping), start - at, shape, stored, offsets, lengths, dest)
+        copy_box(memoryview(mapping), start - at, shape, stored, *box, dest)
     finally:
         try:
             mapping.close()

@@ -376,8 +376,8 @@ class StorageReader(_DCPStorageReader):
                 after.append((ri, dest, None))
                 continue
             if r.count > _mapped.MANY_RUNS and _mapped.copy_mapped(  # (False: read by runs)
-                self._open(file).source, start, tuple(shape), stored, tuple(ri.storage_offsets),
-                box, dest,
+                self._open(file).source, start, tuple(shape), stored,
+                (tuple(ri.storage_offsets), box), dest,
             ):  # fmt: skip
                 after.append((ri, dest, None))
                 continue
