@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from tensorfile.distributed._objects import decode, encode
 from tensorfile.distributed._parts import COORDINATOR, Segment, plan_parts
 from tensorfile.distributed._pieces import clip, copy_into, extent, piece
-from tensorfile.distributed._runs import runs
+from tensorfile.distributed._runs import overlap, runs
 from tensorfile.errors import FormatError, InvalidArgumentError
 from tensorfile.formats.safetensors.hub import plan_hub
 from tensorfile.safetensors.numpy import save_sharded
@@ -240,3 +240,35 @@ def test_a_box_of_many_runs_reads_bit_for_bit(
     reader.read_data(LoadPlan([item]), Planner()).wait()  # type: ignore[arg-type]
     o, n = offsets, lengths
     assert torch.equal(dest, full[o[0] : o[0] + n[0], o[1] : o[1] + n[1]])
+
+
+@given(
+    st.integers(1, 3).flatmap(
+        lambda nd: st.lists(
+            st.tuples(st.tuples(*[st.integers(0, 300)] * nd), st.tuples(*[st.integers(0, 4)] * nd)),
+            max_size=300,
+        )
+    )
+)
+@settings(max_examples=200, deadline=None)
+def test_overlap_finds_a_pair_exactly_when_two_boxes_share_an_element(
+    boxes: list[tuple[tuple[int, ...], tuple[int, ...]]],
+) -> None:
+    """The shared cover check (the writer's, the reader's, the upload's): blocked and
+    sorted, it answers as box-against-box would, and the pair it names does overlap."""
+
+    def share(a: int, b: int) -> bool:
+        (ao, az), (bo, bz) = boxes[a], boxes[b]
+        live = math.prod(az) > 0 and math.prod(bz) > 0
+        return live and all(
+            x < y + m and y < x + n for x, n, y, m in zip(ao, az, bo, bz, strict=True)
+        )
+
+    nd = len(boxes[0][0]) if boxes else 1
+    starts = np.array([o for o, _ in boxes], np.int64).reshape(len(boxes), nd)
+    sizes = np.array([z for _, z in boxes], np.int64).reshape(len(boxes), nd)
+    found = overlap(starts, sizes)
+    brute = any(share(a, b) for a, b in itertools.combinations(range(len(boxes)), 2))
+    assert (found is not None) == brute
+    if found is not None:
+        assert found[0] < found[1] and share(*found)

@@ -2,9 +2,12 @@
 
 Where a rank's box of a stored tensor is many short runs (a ``Shard(1)`` slab of a
 row-major matrix: a run per row), reading run by run spends its time on the runs, not the
-bytes. A local file is mapped already (:meth:`~tensorfile.core.source.Source.buffer`): torch
-copies the box straight out of the mapping, touching only the pages that hold it (the
-kernel's read-ahead brings them in from a cold cache).
+bytes. :func:`copy_mapped` maps a local file's tensor read-only (a shared read-only
+mapping is not charged against the memory commit, however large the file) and torch copies
+the box straight out of it, touching only the pages that hold it (the kernel's read-ahead
+brings them in from a cold cache). Where the file cannot be mapped the caller reads run by
+run; a file found shorter than the tensor (cut short after it was opened) is a
+:class:`~tensorfile.errors.SourceError`, never a SIGBUS from the mapping.
 
 Example:
     >>> import torch
@@ -17,12 +20,17 @@ Example:
 from __future__ import annotations
 
 import math
+import mmap
+import os
 import warnings
+from typing import Any
 
 import numpy as np
 import torch
 
-__all__ = ["MANY_RUNS", "copy_box"]
+from tensorfile.core.errors import SourceError
+
+__all__ = ["MANY_RUNS", "copy_box", "copy_mapped"]
 
 MANY_RUNS = 64
 """Runs of a box from which one strided copy beats a read per run."""
@@ -48,3 +56,45 @@ def copy_box(
     box = tensor[tuple(slice(o, o + n) for o, n in zip(offsets, lengths, strict=True))]
     dest.copy_(box)
     return dest
+
+
+def copy_mapped(
+    source: Any,
+    start: int,
+    shape: tuple[int, ...],
+    stored: torch.dtype,
+    box: tuple[tuple[int, ...], tuple[int, ...]],
+    dest: torch.Tensor,
+) -> bool:
+    """:func:`copy_box` of ``box`` (its offsets and lengths) out of a read-only mapping
+    of the tensor's bytes in ``source``'s file (unmapped again after); False, copying
+    nothing, where ``source`` is not a local file or its file cannot be mapped (the caller
+    reads the box run by run). A :class:`~tensorfile.errors.SourceError` where the file
+    now ends before the tensor does.
+    """
+    fileno = getattr(source, "fileno", None)
+    nbytes = math.prod(shape) * stored.itemsize
+    if fileno is None or nbytes == 0:
+        return False
+    try:
+        fd = fileno()
+        size = os.fstat(fd).st_size
+    except (OSError, ValueError, SourceError):
+        return False
+    if size < start + nbytes:
+        raise SourceError(
+            f"{source.name}: the file ended at offset {size}; it was truncated after it was opened"
+        )
+    at = start - start % mmap.ALLOCATIONGRANULARITY
+    try:
+        mapping = mmap.mmap(fd, start + nbytes - at, access=mmap.ACCESS_READ, offset=at)
+    except (OSError, ValueError, OverflowError):
+        return False
+    try:
+        copy_box(memoryview(mapping), start - at, shape, stored, *box, dest)
+    finally:
+        try:
+            mapping.close()
+        except BufferError:  # (a view still held: unmapped when it is freed)
+            pass
+    return True

@@ -46,6 +46,9 @@ STALE_AFTER = 15 * 60
 
 _TRIES = 3
 
+_LATEST = 253402300800
+"""The first second of year 10000: a lock dated at or after it is undated (time.gmtime)."""
+
 
 @contextlib.contextmanager
 def publication_lock(store: Any, save_id: str) -> Iterator[None]:
@@ -98,11 +101,18 @@ def _read(store: Any) -> tuple[str | None, float | None]:
         return None, None
     if not isinstance(got, dict):
         return None, None
-    holder, since = got.get("save"), got.get("since")
-    return (
-        holder if isinstance(holder, str) else None,
-        float(since) if isinstance(since, int | float) and not isinstance(since, bool) else None,
-    )
+    holder = got.get("save")
+    return holder if isinstance(holder, str) else None, _time(got.get("since"))
+
+
+def _time(since: object) -> float | None:
+    """A lock's start as a unix time; None (undated: the lock is held) where it is not a
+    number in :data:`_LATEST`'s range (a huge int, infinity, NaN, a date past year 9999)."""
+    if not isinstance(since, int | float) or isinstance(since, bool):
+        return None
+    if not 0 <= since < _LATEST:  # (False for NaN; a huge int never reaches float())
+        return None
+    return float(since)
 
 
 def _since(since: float | None) -> str:

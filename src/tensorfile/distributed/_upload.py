@@ -49,7 +49,7 @@ from ._objects import is_sidecar
 from ._parts import COORDINATOR, Segment, plan_parts
 from ._pieces import Piece, clip, copy_into, extent
 from ._publishing import publication_lock
-from ._runs import runs
+from ._runs import overlap, runs
 
 __all__ = ["finish_uploads", "plan_uploads", "rank_uploads", "uploading_store"]
 
@@ -128,12 +128,8 @@ def _check_boxes(name: str, shape: tuple[int, ...], shards: list[Any]) -> None:
     total = sum(math.prod(z) for _, z in boxes)
     lo = np.array([o for o, _ in boxes], np.int64).reshape(len(boxes), len(shape))
     hi = lo + np.array([z for _, z in boxes], np.int64).reshape(len(boxes), len(shape))
-    overlap = np.ones((len(boxes), len(boxes)), bool)
-    for d in range(len(shape)):
-        overlap &= (lo[:, None, d] < hi[None, :, d]) & (lo[None, :, d] < hi[:, None, d])
-    np.fill_diagonal(overlap, False)
     inside = bool(((lo >= 0) & (hi <= np.array(shape, np.int64))).all())
-    if total != math.prod(shape) or overlap.any() or not inside:
+    if total != math.prod(shape) or not inside or overlap(lo, hi - lo) is not None:
         raise FormatError(
             f"tensor {name!r}: the ranks' shards do not tile its shape {list(shape)} "
             "(bytes left unwritten or written twice)"

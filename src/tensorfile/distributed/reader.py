@@ -109,7 +109,7 @@ from tensorfile.formats.torch_pickle import check_plain
 from tensorfile.sources import Store, open_path, store_for
 
 from . import _mapped, _objects
-from ._runs import box_view, runs
+from ._runs import box_view, overlap, runs
 
 __all__ = ["StorageReader"]
 
@@ -394,13 +394,12 @@ class StorageReader(_DCPStorageReader):
             if r.count == 0:
                 after.append((ri, dest, None))
                 continue
-            if r.count > _mapped.MANY_RUNS:
-                mapped = self._open(file).source.buffer()  # (None: not a local file)
-                if mapped is not None:  # one strided copy out of the mapping
-                    offsets = tuple(ri.storage_offsets)
-                    _mapped.copy_box(mapped, start, tuple(shape), stored, offsets, box, dest)
-                    after.append((ri, dest, None))
-                    continue
+            if r.count > _mapped.MANY_RUNS and _mapped.copy_mapped(  # (False: read by runs)
+                self._open(file).source, start, tuple(shape), stored,
+                (tuple(ri.storage_offsets), box), dest,
+            ):  # fmt: skip
+                after.append((ri, dest, None))
+                continue
             # straight into the destination where its bytes are the box's, in order
             direct = dest.device.type == "cpu" and dest.is_contiguous() and dest.dtype == stored
             target = dest if direct else torch.empty(box, dtype=stored)
@@ -521,42 +520,8 @@ def _check_cover(name: str, md: TensorStorageMetadata, where: str) -> None:
     sizes = np.array([tuple(c.sizes) for c in md.chunks], np.int64).reshape(len(md.chunks), -1)
     starts = np.array([tuple(c.offsets) for c in md.chunks], np.int64).reshape(sizes.shape)
     volume = sum(math.prod(c.sizes) for c in md.chunks)
-    if volume != math.prod(md.size) or _overlap(starts, sizes):
+    if volume != math.prod(md.size) or overlap(starts, sizes) is not None:
         raise FormatError(
             f"{where}: the chunks of tensor {name!r} do not cover its shape "
             f"{list(md.size)} exactly once (a file of the checkpoint missing?)"
         )
-
-
-_BLOCK = 128
-"""Chunks compared with the others at once by :func:`_overlap`."""
-
-
-def _overlap(starts: np.ndarray[Any, Any], sizes: np.ndarray[Any, Any]) -> bool:
-    """Whether two of the boxes ``starts``/``sizes`` (one a row) share an element: sorted by
-    their start in the dimension they are split most along, each block of boxes is compared
-    with the boxes that start before the block's last end there (all at once, in numpy)."""
-    live = (sizes > 0).all(axis=1) if sizes.shape[1] else np.ones(len(sizes), bool)
-    starts, sizes = starts[live], sizes[live]
-    if len(starts) < 2:
-        return False
-    if starts.shape[1] == 0:
-        return True  # (two 0-d chunks: the same element)
-    d = int(np.argmax([len(np.unique(starts[:, k])) for k in range(starts.shape[1])]))
-    order = np.argsort(starts[:, d], kind="stable")
-    lo, hi = starts[order], starts[order] + sizes[order]
-    first = lo[:, d]
-    for b in range(0, len(lo), _BLOCK):
-        e = min(b + _BLOCK, len(lo))
-        reach = int(np.searchsorted(first, hi[b:e, d].max(), side="left"))
-        if reach <= b + 1:
-            continue
-        a_lo, a_hi = lo[b:e, None, :], hi[b:e, None, :]
-        o_lo, o_hi = lo[None, b:reach, :], hi[None, b:reach, :]
-        hit = ((a_lo < o_hi) & (o_lo < a_hi)).all(axis=2)
-        # (a box against itself and each pair twice: only pairs i < j count)
-        i = np.arange(b, e)[:, None]
-        j = np.arange(b, reach)[None, :]
-        if (hit & (j > i)).any():
-            return True
-    return False
