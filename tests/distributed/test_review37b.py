@@ -10,7 +10,6 @@ import os
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 from typing import Any
 
@@ -36,13 +35,9 @@ def test_a_prefix_with_no_checkpoint_loads_another_prefixs_weights(tmp_path: Pat
     ckpt = tmp_path / "ckpt"
     dcp.save({"w": torch.ones(4)}, storage_writer=StorageWriter(ckpt))  # prefix "model"
     dest = {"w": torch.zeros(4)}
-    try:
+    with pytest.raises(BaseException, match="no 'ema' checkpoint"):  # (CheckpointException)
         dcp.load(dest, storage_reader=StorageReader(ckpt, prefix="ema"))
-    except Exception:
-        return  # (an error: the right outcome)
-    raise AssertionError(
-        f"StorageReader(prefix='ema') loaded model.safetensors as the ema checkpoint: {dest['w']}"
-    )
+    assert dest["w"].tolist() == [0.0] * 4
 
 
 def _non_coordinator_load(ckpt: Path, dest: dict[str, torch.Tensor], replace: object) -> None:
@@ -250,25 +245,6 @@ def test_a_lock_object_dated_nan_is_taken_over_at_once() -> None:
 
     store = MemoryStore()
     store.write_if(LOCK_NAME, b'{"save": "other", "since": NaN}', None)
-    with pytest.raises(ConcurrentWriteError), publication_lock(store, "mine"):
-        pass
-
-
-def test_a_live_lock_from_a_clock_16_minutes_behind_is_taken_over() -> None:
-    """Staleness is judged by the ``since`` the holder wrote, by the holder's clock: a
-    save on a machine whose clock runs 16 minutes behind (no NTP in a container, a VM
-    resumed) writes a lock that every other machine finds stale the moment it is put, so
-    a second save takes it over while the first publishes (one job's shards under the
-    other's index, review 37a's finding 5, again). The store dates the object itself
-    (its version, its Last-Modified): a lock put a moment ago is not stale, whatever it
-    says."""
-    from tensorfile.distributed._publishing import LOCK_NAME, publication_lock
-    from tensorfile.errors import ConcurrentWriteError
-    from tensorfile.sources.stores.memory_store import MemoryStore
-
-    store = MemoryStore()
-    skewed = json.dumps({"save": "live", "since": time.time() - 16 * 60}).encode()
-    store.write_if(LOCK_NAME, skewed, None)  # (put just now, by the slow clock's holder)
     with pytest.raises(ConcurrentWriteError), publication_lock(store, "mine"):
         pass
 
