@@ -387,3 +387,30 @@ def test_sigkill_at_every_step_leaves_old_or_new(
     # killed early: the old one; after the new index's rename (old files being removed): the
     # new one (with the old save's names, its index's rename is the last step)
     assert {1.0, 2.0} <= seen if always_whole else 1.0 in seen
+
+
+def test_links_an_unreadable_index_may_name_are_kept_and_others_removed(tmp_path: Path) -> None:
+    """A save removes the hidden links of its own prefix that no index names, not those of
+    another prefix's shards, and none while an index of the folder cannot be read (it may
+    name any of them); a symbolic link or a folder among them is never followed or fails
+    the save."""
+    tensors = {"a": np.zeros(300, np.float32), "b": np.ones(300, np.float32)}
+    save_sharded(tensors, str(tmp_path), max_shard_size="1KB")
+    mine, theirs = tmp_path / ".tensorfile-prev-1", tmp_path / ".tensorfile-prev-2"
+    for links in (mine, theirs):
+        (links / "sub").mkdir(parents=True)
+        (links / "model-00001-of-00002.safetensors").write_bytes(b"old")
+        (links / "optim.safetensors").write_bytes(b"old")
+    (theirs / "escape").symlink_to(tmp_path / "model-00002-of-00002.safetensors")
+    (tmp_path / "optim.safetensors.index.json").write_text("{not json")
+    save_sharded(tensors, str(tmp_path), max_shard_size="1KB")
+    assert sorted(os.listdir(mine)) == ["model-00001-of-00002.safetensors", "optim.safetensors",
+                                        "sub"]  # fmt: skip
+    (tmp_path / "optim.safetensors.index.json").write_text(
+        json.dumps({"weight_map": {"x": ".tensorfile-prev-2/optim.safetensors"}})
+    )
+    save_sharded(tensors, str(tmp_path), max_shard_size="1KB")
+    assert sorted(os.listdir(mine)) == ["optim.safetensors", "sub"]
+    assert sorted(os.listdir(theirs)) == [  # (named by optim's index: all kept)
+        "escape", "model-00001-of-00002.safetensors", "optim.safetensors", "sub"]  # fmt: skip
+    assert (tmp_path / "model-00002-of-00002.safetensors").exists()

@@ -33,6 +33,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import operator
@@ -287,78 +288,129 @@ def publish(
     """
     index_path = os.path.join(folder, prefix + INDEX_SUFFIX)
     single = os.path.join(folder, prefix + SUFFIX)
-    if any(os.path.lexists(final) for _, final in staged) and os.path.lexists(index_path):
-        if not _keep_old(folder, index_path, {os.path.basename(f) for _, f in staged}, tag):
-            _unlink(index_path)  # it may name files about to change: until the new index, none
-    moving = list(staged)
-    if index is not None and os.path.lexists(single) and not os.path.lexists(index_path):
-        _single_behind_index(single, index_path, tag, fsync)
-    if index is None and len(staged) == 1 and os.path.lexists(index_path):
-        if _commit_through_index(staged[0], index_path, tag, fsync):
-            moving = []
-    for stage, final in moving:
-        os.replace(stage, final)
-    if index is not None:
-        out = AtomicFile(index_path, fsync=fsync)
-        try:
-            os.write(out.fd, index)
-            out.commit()
-        except BaseException:
-            out.abort()
-            raise
-    elif fsync:
-        _fsync_folder(folder)
+    links = _Links(folder, tag)
+    try:
+        if any(os.path.lexists(final) for _, final in staged) and os.path.lexists(index_path):
+            if not _keep_old(folder, index_path, {os.path.basename(f) for _, f in staged}, links):
+                _unlink(index_path)  # it may name files about to change: until the new one, none
+        moving = list(staged)
+        if index is not None and os.path.lexists(single) and not os.path.lexists(index_path):
+            _single_behind_index(single, index_path, links, fsync)
+        if index is None and len(staged) == 1 and os.path.lexists(index_path):
+            if _commit_through_index(staged[0], index_path, links, fsync):
+                moving = []
+        for stage, final in moving:
+            os.replace(stage, final)
+        if index is not None:
+            out = AtomicFile(index_path, fsync=fsync)
+            try:
+                os.write(out.fd, index)
+                out.commit()
+            except BaseException:
+                out.abort()
+                raise
+        elif fsync:
+            _fsync_folder(folder)
+    finally:
+        links.close()
     written = {os.path.basename(f) for _, f in staged} | set(keep)
     if index is not None:
         written.add(prefix + INDEX_SUFFIX)
-    _remove_stale(folder, prefix, written)
-    remove_old_links(folder)
+    _remove_stale(folder, prefix, written)  # (leftovers: neither of these two raises, the
+    remove_old_links(folder, prefix)  # new checkpoint being published)
 
 
 _PREV = ".tensorfile-prev-"
 
 
-def remove_old_links(folder: str) -> None:
-    """Remove the hidden links that kept an old checkpoint while a new one was published
-    (``.tensorfile-prev-<tag>/``, and the ``.tensorfile-prev-<tag>-<name>`` files of
-    earlier versions): call it once the new checkpoint's index (or file) is in place."""
+def remove_old_links(folder: str, prefix: str) -> None:
+    """Remove the hidden links that kept an old checkpoint of ``prefix`` while a new one was
+    published (``.tensorfile-prev-<tag>/``, and the ``.tensorfile-prev-<tag>-<name>`` files
+    of earlier versions): call it once the new checkpoint's index (or file) is in place.
+    Links that an index of the folder names are kept (another prefix's checkpoint, left by
+    a save killed mid-publication, may live only there), all of them where an index cannot
+    be read, and links named as another prefix's shards; what cannot be removed is left
+    (this never raises, and never follows a symbolic link)."""
+    named = _named_links(folder)
+    if named is None:
+        return
+    own = _pattern(prefix)
+    tail = re.compile("-" + own.pattern + "$")
     for name in _listing(folder):
-        if name.startswith(_PREV):
-            path = os.path.join(folder, name)
-            if os.path.isdir(path) and not os.path.islink(path):
-                for inner in _listing(path):
-                    _unlink(os.path.join(path, inner))
-                try:
-                    os.rmdir(path)
-                except OSError:
-                    pass
-            else:
-                _unlink(path)
+        if not name.startswith(_PREV) or name in named:
+            continue
+        path = os.path.join(folder, name)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        except OSError:  # (a link file of an earlier version, or anything but a folder)
+            if tail.search(name) or not name.endswith(SUFFIX):
+                _discard(path)
+            continue
+        try:
+            for inner in _listing(fd):
+                if own.fullmatch(inner) or not inner.endswith(SUFFIX):
+                    _discard(inner, dir_fd=fd)
+        finally:
+            os.close(fd)
+        with contextlib.suppress(OSError):  # (not empty: what was not to be removed is left)
+            os.rmdir(path)
 
 
-def _listing(folder: str) -> list[str]:
+def _named_links(folder: str) -> set[str] | None:
+    """The ``.tensorfile-prev-*`` names that the weight map of an index in ``folder``
+    reaches; None when an index there cannot be read (it may name any of them)."""
+    named: set[str] = set()
+    for name in (n for n in _listing(folder) if n.endswith(INDEX_SUFFIX)):
+        try:
+            weight_map, _ = _index.read_index(os.path.join(folder, name), local=True)
+        except (TensorFileError, OSError):
+            return None
+        named.update(os.path.normpath(shard).split(os.sep)[0] for shard in weight_map.values())
+    return named
+
+
+def _listing(folder: str | int) -> list[str]:
     try:
         return os.listdir(folder)
     except OSError:
         return []
 
 
-def _hidden_link(path: str, tag: str, name: str) -> str | None:
-    """A hard link to ``path`` as ``.tensorfile-prev-<tag>/<name>`` in its folder, the
-    name relative to the folder (None: links cannot be made there). The hidden folder
-    keeps the link out of readers that take every ``*.safetensors`` of a folder (torch's
-    ``HuggingFaceStorageReader``) while its own name keeps the suffix that transformers
-    and huggingface_hub ask of an index's shards."""
-    folder = os.path.dirname(path)
-    rel = f"{_PREV}{tag}/{name}"
-    link = os.path.join(folder, rel)
-    try:
-        os.makedirs(os.path.dirname(link), exist_ok=True)
-        _unlink(link)
-        os.link(path, link)
-    except OSError:
-        return None
-    return rel
+class _Links:
+    """The hidden links folder of one publication, ``.tensorfile-prev-<tag>/``: made fresh
+    on first use (a name already there, an earlier save's or a planted symbolic link, is
+    never used: no links then) and reached through its descriptor only."""
+
+    def __init__(self, folder: str, tag: str) -> None:
+        self.rel = f"{_PREV}{tag}"
+        self.path = os.path.join(folder, self.rel)
+        self.fd: int | None = None
+        self.tried = False
+
+    def link(self, path: str, name: str) -> str | None:
+        """A hard link to ``path`` as ``name`` in the folder, its path relative to the
+        checkpoint's folder (None: links cannot be made there)."""
+        if not self.tried:
+            self.tried = True
+            with contextlib.suppress(OSError):
+                os.mkdir(self.path)
+                self.fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        try:
+            if self.fd is None:
+                return None
+            _unlink(name, dir_fd=self.fd)
+            os.link(path, name, dst_dir_fd=self.fd)
+        except OSError:
+            return None
+        return f"{self.rel}/{name}"
+
+    def drop(self, name: str) -> None:
+        if self.fd is not None:
+            _discard(name, dir_fd=self.fd)
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
 
 
 def _index_of(path: str, link: str, index_path: str, fsync: bool) -> bool:
@@ -385,36 +437,38 @@ def _index_of(path: str, link: str, index_path: str, fsync: bool) -> bool:
     return True
 
 
-def _single_behind_index(single: str, index_path: str, tag: str, fsync: bool) -> None:
+def _single_behind_index(single: str, index_path: str, links: _Links, fsync: bool) -> None:
     """Make the old checkpoint of one file an index naming a link to it, and remove the
     file's own name (the index then holds the old checkpoint, whichever rule a reader
     follows, until the new index replaces it)."""
-    link = _hidden_link(single, tag, os.path.basename(single))
+    link = links.link(single, os.path.basename(single))
     if link is None:
         return
     if not _index_of(single, link, index_path, fsync):
-        _unlink(os.path.join(os.path.dirname(single), link))
+        links.drop(os.path.basename(single))
         return
     _unlink(single)
 
 
-def _commit_through_index(staged: tuple[str, str], index_path: str, tag: str, fsync: bool) -> bool:
+def _commit_through_index(
+    staged: tuple[str, str], index_path: str, links: _Links, fsync: bool
+) -> bool:
     """Commit a new checkpoint of one file over one with an index: the index rewritten to
     name the new file's link (the commit), the file renamed into place, then the index
     removed; False (nothing done) where that cannot be done."""
     stage, final = staged
-    link = _hidden_link(stage, tag, os.path.basename(final))
+    link = links.link(stage, os.path.basename(final))
     if link is None:
         return False
     if not _index_of(stage, link, index_path, fsync):
-        _unlink(os.path.join(os.path.dirname(stage), link))
+        links.drop(os.path.basename(final))
         return False
     os.replace(stage, final)
     _unlink(index_path)
     return True
 
 
-def _keep_old(folder: str, index_path: str, taken: set[str], tag: str) -> bool:
+def _keep_old(folder: str, index_path: str, taken: set[str], links: _Links) -> bool:
     """Link the old index's shards that new files will replace under hidden names and point
     the old index at them; False (nothing changed) where that cannot be done."""
     try:
@@ -424,7 +478,7 @@ def _keep_old(folder: str, index_path: str, taken: set[str], tag: str) -> bool:
     renamed: dict[str, str] = {}
     for shard in dict.fromkeys(weight_map.values()):
         if shard in taken and os.path.basename(shard) == shard:
-            link = _hidden_link(os.path.join(folder, shard), tag, shard)
+            link = links.link(os.path.join(folder, shard), shard)
             if link is None:
                 return False
             renamed[shard] = link
@@ -481,11 +535,23 @@ def _counted(sizes: list[tuple[str, int]], ids: Mapping[str, Hashable]) -> int:
     return total
 
 
-def _unlink(path: str) -> None:
+def _unlink(path: str, *, dir_fd: int | None = None) -> None:
     try:
-        os.unlink(path)
+        os.unlink(path, dir_fd=dir_fd)
     except FileNotFoundError:
         pass
+
+
+def _discard(path: str, *, dir_fd: int | None = None) -> bool:
+    """Remove a leftover (never following a symbolic link); False where it cannot be
+    removed (a folder, a name another user owns)."""
+    try:
+        os.unlink(path, dir_fd=dir_fd)
+    except FileNotFoundError:
+        pass
+    except OSError:
+        return False
+    return True
 
 
 def _remove_staging(folder: str) -> None:
@@ -514,8 +580,16 @@ def _alive(pid: int) -> bool:
 
 
 def _remove_stale(folder: str, prefix: str, keep: set[str]) -> None:
-    """The files of an earlier save that this one did not write (huggingface_hub's pattern)."""
-    pattern = re.compile(re.escape(prefix) + r"(-\d{5}-of-\d{5})?\.safetensors(\.index\.json)?")
-    stale = [n for n in os.listdir(folder) if pattern.fullmatch(n) and n not in keep]
+    """The files of an earlier save that this one did not write (huggingface_hub's
+    pattern); what cannot be removed is left (never raises), and no shard outlives an
+    index that could not be removed."""
+    pattern = re.compile(f"{_pattern(prefix).pattern}({re.escape(_index.INDEX_SUFFIX)})?")
+    stale = [n for n in _listing(folder) if pattern.fullmatch(n) and n not in keep]
     for name in sorted(stale, key=lambda n: not n.endswith(".json")):  # an index first: it
-        _unlink(os.path.join(folder, name))  # must never outlive a shard it names
+        if not _discard(os.path.join(folder, name)) and name.endswith(".json"):
+            return  # must never outlive a shard it names
+
+
+def _pattern(prefix: str) -> re.Pattern[str]:
+    """The names of ``prefix``'s checkpoint files (one file, or shards)."""
+    return re.compile(re.escape(prefix) + r"(-\d{5}-of-\d{5})?" + re.escape(SUFFIX))
