@@ -42,7 +42,7 @@ import re
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
 
-from tensorfile.core.atomic import AtomicFile, remove_stale_temps
+from tensorfile.core.atomic import atomic_write, remove_stale_temps, write_all
 from tensorfile.core.dtypes import from_safetensors
 from tensorfile.core.errors import InvalidArgumentError, SourceError, TensorFileError
 from tensorfile.core.sizes import parse_size
@@ -302,13 +302,7 @@ def publish(
         for stage, final in moving:
             os.replace(stage, final)
         if index is not None:
-            out = AtomicFile(index_path, fsync=fsync)
-            try:
-                os.write(out.fd, index)
-                out.commit()
-            except BaseException:
-                out.abort()
-                raise
+            _write_index(index_path, index, fsync)
         elif fsync:
             _fsync_folder(folder)
     finally:
@@ -427,13 +421,7 @@ def _index_of(path: str, link: str, index_path: str, fsync: bool) -> bool:
         "metadata": {"total_size": header.data_len},
         "weight_map": dict.fromkeys(header.names, link),
     }
-    out = AtomicFile(index_path, fsync=fsync)
-    try:
-        os.write(out.fd, json.dumps(doc, indent=2).encode())
-        out.commit()
-    except BaseException:
-        out.abort()
-        raise
+    _write_index(index_path, json.dumps(doc, indent=2).encode(), fsync)
     return True
 
 
@@ -486,16 +474,16 @@ def _keep_old(folder: str, index_path: str, taken: set[str], links: _Links) -> b
         with open(index_path, "rb") as f:
             doc = json.loads(f.read(_index.MAX_INDEX_BYTES + 1))
         doc["weight_map"] = {k: renamed.get(v, v) for k, v in weight_map.items()}
-        out = AtomicFile(index_path)
-        try:
-            os.write(out.fd, json.dumps(doc, indent=2).encode())
-            out.commit()
-        except BaseException:
-            out.abort()
-            raise
+        _write_index(index_path, json.dumps(doc, indent=2).encode(), False)
     except (OSError, ValueError, TypeError, TensorFileError):
         return False
     return True
+
+
+def _write_index(path: str, data: bytes, fsync: bool) -> None:
+    """Write the index ``path`` atomically (a temporary file renamed into place)."""
+    with atomic_write(path, fsync=fsync) as fd:
+        write_all(fd, memoryview(data))
 
 
 def _fsync_folder(folder: str) -> None:
