@@ -471,7 +471,7 @@ class _Frugal:
         return getattr(self._source, name)
 
 
-_FILES = "tensorfile.files"
+_FILES = "__tensorfile_files__"
 """The key of the metadata's storage data holding each file's identity (:func:`_identity`)."""
 
 
