@@ -7,7 +7,15 @@ from __future__ import annotations
 
 import pytest
 
-SHARED = ("test_dcp_roundtrip", "test_dcp_peers", "test_dcp_crash", "test_dcp_remote")
+SHARED = (
+    "test_dcp_roundtrip",
+    "test_dcp_peers",
+    "test_dcp_crash",
+    "test_dcp_remote",
+    "test_dcp_s3_save",
+)
+PARTLY = {"test_review37a": "group"}
+"""Modules where only the tests taking this module-scoped fixture share its processes."""
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -16,5 +24,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
     for item in items:
         folder, _, module = item.nodeid.split("::")[0].rpartition("/")
-        if folder == "tests/distributed" and module.removesuffix(".py") in SHARED:
-            join_group(item, "dcp-" + module.removesuffix(".py"))
+        name = module.removesuffix(".py")
+        if folder != "tests/distributed":
+            continue
+        if name in SHARED or PARTLY.get(name) in getattr(item, "fixturenames", ()):
+            join_group(item, "dcp-" + name)
