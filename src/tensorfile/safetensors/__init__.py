@@ -19,6 +19,11 @@ the tensor and the byte offset; loading copies straight into new arrays (faster)
 atomic; strided numpy arrays are saved by value; metadata keys are written sorted;
 ``get_slice`` also takes steps, ``None`` and ``...`` (the reference ignores steps).
 
+``safe_open(...).prefetch(plan)`` is safetensors 0.9's plan of the tensors and rows to read
+ahead (its pull request #848, not yet released), on every framework and device; a plan value
+may also be any basic index or :class:`Intervals` (several intervals of one dimension, for
+fused weights split across ranks).
+
 Example:
     >>> import numpy as np
     >>> from tensorfile.safetensors import safe_open
@@ -33,9 +38,12 @@ Example:
 
 from typing import TYPE_CHECKING
 
+from tensorfile.core.selection import Intervals
 from tensorfile.formats.safetensors.faces import (
     MAX_HEADER_SIZE,
+    PrefetchLoader,
     SafeSlice,  # noqa: F401 (what get_slice returns, named here as in the reference)
+    TensorMeta,
     safe_open,
 )
 from tensorfile.formats.safetensors.faces import (  # noqa: F401 (the reference's private name)
@@ -65,9 +73,12 @@ __getattr__ = lazy_names(
 
 
 __all__ = [
+    "Intervals",
     "MAX_HEADER_SIZE",
+    "PrefetchLoader",
     "SafetensorError",
     "StreamWriter",
+    "TensorMeta",
     "TensorSpec",
     "__version__",
     "deserialize",

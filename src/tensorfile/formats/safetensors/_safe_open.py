@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from tensorfile.core.digests import verified
 from tensorfile.core.errors import (
@@ -39,18 +39,31 @@ from tensorfile.core.errors import (
 )
 from tensorfile.core.reader import names_list
 from tensorfile.core.source import Source
+from tensorfile.formats.safetensors._prefetch import (
+    PrefetchLoader,
+    check_framework,
+    prefetch_plan,
+)
 from tensorfile.formats.safetensors._reader import SafetensorsReader
 from tensorfile.formats.safetensors._slices import reference_index
 from tensorfile.frameworks import Framework, get_framework
 from tensorfile.sources import CacheDir, MemorySource, is_url, open_input
 from tensorfile.sources.local.fileobj import open_file_object
 
-__all__ = ["SafeSlice", "_safe_open_handle", "safe_open"]
+__all__ = ["PrefetchLoader", "SafeSlice", "TensorMeta", "_safe_open_handle", "safe_open"]
 
 _BACKENDS = ("mmap", "pread")
 """The ``backend`` values :class:`safe_open` accepts (the reference's)."""
 
 _T = TypeVar("_T")
+
+
+class TensorMeta(NamedTuple):
+    """A tensor's entry in the header: ``safe_open(...).get_tensor_meta(name)``."""
+
+    dtype: str
+    shape: list[int]
+    data_offsets: tuple[int, int]
 
 
 def _as_is(source: Source) -> None:
@@ -153,6 +166,8 @@ class safe_open:
         (4, 2)
     """
 
+    _prefetch: PrefetchLoader | None = None
+
     def __init__(
         self,
         filename: str | os.PathLike[str],
@@ -231,11 +246,71 @@ class safe_open:
         return None if md is None else dict(md)
 
     def get_tensor(self, name: str) -> Any:
-        """The whole tensor ``name`` in the chosen framework (an owned copy)."""
+        """The whole tensor ``name`` in the chosen framework (an owned copy); after
+        :meth:`prefetch`, the planned tensor (or rows) ``name``, handed out once."""
+        if self._prefetch is not None:
+            return self._prefetch.take(name)
         return self._framework.read(self.reader, [name])[0]
+
+    def get_tensor_meta(self, name: str) -> TensorMeta:
+        """``name``'s header entry (dtype, shape, data offsets), without reading it."""
+        info = self.reader.info(name)
+        start, stop = info.data_offsets
+        return TensorMeta(info.stored_dtype, list(info.shape), (start, stop))
+
+    def prefetch(
+        self, plan: Any = None, *, device: Any = None, threads: int | None = None
+    ) -> PrefetchLoader:
+        """Read the tensors (or rows) of ``plan`` ahead, in one planned pass, as the
+        reference's ``safe_open.prefetch`` (safetensors 0.9) does.
+
+        ``plan`` maps tensor names to ``None`` (the whole tensor) or a step-1 slice of rows
+        (tensorfile also takes any basic index, and :class:`~tensorfile.core.selection.Intervals`);
+        ``None`` reads every tensor. Afterwards :meth:`get_tensor` hands out each planned
+        tensor once, :meth:`tensor_stream` yields those not yet taken, and :meth:`get_slice`
+        and :meth:`get_tensors` are refused. ``device`` (default: the handle's) is where the
+        tensors go; ``threads``, how many reads run at once. Returns the loader
+        (:class:`~tensorfile.formats.safetensors._prefetch.PrefetchLoader`); see
+        :mod:`tensorfile.formats.safetensors._prefetch`.
+
+        Example:
+            >>> import numpy as np
+            >>> from tensorfile.safetensors.numpy import save_file
+            >>> save_file({"w": np.arange(8, dtype=np.int8).reshape(4, 2)}, "w8.safetensors")
+            >>> with safe_open("w8.safetensors", framework="pt") as f:
+            ...     _ = f.prefetch({"w": slice(-2, 4)})
+            ...     f.get_tensor("w").tolist()
+            [[4, 5], [6, 7]]
+        """
+        if self._prefetch is not None:
+            raise SafetensorError("prefetch() was already called on this handle")
+        reader = self.reader
+        regions = prefetch_plan(reader, plan)
+        fw = self._framework if device is None else _framework(self._framework.name, device)
+        check_framework(fw, reader, regions)
+        if threads is not None and (not isinstance(threads, int) or threads < 1):
+            raise SafetensorArgumentError(f"threads must be a positive int, got {threads!r}")
+        self._prefetch = PrefetchLoader(reader, regions, fw, threads)
+        return self._prefetch
+
+    def tensor_stream(self) -> Any:
+        """``(name, tensor)`` for every prefetched tensor not yet taken, in file order, as it
+        lands (without :meth:`prefetch` first: of every tensor, whole)."""
+        if self._prefetch is None:
+            self.prefetch()
+        assert self._prefetch is not None
+        return iter(self._prefetch)
+
+    def _not_after_prefetch(self, what: str) -> None:
+        if self._prefetch is not None:
+            raise SafetensorError(
+                f"{what} is not available after prefetch(): get_tensor hands out the planned "
+                "tensors"
+            )
 
     def get_tensors(self) -> dict[str, Any]:
         """Every tensor, by name, in file order."""
+        self._not_after_prefetch("get_tensors")
         return self.read_tensors()
 
     def read_tensors(
@@ -259,6 +334,7 @@ class safe_open:
             >>> list(both), b.tolist(), b.flags.writeable
             (['b', 'a'], [1.0, 1.0, 1.0], False)
         """
+        self._not_after_prefetch("read_tensors")
         reader = self.reader
         names = self.offset_keys() if names is None else names_list(names)
         if reader.digests and not copy:  # views bypass the reads that check digests
@@ -270,11 +346,14 @@ class safe_open:
 
     def get_slice(self, name: str) -> SafeSlice:
         """A handle that reads only the part of ``name`` you index."""
+        self._not_after_prefetch("get_slice")
         self.reader.info(name)
         return SafeSlice(self, name)
 
     def close(self) -> None:
-        """Close the file."""
+        """Close the file (and stop a prefetch's reads; tensors handed out stay valid)."""
+        if self._prefetch is not None:
+            self._prefetch.close()
         if self._reader is not None:
             self._reader.close()
             self._reader = None

@@ -24,7 +24,12 @@ from typing import TYPE_CHECKING
 from tensorfile.core.extras import lazy_names
 from tensorfile.formats.safetensors._load import load_sharded
 from tensorfile.formats.safetensors._parse import MAX_HEADER_SIZE
-from tensorfile.formats.safetensors._safe_open import SafeSlice, safe_open
+from tensorfile.formats.safetensors._safe_open import (
+    PrefetchLoader,
+    SafeSlice,
+    TensorMeta,
+    safe_open,
+)
 from tensorfile.formats.safetensors._safe_open import _safe_open_handle as safe_open_handle
 
 if TYPE_CHECKING:
@@ -66,9 +71,11 @@ __getattr__ = lazy_names(__name__, _WRITING)
 __all__ = [
     "MAX_HEADER_SIZE",
     "NumpyFace",
+    "PrefetchLoader",
     "Prepared",
     "SafeSlice",
     "StreamWriter",
+    "TensorMeta",
     "TensorSpec",
     "deserialize",
     "face_functions",
