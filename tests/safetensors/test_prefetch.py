@@ -22,8 +22,9 @@ import safetensors
 import torch
 from safetensors.torch import save_file as ref_save_file
 
+from tensorfile.distributed import Intervals
 from tensorfile.errors import SafetensorError, SourceError
-from tensorfile.safetensors import Intervals, PrefetchLoader, safe_open
+from tensorfile.safetensors import PrefetchLoader, safe_open
 from tensorfile.safetensors.numpy import save_file as np_save_file
 
 SOURCE_TENSORS = {

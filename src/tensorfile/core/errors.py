@@ -48,7 +48,8 @@ translated where it crosses into tensorfile and chained with ``from``::
     ├── SourceError                 I/O failed: a file, an HTTP server, a range not honoured
     │                               (also an OSError)
     │   ├── SourceNotFoundError     no such file or URL (also a FileNotFoundError)
-    │   └── ConcurrentWriteError    another writer changed a dataset while this one wrote
+    │   ├── ConcurrentWriteError    another writer changed a dataset while this one wrote
+    │   └── PeerError               another rank of a cooperative load failed or was lost
     ├── TensorNotFoundError         no tensor of that name (also a KeyError)
     ├── InvalidArgumentError        a caller passed something unusable (also a ValueError)
     │   ├── InvalidTypeError        ... of the wrong type (also a TypeError)
@@ -102,6 +103,7 @@ __all__ = [
     "MissingTensorError",
     "NoDigestsWarning",
     "NpzChecksumError",
+    "PeerError",
     "SafetensorArgumentError",
     "SafetensorChecksumError",
     "SafetensorError",
@@ -195,6 +197,12 @@ class ConcurrentWriteError(SourceError):
     def __init__(self, message: str, *, changed: str | None = None) -> None:
         super().__init__(message)
         self.changed = changed
+
+
+class PeerError(SourceError):
+    """Another rank of a cooperative load (``tensorfile.distributed.load(group=...)``) failed,
+    stopped or opened another checkpoint: the bytes this rank was to receive from it never
+    came. Every rank of the group raises it (the failing rank raises its own error)."""
 
 
 class TensorNotFoundError(TensorFileError, KeyError):

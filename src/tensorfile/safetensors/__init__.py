@@ -21,8 +21,8 @@ atomic; strided numpy arrays are saved by value; metadata keys are written sorte
 
 ``safe_open(...).prefetch(plan)`` is safetensors 0.9's plan of the tensors and rows to read
 ahead (its pull request #848, not yet released), on every framework and device; a plan value
-may also be any basic index or :class:`Intervals` (several intervals of one dimension, for
-fused weights split across ranks).
+may also be any basic index or :class:`tensorfile.distributed.Intervals` (several intervals of
+one dimension, for fused weights split across ranks).
 
 Example:
     >>> import numpy as np
@@ -38,7 +38,6 @@ Example:
 
 from typing import TYPE_CHECKING
 
-from tensorfile.core.selection import Intervals
 from tensorfile.formats.safetensors.faces import (
     MAX_HEADER_SIZE,
     PrefetchLoader,
@@ -73,7 +72,6 @@ __getattr__ = lazy_names(
 
 
 __all__ = [
-    "Intervals",
     "MAX_HEADER_SIZE",
     "PrefetchLoader",
     "SafetensorError",

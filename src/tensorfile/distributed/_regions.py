@@ -1,0 +1,112 @@
+"""What a rank's plan asks of a checkpoint, and its results: shared by the lone and the
+cooperative loads (:mod:`tensorfile.distributed._loading`, :mod:`._cooperate`).
+
+Example:
+    >>> c = LoadCounters()
+    >>> c.bytes_read, c.bytes_sent
+    (0, 0)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from tensorfile.core.catalog import TensorInfo
+from tensorfile.core.errors import InvalidArgumentError, InvalidTypeError
+from tensorfile.core.reader import Reader, names_list
+from tensorfile.core.selection import Region, region
+from tensorfile.core.selection.read import finish
+from tensorfile.frameworks.torch import from_numpy
+
+__all__ = ["LoadCounters", "identity", "path_text", "plan_regions", "shard", "to_torch"]
+
+
+@dataclass
+class LoadCounters:
+    """What one rank's :func:`load` did: bytes asked of storage (``bytes_read``, in
+    ``reads`` planned passes or blocks), and bytes sent to and received from other ranks
+    (``bytes_sent``/``messages_sent``, ``bytes_received``/``messages_received``; a broadcast
+    counts once per receiver at the sender).
+
+    Example:
+        >>> c = LoadCounters()
+        >>> c.bytes_read, c.bytes_sent
+        (0, 0)
+    """
+
+    bytes_read: int = 0
+    reads: int = 0
+    bytes_sent: int = 0
+    messages_sent: int = 0
+    bytes_received: int = 0
+    messages_received: int = 0
+
+
+def path_text(path: object) -> str:
+    try:
+        text = os.fspath(path)  # type: ignore[call-overload]
+    except TypeError:
+        raise InvalidTypeError(
+            f"a checkpoint is a path or URL, got {type(path).__name__}"
+        ) from None
+    if not isinstance(text, str) or not text:
+        raise InvalidArgumentError("a checkpoint is a non-empty path or URL")
+    return text
+
+
+def shard(reader: Reader, name: str) -> Reader:
+    """The reader holding ``name``'s bytes (a sharded checkpoint's shard, else ``reader``)."""
+    reader_of = getattr(reader, "reader_of", None)
+    found = reader_of(name) if callable(reader_of) else reader
+    assert isinstance(found, Reader)
+    return found
+
+
+def plan_regions(reader: Reader, plan: Mapping[str, Any] | None) -> dict[str, Region]:
+    """The regions of ``plan`` on ``reader``'s tensors, in file order; an error naming the
+    tensor for an unknown name or a bad entry."""
+    if plan is None:
+        entries: dict[str, Any] = dict.fromkeys(reader.keys())
+    elif isinstance(plan, Mapping):
+        names_list(list(plan))  # (every key a name)
+        entries = dict(plan)
+    else:
+        raise InvalidTypeError(
+            f"a plan maps tensor names to indices (or is None), got {type(plan).__name__}"
+        )
+    regions = {}
+    for name, entry in entries.items():
+        regions[name] = region(
+            reader.info(name).shape, entry, name
+        )  # (unknown: the reader's error)
+    return dict(sorted(regions.items(), key=lambda kv: _place(reader.info(kv[0]))))
+
+
+def _place(info: TensorInfo) -> tuple[str, int]:
+    first = info.first
+    return info.file or "", -1 if first is None else first.range.start
+
+
+def identity(reader: Reader) -> str:
+    """What tells this checkpoint apart from another: its tensors' names, dtypes, shapes,
+    files and places (the same on every rank that opened the same checkpoint)."""
+    cat = [
+        (n, i.stored_dtype, list(i.shape), i.file, [list(c.range) for c in i.components.values()])
+        for n, i in sorted(reader.catalog.tensors.items())
+    ]
+    return hashlib.sha256(repr(cat).encode()).hexdigest()
+
+
+def to_torch(info: TensorInfo, reg: Region, box: np.ndarray[Any, Any], device: Any) -> torch.Tensor:
+    """The region's result (``reg.key`` applied to its filled box) as a torch tensor of the
+    tensor's dtype, on ``device``."""
+    arr = finish(reg, box).view(info.dtype.numpy).reshape(reg.result_shape)
+    out = from_numpy(arr, info.dtype)
+    return out if str(device) == "cpu" else out.to(device)
