@@ -273,25 +273,36 @@ def test_a_sharded_checkpoint_streams_every_shard_through_one_ring(tmp_path: Pat
     assert _stream_threads() == []
 
 
-def test_recorded_digests_are_still_checked(tmp_path: Path) -> None:
-    """With ``verify=True``, tensors whose digest the file records go the plain way (read
-    whole, checked), so a changed byte is found whatever the device."""
+@pytest.mark.parametrize("checksum", ["xxh3", "crc32c", "sha256"])
+def test_recorded_digests_are_checked_inside_the_ring(tmp_path: Path, checksum: str) -> None:
+    """With ``verify=True``, tensors whose digest the file records go through the ring too,
+    their digests computed as their bytes pass (chunks smaller than a tensor, several
+    threads: the chunks are copied out in order), so a changed byte is found whatever the
+    device, without a second read."""
     path = tmp_path / "sums.safetensors"
-    save_file({"a": torch.ones(1000), "b": torch.arange(10)}, path, checksum="xxh3")
+    tensors = {"a": torch.ones(1000), "b": torch.arange(10), "e": torch.zeros(0)}
+    save_file(tensors, path, checksum=checksum)
     with safe_open(path, "pt", verify=True) as f:
         stats = StreamStats()
-        got = stream_read(f.reader, ["a", "b"], "cpu", stats=stats)
-        assert stats.streamed == 0 and torch.equal(got[1], torch.arange(10))
+        got = stream_read(f.reader, ["a", "b", "e"], "cpu", chunk_bytes=512, threads=3,
+                          stats=stats)  # fmt: skip
+        assert stats.streamed == 3 and torch.equal(got[1], torch.arange(10))
+        assert stats.bytes_read == 4000 + 80  # each byte once
     with safe_open(path, "pt", verify=False) as f:
         stats = StreamStats()
         stream_read(f.reader, ["a", "b"], "cpu", stats=stats)
         assert stats.streamed == 2
+    with safe_open(path, "pt") as f:
+        starts = {n: f.reader.info(n).byte_range.start for n in ("a", "b")}
     blob = bytearray(path.read_bytes())
-    blob[-1] ^= 1
+    blob[starts["b"] + 79] ^= 1  # b's last byte
+    blob[starts["a"] + 2500] ^= 1  # a byte in the middle of "a", in its fifth chunk
     path.write_bytes(bytes(blob))
-    with safe_open(path, "pt", verify=True) as f:
-        with pytest.raises(SafetensorChecksumError):
-            stream_read(f.reader, ["a", "b"], "cpu")
+    first_of_both = min(starts, key=starts.__getitem__)
+    for names, first in ((["a", "b"], first_of_both), (["b"], "b"), (["a"], "a")):
+        with safe_open(path, "pt", verify=True) as f:
+            with pytest.raises(SafetensorChecksumError, match=f"tensor '{first}'"):
+                stream_read(f.reader, names, "cpu", chunk_bytes=512, threads=3)
 
 
 def test_readers_that_decode_go_the_plain_way(tmp_path: Path) -> None:

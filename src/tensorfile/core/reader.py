@@ -259,6 +259,43 @@ class Reader:
         found = canonical(comp.digest)
         return found if found is not None and found.startswith(algorithm + ":") else None
 
+    def expected_digest(self, name: str) -> str | None:
+        """The ``algorithm:hex`` digest that reading ``name`` compares with its stored
+        bytes (a raw tensor's data), for a consumer that reads those bytes itself and checks
+        them as they pass (the torch device stream); None when a read compares none.
+
+        Example:
+            >>> from tensorfile.core.catalog import ByteRange, Component
+            >>> from tensorfile.core.dtypes import from_name
+            >>> data = Component(ByteRange(0, 3), from_name("U8"), "raw", "crc32c:364b3fb7")
+            >>> w = TensorInfo("w", data.dtype, (3,), {"data": data})
+            >>> r = Reader(None, Catalog("x", {}, {"w": w}, 0, 0))
+            >>> r.verify = True
+            >>> r.expected_digest("w")
+            'crc32c:364b3fb7'
+        """
+        if not self.checks_digest(name):
+            return None
+        info = self.info(name)
+        comp = info.components.get("data")
+        if comp is None or len(info.components) != 1 or comp.encoding != "raw":
+            return None
+        return comp.digest
+
+    def compare_digest(self, name: str, got: str) -> None:
+        """Raise this format's checksum error unless ``got`` (a
+        :class:`~tensorfile.core.digests.Digest` value of ``name``'s stored bytes) is
+        :meth:`expected_digest`."""
+        from .digests import canonical
+        from .errors import ChecksumError
+
+        expected = self.expected_digest(name)
+        if expected is not None and canonical(expected) != canonical(got):
+            raise ChecksumError(
+                f"{self.source.name}: tensor {name!r} has digest {got}, the file records "
+                f"{expected}: its bytes changed after it was written"
+            )
+
     def info(self, name: str) -> TensorInfo:
         """The catalog entry of ``name``."""
         if not isinstance(name, str):

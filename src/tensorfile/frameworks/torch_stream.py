@@ -19,9 +19,11 @@ with plain copies, which is how it is tested on machines without an accelerator.
 A sharded checkpoint's reader (one with ``reader_of(name)``) streams every shard through
 the same ring, one load. What the ring cannot do goes the plain way (each tensor read into
 a CPU tensor, then moved): tensors a reader decodes (zTensor's compressed or external
-parts: any reader that plans its own reads, overriding ``start_read``), and, with
-``verify=True``, tensors whose digest the file records (the digest is checked on the
-whole tensor's bytes, which the ring never holds at once).
+parts: any reader that plans its own reads, overriding ``start_read``). With
+``verify=True`` a tensor whose digest the file records is streamed too, its digest computed
+over its bytes as they pass through the ring (the chunks are then copied out in file order)
+and compared once its last byte has passed: a changed byte fails the load with the
+format's checksum error, without a second read.
 
 Example:
     >>> import torch, tensorfile
@@ -46,6 +48,7 @@ import torch
 
 from ..core import progress
 from ..core.catalog import TensorInfo
+from ..core.digests import Digest
 from ..core.errors import TensorFileError, UnsupportedError
 from ..core.reader import Reader, bytes_view
 from ._f4 import f4_shape
@@ -141,14 +144,15 @@ def plan_chunks(ranges: list[tuple[int, int, int]], chunk_bytes: int, gap: int) 
 
 
 def _streamable(reader: Reader, info: TensorInfo) -> bool:
-    """Whether ``info``'s bytes are the tensor's bytes as they stand in ``reader``'s source,
-    with nothing to check on the whole: raw, dense, in this file, no digest to compare."""
+    """Whether ``info``'s bytes are the tensor's bytes as they stand in ``reader``'s source:
+    raw, dense, in this file, and any digest a read compares one over those bytes (checked
+    as they pass through the ring)."""
     return (
         info.layout == "dense"
         and set(info.components) == {"data"}
         and info.data.encoding == "raw"
         and info.data.shard is None
-        and not reader.checks_digest(info.name)
+        and (not reader.checks_digest(info.name) or reader.expected_digest(info.name) is not None)
     )
 
 
@@ -193,6 +197,7 @@ def stream_read(
     readers: list[Reader] = []
     ranges: dict[int, list[tuple[int, int, int]]] = {}
     flats: list[torch.Tensor] = []
+    checks: list[_Check | None] = []
     for i in (i for i, yes in enumerate(ok) if yes):
         at = next((k for k, r in enumerate(readers) if r is subs[i]), len(readers))
         if at == len(readers):
@@ -201,6 +206,7 @@ def stream_read(
         span = infos[i].byte_range
         ranges.setdefault(at, []).append((len(flats), span.start, span.stop))
         flats.append(flat)
+        checks.append(_Check.of(subs[i], names[i], span.length))
     stats = StreamStats() if stats is None else stats
     stats.streamed = len(flats)
     if not readers:
@@ -217,8 +223,37 @@ def stream_read(
         nbuffers = max(1, buffers if buffers is not None else nthreads + 2)
         label = f"loading {_label(reader, sources)}"
         pipeline = _Pipeline(readers, dev, chunks, flats, nbuffers, min(nthreads, nbuffers), stats)
+        pipeline.checks = checks
         pipeline.run(label)
+    for check in checks:
+        if check is not None and check.size == 0:
+            check.finish()  # (an empty tensor: no chunk holds it)
     return out
+
+
+class _Check:
+    """The digest of one streamed tensor, fed its bytes in order as they pass the ring."""
+
+    def __init__(self, reader: Reader, name: str, size: int, expected: str) -> None:
+        self.reader, self.name, self.size = reader, name, size
+        self.digest = Digest(expected.partition(":")[0])
+        self.seen = 0
+
+    @classmethod
+    def of(cls, reader: Reader, name: str, size: int) -> _Check | None:
+        expected = reader.expected_digest(name)
+        return None if expected is None else cls(reader, name, size, expected)
+
+    def update(self, at: int, data: Any) -> None:
+        """Feed the tensor's bytes from ``at`` on (right after those fed before)."""
+        assert at == self.seen, (self.name, at, self.seen)  # (chunks pass in order)
+        self.digest.update(data)
+        self.seen += len(data)
+        if self.seen == self.size:
+            self.finish()
+
+    def finish(self) -> None:
+        self.reader.compare_digest(self.name, self.digest.value())
 
 
 def _readers_of(reader: Reader, names: list[str]) -> list[Reader]:
@@ -307,6 +342,7 @@ class _Pipeline:
         self.stop = threading.Event()
         self.next = 0
         self.lock = threading.Lock()
+        self.checks: list[_Check | None] = [None] * len(flats)
 
     def _buffer(self, size: int) -> torch.Tensor:
         if self.cuda:
@@ -346,15 +382,27 @@ class _Pipeline:
         ]
         for w in workers:
             w.start()
+        ordered = any(c is not None for c in self.checks)  # (digests take bytes in order)
+        early: dict[int, int] = {}
+        turn = 0
         try:
             for _ in range(len(self.chunks)):
                 item = self.ready.get()
                 if isinstance(item, BaseException):
                     raise item
                 index, b = item
-                self._copy(self.chunks[index], b)
-                self.free.put(b)
-                shown.advance(self.chunks[index].length)
+                if not ordered:
+                    self._copy(self.chunks[index], b)
+                    self.free.put(b)
+                    shown.advance(self.chunks[index].length)
+                    continue
+                early[index] = b
+                while turn in early:
+                    b = early.pop(turn)
+                    self._copy(self.chunks[turn], b)
+                    self.free.put(b)
+                    shown.advance(self.chunks[turn].length)
+                    turn += 1
         finally:
             self.stop.set()
             for _ in workers:
@@ -364,13 +412,14 @@ class _Pipeline:
 
     def _work(self) -> None:
         while not self.stop.is_set():
+            b = self.free.get()  # a buffer first, then the next chunk: chunk k always has
+            if b is None or self.stop.is_set():  # one, so an in-order copy never waits
+                return  # for a chunk that waits for a buffer
             with self.lock:
                 index = self.next
                 self.next += 1
             if index >= len(self.chunks):
-                return
-            b = self.free.get()
-            if b is None or self.stop.is_set():
+                self.free.put(b)
                 return
             try:
                 self._read(index, b)
@@ -394,6 +443,10 @@ class _Pipeline:
         buf = self.ring[b]
         self.stats.chunks += 1
         self.stats.bytes_read += chunk.length
+        for p in chunk.pieces:
+            check = self.checks[p.dest]
+            if check is not None:
+                check.update(p.dest_at, self.views[b][p.at : p.at + p.length])
         try:
             if self.stream is None:
                 for p in chunk.pieces:

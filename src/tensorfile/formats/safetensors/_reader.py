@@ -187,6 +187,18 @@ class SafetensorsReader(Reader):
         """Whether reading ``name`` compares the digest the file's metadata records."""
         return self.verify and name in self.digests
 
+    def expected_digest(self, name: str) -> str | None:
+        """The digest the file's metadata records for ``name``, when reads compare it."""
+        return self.digests.get(name) if self.verify else None
+
+    def compare_digest(self, name: str, got: str) -> None:
+        """A :class:`~tensorfile.errors.SafetensorChecksumError` unless ``got`` is the
+        recorded digest of ``name``'s bytes."""
+        digest = self.expected_digest(name)
+        if digest is not None:
+            compare(self.source.name, name, got, digest)
+            self._checked.add(name)
+
     def view(self, name: str) -> Any:
         """A zero-copy view (its digest checked first, once, with ``verify=True``)."""
         if self.digests:
