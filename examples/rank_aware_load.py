@@ -18,6 +18,7 @@ docs/guides/rank-aware-loading.md shows what it prints.
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import sys
@@ -54,8 +55,8 @@ def full_tensors() -> dict[str, torch.Tensor]:
 def fused(rank: int, parts: int, size: int) -> Intervals:
     """Rank ``rank``'s rows of a weight fusing ``parts`` blocks of ``size`` rows (QKV: 3,
     gate-up: 2): its share of each block, concatenated."""
-    per = size // WORLD
-    return Intervals(0, [(k * size + rank * per, k * size + (rank + 1) * per) for k in range(parts)])
+    lo, hi = rank * size // WORLD, (rank + 1) * size // WORLD
+    return Intervals(0, [(k * size + lo, k * size + hi) for k in range(parts)])
 
 
 def plan_for(rank: int) -> dict[str, Any]:
@@ -76,12 +77,11 @@ def plan_for(rank: int) -> dict[str, Any]:
 def reference_slice(folder: str, name: str, entry: Any) -> torch.Tensor:
     """What the reference ``safetensors`` gives for one plan entry (its ``get_slice``; an
     interleaved entry is the concatenation of its slices)."""
-    import json
-
     import safetensors
 
-    index = json.load(open(os.path.join(folder, "model.safetensors.index.json")))
-    with safetensors.safe_open(os.path.join(folder, index["weight_map"][name]), "pt") as f:
+    with open(os.path.join(folder, "model.safetensors.index.json"), encoding="utf-8") as index:
+        shard = json.load(index)["weight_map"][name]
+    with safetensors.safe_open(os.path.join(folder, shard), "pt") as f:
         if entry is None:
             return f.get_tensor(name)
         if isinstance(entry, Intervals):
