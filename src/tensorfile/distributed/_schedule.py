@@ -8,7 +8,9 @@ checkpoint's catalog. For each tensor some rank wants:
   read from storage, and only once: its rows (dimension 0) are cut into :class:`Block`\\ s
   of about ``block_bytes``, and each block is read by one rank, its *owner*: the rank that
   wants part of it and has been given the fewest bytes so far, unless that rank has been
-  given more than ``block_bytes`` beyond the least loaded rank, which then reads it;
+  given more than ``block_bytes`` beyond the least loaded rank, which then reads it; of
+  the other dimensions a block holds what the ranks that want some of its rows want (ranks
+  that want other rows and other columns do not make it read their columns);
 * each rank that wants part of a block gets one :class:`Piece` per interval of its rows
   that meets the block: rows of the block (and its own intervals of the other dimensions)
   that land on consecutive rows of its result, so a piece is received straight into place;
@@ -158,10 +160,17 @@ def schedule(
         per_block = max(1, block_bytes // max(row_bytes, 1))
         row_runs = _cut(union[0], per_block if t.raw else 1 << 62) if nd else [()]
         for rows in row_runs:
-            dims = (rows, *union[1:]) if nd else ()
-            nbytes = row_bytes * sum(b - a for a, b in rows) if nd else t.itemsize
+            inner = union[1:]
+            here = [r for r in needers if not nd or _meets(wants[r][t.name][0], rows)]
+            if nd > 1 and t.raw:  # the other dimensions: what the ranks with rows here want
+                inner = tuple(
+                    merge([iv for r in here for iv in wants[r][t.name][d]]) for d in range(1, nd)
+                )
+            dims = (rows, *inner) if nd else ()
+            count = math.prod(sum(b - a for a, b in u) for u in inner) * t.itemsize
+            nbytes = count * sum(b - a for a, b in rows) if nd else t.itemsize
             block = Block(len(blocks), t.name, -1, dims, nbytes)
-            for r in needers:
+            for r in here:
                 block.pieces.extend(_pieces(r, wants[r][t.name], dims, t.itemsize))
             takers = sorted({p.rank for p in block.pieces})
             if not takers:
@@ -173,6 +182,11 @@ def schedule(
     for i, b in enumerate(blocks):
         b.index = i
     return Schedule(blocks)
+
+
+def _meets(mine: tuple[Interval, ...], rows: tuple[Interval, ...]) -> bool:
+    """Whether two lists of intervals share an element."""
+    return any(max(a, c) < min(b, d) for a, b in mine for c, d in rows)
 
 
 def _owner(takers: list[int], load: list[int], slack: int) -> int:
