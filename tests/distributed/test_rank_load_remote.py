@@ -271,7 +271,8 @@ def test_a_hostile_server_on_one_ranks_url_fails_every_rank(
     """The victim raises the HTTP error naming its URL; the others a PeerError naming the
     victim; nobody hangs (the group ended on its own) and nobody loaded anything."""
     s = setup
-    assert s.faults.get(case, 0) >= 1, f"the victim never read tensor data from {case}"
+    # (it dies mid-load: after serving the victim one read of tensor data)
+    assert s.faults.get(case, 0) >= (2 if case == "dies" else 1), s.faults
     got = s.group.get(case)
     victim = got[VICTIM]
     assert victim.startswith("SafetensorIOError"), victim
