@@ -172,7 +172,7 @@ def ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def group(ckpt: Path, tmp_path_factory: pytest.TempPathFactory) -> Group:
     other = tmp_path_factory.mktemp("other")  # the same tensors, split otherwise
-    save_torch_state_dict(full_tensors(), other, max_shard_size="1MB")
+    save_torch_state_dict(full_tensors(), other, max_shard_size="500KB")  # (3 files)
     g = run_ranks(
         _group_target, WORLD, tmp_path_factory.mktemp("ranks"),
         args={"path": str(ckpt), "other": str(other)}, timeout=180, grace=30,

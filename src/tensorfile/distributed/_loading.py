@@ -17,7 +17,9 @@ With a process group (``group=torch.distributed.group.WORLD`` or any group), the
 byte any of them wants is read from storage by exactly one of them, and is then sent to the
 ranks that want it (a broadcast where every rank wants a block whole, point to point
 otherwise), reads overlapping sends. Every rank of the group must call ``load`` with the same
-checkpoint (plans may differ). A rank whose plan is refused, whose read fails, or that dies,
+checkpoint (plans may differ), which each may reach at a path or URL of its own (a copy on
+each node's disk: the ranks compare the tensors' names, dtypes, shapes and places, and the
+shards' names, never the bytes). A rank whose plan is refused, whose read fails, or that dies,
 makes every rank of the group fail with a :class:`~tensorfile.errors.PeerError` (never a
 hang; ``timeout`` bounds every wait). What a rank read and sent is counted in ``counters``
 (a :class:`LoadCounters`) and logged at DEBUG by the logger ``tensorfile.distributed``.

@@ -96,12 +96,39 @@ def _place(info: TensorInfo) -> tuple[str, int]:
 
 def identity(reader: Reader) -> str:
     """What tells this checkpoint apart from another: its tensors' names, dtypes, shapes,
-    files and places (the same on every rank that opened the same checkpoint)."""
+    files and places (the same on every rank that opened the same checkpoint, wherever it
+    sits: a shard's file counts by its name in the checkpoint, not by the path or URL the
+    rank reached it at).
+
+    Example:
+        >>> import numpy as np, tensorfile
+        >>> from tensorfile.safetensors.numpy import save
+        >>> data = save({"w": np.zeros(3, np.float32)})
+        >>> identity(tensorfile.open(data)) == identity(tensorfile.open(data))
+        True
+    """
+    tensors = sorted(reader.catalog.tensors.items())
+    files = {i.file for _, i in tensors if i.file is not None}
+    cut = len(_folder(files))
     cat = [
-        (n, i.stored_dtype, list(i.shape), i.file, [list(c.range) for c in i.components.values()])
-        for n, i in sorted(reader.catalog.tensors.items())
-    ]
+        (n, i.stored_dtype, list(i.shape), None if i.file is None else i.file[cut:],
+         [list(c.range) for c in i.components.values()])
+        for n, i in tensors
+    ]  # fmt: skip
     return hashlib.sha256(repr(cat).encode()).hexdigest()
+
+
+def _folder(files: set[str]) -> str:
+    """The longest folder (ending at a ``/`` or the platform's separator) that holds every
+    one of ``files``: where the checkpoint sits, which ranks may reach at other places."""
+    if not files:
+        return ""
+    lo, hi = min(files), max(files)  # (what all share, these two share)
+    n = next(
+        (i for i, (x, y) in enumerate(zip(lo, hi, strict=False)) if x != y), min(len(lo), len(hi))
+    )
+    common = lo[:n]  # (characters: a URL is no path to normalize)
+    return common[: max(common.rfind("/"), common.rfind(os.sep)) + 1]
 
 
 def to_torch(info: TensorInfo, reg: Region, box: np.ndarray[Any, Any], device: Any) -> torch.Tensor:
