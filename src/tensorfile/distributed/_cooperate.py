@@ -30,6 +30,7 @@ from __future__ import annotations
 import datetime
 import logging
 import threading
+import time
 from collections import deque
 from collections.abc import Mapping
 from typing import Any
@@ -202,7 +203,7 @@ class _Run:
             for work in self.receives:
                 self._wait(work[0])
         except BaseException:
-            reads.stop()
+            reads.stop(wait=False)
             raise
         reads.stop()
         for buf, dest in self.staged:
@@ -352,11 +353,13 @@ class _Reads:
     def start(self) -> None:
         self.thread.start()
 
-    def stop(self) -> None:
+    def stop(self, wait: bool = True) -> None:
+        """Stop reading; wait for the thread (``wait=False``, on a failure: not for a read
+        that may hang, the thread is a daemon and its file is closed next)."""
         with self.cond:
             self.stopped = True
             self.cond.notify_all()
-        self.thread.join()
+        self.thread.join(None if wait else 1.0)
 
     def _target(self, block: Block) -> NDArray:
         """Where ``block`` is read: this rank's own result rows when it wants the whole
@@ -395,10 +398,16 @@ class _Reads:
     def get(self, block: Block) -> NDArray:
         """The block, once read (zeros in its place when its read failed: the failure is
         told to every rank at the end)."""
+        limit = time.monotonic() + self.run.wait_for.total_seconds()
         with self.cond:
             while block.index not in self.done:
                 if not self.thread.is_alive():
                     raise PeerError(f"rank {self.run.me}: the read thread stopped early")
+                if time.monotonic() > limit:
+                    raise PeerError(
+                        f"rank {self.run.me}: reading its block of tensor {block.name!r} took "
+                        f"more than {self.run.wait_for.total_seconds():g} s (timeout=)"
+                    )
                 self.cond.wait(1.0)
             result = self.done.pop(block.index)
             self.held -= block.nbytes
