@@ -20,15 +20,13 @@ Example:
 from __future__ import annotations
 
 import math
-import mmap
-import os
 import warnings
 from typing import Any
 
 import numpy as np
 import torch
 
-from tensorfile.core.errors import SourceError
+from tensorfile.core.selection.read import local_file, mapped
 
 __all__ = ["MANY_RUNS", "copy_box", "copy_mapped"]
 
@@ -72,29 +70,12 @@ def copy_mapped(
     reads the box run by run). A :class:`~tensorfile.errors.SourceError` where the file
     now ends before the tensor does.
     """
-    fileno = getattr(source, "fileno", None)
     nbytes = math.prod(shape) * stored.itemsize
-    if fileno is None or nbytes == 0:
+    fd = local_file(source, start + nbytes) if nbytes else None
+    if fd is None:
         return False
-    try:
-        fd = fileno()
-        size = os.fstat(fd).st_size
-    except (OSError, ValueError, SourceError):
-        return False
-    if size < start + nbytes:
-        raise SourceError(
-            f"{source.name}: the file ended at offset {size}; it was truncated after it was opened"
-        )
-    at = start - start % mmap.ALLOCATIONGRANULARITY
-    try:
-        mapping = mmap.mmap(fd, start + nbytes - at, access=mmap.ACCESS_READ, offset=at)
-    except (OSError, ValueError, OverflowError):
-        return False
-    try:
-        copy_box(memoryview(mapping), start - at, shape, stored, *box, dest)
-    finally:
-        try:
-            mapping.close()
-        except BufferError:  # (a view still held: unmapped when it is freed)
-            pass
+    with mapped(fd, start, nbytes) as buf:
+        if buf is None:
+            return False
+        copy_box(buf, 0, shape, stored, *box, dest)
     return True

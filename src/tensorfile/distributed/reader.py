@@ -109,6 +109,7 @@ from tensorfile.formats.torch_pickle import check_plain
 from tensorfile.sources import Store, open_path, store_for
 
 from . import _mapped, _objects
+from ._regions import path_text
 from ._runs import box_view, overlap, runs
 
 __all__ = ["StorageReader"]
@@ -164,7 +165,7 @@ class StorageReader(_DCPStorageReader):
         for flag, value in (("verify", verify), ("allow_pickle", allow_pickle)):
             if not isinstance(value, bool):
                 raise InvalidArgumentError(f"{flag} must be a bool, got {value!r}")
-        self.path = _text(path_or_url)
+        self.path = path_text(path_or_url)
         self.verify = verify
         self.allow_pickle = allow_pickle
         self.prefix = check_prefix(prefix)
@@ -189,13 +190,13 @@ class StorageReader(_DCPStorageReader):
         """A new load begins (from ``checkpoint_id`` when given)."""
         self._close()
         if checkpoint_id is not None:
-            self.path = _text(checkpoint_id)
+            self.path = path_text(checkpoint_id)
 
     @classmethod
     def validate_checkpoint_id(cls, checkpoint_id: str | os.PathLike[str]) -> bool:
         """Whether ``checkpoint_id`` is a path or URL."""
         try:
-            _text(checkpoint_id)
+            path_text(checkpoint_id)
         except InvalidArgumentError:
             return False
         return True
@@ -493,18 +494,6 @@ def _identity(reader: Reader) -> tuple[Any, ...]:
             local = (-1,)
     version = getattr(src, "version", None)
     return (src.size, version if isinstance(version, str) else None, cat.header_size, digest, local)
-
-
-def _text(path: object) -> str:
-    try:
-        text = os.fspath(path)  # type: ignore[call-overload]
-    except TypeError:
-        raise InvalidArgumentError(
-            f"a checkpoint is a path or URL, got {type(path).__name__}"
-        ) from None
-    if not isinstance(text, str) or not text:
-        raise InvalidArgumentError("a checkpoint is a non-empty path or URL")
-    return text
 
 
 def _torch_dtype(dt: dtypes.DType, name: str) -> torch.dtype:

@@ -70,6 +70,7 @@ from tensorfile.formats.safetensors.hub import HubPlan, check_prefix, plan_hub, 
 from tensorfile.sources import local_path_of, store_for
 
 from . import _folder, _objects, _pieces, _upload
+from ._regions import path_text
 from ._runs import check_cover, runs
 from ._shard_bytes import shard_bytes, spans
 
@@ -486,14 +487,7 @@ _NO_CACHING = (
 
 def _target(path: object, options: Mapping[str, Any] | None) -> tuple[str, bool]:
     """The checkpoint's local folder (absolute) or ``s3://`` URL, and whether it is remote."""
-    try:
-        text = os.fspath(path)  # type: ignore[call-overload]
-    except TypeError:
-        raise InvalidArgumentError(
-            f"a checkpoint folder is a path or URL, got {type(path).__name__}"
-        ) from None
-    if not isinstance(text, str) or not text:
-        raise InvalidArgumentError("a checkpoint folder is a non-empty path or URL")
+    text = path_text(path)
     local = local_path_of(text)
     if local is not None:
         if options:

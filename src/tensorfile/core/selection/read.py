@@ -39,7 +39,8 @@ from __future__ import annotations
 import math
 import mmap
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -60,6 +61,8 @@ __all__ = [
     "Want",
     "element_size",
     "finish",
+    "local_file",
+    "mapped",
     "new_box",
     "raw",
     "read_regions",
@@ -234,39 +237,63 @@ def _span_copy(span: NDArray, w: Want, lo: int) -> Callable[[], None]:
     return copy
 
 
-def _mapped_copy(w: Want) -> Callable[[], None] | None:
-    """The copy of ``w``'s region out of a read-only mapping of its tensor, where its file
-    is a local one that can be mapped (None: read it otherwise)."""
-    source = w.reader.source
+def local_file(source: Any, end: int) -> int | None:
+    """The descriptor of ``source``'s local file, to map bytes up to ``end`` from (None
+    where it is not a local file); a :class:`~tensorfile.errors.SourceError` where the
+    file now ends before ``end`` (cut short after it was opened: never a SIGBUS later)."""
     fileno = getattr(source, "fileno", None)
-    itemsize = w.info.dtype.itemsize
-    start, nbytes = w.info.byte_range.start, w.info.byte_range.length
-    if fileno is None or nbytes == 0:
+    if fileno is None:
         return None
     try:
-        fd = fileno()
+        fd = int(fileno())
         size = os.fstat(fd).st_size
-    except (OSError, ValueError, SourceError):
+    except (OSError, ValueError, TypeError, SourceError):
         return None
-    if size < start + nbytes:
+    if size < end:
         raise SourceError(
             f"{source.name}: the file ended at offset {size}; it was truncated after it was opened"
         )
+    return fd
 
-    def copy() -> None:
-        at = start - start % mmap.ALLOCATIONGRANULARITY
-        try:
-            mapping = mmap.mmap(fd, start + nbytes - at, access=mmap.ACCESS_READ, offset=at)
-        except (OSError, ValueError, OverflowError) as exc:
-            raise SourceError(f"{source.name}: cannot map tensor {w.name!r}: {exc}") from exc
-        try:
-            whole = np.frombuffer(mapping, np.uint8, count=nbytes, offset=start - at)
-            take(whole.reshape(*w.info.shape, itemsize), w.region.dims, w.box)
-            del whole
-        finally:
+
+@contextmanager
+def mapped(fd: int, start: int, nbytes: int) -> Iterator[memoryview | None]:
+    """Bytes ``start .. start + nbytes`` of the file ``fd``, mapped read-only (a shared
+    read-only mapping is not charged against the memory commit) for the block, then
+    unmapped; None where it cannot be mapped."""
+    at = start - start % mmap.ALLOCATIONGRANULARITY
+    try:
+        mapping = mmap.mmap(fd, start + nbytes - at, access=mmap.ACCESS_READ, offset=at)
+    except (OSError, ValueError, OverflowError):
+        yield None
+        return
+    whole = memoryview(mapping)
+    view = whole[start - at : start - at + nbytes]
+    try:
+        yield view
+    finally:
+        for done in (view.release, whole.release, mapping.close):
             try:
-                mapping.close()
+                done()
             except BufferError:  # (a view still held: unmapped when it is freed)
                 pass
+
+
+def _mapped_copy(w: Want) -> Callable[[], None] | None:
+    """The copy of ``w``'s region out of a read-only mapping of its tensor, where its file
+    is a local one (None: read it otherwise)."""
+    start, nbytes = w.info.byte_range.start, w.info.byte_range.length
+    fd = local_file(w.reader.source, start + nbytes) if nbytes else None
+    if fd is None:
+        return None
+    itemsize = w.info.dtype.itemsize
+
+    def copy() -> None:
+        with mapped(fd, start, nbytes) as buf:
+            if buf is None:
+                raise SourceError(f"{w.reader.source.name}: cannot map tensor {w.name!r}")
+            whole = np.frombuffer(buf, np.uint8).reshape(*w.info.shape, itemsize)
+            take(whole, w.region.dims, w.box)
+            del whole
 
     return copy
