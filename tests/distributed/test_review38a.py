@@ -1,0 +1,206 @@
+"""review38a: hostile tests of cooperative loads (``tensorfile.distributed.load`` with a
+group), in one spawn of 3 real gloo ranks (an odd world size): plans that differ wildly
+between ranks (everything, nothing, repeated/unsorted/overlapping intervals, negative steps,
+``None``/``...``, 0-d, empty dims, sub-byte F4), broadcasts beside point-to-point pieces,
+groups of one rank and a sub-group, a bad key on one rank, a rank on another checkpoint of
+the same layout, and a rank that joins late. The oracle is numpy indexing of the tensors
+written, and each rank's own lone load (``group=None``).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from tests.distributed._ranks import Group, Rank, raw, run_ranks
+
+WORLD = 3
+
+
+def tensors(shift: int = 0) -> dict[str, np.ndarray[Any, Any]]:
+    g = np.random.default_rng(38 + shift)
+
+    def ints(*shape: int) -> np.ndarray[Any, Any]:
+        return g.integers(-6, 6, shape).astype(np.float32)
+
+    return {
+        "a": ints(12, 10),
+        "b": ints(9, 16).astype(ml_dtypes.bfloat16),
+        "c": ints(6, 5, 4).astype(ml_dtypes.float8_e4m3fn),
+        "m": g.integers(0, 2, (7, 3)).astype(np.bool_),
+        "s": np.array(2.5 + shift, np.float32),
+        "e": np.zeros((0, 5), np.int8),
+        "f4": (np.abs(ints(6, 8)) % 4).astype(ml_dtypes.float4_e2m1fn),
+        "big": g.standard_normal((1024, 512)).astype(np.float32),  # 2 MiB: 2 blocks
+    }
+
+
+def hostile_plan() -> dict[str, Any]:
+    from tensorfile.distributed import Intervals
+
+    return {
+        "a": Intervals(0, [(6, 8), (0, 3), (1, 4), (0, 3), (5, 5)]),
+        "b": (slice(None, None, -3), [(5, 7), (0, 2), (1, 3)]),
+        "c": (None, ..., 2),
+        "m": (slice(-1, None, -2),),
+        "s": None,
+        "e": (slice(None), slice(1, 1)),
+        "f4": (slice(1, 3),),
+        "big": (slice(None), [(500, 512), (0, 3), (0, 3)]),
+    }
+
+
+def plan_a(rank: int) -> dict[str, Any] | None:
+    return [None, {}, hostile_plan()][rank]
+
+
+def plan_b(rank: int) -> dict[str, Any]:
+    from tensorfile.distributed import Intervals
+
+    cols = [[(0, 4), (400, 512)], [(300, 310), (0, 2)], [(511, 512), (100, 120), (100, 120)]]
+    return {"a": None, "big": Intervals(1, cols[rank]), "c": (rank,), "s": None}
+
+
+def expected(arr: np.ndarray[Any, Any], entry: Any) -> np.ndarray[Any, Any]:
+    from tensorfile.distributed import Intervals
+
+    if entry is None:
+        return arr
+    if isinstance(entry, Intervals):
+        lead = (slice(None),) * (entry.dim % arr.ndim)
+        return np.concatenate([arr[(*lead, slice(a, b))] for a, b in entry.intervals], entry.dim)
+    items = list(entry) if isinstance(entry, tuple) else [entry]
+    d = 0
+    for k, item in enumerate(items):
+        if isinstance(item, list):
+            arr = np.concatenate([arr[(slice(None),) * d + (slice(a, b),)] for a, b in item], d)
+            items[k] = slice(None)
+        if item is Ellipsis:
+            d = arr.ndim - sum(1 for i in items[k + 1 :] if i is not None)
+        elif item is not None:
+            d += 1
+    return arr[tuple(items)]
+
+
+def _as_numpy(t: Any) -> Any:
+    return (str(t.dtype), tuple(t.shape), raw(t))
+
+
+def _target(ctx: Rank) -> None:
+    import torch.distributed as dist
+
+    from tensorfile.distributed import load
+
+    path, other = ctx.args["path"], ctx.args["other"]
+    world = dist.group.WORLD
+    r = ctx.rank
+
+    def both(key: str, plan: Any, group: Any = world) -> None:
+        def go() -> None:
+            together = load(path, plan, group=group)
+            alone = load(path, plan)
+            ctx.record(key, {n: _as_numpy(t) for n, t in together.items()})
+            ctx.record(key + "_alone", {n: _as_numpy(t) for n, t in alone.items()})
+
+        ctx.attempt(key + "_ok", go)
+
+    both("a", plan_a(r))
+    both("b", plan_b(r))
+    alone_groups = [dist.new_group([i]) for i in range(WORLD)]
+    both("one", plan_b(r), alone_groups[r])  # a group of one rank
+    sub = dist.new_group([1, 2])
+    if r in (1, 2):
+        both("sub", plan_a(3 - r), sub)  # global rank 1 wants nothing, rank 2 the hostile plan
+    dist.barrier()
+    # a key that is no str on rank 1: every rank fails, with a tensorfile error
+    bad = {**plan_b(r), 7: None} if r == 1 else plan_b(r)
+    ctx.attempt("badkey", load, path, bad, group=world)
+    # rank 2 on another checkpoint of the very same layout (a later step of one run)
+    ctx.attempt("same_layout", load, other if r == 2 else path, plan_b(r), group=world)
+    dist.barrier()
+    # rank 2 joins the load 8 s late; ranks 0 and 1 allow every wait 2 s
+    if r == 2:
+        time.sleep(8)
+    start = time.monotonic()
+    ok = ctx.attempt("late", load, path, plan_b(r), group=world, timeout=2.0)
+    ctx.record("late_s", (ok, time.monotonic() - start))
+
+
+@pytest.fixture(scope="module")
+def ckpt(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    from tensorfile.safetensors.numpy import save_file
+
+    one, two = tmp_path_factory.mktemp("run1"), tmp_path_factory.mktemp("run2")
+    save_file(tensors(), one / "model.safetensors")
+    save_file(tensors(shift=1), two / "model.safetensors")  # same names, dtypes, shapes
+    return one / "model.safetensors", two / "model.safetensors"
+
+
+@pytest.fixture(scope="module")
+def group(ckpt: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> Group:
+    return run_ranks(
+        _target, WORLD, tmp_path_factory.mktemp("ranks"),
+        args={"path": str(ckpt[0]), "other": str(ckpt[1])}, timeout=150, grace=30,
+    )  # fmt: skip
+
+
+def _check(g: Group, key: str, plans: list[Any], ranks: list[int]) -> None:
+    g.ok(key + "_ok", ranks)
+    full = tensors()
+    for rank, plan in zip(ranks, plans, strict=True):
+        (got,) = g.get(key, [rank])
+        (alone,) = g.get(key + "_alone", [rank])
+        names = sorted(full) if plan is None else sorted(plan)
+        assert sorted(got) == names, (rank, sorted(got))
+        assert got == alone, (rank, [n for n in got if got[n] != alone[n]])
+        for name in names:
+            if name == "f4":
+                continue  # torch packs F4 in pairs: checked against the lone load above
+            want = np.array(expected(full[name], None if plan is None else plan[name]), order="C")
+            _, shape, data = got[name]
+            assert shape == want.shape, (rank, name, shape, want.shape)
+            assert data == want.tobytes(), (rank, name)
+
+
+def test_wildly_different_plans_on_three_ranks(group: Group) -> None:
+    _check(group, "a", [plan_a(r) for r in range(WORLD)], [0, 1, 2])
+
+
+def test_broadcast_beside_interleaved_columns(group: Group) -> None:
+    _check(group, "b", [plan_b(r) for r in range(WORLD)], [0, 1, 2])
+
+
+def test_groups_of_one_rank_and_a_sub_group(group: Group) -> None:
+    _check(group, "one", [plan_b(r) for r in range(WORLD)], [0, 1, 2])
+    _check(group, "sub", [plan_a(2), plan_a(1)], [1, 2])
+
+
+def test_a_key_that_is_no_str_fails_every_rank(group: Group) -> None:
+    got = group.get("badkey")
+    assert got[1].startswith("tensorfile.core.errors.InvalidTypeError"), got[1]
+    assert all(t.startswith("tensorfile.core.errors.PeerError") for t in (got[0], got[2])), got
+
+
+@pytest.mark.xfail(strict=True, reason="review38a: R38A-4 (identity ignores the content)")
+def test_a_rank_on_another_checkpoint_of_the_same_layout_fails_every_rank(group: Group) -> None:
+    """The docstring: "every rank must load the same checkpoint"; the identity compared is
+    names, dtypes, shapes, file names and offsets: a rank on another step of the same run
+    (or another fine-tune of one base model) passes, and every rank gets a silent mix of
+    blocks from both checkpoints."""
+    got = group.get("same_layout")
+    assert all("PeerError" in t for t in got), got
+
+
+@pytest.mark.xfail(strict=True, reason="review38a: R38A-8 (plan exchange ignores timeout)")
+def test_timeout_bounds_the_wait_for_a_late_rank(group: Group) -> None:
+    """``timeout`` "bounds every wait": ranks 0 and 1 give 2 s, rank 2 joins 8 s late; the
+    plan exchange (``all_gather_object``) waits on the process group's own timeout instead,
+    so both wait the 8 s and then load as if nothing happened."""
+    for rank in (0, 1):
+        (late,) = group.get("late", [rank])
+        assert "PeerError" in late, (rank, late)
