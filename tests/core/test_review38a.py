@@ -138,7 +138,7 @@ def _gated(data: bytes, header: int, gate: threading.Event):  # type: ignore[no-
             conn.sendall(reply(200, {"Content-Length": str(len(data))}, data))
             return True
         start, stop = rng
-        if stop > header:  # the tensors' bytes wait for the gate
+        if start >= header:  # the tensors' bytes wait for the gate
             gate.wait(20)
         headers = {
             "Content-Range": f"bytes {start}-{stop - 1}/{len(data)}",

@@ -9,6 +9,7 @@ written, and each rank's own lone load (``group=None``).
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -129,6 +130,21 @@ def _target(ctx: Rank) -> None:
     start = time.monotonic()
     ok = ctx.attempt("late", load, path, plan_b(r), group=world, timeout=2.0)
     ctx.record("late_s", (ok, time.monotonic() - start))
+    dist.barrier()
+    # rank 1 passes a device that does not exist: it raises at once, before the exchange;
+    # the others (timeout 3 s) should fail on their own, while rank 1 is still alive
+    peers = [0, 2]
+    if r == 1:
+        ctx.attempt("device", load, path, plan_b(r), group=world, device="no-such-device")
+        records = ctx.folder / ".records"
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            if all((records / f"{p}.device.pkl").exists() for p in peers):
+                break
+            time.sleep(0.1)
+        ctx.record("peers_failed_alone", [(records / f"{p}.device.pkl").exists() for p in peers])
+        os._exit(0)  # (unblocks the others: they wait on the process group's own timeout)
+    ctx.attempt("device", load, path, plan_b(r), group=world, timeout=3.0)
 
 
 @pytest.fixture(scope="module")
@@ -145,7 +161,7 @@ def ckpt(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 def group(ckpt: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> Group:
     return run_ranks(
         _target, WORLD, tmp_path_factory.mktemp("ranks"),
-        args={"path": str(ckpt[0]), "other": str(ckpt[1])}, timeout=150, grace=30,
+        args={"path": str(ckpt[0]), "other": str(ckpt[1])}, timeout=180, grace=30,
     )  # fmt: skip
 
 
@@ -204,3 +220,15 @@ def test_timeout_bounds_the_wait_for_a_late_rank(group: Group) -> None:
     for rank in (0, 1):
         (late,) = group.get("late", [rank])
         assert "PeerError" in late, (rank, late)
+
+
+@pytest.mark.xfail(strict=True, reason="review38a: R38A-9 (a local refusal before the exchange)")
+def test_a_rank_refusing_its_device_fails_every_rank_within_the_timeout(group: Group) -> None:
+    """Rank 1's ``device="no-such-device"`` is refused by ``check_torch_device`` before
+    ``cooperative_load`` joins the exchange (so are a bad ``timeout`` and a bad path type on
+    the lone checks): rank 1 raises at once, ranks 0 and 2 sit in ``all_gather_object`` until
+    the process group's timeout (30 min by default), not their own 3 s; here they are only
+    released when rank 1 exits 20 s later."""
+    (device,) = group.get("device", [1])
+    assert "no-such-device" in device or "device" in device, device
+    assert group.get("peers_failed_alone", [1]) == [[True, True]]
