@@ -123,6 +123,29 @@ def _target(ctx: Rank) -> None:
     ctx.attempt("badkey", load, path, bad, group=world)
     # rank 2 on another checkpoint of the very same layout (a later step of one run)
     ctx.attempt("same_layout", load, other if r == 2 else path, plan_b(r), group=world)
+    # rank 2 reads from a server that refuses the tensors' bytes (its header is served):
+    # its blocks fail to read; every rank must fail with a tensorfile error, none hang
+    if r == 2:
+        from tests.helpers.hostile_http import HostileServer, parse_range, reply
+
+        data = Path(path).read_bytes()
+        header = 8 + int.from_bytes(data[:8], "little")
+
+        def respond(request: Any, conn: Any) -> bool:
+            rng = parse_range(request.headers.get("range"), len(data))
+            if rng is None or rng[0] >= header:
+                conn.sendall(reply(403, {"Content-Length": "0"}))
+                return True
+            a, b = rng
+            head = {"Content-Range": f"bytes {a}-{b - 1}/{len(data)}", "Content-Length": str(b - a)}
+            conn.sendall(reply(206, head, data[a:b]))
+            return True
+
+        with HostileServer(respond) as server:
+            url = f"{server.url}/model.safetensors"
+            ctx.attempt("failing_read", load, url, plan_a(0), group=world, timeout=20.0)
+    else:
+        ctx.attempt("failing_read", load, path, plan_a(0), group=world, timeout=20.0)
     dist.barrier()
     # rank 2 joins the load 8 s late; ranks 0 and 1 allow every wait 2 s
     if r == 2:
@@ -232,3 +255,9 @@ def test_a_rank_refusing_its_device_fails_every_rank_within_the_timeout(group: G
     (device,) = group.get("device", [1])
     assert "no-such-device" in device or "device" in device, device
     assert group.get("peers_failed_alone", [1]) == [[True, True]]
+
+
+def test_a_failing_read_on_one_owner_fails_every_rank(group: Group) -> None:
+    got = group.get("failing_read")
+    assert all(t.startswith("tensorfile.") for t in got), got
+    assert all("PeerError" in t and "failed to read its part" in t for t in got[:2]), got
