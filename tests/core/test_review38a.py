@@ -55,7 +55,9 @@ def test_a_column_of_a_remote_tensor_is_not_a_whole_tensor_read() -> None:
     """Issue 38: "no whole-tensor read for a slice". A column of a (1000, 4096) uint8
     tensor from a source that cannot be mapped: 1000 bytes wanted, the span path reads (and
     allocates) the whole 4 MB tensor; the bound SPAN_STRIDE is per run, not per byte."""
-    reader = tensorfile.open(save({"u": np.arange(1000 * 4096, dtype=np.uint32).astype(np.uint8).reshape(1000, 4096)}))
+    reader = tensorfile.open(
+        save({"u": np.arange(1000 * 4096, dtype=np.uint32).astype(np.uint8).reshape(1000, 4096)})
+    )
     reg = region((1000, 4096), (slice(None), slice(0, 1)))
     box = new_box(reg, reader.info("u"))
     asked = read_regions([Want(reader, "u", reg, box)])
@@ -190,7 +192,14 @@ def test_intervals_repeated_unsorted_overlapping_on_the_last_dim_match_numpy(
 ) -> None:
     p = tmp_path / "i.safetensors"
     g = np.random.default_rng(38)
-    tensors = {f"t{k}": (g.integers(0, 100, (7, 9)) > 50 if dt is np.bool_ else g.integers(0, 100, (7, 9)).astype(dt)) for k, dt in enumerate(_DTYPES)}
+    tensors = {
+        f"t{k}": (
+            g.integers(0, 100, (7, 9)) > 50
+            if dt is np.bool_
+            else g.integers(0, 100, (7, 9)).astype(dt)
+        )
+        for k, dt in enumerate(_DTYPES)
+    }
     save_file(tensors, p)
     ivs = [(5, 9), (0, 3), (1, 4), (5, 9), (2, 2)]
     plan = {n: Intervals(-1, ivs) for n in tensors}
