@@ -230,3 +230,22 @@ def test_a_plan_of_thousands_of_tensors_and_a_mutated_plan_dict(tmp_path: Path) 
             np.testing.assert_array_equal(f.get_tensor(n), tensors[n][i % 3 :])
     got = load(p, {n: (i % 2, slice(None, None, -1)) for i, n in enumerate(tensors)})
     assert all(got[n].tolist() == [i, i] for i, n in enumerate(tensors))
+
+
+@pytest.mark.xfail(strict=True, reason="review38a: R38A-11 (a batch lands after close)")
+def test_a_batch_being_read_at_close_is_not_handed_out_afterwards() -> None:
+    """``close()`` marks the loader closed and drops what landed, then waits for the batch
+    being read; that batch is then stored in ``_landed`` regardless, and ``get_tensor``
+    (which looks in ``_landed`` before checking ``_closed``) hands it out from a closed
+    handle: the closed loader keeps the batch's memory and answers as if open."""
+    data = save({"w": np.arange(1 << 20, dtype=np.float32).reshape(1024, 1024)})
+    header = 8 + int.from_bytes(data[:8], "little")
+    gate = threading.Event()
+    with HostileServer(_gated(data, header, gate)) as server:
+        f = safe_open(f"{server.url}/w.safetensors", framework="np")
+        f.prefetch({"w": None})
+        time.sleep(0.3)  # the batch's read waits at the server
+        threading.Timer(0.5, gate.set).start()
+        f.close()  # waits for the batch being read
+        with pytest.raises(TensorFileError, match="closed"):
+            f.get_tensor("w")
