@@ -117,6 +117,8 @@ def _target(ctx: Rank) -> None:
     sub = dist.new_group([1, 2])
     if r in (1, 2):
         both("sub", plan_a(3 - r), sub)  # global rank 1 wants nothing, rank 2 the hostile plan
+    else:  # rank 0 is no member of ``sub``
+        ctx.attempt("not_member", load, path, plan_b(r), group=sub)
     dist.barrier()
     # a key that is no str on rank 1: every rank fails, with a tensorfile error
     bad = {**plan_b(r), 7: None} if r == 1 else plan_b(r)
@@ -326,3 +328,13 @@ def test_the_load_after_a_timed_out_load_is_not_paired_with_the_old_one(
     for rank in range(WORLD):
         texts = slow_group.get("slow", [rank]) + slow_group.get("next", [rank])
         assert all(t == "ok" or t.startswith("tensorfile.") for t in texts), (rank, texts)
+
+
+@pytest.mark.xfail(strict=True, reason="review38a: R38A-12 (a rank outside the group)")
+def test_a_rank_outside_the_group_gets_a_tensorfile_error(group: Group) -> None:
+    """``load(group=sub)`` on a rank that is no member of ``sub``: ``get_rank(sub)`` is -1
+    and torch's ``get_world_size(sub)`` raises a bare ``ValueError: Invalid process group
+    specified``, which escapes ``load``; it should be a tensorfile error saying the rank is
+    not in the group."""
+    (got,) = group.get("not_member", [0])
+    assert got.startswith("tensorfile."), got
