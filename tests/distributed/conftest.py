@@ -13,7 +13,9 @@ SHARED = (
     "test_dcp_crash",
     "test_dcp_remote",
     "test_dcp_s3_save",
+    "test_rank_load",
     "test_rank_load_remote",
+    "test_review38a",
 )
 PARTLY = {"test_review37a": "group"}
 """Modules where only the tests taking this module-scoped fixture share its processes."""

@@ -1,0 +1,340 @@
+"""review38a: hostile tests of cooperative loads (``tensorfile.distributed.load`` with a
+group), in one spawn of 3 real gloo ranks (an odd world size): plans that differ wildly
+between ranks (everything, nothing, repeated/unsorted/overlapping intervals, negative steps,
+``None``/``...``, 0-d, empty dims, sub-byte F4), broadcasts beside point-to-point pieces,
+groups of one rank and a sub-group, a bad key on one rank, a rank on another checkpoint of
+the same layout, and a rank that joins late. The oracle is numpy indexing of the tensors
+written, and each rank's own lone load (``group=None``).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from tests.distributed._ranks import Group, Rank, raw, run_ranks
+
+WORLD = 3
+
+
+def tensors(shift: int = 0) -> dict[str, np.ndarray[Any, Any]]:
+    g = np.random.default_rng(38 + shift)
+
+    def ints(*shape: int) -> np.ndarray[Any, Any]:
+        return g.integers(-6, 6, shape).astype(np.float32)
+
+    return {
+        "a": ints(12, 10),
+        "b": ints(9, 16).astype(ml_dtypes.bfloat16),
+        "c": ints(6, 5, 4).astype(ml_dtypes.float8_e4m3fn),
+        "m": g.integers(0, 2, (7, 3)).astype(np.bool_),
+        "s": np.array(2.5 + shift, np.float32),
+        "e": np.zeros((0, 5), np.int8),
+        "f4": (np.abs(ints(6, 8)) % 4).astype(ml_dtypes.float4_e2m1fn),
+        "big": g.standard_normal((1024, 512)).astype(np.float32),  # 2 MiB: 2 blocks
+    }
+
+
+def hostile_plan() -> dict[str, Any]:
+    from tensorfile.distributed import Intervals
+
+    return {
+        "a": Intervals(0, [(6, 8), (0, 3), (1, 4), (0, 3), (5, 5)]),
+        "b": (slice(None, None, -3), [(5, 7), (0, 2), (1, 3)]),
+        "c": (None, ..., 2),
+        "m": (slice(-1, None, -2),),
+        "s": None,
+        "e": (slice(None), slice(1, 1)),
+        "f4": (slice(1, 3),),
+        "big": (slice(None), [(500, 512), (0, 3), (0, 3)]),
+    }
+
+
+def plan_a(rank: int) -> dict[str, Any] | None:
+    return [None, {}, hostile_plan()][rank]
+
+
+def plan_b(rank: int) -> dict[str, Any]:
+    from tensorfile.distributed import Intervals
+
+    cols = [[(0, 4), (400, 512)], [(300, 310), (0, 2)], [(511, 512), (100, 120), (100, 120)]]
+    return {"a": None, "big": Intervals(1, cols[rank]), "c": (rank,), "s": None}
+
+
+def expected(arr: np.ndarray[Any, Any], entry: Any) -> np.ndarray[Any, Any]:
+    from tensorfile.distributed import Intervals
+
+    if entry is None:
+        return arr
+    if isinstance(entry, Intervals):
+        lead = (slice(None),) * (entry.dim % arr.ndim)
+        return np.concatenate([arr[(*lead, slice(a, b))] for a, b in entry.intervals], entry.dim)
+    items = list(entry) if isinstance(entry, tuple) else [entry]
+    d = 0
+    for k, item in enumerate(items):
+        if isinstance(item, list):
+            arr = np.concatenate([arr[(slice(None),) * d + (slice(a, b),)] for a, b in item], d)
+            items[k] = slice(None)
+        if item is Ellipsis:
+            d = arr.ndim - sum(1 for i in items[k + 1 :] if i is not None)
+        elif item is not None:
+            d += 1
+    return arr[tuple(items)]
+
+
+def _as_numpy(t: Any) -> Any:
+    return (str(t.dtype), tuple(t.shape), raw(t))
+
+
+def _target(ctx: Rank) -> None:
+    import torch.distributed as dist
+
+    from tensorfile.distributed import load
+
+    path, other = ctx.args["path"], ctx.args["other"]
+    world = dist.group.WORLD
+    r = ctx.rank
+
+    def both(key: str, plan: Any, group: Any = world) -> None:
+        def go() -> None:
+            together = load(path, plan, group=group)
+            alone = load(path, plan)
+            ctx.record(key, {n: _as_numpy(t) for n, t in together.items()})
+            ctx.record(key + "_alone", {n: _as_numpy(t) for n, t in alone.items()})
+
+        ctx.attempt(key + "_ok", go)
+
+    both("a", plan_a(r))
+    both("b", plan_b(r))
+    alone_groups = [dist.new_group([i]) for i in range(WORLD)]
+    both("one", plan_b(r), alone_groups[r])  # a group of one rank
+    sub = dist.new_group([1, 2])
+    if r in (1, 2):
+        both("sub", plan_a(3 - r), sub)  # global rank 1 wants nothing, rank 2 the hostile plan
+    else:  # rank 0 is no member of ``sub``
+        ctx.attempt("not_member", load, path, plan_b(r), group=sub)
+    dist.barrier()
+    # a key that is no str on rank 1: every rank fails, with a tensorfile error
+    bad = {**plan_b(r), 7: None} if r == 1 else plan_b(r)
+    ctx.attempt("badkey", load, path, bad, group=world)
+    # rank 2 on another checkpoint of the very same layout (a later step of one run)
+    ctx.attempt("same_layout", load, other if r == 2 else path, plan_b(r), group=world)
+    # rank 2 reads from a server that refuses the tensors' bytes (its header is served):
+    # its blocks fail to read; every rank must fail with a tensorfile error, none hang
+    if r == 2:
+        from tests.helpers.hostile_http import HostileServer, parse_range, reply
+
+        data = Path(path).read_bytes()
+        header = 8 + int.from_bytes(data[:8], "little")
+
+        def respond(request: Any, conn: Any) -> bool:
+            rng = parse_range(request.headers.get("range"), len(data))
+            if rng is None or rng[0] >= header:
+                conn.sendall(reply(403, {"Content-Length": "0"}))
+                return True
+            a, b = rng
+            head = {"Content-Range": f"bytes {a}-{b - 1}/{len(data)}", "Content-Length": str(b - a)}
+            conn.sendall(reply(206, head, data[a:b]))
+            return True
+
+        with HostileServer(respond) as server:
+            url = f"{server.url}/model.safetensors"
+            ctx.attempt("failing_read", load, url, plan_a(0), group=world, timeout=20.0)
+    else:
+        ctx.attempt("failing_read", load, path, plan_a(0), group=world, timeout=20.0)
+    dist.barrier()
+    # rank 2 joins the load 8 s late; ranks 0 and 1 allow every wait 2 s
+    if r == 2:
+        time.sleep(8)
+    start = time.monotonic()
+    ok = ctx.attempt("late", load, path, plan_b(r), group=world, timeout=2.0)
+    ctx.record("late_s", (ok, time.monotonic() - start))
+    dist.barrier()
+    # rank 1 passes a device that does not exist: it raises at once, before the exchange;
+    # the others (timeout 3 s) should fail on their own, while rank 1 is still alive
+    peers = [0, 2]
+    if r == 1:
+        ctx.attempt("device", load, path, plan_b(r), group=world, device="no-such-device")
+        records = ctx.folder / ".records"
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            if all((records / f"{p}.device.pkl").exists() for p in peers):
+                break
+            time.sleep(0.1)
+        ctx.record("peers_failed_alone", [(records / f"{p}.device.pkl").exists() for p in peers])
+        os._exit(0)  # (unblocks the others: they wait on the process group's own timeout)
+    ctx.attempt("device", load, path, plan_b(r), group=world, timeout=3.0)
+
+
+@pytest.fixture(scope="module")
+def ckpt(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    from tensorfile.safetensors.numpy import save_file
+
+    one, two = tmp_path_factory.mktemp("run1"), tmp_path_factory.mktemp("run2")
+    save_file(tensors(), one / "model.safetensors")
+    save_file(tensors(shift=1), two / "model.safetensors")  # same names, dtypes, shapes
+    return one / "model.safetensors", two / "model.safetensors"
+
+
+@pytest.fixture(scope="module")
+def group(ckpt: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> Group:
+    return run_ranks(
+        _target, WORLD, tmp_path_factory.mktemp("ranks"),
+        args={"path": str(ckpt[0]), "other": str(ckpt[1])}, timeout=180, grace=30,
+    )  # fmt: skip
+
+
+def _check(g: Group, key: str, plans: list[Any], ranks: list[int]) -> None:
+    g.ok(key + "_ok", ranks)
+    full = tensors()
+    for rank, plan in zip(ranks, plans, strict=True):
+        (got,) = g.get(key, [rank])
+        (alone,) = g.get(key + "_alone", [rank])
+        names = sorted(full) if plan is None else sorted(plan)
+        assert sorted(got) == names, (rank, sorted(got))
+        assert got == alone, (rank, [n for n in got if got[n] != alone[n]])
+        for name in names:
+            if name == "f4":
+                continue  # torch packs F4 in pairs: checked against the lone load above
+            want = np.array(expected(full[name], None if plan is None else plan[name]), order="C")
+            _, shape, data = got[name]
+            assert shape == want.shape, (rank, name, shape, want.shape)
+            assert data == want.tobytes(), (rank, name)
+
+
+def test_wildly_different_plans_on_three_ranks(group: Group) -> None:
+    _check(group, "a", [plan_a(r) for r in range(WORLD)], [0, 1, 2])
+
+
+def test_broadcast_beside_interleaved_columns(group: Group) -> None:
+    _check(group, "b", [plan_b(r) for r in range(WORLD)], [0, 1, 2])
+
+
+def test_groups_of_one_rank_and_a_sub_group(group: Group) -> None:
+    _check(group, "one", [plan_b(r) for r in range(WORLD)], [0, 1, 2])
+    _check(group, "sub", [plan_a(2), plan_a(1)], [1, 2])
+
+
+def test_a_key_that_is_no_str_fails_every_rank(group: Group) -> None:
+    got = group.get("badkey")
+    assert got[1].startswith("tensorfile.core.errors.InvalidTypeError"), got[1]
+    assert all(t.startswith("tensorfile.core.errors.PeerError") for t in (got[0], got[2])), got
+
+
+@pytest.mark.xfail(strict=True, reason="review38a: R38A-4 (identity ignores the content)")
+def test_a_rank_on_another_checkpoint_of_the_same_layout_fails_every_rank(group: Group) -> None:
+    """The docstring: "every rank must load the same checkpoint"; the identity compared is
+    names, dtypes, shapes, file names and offsets: a rank on another step of the same run
+    (or another fine-tune of one base model) passes, and every rank gets a silent mix of
+    blocks from both checkpoints."""
+    got = group.get("same_layout")
+    assert all("PeerError" in t for t in got), got
+
+
+@pytest.mark.xfail(strict=True, reason="review38a: R38A-8 (plan exchange ignores timeout)")
+def test_timeout_bounds_the_wait_for_a_late_rank(group: Group) -> None:
+    """``timeout`` "bounds every wait": ranks 0 and 1 give 2 s, rank 2 joins 8 s late; the
+    plan exchange (``all_gather_object``) waits on the process group's own timeout instead,
+    so both wait the 8 s and then load as if nothing happened."""
+    for rank in (0, 1):
+        (late,) = group.get("late", [rank])
+        assert "PeerError" in late, (rank, late)
+
+
+@pytest.mark.xfail(strict=True, reason="review38a: R38A-9 (a local refusal before the exchange)")
+def test_a_rank_refusing_its_device_fails_every_rank_within_the_timeout(group: Group) -> None:
+    """Rank 1's ``device="no-such-device"`` is refused by ``check_torch_device`` before
+    ``cooperative_load`` joins the exchange (so are a bad ``timeout`` and a bad path type on
+    the lone checks): rank 1 raises at once, ranks 0 and 2 sit in ``all_gather_object`` until
+    the process group's timeout (30 min by default), not their own 3 s; here they are only
+    released when rank 1 exits 20 s later."""
+    (device,) = group.get("device", [1])
+    assert "no-such-device" in device or "device" in device, device
+    assert group.get("peers_failed_alone", [1]) == [[True, True]]
+
+
+def test_a_failing_read_on_one_owner_fails_every_rank(group: Group) -> None:
+    got = group.get("failing_read")
+    assert all(t.startswith("tensorfile.") for t in got), got
+    assert all("PeerError" in t and "failed to read its part" in t for t in got[:2]), got
+
+
+def _slow_owner_target(ctx: Rank) -> None:
+    """Rank 2 reads from a server that holds the tensors' bytes back 6 s; ranks 0 and 1
+    allow 1.5 s: they time out waiting for rank 2's blocks. Then every rank loads again."""
+    import threading
+
+    import torch.distributed as dist
+
+    from tensorfile.distributed import load
+    from tests.helpers.hostile_http import HostileServer, parse_range, reply
+
+    path, world, r = ctx.args["path"], dist.group.WORLD, ctx.rank
+    data = Path(path).read_bytes()
+    header = 8 + int.from_bytes(data[:8], "little")
+    gate = threading.Event()
+
+    def respond(request: Any, conn: Any) -> bool:
+        rng = parse_range(request.headers.get("range"), len(data))
+        a, b = (0, len(data)) if rng is None else rng
+        if a >= header:
+            gate.wait(30)
+        head = {"Content-Range": f"bytes {a}-{b - 1}/{len(data)}", "Content-Length": str(b - a)}
+        conn.sendall(reply(206, head, data[a:b]))
+        return True
+
+    with HostileServer(respond) as server:
+        if r == 2:
+            threading.Timer(6.0, gate.set).start()
+            source, timeout = f"{server.url}/model.safetensors", 30.0
+        else:
+            source, timeout = path, 1.5
+        ctx.attempt("slow", load, source, None, group=world, timeout=timeout)
+        ctx.attempt("next", load, path, {"s": None}, group=world, timeout=10.0)
+    if r != 2:
+        os._exit(0)  # (rank 2 may be one collective behind: release it)
+
+
+@pytest.fixture(scope="module")
+def slow_group(ckpt: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> Group:
+    return run_ranks(
+        _slow_owner_target, WORLD, tmp_path_factory.mktemp("slow"),
+        args={"path": str(ckpt[0])}, timeout=120, grace=30,
+    )  # fmt: skip
+
+
+def test_ranks_that_time_out_on_a_slow_owner_fail_with_peer_error(slow_group: Group) -> None:
+    got = slow_group.get("slow", [0, 1])
+    assert all(t.startswith("tensorfile.core.errors.PeerError") for t in got), got
+
+
+@pytest.mark.xfail(
+    strict=True, reason="review38a: R38A-10 (collectives out of step after a timeout)"
+)
+def test_the_load_after_a_timed_out_load_is_not_paired_with_the_old_one(
+    slow_group: Group,
+) -> None:
+    """Ranks 0 and 1 left the slow load at their timeout, one collective (the final
+    ``all_gather_object`` of read failures) short of rank 2. Their next load's plan
+    exchange is paired with rank 2's old failure exchange: rank 2 reads their plans as
+    failure texts, and ranks 0 and 1 unpack rank 2's ``None`` as a plan: a bare TypeError
+    escapes ``load``. Every rank should get a tensorfile error (or a clean load)."""
+    for rank in range(WORLD):
+        texts = slow_group.get("slow", [rank]) + slow_group.get("next", [rank])
+        assert all(t == "ok" or t.startswith("tensorfile.") for t in texts), (rank, texts)
+
+
+@pytest.mark.xfail(strict=True, reason="review38a: R38A-12 (a rank outside the group)")
+def test_a_rank_outside_the_group_gets_a_tensorfile_error(group: Group) -> None:
+    """``load(group=sub)`` on a rank that is no member of ``sub``: ``get_rank(sub)`` is -1
+    and torch's ``get_world_size(sub)`` raises a bare ``ValueError: Invalid process group
+    specified``, which escapes ``load``; it should be a tensorfile error saying the rank is
+    not in the group."""
+    (got,) = group.get("not_member", [0])
+    assert got.startswith("tensorfile."), got
