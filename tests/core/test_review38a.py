@@ -100,7 +100,6 @@ def _schedule_script(n: int, dim: int) -> str:
     )
 
 
-@pytest.mark.xfail(strict=True, reason="review38a: R38A-1 (schedule is quadratic in intervals)")
 @pytest.mark.parametrize("dim", [0, 1])
 def test_schedule_of_a_plan_of_many_intervals_does_not_hang(dim: int) -> None:
     """Two ranks, each 20 000 interleaved single-element intervals of one dimension (a

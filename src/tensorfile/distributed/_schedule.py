@@ -31,6 +31,8 @@ Example:
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -107,29 +109,70 @@ def merge(intervals: Sequence[Interval]) -> tuple[Interval, ...]:
     return tuple(out)
 
 
-def _locate(union: tuple[Interval, ...], iv: Interval) -> Interval:
-    """``iv`` (inside one interval of ``union``) in the coordinates of the union's
-    concatenation."""
-    pos = 0
-    for a, b in union:
-        if a <= iv[0] and iv[1] <= b:
-            return pos + iv[0] - a, pos + iv[1] - a
-        pos += b - a
-    raise ValueError(f"interval {iv} is outside {union}")  # (a union holds each of its parts)
+class _Union:
+    """Merged intervals, for placing any interval inside one of them in the coordinates of
+    their concatenation (a binary search, never a scan)."""
+
+    def __init__(self, intervals: tuple[Interval, ...]) -> None:
+        self.intervals = intervals
+        self.starts = [a for a, _ in intervals]
+        self.at = list(itertools.accumulate((b - a for a, b in intervals), initial=0))
+
+    def locate(self, iv: Interval) -> Interval:
+        """``iv`` (inside one interval of the union) where it lands in the concatenation."""
+        k = bisect.bisect_right(self.starts, iv[0]) - 1
+        a, b = self.intervals[k] if k >= 0 else (0, -1)
+        if not (a <= iv[0] and iv[1] <= b):  # (a union holds each of its parts)
+            raise ValueError(f"interval {iv} is outside {self.intervals}")
+        return self.at[k] + iv[0] - a, self.at[k] + iv[1] - a
 
 
-def _cut(rows: tuple[Interval, ...], per_block: int) -> list[tuple[Interval, ...]]:
-    """The union's rows in runs of at most ``per_block`` rows (a run may span intervals)."""
+class _Rows:
+    """One rank's row intervals of a tensor (with where each lands in its result), asked,
+    block after block in increasing row order, which meet a block: a sweep, never a scan
+    of every interval per block."""
+
+    def __init__(self, rows: tuple[Interval, ...]) -> None:
+        items, at = [], 0
+        for a, b in rows:
+            if b > a:
+                items.append((a, b, at))
+            at += b - a
+        self.items = sorted(items)
+        self.next = 0
+        self.active: list[tuple[int, int, int]] = []
+
+    def meeting(self, lo: int, hi: int) -> list[tuple[int, int, int]]:
+        """The intervals ``(start, stop, result row)`` that meet rows ``lo .. hi``."""
+        while self.next < len(self.items) and self.items[self.next][0] < hi:
+            self.active.append(self.items[self.next])
+            self.next += 1
+        self.active = [it for it in self.active if it[1] > lo]
+        return [it for it in self.active if it[0] < hi]
+
+
+def _cut(
+    rows: tuple[Interval, ...], per_block: int, breaks: Sequence[int] = ()
+) -> list[tuple[Interval, ...]]:
+    """The union's rows in runs of at most ``per_block`` rows (a run may span intervals),
+    also cut at each of the sorted rows ``breaks`` (where a rank's rows start or stop: a
+    block then holds rows the same ranks want)."""
     blocks: list[tuple[Interval, ...]] = []
     current: list[Interval] = []
     room = per_block
+    k = 0
     for a, b in rows:
         while a < b:
-            take = min(room, b - a)
-            current.append((a, a + take))
-            a += take
-            room -= take
-            if room == 0:
+            while k < len(breaks) and breaks[k] <= a:
+                k += 1
+            if current and k and breaks[k - 1] == a and current[-1][1] <= a:
+                blocks.append(tuple(current))  # (a rank's rows start or stop here)
+                current, room = [], per_block
+            stop = min(b, a + room, breaks[k] if k < len(breaks) else b)
+            current.append((a, stop))
+            room -= stop - a
+            a = stop
+            if room == 0 or (k < len(breaks) and breaks[k] == a):
                 blocks.append(tuple(current))
                 current, room = [], per_block
     if current:
@@ -158,20 +201,40 @@ def schedule(
             )
         row_bytes = t.itemsize * math.prod(sum(b - a for a, b in u) for u in union[1:])
         per_block = max(1, block_bytes // max(row_bytes, 1))
-        row_runs = _cut(union[0], per_block if t.raw else 1 << 62) if nd else [()]
+        breaks = (
+            sorted({x for r in needers for iv in wants[r][t.name][0] for x in iv}) if nd else []
+        )
+        row_runs = (
+            _cut(union[0], per_block if t.raw else 1 << 62, breaks if t.raw else ()) if nd else [()]
+        )
+        rows_of = {r: _Rows(wants[r][t.name][0]) for r in needers} if nd else {}
+        inner_of: dict[tuple[int, ...], tuple[Dims, int]] = {}
+        placed: dict[tuple[int, tuple[int, ...]], Dims] = {}
         for rows in row_runs:
-            inner = union[1:]
-            here = [r for r in needers if not nd or _meets(wants[r][t.name][0], rows)]
-            if nd > 1 and t.raw:  # the other dimensions: what the ranks with rows here want
-                inner = tuple(
-                    merge([iv for r in here for iv in wants[r][t.name][d]]) for d in range(1, nd)
-                )
+            meets = {r: rows_of[r].meeting(rows[0][0], rows[-1][1]) for r in needers} if nd else {}
+            here = tuple(r for r in needers if not nd or meets[r])
+            if not here:
+                continue
+            if here not in inner_of:  # the other dimensions: what the ranks with rows here want
+                inner = union[1:]
+                if nd > 1 and t.raw:
+                    inner = tuple(
+                        merge([iv for r in here for iv in wants[r][t.name][d]])
+                        for d in range(1, nd)
+                    )
+                count = math.prod(sum(b - a for a, b in u) for u in inner) * t.itemsize
+                inner_of[here] = (inner, count)
+            inner, count = inner_of[here]
             dims = (rows, *inner) if nd else ()
-            count = math.prod(sum(b - a for a, b in u) for u in inner) * t.itemsize
             nbytes = count * sum(b - a for a, b in rows) if nd else t.itemsize
             block = Block(len(blocks), t.name, -1, dims, nbytes)
-            for r in here:
-                block.pieces.extend(_pieces(r, wants[r][t.name], dims, t.itemsize))
+            if not nd:
+                block.pieces = [Piece(r, (0, 1), (), (0, 1), t.itemsize) for r in here]
+            for r in here if nd else ():
+                key = (r, here)
+                if key not in placed:
+                    placed[key] = _place(wants[r][t.name][1:], inner)
+                block.pieces.extend(_pieces(r, meets[r], rows, placed[key], wants[r][t.name], t))
             takers = sorted({p.rank for p in block.pieces})
             if not takers:
                 continue
@@ -182,11 +245,6 @@ def schedule(
     for i, b in enumerate(blocks):
         b.index = i
     return Schedule(blocks)
-
-
-def _meets(mine: tuple[Interval, ...], rows: tuple[Interval, ...]) -> bool:
-    """Whether two lists of intervals share an element."""
-    return any(max(a, c) < min(b, d) for a, b in mine for c, d in rows)
 
 
 def _owner(takers: list[int], load: list[int], slack: int) -> int:
@@ -202,36 +260,41 @@ def _numel(dims: Dims) -> int:
     return math.prod(sum(b - a for a, b in iv) for iv in dims)
 
 
-def _pieces(rank: int, want: Dims, block: Dims, itemsize: int) -> list[Piece]:
-    """What of ``block`` (tensor coordinates) ``rank``, which wants ``want``, gets."""
-    if not block:  # a 0-d tensor: all of it
-        return [Piece(rank, (0, 1), (), (0, 1), itemsize)]
+def _place(want: Dims, inner: Dims) -> Dims:
+    """A rank's intervals of the dimensions after the first, in the coordinates of a
+    block's (``inner``: the merged intervals of those dimensions)."""
+    return tuple(
+        tuple(u.locate(iv) for iv in ivs if iv[1] > iv[0])
+        for u, ivs in zip(map(_Union, inner), want, strict=True)
+    )
+
+
+def _pieces(
+    rank: int,
+    meets: list[tuple[int, int, int]],
+    rows: tuple[Interval, ...],
+    inner: Dims,
+    want: Dims,
+    t: Tensor,
+) -> list[Piece]:
+    """What of a block of rows ``rows`` ``rank`` gets: one piece per meeting of one of its
+    row intervals (``meets``: start, stop, result row) with one of the block's."""
     inner_numel = math.prod(sum(b - a for a, b in iv) for iv in want[1:])
     if inner_numel == 0:
         return []
-    union_inner = block[1:]
-    inner = tuple(
-        tuple(_locate(u, iv) for iv in ivs if iv[1] > iv[0])
-        for u, ivs in zip(union_inner, want[1:], strict=True)
-    )
+    stops = [d for _, d in rows]
+    at = list(itertools.accumulate((d - c for c, d in rows), initial=0))
     out: list[Piece] = []
-    at = 0  # the rank's result row where its current interval starts
-    for a, b in want[0]:
-        pos = 0  # the block row where the block's current interval starts
-        for c, d in block[0]:
+    for a, b, row in meets:
+        k = bisect.bisect_right(stops, a)  # the first block interval that ends after a
+        while k < len(rows) and rows[k][0] < b:
+            c, d = rows[k]
             lo, hi = max(a, c), min(b, d)
             if lo < hi:
-                out.append(
-                    Piece(
-                        rank,
-                        (pos + lo - c, pos + hi - c),
-                        inner,
-                        (at + lo - a, at + hi - a),
-                        (hi - lo) * inner_numel * itemsize,
-                    )
-                )
-            pos += d - c
-        at += b - a
+                src = (at[k] + lo - c, at[k] + hi - c)
+                size = (hi - lo) * inner_numel * t.itemsize
+                out.append(Piece(rank, src, inner, (row + lo - a, row + hi - a), size))
+            k += 1
     return out
 
 
