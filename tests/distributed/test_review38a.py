@@ -227,7 +227,6 @@ def test_a_key_that_is_no_str_fails_every_rank(group: Group) -> None:
     assert all(t.startswith("tensorfile.core.errors.PeerError") for t in (got[0], got[2])), got
 
 
-@pytest.mark.xfail(strict=True, reason="review38a: R38A-4 (identity ignores the content)")
 def test_a_rank_on_another_checkpoint_of_the_same_layout_fails_every_rank(group: Group) -> None:
     """The docstring: "every rank must load the same checkpoint"; the identity compared is
     names, dtypes, shapes, file names and offsets: a rank on another step of the same run
@@ -237,7 +236,6 @@ def test_a_rank_on_another_checkpoint_of_the_same_layout_fails_every_rank(group:
     assert all("PeerError" in t for t in got), got
 
 
-@pytest.mark.xfail(strict=True, reason="review38a: R38A-8 (plan exchange ignores timeout)")
 def test_timeout_bounds_the_wait_for_a_late_rank(group: Group) -> None:
     """``timeout`` "bounds every wait": ranks 0 and 1 give 2 s, rank 2 joins 8 s late; the
     plan exchange (``all_gather_object``) waits on the process group's own timeout instead,
@@ -247,7 +245,6 @@ def test_timeout_bounds_the_wait_for_a_late_rank(group: Group) -> None:
         assert "PeerError" in late, (rank, late)
 
 
-@pytest.mark.xfail(strict=True, reason="review38a: R38A-9 (a local refusal before the exchange)")
 def test_a_rank_refusing_its_device_fails_every_rank_within_the_timeout(group: Group) -> None:
     """Rank 1's ``device="no-such-device"`` is refused by ``check_torch_device`` before
     ``cooperative_load`` joins the exchange (so are a bad ``timeout`` and a bad path type on
@@ -314,9 +311,6 @@ def test_ranks_that_time_out_on_a_slow_owner_fail_with_peer_error(slow_group: Gr
     assert all(t.startswith("tensorfile.core.errors.PeerError") for t in got), got
 
 
-@pytest.mark.xfail(
-    strict=True, reason="review38a: R38A-10 (collectives out of step after a timeout)"
-)
 def test_the_load_after_a_timed_out_load_is_not_paired_with_the_old_one(
     slow_group: Group,
 ) -> None:
@@ -330,7 +324,6 @@ def test_the_load_after_a_timed_out_load_is_not_paired_with_the_old_one(
         assert all(t == "ok" or t.startswith("tensorfile.") for t in texts), (rank, texts)
 
 
-@pytest.mark.xfail(strict=True, reason="review38a: R38A-12 (a rank outside the group)")
 def test_a_rank_outside_the_group_gets_a_tensorfile_error(group: Group) -> None:
     """``load(group=sub)`` on a rank that is no member of ``sub``: ``get_rank(sub)`` is -1
     and torch's ``get_world_size(sub)`` raises a bare ``ValueError: Invalid process group

@@ -3,11 +3,14 @@
 :func:`cooperative_load` runs on every rank of a ``torch.distributed`` group:
 
 1. each rank opens the checkpoint and turns its plan into regions; the ranks exchange
-   them (``all_gather_object``: a few numbers per tensor) with the checkpoint's identity
-   (a rank that opened another checkpoint, or whose plan was refused, fails every rank);
+   them (:func:`gather`: a few numbers per tensor, each wait bounded by ``timeout``) with
+   the checkpoint's identity (a rank that opened another checkpoint, whose plan or
+   arguments were refused, or that is late or out of step, fails every rank);
 2. every rank computes the same :mod:`schedule <tensorfile.distributed._schedule>`: which
    rank reads which block, and the pieces each block is sent as;
-3. each rank posts the receives of the pieces it gets, straight into its results' memory;
+3. each rank posts the receives of the pieces it gets, straight into its results' memory
+   (on gloo all at once; on NCCL, which runs the transfers between two ranks in the order
+   both post them, each block's as the rank reaches it in the schedule);
    a thread reads the blocks it owns, in order, at most :data:`READ_AHEAD` bytes ahead of
    the sends, each in one planned pass (into its own result when it wants the block whole);
    as each block lands the rank broadcasts it (a block every rank wants whole) or sends
@@ -29,6 +32,7 @@ from __future__ import annotations
 
 import datetime
 import logging
+import pickle
 import threading
 import time
 from collections import deque
@@ -39,7 +43,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from tensorfile.core.errors import PeerError, TensorFileError
+from tensorfile.core.errors import InvalidArgumentError, PeerError, TensorFileError
 from tensorfile.core.reader import Reader
 from tensorfile.core.selection import Region
 from tensorfile.core.selection.read import Want, element_size, new_box, raw, read_regions
@@ -73,25 +77,31 @@ def cooperative_load(
     device: Any,
     timeout: float,
     counters: LoadCounters,
+    refused: BaseException | None = None,
 ) -> dict[str, torch.Tensor]:
-    """``load(path_or_url, plan, group=group)`` on this rank (see the module docstring)."""
+    """``load(path_or_url, plan, group=group)`` on this rank (see the module docstring);
+    ``refused``: what ``load`` refused of this rank's own arguments, told to every rank at
+    the exchange (so that no rank waits for one that left)."""
     if not dist.is_initialized():
         raise PeerError("load(group=...) needs torch.distributed initialized (init_process_group)")
-    me, world = dist.get_rank(group), dist.get_world_size(group)
+    me, _ = _membership(group)
+    wait = datetime.timedelta(seconds=timeout)
+    comm = _comm_device(group)
     reader: Reader | None = None
     regions: dict[str, Region] = {}
-    failure: BaseException | None = None
+    failure: BaseException | None = refused
     ident = ""
     try:
-        reader = open_checkpoint(path_text(path_or_url))
-        regions = plan_regions(reader, plan)
-        ident = identity(reader)
+        if failure is None:
+            reader = open_checkpoint(path_text(path_or_url))
+            regions = plan_regions(reader, plan)
+            ident = identity(reader, counters)
     except Exception as exc:  # (told to every rank, then raised here)
         failure = exc
     mine = {n: r.dims for n, r in regions.items()}
     said = (ident, mine, None if failure is None else f"{type(failure).__name__}: {failure}")
     try:
-        heard = _gather(said, world, group, "exchange their plans")
+        heard = gather(said, group, "plans", wait, comm)
         for r, (_, _, text) in enumerate(heard):
             if failure is None and text is not None:
                 raise PeerError(f"rank {r} of the group could not start the load: {text}")
@@ -105,19 +115,78 @@ def cooperative_load(
                     f"({path_text(path_or_url)}): every rank must load the same one"
                 )
         wants = [h[1] for h in heard]
-        return _Run(reader, regions, wants, me, group, timeout, counters).run(device)
+        return _Run(reader, regions, wants, me, group, wait, counters, comm).run(device)
     finally:
         if reader is not None:
             reader.close()
 
 
-def _gather(value: Any, world: int, group: Any, what: str) -> list[Any]:
-    out: list[Any] = [None] * world
+def _membership(group: Any) -> tuple[int, int]:
+    """This rank's rank in ``group`` and the group's size; an
+    :class:`~tensorfile.errors.InvalidArgumentError` when this rank is not in it."""
     try:
-        dist.all_gather_object(out, value, group=group)
+        me = dist.get_rank(group)
+        world = dist.get_world_size(group) if me >= 0 else 0
+    except (ValueError, RuntimeError) as exc:
+        raise InvalidArgumentError(f"load(group=...): not a usable process group: {exc}") from exc
+    if me < 0:
+        raise InvalidArgumentError(
+            f"load(group=...): this process (global rank {dist.get_rank()}) is not a member of "
+            "the group; only its members call load with it"
+        )
+    return me, world
+
+
+def _comm_device(group: Any) -> torch.device | None:
+    """Where the backend sends from: None for the CPU (gloo), else the current CUDA device."""
+    if dist.get_backend(group) == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return None
+
+
+def gather(
+    value: Any, group: Any, phase: str, wait: datetime.timedelta, comm: torch.device | None
+) -> list[Any]:
+    """Every rank's ``value`` (pickled; the ranks are one job), each wait bounded by
+    ``wait``; the ``phase`` is sent along, and a rank at another phase (one left behind by
+    an earlier load that failed) is a :class:`~tensorfile.errors.PeerError`, never a value
+    taken for another."""
+    what = {"plans": "exchange their plans", "outcome": "tell each other how their reads went"}
+    data = pickle.dumps((_PHASE, phase, value))
+    world = dist.get_world_size(group)
+    try:
+        size = torch.tensor([len(data)], dtype=torch.int64, device=comm)
+        sizes = [torch.zeros(1, dtype=torch.int64, device=comm) for _ in range(world)]
+        dist.all_gather(sizes, size, group=group, async_op=True).wait(wait)
+        n = max(int(t.item()) for t in sizes)
+        mine = torch.zeros(n, dtype=torch.uint8)
+        mine[: len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+        mine = mine if comm is None else mine.to(comm)
+        outs = [torch.empty(n, dtype=torch.uint8, device=comm) for _ in range(world)]
+        dist.all_gather(outs, mine, group=group, async_op=True).wait(wait)
     except Exception as exc:
-        raise PeerError(f"the group's ranks could not {what} (a rank stopped?): {exc}") from exc
-    return out
+        raise PeerError(
+            f"the group's ranks could not {what.get(phase, phase)} within "
+            f"{wait.total_seconds():g} s (a rank stopped, is late, or is out of step): {exc}"
+        ) from exc
+    heard = []
+    for r, (t, k) in enumerate(zip(outs, sizes, strict=True)):
+        try:
+            tag, got, value = pickle.loads(t.cpu().numpy()[: int(k.item())].tobytes())
+        except Exception:
+            tag, got, value = None, None, None
+        if tag != _PHASE or got != phase:
+            raise PeerError(
+                f"rank {r} of the group is out of step with this one (it is at another step "
+                "of a load: an earlier load on this group failed on some rank); make a new "
+                "process group"
+            )
+        heard.append(value)
+    return heard
+
+
+_PHASE = "tensorfile.distributed.load"
+"""Marks the values of a load's exchanges (see :func:`gather`)."""
 
 
 def _block_bytes(total: int, world: int) -> int:
@@ -134,14 +203,15 @@ class _Run:
         wants: list[dict[str, Any]],
         me: int,
         group: Any,
-        timeout: float,
+        wait: datetime.timedelta,
         counters: LoadCounters,
+        comm: torch.device | None,
     ) -> None:
         self.reader = reader
         self.regions = regions
         self.me = me
         self.group = group
-        self.wait_for = datetime.timedelta(seconds=timeout)
+        self.wait_for = wait
         self.counters = counters
         names = {n for w in wants for n in w}
         places = {n: reader.info(n) for n in names}
@@ -153,8 +223,7 @@ class _Run:
         total = sum(places[n].nbytes for n in names)  # (a bound: the union is at most the tensors)
         self.schedule: Schedule = schedule(wants, tensors, _block_bytes(total, len(wants)))
         self.boxes = {n: new_box(r, reader.info(n)) for n, r in regions.items()}
-        cuda = dist.get_backend(group) == "nccl"
-        self.comm = torch.device("cuda", torch.cuda.current_device()) if cuda else None
+        self.comm = comm
         self.staged: list[tuple[torch.Tensor, NDArray]] = []  # (device buffer, its place)
         # this rank's sends and broadcasts, oldest first: (work, bytes, what it keeps alive)
         self.sends: deque[tuple[Any, int, list[Any]]] = deque()
@@ -190,11 +259,17 @@ class _Run:
     # -- the steps -----------------------------------------------------------------------
 
     def run(self, device: Any) -> dict[str, torch.Tensor]:
-        tags = self._post_receives()
+        tags = self._tags()
+        eager = self.comm is None  # gloo: every receive posted up front, in any order
+        if eager:
+            for block in self.schedule.blocks:
+                self._receive(block, tags)
         reads = _Reads(self)
         reads.start()
         try:
             for block in self.schedule.blocks:
+                if not eager:  # NCCL runs a pair's transfers in the order both post them
+                    self._receive(block, tags)
                 if block.broadcast:
                     self._broadcast(block, reads)
                 elif block.owner == self.me:
@@ -208,11 +283,12 @@ class _Run:
         reads.stop()
         for buf, dest in self.staged:
             dest[...] = buf.cpu().numpy()
-        failures = _gather(
+        failures = gather(
             None if self.failed is None else f"{type(self.failed).__name__}: {self.failed}",
-            dist.get_world_size(self.group),
             self.group,
-            "tell each other how their reads went",
+            "outcome",
+            self.wait_for,
+            self.comm,
         )
         if self.failed is not None:
             raise self.failed
@@ -231,25 +307,30 @@ class _Run:
             for n, r in self.regions.items()
         }
 
-    def _post_receives(self) -> dict[tuple[int, int], int]:
-        """Post the receives of every point-to-point piece this rank gets; the tags of all
-        point-to-point pieces (the same on every rank)."""
+    def _tags(self) -> dict[tuple[int, int], int]:
+        """The tags of all point-to-point pieces, by (block, piece): the same on every rank."""
         tags: dict[tuple[int, int], int] = {}
         for block in self.schedule.blocks:
             if block.broadcast:
                 continue
             for k, piece in enumerate(block.pieces):
-                if piece.rank == block.owner:
-                    continue
-                tag = tags[(block.index, k)] = len(tags)
-                if piece.rank != self.me:
-                    continue
-                dest = self._landing(self._rows(block.name, piece.rows))
-                work = dist.irecv(dest, group_src=block.owner, group=self.group, tag=tag)
-                self.receives.append((work, 0, [dest]))
-                self.counters.bytes_received += piece.nbytes
-                self.counters.messages_received += 1
+                if piece.rank != block.owner:
+                    tags[(block.index, k)] = len(tags)
         return tags
+
+    def _receive(self, block: Block, tags: dict[tuple[int, int], int]) -> None:
+        """Post the receives of the point-to-point pieces of ``block`` this rank gets."""
+        if block.broadcast or block.owner == self.me:
+            return
+        for k, piece in enumerate(block.pieces):
+            if piece.rank != self.me:
+                continue
+            dest = self._landing(self._rows(block.name, piece.rows))
+            tag = tags[(block.index, k)]
+            work = dist.irecv(dest, group_src=block.owner, group=self.group, tag=tag)
+            self.receives.append((work, 0, [dest]))
+            self.counters.bytes_received += piece.nbytes
+            self.counters.messages_received += 1
 
     def _broadcast(self, block: Block, reads: _Reads) -> None:
         mine = next(p for p in block.pieces if p.rank == self.me)

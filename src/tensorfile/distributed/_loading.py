@@ -41,7 +41,7 @@ from typing import Any
 
 import torch
 
-from tensorfile.core.errors import InvalidArgumentError
+from tensorfile.core.errors import InvalidArgumentError, InvalidTypeError, TensorFileError
 from tensorfile.core.selection.read import Want, new_box, read_regions
 from tensorfile.formats.open import open as open_checkpoint
 from tensorfile.frameworks import check_torch_device
@@ -53,6 +53,9 @@ __all__ = ["LoadCounters", "load"]
 
 log = logging.getLogger("tensorfile.distributed")
 
+_DEFAULT_TIMEOUT = 600.0
+"""``timeout``'s default (the seconds any wait of a load may take)."""
+
 
 def load(
     path_or_url: str | os.PathLike[str],
@@ -60,18 +63,31 @@ def load(
     *,
     group: Any = None,
     device: Any = "cpu",
-    timeout: float = 600.0,
+    timeout: float = _DEFAULT_TIMEOUT,
     counters: LoadCounters | None = None,
 ) -> dict[str, torch.Tensor]:
     """The regions of ``plan`` (see the module docstring) of the checkpoint at
     ``path_or_url``, as ``{name: tensor}`` on ``device``; with ``group``, loaded
     cooperatively with the group's other ranks."""
-    if not isinstance(timeout, int | float) or isinstance(timeout, bool) or timeout <= 0:
-        raise InvalidArgumentError(f"timeout must be a positive number of seconds, got {timeout!r}")
-    check_torch_device(device)
-    counters = LoadCounters() if counters is None else counters
+    refused: TensorFileError | None = None
+    try:
+        if not isinstance(timeout, int | float) or isinstance(timeout, bool) or timeout <= 0:
+            raise InvalidArgumentError(
+                f"timeout must be a positive number of seconds, got {timeout!r}"
+            )
+        check_torch_device(device)
+        if counters is not None and not isinstance(counters, LoadCounters):
+            raise InvalidTypeError(
+                f"counters must be a LoadCounters, got {type(counters).__name__}"
+            )
+    except TensorFileError as exc:
+        if group is None:
+            raise
+        refused = exc  # (told to the group's other ranks, which must not wait for this one)
+    counters = LoadCounters() if not isinstance(counters, LoadCounters) else counters
     if group is not None:
-        return cooperative_load(path_or_url, plan, group, device, float(timeout), counters)
+        wait = float(timeout) if refused is None else _DEFAULT_TIMEOUT
+        return cooperative_load(path_or_url, plan, group, device, wait, counters, refused)
     with open_checkpoint(path_text(path_or_url)) as reader:
         regions = plan_regions(reader, plan)
         boxes = {n: new_box(r, reader.info(n)) for n, r in regions.items()}

@@ -19,11 +19,11 @@ import numpy as np
 import torch
 
 from tensorfile.core.catalog import TensorInfo
-from tensorfile.core.errors import InvalidArgumentError, InvalidTypeError
+from tensorfile.core.errors import InvalidArgumentError, InvalidTypeError, UnsupportedError
 from tensorfile.core.reader import Reader, names_list
 from tensorfile.core.selection import Region, region
 from tensorfile.core.selection.read import finish
-from tensorfile.frameworks.torch import from_numpy
+from tensorfile.frameworks.torch import f4_shape, from_numpy, torch_dtype
 
 __all__ = ["LoadCounters", "identity", "path_text", "plan_regions", "shard", "to_torch"]
 
@@ -83,10 +83,20 @@ def plan_regions(reader: Reader, plan: Mapping[str, Any] | None) -> dict[str, Re
         )
     regions = {}
     for name, entry in entries.items():
-        regions[name] = region(
-            reader.info(name).shape, entry, name
-        )  # (unknown: the reader's error)
+        info = reader.info(name)  # (an unknown name: the reader's error)
+        regions[name] = reg = region(info.shape, entry, name)
+        _check_torch(info, reg)
     return dict(sorted(regions.items(), key=lambda kv: _place(reader.info(kv[0]))))
+
+
+def _check_torch(info: TensorInfo, reg: Region) -> None:
+    """Refuse, before anything is read, a region torch cannot hold: a dtype it lacks (the
+    F6 types), an F4 region of an odd last dimension (torch packs F4 in pairs)."""
+    try:
+        torch_dtype(info.dtype)
+        f4_shape(info.dtype, reg.result_shape, to="torch")
+    except UnsupportedError as exc:
+        raise UnsupportedError(f"tensor {info.name!r}: {exc}") from None
 
 
 def _place(info: TensorInfo) -> tuple[str, int]:
@@ -94,11 +104,21 @@ def _place(info: TensorInfo) -> tuple[str, int]:
     return info.file or "", -1 if first is None else first.range.start
 
 
-def identity(reader: Reader) -> str:
+SAMPLES = 4
+"""Places of each file whose bytes go into :func:`identity`."""
+
+SAMPLE_BYTES = 256
+"""Bytes read at each of those places."""
+
+
+def identity(reader: Reader, counters: LoadCounters | None = None) -> str:
     """What tells this checkpoint apart from another: its tensors' names, dtypes, shapes,
-    files and places (the same on every rank that opened the same checkpoint, wherever it
-    sits: a shard's file counts by its name in the checkpoint, not by the path or URL the
-    rank reached it at).
+    files and places, and the bytes at :data:`SAMPLES` places spread over each file's data
+    (``SAMPLE_BYTES`` each: another step of one training run, or another fine-tune of one
+    base model, has the same layout but other bytes there). The same on every rank that
+    opened the same checkpoint, wherever it sits: a shard's file counts by its name in the
+    checkpoint, not by the path or URL the rank reached it at. The bytes sampled are
+    counted in ``counters``.
 
     Example:
         >>> import numpy as np, tensorfile
@@ -115,7 +135,30 @@ def identity(reader: Reader) -> str:
          [list(c.range) for c in i.components.values()])
         for n, i in tensors
     ]  # fmt: skip
-    return hashlib.sha256(repr(cat).encode()).hexdigest()
+    h = hashlib.sha256(repr(cat).encode())
+    spans: dict[int, tuple[Reader, int, int]] = {}
+    for name, info in tensors:
+        if info.nbytes:
+            sub = shard(reader, name)
+            lo, hi = (
+                min(c.range.start for c in info.components.values()),
+                max(c.range.stop for c in info.components.values()),
+            )
+            was = spans.get(id(sub), (sub, lo, hi))
+            spans[id(sub)] = (sub, min(was[1], lo), max(was[2], hi))
+    for sub, lo, hi in sorted(spans.values(), key=lambda s: s[1:]):
+        for k in range(SAMPLES):
+            at = (
+                lo + (hi - lo - SAMPLE_BYTES) * k // max(SAMPLES - 1, 1)
+                if hi - lo > SAMPLE_BYTES
+                else lo
+            )
+            buf = bytearray(min(SAMPLE_BYTES, hi - lo))
+            sub.readinto(at, [memoryview(buf)])
+            h.update(buf)
+            if counters is not None:
+                counters.bytes_read += len(buf)
+    return h.hexdigest()
 
 
 def _folder(files: set[str]) -> str:
