@@ -103,7 +103,8 @@ def _take(v: NDArray, dims: tuple[tuple[Interval, ...], ...], out: NDArray, d0: 
         return
     lead = (slice(None),) * m
     if any(len(iv) > _SLICED_INTERVALS for iv in dims[m:]):
-        np.copyto(out, v[(*lead, *_open_indices(v, dims, m))])
+        index: tuple[Any, ...] = (*lead, *_open_indices(v, dims, m))
+        np.copyto(out, v[index])
         return
     pos = 0
     for a, b in dims[m]:
