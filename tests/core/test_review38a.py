@@ -30,7 +30,6 @@ from tests.helpers.hostile_http import HostileServer, Request, parse_range, repl
 REPO = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.xfail(strict=True, reason="review38a: R38A-2 (take's np.take copies whole rows)")
 def test_many_intervals_copy_allocates_about_the_box(tmp_path: Path) -> None:
     """A region of many row intervals and two column intervals of a local 80 MB tensor:
     the box is 80 KB, yet ``take`` first gathers the picked rows with *every* column
@@ -50,7 +49,6 @@ def test_many_intervals_copy_allocates_about_the_box(tmp_path: Path) -> None:
     assert peak < 40 * box + (4 << 20), (peak, box)  # today ~41.8 MB for an 80 KB box
 
 
-@pytest.mark.xfail(strict=True, reason="review38a: R38A-3 (span reads 4096x what is wanted)")
 def test_a_column_of_a_remote_tensor_is_not_a_whole_tensor_read() -> None:
     """Issue 38: "no whole-tensor read for a slice". A column of a (1000, 4096) uint8
     tensor from a source that cannot be mapped: 1000 bytes wanted, the span path reads (and
@@ -118,7 +116,6 @@ def test_schedule_of_a_plan_of_many_intervals_does_not_hang(dim: int) -> None:
     assert done.returncode == 0, done.stderr
 
 
-@pytest.mark.xfail(strict=True, reason="review38a: R38A-7 (bare TypeError from take)")
 def test_prefetch_get_tensor_with_an_unhashable_name_is_a_tensorfile_error(
     tmp_path: Path,
 ) -> None:
@@ -151,7 +148,6 @@ def _gated(data: bytes, header: int, gate: threading.Event):  # type: ignore[no-
     return respond
 
 
-@pytest.mark.xfail(strict=True, reason="review38a: R38A-5 (two takers: 'reads ended early')")
 def test_two_threads_taking_one_tensor_one_is_told_it_was_delivered() -> None:
     """Two threads wait in ``get_tensor("w")`` before it lands: one gets it, the other
     should hear "already delivered"; it hears "the prefetch reads ended early" (``take``
@@ -231,7 +227,6 @@ def test_a_plan_of_thousands_of_tensors_and_a_mutated_plan_dict(tmp_path: Path) 
     assert all(got[n].tolist() == [i, i] for i, n in enumerate(tensors))
 
 
-@pytest.mark.xfail(strict=True, reason="review38a: R38A-11 (a batch lands after close)")
 def test_a_batch_being_read_at_close_is_not_handed_out_afterwards() -> None:
     """``close()`` marks the loader closed and drops what landed, then waits for the batch
     being read; that batch is then stored in ``_landed`` regardless, and ``get_tensor``

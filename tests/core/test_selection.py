@@ -163,3 +163,27 @@ def test_a_region_of_a_compressed_tensor_is_read_whole_and_taken(tmp_path: Path)
     with tensorfile.open(str(path)) as r:
         entry = (slice(2, 18, 3), [slice(0, 2), slice(8, 10)])
         np.testing.assert_array_equal(_read(r, "c", entry), _expected(arr, entry))
+
+
+@pytest.mark.parametrize(
+    "rows", [slice(0, None, 4095), slice(None, None, -4095), slice(4000, 5, -997), slice(7, 8, 65)]
+)
+def test_a_sparse_strided_slice_reads_only_its_rows(rows: slice) -> None:
+    """review38a R38A-6: told the element size, a slice whose step skips >= 64 KiB reads
+    its rows one by one, in its order (the first and last of 4096 rows: 2 KB, not 4 MB)."""
+    w = np.arange(4096 * 256, dtype=np.float32).reshape(4096, 256)
+    reader = tensorfile.open(save({"w": w}))
+    reg = region(w.shape, (rows,), "w", itemsize=4)
+    assert reg.key is None and all(b - a == 1 for a, b in reg.dims[0])
+    box = new_box(reg, reader.info("w"))
+    asked = read_regions([Want(reader, "w", reg, box)])
+    assert asked <= 2 * box.nbytes, (asked, box.nbytes)
+    np.testing.assert_array_equal(finish(reg, box).view(np.float32)[..., 0], w[rows])
+
+
+def test_a_dense_or_long_strided_slice_still_reads_its_hull() -> None:
+    """A step that skips little, or more kept rows than SPARSE_ROWS, reads from the first
+    row to the last (as without ``itemsize``)."""
+    assert region((4096, 256), slice(0, None, 64), itemsize=4).dims[0] == ((0, 4033),)
+    big = region((2 * 65536 + 2, 1 << 15), slice(None, None, 2), itemsize=4)  # claims only
+    assert big.dims[0] == ((0, 2 * 65536 + 1),)

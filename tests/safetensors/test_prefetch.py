@@ -257,3 +257,16 @@ def test_close_while_reading_returns_and_leaves_no_thread(tmp_path: Path) -> Non
     f.prefetch()
     f.close()
     assert threading.active_count() == before
+
+
+def test_a_sparse_strided_plan_and_a_bool_thread_count(tmp_path: Path) -> None:
+    """review38a R38A-6: a strided plan entry that skips much reads its rows only, in its
+    order; ``threads=True`` is refused (a bool is no thread count)."""
+    p = tmp_path / "s.safetensors"
+    w = np.arange(4096 * 64, dtype=np.float32).reshape(4096, 64)
+    np_save_file({"w": w}, p)
+    with safe_open(p, framework="np") as f:
+        with pytest.raises(SafetensorError, match="threads"):
+            f.prefetch({"w": None}, threads=True)
+        f.prefetch({"w": (slice(None, None, -1365), slice(1, 3))})
+        np.testing.assert_array_equal(f.get_tensor("w"), w[::-1365, 1:3])

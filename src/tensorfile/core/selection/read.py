@@ -11,8 +11,11 @@ array) and fills every box. Each region becomes byte runs (:mod:`.runs`):
 * a region of many runs (one per row of a column block of a tall matrix) from a local
   file is copied out of a read-only mapping of the tensor in one strided copy (the kernel
   reads the pages that hold it), and from a remote file, where its runs lie close
-  together (on average at most :data:`SPAN_STRIDE` bytes apart), the rows they span are
-  read as one range into a buffer and copied out; else run by run;
+  together (on average at most :data:`SPAN_STRIDE` bytes apart) *and* the rows they span
+  are at most :data:`SPAN_WASTE` times the bytes wanted (or :data:`SPAN_FLOOR` bytes, for
+  small regions), the rows they span are read as one range into a buffer and copied out;
+  else run by run through the planner (whose gap rule bounds the bytes read over: a column
+  of a wide tensor is never a whole-tensor read);
 * a tensor that is not stored raw (compressed, bit-packed, quantized), and every tensor
   of a reader that checks digests, is read whole (decoded, its digest checked), and the
   region copied out.
@@ -56,7 +59,9 @@ from .runs import run_count, runs, take
 
 __all__ = [
     "MANY_RUNS",
+    "SPAN_FLOOR",
     "SPAN_STRIDE",
+    "SPAN_WASTE",
     "Frugal",
     "Want",
     "element_size",
@@ -76,6 +81,14 @@ MANY_RUNS = 64
 SPAN_STRIDE = 4096
 """The average bytes between a remote region's runs up to which the rows they span are one
 read (the bytes read over are at most this much per run)."""
+
+SPAN_WASTE = 8
+"""A remote region's span is read as one range only while it is at most this many times
+the bytes wanted (or :data:`SPAN_FLOOR`)."""
+
+SPAN_FLOOR = 256 << 10
+"""The span bytes always allowed for a remote region (small spans: one read, whatever the
+ratio)."""
 
 
 @dataclass(slots=True)
@@ -163,7 +176,10 @@ def read_regions(wants: Sequence[Want], threads: int | None = None) -> int:
                 continue
             hull = _hull(w.region)
             stride = math.prod(w.region.shape[1:]) * itemsize
-            if (hull[1] - hull[0]) * stride <= SPAN_STRIDE * count:
+            spanned = (hull[1] - hull[0]) * stride
+            if spanned <= SPAN_STRIDE * count and spanned <= max(
+                SPAN_WASTE * w.box.nbytes, SPAN_FLOOR
+            ):
                 span = np.empty(((hull[1] - hull[0]), *w.region.shape[1:], itemsize), np.uint8)
                 rng = ByteRange(base + hull[0] * stride, base + hull[1] * stride)
                 jobs.setdefault(id(w.reader), (w.reader, []))[1].append(

@@ -10,7 +10,12 @@ whole tensor.
 A :class:`Region` is what is read: for every dimension, the intervals whose elements are
 taken (the box is their product, each dimension's intervals concatenated), and the index
 applied to that box afterwards (a slice's step, an int's dropped dimension, a new axis).
-A slice with a step reads the rows from its first to its last element. Intervals are read
+A slice with a step reads the rows from its first to its last element, unless
+:func:`region` is told the element size (``itemsize``) and the step skips at least
+:data:`SPARSE_GAP_BYTES` per step (the bytes of the rows skipped between two kept ones, as
+:mod:`tensorfile.core.slicing`'s sparse rule): then the kept rows are intervals of one row
+each, in the slice's order (a negative step needs no key), up to :data:`SPARSE_ROWS` of
+them (beyond, the rows from the first to the last again). Intervals are read
 as given (they may repeat or overlap); bounds of intervals are never clamped: one outside
 its dimension is an :class:`~tensorfile.errors.InvalidArgumentError` naming the tensor.
 
@@ -33,12 +38,19 @@ import numpy as np
 from ..errors import InvalidArgumentError, InvalidTypeError
 from ..slicing import shape_text
 
-__all__ = ["Interval", "Intervals", "Region", "region"]
+__all__ = ["SPARSE_GAP_BYTES", "SPARSE_ROWS", "Interval", "Intervals", "Region", "region"]
 
 Interval = tuple[int, int]
 """``(start, stop)``: the elements ``start .. stop - 1`` of one dimension."""
 
 _ALL = slice(None)
+
+SPARSE_GAP_BYTES = 64 << 10
+"""The bytes a step skips (between two kept rows) from which a strided slice's rows are
+read one by one rather than from its first row to its last."""
+
+SPARSE_ROWS = 65536
+"""The most kept rows of one strided slice read one by one."""
 
 
 class Intervals:
@@ -119,10 +131,21 @@ def whole(shape: tuple[int, ...]) -> Region:
     return Region(shape, tuple(((0, n),) for n in shape), None, shape)
 
 
-def region(shape: tuple[int, ...], entry: Any, name: str | None = None) -> Region:
+def region(
+    shape: tuple[int, ...], entry: Any, name: str | None = None, *, itemsize: int | None = None
+) -> Region:
     """The region of a tensor of ``shape`` that the plan entry ``entry`` asks for (see the
     module docstring); an :class:`~tensorfile.errors.InvalidArgumentError` naming ``name``
-    for an entry that is no basic index, or an index or interval out of range."""
+    for an entry that is no basic index, or an index or interval out of range. With
+    ``itemsize`` (the bytes of an element), a slice whose step skips many bytes reads only
+    its rows.
+
+    Example:
+        >>> region((4096, 256), slice(0, None, 4095), itemsize=4).dims[0]
+        ((0, 1), (4095, 4096))
+        >>> region((4096, 256), slice(0, None, 4095)).dims[0]
+        ((0, 4096),)
+    """
     where = "" if name is None else f"tensor {name!r}: "
     if entry is None:
         return whole(shape)
@@ -161,7 +184,8 @@ def region(shape: tuple[int, ...], entry: Any, name: str | None = None) -> Regio
             dims.append(tuple(_interval(i, n, d, where) for i in item))
             key.append(_ALL)
         elif isinstance(item, slice):
-            iv, k = _slice(item, n, d, where)
+            row = None if itemsize is None else math.prod(shape[d + 1 :]) * itemsize
+            iv, k = _slice(item, n, d, where, row)
             dims.append(iv)
             key.append(k)
         else:
@@ -219,8 +243,11 @@ def _interval(item: object, n: int, d: int, where: str) -> Interval:
     return a, b
 
 
-def _slice(item: slice, n: int, d: int, where: str) -> tuple[tuple[Interval, ...], slice]:
-    """The interval a slice of dimension ``d`` reads, and the slice of it that is kept."""
+def _slice(
+    item: slice, n: int, d: int, where: str, row: int | None
+) -> tuple[tuple[Interval, ...], slice]:
+    """The intervals a slice of dimension ``d`` reads, and the slice of them that is kept
+    (``row``: the bytes of one row of the dimension, where known)."""
     for bound in (item.start, item.stop, item.step):
         if bound is not None and not _is_int(bound):
             raise InvalidArgumentError(
@@ -234,6 +261,8 @@ def _slice(item: slice, n: int, d: int, where: str) -> tuple[tuple[Interval, ...
     lo, hi = min(r[0], r[-1]), max(r[0], r[-1]) + 1
     if r.step == 1:
         return ((lo, hi),), _ALL
+    if row is not None and (abs(r.step) - 1) * row >= SPARSE_GAP_BYTES and len(r) <= SPARSE_ROWS:
+        return tuple((i, i + 1) for i in r), _ALL
     return ((lo, hi),), slice(r.start - lo, None, r.step)
 
 

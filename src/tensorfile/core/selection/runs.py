@@ -35,7 +35,8 @@ __all__ = ["inner_dim", "run_count", "runs", "take"]
 NDArray = np.ndarray[Any, Any]
 
 _SLICED_INTERVALS = 64
-"""Intervals of one dimension copied one by one; past this, in one ``np.take``."""
+"""Intervals of one dimension copied one by one; past this (on any dimension), all the
+dimensions of several intervals are indexed at once with open index arrays."""
 
 
 def inner_dim(reg: Region) -> int:
@@ -61,6 +62,8 @@ def _strides(shape: tuple[int, ...], itemsize: int) -> list[int]:
 
 
 def _indices(dim: tuple[Interval, ...]) -> NDArray:
+    if not dim:
+        return np.zeros(0, np.int64)
     if len(dim) == 1:
         return np.arange(dim[0][0], dim[0][1], dtype=np.int64)
     return np.concatenate([np.arange(a, b, dtype=np.int64) for a, b in dim])
@@ -99,11 +102,23 @@ def _take(v: NDArray, dims: tuple[tuple[Interval, ...], ...], out: NDArray, d0: 
         np.copyto(out, v)
         return
     lead = (slice(None),) * m
-    if len(dims[m]) > _SLICED_INTERVALS:
-        picked = np.take(v, _indices(dims[m]), axis=m)
-        _take(picked, (*dims[:m], ((0, picked.shape[m]),), *dims[m + 1 :]), out, m + 1)
+    if any(len(iv) > _SLICED_INTERVALS for iv in dims[m:]):
+        index: tuple[Any, ...] = (*lead, *_open_indices(v, dims, m))
+        np.copyto(out, v[index])
         return
     pos = 0
     for a, b in dims[m]:
         _take(v[(*lead, slice(a, b))], dims, out[(*lead, slice(pos, pos + b - a))], m + 1)
         pos += b - a
+
+
+def _open_indices(v: NDArray, dims: tuple[tuple[Interval, ...], ...], m: int) -> list[NDArray]:
+    """Open (``np.ix_``-style) index arrays of dimensions ``m`` to the last one of several
+    intervals (those of one interval already cut in ``v``): indexing ``v`` with them copies
+    out just the box, never a temporary wider than it."""
+    last = max(d for d in range(m, len(dims)) if len(dims[d]) != 1)
+    picks = [
+        _indices(dims[d]) if len(dims[d]) != 1 else np.arange(v.shape[d], dtype=np.int64)
+        for d in range(m, last + 1)
+    ]
+    return list(np.ix_(*picks))

@@ -44,13 +44,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tensorfile.core.errors import (
+    InvalidTypeError,
     SafetensorArgumentError,
     SafetensorError,
     SafetensorUnsupportedError,
     TensorFileError,
 )
 from tensorfile.core.selection import Intervals, Region, region
-from tensorfile.core.selection.read import Want, finish, new_box, read_regions
+from tensorfile.core.selection.read import Want, element_size, finish, new_box, read_regions
 
 if TYPE_CHECKING:
     from tensorfile.core.reader import Reader
@@ -83,7 +84,8 @@ def prefetch_plan(reader: Reader, plan: Any) -> dict[str, Region]:
     for name in sorted(entries, key=lambda n: order.get(n, -1) if isinstance(n, str) else -1):
         if not isinstance(name, str) or name not in order:
             raise _plan_error(f"the file does not contain a tensor named {name!r}")
-        regions[name] = _entry(name, reader.info(name).shape, entries[name])
+        info = reader.info(name)
+        regions[name] = _entry(name, info.shape, entries[name], element_size(info))
     return regions
 
 
@@ -91,12 +93,13 @@ def _file_order(reader: Reader, names: list[str]) -> list[str]:
     return sorted(names, key=lambda n: reader.info(n).byte_range.start)
 
 
-def _entry(name: str, shape: tuple[int, ...], value: Any) -> Region:
+def _entry(name: str, shape: tuple[int, ...], value: Any, itemsize: int) -> Region:
     """One plan value as a region: the reference's ``None`` and row slices, strictly as it
-    takes them; tensorfile's tuples and intervals as :func:`region` takes them."""
+    takes them; tensorfile's tuples and intervals as :func:`region` takes them (a sparse
+    strided slice: only its rows)."""
     if isinstance(value, tuple | Intervals):
         try:
-            return region(shape, value, name)
+            return region(shape, value, name, itemsize=itemsize)
         except TensorFileError as exc:
             raise _plan_error(str(exc)) from None
     if value is None:
@@ -186,6 +189,8 @@ class PrefetchLoader:
                 read_regions(wants, self._threads)
                 made = {w.name: self._tensor(w) for w in wants}
                 with self._cond:
+                    if self._closed:  # (closed while the batch was read: it is dropped)
+                        return
                     self._landed.update(made)
                     self._cond.notify_all()
         except BaseException as exc:  # handed to whoever waits for a tensor
@@ -204,16 +209,21 @@ class PrefetchLoader:
 
     def take(self, name: str) -> Any:
         """The planned tensor ``name`` (waiting for it to land), handed out once."""
+        if not isinstance(name, str):
+            raise InvalidTypeError(f"a tensor name is a string, got {type(name).__name__}")
         if name not in self._regions:
             raise SafetensorArgumentError(f"tensor {name!r} is not in the prefetch plan")
         with self._cond:
-            if name in self._taken:
-                raise SafetensorArgumentError(f"tensor {name!r} was already delivered")
-            while name not in self._landed:
+            while True:  # (checked again on every wake: another thread may have taken it)
+                if self._closed:
+                    raise SafetensorError("the prefetch loader is closed")
+                if name in self._taken:
+                    raise SafetensorArgumentError(f"tensor {name!r} was already delivered")
+                if name in self._landed:
+                    self._taken.add(name)
+                    return self._landed.pop(name)
                 self._check()
                 self._cond.wait()
-            self._taken.add(name)
-            return self._landed.pop(name)
 
     def _check(self) -> None:
         """(with the lock held) Raise when nothing more will land."""

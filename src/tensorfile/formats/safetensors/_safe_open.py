@@ -288,7 +288,9 @@ class safe_open:
         regions = prefetch_plan(reader, plan)
         fw = self._framework if device is None else _framework(self._framework.name, device)
         check_framework(fw, reader, regions)
-        if threads is not None and (not isinstance(threads, int) or threads < 1):
+        if threads is not None and (
+            not isinstance(threads, int) or isinstance(threads, bool) or threads < 1
+        ):
             raise SafetensorArgumentError(f"threads must be a positive int, got {threads!r}")
         self._prefetch = PrefetchLoader(reader, regions, fw, threads)
         return self._prefetch
