@@ -84,7 +84,8 @@ browser: prereqs
 # The suite runs in $(TEST_WORKERS) worker processes (pytest-xdist): most of its time is spent
 # waiting (on subprocesses, servers, Spark's JVMs), so four workers finish it in about half
 # the time of one on a 2-core machine. --dist loadgroup hands out tests one by one, except the
-# groups of tests/conftest.py (the Spark tests run on two workers, one Spark cluster each);
+# groups of tests/conftest.py (the Spark tests run on one worker and one Spark cluster, two
+# of each with more than two cores);
 # the session fixtures are per worker, or shared by the workers (tests/helpers/workers.py).
 # `make pytest TEST_WORKERS=0` runs it in one process.
 TEST_WORKERS ?= 4

@@ -107,8 +107,11 @@ def plain_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return made / "venv" / "bin"
 
 
-# the Spark tests run on this many workers, each starting one Spark cluster (about 1 GB)
-SPARK_WORKERS = 2
+# the Spark tests run on this many workers, each starting one Spark cluster (about 1 GB and
+# 25 s of CPU to start: three JVMs and their Python workers). On 2 cores the suite is bound
+# by CPU and one cluster's tests (about 3 minutes of the run) end well before the others;
+# with more cores two clusters keep them off the critical path
+SPARK_WORKERS = 1 if (os.cpu_count() or 1) <= 2 else 2
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -130,7 +130,7 @@ def _digest(path: Path) -> str:
 
 
 @settings(
-    max_examples=250,
+    max_examples=120,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )

@@ -69,7 +69,7 @@ def _disjoint(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
     return out
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=75, deadline=None)
 @given(
     spans=spans_strategy,
     gap=st.sampled_from([0, 1, 64, 4096]),

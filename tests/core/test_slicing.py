@@ -50,7 +50,7 @@ def arrays_and_keys(draw: st.DrawFn) -> tuple[NDArray, Any]:
     return np.arange(math.prod(shape), dtype=np.int32).reshape(shape), key
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(arrays_and_keys())
 def test_plan_reproduces_numpy_basic_indexing(case: tuple[NDArray, Any]) -> None:
     arr, key = case

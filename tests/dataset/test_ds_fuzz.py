@@ -36,7 +36,7 @@ from tensorfile.errors import FormatError, SourceError, TensorFileError, TensorN
 from tests.helpers.lying_datasets import INDEX, MANIFEST
 
 FUZZ = settings(
-    max_examples=150,
+    max_examples=75,
     deadline=None,
     database=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],

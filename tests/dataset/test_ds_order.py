@@ -24,7 +24,7 @@ params = st.fixed_dictionaries(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(params, st.data())
 def test_a_permutation_with_random_access(p: dict, data: st.DataObject) -> None:
     full = epoch_order(shuffle=True, **p)

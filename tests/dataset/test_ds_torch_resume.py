@@ -10,6 +10,7 @@ fresh process, not the rank that runs gloo's threads; it imports torch once for 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -55,18 +56,14 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 from tensorfile import dataset
 
 
-def main():
-    rank, world, store, path, out, mode = sys.argv[1:7]
-    rank, world = int(rank), int(world)
-    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank,
-                            world_size=world, timeout=datetime.timedelta(seconds=60))
+def epoch(rank, world, path, out, mode):
     it = dataset.open(path).to_torch(shuffle=True, seed=11, batch_size=5)
     if mode == "resume":
         with open(os.path.join(out, "state.json")) as f:
             it.load_state_dict(json.load(f)["state"])  # saved by 2 ranks; here 3
     loader = StatefulDataLoader(it, batch_size=None, num_workers=2,
                                 multiprocessing_context="forkserver")
-    log = open(os.path.join(out, f"{mode}-{rank}.jsonl"), "w")
+    log = open(os.path.join(out, f"{mode}{world}-{rank}.jsonl"), "w")
     for step, batch in enumerate(loader):
         ids = batch["id"].tolist()
         assert batch["h"].dtype == torch.bfloat16
@@ -85,6 +82,15 @@ def main():
             sys.exit(3)
     log.close()
     dist.barrier()
+
+
+def main():
+    rank, world, store, path, out, modes = sys.argv[1:7]
+    rank, world = int(rank), int(world)
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank,
+                            world_size=world, timeout=datetime.timedelta(seconds=60))
+    for mode in modes.split(","):  # one epoch each, a fresh dataset and loader each
+        epoch(rank, world, path, out, mode)
     dist.destroy_process_group()
 
 
@@ -93,16 +99,20 @@ if __name__ == "__main__":
 """
 
 
-def _run(ds_path: str, out: Path, world: int, mode: str) -> list[subprocess.Popen[bytes]]:
+def _run(ds_path: str, out: Path, world: int, modes: str) -> list[subprocess.Popen[bytes]]:
+    """``world`` ranks, each running one epoch per mode of ``modes`` (``order``: the
+    whole epoch; ``kill``: a checkpoint after each step, then waiting to be killed after
+    the 11th; ``resume``: from that checkpoint to the end). Ranks cost seconds each to
+    start (torch, twice: the rank and its fork server), so a group runs several epochs."""
     script = out / "rank.py"
     script.write_text(_RANK_SCRIPT)
-    store = out / f"rendezvous-{mode}"
+    store = out / f"rendezvous-{world}"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}
     return [
         subprocess.Popen(
-            [sys.executable, str(script), str(r), str(world), str(store), ds_path, str(out), mode],
+            [sys.executable, str(script), str(r), str(world), str(store), ds_path, str(out), modes],
             env=env,
-            stdout=open(out / f"{mode}-{r}.log", "wb"),
+            stdout=open(out / f"{world}-{r}.log", "wb"),
             stderr=subprocess.STDOUT,
             start_new_session=True,  # its own process group: SIGKILL reaches the workers
         )
@@ -110,54 +120,41 @@ def _run(ds_path: str, out: Path, world: int, mode: str) -> list[subprocess.Pope
     ]
 
 
-def _wait(procs: list[subprocess.Popen[bytes]], out: Path, mode: str, until: Any = None) -> None:
+def _logs(out: Path, world: int) -> str:
+    return "\n".join((out / f"{world}-{r}.log").read_text()[-3000:] for r in range(world))
+
+
+def _wait(procs: list[subprocess.Popen[bytes]], out: Path) -> None:
     deadline = time.monotonic() + 240
     try:
         while any(p.poll() is None for p in procs) and time.monotonic() < deadline:
-            if until is not None and until():
-                for p in procs:
-                    os.killpg(p.pid, signal.SIGKILL)
-                for p in procs:
-                    p.wait()
-                return
             time.sleep(0.1)
     finally:
         for p in procs:
             if p.poll() is None:
                 os.killpg(p.pid, signal.SIGKILL)
                 p.wait()
-    logs = "\n".join((out / f"{mode}-{r}.log").read_text()[-3000:] for r in range(len(procs)))
-    assert [p.returncode for p in procs] == [0] * len(procs), logs
+    assert [p.returncode for p in procs] == [0] * len(procs), _logs(out, len(procs))
 
 
 def _steps(out: Path, mode: str, world: int) -> list[list[list[int]]]:
     """Per step, each rank's piece."""
     per_rank = []
     for r in range(world):
-        lines = (out / f"{mode}-{r}.jsonl").read_text().splitlines()
+        lines = (out / f"{mode}{world}-{r}.jsonl").read_text().splitlines()
         per_rank.append([json.loads(line)["ids"] for line in lines if line.endswith("}")])
     steps = max(len(p) for p in per_rank)
     return [[p[t] for p in per_rank if t < len(p)] for t in range(steps)]
 
 
-def test_two_then_three_ranks_visit_the_same_global_order(ds_path: str, tmp_path: Path) -> None:
-    want = _order()
-    for world in (2, 3):
-        out = tmp_path / str(world)
-        out.mkdir()
-        _wait(_run(ds_path, out, world, "order"), out, "order")
-        steps = _steps(out, "order", world)
-        flat = [i for step in steps for piece in step for i in piece]
-        keep = N - N % world  # even=True: the last N % world positions dropped
-        assert flat == want[:keep]
-        assert all(len({len(p) for p in step}) == 1 for step in steps)  # equal pieces
-
-
-def test_killed_mid_epoch_resumed_with_three_ranks(ds_path: str, tmp_path: Path) -> None:
-    """2 ranks x 2 workers checkpoint a StatefulDataLoader after every step and are
-    SIGKILLed mid-epoch; 3 ranks x 2 workers load that state and finish the epoch: what was
-    seen before the checkpoint and what is seen after are every sample exactly once."""
-    state = tmp_path / "state.json"
+@pytest.fixture(scope="module")
+def ranks(ds_path: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """2 ranks x 2 workers: a whole epoch, then an epoch that checkpoints a
+    StatefulDataLoader after every step and is SIGKILLed mid-epoch (after 11 steps); then 3
+    ranks x 2 workers: that state loaded and its epoch finished, then a whole epoch. The
+    folder holding what each rank saw (``{mode}{world}-{rank}.jsonl``) and the state."""
+    out = tmp_path_factory.mktemp("ranks")
+    state = out / "state.json"
 
     def saved_enough() -> bool:
         try:
@@ -165,21 +162,41 @@ def test_killed_mid_epoch_resumed_with_three_ranks(ds_path: str, tmp_path: Path)
         except (OSError, ValueError):
             return False
 
-    procs = _run(ds_path, tmp_path, 2, "kill")
+    procs = _run(ds_path, out, 2, "order,kill")
     deadline = time.monotonic() + 240
-    while not saved_enough() and time.monotonic() < deadline:
-        assert all(p.poll() is None for p in procs), (tmp_path / "kill-0.log").read_text()
-        time.sleep(0.1)
-    for p in procs:
-        os.killpg(p.pid, signal.SIGKILL)
-        p.wait()
-    saved = json.loads(state.read_text())
+    try:
+        while not saved_enough() and time.monotonic() < deadline:
+            assert all(p.poll() is None for p in procs), _logs(out, 2)
+            time.sleep(0.1)
+    finally:
+        for p in procs:
+            with contextlib.suppress(ProcessLookupError):  # (a rank that died already)
+                os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+    _wait(_run(ds_path, out, 3, "resume,order"), out)
+    return out
+
+
+def test_two_then_three_ranks_visit_the_same_global_order(ranks: Path) -> None:
+    want = _order()
+    for world in (2, 3):
+        steps = _steps(ranks, "order", world)
+        flat = [i for step in steps for piece in step for i in piece]
+        keep = N - N % world  # even=True: the last N % world positions dropped
+        assert flat == want[:keep]
+        assert all(len({len(p) for p in step}) == 1 for step in steps)  # equal pieces
+
+
+def test_killed_mid_epoch_resumed_with_three_ranks(ranks: Path) -> None:
+    """2 ranks x 2 workers checkpoint a StatefulDataLoader after every step and are
+    SIGKILLed mid-epoch; 3 ranks x 2 workers load that state and finish the epoch: what was
+    seen before the checkpoint and what is seen after are every sample exactly once."""
+    saved = json.loads((ranks / "state.json").read_text())
     c = saved["steps"]
     assert c == 11
-    before = [i for step in _steps(tmp_path, "kill", 2)[:c] for piece in step for i in piece]
+    before = [i for step in _steps(ranks, "kill", 2)[:c] for piece in step for i in piece]
     assert len(before) == c * 2 * B
-    _wait(_run(ds_path, tmp_path, 3, "resume"), tmp_path, "resume")
-    after = [i for step in _steps(tmp_path, "resume", 3) for piece in step for i in piece]
+    after = [i for step in _steps(ranks, "resume", 3) for piece in step for i in piece]
     left = N - c * 2 * B
     keep = N - left % 3  # even=True with 3 ranks: the last (left % 3) positions dropped
     assert not set(before) & set(after)

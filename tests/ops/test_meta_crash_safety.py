@@ -21,18 +21,18 @@ from safetensors import safe_open
 import tensorfile
 from benchmarks.meta_kill import make_model, run_kills, state
 
-KILLS = 25
+KILLS = 12  # half inside the write (odd kills): 6 writes torn mid-way per format
 
 
 @pytest.mark.parametrize("fmt", ["safetensors", "zt"])
 def test_meta_killed_at_random_instants_leaves_old_or_new(tmp_path: Path, fmt: str) -> None:
     path = make_model(tmp_path, fmt, 32 << 20)
-    r = run_kills(path, KILLS, seed=1234, check_every=5)
+    r = run_kills(path, KILLS, seed=1234, check_every=4)
     doc = r.to_json()
     assert r.failures == [], doc
     assert doc["old"] + doc["new"] == KILLS, doc
     assert doc["files_left_after_completed_edits"] == 0, doc
-    assert doc["completed_edits_checked"] >= KILLS // 5, doc
+    assert doc["completed_edits_checked"] >= KILLS // 4, doc
     # the kills did land inside edits: some left a killed writer's temporary file
     assert doc["kills_that_left_a_temporary_file"] >= 1, doc
 

@@ -42,7 +42,7 @@ from tensorfile.safetensors import deserialize
 from tensorfile.safetensors import numpy as st_numpy
 
 FUZZ = settings(
-    max_examples=300,
+    max_examples=150,
     deadline=None,
     database=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],

@@ -175,7 +175,7 @@ def _shape_and_index(draw: Any) -> tuple[tuple[int, ...], Any]:
     return shape, draw(_index_strategy(shape))
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(_shape_and_index())
 def test_get_slice_matches_numpy_basic_indexing(case: tuple[tuple[int, ...], Any]) -> None:
     shape, key = case

@@ -362,7 +362,7 @@ def test_every_truncation_is_refused() -> None:
             read_all(data[:cut])
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_mutated_files_raise_only_tensorfile_errors(data: st.DataObject) -> None:
     raw = bytearray(good_file())
@@ -389,7 +389,7 @@ def _manifest_of(data: bytes) -> tuple[bytes, bytes]:
     return data[:at], data[at : at + length]
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_mutated_manifests_raise_only_tensorfile_errors(data: st.DataObject) -> None:
     """Mutations of the manifest with its hash recomputed: the CBOR parser and the §3.6
