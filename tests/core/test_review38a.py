@@ -63,7 +63,6 @@ def test_a_column_of_a_remote_tensor_is_not_a_whole_tensor_read() -> None:
     assert asked <= 64 * box.nbytes, (asked, box.nbytes)  # today 4096000 for 1000
 
 
-@pytest.mark.xfail(strict=True, reason="review38a: R38A-6 (a strided slice reads its hull)")
 def test_first_and_last_row_do_not_read_the_whole_tensor(tmp_path: Path) -> None:
     """``(slice(0, None, n - 1),)``: the first and the last row; the region reads (and
     allocates a box of) every row between them: the whole 4 MB tensor for 2 KB."""

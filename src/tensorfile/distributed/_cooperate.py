@@ -85,6 +85,12 @@ def cooperative_load(
     if not dist.is_initialized():
         raise PeerError("load(group=...) needs torch.distributed initialized (init_process_group)")
     me, _ = _membership(group)
+    if id(group) in _BROKEN:
+        raise PeerError(
+            "an earlier cooperative load on this process group failed out of step with the "
+            "other ranks (a rank stopped or timed out): its collectives are no longer paired; "
+            "make a new process group"
+        )
     wait = datetime.timedelta(seconds=timeout)
     comm = _comm_device(group)
     reader: Reader | None = None
@@ -119,6 +125,18 @@ def cooperative_load(
     finally:
         if reader is not None:
             reader.close()
+
+
+_BROKEN: set[int] = set()
+"""The groups (by ``id``) on which a cooperative load of this process failed out of step
+with the other ranks (a transfer or an exchange that failed or timed out): their pending
+collectives would pair with the next load's, so the next load refuses them."""
+
+
+def broken(group: Any, exc: BaseException) -> PeerError:
+    """Note that ``group`` is out of step; the error to raise."""
+    _BROKEN.add(id(group))
+    return exc if isinstance(exc, PeerError) else PeerError(str(exc))
 
 
 def _membership(group: Any) -> tuple[int, int]:
@@ -165,9 +183,12 @@ def gather(
         outs = [torch.empty(n, dtype=torch.uint8, device=comm) for _ in range(world)]
         dist.all_gather(outs, mine, group=group, async_op=True).wait(wait)
     except Exception as exc:
-        raise PeerError(
-            f"the group's ranks could not {what.get(phase, phase)} within "
-            f"{wait.total_seconds():g} s (a rank stopped, is late, or is out of step): {exc}"
+        raise broken(
+            group,
+            PeerError(
+                f"the group's ranks could not {what.get(phase, phase)} within "
+                f"{wait.total_seconds():g} s (a rank stopped, is late, or is out of step): {exc}"
+            ),
         ) from exc
     heard = []
     for r, (t, k) in enumerate(zip(outs, sizes, strict=True)):
@@ -176,10 +197,13 @@ def gather(
         except Exception:
             tag, got, value = None, None, None
         if tag != _PHASE or got != phase:
-            raise PeerError(
-                f"rank {r} of the group is out of step with this one (it is at another step "
-                "of a load: an earlier load on this group failed on some rank); make a new "
-                "process group"
+            raise broken(
+                group,
+                PeerError(
+                    f"rank {r} of the group is out of step with this one (it is at another step "
+                    "of a load: an earlier load on this group failed on some rank); make a new "
+                    "process group"
+                ),
             )
         heard.append(value)
     return heard
@@ -385,9 +409,13 @@ class _Run:
         try:
             work.wait(self.wait_for)
         except Exception as exc:
-            raise PeerError(
-                f"rank {self.me}: a transfer of the cooperative load failed (another rank "
-                f"stopped, or did not answer within {self.wait_for.total_seconds():g} s): {exc}"
+            raise broken(
+                self.group,
+                PeerError(
+                    f"rank {self.me}: a transfer of the cooperative load failed (another rank "
+                    f"stopped, or did not answer within {self.wait_for.total_seconds():g} s): "
+                    f"{exc}"
+                ),
             ) from exc
 
 
@@ -485,9 +513,12 @@ class _Reads:
                 if not self.thread.is_alive():
                     raise PeerError(f"rank {self.run.me}: the read thread stopped early")
                 if time.monotonic() > limit:
-                    raise PeerError(
-                        f"rank {self.run.me}: reading its block of tensor {block.name!r} took "
-                        f"more than {self.run.wait_for.total_seconds():g} s (timeout=)"
+                    raise broken(
+                        self.run.group,
+                        PeerError(
+                            f"rank {self.run.me}: reading its block of tensor {block.name!r} took "
+                            f"more than {self.run.wait_for.total_seconds():g} s (timeout=)"
+                        ),
                     )
                 self.cond.wait(1.0)
             result = self.done.pop(block.index)

@@ -22,7 +22,7 @@ from tensorfile.core.catalog import TensorInfo
 from tensorfile.core.errors import InvalidArgumentError, InvalidTypeError, UnsupportedError
 from tensorfile.core.reader import Reader, names_list
 from tensorfile.core.selection import Region, region
-from tensorfile.core.selection.read import finish
+from tensorfile.core.selection.read import element_size, finish
 from tensorfile.frameworks.torch import f4_shape, from_numpy, torch_dtype
 
 __all__ = ["LoadCounters", "identity", "path_text", "plan_regions", "shard", "to_torch"]
@@ -84,7 +84,7 @@ def plan_regions(reader: Reader, plan: Mapping[str, Any] | None) -> dict[str, Re
     regions = {}
     for name, entry in entries.items():
         info = reader.info(name)  # (an unknown name: the reader's error)
-        regions[name] = reg = region(info.shape, entry, name)
+        regions[name] = reg = region(info.shape, entry, name, itemsize=element_size(info))
         _check_torch(info, reg)
     return dict(sorted(regions.items(), key=lambda kv: _place(reader.info(kv[0]))))
 
