@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import datetime
 import logging
-import pickle
 import threading
 import time
 from collections import deque
@@ -43,13 +42,14 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from tensorfile.core.errors import InvalidArgumentError, PeerError, TensorFileError
+from tensorfile.core.errors import PeerError, TensorFileError
 from tensorfile.core.reader import Reader
 from tensorfile.core.selection import Region
 from tensorfile.core.selection.read import Want, element_size, new_box, raw, read_regions
 from tensorfile.core.selection.runs import take
 from tensorfile.formats.open import open as open_checkpoint
 
+from ._exchange import broken, comm_device, gather, is_broken, membership
 from ._regions import LoadCounters, identity, path_text, plan_regions, shard, to_torch
 from ._schedule import Block, Piece, Schedule, Tensor, schedule
 
@@ -84,15 +84,15 @@ def cooperative_load(
     the exchange (so that no rank waits for one that left)."""
     if not dist.is_initialized():
         raise PeerError("load(group=...) needs torch.distributed initialized (init_process_group)")
-    me, _ = _membership(group)
-    if id(group) in _BROKEN:
+    me, _ = membership(group)
+    if is_broken(group):
         raise PeerError(
             "an earlier cooperative load on this process group failed out of step with the "
             "other ranks (a rank stopped or timed out): its collectives are no longer paired; "
             "make a new process group"
         )
     wait = datetime.timedelta(seconds=timeout)
-    comm = _comm_device(group)
+    comm = comm_device(group)
     reader: Reader | None = None
     regions: dict[str, Region] = {}
     failure: BaseException | None = refused
@@ -125,92 +125,6 @@ def cooperative_load(
     finally:
         if reader is not None:
             reader.close()
-
-
-_BROKEN: set[int] = set()
-"""The groups (by ``id``) on which a cooperative load of this process failed out of step
-with the other ranks (a transfer or an exchange that failed or timed out): their pending
-collectives would pair with the next load's, so the next load refuses them."""
-
-
-def broken(group: Any, exc: BaseException) -> PeerError:
-    """Note that ``group`` is out of step; the error to raise."""
-    _BROKEN.add(id(group))
-    return exc if isinstance(exc, PeerError) else PeerError(str(exc))
-
-
-def _membership(group: Any) -> tuple[int, int]:
-    """This rank's rank in ``group`` and the group's size; an
-    :class:`~tensorfile.errors.InvalidArgumentError` when this rank is not in it."""
-    try:
-        me = dist.get_rank(group)
-        world = dist.get_world_size(group) if me >= 0 else 0
-    except (ValueError, RuntimeError) as exc:
-        raise InvalidArgumentError(f"load(group=...): not a usable process group: {exc}") from exc
-    if me < 0:
-        raise InvalidArgumentError(
-            f"load(group=...): this process (global rank {dist.get_rank()}) is not a member of "
-            "the group; only its members call load with it"
-        )
-    return me, world
-
-
-def _comm_device(group: Any) -> torch.device | None:
-    """Where the backend sends from: None for the CPU (gloo), else the current CUDA device."""
-    if dist.get_backend(group) == "nccl":
-        return torch.device("cuda", torch.cuda.current_device())
-    return None
-
-
-def gather(
-    value: Any, group: Any, phase: str, wait: datetime.timedelta, comm: torch.device | None
-) -> list[Any]:
-    """Every rank's ``value`` (pickled; the ranks are one job), each wait bounded by
-    ``wait``; the ``phase`` is sent along, and a rank at another phase (one left behind by
-    an earlier load that failed) is a :class:`~tensorfile.errors.PeerError`, never a value
-    taken for another."""
-    what = {"plans": "exchange their plans", "outcome": "tell each other how their reads went"}
-    data = pickle.dumps((_PHASE, phase, value))
-    world = dist.get_world_size(group)
-    try:
-        size = torch.tensor([len(data)], dtype=torch.int64, device=comm)
-        sizes = [torch.zeros(1, dtype=torch.int64, device=comm) for _ in range(world)]
-        dist.all_gather(sizes, size, group=group, async_op=True).wait(wait)
-        n = max(int(t.item()) for t in sizes)
-        mine = torch.zeros(n, dtype=torch.uint8)
-        mine[: len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
-        mine = mine if comm is None else mine.to(comm)
-        outs = [torch.empty(n, dtype=torch.uint8, device=comm) for _ in range(world)]
-        dist.all_gather(outs, mine, group=group, async_op=True).wait(wait)
-    except Exception as exc:
-        raise broken(
-            group,
-            PeerError(
-                f"the group's ranks could not {what.get(phase, phase)} within "
-                f"{wait.total_seconds():g} s (a rank stopped, is late, or is out of step): {exc}"
-            ),
-        ) from exc
-    heard = []
-    for r, (t, k) in enumerate(zip(outs, sizes, strict=True)):
-        try:
-            tag, got, value = pickle.loads(t.cpu().numpy()[: int(k.item())].tobytes())
-        except Exception:
-            tag, got, value = None, None, None
-        if tag != _PHASE or got != phase:
-            raise broken(
-                group,
-                PeerError(
-                    f"rank {r} of the group is out of step with this one (it is at another step "
-                    "of a load: an earlier load on this group failed on some rank); make a new "
-                    "process group"
-                ),
-            )
-        heard.append(value)
-    return heard
-
-
-_PHASE = "tensorfile.distributed.load"
-"""Marks the values of a load's exchanges (see :func:`gather`)."""
 
 
 def _block_bytes(total: int, world: int) -> int:
