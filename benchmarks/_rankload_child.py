@@ -3,7 +3,8 @@ process per rank on gloo.
 
 Usage: ``python benchmarks/_rankload_child.py SIDE CONFIG.json`` with ``RANK``, ``WORLD_SIZE``,
 ``MASTER_ADDR`` and ``MASTER_PORT`` set (as torchrun starts them). The configuration names
-the checkpoint (a local path or an ``http://`` URL), the layout and where rank 0 writes every
+the checkpoint (a local path, an ``http://`` or an ``s3://`` URL; S3 reached through the
+``AWS_*`` environment), the layout and where rank 0 writes every
 rank's measurements (a JSON list).
 
 Sides (every rank loads its tensor-parallel slices, :func:`plan_for`, as torch CPU tensors):
@@ -14,7 +15,9 @@ Sides (every rank loads its tensor-parallel slices, :func:`plan_for`, as torch C
   ``get_slice(name)[...]`` (an interleaved entry: one ``get_slice`` per interval, then
   ``torch.cat``; a replicated one: ``get_slice(name)[:]``). It cannot read HTTP: from a URL
   the rank first downloads the whole file (one plain GET, ``urllib.request``, streamed in
-  8 MiB pieces into a file of its own under ``config["tmp"]``, a tmpfs), inside the timing.
+  8 MiB pieces into a file of its own under ``config["tmp"]``, a tmpfs), inside the timing;
+  from ``s3://`` the same with boto3's ``download_file`` (its transfer manager: concurrent
+  ranged GETs), the client made before the timing.
 
 Timing: every rank imports its library (the modules tensorfile imports lazily on a first load
 included: :data:`PRELOAD`) and initialises the process group, outside the load time; waits at
@@ -46,6 +49,7 @@ import torch.distributed as dist  # noqa: E402
 
 PRELOAD = ("tensorfile.formats.safetensors._format",)
 HTTP_PRELOAD = ("tensorfile.sources.http.remote",)
+S3_PRELOAD = ("tensorfile.sources.s3.s3_source",)
 """The modules tensorfile's first load of a safetensors file (from HTTP) imports lazily:
 imported before the timing, as the reference's ``safetensors`` is (0.2-0.8 s on this machine,
 msgspec's import most of it); the wall time counts them."""
@@ -123,6 +127,14 @@ def download(url: str, dest: Path) -> None:
         shutil.copyfileobj(r, f, 8 << 20)
 
 
+def s3_client() -> Any:
+    """boto3's S3 client on the server the environment names (``AWS_ENDPOINT_URL``)."""
+    import boto3
+    from botocore.config import Config
+
+    return boto3.client("s3", config=Config(s3={"addressing_style": "path"}))
+
+
 def load_ref(path: str, cfg: dict[str, int], rank: int, world: int) -> dict[str, torch.Tensor]:
     """The reference: ``get_slice`` per tensor of this rank's plan."""
     out: dict[str, torch.Tensor] = {}
@@ -166,22 +178,31 @@ def main(argv: list[str]) -> int:
     rank, world = dist.get_rank(), dist.get_world_size()
     source, shape = cfg["source"], cfg["layout"]
     counters = None
+    s3: Any = None
     local = None
     if side != "ref":
         import tensorfile.distributed as td
 
         counters = td.LoadCounters()
         plan = plan_for(shape, rank, world)
-        for module in PRELOAD + (HTTP_PRELOAD if source.startswith("http") else ()):
+        remote = HTTP_PRELOAD if source.startswith("http") else ()
+        remote = S3_PRELOAD if source.startswith("s3://") else remote
+        for module in PRELOAD + remote:
             importlib.import_module(module)
+    elif source.startswith("s3://"):
+        s3 = s3_client()
     dist.barrier()
     io0 = io_counters()
     t0 = time.perf_counter()
     if side == "ref":
         path = source
-        if source.startswith("http"):
+        if source.startswith(("http", "s3://")):
             local = Path(cfg["tmp"]) / f"rank{rank}-{os.getpid()}.safetensors"
-            download(source, local)
+            if source.startswith("http"):
+                download(source, local)
+            else:
+                bucket, _, key = source.removeprefix("s3://").partition("/")
+                s3.download_file(bucket, key, str(local))
             path = str(local)
         got = load_ref(path, shape, rank, world)
     else:

@@ -1,6 +1,6 @@
 """Rank-aware loads (issue 38): one checkpoint loaded by 4 ranks with a tensor-parallel plan,
 real processes on gloo (``benchmarks/_rankload_child.py``, one per rank, started as torchrun
-would), from HTTP and from a cold local disk.
+would), from HTTP, from S3 and from a cold local disk.
 
 The checkpoint (generated once into the data folder by the reference's ``save_file``): a
 small Llama-like layout in BF16, hidden 2048, intermediate 5632, vocabulary 32000, 8 layers,
@@ -19,11 +19,14 @@ inside its timing, then slices it.
 
 Sources: ``http``: nginx on 127.0.0.1 (``tests/helpers/servers.py``), whose access log counts
 the body bytes it sent: the bytes fetched from storage by all ranks together; the served file
-stays in the page cache. ``cold``: the local file, its pages dropped from the page cache
-(``posix_fadvise(DONTNEED)``, file data only: the libraries' code stays cached, and a virtual
-disk's host cache is beyond reach) before every run; each rank's ``/proc/self/io``
-``read_bytes`` counts what it faulted or read in from the disk (the 4 ranks share the page
-cache: a page one rank brought in is not read again for another).
+stays in the page cache. ``s3``: SeaweedFS on 127.0.0.1 (``tests/helpers/seaweed.py``), the
+file uploaded as one object; the untimed run of each side goes through a byte-counting TCP
+relay in the runner (``benchmarks/_dcp_child.py``'s ``Relay``): the bytes the server sent all
+ranks; the timed runs reach the server directly. ``cold``: the local file, its pages dropped
+from the page cache (``posix_fadvise(DONTNEED)``, file data only: the libraries' code stays
+cached, and a virtual disk's host cache is beyond reach) before every run; each rank's
+``/proc/self/io`` ``read_bytes`` counts what it faulted or read in from the disk (the 4 ranks
+share the page cache: a page one rank brought in is not read again for another).
 
 How it runs: an untimed round per source and side first, in which every rank also takes a
 CRC-32 of every result tensor: each rank's results must be bit-identical to the reference's
@@ -34,7 +37,8 @@ barrier after ``init_process_group`` to its last slice, download included; the m
 the ranks, i.e. the time until every rank holds its slices) and the wall time (spawn to the
 last rank's exit: interpreter, imports, process group, load, teardown). Ratios: peer's
 median over ``coop``'s (> 1: cooperative faster), with the range of the per-round ratios.
-Floors: one client fetching the file from nginx (``curl``, to ``/dev/null``); the disk alone
+Floors: one client fetching the file from nginx (``curl``, to ``/dev/null``) and from
+SeaweedFS (boto3's ``download_file``, to a tmpfs); the disk alone
 (``O_DIRECT``, ``benchmarks/cold_bench.py``) and ``cat``.
 """
 
@@ -62,19 +66,28 @@ RANKLOAD_GROUP = "rankload"
 CHILD = REPO / "benchmarks" / "_rankload_child.py"
 WORLD = 4
 SIDES = ("coop", "alone", "ref")
-SOURCES = ("http", "cold")
+SOURCES = ("http", "s3", "cold")
+BUCKET = "tf-bench"
 BYTES_TARGET = 1.05
 """Cooperative: all ranks together fetch at most this many times the checkpoint."""
 TIME_TARGET = 2.0
 """Cooperative: at least this many times faster than the reference's ``get_slice``."""
 FULL = {"hidden": 2048, "intermediate": 5632, "vocab": 32000, "layers": 8}
 QUICK = {"hidden": 512, "intermediate": 1408, "vocab": 8000, "layers": 2}
+DESCRIBED = {
+    "http": "plan, over HTTP (nginx on 127.0.0.1)",
+    "s3": "plan, from S3 (SeaweedFS on 127.0.0.1)",
+    "cold": "plan, cold disk",
+}
 WHAT = {
     "coop": "tensorfile load(plan, group=WORLD): cooperative",
     "alone": "tensorfile load(plan): each rank alone",
     "ref": "safetensors 0.8 safe_open + get_slice per tensor",
 }
-REF_HTTP = "safetensors 0.8: whole-file GET per rank (urllib, to tmpfs), then get_slice"
+REF_REMOTE = {
+    "http": "safetensors 0.8: whole-file GET per rank (urllib, to tmpfs), then get_slice",
+    "s3": "safetensors 0.8: boto3 download_file per rank (to tmpfs), then get_slice",
+}
 
 
 @dataclass
@@ -99,7 +112,8 @@ class RankloadResult:
     def fetched(self, side: str) -> list[int]:
         """Each run's bytes fetched from storage by all ranks (server-sent bytes over HTTP,
         ``read_bytes`` from the disk)."""
-        return [run["fetched"] for run in self.runs[side]]
+        got = [run["fetched"] for run in self.runs[side] if run["fetched"] is not None]
+        return got or [self.checked[side]["fetched"]]  # (S3: counted in the untimed run)
 
     def ratios(self, peer: str, what: str) -> dict[str, Any]:
         get = self.loads if what == "load" else self.walls
@@ -114,7 +128,7 @@ class RankloadResult:
         for side, runs in self.runs.items():
             fetched = statistics.median(self.fetched(side))
             sides[side] = {
-                "what": REF_HTTP if side == "ref" and self.source == "http" else WHAT[side],
+                "what": REF_REMOTE.get(self.source, WHAT[side]) if side == "ref" else WHAT[side],
                 "runs": runs,
                 "median_load_s": statistics.median(self.loads(side)),
                 "median_wall_s": statistics.median(self.walls(side)),
@@ -218,8 +232,10 @@ def runners(
 
 
 def bench(cfg: Config, quick: bool, settle: float, repeat: int | None) -> list[RankloadResult]:
+    from benchmarks._dcp_child import Relay
     from benchmarks.cold_bench import evict, floors
     from benchmarks.dcp_bench import cat, spawn
+    from tests.helpers import seaweed
     from tests.helpers.servers import start_nginx
 
     shape = QUICK if quick else FULL
@@ -234,32 +250,48 @@ def bench(cfg: Config, quick: bool, settle: float, repeat: int | None) -> list[R
     url = f"{srv.url}/{path.name}"
     shm = Path(tempfile.mkdtemp(prefix="tf-bench-rankload-", dir="/dev/shm"))
     atexit.register(shutil.rmtree, shm, ignore_errors=True)
-    sources = {"http": url, "cold": str(path)}
+    weed = seaweed.start()
+    atexit.register(weed.stop)
+    weed.client.create_bucket(Bucket=BUCKET)
+    weed.client.upload_file(str(path), BUCKET, f"rankload/{path.name}")
+    host, _, port = weed.endpoint.removeprefix("http://").partition(":")
+    relay = Relay((host, int(port)))
+    sources = {"http": url, "s3": f"s3://{BUCKET}/rankload/{path.name}", "cold": str(path)}
 
     def run(side: str, source: str, checking: bool) -> dict[str, Any]:
         if source == "cold":
             evict(path)
         time.sleep(settle)
         srv.reset()
+        env = {"GLOO_SOCKET_IFNAME": "lo"}
+        counted = source == "s3" and checking  # through the relay: untimed runs only
+        if source == "s3":
+            endpoint = f"http://127.0.0.1:{relay.port}" if counted else weed.endpoint
+            env |= {**weed.env, "AWS_ENDPOINT_URL": endpoint}
+        before = relay.received
         config = {"source": sources[source], "layout": shape, "tmp": str(shm), "check": checking}
         t0 = time.perf_counter()
-        ranks = spawn(side, WORLD, config, root, {"GLOO_SOCKET_IFNAME": "lo"}, CHILD)
+        ranks = spawn(side, WORLD, config, root, env, CHILD)
         wall = time.perf_counter() - t0
+        fetched: int | None = None
         if source == "http":
             fetched = sum(r.body_bytes for r in srv.requests())
-        else:
+        elif source == "cold":
             fetched = sum(r["disk_read_bytes"] for r in ranks)
+        elif counted:
+            fetched = relay.received - before
         got = {"wall_s": wall, "fetched": fetched, "ranks": ranks}
         loaded = max(r["load_s"] for r in ranks)
-        print(f"  rankload {source} {side}: load {loaded:.2f} s, wall {wall:.2f} s, "
-              f"fetched {fetched / nbytes:.2f}x", file=sys.stderr, flush=True)  # fmt: skip
+        shown = "" if fetched is None else f", fetched {fetched / nbytes:.2f}x"
+        print(f"  rankload {source} {side}: load {loaded:.2f} s, wall {wall:.2f} s{shown}",
+              file=sys.stderr, flush=True)  # fmt: skip
         return got
 
     results = {
         s: RankloadResult(
             f"rankload_{s}",
             f"{nbytes / 2**30:.2f} GiB BF16 checkpoint, {WORLD} gloo ranks, tensor-parallel "
-            + ("plan, over HTTP (nginx on 127.0.0.1)" if s == "http" else "plan, cold disk"),
+            + DESCRIBED[s],
             nbytes,
             s,
         )
@@ -285,11 +317,24 @@ def bench(cfg: Config, quick: bool, settle: float, repeat: int | None) -> list[R
     for source in SOURCES:  # table order
         results[source].runs = {s: results[source].runs[s] for s in SIDES}
     n = min(rounds, 3)
+    boto = [_boto3(weed, path, shm) for _ in range(n)]
+    results["s3"].floors = {"one client downloads the file (boto3)": boto}
+    weed.stop()
     results["http"].floors = {"one client fetches the file (curl)": [_curl(url) for _ in range(n)]}
     disk = floors(path, n, settle, ("disk O_DIRECT",))
     disk["disk buffered (cat)"] = [cat(path) for _ in range(n)]
     results["cold"].floors = disk
     return [results[s] for s in SOURCES]
+
+
+def _boto3(weed: Any, path: Path, folder: Path) -> float:
+    """Seconds for boto3's ``download_file`` of the checkpoint from SeaweedFS to a tmpfs."""
+    dest = folder / "floor.safetensors"
+    t0 = time.perf_counter()
+    weed.client.download_file(BUCKET, f"rankload/{path.name}", str(dest))
+    seconds = time.perf_counter() - t0
+    dest.unlink()
+    return seconds
 
 
 def _curl(url: str) -> float:

@@ -368,7 +368,7 @@ def _rankload_results(rows: list[dict[str, Any]], _payload: dict[str, Any]) -> l
         first = True
         for key, side in r["sides"].items():
             fetched = f"{side['fetched_over_checkpoint']:.2f}"
-            if key == "coop" and r["source"] == "http":
+            if key == "coop" and r["source"] in ("http", "s3"):
                 met = "met" if r["bytes_met"] else "**not met**"
                 fetched += f" (target ≤ {r['bytes_target']}: {met})"
             what = f"**{side['what']}**" if key == "coop" else side["what"]
