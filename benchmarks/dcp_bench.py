@@ -178,9 +178,17 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def spawn(mode: str, world: int, config: dict[str, Any], root: Path, env: dict[str, str]) -> Any:
-    """Run the ranks of one phase; rank 0's measurements. One failing rank stops them all
-    (the others would wait for it in a collective)."""
+def spawn(
+    mode: str,
+    world: int,
+    config: dict[str, Any],
+    root: Path,
+    env: dict[str, str],
+    child: Path = CHILD,
+) -> Any:
+    """Run the ranks of one phase (``child MODE CONFIG.json`` per rank); rank 0's
+    measurements. One failing rank stops them all (the others would wait for it in a
+    collective)."""
     cfg_path, out = root / f"{mode}-config.json", root / f"{mode}-result.json"
     out.unlink(missing_ok=True)
     cfg_path.write_text(json.dumps({**config, "out": str(out)}))
@@ -190,20 +198,20 @@ def spawn(mode: str, world: int, config: dict[str, Any], root: Path, env: dict[s
         rank_env = {**os.environ, **env, "RANK": str(rank), "WORLD_SIZE": str(world),
                     "LOCAL_RANK": str(rank), "MASTER_ADDR": "127.0.0.1",
                     "MASTER_PORT": str(port)}  # fmt: skip
-        argv = [sys.executable, str(CHILD), mode, str(cfg_path)]
+        argv = [sys.executable, str(child), mode, str(cfg_path)]
         procs.append(subprocess.Popen(argv, cwd=REPO, env=rank_env))
     try:
         while any(p.poll() is None for p in procs):
             failed = [p.returncode for p in procs if p.returncode not in (None, 0)]
-            check(not failed, f"dcp {mode}: a rank exited {failed[0] if failed else ''}")
-            time.sleep(0.2)
+            check(not failed, f"{child.stem} {mode}: a rank exited {failed[0] if failed else ''}")
+            time.sleep(0.02)
     finally:
         for p in procs:
             if p.poll() is None:
                 p.kill()
                 p.wait()
     codes = [p.returncode for p in procs]
-    check(codes == [0] * world, f"dcp {mode}: ranks exited {codes}")
+    check(codes == [0] * world, f"{child.stem} {mode}: ranks exited {codes}")
     return json.loads(out.read_text())
 
 

@@ -28,6 +28,10 @@ What it measures (full size; ``--quick`` shrinks the files so a smoke test takes
 * ``dcp_save_1g`` / ``dcp_load_1g`` (``--only dcp`` selects both): distributed checkpoints
   (``torch.distributed.checkpoint`` on gloo, a process per rank) with tensorfile's storage
   plugins against torch's and s3torchconnector's; see ``benchmarks/dcp_bench.py``.
+* ``rankload_1g`` (``--only rankload``): a 1 GiB checkpoint loaded by 4 gloo ranks with a
+  tensor-parallel plan, from HTTP and from a cold disk: ``tensorfile.distributed.load``
+  cooperative and alone against the reference's ``get_slice``, and the bytes fetched from
+  storage; see ``benchmarks/rankload_bench.py``.
 * ``view_all``: ``tensorfile.open(path)`` then ``.view(name)`` of every tensor of the 1 GiB
   file. The reference has no zero-copy equivalent, so only the absolute time is given. The
   views map the file without reading it, so its GB/s is "bytes made available per second",
@@ -64,6 +68,7 @@ Usage (from the repository root: ``benchmarks`` and ``tests`` are imported as pa
     .venv/bin/python -m benchmarks.run --only load_cold        # cold/warm vs 3 peers, ~10 min
     .venv/bin/python -m benchmarks.run --only feed --repeat 3  # training feeds
     .venv/bin/python -m benchmarks.run --only dcp     # distributed checkpoints, ~5 min
+    .venv/bin/python -m benchmarks.run --only rankload  # rank-aware loads, ~10 min
 """
 
 from __future__ import annotations
@@ -119,6 +124,7 @@ from benchmarks.pickle_bench import PICKLE_BENCHMARKS, PICKLE_GROUP
 from benchmarks.process import PROCESS_BENCHMARKS, PROCESS_GROUP, ProcessResult
 from benchmarks.process import markdown as process_markdown
 from benchmarks.process import runners as process_runners
+from benchmarks.rankload_bench import RANKLOAD_BENCHMARKS, RANKLOAD_GROUP, RankloadResult
 from benchmarks.remote_load import LoadResult
 from benchmarks.remote_load import markdown as load_markdown
 from benchmarks.s3_bench import S3_BENCHMARKS
@@ -164,6 +170,7 @@ ALL_BENCHMARKS = (
     + PICKLE_BENCHMARKS
     + COLD_BENCHMARKS
     + DCP_BENCHMARKS
+    + RANKLOAD_BENCHMARKS
 )
 
 # --------------------------------------------------------------------------- benchmarks
@@ -406,13 +413,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             FEED_GROUP,
             PICKLE_GROUP,
             DCP_GROUP,
+            RANKLOAD_GROUP,
         ),
         action="append",
         default=None,
         help=f"run only this benchmark (may be given more than once; {PROCESS_GROUP} selects "
         f"the fresh-process rows, {CACHE_GROUP} the remote-cache rows, {COLD_GROUP} the "
         f"cold/warm rows against every peer, {FEED_GROUP} the training-feed rows, "
-        f"{PICKLE_GROUP} the PyTorch pickle rows, {DCP_GROUP} the distributed-checkpoint rows)",
+        f"{PICKLE_GROUP} the PyTorch pickle rows, {DCP_GROUP} the distributed-checkpoint rows, "
+        f"{RANKLOAD_GROUP} the rank-aware load rows)",
     )
     args = parser.parse_args(argv)
     if args.repeat is not None and args.repeat < 1:
@@ -432,6 +441,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.only = [n for n in args.only if n != COLD_GROUP] + list(COLD_BENCHMARKS)
     if args.only is not None and DCP_GROUP in args.only:
         args.only = [n for n in args.only if n != DCP_GROUP] + list(DCP_BENCHMARKS)
+    if args.only is not None and RANKLOAD_GROUP in args.only:
+        args.only = [n for n in args.only if n != RANKLOAD_GROUP] + list(RANKLOAD_BENCHMARKS)
     return args
 
 
@@ -461,6 +472,7 @@ def main(argv: list[str] | None = None) -> int:
         *SHUFFLE_BENCHMARKS,
         *PICKLE_BENCHMARKS,
         *DCP_BENCHMARKS,
+        *RANKLOAD_BENCHMARKS,
     )  # rows that do not read the 1 GiB file
     if any(name not in header_only for name in selected):
         make_big(cfg)
@@ -537,6 +549,12 @@ def main(argv: list[str] | None = None) -> int:
 
         dcp = dcp_runners(cfg, args.quick, args.repeat)
     dcp_results: list[DcpResult] = []
+    rankload: dict[str, Callable[[], list[RankloadResult]]] = {}
+    if any(name in RANKLOAD_BENCHMARKS for name in selected):
+        from benchmarks.rankload_bench import runners as rankload_runners
+
+        rankload = rankload_runners(cfg, args.quick, settle, args.repeat)
+    rankload_results: list[RankloadResult] = []
     for name in ALL_BENCHMARKS:
         if name not in selected:
             continue
@@ -548,6 +566,8 @@ def main(argv: list[str] | None = None) -> int:
         elif name in dcp:
             got = dcp[name]()
             dcp_results.extend(got if isinstance(got, list) else [got])
+        elif name in rankload:
+            rankload_results.extend(rankload[name]())
         else:
             out = runners[name]()
             if isinstance(out, LoadResult):
@@ -651,6 +671,17 @@ def main(argv: list[str] | None = None) -> int:
         )
         print()
         print(dcp_markdown(dcp_results))
+    if rankload_results:
+        from benchmarks.rankload_bench import markdown as rankload_markdown
+
+        print()
+        print(
+            "rank-aware loads (4 gloo ranks, a process per rank, fresh each run): medians of "
+            "the rounds, sides rotated each round; load = the slowest rank's; ratio = "
+            "reference / cooperative with the range over rounds"
+        )
+        print()
+        print(rankload_markdown(rankload_results))
     for table in shuffle_results:
         print()
         print(table.title)
@@ -676,6 +707,7 @@ def main(argv: list[str] | None = None) -> int:
             "cold_results": [r.to_json() for r in cold_results],
             "feed_results": [r.to_json() for r in feed_results],
             "dcp_results": [r.to_json() for r in dcp_results],
+            "rankload_results": [r.to_json() for r in rankload_results],
             "shuffle_quality": [t.to_json() for t in shuffle_results],
         }
         args.json.write_text(json.dumps(payload, indent=2) + "\n")

@@ -357,6 +357,54 @@ def _dcp_results(rows: list[dict[str, Any]], _payload: dict[str, Any]) -> list[s
     return _table([*head, "met"], "llrrrrrrc", out)
 
 
+RANKLOAD_NAMES = {"coop": "cooperative", "alone": "each rank alone", "ref": "reference"}
+
+
+def _rankload_results(rows: list[dict[str, Any]], _payload: dict[str, Any]) -> list[str]:
+    """Rank-aware loads: per source, one line per side (its medians and bytes), the floors,
+    then the ratios of the peers' times over the cooperative load's."""
+    out = []
+    for r in rows:
+        first = True
+        for key, side in r["sides"].items():
+            fetched = f"{side['fetched_over_checkpoint']:.2f}"
+            if key == "coop" and r["source"] in ("http", "s3"):
+                met = "met" if r["bytes_met"] else "**not met**"
+                fetched += f" (target ≤ {r['bytes_target']}: {met})"
+            what = f"**{side['what']}**" if key == "coop" else side["what"]
+            out.append(
+                [
+                    _label(r) if first else "",
+                    what,
+                    f"{side['median_load_s']:.2f}",
+                    f"{side['median_wall_s']:.2f}",
+                    fetched,
+                    "",
+                    "",
+                    "",
+                ]
+            )
+            first = False
+        for key, floor in r.get("floors_s", {}).items():
+            out.append(["", f"*floor: {key} alone*", f"{floor['median']:.2f}", *[""] * 5])
+        for key, side in r["sides"].items():
+            if key == "coop":
+                continue
+            for what, label in (("load", "load"), ("wall", "wall")):
+                p = side[f"{what}_ratio_over_coop"]
+                runs = p["run_ratios"]
+                spread = f" ({min(runs):.2f}–{max(runs):.2f})" if len(runs) > 1 else ""
+                target = met = ""
+                if key == "ref" and what == "load":
+                    target = f"≥ {r['time_target']:.1f}"
+                    met = "yes" if r["time_met"] else "**no**"
+                names = f"{RANKLOAD_NAMES[key]} ÷ cooperative, {label}"
+                out.append(["", names, "", "", "", f"**{p['ratio']:.2f}**{spread}", target, met])
+    head = ["benchmark", "loader", "time to a loaded rank (s)", "wall (s)"]
+    head += ["fetched, all ranks ÷ checkpoint", "ratio: median (runs)", "target", "met"]
+    return _table(head, "llrrrrrc", out)
+
+
 SECTIONS: dict[str, Callable[[list[dict[str, Any]], dict[str, Any]], list[str]]] = {
     "results": _results,
     "process_results": _process_results,
@@ -366,6 +414,7 @@ SECTIONS: dict[str, Callable[[list[dict[str, Any]], dict[str, Any]], list[str]]]
     "cold_results": _cold_results,
     "feed_results": _feed_results,
     "dcp_results": _dcp_results,
+    "rankload_results": _rankload_results,
     "shuffle_quality": _shuffle_quality,
 }
 """The runner's JSON keys, in the order the tables appear."""
@@ -415,6 +464,13 @@ def _measured_on(payload: dict[str, Any], group: str | None = None) -> str:
         rounds = sorted({r["rounds"] for r in payload["dcp_results"]}, reverse=True)
         shown = " (S3: ".join(map(str, rounds)) + ")" * (len(rounds) - 1)
         how.append(f"distributed checkpoints: {shown} rounds, a process per rank (gloo)")
+    if payload.get("rankload_results"):
+        ranked = payload["rankload_results"]
+        rounds = max(len(side["runs"]) for r in ranked for side in r["sides"].values())
+        how.append(
+            f"rank-aware loads: {rounds} rounds, {ranked[0]['world']} ranks (gloo), fresh "
+            f"processes per run, {cfg.get('settle_s', 0):g} s settle before each"
+        )
     line = (
         f"*Measured on {date}, on {m['platform']} ({m['machine']}), {cpus}; "
         f"{', '.join(versions)}; {'; '.join(how)}.*"
