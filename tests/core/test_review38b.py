@@ -1,0 +1,51 @@
+"""review38b: second hostile tests of plans read alone (``tensorfile.distributed.load``
+without a group, :mod:`tensorfile.core.selection`) after the review38a fixes: a real HTTP
+server on 127.0.0.1 counts the requests a region costs. The oracle is numpy indexing.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from tensorfile.distributed import load
+from tests.helpers.hostile_http import HostileServer, parse_range, reply
+
+
+def _counting(data: bytes, hits: list[int]) -> Any:
+    def respond(request: Any, conn: Any) -> bool:
+        rng = parse_range(request.headers.get("range"), len(data))
+        a, b = (0, len(data)) if rng is None else rng
+        hits.append(b - a)
+        head = {"Content-Range": f"bytes {a}-{b - 1}/{len(data)}", "Content-Length": str(b - a)}
+        conn.sendall(reply(206, head, data[a:b]))
+        return True
+
+    return respond
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="review38b: R38B-4 a column of a tall narrow matrix from a remote file is one "
+    "HTTP request per row: its span is over SPAN_WASTE x the bytes wanted (and SPAN_FLOOR), "
+    "so its runs go to the planner one by one, whose 10% gap rule merges none of them "
+    "(thousands of 4-byte requests; a 2-column slice of the same tensor is 1 request)",
+)
+def test_a_column_of_a_tall_matrix_over_http_costs_few_requests(tmp_path: Path) -> None:
+    from tensorfile.safetensors.numpy import save_file
+
+    a = np.arange(5000 * 16, dtype=np.float32).reshape(5000, 16)
+    save_file({"w": a}, tmp_path / "tall.safetensors")
+    data = (tmp_path / "tall.safetensors").read_bytes()
+    hits: list[int] = []
+    with HostileServer(_counting(data, hits)) as server:
+        url = f"{server.url}/tall.safetensors"
+        got = load(url, {"w": (slice(None), 0)})["w"].numpy()
+        assert np.array_equal(got, a[:, 0])
+        column = len(hits)
+        hits.clear()
+        assert np.array_equal(load(url, {"w": (slice(None), slice(0, 2))})["w"].numpy(), a[:, :2])
+    assert column <= 64, (column, len(hits))
