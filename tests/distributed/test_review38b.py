@@ -96,6 +96,13 @@ def _target(ctx: Rank) -> None:
         ctx.attempt("rows_ok", load, path, {}, group=world, timeout=60.0)
     dist.barrier()
 
+    # every rank passes a timeout of no bound (inf) or no number (nan): the guide says a bad
+    # timeout is refused, and told to the group; every rank raises before any collective
+    # here, so the group stays in step
+    for key, bad in (("inf", float("inf")), ("nan", float("nan"))):
+        ctx.attempt(key, load, path, {"norm": None}, group=world, timeout=bad)
+    dist.barrier()
+
     # rank 1 reads from a server that takes 1 s per data request (each block read well
     # inside the 3 s timeout); ranks 0 and 2 want nothing and read their share of the
     # blocks rank 1 wants from the local file, send them, then wait at the final exchange
@@ -176,6 +183,18 @@ def test_adjacent_intervals_cost_no_more_requests_together_than_alone(group: Gro
     group.ok("rows_ok")
     (alone, together) = group.get("rows_requests", [0])[0]
     assert together <= 2 * alone + 2, (alone, together)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="review38b: R38B-5 load(group=..., timeout=inf or nan) passes the timeout check "
+    "and raises a bare OverflowError/ValueError from datetime.timedelta before the exchange "
+    "(not a tensorfile error, and never told to the other ranks)",
+)
+def test_a_timeout_of_inf_or_nan_is_a_tensorfile_error_with_a_group(group: Group) -> None:
+    for key in ("inf", "nan"):
+        got = group.get(key)
+        assert all(t.startswith("tensorfile.") for t in got), (key, got)
 
 
 @pytest.mark.xfail(
