@@ -39,6 +39,12 @@ def sparse_plan(rank: int) -> dict[str, Any]:
     }
 
 
+def zt_plan(rank: int) -> Any:
+    from tensorfile.distributed import Intervals
+
+    return [(slice(None, None, -2), slice(3, 9)), Intervals(1, [(0, 2), (6, 12)]), (4,)][rank]
+
+
 def _as_numpy(t: Any) -> np.ndarray[Any, Any]:
     return np.ascontiguousarray(t.numpy())
 
@@ -57,6 +63,13 @@ def _target(ctx: Rank) -> None:
         ctx.record("sparse", {n: _as_numpy(t) for n, t in got.items()})
 
     ctx.attempt("sparse_ok", sparse)
+    dist.barrier()
+
+    def packed() -> None:  # a compressed tensor: read whole by its owner, sliced for each
+        got = load(ctx.args["zt"], {"z": zt_plan(r)}, group=world, timeout=60.0)
+        ctx.record("zt", _as_numpy(got["z"]))
+
+    ctx.attempt("zt_ok", packed)
     dist.barrier()
 
     # every rank wants every tensor whole: the guide says each byte is read from storage
@@ -144,10 +157,19 @@ def ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def group(ckpt: Path, tmp_path_factory: pytest.TempPathFactory) -> Group:
+def zt(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    import tensorfile.ztensor as tz
+
+    path = tmp_path_factory.mktemp("zt38b") / "z.zt"
+    tz.save_file({"z": tensors()["big"][:40, :12].copy()}, str(path), compression="zstd")
+    return path
+
+
+@pytest.fixture(scope="module")
+def group(ckpt: Path, zt: Path, tmp_path_factory: pytest.TempPathFactory) -> Group:
     return run_ranks(
         _target, WORLD, tmp_path_factory.mktemp("ranks38b"),
-        args={"path": str(ckpt)}, timeout=180, grace=30,
+        args={"path": str(ckpt), "zt": str(zt)}, timeout=180, grace=30,
     )  # fmt: skip
 
 
@@ -158,6 +180,21 @@ def test_sparse_strided_rows_of_every_sign_equal_numpy(group: Group) -> None:
         (got,) = group.get("sparse", [rank])
         want = full[sparse_plan(rank)["wide"]]
         assert got["wide"].shape == want.shape and np.array_equal(got["wide"], want), rank
+
+
+def test_slices_of_a_compressed_tensor_equal_numpy(group: Group) -> None:
+    group.ok("zt_ok")
+    full = tensors()["big"][:40, :12]
+    from tensorfile.distributed import Intervals
+
+    for rank in range(WORLD):
+        (got,) = group.get("zt", [rank])
+        entry = zt_plan(rank)
+        if isinstance(entry, Intervals):
+            want = np.concatenate([full[:, a:b] for a, b in entry.intervals], 1)
+        else:
+            want = full[entry]
+        assert got.shape == want.shape and np.array_equal(got, want), rank
 
 
 @pytest.mark.xfail(
