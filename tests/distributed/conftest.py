@@ -16,6 +16,7 @@ SHARED = (
     "test_rank_load",
     "test_rank_load_remote",
     "test_review38a",
+    "test_review38b",
 )
 PARTLY = {"test_review37a": "group"}
 """Modules where only the tests taking this module-scoped fixture share its processes."""
