@@ -16,8 +16,9 @@
    as each block lands the rank broadcasts it (a block every rank wants whole) or sends
    each piece to its rank, and copies its own; sends still in flight hold at most
    :data:`SEND_WINDOW` bytes;
-4. the ranks wait for every transfer (each wait bounded by ``timeout``), then tell each
-   other whether their reads succeeded: a rank whose read failed sent zeros in its place
+4. the ranks wait for every transfer (a rank's own block reads each bounded by
+   ``timeout``; a wait on other ranks by ``timeout`` for each step of their shares), then
+   tell each other whether their reads succeeded: a rank whose read failed sent zeros in its place
    (so that no rank waits for it) and every rank fails with
    :class:`~tensorfile.errors.PeerError`. A rank that dies breaks its connections: the
    ranks waiting on it, and then every rank at the final exchange, fail with a
@@ -160,6 +161,12 @@ class _Run:
         ]
         total = sum(places[n].nbytes for n in names)  # (a bound: the union is at most the tensors)
         self.schedule: Schedule = schedule(wants, tensors, _block_bytes(total, len(wants)))
+        # a wait on other ranks may span their whole share: each of their steps (a block's
+        # read, its sends) is bounded by ``wait``, so the wait is bounded by that many
+        owned = [0] * len(wants)
+        for b in self.schedule.blocks:
+            owned[b.owner] += 1
+        self.patience = wait * (2 + 2 * max(owned, default=0))
         self.boxes = {n: new_box(r, reader.info(n)) for n, r in regions.items()}
         self.comm = comm
         self.staged: list[tuple[torch.Tensor, NDArray]] = []  # (device buffer, its place)
@@ -225,7 +232,7 @@ class _Run:
             None if self.failed is None else f"{type(self.failed).__name__}: {self.failed}",
             self.group,
             "outcome",
-            self.wait_for,
+            self.patience,
             self.comm,
         )
         if self.failed is not None:
@@ -320,15 +327,17 @@ class _Run:
             self.in_flight -= nbytes
 
     def _wait(self, work: Any) -> None:
+        """Wait for a transfer, as long as the other ranks' shares may take (each of their
+        steps bounded by ``timeout``: :attr:`patience`)."""
         try:
-            work.wait(self.wait_for)
+            work.wait(self.patience)
         except Exception as exc:
             raise broken(
                 self.group,
                 PeerError(
                     f"rank {self.me}: a transfer of the cooperative load failed (another rank "
-                    f"stopped, or did not answer within {self.wait_for.total_seconds():g} s): "
-                    f"{exc}"
+                    f"stopped, or did not answer within {self.patience.total_seconds():g} s, "
+                    f"timeout= for each of its steps): {exc}"
                 ),
             ) from exc
 

@@ -18,10 +18,12 @@ byte any of them wants is read from storage by exactly one of them, and is then 
 ranks that want it (a broadcast where every rank wants a block whole, point to point
 otherwise), reads overlapping sends. Every rank of the group must call ``load`` with the same
 checkpoint (plans may differ), which each may reach at a path or URL of its own (a copy on
-each node's disk: the ranks compare the tensors' names, dtypes, shapes and places, and the
-shards' names, never the bytes). A rank whose plan is refused, whose read fails, or that dies,
-makes every rank of the group fail with a :class:`~tensorfile.errors.PeerError` (never a
-hang; ``timeout`` bounds every wait). What a rank read and sent is counted in ``counters``
+each node's disk: the ranks compare the tensors' names, dtypes, shapes and places, the
+shards' names, and a few samples of each file's bytes). A rank whose plan or arguments are
+refused, whose read fails, or that dies, makes every rank of the group fail with a
+:class:`~tensorfile.errors.PeerError` (never a hang: ``timeout`` bounds each step of a
+load, a block's read or a transfer, and a wait on other ranks by the steps of their
+shares). What a rank read and sent is counted in ``counters``
 (a :class:`LoadCounters`) and logged at DEBUG by the logger ``tensorfile.distributed``.
 
 Example:
@@ -54,7 +56,10 @@ __all__ = ["LoadCounters", "load"]
 log = logging.getLogger("tensorfile.distributed")
 
 _DEFAULT_TIMEOUT = 600.0
-"""``timeout``'s default (the seconds any wait of a load may take)."""
+"""``timeout``'s default (the seconds any step of a load may take)."""
+
+_MAX_TIMEOUT = 1e7
+"""The largest ``timeout`` (about 4 months: a wait is a ``timedelta``)."""
 
 
 def load(
@@ -71,9 +76,13 @@ def load(
     cooperatively with the group's other ranks."""
     refused: TensorFileError | None = None
     try:
-        if not isinstance(timeout, int | float) or isinstance(timeout, bool) or timeout <= 0:
+        if (
+            not isinstance(timeout, int | float)
+            or isinstance(timeout, bool)
+            or not 0 < timeout <= _MAX_TIMEOUT
+        ):
             raise InvalidArgumentError(
-                f"timeout must be a positive number of seconds, got {timeout!r}"
+                f"timeout must be a number of seconds in (0, {_MAX_TIMEOUT:g}], got {timeout!r}"
             )
         check_torch_device(device)
         if counters is not None and not isinstance(counters, LoadCounters):

@@ -18,11 +18,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from tensorfile.core.catalog import TensorInfo
+from tensorfile.core import plan
+from tensorfile.core.catalog import ByteRange, TensorInfo
 from tensorfile.core.errors import InvalidArgumentError, InvalidTypeError, UnsupportedError
 from tensorfile.core.reader import Reader, names_list
 from tensorfile.core.selection import Region, region
-from tensorfile.core.selection.read import element_size, finish
+from tensorfile.core.selection.read import Frugal, element_size, finish
 from tensorfile.frameworks.torch import f4_shape, from_numpy, torch_dtype
 
 __all__ = ["LoadCounters", "identity", "path_text", "plan_regions", "shard", "to_torch"]
@@ -33,7 +34,9 @@ class LoadCounters:
     """What one rank's :func:`load` did: bytes asked of storage (``bytes_read``, in
     ``reads`` planned passes or blocks), and bytes sent to and received from other ranks
     (``bytes_sent``/``messages_sent``, ``bytes_received``/``messages_received``; a broadcast
-    counts once per receiver at the sender).
+    counts once per receiver at the sender); ``bytes_sampled``: the few bytes of each file
+    a cooperative load reads on every rank to tell the checkpoint apart (not in
+    ``bytes_read``, which counts each byte of the tensors once over the group).
 
     Example:
         >>> c = LoadCounters()
@@ -43,6 +46,7 @@ class LoadCounters:
 
     bytes_read: int = 0
     reads: int = 0
+    bytes_sampled: int = 0
     bytes_sent: int = 0
     messages_sent: int = 0
     bytes_received: int = 0
@@ -146,18 +150,25 @@ def identity(reader: Reader, counters: LoadCounters | None = None) -> str:
             )
             was = spans.get(id(sub), (sub, lo, hi))
             spans[id(sub)] = (sub, min(was[1], lo), max(was[2], hi))
+    samples: list[bytearray] = []
+    pieces: list[plan.Piece] = []
     for sub, lo, hi in sorted(spans.values(), key=lambda s: s[1:]):
-        for k in range(SAMPLES):
-            at = (
-                lo + (hi - lo - SAMPLE_BYTES) * k // max(SAMPLES - 1, 1)
-                if hi - lo > SAMPLE_BYTES
-                else lo
-            )
-            buf = bytearray(min(SAMPLE_BYTES, hi - lo))
-            sub.readinto(at, [memoryview(buf)])
-            h.update(buf)
-            if counters is not None:
-                counters.bytes_read += len(buf)
+        jobs: list[plan.Job] = []
+        if hi - lo <= SAMPLES * SAMPLE_BYTES:  # a small file: all of its data, at once
+            places = [(lo, hi)]
+        else:  # spread over the data, never overlapping
+            step = (hi - lo - SAMPLE_BYTES) // (SAMPLES - 1)
+            places = [(lo + k * step, lo + k * step + SAMPLE_BYTES) for k in range(SAMPLES)]
+        for a, b in places:
+            buf = bytearray(b - a)
+            samples.append(buf)
+            jobs.append((f"bytes {a}..{b}", ByteRange(a, b), memoryview(buf)))
+        pieces.extend(plan.plan(Frugal(sub.source), sub.readinto, jobs))
+    plan.execute(pieces)  # (every file's samples at once)
+    for buf in samples:
+        h.update(buf)
+        if counters is not None:
+            counters.bytes_sampled += len(buf)
     return h.hexdigest()
 
 

@@ -201,12 +201,8 @@ def schedule(
             )
         row_bytes = t.itemsize * math.prod(sum(b - a for a, b in u) for u in union[1:])
         per_block = max(1, block_bytes // max(row_bytes, 1))
-        breaks = (
-            sorted({x for r in needers for iv in wants[r][t.name][0] for x in iv}) if nd else []
-        )
-        row_runs = (
-            _cut(union[0], per_block if t.raw else 1 << 62, breaks if t.raw else ()) if nd else [()]
-        )
+        breaks = _breaks([merge(wants[r][t.name][0]) for r in needers]) if nd and t.raw else []
+        row_runs = _cut(union[0], per_block if t.raw else 1 << 62, breaks) if nd else [()]
         rows_of = {r: _Rows(wants[r][t.name][0]) for r in needers} if nd else {}
         inner_of: dict[tuple[int, ...], tuple[Dims, int]] = {}
         placed: dict[tuple[int, tuple[int, ...]], Dims] = {}
@@ -245,6 +241,35 @@ def schedule(
     for i, b in enumerate(blocks):
         b.index = i
     return Schedule(blocks)
+
+
+def _breaks(rows: list[tuple[Interval, ...]]) -> list[int]:
+    """The rows where the set of ranks that want a row changes (each rank's ``rows``
+    merged): blocks are cut there, so that a block holds rows the same ranks want (rows no
+    rank wants, between, change nothing).
+
+    Example:
+        >>> _breaks([((0, 4), (6, 8)), ((4, 6),)]), _breaks([((0, 2), (4, 6))])
+        ([4, 6], [])
+    """
+    points = sorted({x for ivs in rows for iv in ivs for x in iv})
+    at = [0] * len(rows)
+    out: list[int] = []
+    before: frozenset[int] | None = None
+    for lo, _ in itertools.pairwise(points):
+        cover = set()
+        for r, ivs in enumerate(rows):
+            while at[r] < len(ivs) and ivs[at[r]][1] <= lo:
+                at[r] += 1
+            if at[r] < len(ivs) and ivs[at[r]][0] <= lo:
+                cover.add(r)
+        if not cover:
+            continue
+        now = frozenset(cover)
+        if before is not None and now != before:
+            out.append(lo)
+        before = now
+    return out
 
 
 def _owner(takers: list[int], load: list[int], slack: int) -> int:

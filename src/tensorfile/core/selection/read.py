@@ -13,7 +13,8 @@ array) and fills every box. Each region becomes byte runs (:mod:`.runs`):
   reads the pages that hold it), and from a remote file, where its runs lie close
   together (on average at most :data:`SPAN_STRIDE` bytes apart) *and* the rows they span
   are at most :data:`SPAN_WASTE` times the bytes wanted (or :data:`SPAN_FLOOR` bytes, for
-  small regions), the rows they span are read as one range into a buffer and copied out;
+  small regions, or :data:`RUN_BYTES` per run: a run read alone costs a request), the rows
+  they span are read as one range into a buffer and copied out;
   else run by run through the planner (whose gap rule bounds the bytes read over: a column
   of a wide tensor is never a whole-tensor read);
 * a tensor that is not stored raw (compressed, bit-packed, quantized), and every tensor
@@ -59,6 +60,7 @@ from .runs import run_count, runs, take
 
 __all__ = [
     "MANY_RUNS",
+    "RUN_BYTES",
     "SPAN_FLOOR",
     "SPAN_STRIDE",
     "SPAN_WASTE",
@@ -89,6 +91,11 @@ the bytes wanted (or :data:`SPAN_FLOOR`)."""
 SPAN_FLOOR = 256 << 10
 """The span bytes always allowed for a remote region (small spans: one read, whatever the
 ratio)."""
+
+RUN_BYTES = 1024
+"""What a run read on its own costs, in bytes read over instead: a request (or a system
+call). A remote region's span is read while it is at most this much per run (a column of
+a tall, narrow matrix: one request, not one per row), even past :data:`SPAN_WASTE`."""
 
 
 @dataclass(slots=True)
@@ -178,7 +185,7 @@ def read_regions(wants: Sequence[Want], threads: int | None = None) -> int:
             stride = math.prod(w.region.shape[1:]) * itemsize
             spanned = (hull[1] - hull[0]) * stride
             if spanned <= SPAN_STRIDE * count and spanned <= max(
-                SPAN_WASTE * w.box.nbytes, SPAN_FLOOR
+                SPAN_WASTE * w.box.nbytes, SPAN_FLOOR, RUN_BYTES * count
             ):
                 span = np.empty(((hull[1] - hull[0]), *w.region.shape[1:], itemsize), np.uint8)
                 rng = ByteRange(base + hull[0] * stride, base + hull[1] * stride)

@@ -63,6 +63,10 @@ BATCH_BYTES = 64 << 20
 """The bytes of boxes read in one planned pass of the background thread."""
 
 
+_TAKEN = object()
+"""What :meth:`PrefetchLoader._take` returns for a tensor another thread took."""
+
+
 def _plan_error(text: str) -> SafetensorArgumentError:
     return SafetensorArgumentError(f"invalid prefetch plan: {text}")
 
@@ -213,11 +217,18 @@ class PrefetchLoader:
             raise InvalidTypeError(f"a tensor name is a string, got {type(name).__name__}")
         if name not in self._regions:
             raise SafetensorArgumentError(f"tensor {name!r} is not in the prefetch plan")
+        return self._take(name, skip_taken=False)
+
+    def _take(self, name: str, skip_taken: bool) -> Any:
+        """:meth:`take`; ``skip_taken``: :data:`_TAKEN` for a tensor taken already (the
+        iteration's: another thread may take the tensor it waits for)."""
         with self._cond:
             while True:  # (checked again on every wake: another thread may have taken it)
                 if self._closed:
                     raise SafetensorError("the prefetch loader is closed")
                 if name in self._taken:
+                    if skip_taken:
+                        return _TAKEN
                     raise SafetensorArgumentError(f"tensor {name!r} was already delivered")
                 if name in self._landed:
                     self._taken.add(name)
@@ -238,10 +249,9 @@ class PrefetchLoader:
 
     def __iter__(self) -> Iterator[tuple[str, Any]]:
         for name in self.names():
-            with self._cond:
-                if name in self._taken:
-                    continue
-            yield name, self.take(name)
+            got = self._take(name, skip_taken=True)
+            if got is not _TAKEN:
+                yield name, got
 
     def close(self) -> None:
         """Stop the reads (a batch being read finishes first) and drop what was not taken."""
