@@ -43,7 +43,7 @@ def _target(ctx: Rank) -> None:
     cols = 1024 // WORLD
     plan = {"w": (slice(None), slice(ctx.rank * cols, (ctx.rank + 1) * cols)), "b": None}
     try:
-        load(ctx.args["path"], plan, group=dist.group.WORLD, timeout=60)
+        load(ctx.args["path"], plan, group=dist.group.WORLD, timeout=10)
         ctx.record("outcome", "loaded")
     except Exception as exc:
         ctx.record("outcome", f"{type(exc).__name__}: {exc}")

@@ -206,12 +206,12 @@ class _Run:
     def run(self, device: Any) -> dict[str, torch.Tensor]:
         tags = self._tags()
         eager = self.comm is None  # gloo: every receive posted up front, in any order
-        if eager:
-            for block in self.schedule.blocks:
-                self._receive(block, tags)
         reads = _Reads(self)
-        reads.start()
         try:
+            if eager:
+                for block in self.schedule.blocks:
+                    self._receive(block, tags)
+            reads.start()
             for block in self.schedule.blocks:
                 if not eager:  # NCCL runs a pair's transfers in the order both post them
                     self._receive(block, tags)
@@ -222,6 +222,15 @@ class _Run:
             self._drain(0)
             for work in self.receives:
                 self._wait(work[0])
+        except TensorFileError:
+            reads.stop(wait=False)
+            raise
+        except Exception as exc:  # the backend refusing to post a transfer (a peer is gone)
+            reads.stop(wait=False)
+            raise broken(
+                self.group,
+                PeerError(f"rank {self.me}: a transfer of the cooperative load failed: {exc}"),
+            ) from exc
         except BaseException:
             reads.stop(wait=False)
             raise
@@ -391,7 +400,8 @@ class _Reads:
         with self.cond:
             self.stopped = True
             self.cond.notify_all()
-        self.thread.join(None if wait else 1.0)
+        if self.thread.ident is not None:  # (started)
+            self.thread.join(None if wait else 1.0)
 
     def _target(self, block: Block) -> NDArray:
         """Where ``block`` is read: this rank's own result rows when it wants the whole
