@@ -10,11 +10,10 @@ array) and fills every box. Each region becomes byte runs (:mod:`.runs`):
   the gaps between runs are read over only while they stay under 10% of the bytes wanted;
 * a region of many runs (one per row of a column block of a tall matrix) from a local
   file is copied out of a read-only mapping of the tensor in one strided copy (the kernel
-  reads the pages that hold it), and from a remote file, where its runs lie close
-  together (on average at most :data:`SPAN_STRIDE` bytes apart) *and* the rows they span
-  are at most :data:`SPAN_WASTE` times the bytes wanted (or :data:`SPAN_FLOOR` bytes, for
-  small regions, or :data:`RUN_BYTES` per run: a run read alone costs a request), the rows
-  they span are read as one range into a buffer and copied out;
+  reads the pages that hold it), and from a remote file, where the rows its runs span are
+  at most :data:`SPAN_WASTE` times the bytes wanted (or :data:`SPAN_FLOOR` bytes, for small
+  regions, or :data:`RUN_BYTES` per run: a run read alone costs a request), those rows are
+  read as one range into a buffer and copied out;
   else run by run through the planner (whose gap rule bounds the bytes read over: a column
   of a wide tensor is never a whole-tensor read);
 * a tensor that is not stored raw (compressed, bit-packed, quantized), and every tensor
@@ -62,7 +61,6 @@ __all__ = [
     "MANY_RUNS",
     "RUN_BYTES",
     "SPAN_FLOOR",
-    "SPAN_STRIDE",
     "SPAN_WASTE",
     "Frugal",
     "Want",
@@ -79,10 +77,6 @@ NDArray = np.ndarray[Any, Any]
 
 MANY_RUNS = 64
 """Runs of one region from which one strided copy beats a read per run."""
-
-SPAN_STRIDE = 4096
-"""The average bytes between a remote region's runs up to which the rows they span are one
-read (the bytes read over are at most this much per run)."""
 
 SPAN_WASTE = 8
 """A remote region's span is read as one range only while it is at most this many times
@@ -184,9 +178,7 @@ def read_regions(wants: Sequence[Want], threads: int | None = None) -> int:
             hull = _hull(w.region)
             stride = math.prod(w.region.shape[1:]) * itemsize
             spanned = (hull[1] - hull[0]) * stride
-            if spanned <= SPAN_STRIDE * count and spanned <= max(
-                SPAN_WASTE * w.box.nbytes, SPAN_FLOOR, RUN_BYTES * count
-            ):
+            if spanned <= max(SPAN_WASTE * w.box.nbytes, SPAN_FLOOR, RUN_BYTES * count):
                 span = np.empty(((hull[1] - hull[0]), *w.region.shape[1:], itemsize), np.uint8)
                 rng = ByteRange(base + hull[0] * stride, base + hull[1] * stride)
                 jobs.setdefault(id(w.reader), (w.reader, []))[1].append(
