@@ -85,7 +85,7 @@ _SHAPES = st.lists(st.integers(0, 7), min_size=0, max_size=4).map(tuple)
 _DTYPES = [np.float32, np.int8, np.float16, ml_dtypes.bfloat16, np.int64]
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data(), shape=_SHAPES, dtype=st.sampled_from(_DTYPES))
 def test_a_region_reads_what_numpy_indexing_gives(data: Any, shape: tuple[int, ...],
                                                     dtype: Any) -> None:  # fmt: skip

@@ -1,5 +1,5 @@
 """Issue 38's "a rank that dies mid-load makes every other rank fail with a clear error
-instead of hanging (a test kills one)": 4 real gloo ranks load a checkpoint cooperatively and
+instead of hanging (a test kills one)": 3 real gloo ranks load a checkpoint cooperatively and
 rank 1 is SIGKILLed, once while it is between two of its block reads (after it has sent its
 first block), once before it joins the exchange of plans. Every other rank must end on its
 own (exit 0 after recording what it raised, long before the harness would kill it) with a
@@ -18,7 +18,7 @@ from safetensors.torch import save_file
 
 from tests.distributed._ranks import Rank, run_ranks
 
-WORLD = 4
+WORLD = 3
 
 
 def _target(ctx: Rank) -> None:
@@ -62,6 +62,6 @@ def test_a_killed_rank_fails_every_other_rank_without_a_hang(tmp_path: Path, whe
     )  # fmt: skip
     assert not group.timed_out, group.failure()
     assert group.returncodes[1] == -signal.SIGKILL
-    assert [group.returncodes[r] for r in (0, 2, 3)] == [0, 0, 0], group.failure()
-    for r, text in zip((0, 2, 3), group.get("outcome", [0, 2, 3]), strict=True):
+    assert [group.returncodes[r] for r in (0, 2)] == [0, 0], group.failure()
+    for r, text in zip((0, 2), group.get("outcome", [0, 2]), strict=True):
         assert text.startswith("PeerError"), (r, text)

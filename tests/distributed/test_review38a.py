@@ -154,10 +154,10 @@ def _target(ctx: Rank) -> None:
     bad_device = "no-such-device" if r == 1 else "cpu"
     ctx.attempt("device", load, path, plan_b(r), group=world, device=bad_device, timeout=3.0)
     dist.barrier()
-    # rank 2 joins the load 8 s late; every rank allows every wait 2 s. The group is out of
+    # rank 2 joins the load 4 s late; every rank allows every wait 2 s. The group is out of
     # step afterwards (a timed-out collective stays posted): the ranks leave without it.
     if r == 2:
-        time.sleep(8)
+        time.sleep(4)
     start = time.monotonic()
     ok = ctx.attempt("late", load, path, plan_b(r), group=world, timeout=2.0)
     ctx.record("late_s", (ok, time.monotonic() - start))
@@ -230,9 +230,9 @@ def test_a_rank_on_another_checkpoint_of_the_same_layout_fails_every_rank(group:
 
 
 def test_timeout_bounds_the_wait_for_a_late_rank(group: Group) -> None:
-    """``timeout`` "bounds every wait": ranks 0 and 1 give 2 s, rank 2 joins 8 s late; the
+    """``timeout`` "bounds every wait": ranks 0 and 1 give 2 s, rank 2 joins 4 s late; the
     plan exchange (``all_gather_object``) waits on the process group's own timeout instead,
-    so both wait the 8 s and then load as if nothing happened."""
+    so both waited the 4 s and then loaded as if nothing happened."""
     for rank in (0, 1):
         (late,) = group.get("late", [rank])
         assert "PeerError" in late, (rank, late)
@@ -265,7 +265,7 @@ def test_a_failing_read_on_one_owner_fails_every_rank(group: Group) -> None:
 
 
 def _slow_owner_target(ctx: Rank) -> None:
-    """Rank 2 reads from a server that holds the tensors' bytes back 6 s; ranks 0 and 1
+    """Rank 2 reads from a server that holds the tensors' bytes back 4 s; ranks 0 and 1
     allow 1.5 s: they time out waiting for rank 2's blocks. Then every rank loads again."""
     import threading
 
@@ -290,8 +290,8 @@ def _slow_owner_target(ctx: Rank) -> None:
 
     with HostileServer(respond) as server:
         if r == 2:
-            threading.Timer(6.0, gate.set).start()
-            source, timeout = f"{server.url}/model.safetensors", 10.0
+            threading.Timer(4.0, gate.set).start()
+            source, timeout = f"{server.url}/model.safetensors", 6.0
         else:
             source, timeout = path, 1.5
         ctx.attempt("slow", load, source, None, group=world, timeout=timeout)

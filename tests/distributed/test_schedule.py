@@ -39,7 +39,7 @@ def _entry(draw: Any, shape: tuple[int, ...]) -> Any:
     return (slice(a, b, draw(st.sampled_from([1, 2, -1]))),)
 
 
-@settings(max_examples=120, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(data=st.data(), shape=st.lists(st.integers(0, 9), min_size=0, max_size=3).map(tuple),
        world=st.integers(1, 4), block=st.sampled_from([4, 16, 64, 1 << 20]))  # fmt: skip
 def test_the_schedule_moves_each_ranks_region_to_it(data: Any, shape: tuple[int, ...],
