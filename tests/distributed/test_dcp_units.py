@@ -145,7 +145,7 @@ def test_a_ranks_reads_skip_other_ranks_rows() -> None:
     stays under coalesce_waste of the bytes wanted (the reader's rule), not up to 2x."""
     from tensorfile.core import plan as planner
     from tensorfile.core.catalog import ByteRange
-    from tensorfile.distributed.reader import _Frugal
+    from tensorfile.core.selection.read import Frugal as _Frugal
     from tensorfile.sources import MemorySource
 
     src = MemorySource(bytes(64 * 3072))

@@ -43,6 +43,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from tensorfile.core.catalog import TensorInfo
 from tensorfile.core.errors import PeerError, TensorFileError
 from tensorfile.core.reader import Reader
 from tensorfile.core.selection import Region
@@ -403,12 +404,10 @@ class _Reads:
         if self.thread.ident is not None:  # (started)
             self.thread.join(None if wait else 1.0)
 
-    def _target(self, block: Block) -> NDArray:
-        """Where ``block`` is read: this rank's own result rows when it wants the whole
-        block as it is, else a new buffer."""
+    def _target(self, block: Block, reg: Region, info: TensorInfo) -> NDArray:
+        """Where ``block`` (the region ``reg`` of the tensor ``info``) is read: this rank's
+        own result rows when it wants the whole block as it is, else a new buffer."""
         run = self.run
-        info = run.reader.info(block.name)
-        reg = Region(info.shape, block.dims, None, _box_shape(block.dims))
         own = [p for p in block.pieces if p.rank == run.me]
         if len(own) == 1 and _is_whole(own[0], block):
             return run._rows(block.name, own[0].rows).reshape(*reg.box_shape, element_size(info))
@@ -424,8 +423,8 @@ class _Reads:
                     return
             try:
                 info = run.reader.info(block.name)
-                target = self._target(block)
                 reg = Region(info.shape, block.dims, None, _box_shape(block.dims))
+                target = self._target(block, reg, info)
                 got = read_regions([Want(shard(run.reader, block.name), block.name, reg, target)])
                 run.counters.bytes_read += got
                 run.counters.reads += 1

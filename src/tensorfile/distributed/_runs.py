@@ -22,6 +22,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from tensorfile.core.errors import InvalidArgumentError
+from tensorfile.core.selection.region import Region
+from tensorfile.core.selection.runs import runs as region_runs
 
 __all__ = ["Runs", "box_view", "check_cover", "overlap", "runs"]
 
@@ -50,19 +52,13 @@ def runs(
 ) -> Runs:
     """The byte runs of the box ``offsets``/``sizes`` of a tensor of ``shape`` whose
     elements are ``itemsize`` bytes (a 0-d tensor: one run of ``itemsize``; an empty box:
-    no run)."""
-    nd = len(shape)
-    if nd == 0:
-        return Runs(np.zeros(1, np.int64), itemsize)
-    if math.prod(sizes) == 0:
+    no run): the box's region's runs (:func:`tensorfile.core.selection.runs.runs`), all of
+    one length."""
+    if math.prod(sizes) == 0 and shape:
         return Runs(np.zeros(0, np.int64), 0)
-    k = _inner(shape, sizes)
-    stride = _strides(shape, itemsize)
-    starts = np.array([sum(offsets[d] * stride[d] for d in range(k + 1))], np.int64)
-    for d in range(k - 1, -1, -1):  # the outer dimensions, outermost slowest
-        steps = np.arange(sizes[d], dtype=np.int64) * stride[d]
-        starts = (steps[:, None] + starts[None, :]).reshape(-1)
-    return Runs(starts, sizes[k] * stride[k])
+    dims = tuple(((o, o + n),) for o, n in zip(offsets, sizes, strict=True))
+    starts, lengths = region_runs(Region(tuple(shape), dims, None, tuple(sizes)), itemsize)
+    return Runs(starts, int(lengths[0]))
 
 
 def check_cover(

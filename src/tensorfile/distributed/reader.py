@@ -102,6 +102,7 @@ from tensorfile.core.errors import (
     naming,
 )
 from tensorfile.core.reader import Reader
+from tensorfile.core.selection.read import Frugal
 from tensorfile.formats import get as get_format
 from tensorfile.formats import open_reader
 from tensorfile.formats.safetensors.hub import check_prefix, hub_chunks
@@ -433,7 +434,7 @@ class StorageReader(_DCPStorageReader):
             pieces: list[plan.Piece] = []
             for file in files[at : at + MAX_OPEN]:  # one plan per file: neighbours share
                 reader = self._open(file)
-                pieces.extend(plan.plan(_Frugal(reader.source), reader.readinto, jobs[file]))
+                pieces.extend(plan.plan(Frugal(reader.source), reader.readinto, jobs[file]))
             plan.execute(pieces)
         for view, out in spans:
             np.copyto(out, view)
@@ -455,21 +456,6 @@ class StorageReader(_DCPStorageReader):
         readers, self._readers = self._readers, OrderedDict()
         for r in readers.values():
             r.close()
-
-
-class _Frugal:
-    """A source's tuning for one rank's reads: its gap may be read over only while the
-    bytes read for nothing stay under ``coalesce_waste`` of those wanted (a gap between one
-    rank's pieces is another rank's bytes: all ranks together then fetch at most that much
-    more than the checkpoint)."""
-
-    coalesce_waste = 0.1
-
-    def __init__(self, source: Any) -> None:
-        self._source = source
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._source, name)
 
 
 _FILES = "__tensorfile_files__"
