@@ -407,21 +407,9 @@ class TorchIterable(IterableDataset):  # type: ignore[type-arg]
             pos += b - a
         return np.concatenate(parts)
 
-    def __iter__(self) -> Iterator[dict[str, Any]]:
-        info = get_worker_info()
-        if info is not None:
-            self._adopt()
-        # in the main process after workers ran, an iteration of its own (a peek at a
-        # batch) says nothing of what the loop took from them: still refused (.torch_sync)
-        wid, workers = _layout()
-        rank, world = self._where()
-        base, first = self._start(rank, world, wid, workers)
-        self._base, self._next_step = base, first
-        if self._total == 0:  # an empty dataset: nothing to yield (and no schema to gather)
-            self._end_pass()
-            return
-        split = Split(self._total, base, world, self.options.unit, self.options.even)
-        order = EpochOrder(
+    def _order(self) -> EpochOrder:
+        """The current epoch's order."""
+        return EpochOrder(
             self.counts,
             seed=self.options.seed,
             epoch=self.epoch,
@@ -430,12 +418,23 @@ class TorchIterable(IterableDataset):  # type: ignore[type-arg]
             shuffle_block=self.options.shuffle_block,
             unit=self.options.unit,
         )
-        gather = Gather(self.dataset, self.counts, shared=info is not None and self.options.batched)
+
+    def _pass(self, wid: int, workers: int, chunk: int) -> Iterator[list[tuple[int, NDArray]]]:
+        """The pieces ``(step, ids)`` of worker ``wid`` of ``workers`` for the next pass, from
+        its start (the resume point), ``chunk`` pieces at a time, the shards of the pieces
+        ahead handed to the dataset's background download. It does not end the pass (the
+        caller does, with :meth:`_end_pass`, once what it yielded was taken)."""
+        rank, world = self._where()
+        base, first = self._start(rank, world, wid, workers)
+        self._base, self._next_step = base, first
+        if self._total == 0:  # an empty dataset: nothing to yield (and no schema to gather)
+            return
+        split = self._split(base)
+        order = self._order()
         steps = iter(range(first, split.rank_steps(rank, self.options.drop_last), workers))
         ahead: deque[tuple[int, NDArray]] = deque()
         queued = 0
         predownload = self.dataset.predownload
-        chunk = 1 if self.options.batched else max(1, _SAMPLE_CHUNK // self.options.unit)
         while True:
             added = False
             while len(ahead) < chunk or queued < predownload:
@@ -447,19 +446,38 @@ class TorchIterable(IterableDataset):  # type: ignore[type-arg]
                 queued += ids.size
                 added = True
             if not ahead:
-                self._end_pass()
                 return
             if added and predownload > 0:
                 self.dataset.prefetch(self._shards_of(ahead))
             taken = [ahead.popleft() for _ in range(min(chunk, len(ahead)))]
             queued -= sum(ids.size for _, ids in taken)
-            if self.options.batched:
+            yield taken
+
+    def _gather(self, *, shared: bool = False) -> Gather:
+        """A gatherer of this feed's samples (``shared``: into shared memory)."""
+        return Gather(self.dataset, self.counts, shared=shared)
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        info = get_worker_info()
+        if info is not None:
+            self._adopt()
+        # in the main process after workers ran, an iteration of its own (a peek at a
+        # batch) says nothing of what the loop took from them: still refused (.torch_sync)
+        wid, workers = _layout()
+        batched = self.options.batched
+        chunk = 1 if batched else max(1, _SAMPLE_CHUNK // self.options.unit)
+        gather: Gather | None = None
+        for taken in self._pass(wid, workers, chunk):
+            if gather is None:
+                gather = self._gather(shared=info is not None and batched)
+            if batched:
                 t, ids = taken[0]
                 batch = gather(ids)
                 self._next_step = t + workers
                 yield batch
                 continue
             yield from self._samples(gather, taken, workers)
+        self._end_pass()
 
     def _samples(
         self, gather: Gather, taken: list[tuple[int, NDArray]], workers: int

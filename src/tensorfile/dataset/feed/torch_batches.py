@@ -28,6 +28,7 @@ Example:
 from __future__ import annotations
 
 import math
+import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -64,9 +65,15 @@ class ShardArrays:
         self.owned_limit = owned
         self.owned = 0
         self._arrays: OrderedDict[int, tuple[dict[str, NDArray], int]] = OrderedDict()
+        self._lock = threading.Lock()
 
     def get(self, index: int) -> dict[str, NDArray]:
-        """The arrays of shard ``index`` (manifest order)."""
+        """The arrays of shard ``index`` (manifest order); one thread at a time (the
+        dataset's open readers are not shared between threads safely)."""
+        with self._lock:
+            return self._get(index)
+
+    def _get(self, index: int) -> dict[str, NDArray]:
         hit = self._arrays.get(index)
         if hit is not None:
             self._arrays.move_to_end(index)
@@ -153,21 +160,30 @@ class Gather:
 
     def __call__(self, ids: NDArray) -> dict[str, Any]:
         ids = np.asarray(ids, dtype=np.int64)
+        outs = {c: col.alloc(ids.size, self.shared) for c, col in self.columns.items()}
+        keys = self.fill(ids, {c: view for c, (view, _) in outs.items()})
+        batch: dict[str, Any] = {c: finish() for c, (_, finish) in outs.items()}
+        if keys is not None:
+            batch["key"] = keys
+        return batch
+
+    def fill(self, ids: NDArray, views: dict[str, NDArray]) -> list[str] | None:
+        """Copy the samples ``ids`` into ``views`` (``{column: array of len(ids) rows}``, in
+        the columns' numpy dtypes); the keys of a key-value dataset are returned. Safe to
+        call from several threads at once (into different views): the copies release the
+        GIL, the shards' arrays are looked up under a lock."""
+        ids = np.asarray(ids, dtype=np.int64)
         n = ids.size
         shard = np.searchsorted(self.starts[1:], ids, side="right").astype(np.int64)
         rows = ids - self.starts[shard]
-        outs = {c: col.alloc(n, self.shared) for c, col in self.columns.items()}
         keys: NDArray | None = np.empty(n, dtype=object) if self.kv else None
         for s, dest, r in self._groups(shard, rows):
             arrays = self.arrays.get(s)
-            for c, (view, _) in outs.items():
+            for c, view in views.items():
                 _fill(view, dest, arrays[c], r)
             if keys is not None:
                 keys[dest] = arrays["key"][r]
-        batch: dict[str, Any] = {c: finish() for c, (_, finish) in outs.items()}
-        if keys is not None:
-            batch["key"] = keys.tolist()
-        return batch
+        return None if keys is None else keys.tolist()
 
     @staticmethod
     def _groups(shard: NDArray, rows: NDArray) -> list[tuple[int, NDArray | slice, NDArray]]:
