@@ -28,6 +28,17 @@ It is a drop-in for the ``DataLoader`` loop over the same feed:
 Only ready batches (``batch_size`` given, not ``per_sample``). The feed itself stays usable
 in a ``DataLoader`` (or torchdata's ``StatefulDataLoader``).
 
+A pass is its iterator: dropping it (a ``break``, an exception out of the loop) or
+:meth:`FeedLoader.close` ends it and stops its threads; ``iter()`` again, ``load_state_dict``,
+``set_epoch`` with another epoch (the loader's or the feed's), or a pass of the feed itself
+end the pass under way too (its iterator stops: it cannot go on in another epoch's or
+resume point's state). The last batch handed out ends the pass (its resume point is used
+up), as the last batch produced does for ``DataLoader`` workers. The loader runs in the
+training process in place of a ``DataLoader``: inside a ``DataLoader`` worker it is refused
+(iterate the feed there), and a forked process cannot go on with a pass its parent started
+(the threads stayed in the parent; it starts its own). A loader pickles or copies as its
+feed and settings, without the pass under way.
+
 Example:
     >>> import numpy as np, os, tempfile
     >>> from tensorfile import dataset
@@ -44,8 +55,8 @@ Example:
 
 from __future__ import annotations
 
-import itertools
 import os
+import weakref
 from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -53,6 +64,7 @@ from typing import Any, Protocol
 
 import numpy as np
 import torch
+from torch.utils.data import get_worker_info
 
 from ...core.errors import InvalidArgumentError, InvalidTypeError
 from .options import FeedOptions
@@ -71,6 +83,7 @@ class LoaderFeed(Protocol):
     pass as a plan, its gatherer, its position and resume state)."""
 
     options: FeedOptions
+    epoch: int
     _next_step: int | None
 
     def __len__(self) -> int: ...
@@ -148,7 +161,13 @@ class FeedLoader:
             what = "pin_memory=True" if pin_memory else f"device={device!r}"
             raise InvalidArgumentError(f"{what} needs CUDA, and torch sees no CUDA device here")
         self.pin = pin_memory or cuda
-        self._pass: Iterator[dict[str, Any]] | None = None
+        # the pass under way: its iterator is the caller's (dropped, it ends the pass)
+        self._pass: weakref.ref[Iterator[dict[str, Any]]] | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_pass"] = None  # (the pass's threads stay with this object)
+        return state
 
     # -- the feed's epoch and resume state --------------------------------------------------
 
@@ -157,7 +176,10 @@ class FeedLoader:
         return len(self.feed)
 
     def set_epoch(self, epoch: int) -> None:
-        """The feed's :meth:`~tensorfile.dataset.torch.TorchIterable.set_epoch`."""
+        """The feed's :meth:`~tensorfile.dataset.torch.TorchIterable.set_epoch` (a pass
+        under way in another epoch is ended first)."""
+        if epoch != self.feed.epoch:
+            self.close()
         self.feed.set_epoch(epoch)
 
     def state_dict(self, samples: int | None = None) -> dict[str, Any]:
@@ -190,35 +212,43 @@ class FeedLoader:
     # -- the pass ---------------------------------------------------------------------------
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
+        if get_worker_info() is not None:
+            raise InvalidArgumentError(
+                "FeedLoader takes the place of a DataLoader, in the training process; inside a "
+                "DataLoader worker each worker would give the whole rank, and the batches it "
+                "sends would be overwritten by later ones: iterate the feed itself there "
+                "(DataLoader(feed, batch_size=None, num_workers=k))"
+            )
         self.close()  # one pass at a time: a new one ends the one under way
-        self._pass = self._run()
-        return self._pass
+        run = self._run()
+        self._pass = weakref.ref(run)
+        return run
 
     def close(self) -> None:
         """End the pass under way (its threads stop; the batches handed out stay valid)."""
-        if self._pass is not None:
-            self._pass.close()  # type: ignore[attr-defined]
-            self._pass = None
+        run = None if self._pass is None else self._pass()
+        self._pass = None
+        if run is not None:
+            run.close()  # type: ignore[attr-defined]
 
     def _run(self) -> Iterator[dict[str, Any]]:
         feed = self.feed
-        plan = feed._pass(0, 1, 1)
-        first = next(plan, None)
-        if first is None:  # nothing for this rank
+        pid = os.getpid()
+        plan = _Plan(feed._pass(0, 1, 1))
+        if not plan:  # nothing for this rank
             feed._end_pass()
             return
         gather = feed._gather()
         ring = Ring(gather.columns, feed.options.unit, self.depth + 2, self.pin)
         pending: deque[tuple[int, int, Buffer, Future[dict[str, Any]]]] = deque()
         pool = ThreadPoolExecutor(self.threads, "tensorfile-feed")
-        pieces = itertools.chain([first], plan)
         try:
             while True:
-                for (t, ids), *_ in itertools.islice(pieces, self.depth - len(pending)):
+                for t, ids in plan.take(self.depth - len(pending)):
                     buf = ring.take()
                     pending.append((t, ids.size, buf, pool.submit(_fill, gather, ring, buf, ids)))
                 if not pending:
-                    break
+                    return
                 t, n, buf, job = pending.popleft()
                 filled = job.result()
                 batch = ring.hand_out(buf, n, filled)
@@ -228,13 +258,23 @@ class FeedLoader:
                 if self.device is not None:
                     batch = self._to_device(batch, buf)
                 feed._next_step = t + 1
+                if not pending and not plan:  # the last batch: the pass ran to its end
+                    feed._end_pass()
                 yield batch
                 del batch
-            feed._end_pass()
+                if os.getpid() != pid:
+                    raise InvalidArgumentError(
+                        f"this pass was started in process {pid}, and this process is a fork "
+                        "of it: the pass's threads stayed there; start a pass of its own "
+                        "(iter(loader), from the feed's resume point)"
+                    )
+                if feed._next_step != t + 1:  # set_epoch, load_state_dict or another pass
+                    return
         finally:
             for *_, job in pending:
                 job.cancel()
-            pool.shutdown(wait=True, cancel_futures=True)
+            if os.getpid() == pid:  # (a forked process has no threads to wait for)
+                pool.shutdown(wait=True, cancel_futures=True)
 
     def _to_device(self, batch: dict[str, Any], buf: Buffer) -> dict[str, Any]:
         """``batch`` copied to the device (tensors; the keys stay), the copy queued on the
@@ -248,6 +288,26 @@ class FeedLoader:
             event.record()
             buf.event = event
         return moved
+
+
+class _Plan:
+    """The pieces ``(step, ids)`` of a pass (what ``TorchIterable._pass`` yields, a piece at
+    a time), looked one ahead: false once none is left."""
+
+    def __init__(self, pieces: Iterator[list[tuple[int, NDArray]]]) -> None:
+        self._pieces = pieces
+        self._next = next(pieces, None)
+
+    def __bool__(self) -> bool:
+        return self._next is not None
+
+    def take(self, k: int) -> list[tuple[int, NDArray]]:
+        """Up to ``k`` pieces."""
+        out: list[tuple[int, NDArray]] = []
+        while len(out) < k and self._next is not None:
+            out.extend(self._next)
+            self._next = next(self._pieces, None)
+        return out
 
 
 def _fill(gather: Gather, ring: Ring, buf: Buffer, ids: NDArray) -> dict[str, Any]:

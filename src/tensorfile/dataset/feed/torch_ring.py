@@ -2,14 +2,25 @@
 from batch to batch instead of fresh memory for each (:class:`Ring`).
 
 A batch handed out is a set of views of one :class:`Buffer` (a uint8 tensor per column, the
-size of a full batch). The buffer comes back to the ring **only when nothing refers to its
-memory any more**: the ring compares the use count of each column's storage (every tensor,
-view, slice or numpy array over it holds one) with the count when idle. So there is no
-lifetime rule to follow: a batch kept (or a slice of it, or ``.numpy()`` of it) keeps its
-buffer out of the ring, and the ring makes another buffer when none is free; a batch dropped
-lets its buffer be overwritten by a later batch. Pinned buffers (``pin=True``) that came
-back are also made to wait for the copies already queued on the current CUDA stream (a
-``.to(device, non_blocking=True)`` of the batch, whose source must not change until it ran).
+size of a full batch). A column's memory comes back to the ring **only when nothing refers
+to it any more**: the ring compares the use count of the column's storage (every tensor,
+view, slice or numpy array over it holds one) and the references to its Python storage
+object (a ``.untyped_storage()`` or ``.storage()`` kept, which the first count does not
+see) with their counts when idle. So there is no lifetime rule to follow: a batch kept (or a
+slice of it, or ``.numpy()`` of it) keeps its memory out of the ring, and the ring makes
+another buffer when none is free; a batch dropped lets its buffer be overwritten by a later
+batch. A column kept alone (``labels.append(batch["label"])``) becomes the caller's: the
+ring puts fresh memory in its place and reuses the rest of the buffer, so what the caller
+keeps costs what it would with ``DataLoader``. Memory moved into shared memory (a batch put
+on a ``torch.multiprocessing`` queue: another process may map it, unseen) is never reused.
+The ring watches the last few buffers handed out (:attr:`Ring.track`); a buffer the caller
+still holds past them is left to the caller (freed when dropped, not reused).
+
+Pinned buffers (``pin=True``) that came back are also made to wait for the copies already
+queued on the current CUDA stream (a ``.to(device, non_blocking=True)`` of the batch, whose
+source must not change until it ran); a copy queued on another stream must be waited for
+(``torch.cuda.current_stream().wait_stream(s)``, or a synchronize) before the batch is
+dropped.
 
 Bit-packed columns (F4, F6) are packed into a fresh tensor for each batch (a copy), as
 :class:`~tensorfile.dataset.feed.torch_batches.Gather` does.
@@ -33,6 +44,7 @@ Example:
 from __future__ import annotations
 
 import math
+import sys
 from typing import Any
 
 import numpy as np
@@ -45,27 +57,54 @@ __all__ = ["Buffer", "Ring"]
 NDArray = np.ndarray[Any, Any]
 
 
-def _uses(raw: torch.Tensor) -> int:
-    """How many references the storage of ``raw`` has (its tensors, views, numpy arrays)."""
-    return int(torch._C._storage_Use_Count(raw.untyped_storage()._cdata))
+def _uses(raw: torch.Tensor) -> tuple[int, int]:
+    """The references to the storage of ``raw``: its use count (its tensors, views, numpy
+    arrays) and those of its Python storage object (a kept ``untyped_storage()``: torch keeps
+    one such object per storage, which adds nothing to the first count once it exists)."""
+    storage = raw.untyped_storage()
+    return int(torch._C._storage_Use_Count(storage._cdata)), sys.getrefcount(storage)
 
 
 class Buffer:
     """One batch's memory: a uint8 tensor per (not bit-packed) column, of ``rows`` rows."""
 
     def __init__(self, columns: dict[str, Column], rows: int, pin: bool) -> None:
+        self.pin = pin
         self.raw: dict[str, torch.Tensor] = {}
+        self.idle: dict[str, tuple[int, int]] = {}
         for name, col in columns.items():
-            if col.packed:
-                continue
-            nbytes = rows * col.row_bytes
-            self.raw[name] = torch.empty(nbytes, dtype=torch.uint8, pin_memory=pin)
-        self.idle = {name: _uses(raw) for name, raw in self.raw.items()}
+            if not col.packed:
+                self._new(name, rows * col.row_bytes)
         self.event: Any = None  # a CUDA event the next writer waits for (pinned buffers)
+
+    def _new(self, name: str, nbytes: int) -> None:
+        raw = torch.empty(nbytes, dtype=torch.uint8, pin_memory=self.pin)
+        self.raw[name] = raw
+        self.idle[name] = _uses(raw)
+
+    def held(self) -> list[str]:
+        """The columns whose memory something outside the ring refers to."""
+        out = []
+        for name, raw in self.raw.items():
+            uses, idle = _uses(raw), self.idle[name]
+            if uses[0] > idle[0] or uses[1] > idle[1]:
+                out.append(name)
+        return out
+
+    def shared(self) -> list[str]:
+        """The columns moved into shared memory (a batch put on a ``torch.multiprocessing``
+        queue): another process may map them, unseen."""
+        return [name for name, raw in self.raw.items() if raw.is_shared()]  # type: ignore[no-untyped-call]
 
     def free(self) -> bool:
         """Whether nothing outside the ring refers to this buffer's memory."""
-        return all(_uses(raw) <= self.idle[name] for name, raw in self.raw.items())
+        return not self.held() and not self.shared()
+
+    def release(self, names: list[str]) -> None:
+        """Leave the memory of columns ``names`` to whoever holds it: fresh memory in its
+        place."""
+        for name in names:
+            self._new(name, self.raw[name].numel())
 
     def wait(self) -> None:
         """Wait for the device copies queued from this buffer before it came back."""
@@ -84,6 +123,8 @@ class Ring:
         self.rows = rows
         self.keep = max(1, keep)
         self.pin = pin
+        self.track = 2 * self.keep
+        """buffers handed out that are watched for their return (the latest)"""
         self._free: list[Buffer] = []
         self._out: list[Buffer] = []  # handed out (a buffer being filled is in neither)
 
@@ -94,16 +135,20 @@ class Ring:
         return self._free.pop() if self._free else Buffer(self.columns, self.rows, self.pin)
 
     def _reclaim(self) -> None:
-        back = [b for b in self._out if b.free()]
-        if not back:
-            return
-        self._out = [b for b in self._out if not b.free()]
-        for buf in back:
+        out: list[Buffer] = []
+        for buf in self._out:
+            held = buf.held()
+            if held and len(held) == len(buf.raw):  # the whole batch is still held
+                out.append(buf)
+                continue
+            # columns kept alone, or shared with another process: theirs now
+            buf.release(sorted({*held, *buf.shared()}))
             if self.pin and torch.cuda.is_available():
                 buf.event = torch.cuda.Event()  # type: ignore[no-untyped-call]
                 buf.event.record()  # after the copies the caller queued from it
             if len(self._free) < self.keep:
                 self._free.append(buf)
+        self._out = out
 
     def views(self, buf: Buffer, n: int) -> dict[str, NDArray]:
         """``{column: numpy array of n rows}`` to fill: views of ``buf`` (fresh arrays for
@@ -124,6 +169,8 @@ class Ring:
         gave) as ``{column: torch tensor}``, views of the buffer's memory; the buffer comes
         back to the ring once nothing refers to them."""
         self._out.append(buf)
+        if len(self._out) > self.track:  # the oldest, held all along: left to the caller
+            del self._out[0]
         batch: dict[str, Any] = {}
         for name, col in self.columns.items():
             if col.packed:
