@@ -44,7 +44,7 @@ from tensorfile import dataset
 from tensorfile.dataset.feed.torch_batches import Column
 from tensorfile.dataset.feed.torch_ring import Ring
 from tensorfile.dataset.order import epoch_order
-from tensorfile.errors import InvalidArgumentError
+from tensorfile.errors import InvalidArgumentError, TensorFileError
 
 N, SHARD, B, SEED, WIDTH = 150, 16, 8, 3, 64
 COUNTS = [SHARD] * (N // SHARD) + [N % SHARD]
@@ -413,3 +413,67 @@ def test_the_same_batches_as_dataloader_and_resume_at_any_moment(
         assert set(resumed) <= set(left) and len(left) - len(resumed) < world2
         assert len(set(resumed)) == len(resumed)
     assert not _threads()
+
+
+# -- remote --------------------------------------------------------------------------------
+
+
+def _remote(s3: Any) -> str:
+    url = s3.url(s3.bucket(), "feed")
+    ids = np.arange(N, dtype=np.int64)
+    cols = {"id": ids, "x": np.repeat(ids[:, None], WIDTH, 1).astype(np.float32)}
+    dataset.write(cols, url, batch_size=SHARD, storage_options=s3.options)
+    return url
+
+
+@pytest.mark.parametrize("cached", [True, False])
+def test_over_s3_with_and_without_the_shard_cache(s3: Any, tmp_path: Any, cached: bool) -> None:
+    url = _remote(s3)
+    where = {"cache_dir": tmp_path / "cache", "cache_limit": "1MiB"} if cached else {}
+    ds = dataset.open(url, storage_options=s3.options, **where)
+    opts = {"shuffle": True, "seed": SEED, "partitions": 4, "shuffle_block": 16}
+    loader = ds.to_torch(batch_size=B, **opts).loader(threads=3, depth=3)
+    it = iter(loader)
+    head = []
+    for _ in range(4):
+        b = next(it)
+        _check(b)
+        head += b["id"].tolist()
+    state = loader.state_dict()
+    loader.close()
+    # a later shard disappears from the bucket: the pass that reaches it fails clearly
+    last = ds.shards[-1].shard_path
+    again = dataset.open(url, storage_options=s3.options, **where)
+    resumed = again.to_torch(batch_size=B, **opts).loader(threads=2)
+    resumed.load_state_dict(state)
+    rest: list[int] = []
+    for b in resumed:
+        _check(b)
+        rest += b["id"].tolist()
+    assert head + rest == _order()
+    fresh = dataset.open(url, storage_options=s3.options, cache_dir=tmp_path / "other")
+    s3.fs.rm(f"{url}/{last}")
+    with pytest.raises(TensorFileError) as err:
+        for b in fresh.to_torch(batch_size=B, **opts).loader(threads=2):
+            _check(b)
+    assert last in str(err.value)
+    assert not _threads()
+    for d in (ds, again, fresh):
+        d.close()
+
+
+def test_a_dataloader_pass_after_the_loaders_makes_its_position_unknown(ds_path: str) -> None:
+    feed = _feed(ds_path)
+    loader = feed.loader(threads=2)
+    it = iter(loader)
+    next(it), next(it)
+    loader.close()
+    assert loader.state_dict()["samples"] == 2 * B
+    # the same feed in a DataLoader: its workers ran ahead of a loop the loader cannot see
+    assert len(list(DataLoader(feed, batch_size=None, num_workers=2))) == len(feed)
+    with pytest.raises(InvalidArgumentError, match="samples="):
+        loader.state_dict()  # (it said 2 batches: a resume would replay the epoch)
+    it = iter(loader)  # a pass of the loader's own makes it known again, for both
+    next(it)
+    assert loader.state_dict()["samples"] == feed.state_dict()["samples"] == B
+    assert [i for b in it for i in b["id"].tolist()] == _order()[B:]

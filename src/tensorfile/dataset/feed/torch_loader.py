@@ -71,6 +71,7 @@ from .options import FeedOptions
 from .order import check_int
 from .torch_batches import Gather
 from .torch_ring import Buffer, Ring
+from .torch_sync import Shared
 
 __all__ = ["FeedLoader", "default_threads"]
 
@@ -85,6 +86,7 @@ class LoaderFeed(Protocol):
     options: FeedOptions
     epoch: int
     _next_step: int | None
+    _shared: Shared
 
     def __len__(self) -> int: ...
     def set_epoch(self, epoch: int) -> None: ...
@@ -94,6 +96,7 @@ class LoaderFeed(Protocol):
     def _gather(self, *, shared: bool = False) -> Gather: ...
     def _position_state(self) -> dict[str, Any]: ...
     def _end_pass(self) -> None: ...
+    def _publish(self) -> None: ...
 
 
 def default_threads() -> int:
@@ -184,7 +187,9 @@ class FeedLoader:
 
     def state_dict(self, samples: int | None = None) -> dict[str, Any]:
         """The feed's resume state at the batches this loader handed out (exact: no
-        ``samples=`` needed, though it is taken as the feed takes it).
+        ``samples=`` needed, though it is taken as the feed takes it). Refused, as the
+        feed's, when ``DataLoader`` workers iterated the feed since this loader's last pass
+        started (their loop's position is not known here).
 
         Example:
             >>> import numpy as np, os, tempfile
@@ -199,9 +204,7 @@ class FeedLoader:
             >>> [b["x"].tolist() for b in again]
             [[4, 5], [6, 7]]
         """
-        if samples is not None:
-            return self.feed.state_dict(samples)
-        return self.feed._position_state()
+        return self.feed.state_dict(samples)
 
     def load_state_dict(self, state: Any) -> None:
         """The feed's :meth:`~tensorfile.dataset.torch.TorchIterable.load_state_dict` (a
@@ -235,6 +238,8 @@ class FeedLoader:
         feed = self.feed
         pid = os.getpid()
         plan = _Plan(feed._pass(0, 1, 1))
+        if feed._shared.ran:  # DataLoader workers ran: the position is this pass's again
+            feed._publish()
         if not plan:  # nothing for this rank
             feed._end_pass()
             return
