@@ -477,3 +477,11 @@ def test_a_dataloader_pass_after_the_loaders_makes_its_position_unknown(ds_path:
     next(it)
     assert loader.state_dict()["samples"] == feed.state_dict()["samples"] == B
     assert [i for b in it for i in b["id"].tolist()] == _order()[B:]
+
+
+@pytest.mark.parametrize("device", ["meta", "xpu", "mps", "hpu"])
+def test_a_device_it_cannot_copy_to_is_refused_when_made(ds_path: str, device: str) -> None:
+    # meta handed out tensors without data; the others failed at the first batch with
+    # torch's AssertionError, RuntimeError or ModuleNotFoundError
+    with pytest.raises(InvalidArgumentError, match=device):
+        _feed(ds_path).loader(device=device)

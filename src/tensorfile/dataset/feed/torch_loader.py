@@ -22,8 +22,8 @@ It is a drop-in for the ``DataLoader`` loop over the same feed:
   round; :meth:`~FeedLoader.load_state_dict` and :meth:`~FeedLoader.set_epoch` are the
   feed's;
 * ``pin_memory=True`` gathers into page-locked buffers (no extra host copy before a
-  ``.to(device, non_blocking=True)``); ``device=`` copies each batch there itself,
-  asynchronously, the buffer reused once the copy ran.
+  ``.to(device, non_blocking=True)``); ``device=`` (a CUDA device; others are refused)
+  copies each batch there itself, asynchronously, the buffer reused once the copy ran.
 
 Only ready batches (``batch_size`` given, not ``per_sample``). The feed itself stays usable
 in a ``DataLoader`` (or torchdata's ``StatefulDataLoader``).
@@ -115,6 +115,11 @@ def _device(device: Any) -> torch.device | None:
         dev = torch.device(device)
     except (RuntimeError, TypeError) as exc:
         raise InvalidArgumentError(f"device {device!r} is not a torch device: {exc}") from None
+    if dev.type not in ("cpu", "cuda"):  # (meta: no data; others: untested stream rules)
+        raise InvalidArgumentError(
+            f"device={device!r}: the loader copies batches to 'cuda' devices only (or keeps "
+            f"them on the cpu); move them to {dev.type!r} in the loop"
+        )
     return None if dev.type == "cpu" else dev
 
 
