@@ -44,7 +44,7 @@ from tensorfile import dataset
 from tensorfile.dataset.feed.torch_batches import Column
 from tensorfile.dataset.feed.torch_ring import Ring
 from tensorfile.dataset.order import epoch_order
-from tensorfile.errors import InvalidArgumentError, TensorFileError
+from tensorfile.errors import InvalidArgumentError, InvalidTypeError, TensorFileError
 
 N, SHARD, B, SEED, WIDTH = 150, 16, 8, 3, 64
 COUNTS = [SHARD] * (N // SHARD) + [N % SHARD]
@@ -485,3 +485,15 @@ def test_a_device_it_cannot_copy_to_is_refused_when_made(ds_path: str, device: s
     # torch's AssertionError, RuntimeError or ModuleNotFoundError
     with pytest.raises(InvalidArgumentError, match=device):
         _feed(ds_path).loader(device=device)
+
+
+def test_a_refused_epoch_or_state_leaves_the_pass_under_way(ds_path: str) -> None:
+    loader = _feed(ds_path).loader(threads=2)
+    it = iter(loader)
+    head = next(it)["id"].tolist()
+    with pytest.raises(InvalidTypeError, match="epoch"):
+        loader.set_epoch("1")  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError):
+        loader.load_state_dict({"format": "something else"})
+    loader.set_epoch(0)  # the epoch under way: nothing changes
+    assert head + [i for b in it for i in b["id"].tolist()] == _order()

@@ -186,9 +186,10 @@ class FeedLoader:
     def set_epoch(self, epoch: int) -> None:
         """The feed's :meth:`~tensorfile.dataset.torch.TorchIterable.set_epoch` (a pass
         under way in another epoch is ended first)."""
-        if epoch != self.feed.epoch:
+        before = self.feed.epoch
+        self.feed.set_epoch(epoch)  # (checked first: a refused epoch leaves the pass alone)
+        if self.feed.epoch != before:
             self.close()
-        self.feed.set_epoch(epoch)
 
     def state_dict(self, samples: int | None = None) -> dict[str, Any]:
         """The feed's resume state at the batches this loader handed out (exact: no
@@ -214,8 +215,8 @@ class FeedLoader:
     def load_state_dict(self, state: Any) -> None:
         """The feed's :meth:`~tensorfile.dataset.torch.TorchIterable.load_state_dict` (a
         pass under way is ended first)."""
+        self.feed.load_state_dict(state)  # (checked first: a refused state leaves the pass)
         self.close()
-        self.feed.load_state_dict(state)
 
     # -- the pass ---------------------------------------------------------------------------
 
