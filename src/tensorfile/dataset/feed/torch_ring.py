@@ -123,8 +123,9 @@ class Ring:
         self.rows = rows
         self.keep = max(1, keep)
         self.pin = pin
-        self.track = 2 * self.keep
-        """buffers handed out that are watched for their return (the latest)"""
+        self.track = max(64, 4 * self.keep)
+        """buffers handed out that are watched for their return (the latest: a caller that
+        keeps its last few batches still gets buffers back; each take polls them all)"""
         self._free: list[Buffer] = []
         self._out: list[Buffer] = []  # handed out (a buffer being filled is in neither)
 
