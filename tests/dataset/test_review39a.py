@@ -1,6 +1,8 @@
 """A hostile tester's findings on the feed's threaded loader (issue 39, :mod:`.torch_loader`,
 :mod:`.torch_ring`): each test failed before its fix.
 
+* a kept ``x.untyped_storage()`` (or ``x.storage()``) did not keep its buffer: torch keeps
+  one Python object per storage, which adds nothing to the storage's use count once made;
 * a column kept alone (``labels.append(b["label"])``, the metrics pattern) kept the whole
   batch's buffer (every column) out of the ring: a fresh buffer for every batch, an epoch
   of data held where ``DataLoader`` holds only the labels;
@@ -15,10 +17,17 @@
 * a mid-pass loader could not be pickled or copied (``TypeError`` about a generator);
 * a pass whose last batch was handed out but not followed by one more ``next`` (``zip``,
   ``islice``) kept its resume point: the next pass repeated the resumed part;
-* the ring kept polling every buffer the caller held (quadratic in a pass kept whole).
+* the ring kept polling every buffer the caller held (quadratic in a pass kept whole);
+* after a ``DataLoader`` pass over the same feed the loader's ``state_dict`` gave its own old
+  position (the feed's refuses: the workers' loop is not known);
+* ``device="meta"`` handed out tensors without data, other non-CUDA devices failed at the
+  first batch with torch's errors;
+* a refused ``set_epoch``/``load_state_dict`` had already ended the pass under way.
 
-Plus the loader against ``DataLoader`` as oracle, and resume at any moment, for random
-splits (hypothesis).
+Plus coverage that passed before: the loader against ``DataLoader`` as oracle and resume at
+any moment for random splits (hypothesis), derived views and tensors, KeyboardInterrupt,
+S3 with and without the shard cache (a shard deleted from the bucket), the last batches
+kept (the ring's watch).
 """
 
 from __future__ import annotations

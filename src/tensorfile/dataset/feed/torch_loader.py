@@ -20,7 +20,8 @@ It is a drop-in for the ``DataLoader`` loop over the same feed:
   from this object, so it knows what was taken) and is the feed's state: it resumes with
   another world size, another number of threads, or a ``DataLoader`` and the other way
   round; :meth:`~FeedLoader.load_state_dict` and :meth:`~FeedLoader.set_epoch` are the
-  feed's;
+  feed's (a ``DataLoader`` pass over the same feed after the loader's makes the position
+  unknown again, as for the feed; the loader's next pass makes it known);
 * ``pin_memory=True`` gathers into page-locked buffers (no extra host copy before a
   ``.to(device, non_blocking=True)``); ``device=`` (a CUDA device; others are refused)
   copies each batch there itself, asynchronously, the buffer reused once the copy ran.
