@@ -297,7 +297,8 @@ class FeedLoader:
         }
         if self.device is not None and self.device.type == "cuda":
             event = torch.cuda.Event()  # type: ignore[no-untyped-call]
-            event.record()
+            # on the stream the copies ran on: the device's, not the current device's
+            event.record(torch.cuda.current_stream(self.device))
             buf.event = event
         return moved
 

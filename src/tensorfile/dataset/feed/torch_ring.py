@@ -18,9 +18,10 @@ still holds past them is left to the caller (freed when dropped, not reused).
 
 Pinned buffers (``pin=True``) that came back are also made to wait for the copies already
 queued on the current CUDA stream (a ``.to(device, non_blocking=True)`` of the batch, whose
-source must not change until it ran); a copy queued on another stream must be waited for
+source must not change until it ran); a copy queued on another stream, or to another
+device than the current one, must be waited for
 (``torch.cuda.current_stream().wait_stream(s)``, or a synchronize) before the batch is
-dropped.
+dropped. The loader's own copies (``device=``) are waited for on that device's stream.
 
 Bit-packed columns (F4, F6) are packed into a fresh tensor for each batch (a copy), as
 :class:`~tensorfile.dataset.feed.torch_batches.Gather` does.
@@ -144,7 +145,8 @@ class Ring:
                 continue
             # columns kept alone, or shared with another process: theirs now
             buf.release(sorted({*held, *buf.shared()}))
-            if self.pin and torch.cuda.is_available():
+            if self.pin and buf.event is None and torch.cuda.is_available():
+                # (an event already there: the loader's own copy, device=, the only one)
                 buf.event = torch.cuda.Event()  # type: ignore[no-untyped-call]
                 buf.event.record()  # after the copies the caller queued from it
             if len(self._free) < self.keep:
