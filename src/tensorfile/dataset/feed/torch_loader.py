@@ -149,6 +149,10 @@ class FeedLoader:
             raise InvalidArgumentError(f"{what} needs CUDA, and torch sees no CUDA device here")
         self.pin = pin_memory or cuda
         self._pass: Iterator[dict[str, Any]] | None = None
+        # kept from pass to pass: the shards' mapped arrays (no page-table faults again in
+        # the next epoch) and the buffers (no fresh memory again)
+        self._gather: Gather | None = None
+        self._ring: Ring | None = None
 
     # -- the feed's epoch and resume state --------------------------------------------------
 
@@ -207,8 +211,10 @@ class FeedLoader:
         if first is None:  # nothing for this rank
             feed._end_pass()
             return
-        gather = feed._gather()
-        ring = Ring(gather.columns, feed.options.unit, self.depth + 2, self.pin)
+        if self._gather is None or self._ring is None:
+            self._gather = feed._gather()
+            self._ring = Ring(self._gather.columns, feed.options.unit, self.depth + 2, self.pin)
+        gather, ring = self._gather, self._ring
         pending: deque[tuple[int, int, Buffer, Future[dict[str, Any]]]] = deque()
         pool = ThreadPoolExecutor(self.threads, "tensorfile-feed")
         pieces = itertools.chain([first], plan)
