@@ -3,16 +3,19 @@
 * ``feed_iter_arrow``: a 1 GiB dataset (65,536 samples × 4,096 float32, 64 shards)
   iterated with ``ds.iter_arrow(1024)`` against pyarrow reading the same data from one
   uncompressed parquet file (``ParquetFile.iter_batches(1024)``, row groups of 1,024).
-* ``feed_torch``: an epoch of the same samples through ``DataLoader(..., num_workers=2)``:
-  tensorfile's batch mode (``DataLoader(ds.to_torch(batch_size=1024), batch_size=None)``)
-  against LitData (``litdata.optimize`` chunks, ``StreamingDataset`` read through its own
-  ``StreamingDataLoader(batch_size=1024, num_workers=2)``), MosaicML Streaming (MDS,
-  ``StreamingDataset(local=...)``, DataLoader ``batch_size=1024``), WebDataset (tar
+* ``feed_torch``: an epoch of the same samples, 2 workers or threads: tensorfile's own
+  loader (``ds.to_torch(batch_size=1024).loader(threads=2)``: threads gathering into reused
+  buffers) and, for comparison, its feed through ``DataLoader(..., num_workers=2,
+  batch_size=None)``, against LitData (``litdata.optimize`` chunks, ``StreamingDataset``
+  read through its own ``StreamingDataLoader(batch_size=1024, num_workers=2)``), MosaicML
+  Streaming (MDS, ``StreamingDataset(local=...)``, DataLoader ``batch_size=1024``), WebDataset (tar
   shards, ``.batched(1024)``), Hugging Face ``datasets`` (Arrow, slices of 1,024) and
   pyarrow parquet batches (row groups split over the workers, ``torch.from_numpy``); see
-  benchmarks/feed_common.py for each peer's data. A last line, no peer, gives the floor of
-  any such feed on this machine: the shards' rows memory-mapped and handed to DataLoader as
-  they lie (``MappedBatches``).
+  benchmarks/feed_common.py for each peer's data. Two last lines, no peers, give floors on
+  this machine: of any DataLoader feed (the shards' rows memory-mapped and handed to
+  DataLoader as they lie, ``MappedBatches``: DataLoader's transport alone), and of any feed
+  that hands over batches in its own memory (the mapped rows copied into one reused buffer
+  per thread, ``copy_floor``).
 * ``feed_small``: the same loaders over small samples, where the cost per sample
   dominates: 1,000,000 samples × 64 float32 (256 B each, 256 MB), shards of 16,384
   samples (4 MiB: 62 shards, about as many as the 1 GiB row's 64), batches of 1,024;
@@ -89,13 +92,15 @@ def runners(cfg: Config, quick: bool) -> dict[str, Callable[[], Result | FeedRes
 
 
 FEED_TORCH_LOADERS = {
-    "tf": "tensorfile to_torch(batch_size=1024)",
+    "tf": "tensorfile to_torch(batch_size=1024).loader(threads=2)",
+    "tf_dl": "tensorfile to_torch(batch_size=1024) in DataLoader(num_workers=2)",
     "litdata": "LitData StreamingDataset + StreamingDataLoader",
     "mds": "MosaicML Streaming (MDS)",
     "wds": "WebDataset (tar)",
     "hf": "HF datasets (Arrow slices)",
     "parquet": "pyarrow parquet batches",
-    "floor": "floor: mapped shard rows as they lie (no peer)",
+    "floor": "floor of DataLoader: mapped shard rows as they lie, 2 workers (no peer)",
+    "floor_copy": "floor of a copy: mapped rows copied into a reused buffer, 2 threads",
 }
 
 
@@ -109,7 +114,7 @@ def feed_torch(cfg: Config, data: FeedData, name: str = "feed_torch", most: int 
         same_sum(sums["tf"], total, f"{name} ({loader})")
     result = FeedResult(
         name,
-        f"an epoch, DataLoader(num_workers=2), batches of 1024, {data.samples:,} samples x "
+        f"an epoch, 2 workers or threads, batches of 1024, {data.samples:,} samples x "
         f"{data.width} F32 ({data.width * 4:,} B), shards of {data.shard:,}, page-cached",
         data.samples,
         data.nbytes,

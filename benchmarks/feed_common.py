@@ -281,21 +281,53 @@ class MappedBatches(IterableDataset[dict[str, Any]]):
         self.files = sorted(str(p) for p in Path(folder).glob("*.safetensors"))
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        import struct
-
         import torch
         from torch.utils.data import get_worker_info
 
         info = get_worker_info()
         k, w = (1, 0) if info is None else (info.num_workers, info.id)
         for path in self.files[w::k]:
-            with open(path, "rb") as f:
-                (n,) = struct.unpack("<Q", f.read(8))
-                x = json.loads(f.read(n))["x"]
-            start, _ = x["data_offsets"]
-            rows = np.memmap(path, np.float32, "r", 8 + n + start, tuple(x["shape"]))
+            rows = _mapped_rows(path)
             for i in range(0, len(rows), BATCH):
                 yield {"x": torch.from_numpy(np.asarray(rows[i : i + BATCH]))}
+
+
+def _mapped_rows(path: str) -> np.ndarray[Any, Any]:
+    """The rows of column ``x`` of a tensorfile shard, memory-mapped."""
+    import struct
+
+    with open(path, "rb") as f:
+        (n,) = struct.unpack("<Q", f.read(8))
+        x = json.loads(f.read(n))["x"]
+    start, _ = x["data_offsets"]
+    return np.memmap(path, np.float32, "r", 8 + n + start, tuple(x["shape"]))
+
+
+def copy_floor(folder: str, threads: int) -> float:
+    """The floor of a feed that hands over batches of its own memory: the shards' mapped
+    rows copied batch by batch into one reused buffer per thread (no indexing, no torch, no
+    transport), ``threads`` threads splitting the shards; each batch summed like the
+    loaders' (so the sums check holds)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import torch
+
+    files = sorted(str(p) for p in Path(folder).glob("*.safetensors"))
+
+    def part(paths: list[str]) -> float:
+        total, buf = 0.0, None
+        for path in paths:
+            rows = _mapped_rows(path)
+            if buf is None:
+                buf = np.empty((BATCH, *rows.shape[1:]), rows.dtype)
+            for i in range(0, len(rows), BATCH):
+                piece = buf[: len(rows[i : i + BATCH])]
+                np.copyto(piece, rows[i : i + BATCH])
+                total += float(torch.from_numpy(piece).sum().item())
+        return total
+
+    with ThreadPoolExecutor(threads) as pool:
+        return sum(pool.map(part, [files[w::threads] for w in range(threads)]))
 
 
 def _wds_decode(raw: bytes) -> np.ndarray[Any, Any]:
@@ -306,6 +338,12 @@ def local_loaders(data: FeedData, workers: int = 2) -> dict[str, Callable[[], fl
     """An epoch of each library over the page-cached data, every value summed."""
 
     def tf() -> float:
+        from tensorfile import dataset
+
+        it = dataset.open(str(data.path("tf"))).to_torch(batch_size=BATCH)
+        return loader_sum(it.loader(threads=workers))
+
+    def tf_dl() -> float:
         from torch.utils.data import DataLoader
 
         from tensorfile import dataset
@@ -358,14 +396,19 @@ def local_loaders(data: FeedData, workers: int = 2) -> dict[str, Callable[[], fl
         batches = MappedBatches(str(data.path("tf")))
         return loader_sum(DataLoader(batches, batch_size=None, num_workers=workers))
 
+    def floor_copy() -> float:
+        return copy_floor(str(data.path("tf")), workers)
+
     return {
         "tf": tf,
+        "tf_dl": tf_dl,
         "litdata": litdata,
         "mds": mds,
         "wds": wds,
         "hf": hf,
         "parquet": parquet,
         "floor": floor,
+        "floor_copy": floor_copy,
     }
 
 
@@ -415,7 +458,8 @@ class FeedResult:
     samples: int
     nbytes: int
     loaders: dict[str, str]
-    """short name -> what it is, tensorfile ("tf") first; "floor" is no peer (a bound)"""
+    """short name -> what it is, tensorfile ("tf") first; other "tf*" names are tensorfile
+    too, and "floor*" names bounds (neither is a peer)"""
     target: float | None = None
     times: dict[str, list[float]] = field(default_factory=dict)
     rates: bool = True
@@ -428,7 +472,7 @@ class FeedResult:
 
     @property
     def best_peer(self) -> str:
-        peers = [name for name in self.loaders if name not in ("tf", "floor")]
+        peers = [name for name in self.loaders if not name.startswith(("tf", "floor"))]
         return min(peers, key=self.median)
 
     @property

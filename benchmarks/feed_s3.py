@@ -66,16 +66,28 @@ BUCKET = "tf-feed"
 WIDTH = 4096
 MODULE = "benchmarks.feed_s3"
 S3_LOADERS = {
-    "tf": "tensorfile, cache_dir",
+    "tf": "tensorfile, cache_dir, its own loader (2 threads)",
+    "tf_dl": "tensorfile, cache_dir, DataLoader(num_workers=2)",
     "litdata": "LitData StreamingDataset(s3://, cache_dir=) + StreamingDataLoader",
     "mds": "MosaicML StreamingDataset(remote=, local=)",
 }
+FORMAT = {lib: "tf" if lib.startswith("tf") else lib for lib in S3_LOADERS}
+"""the data each loader reads (both tensorfile loaders read the tensorfile dataset)"""
 
 
 # --------------------------------------------------------------------------- children
 
 
 def _epochs_tf(url: str, cache: str, options: dict[str, Any]) -> Iterator[float]:
+    from tensorfile import dataset
+
+    it = dataset.open(url, storage_options=options, cache_dir=cache).to_torch(batch_size=BATCH)
+    loader = it.loader(threads=2)
+    for _ in range(2):
+        yield loader_sum(loader)
+
+
+def _epochs_tf_dl(url: str, cache: str, options: dict[str, Any]) -> Iterator[float]:
     from torch.utils.data import DataLoader
 
     from tensorfile import dataset
@@ -114,7 +126,12 @@ def _epochs_litdata(url: str, cache: str, options: dict[str, Any]) -> Iterator[f
         yield loader_sum(loader)
 
 
-EPOCHS = {"tf": _epochs_tf, "litdata": _epochs_litdata, "mds": _epochs_mds}
+EPOCHS = {
+    "tf": _epochs_tf,
+    "tf_dl": _epochs_tf_dl,
+    "litdata": _epochs_litdata,
+    "mds": _epochs_mds,
+}
 
 
 def child(argv: list[str]) -> None:
@@ -180,11 +197,14 @@ class Server:
 
 
 def feed_s3(cfg: Config, server: Server, data: FeedData, quick: bool) -> list[FeedResult]:
-    data.make(tuple(S3_LOADERS))
+    data.make(tuple(sorted(set(FORMAT.values()))))
     print("uploading the feed data to SeaweedFS...", file=sys.stderr, flush=True)
-    urls = {lib: server.upload(data.path(lib)) for lib in S3_LOADERS}
+    urls = {lib: server.upload(data.path(FORMAT[lib])) for lib in S3_LOADERS}
     options = json.dumps(server.start().options)
-    desc = f"{data.samples:,} samples x {WIDTH} F32 from SeaweedFS, 2 workers, batches of 1024"
+    desc = (
+        f"{data.samples:,} samples x {WIDTH} F32 from SeaweedFS, 2 workers or threads, "
+        "batches of 1024"
+    )
     rows = [
         FeedResult("feed_s3", f"epoch 1, cold cache, {desc}", data.samples, data.nbytes, S3_LOADERS,
                    target=1.2),
@@ -227,7 +247,7 @@ def feed_s3(cfg: Config, server: Server, data: FeedData, quick: bool) -> list[Fe
 def _wrong(lib: str, sums: list[float], want: float, cache: Path, data: FeedData) -> str:
     """A note on a run whose values were wrong: its sums and which cached files differ from
     the ones uploaded (the run is left out of the times)."""
-    local = data.path(lib)
+    local = data.path(FORMAT[lib])
 
     def uploaded(p: Path) -> Path:
         # where the cache keeps a file under the same relative path, or (LitData: a

@@ -104,8 +104,9 @@ def _device(device: Any) -> torch.device | None:
 
 class FeedLoader:
     """The batches of ``feed`` (a :class:`~tensorfile.dataset.torch.TorchIterable` of
-    ready batches) gathered by ``threads`` threads (default :func:`default_threads`),
-    ``depth`` batches ahead of the loop (default twice the threads), into reused buffers
+    ready batches) gathered by ``threads`` threads (default :func:`default_threads`; 0: in
+    the calling thread, when the loop asks for the batch), ``depth`` batches ahead of the
+    loop (default twice the threads, at least 1), into reused buffers
     (see the module docstring); ``pin_memory``: page-locked buffers (needs CUDA);
     ``device``: each batch copied there (``non_blocking``) before it is handed out.
     Made by :meth:`TorchIterable.loader <tensorfile.dataset.torch.TorchIterable.loader>`.
@@ -139,9 +140,11 @@ class FeedLoader:
             raise InvalidTypeError(f"pin_memory must be a bool, got {type(pin_memory).__name__}")
         self.feed = feed
         self.threads = (
-            default_threads() if threads is None else check_int(threads, "threads", 1, MAX_THREADS)
+            default_threads() if threads is None else check_int(threads, "threads", 0, MAX_THREADS)
         )
-        self.depth = 2 * self.threads if depth is None else check_int(depth, "depth", 1, 4096)
+        self.depth = (
+            max(1, 2 * self.threads) if depth is None else check_int(depth, "depth", 1, 4096)
+        )
         self.device = _device(device)
         cuda = self.device is not None and self.device.type == "cuda"
         if (pin_memory or cuda) and not torch.cuda.is_available():
@@ -216,7 +219,9 @@ class FeedLoader:
             self._ring = Ring(self._gather.columns, feed.options.unit, self.depth + 2, self.pin)
         gather, ring = self._gather, self._ring
         pending: deque[tuple[int, int, Buffer, Future[dict[str, Any]]]] = deque()
-        pool = ThreadPoolExecutor(self.threads, "tensorfile-feed")
+        pool: ThreadPoolExecutor | _Inline = (
+            ThreadPoolExecutor(self.threads, "tensorfile-feed") if self.threads else _Inline()
+        )
         pieces = itertools.chain([first], plan)
         try:
             while True:
@@ -254,6 +259,21 @@ class FeedLoader:
             event.record()
             buf.event = event
         return moved
+
+
+class _Inline:
+    """``threads=0``: each batch gathered in the calling thread when it is asked for."""
+
+    def submit(self, fn: Any, *args: Any) -> Future[dict[str, Any]]:
+        done: Future[dict[str, Any]] = Future()
+        try:
+            done.set_result(fn(*args))
+        except BaseException as exc:  # (raised where the batch is taken, as from a thread)
+            done.set_exception(exc)
+        return done
+
+    def shutdown(self, wait: bool = True, cancel_futures: bool = False) -> None:
+        """Nothing to stop."""
 
 
 def _fill(gather: Gather, ring: Ring, buf: Buffer, ids: NDArray) -> dict[str, Any]:
