@@ -95,22 +95,22 @@ class Mixture:
         samples: int | None = None,
     ) -> None:
         if isinstance(datasets, Mapping):
-            self.names = [str(k) for k in datasets]
+            self.labels = [f"dataset {str(k)!r}" for k in datasets]
             items = list(datasets.values())
         elif isinstance(datasets, Sequence) and not isinstance(datasets, str | bytes):
             items = list(datasets)
-            self.names = [f"dataset {i}" for i in range(len(items))]
+            self.labels = [f"dataset {i}" for i in range(len(items))]
         else:
             raise InvalidTypeError(
                 f"mix takes a sequence or a mapping of datasets, got {type(datasets).__name__}"
             )
         if not items:
             raise InvalidArgumentError("mix needs at least one dataset")
-        for name, ds in zip(self.names, items, strict=True):
+        for name, ds in zip(self.labels, items, strict=True):
             if not isinstance(ds, FeedDataset):
                 raise InvalidTypeError(f"{name} is not a dataset: {type(ds).__name__}")
         self.datasets: list[FeedDataset] = items
-        _check_alike(self.names, items)
+        _check_alike(self.labels, items)
         self.counts = [[s.samples for s in d.manifest.shards] for d in items]
         self.lengths = [sum(c) for c in self.counts]
         self.offsets = [sum(self.lengths[:i]) for i in range(len(items))]
@@ -118,7 +118,7 @@ class Mixture:
         total = sum(self.lengths) if samples is None else samples
         self.samples = check_int(total, "samples", 0, MAX_SAMPLES)
         self.draws = apportion(self.samples, self.weights)
-        for name, n, length in zip(self.names, self.draws, self.lengths, strict=True):
+        for name, n, length in zip(self.labels, self.draws, self.lengths, strict=True):
             if n and not length:
                 raise InvalidArgumentError(
                     f"{name} has no samples but a weight above 0 ({n} of {self.samples} draws)"
@@ -130,7 +130,11 @@ class Mixture:
             if not any(out):
                 raise InvalidArgumentError("every dataset of the mixture is empty")
             return out
-        if isinstance(weights, str | bytes | Mapping) or not isinstance(weights, Sequence):
+        if isinstance(weights, str | bytes | Mapping):
+            raise InvalidTypeError(
+                f"weights must be a sequence of numbers, got {type(weights).__name__}"
+            )
+        if not isinstance(weights, Sequence):
             weights = _as_list(weights)
         if len(weights) != len(self.datasets):
             raise InvalidArgumentError(
@@ -138,7 +142,7 @@ class Mixture:
                 f"{len(self.datasets)} datasets"
             )
         out = []
-        for name, w in zip(self.names, weights, strict=True):
+        for name, w in zip(self.labels, weights, strict=True):
             if isinstance(w, bool | np.bool_) or not isinstance(
                 w, int | float | np.integer | np.floating
             ):
@@ -159,7 +163,7 @@ class Mixture:
     def __repr__(self) -> str:
         parts = ", ".join(
             f"{name}: {n}/{length}"
-            for name, n, length in zip(self.names, self.draws, self.lengths, strict=True)
+            for name, n, length in zip(self.labels, self.draws, self.lengths, strict=True)
         )
         return f"Mixture({parts}; draws/samples, {self.samples} an epoch)"
 
@@ -224,7 +228,7 @@ class Mixture:
     def feed_dataset(self) -> FeedDataset:
         """The datasets as one :class:`~tensorfile.dataset.torch.FeedDataset` (what the feed
         gathers global ids from: their shards concatenated)."""
-        return Concatenated(self.datasets, self.names)
+        return Concatenated(self.datasets, self.labels)
 
     def to_torch(self, **options: Any) -> TorchMixture:
         """The mixture's training feed, a ``torch.utils.data.IterableDataset``
@@ -265,11 +269,15 @@ def _as_list(weights: Any) -> list[Any]:
 
 
 def _check_alike(names: list[str], datasets: list[FeedDataset]) -> None:
-    """The same mode, tensor columns, dtypes and sample shapes in every dataset."""
-    first, ref = names[0], datasets[0]
+    """The same mode, tensor columns, dtypes and sample shapes in every dataset that has
+    samples (an empty one has no schema to compare, and is never drawn from)."""
+    full = [(n, d) for n, d in zip(names, datasets, strict=True) if _has_samples(d)]
+    if not full:
+        return
+    first, ref = full[0]
     schema = ref.manifest.sample_schema()
     columns = set(ref.manifest.tensor_columns())
-    for name, ds in zip(names[1:], datasets[1:], strict=True):
+    for name, ds in full[1:]:
         if ds.mode != ref.mode:
             raise InvalidArgumentError(
                 f"{name} is a {ds.mode!r} dataset and {first} a {ref.mode!r} one: a mixture's "
@@ -303,6 +311,10 @@ def _check_alike(names: list[str], datasets: list[FeedDataset]) -> None:
                 )
 
 
+def _has_samples(ds: FeedDataset) -> bool:
+    return any(s.samples for s in ds.manifest.shards)
+
+
 def _describe(info: dict[str, Any] | None) -> str:
     return "no schema" if info is None else f"{info['dtype']} of shape {list(info['shape'])}"
 
@@ -313,9 +325,9 @@ class Concatenated:
     downloads routed to the dataset that has it, ``len`` and ``[i]`` over the samples
     together."""
 
-    def __init__(self, datasets: Sequence[FeedDataset], names: Sequence[str]) -> None:
+    def __init__(self, datasets: Sequence[FeedDataset], labels: Sequence[str]) -> None:
         self.datasets = list(datasets)
-        self.names = list(names)
+        self.labels = list(labels)
         self._owner: dict[str, tuple[int, ShardEntry]] = {}
         shards: list[ShardEntry] = []
         for i, ds in enumerate(self.datasets):
@@ -323,25 +335,28 @@ class Concatenated:
                 mine = replace(entry, shard_path=f"{i}/{entry.shard_path}")
                 self._owner[mine.shard_path] = (i, entry)
                 shards.append(mine)
-        self._manifest = replace(self.datasets[0].manifest, shards=shards)
+        ref = next((d for d in self.datasets if _has_samples(d)), self.datasets[0])
+        self._manifest = replace(ref.manifest, shards=shards)
         counts = [sum(s.samples for s in d.manifest.shards) for d in self.datasets]
         self._starts = np.cumsum([0, *counts])
 
     @property
     def path(self) -> str:
         """The datasets' locations (for messages)."""
-        listed = ", ".join(f"{n}: {d.path}" for n, d in zip(self.names, self.datasets, strict=True))
+        listed = ", ".join(
+            f"{n}: {d.path}" for n, d in zip(self.labels, self.datasets, strict=True)
+        )
         return f"mixture of {listed}"
 
     @property
     def manifest(self) -> Manifest:
-        """The first dataset's manifest with every dataset's shards."""
+        """The first dataset's manifest (of one with samples) with every dataset's shards."""
         return self._manifest
 
     @property
     def mode(self) -> str:
         """The datasets' mode."""
-        return self.datasets[0].mode
+        return self._manifest.mode
 
     @property
     def predownload(self) -> int:
