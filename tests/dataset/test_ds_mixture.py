@@ -147,6 +147,7 @@ def test_any_stretch_equals_the_whole_order(
     lo = data.draw(st.integers(0, total))
     hi = data.draw(st.integers(lo, total))
     assert MixtureOrder(counts, draws, **kw).ids(lo, hi).tolist() == whole[lo:hi]
+    assert order.ids(lo, hi).tolist() == whole[lo:hi]  # warm caches, read backwards too
     starts = np.cumsum([0, *lengths])
     which = np.searchsorted(starts[1:], whole, side="right")
     assert np.bincount(which, minlength=len(lengths)).tolist() == draws

@@ -59,6 +59,7 @@ PASS_STRIDE = 1 << 64
 """Dataset ``i``'s seed is ``seed + i * PASS_STRIDE``; its pass ``p``'s epoch ``epoch + p *
 PASS_STRIDE`` (distinct from every seed and epoch a run uses)."""
 _BLOCKS_KEPT = 4  # block labels cached (sequential reads touch one or two at a time)
+_WINDOW = 1 << 14  # a dataset's draws computed at once (128 KiB of ids)
 
 
 def apportion(total: int, weights: Sequence[float]) -> list[int]:
@@ -122,6 +123,7 @@ class MixtureOrder:
                 raise InvalidArgumentError(f"dataset {i} has no samples but {n} draws")
         self.offsets = np.concatenate([[0], np.cumsum(self.lengths)]).astype(np.int64)
         self._passes: dict[int, tuple[int, EpochOrder]] = {}  # dataset -> its current pass
+        self._windows: dict[int, tuple[int, NDArray]] = {}  # dataset -> (first draw, ids)
         self._blocks: OrderedDict[int, tuple[NDArray, NDArray, NDArray]] = OrderedDict()
 
     def __len__(self) -> int:
@@ -172,6 +174,16 @@ class MixtureOrder:
         return out
 
     def _draw_ids(self, i: int, first: int, stop: int) -> NDArray:
+        """Global ids of dataset ``i``'s draws ``[first, stop)``, from a window of its next
+        draws computed at once (reads go forward: a batch takes a few of each dataset's)."""
+        kept = self._windows.get(i)
+        if kept is None or not kept[0] <= first <= stop <= kept[0] + kept[1].size:
+            end = min(max(stop, first + _WINDOW), self.draws[i])
+            kept = (first, self._compute_draws(i, first, end))
+            self._windows[i] = kept
+        return kept[1][first - kept[0] : stop - kept[0]]
+
+    def _compute_draws(self, i: int, first: int, stop: int) -> NDArray:
         """Global ids of dataset ``i``'s draws ``[first, stop)``, pass by pass."""
         length = self.lengths[i]
         parts, k = [], first
