@@ -306,3 +306,21 @@ def test_a_state_of_another_mixture_is_refused(parts: dict[str, Any]) -> None:
         )
     with pytest.raises(InvalidArgumentError, match="another seed"):
         _mix(parts).to_torch(batch_size=B, **{**ORDER, "seed": 9}).load_state_dict(state)
+
+
+def test_key_value_datasets_mix(tmp_path: Path) -> None:
+    """Key-value datasets: batches carry the keys, each dataset drawn as apportioned."""
+    kv = {}
+    for name, n in (("c", 5), ("d", 3)):
+        path = str(tmp_path / name)
+        keys = [f"{name}{i}" for i in range(n)]
+        dataset.write({"k": keys, "v": np.arange(n, dtype=np.float32)}, path, name_col="k")
+        kv[name] = dataset.open(path)
+    m = dataset.mix(kv, [1, 3], samples=12)
+    batches = list(m.to_torch(batch_size=4, shuffle=True, seed=1))
+    keys = [k for b in batches for k in b["key"]]
+    assert m.draws == [3, 9] and len(keys) == 12
+    assert Counter(k[0] for k in keys) == {"c": 3, "d": 9}
+    assert Counter(k for k in keys if k[0] == "d") == {"d0": 3, "d1": 3, "d2": 3}
+    values = [(k, float(v)) for b in batches for k, v in zip(b["key"], b["v"], strict=True)]
+    assert all(v == int(k[1:]) for k, v in values)
