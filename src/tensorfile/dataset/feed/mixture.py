@@ -39,11 +39,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ...core.errors import InvalidArgumentError, InvalidTypeError
+from ...core.extras import needing
 from ..layout.manifest import Manifest, ShardEntry
 from .mix_order import MixtureOrder, apportion
 from .options import FeedOptions
 from .order import MAX_SAMPLES, check_int
 from .protocol import FeedDataset
+from .torch_state import shards_digest
 
 if TYPE_CHECKING:
     from .torch_mixture import TorchMixture
@@ -225,6 +227,26 @@ class Mixture:
         which = np.searchsorted(ends, arr, side="right")
         return which, arr - np.asarray(self.offsets, np.int64)[which]
 
+    def identity(self) -> dict[str, Any]:
+        """What a resume state of this mixture's feed holds besides one dataset's fields:
+        ``"mixture"``, a digest of each dataset's shard paths and sample counts, and the
+        ``"weights"`` (a state with others is refused, naming the field).
+
+        Example:
+            >>> import numpy as np, os, tempfile
+            >>> from tensorfile import dataset
+            >>> out = os.path.join(tempfile.mkdtemp(), "a")
+            >>> _ = dataset.write({"x": np.zeros(2, np.int8)}, out, batch_size=2)
+            >>> m = dataset.mix([dataset.open(out)], [2])
+            >>> sorted(m.identity()), m.identity()["weights"]
+            (['mixture', 'weights'], [2.0])
+        """
+        digests = [
+            shards_digest([s.shard_path for s in d.manifest.shards], counts)
+            for d, counts in zip(self.datasets, self.counts, strict=True)
+        ]
+        return {"mixture": digests, "weights": list(self.weights)}
+
     def feed_dataset(self) -> FeedDataset:
         """The datasets as one :class:`~tensorfile.dataset.torch.FeedDataset` (what the feed
         gathers global ids from: their shards concatenated)."""
@@ -254,7 +276,8 @@ class Mixture:
         if unknown:
             raise InvalidTypeError(f"to_torch of a mixture takes no option(s) {unknown}")
         opts = FeedOptions(**options)
-        from .torch_mixture import TorchMixture  # (torch loads only here)
+        with needing("Mixture.to_torch()", extra="torch"):
+            from .torch_mixture import TorchMixture
 
         return TorchMixture(self, opts)
 

@@ -28,11 +28,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from .mix_order import MixtureOrder
-from .mixture import Mixture
 from .options import FeedOptions
+from .order import SampleOrder
+from .protocol import FeedMixture
 from .torch import TorchIterable
-from .torch_state import shards_digest
 
 __all__ = ["TorchMixture"]
 
@@ -41,21 +40,17 @@ class TorchMixture(TorchIterable):
     """The training feed of a :class:`~tensorfile.dataset.feed.mixture.Mixture` (made by
     :meth:`~tensorfile.dataset.feed.mixture.Mixture.to_torch`; see the module docstring)."""
 
-    def __init__(self, mixture: Mixture, options: FeedOptions | None = None) -> None:
+    def __init__(self, mixture: FeedMixture, options: FeedOptions | None = None) -> None:
         self.mixture = mixture
         super().__init__(mixture.feed_dataset(), options)
-        self._digests = [
-            shards_digest([s.shard_path for s in d.manifest.shards], counts)
-            for d, counts in zip(mixture.datasets, mixture.counts, strict=True)
-        ]
 
     def _length(self) -> int:
         return self.mixture.samples
 
     def _identity(self) -> dict[str, Any]:
-        return {**super()._identity(), "mixture": self._digests, "weights": self.mixture.weights}
+        return {**super()._identity(), **self.mixture.identity()}
 
-    def _order(self) -> MixtureOrder:
+    def _order(self) -> SampleOrder:
         return self.mixture.order(
             self.epoch,
             seed=self.options.seed,
