@@ -120,11 +120,9 @@ class Mixture:
         total = sum(self.lengths) if samples is None else samples
         self.samples = check_int(total, "samples", 0, MAX_SAMPLES)
         self.draws = apportion(self.samples, self.weights)
-        for name, n, length in zip(self.labels, self.draws, self.lengths, strict=True):
-            if n and not length:
-                raise InvalidArgumentError(
-                    f"{name} has no samples but a weight above 0 ({n} of {self.samples} draws)"
-                )
+        for name, w, length in zip(self.labels, self.weights, self.lengths, strict=True):
+            if w and not length:
+                raise InvalidArgumentError(f"{name} has no samples but a weight above 0 ({w})")
 
     def _weights(self, weights: Sequence[float] | None) -> list[float]:
         if weights is None:
