@@ -326,3 +326,16 @@ def test_key_value_datasets_mix(tmp_path: Path) -> None:
     assert Counter(k for k in keys if k[0] == "d") == {"d0": 3, "d1": 3, "d2": 3}
     values = [(k, float(v)) for b in batches for k, v in zip(b["key"], b["v"], strict=True)]
     assert all(v == int(k[1:]) for k, v in values)
+
+
+@pytest.mark.parametrize("even", [True, False, "pad"])
+def test_ranks_split_the_mixture_as_one_dataset(parts: dict[str, Any], even: Any) -> None:
+    """3 ranks, single samples with the batch hint: the ranks' samples together are the
+    order's positions each split keeps (even=True drops N % 3, "pad" repeats the start)."""
+    m = _mix(parts)
+    full = _full(m)
+    kw = {"batch_size": B, "per_sample": True, "even": even, "world_size": 3, **ORDER}
+    got = [[int(s["id"]) for s in m.to_torch(rank=r, **kw)] for r in range(3)]
+    kept = {True: full[: N - N % 3], False: full, "pad": full + full[: -N % 3]}[even]
+    assert Counter(i for g in got for i in g) == Counter(kept)
+    assert len({len(g) for g in got}) == (2 if even is False else 1)
