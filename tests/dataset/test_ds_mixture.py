@@ -23,6 +23,7 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 
 from tensorfile import dataset
 from tensorfile.dataset.feed.mix_order import MixtureOrder, apportion
+from tensorfile.dataset.torch import FeedOptions
 from tensorfile.errors import InvalidArgumentError, InvalidTypeError
 
 SIZES = {"a": (37, 8), "b": (20, 6), "c": (9, 4)}  # samples, shard size
@@ -58,8 +59,8 @@ def _ids(batches: Any) -> list[int]:
     return [i for b in batches for i in b["id"].tolist()]
 
 
-def _full(m: dataset.Mixture, epoch: int = 0, unit: int = B) -> list[int]:
-    order = m.order(epoch, unit=unit, **ORDER)
+def _full(m: dataset.Mixture, epoch: int = 0, batch: int = B) -> list[int]:
+    order = m.order(epoch, batch_size=batch, **ORDER)
     return [int(i) for i in order.ids(0, len(order))]
 
 
@@ -102,7 +103,7 @@ def test_order_is_a_function_of_seed_epoch_and_datasets(parts: dict[str, Any]) -
     assert _full(_mix(parts), 2) == _full(_mix(parts), 2)
     assert _full(_mix(parts), 2) != _full(_mix(parts), 3)
     other = _mix(parts).order(0, **{**ORDER, "seed": 6})
-    assert other.ids(0, N).tolist() != _full(_mix(parts), 0, unit=1)
+    assert other.ids(0, N).tolist() != _full(_mix(parts), 0, batch=1)
     plain = _mix(parts).order(4)  # without shuffle: the same smooth interleave every epoch
     assert plain.ids(0, N).tolist() == _mix(parts).order(0).ids(0, N).tolist()
     head = plain.ids(0, 6).tolist()
@@ -136,7 +137,8 @@ def test_any_stretch_equals_the_whole_order(
             return
     total = data.draw(st.integers(0, 120))
     draws = apportion(total, weights)
-    kw = {"seed": 3, "epoch": 2, "shuffle": shuffle, "shuffle_block": block, "unit": unit}
+    opts = FeedOptions(seed=3, shuffle=shuffle, shuffle_block=block, batch_size=unit)
+    kw: dict[str, Any] = {"epoch": 2, "options": opts}
     counts = [[n // 2, n - n // 2] for n in lengths]
     whole = MixtureOrder(counts, draws, **kw).ids(0, total).tolist()
     cuts = sorted(data.draw(st.lists(st.integers(0, total), max_size=6)))

@@ -33,7 +33,7 @@ weights).
 Example:
     >>> apportion(10, [1, 1, 2])
     [3, 2, 5]
-    >>> order = MixtureOrder([[3, 2], [4]], [5, 6], seed=1, shuffle=True)
+    >>> order = MixtureOrder([[3, 2], [4]], [5, 6], options=FeedOptions(shuffle=True, seed=1))
     >>> ids = order.ids(0, len(order)).tolist()
     >>> len(ids), sum(i < 5 for i in ids), sorted(i for i in ids if i >= 5)  # 4 + 2 more
     (11, 5, [5, 6, 7, 7, 8, 8])
@@ -49,8 +49,9 @@ from typing import Any
 
 import numpy as np
 
-from ...core.errors import InvalidArgumentError
-from .order import MAX_PARTITIONS, MAX_SAMPLES, EpochOrder, check_int
+from ...core.errors import InvalidArgumentError, InvalidTypeError
+from .options import FeedOptions
+from .order import MAX_SAMPLES, EpochOrder, check_counts, check_int
 
 __all__ = ["MixtureOrder", "apportion"]
 
@@ -85,22 +86,22 @@ def apportion(total: int, weights: Sequence[float]) -> list[int]:
 
 class MixtureOrder:
     """The order of one epoch of a mixture (see the module docstring): ``counts[i]`` the
-    samples per shard of dataset ``i``, ``draws[i]`` its positions in the epoch; the other
-    keywords as :class:`~tensorfile.dataset.order.EpochOrder`'s. ``len(order)`` is
-    ``sum(draws)``; :meth:`ids` gives any stretch."""
+    samples per shard of dataset ``i``, ``draws[i]`` its positions in the epoch, ``options``
+    the feed's (:class:`~tensorfile.dataset.torch.FeedOptions`: its ``seed``, ``shuffle``,
+    ``partitions``, ``shuffle_block`` and batch size are what the order depends on).
+    ``len(order)`` is ``sum(draws)``; :meth:`ids` gives any stretch."""
 
     def __init__(
         self,
         counts: Sequence[Sequence[int]],
         draws: Sequence[int],
         *,
-        seed: int = 0,
         epoch: int = 0,
-        shuffle: bool = False,
-        partitions: int = 64,
-        shuffle_block: int = 1 << 18,
-        unit: int = 1,
+        options: FeedOptions | None = None,
     ) -> None:
+        opts = FeedOptions() if options is None else options
+        if not isinstance(opts, FeedOptions):
+            raise InvalidTypeError(f"options must be a FeedOptions, got {type(opts).__name__}")
         if len(counts) != len(draws) or not draws:
             raise InvalidArgumentError(
                 f"a mixture needs one draw count per dataset, got {len(draws)} for "
@@ -110,13 +111,10 @@ class MixtureOrder:
         self.total = sum(self.draws)
         if self.total > MAX_SAMPLES:
             raise InvalidArgumentError(f"a mixture's epoch must be at most {MAX_SAMPLES} samples")
-        self.seed = check_int(seed, "seed", 0)
         self.epoch = check_int(epoch, "epoch", 0)
-        self.shuffle = bool(shuffle)
-        self.block = check_int(shuffle_block, "shuffle_block", 1, MAX_SAMPLES)
-        self.partitions = check_int(partitions, "partitions", 1, MAX_PARTITIONS)
-        self.unit = check_int(unit, "unit", 1, MAX_SAMPLES)
-        self.counts = [np.asarray(c, dtype=np.int64) for c in counts]
+        self._keywords = opts.order_keywords()  # (checked when the options were made)
+        self.seed, self.shuffle, self.block = opts.seed, opts.shuffle, opts.shuffle_block
+        self.counts = [check_counts(c) for c in counts]
         self.lengths = [int(c.sum()) for c in self.counts]
         for i, (n, length) in enumerate(zip(self.draws, self.lengths, strict=True)):
             if n and not length:
@@ -201,15 +199,7 @@ class MixtureOrder:
         if kept is not None and kept[0] == p:
             return kept[1]
         seed, epoch = self.seed + i * PASS_STRIDE, self.epoch + p * PASS_STRIDE
-        order = EpochOrder(
-            self.counts[i],
-            seed=seed,
-            epoch=epoch,
-            shuffle=self.shuffle,
-            partitions=self.partitions,
-            shuffle_block=self.block,
-            unit=self.unit,
-        )
+        order = EpochOrder(self.counts[i], **{**self._keywords, "seed": seed, "epoch": epoch})
         self._passes[i] = (p, order)
         return order
 

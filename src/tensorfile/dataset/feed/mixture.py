@@ -167,18 +167,11 @@ class Mixture:
         )
         return f"Mixture({parts}; draws/samples, {self.samples} an epoch)"
 
-    def order(
-        self,
-        epoch: int = 0,
-        *,
-        seed: int = 0,
-        shuffle: bool = False,
-        partitions: int = 64,
-        shuffle_block: int = 1 << 18,
-        unit: int = 1,
-    ) -> MixtureOrder:
-        """The order of ``epoch`` (:class:`~tensorfile.dataset.feed.mix_order.MixtureOrder`),
-        the keywords as the feed's options (``unit``: the per-rank batch size).
+    def order(self, epoch: int = 0, **options: Any) -> MixtureOrder:
+        """The order of ``epoch`` (:class:`~tensorfile.dataset.feed.mix_order.MixtureOrder`)
+        under the feed options given as keywords, those of :meth:`to_torch` (the order
+        depends on ``seed``, ``shuffle``, ``partitions``, ``shuffle_block`` and
+        ``batch_size``, the per-rank batch).
 
         Example:
             >>> import numpy as np, os, tempfile
@@ -190,17 +183,14 @@ class Mixture:
             >>> m = dataset.mix([dataset.open(os.path.join(root, n)) for n in "ab"])
             >>> m.order().ids(0, 4).tolist()  # dataset 1's samples are ids 2 and 3
             [0, 2, 1, 3]
+            >>> len(m.order(3, shuffle=True, seed=1, batch_size=2))
+            4
         """
-        return MixtureOrder(
-            self.counts,
-            self.draws,
-            seed=seed,
-            epoch=epoch,
-            shuffle=shuffle,
-            partitions=partitions,
-            shuffle_block=shuffle_block,
-            unit=unit,
-        )
+        return self.epoch_order(epoch, _options(options, "order"))
+
+    def epoch_order(self, epoch: int, options: FeedOptions) -> MixtureOrder:
+        """The order of ``epoch`` under ``options`` (what the feed asks for)."""
+        return MixtureOrder(self.counts, self.draws, epoch=epoch, options=options)
 
     def source(self, ids: Sequence[int] | NDArray) -> tuple[NDArray, NDArray]:
         """``(dataset index, sample index in it)`` arrays of global sample ``ids``.
@@ -208,13 +198,11 @@ class Mixture:
         Example:
             >>> import numpy as np, os, tempfile
             >>> from tensorfile import dataset
-            >>> root = tempfile.mkdtemp()
-            >>> for name in "ab":
-            ...     _ = dataset.write({"x": np.zeros(2, np.int8)}, os.path.join(root, name),
-            ...                       batch_size=2)
-            >>> m = dataset.mix([dataset.open(os.path.join(root, n)) for n in "ab"])
-            >>> [a.tolist() for a in m.source([0, 3])]
-            [[0, 1], [0, 1]]
+            >>> out = os.path.join(tempfile.mkdtemp(), "ds")
+            >>> _ = dataset.write({"x": np.zeros(3, np.int8)}, out, batch_size=3)
+            >>> m = dataset.mix([dataset.open(out)] * 2)  # its samples twice: ids 0-2, 3-5
+            >>> [a.tolist() for a in m.source([1, 3])]
+            [[0, 1], [1, 0]]
         """
         arr = np.asarray(ids)
         total = sum(self.lengths)
@@ -270,14 +258,18 @@ class Mixture:
             >>> [b["x"].shape[0] for b in m.to_torch(batch_size=4)]
             [4, 2]
         """
-        unknown = sorted(set(options) - _OPTIONS)
-        if unknown:
-            raise InvalidTypeError(f"to_torch of a mixture takes no option(s) {unknown}")
-        opts = FeedOptions(**options)
+        opts = _options(options, "to_torch")
         with needing("Mixture.to_torch()", extra="torch"):
             from .torch_mixture import TorchMixture
 
         return TorchMixture(self, opts)
+
+
+def _options(options: dict[str, Any], what: str) -> FeedOptions:
+    unknown = sorted(set(options) - _OPTIONS)
+    if unknown:
+        raise InvalidTypeError(f"{what} of a mixture takes no option(s) {unknown}")
+    return FeedOptions(**options)
 
 
 def _as_list(weights: Any) -> list[Any]:

@@ -82,7 +82,9 @@ def check_int(value: Any, what: str, low: int, high: int | None = None) -> int:
     return int(value)
 
 
-def _counts(counts: Sequence[int] | NDArray) -> NDArray:
+def check_counts(counts: Sequence[int] | NDArray) -> NDArray:
+    """``counts`` (samples per shard) checked: a 1-D sequence of integers, none negative,
+    the total at most :data:`MAX_SAMPLES`; as int64."""
     try:
         arr = np.asarray(counts)
     except (TypeError, ValueError) as exc:
@@ -134,7 +136,7 @@ class EpochOrder:
         shuffle_block: int = 1 << 18,
         unit: int = 1,
     ) -> None:
-        self.counts = _counts(counts)
+        self.counts = check_counts(counts)
         self.seed = check_int(seed, "seed", 0)
         self.epoch = check_int(epoch, "epoch", 0)
         self.shuffle = bool(shuffle)

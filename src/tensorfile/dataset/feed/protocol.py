@@ -23,6 +23,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from ..layout.manifest import Manifest, ShardEntry
+from .options import FeedOptions
 from .order import SampleOrder
 
 __all__ = ["FeedDataset", "FeedMixture"]
@@ -88,15 +89,6 @@ class FeedMixture(Protocol):
         """What a resume state must match besides the feed's own fields (JSON values)."""
         ...
 
-    def order(
-        self,
-        epoch: int = 0,
-        *,
-        seed: int = 0,
-        shuffle: bool = False,
-        partitions: int = 64,
-        shuffle_block: int = 1 << 18,
-        unit: int = 1,
-    ) -> SampleOrder:
-        """The order of ``epoch``, in global ids."""
+    def epoch_order(self, epoch: int, options: FeedOptions) -> SampleOrder:
+        """The order of ``epoch`` under ``options``, in global ids."""
         ...

@@ -51,11 +51,4 @@ class TorchMixture(TorchIterable):
         return {**super()._identity(), **self.mixture.identity()}
 
     def _order(self) -> SampleOrder:
-        return self.mixture.order(
-            self.epoch,
-            seed=self.options.seed,
-            shuffle=self.options.shuffle,
-            partitions=self.options.partitions,
-            shuffle_block=self.options.shuffle_block,
-            unit=self.options.unit,
-        )
+        return self.mixture.epoch_order(self.epoch, self.options)
