@@ -16,8 +16,9 @@ weights).
    when shuffling). Dataset 0's first pass is the order the dataset alone has.
 2. **How many of each, where.** The positions are cut into blocks of ``L = shuffle_block``.
    Among the first ``p`` positions dataset ``i`` has ``C_i(p)`` draws, a chain of floors:
-   ``C_0(p) = p * n_0 // N``, then ``C_1`` of the ``p - C_0(p)`` left by ``n_1 // (N -
-   n_0)``, and so on, the last dataset taking the rest. ``C_i`` is non-decreasing, exact
+   from ``r = p`` and ``R = N``, each dataset in turn takes ``C_i(p) = r * n_i // R`` of
+   the ``r`` positions left, then ``r -= C_i(p)`` and ``R -= n_i``; the last dataset
+   takes the ``r`` left. ``C_i`` is non-decreasing, exact
    (``C_i(N) = n_i``, ``sum_i C_i(p) = p``) and within a few samples of ``p * n_i / N``:
    block ``b`` holds ``C_i(end) - C_i(start)`` draws of dataset ``i``, ``O(datasets)`` to
    compute.
