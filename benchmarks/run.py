@@ -20,10 +20,11 @@ What it measures (full size; ``--quick`` shrinks the files so a smoke test takes
 * ``cold_load_1g`` / ``warm_load_1g`` / ``cold_load_4shard`` / ``warm_load_4shard`` (``--only
   load_cold`` selects the four): fresh-process loads from a cold and a warm page cache against
   the reference, fastsafetensors and the Run:ai streamer; see ``benchmarks/cold_bench.py``.
-* ``feed_iter_arrow`` / ``feed_torch`` / ``feed_s3`` / ``feed_s3_read`` / ``feed_resume`` /
-  ``shuffle_quality`` (``--only feed`` selects them): feeding training (DataLoader epochs
-  against MosaicML Streaming, WebDataset, Hugging Face ``datasets`` and parquet; from S3
-  through the shard cache; resuming mid-epoch; the shuffle's quality); see
+* ``feed_iter_arrow`` / ``feed_torch`` / ``feed_small`` / ``feed_s3`` / ``feed_s3_read`` /
+  ``feed_resume`` / ``shuffle_quality`` (``--only feed`` selects them): feeding training
+  (DataLoader epochs against LitData, MosaicML Streaming, WebDataset, Hugging Face
+  ``datasets`` and parquet, of 16 KiB and of 256-byte samples; from S3 through the shard
+  cache; resuming mid-epoch; the shuffle's quality); see
   ``benchmarks/feed.py``, ``feed_s3.py``, ``feed_resume.py`` and ``shuffle_quality.py``.
 * ``dcp_save_1g`` / ``dcp_load_1g`` (``--only dcp`` selects both): distributed checkpoints
   (``torch.distributed.checkpoint`` on gloo, a process per rank) with tensorfile's storage
@@ -139,6 +140,7 @@ PEERS = (
     "fastsafetensors",
     "runai-model-streamer",
     "mosaicml-streaming",
+    "litdata",
     "webdataset",
     "datasets",
     "pyarrow",

@@ -341,3 +341,26 @@ def test_ranks_split_the_mixture_as_one_dataset(parts: dict[str, Any], even: Any
     kept = {True: full[: N - N % 3], False: full, "pad": full + full[: -N % 3]}[even]
     assert Counter(i for g in got for i in g) == Counter(kept)
     assert len({len(g) for g in got}) == (2 if even is False else 1)
+
+
+def test_the_feeds_own_loader_runs_a_mixture(parts: dict[str, Any]) -> None:
+    """FeedLoader (threads, reused buffers) over a mixture: the mixture's order; its state
+    after 4 batches resumes on 2 ranks with the rest of the epoch, every id once."""
+    m = _mix(parts)
+    full = _full(m, 1)
+    loader = m.to_torch(batch_size=B, **ORDER).loader(threads=2)
+    loader.set_epoch(1)
+    assert _ids(loader) == full
+    head: list[int] = []
+    for k, batch in enumerate(loader):
+        head += batch["id"].tolist()
+        if k == 3:
+            break
+    state = loader.state_dict()
+    assert state["samples"] == 4 * B and state["epoch"] == 1
+    rest = []
+    for r in range(2):
+        it = m.to_torch(batch_size=B, rank=r, world_size=2, **ORDER)
+        it.load_state_dict(state)
+        rest += _ids(it.loader(threads=1))
+    assert Counter(head + rest) == Counter(full) and head == full[: 4 * B]

@@ -107,6 +107,7 @@ from .options import FeedOptions, check_rank
 from .order import EpochOrder, SampleOrder, check_int
 from .protocol import FeedDataset
 from .torch_batches import Gather
+from .torch_loader import FeedLoader
 from .torch_state import FORMAT, Split, check_state, find_states, make_state, shards_digest
 from .torch_sync import Shared
 
@@ -304,9 +305,15 @@ class TorchIterable(IterableDataset):  # type: ignore[type-arg]
                     f"samples {samples} is more than the epoch holds ({self._total})"
                 )
             return make_state(fields, samples)
-        info = get_worker_info()
-        if info is None and self._shared.ran:
+        if get_worker_info() is None and self._shared.ran:
             raise InvalidArgumentError(_UNKNOWN_POSITION)
+        return self._position_state()
+
+    def _position_state(self) -> dict[str, Any]:
+        """The state at this object's own position (the steps it yielded), in the main
+        process or a worker."""
+        fields = {**self._identity(), "epoch": self.epoch}
+        info = get_worker_info()
         wid, workers = _layout()
         rank, world = self._where()
         if self._next_step is None:
@@ -482,6 +489,30 @@ class TorchIterable(IterableDataset):  # type: ignore[type-arg]
                 continue
             yield from self._samples(gather, taken, workers)
         self._end_pass()
+
+    def loader(
+        self,
+        *,
+        threads: int | None = None,
+        depth: int | None = None,
+        pin_memory: bool = False,
+        device: Any = None,
+    ) -> FeedLoader:
+        """This feed's batches gathered by threads of this process into reused buffers, in
+        place of ``DataLoader(feed, batch_size=None, num_workers=k)`` (no worker
+        processes, no shared-memory copy per batch): a
+        :class:`~tensorfile.dataset.torch.FeedLoader` (the same batches in the same order,
+        an exact ``state_dict()``). Needs ``batch_size``.
+
+        Example:
+            >>> import numpy as np, os, tempfile
+            >>> from tensorfile import dataset
+            >>> out = os.path.join(tempfile.mkdtemp(), "ds")
+            >>> _ = dataset.write({"x": np.arange(4, dtype=np.int8)}, out, batch_size=2)
+            >>> [b["x"].tolist() for b in dataset.open(out).to_torch(batch_size=3).loader()]
+            [[0, 1, 2], [3]]
+        """
+        return FeedLoader(self, threads=threads, depth=depth, pin_memory=pin_memory, device=device)
 
     def _samples(
         self, gather: Gather, taken: list[tuple[int, NDArray]], workers: int

@@ -41,7 +41,7 @@ from ...core.errors import FormatError
 from ...frameworks.torch import from_numpy, torch_dtype
 from .protocol import FeedDataset
 
-__all__ = ["Gather", "ShardArrays"]
+__all__ = ["Column", "Gather", "ShardArrays"]
 
 NDArray = np.ndarray[Any, Any]
 
@@ -96,21 +96,29 @@ def _shared_bytes(nbytes: int) -> torch.Tensor:
     return torch.empty(0, dtype=torch.uint8).set_(storage)
 
 
-class _Column:
-    """How one column's output is allocated and finished."""
+class Column:
+    """How one column's output is allocated and finished (``dtype``: its safetensors
+    dtype, ``shape``: a sample's)."""
 
     def __init__(self, dtype: str, shape: list[int]) -> None:
         self.dt = dtypes.from_safetensors(dtype)
         self.shape = tuple(int(d) for d in shape)
         self.packed = self.dt.is_subbyte
         self.tdt = torch_dtype(self.dt)
+        self.itemsize = np.dtype(self.dt.numpy).itemsize
+        self.row_bytes = math.prod(self.shape) * self.itemsize
+        """bytes of one sample in the gathered (numpy) layout"""
+
+    def finish(self, arr: NDArray) -> torch.Tensor:
+        """The torch tensor of values gathered into ``arr`` (bit-packed dtypes: packed)."""
+        return from_numpy(arr, self.dt)
 
     def alloc(self, n: int, shared: bool) -> tuple[NDArray, Callable[[], torch.Tensor]]:
         shape = (n, *self.shape)
         if self.packed:
             arr = np.empty(shape, dtype=self.dt.numpy)
-            return arr, lambda: from_numpy(arr, self.dt)
-        nbytes = math.prod(shape) * np.dtype(self.dt.numpy).itemsize
+            return arr, lambda: self.finish(arr)
+        nbytes = n * self.row_bytes
         if nbytes == 0:
             empty = torch.empty(shape, dtype=self.tdt)
             return np.empty(shape, dtype=self.dt.numpy), lambda: empty
@@ -153,7 +161,7 @@ class Gather:
             raise FormatError(
                 f"{dataset.path}: the manifest's schema does not describe column(s) {missing}"
             )
-        self.columns = {c: _Column(schema[c]["dtype"], schema[c]["shape"]) for c in columns}
+        self.columns = {c: Column(schema[c]["dtype"], schema[c]["shape"]) for c in columns}
         self.kv = dataset.mode == "kv"
         self.shared = shared
         self.arrays = ShardArrays(dataset)

@@ -1,0 +1,266 @@
+"""A feed's batches without DataLoader's transport: :class:`FeedLoader` gathers them in
+threads of the training process, straight from the shards' mapped arrays into buffers it
+reuses.
+
+``DataLoader(feed, batch_size=None, num_workers=k)`` pays for every batch twice over before
+the loop sees it: the worker writes it into a fresh shared-memory segment (new pages, which
+cost more than the copy on many hosts) and the main process receives it through a pickled
+handle on a queue. With data already in memory-mapped shards none of that is needed: a
+gather is numpy indexing, whose copies release the GIL, so threads of the training process
+run them in parallel with the loop and with each other, into buffers of a :class:`~.torch_ring.Ring`
+that are used again once the loop has dropped the batch (a batch, or anything made of its
+memory, that the loop keeps is never overwritten: the ring makes another buffer).
+
+It is a drop-in for the ``DataLoader`` loop over the same feed:
+
+* the same batches in the same order: the rank's steps in order (what ``DataLoader``'s
+  round-robin over its workers delivers), the same split between ranks, ``even``,
+  ``drop_last``;
+* :meth:`FeedLoader.state_dict` is exact without ``samples=`` (the loop takes its batches
+  from this object, so it knows what was taken) and is the feed's state: it resumes with
+  another world size, another number of threads, or a ``DataLoader`` and the other way
+  round; :meth:`~FeedLoader.load_state_dict` and :meth:`~FeedLoader.set_epoch` are the
+  feed's;
+* ``pin_memory=True`` gathers into page-locked buffers (no extra host copy before a
+  ``.to(device, non_blocking=True)``); ``device=`` copies each batch there itself,
+  asynchronously, the buffer reused once the copy ran.
+
+Only ready batches (``batch_size`` given, not ``per_sample``). The feed itself stays usable
+in a ``DataLoader`` (or torchdata's ``StatefulDataLoader``).
+
+Example:
+    >>> import numpy as np, os, tempfile
+    >>> from tensorfile import dataset
+    >>> out = os.path.join(tempfile.mkdtemp(), "ds")
+    >>> _ = dataset.write({"x": np.arange(10, dtype=np.float32)}, out, batch_size=4)
+    >>> loader = dataset.open(out).to_torch(batch_size=4).loader(threads=2)
+    >>> [b["x"].tolist() for b in loader]
+    [[0.0, 1.0, 2.0, 3.0], [4.0, 5.0, 6.0, 7.0], [8.0, 9.0]]
+    >>> batches = iter(loader)
+    >>> _ = next(batches)
+    >>> loader.state_dict()["samples"]
+    4
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections import deque
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+
+from ...core.errors import InvalidArgumentError, InvalidTypeError
+from .options import FeedOptions
+from .order import check_int
+from .torch_batches import Gather
+from .torch_ring import Buffer, Ring
+
+__all__ = ["FeedLoader", "default_threads"]
+
+NDArray = np.ndarray[Any, Any]
+MAX_THREADS = 256
+
+
+class LoaderFeed(Protocol):
+    """What the loader drives of a :class:`~tensorfile.dataset.torch.TorchIterable` (its
+    pass as a plan, its gatherer, its position and resume state)."""
+
+    options: FeedOptions
+    _next_step: int | None
+
+    def __len__(self) -> int: ...
+    def set_epoch(self, epoch: int) -> None: ...
+    def state_dict(self, samples: int | None = None) -> dict[str, Any]: ...
+    def load_state_dict(self, state: Any) -> None: ...
+    def _pass(self, wid: int, workers: int, chunk: int) -> Iterator[list[tuple[int, NDArray]]]: ...
+    def _gather(self, *, shared: bool = False) -> Gather: ...
+    def _position_state(self) -> dict[str, Any]: ...
+    def _end_pass(self) -> None: ...
+
+
+def default_threads() -> int:
+    """Gathering threads when not given: half the cores this process may use, 2 to 8."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # (not on Linux)
+        cores = os.cpu_count() or 2
+    return max(2, min(8, cores // 2))
+
+
+def _device(device: Any) -> torch.device | None:
+    if device is None:
+        return None
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as exc:
+        raise InvalidArgumentError(f"device {device!r} is not a torch device: {exc}") from None
+    return None if dev.type == "cpu" else dev
+
+
+class FeedLoader:
+    """The batches of ``feed`` (a :class:`~tensorfile.dataset.torch.TorchIterable` of
+    ready batches) gathered by ``threads`` threads (default :func:`default_threads`),
+    ``depth`` batches ahead of the loop (default twice the threads), into reused buffers
+    (see the module docstring); ``pin_memory``: page-locked buffers (needs CUDA);
+    ``device``: each batch copied there (``non_blocking``) before it is handed out.
+    Made by :meth:`TorchIterable.loader <tensorfile.dataset.torch.TorchIterable.loader>`.
+
+    Example:
+        >>> import numpy as np, os, tempfile
+        >>> from tensorfile import dataset
+        >>> out = os.path.join(tempfile.mkdtemp(), "ds")
+        >>> _ = dataset.write({"x": np.arange(6, dtype=np.int64)}, out, batch_size=2)
+        >>> feed = dataset.open(out).to_torch(batch_size=2, shuffle=True, seed=1)
+        >>> loader = feed.loader()
+        >>> len(loader), sorted(v for b in loader for v in b["x"].tolist())
+        (3, [0, 1, 2, 3, 4, 5])
+    """
+
+    def __init__(
+        self,
+        feed: LoaderFeed,
+        *,
+        threads: int | None = None,
+        depth: int | None = None,
+        pin_memory: bool = False,
+        device: Any = None,
+    ) -> None:
+        if not feed.options.batched:
+            raise InvalidArgumentError(
+                "FeedLoader hands out ready batches: make the feed with batch_size=N "
+                "(and not per_sample=True)"
+            )
+        if not isinstance(pin_memory, bool):
+            raise InvalidTypeError(f"pin_memory must be a bool, got {type(pin_memory).__name__}")
+        self.feed = feed
+        self.threads = (
+            default_threads() if threads is None else check_int(threads, "threads", 1, MAX_THREADS)
+        )
+        self.depth = 2 * self.threads if depth is None else check_int(depth, "depth", 1, 4096)
+        self.device = _device(device)
+        cuda = self.device is not None and self.device.type == "cuda"
+        if (pin_memory or cuda) and not torch.cuda.is_available():
+            what = "pin_memory=True" if pin_memory else f"device={device!r}"
+            raise InvalidArgumentError(f"{what} needs CUDA, and torch sees no CUDA device here")
+        self.pin = pin_memory or cuda
+        self._pass: Iterator[dict[str, Any]] | None = None
+        # kept from pass to pass: the shards' mapped arrays (no page-table faults again in
+        # the next epoch) and the buffers (no fresh memory again)
+        self._gather: Gather | None = None
+        self._ring: Ring | None = None
+
+    # -- the feed's epoch and resume state --------------------------------------------------
+
+    def __len__(self) -> int:
+        """The batches of this rank in the next pass (the feed's ``len``)."""
+        return len(self.feed)
+
+    def set_epoch(self, epoch: int) -> None:
+        """The feed's :meth:`~tensorfile.dataset.torch.TorchIterable.set_epoch`."""
+        self.feed.set_epoch(epoch)
+
+    def state_dict(self, samples: int | None = None) -> dict[str, Any]:
+        """The feed's resume state at the batches this loader handed out (exact: no
+        ``samples=`` needed, though it is taken as the feed takes it).
+
+        Example:
+            >>> import numpy as np, os, tempfile
+            >>> from tensorfile import dataset
+            >>> out = os.path.join(tempfile.mkdtemp(), "ds")
+            >>> _ = dataset.write({"x": np.arange(8, dtype=np.int8)}, out, batch_size=4)
+            >>> loader = dataset.open(out).to_torch(batch_size=2).loader()
+            >>> it = iter(loader); _ = next(it), next(it)
+            >>> state = loader.state_dict()
+            >>> again = dataset.open(out).to_torch(batch_size=2).loader()
+            >>> again.load_state_dict(state)
+            >>> [b["x"].tolist() for b in again]
+            [[4, 5], [6, 7]]
+        """
+        if samples is not None:
+            return self.feed.state_dict(samples)
+        return self.feed._position_state()
+
+    def load_state_dict(self, state: Any) -> None:
+        """The feed's :meth:`~tensorfile.dataset.torch.TorchIterable.load_state_dict` (a
+        pass under way is ended first)."""
+        self.close()
+        self.feed.load_state_dict(state)
+
+    # -- the pass ---------------------------------------------------------------------------
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        self.close()  # one pass at a time: a new one ends the one under way
+        self._pass = self._run()
+        return self._pass
+
+    def close(self) -> None:
+        """End the pass under way (its threads stop; the batches handed out stay valid)."""
+        if self._pass is not None:
+            self._pass.close()  # type: ignore[attr-defined]
+            self._pass = None
+
+    def _run(self) -> Iterator[dict[str, Any]]:
+        feed = self.feed
+        plan = feed._pass(0, 1, 1)
+        first = next(plan, None)
+        if first is None:  # nothing for this rank
+            feed._end_pass()
+            return
+        if self._gather is None or self._ring is None:
+            self._gather = feed._gather()
+            self._ring = Ring(self._gather.columns, feed.options.unit, self.depth + 2, self.pin)
+        gather, ring = self._gather, self._ring
+        pending: deque[tuple[int, int, Buffer, Future[dict[str, Any]]]] = deque()
+        pool = ThreadPoolExecutor(self.threads, "tensorfile-feed")
+        pieces = itertools.chain([first], plan)
+        try:
+            while True:
+                for (t, ids), *_ in itertools.islice(pieces, self.depth - len(pending)):
+                    buf = ring.take()
+                    pending.append((t, ids.size, buf, pool.submit(_fill, gather, ring, buf, ids)))
+                if not pending:
+                    break
+                t, n, buf, job = pending.popleft()
+                filled = job.result()
+                batch = ring.hand_out(buf, n, filled)
+                if "key" in filled:
+                    batch["key"] = filled["key"]
+                del filled, job
+                if self.device is not None:
+                    batch = self._to_device(batch, buf)
+                feed._next_step = t + 1
+                yield batch
+                del batch
+            feed._end_pass()
+        finally:
+            for *_, job in pending:
+                job.cancel()
+            pool.shutdown(wait=True, cancel_futures=True)
+
+    def _to_device(self, batch: dict[str, Any], buf: Buffer) -> dict[str, Any]:
+        """``batch`` copied to the device (tensors; the keys stay), the copy queued on the
+        current stream; ``buf`` is reused after it ran."""
+        moved = {
+            c: v.to(self.device, non_blocking=True) if isinstance(v, torch.Tensor) else v
+            for c, v in batch.items()
+        }
+        if self.device is not None and self.device.type == "cuda":
+            event = torch.cuda.Event()  # type: ignore[no-untyped-call]
+            event.record()
+            buf.event = event
+        return moved
+
+
+def _fill(gather: Gather, ring: Ring, buf: Buffer, ids: NDArray) -> dict[str, Any]:
+    """One batch gathered into ``buf`` (run in a loader thread): ``{column: filled array}``
+    and ``"key"``: the keys of a key-value dataset."""
+    views: dict[str, Any] = ring.views(buf, int(ids.size))
+    keys = gather.fill(ids, views)
+    if keys is not None:
+        views["key"] = keys
+    return views
