@@ -6,6 +6,8 @@
   ``generate_index=True``, ``_tensor_index.parquet``.
 * :func:`open` a dataset: schema, ``len``, random access, iteration over samples or batches,
   ``to_torch()``.
+* :func:`mix` several datasets with weights: a :class:`Mixture`, fed by ``to_torch()`` in an
+  order of the seed, the epoch and the datasets only, resumable exactly.
 * :func:`gc`: remove what killed writers left (shards no manifest lists, staging folders),
   safely while others write (``tensorfile dataset gc``).
 
@@ -19,6 +21,7 @@ Example:
     ['a', 'b']
 """
 
+from .feed.mixture import Mixture, mix
 from .layout.manifest import Manifest, ShardEntry, read_manifest
 from .reading.reader import Dataset, open
 from .writing.gc import Collected, Leftover, gc
@@ -30,12 +33,14 @@ __all__ = [
     "Dataset",
     "Leftover",
     "Manifest",
+    "Mixture",
     "ShardEntry",
     "TaskResult",
     "WriteOptions",
     "abort",
     "commit",
     "gc",
+    "mix",
     "open",
     "parse_options",
     "read_manifest",

@@ -104,7 +104,7 @@ from ...core.errors import InvalidArgumentError, InvalidTypeError
 from ...frameworks.torch import from_numpy
 from ..layout.manifest import ShardEntry
 from .options import FeedOptions, check_rank
-from .order import EpochOrder, check_int
+from .order import EpochOrder, SampleOrder, check_int
 from .protocol import FeedDataset
 from .torch_batches import Gather
 from .torch_loader import FeedLoader
@@ -166,7 +166,7 @@ class TorchIterable(IterableDataset):  # type: ignore[type-arg]
         self.options = opts
         check_rank(*self._where())
         self.counts = [s.samples for s in dataset.manifest.shards]
-        self._total = sum(self.counts)
+        self._total = self._length()
         self._digest = shards_digest([s.shard_path for s in dataset.manifest.shards], self.counts)
         self.epoch = 0
         self._resume = 0  # the global resume point: samples of the epoch consumed
@@ -184,6 +184,10 @@ class TorchIterable(IterableDataset):  # type: ignore[type-arg]
         rank, world = self._where()
         state["options"] = replace(self.options, rank=rank, world_size=world)
         return state
+
+    def _length(self) -> int:
+        """``N``, the positions of an epoch (a mixture's: its draws, not its samples)."""
+        return sum(self.counts)
 
     def _where(self) -> tuple[int, int]:
         """``(rank, world size)``: the options', else ``torch.distributed``'s, else 0 and 1."""
@@ -401,7 +405,7 @@ class TorchIterable(IterableDataset):  # type: ignore[type-arg]
 
     # -- iteration --------------------------------------------------------------------------
 
-    def _ids(self, order: EpochOrder, lo: int, hi: int) -> NDArray:
+    def _ids(self, order: SampleOrder, lo: int, hi: int) -> NDArray:
         """Ids at positions ``[lo, hi)`` of the order, wrapping past its end (``pad``)."""
         total = len(order)
         if hi <= total:
@@ -414,7 +418,7 @@ class TorchIterable(IterableDataset):  # type: ignore[type-arg]
             pos += b - a
         return np.concatenate(parts)
 
-    def _order(self) -> EpochOrder:
+    def _order(self) -> SampleOrder:
         """The current epoch's order."""
         return EpochOrder(
             self.counts,

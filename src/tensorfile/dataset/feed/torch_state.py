@@ -181,8 +181,9 @@ def _int(state: dict[str, Any], key: str, where: str = "") -> int:
 
 def check_state(state: Any, expect: dict[str, Any]) -> dict[str, Any]:
     """``state`` checked against ``expect`` (the resuming dataset's :data:`IDENTITY`
-    fields): every field present and of the right type, the same dataset and order, and
-    ``samples`` within the epoch. Returns it with a checked ``"worker"`` part (or none).
+    fields, its digest and any fields of its own, as a mixture's): every field present and
+    of the right type, the same dataset and order, and ``samples`` within the epoch. Returns
+    it with a checked ``"worker"`` part (or none).
 
     Example:
         >>> ok = {"total": 10, "shards": 2, "seed": 0, "shuffle": False, "partitions": 64,
@@ -202,6 +203,11 @@ def check_state(state: Any, expect: dict[str, Any]) -> dict[str, Any]:
             f"not a state of tensorfile.dataset.torch: its format is {state.get('format')!r}, "
             f"not {FORMAT!r}"
         )
+    for key, want in expect.items():  # a feed's own fields (a mixture's datasets, weights)
+        if key not in IDENTITY and key != "digest" and state.get(key) != want:
+            raise InvalidArgumentError(
+                f"the resume state is of another {key} ({state.get(key)!r}; this feed's: {want!r})"
+            )
     for key in IDENTITY:
         have, want = state.get(key), expect[key]
         if key == "shuffle":
