@@ -57,7 +57,14 @@ def _ids(batches: Any) -> list[list[int]]:
 
 
 def _feed_threads() -> list[threading.Thread]:
+    """The loader threads alive (of this test: each test starts with none, below)."""
     return [t for t in threading.enumerate() if t.name.startswith("tensorfile-feed")]
+
+
+@pytest.fixture(autouse=True)
+def _no_feed_threads_before() -> None:
+    gc.collect()  # a pass another test dropped ends when collected
+    assert not _feed_threads()
 
 
 @pytest.mark.parametrize("threads", [0, 1, 3])
@@ -182,6 +189,15 @@ def test_a_new_pass_ends_the_one_under_way(ds_path: str) -> None:
     loader.close()
     gc.collect()
     assert not _feed_threads()
+
+
+def test_a_loop_broken_off_stops_its_threads_at_once(ds_path: str) -> None:
+    loader = _feed(ds_path).loader(threads=3)
+    for i, _ in enumerate(loader):
+        if i == 2:
+            break
+    assert not _feed_threads()  # the dropped pass ended (no gc, no close)
+    assert loader.state_dict()["samples"] == 3 * B
 
 
 def test_keys_and_packed_dtypes(tmp_path: Path) -> None:

@@ -46,8 +46,9 @@ from __future__ import annotations
 
 import itertools
 import os
+import weakref
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Protocol
 
@@ -151,7 +152,9 @@ class FeedLoader:
             what = "pin_memory=True" if pin_memory else f"device={device!r}"
             raise InvalidArgumentError(f"{what} needs CUDA, and torch sees no CUDA device here")
         self.pin = pin_memory or cuda
-        self._pass: Iterator[dict[str, Any]] | None = None
+        # the pass under way, weakly: a pass the loop dropped (a break) ends at once, its
+        # threads stopped, without waiting for the next pass or close()
+        self._current: weakref.ref[Generator[dict[str, Any], None, None]] | None = None
         # kept from pass to pass: the shards' mapped arrays (no page-table faults again in
         # the next epoch) and the buffers (no fresh memory again)
         self._gather: Gather | None = None
@@ -198,16 +201,18 @@ class FeedLoader:
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         self.close()  # one pass at a time: a new one ends the one under way
-        self._pass = self._run()
-        return self._pass
+        run = self._run()
+        self._current = weakref.ref(run)
+        return run
 
     def close(self) -> None:
         """End the pass under way (its threads stop; the batches handed out stay valid)."""
-        if self._pass is not None:
-            self._pass.close()  # type: ignore[attr-defined]
-            self._pass = None
+        run = self._current() if self._current is not None else None
+        if run is not None:
+            run.close()
+        self._current = None
 
-    def _run(self) -> Iterator[dict[str, Any]]:
+    def _run(self) -> Generator[dict[str, Any], None, None]:
         feed = self.feed
         plan = feed._pass(0, 1, 1)
         first = next(plan, None)
