@@ -1,0 +1,284 @@
+"""Exact sample accounting for the torch feed across a change of layout: every sample id
+counted, none twice, none lost, exactly the ids the epoch's order says, when a run with
+``W`` ranks of ``K`` DataLoader workers each is resumed by one with ``W'`` ranks of ``K'``.
+
+The ranks are simulated in this process (``rank=``/``world_size=`` given, one loader per
+rank, consumed in lockstep: one batch from each rank per training step); the workers are
+real DataLoader processes (forked; spawned where said). Each scenario runs epochs 0 and 1
+whole, breaks off mid-epoch 2, saves (the trainer's count, ``state_dict(samples=N)``, or
+the ``StatefulDataLoader``'s states), resumes with another layout and checks that what
+epoch 2 consumed before and after the resume is that epoch's order, ``S[0:N]`` then
+``S[N:]`` split among the new ranks as the module docstring of
+:mod:`tensorfile.dataset.feed.torch` says (``even=True``: the last ``M % W'`` positions
+dropped; ``"pad"``: wrapped to the start of ``S``; ``False``: all of them), and that epoch 3
+afterwards is whole and in its own order.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pytest
+from torch.utils.data import DataLoader
+from torchdata.stateful_dataloader import StatefulDataLoader
+
+from tensorfile import dataset
+from tensorfile.dataset.feed.torch_state import find_states
+from tensorfile.dataset.order import epoch_order
+
+# 131 samples in shards of 16 (8 full, one of 3), batches of 4; shuffled in blocks of 8 cut
+# into 4 partitions, so the interleave of partitions (which depends on B) is exercised
+N, SHARD, B, SEED = 131, 16, 4, 7
+ORDER = {"seed": SEED, "partitions": 4, "shuffle_block": 8}
+COUNTS = [SHARD] * (N // SHARD) + [N % SHARD]
+
+
+@pytest.fixture(scope="module")
+def ds_path(tmp_path_factory: pytest.TempPathFactory) -> str:
+    out = str(tmp_path_factory.mktemp("accounting") / "ds")
+    ids = np.arange(N, dtype=np.int64)
+    dataset.write({"id": ids, "twice": 2 * ids}, out, batch_size=SHARD, columns=None)
+    return out
+
+
+def _order(epoch: int, shuffle: bool) -> list[int]:
+    """``S``: the epoch's order of every sample id (independent of any layout)."""
+    return epoch_order(COUNTS, epoch=epoch, shuffle=shuffle, unit=B, **ORDER).tolist()
+
+
+def _expected(order: Sequence[int], start: int, world: int, even: Any) -> list[int]:
+    """What ``world`` ranks consume from position ``start`` to the epoch's end, step by step
+    (each step rank 0's piece, then rank 1's...): ``M`` positions are left; ``even=True``
+    drops the last ``M % world``, ``"pad"`` wraps ``ceil(M / world) * world - M`` to the
+    start of the order, ``False`` takes all of them."""
+    left = len(order) - start
+    if even is True:
+        stop = start + left // world * world
+    elif even == "pad":
+        stop = start + math.ceil(left / world) * world
+    else:
+        stop = len(order)
+    return [order[p % len(order)] for p in range(start, stop)]
+
+
+@dataclass(frozen=True)
+class Layout:
+    """``world`` ranks, each with a loader of ``workers`` DataLoader workers."""
+
+    world: int
+    workers: int
+    persistent: bool = False
+    stateful: bool = False
+    context: str = "fork"
+
+    def __str__(self) -> str:
+        kind = ("stateful-" if self.stateful else "") + ("persistent-" if self.persistent else "")
+        return f"{self.world}x{self.workers}-{kind}{self.context}"
+
+
+@dataclass(frozen=True)
+class Mode:
+    """How the feed runs: the order (``shuffle``), the split's tail (``even``) and batches
+    (``per_sample``: single samples with the ``batch_size`` hint, the DataLoader batching
+    them; else ready batches)."""
+
+    shuffle: bool = True
+    even: Any = True
+    per_sample: bool = False
+
+    def __str__(self) -> str:
+        feed = "samples" if self.per_sample else "batches"
+        return f"{'shuffle' if self.shuffle else 'ordered'}-even{self.even}-{feed}"
+
+
+class Run:
+    """One run of ``layout.world`` simulated ranks: a feed and a loader per rank."""
+
+    def __init__(self, path: str, layout: Layout, mode: Mode) -> None:
+        self.layout, self.mode = layout, mode
+        self.feeds = [
+            dataset.open(path).to_torch(
+                shuffle=mode.shuffle,
+                batch_size=B,
+                per_sample=mode.per_sample,
+                even=mode.even,
+                rank=r,
+                world_size=layout.world,
+                **ORDER,
+            )
+            for r in range(layout.world)
+        ]
+        self.loaders = [self._loader(it) for it in self.feeds]
+
+    def _loader(self, it: Any) -> Any:
+        kw: dict[str, Any] = {"batch_size": B if self.mode.per_sample else None}
+        if self.layout.workers:
+            kw.update(
+                num_workers=self.layout.workers,
+                persistent_workers=self.layout.persistent,
+                multiprocessing_context=self.layout.context,
+            )
+        return (StatefulDataLoader if self.layout.stateful else DataLoader)(it, **kw)
+
+    def set_epoch(self, epoch: int) -> None:
+        for it in self.feeds:
+            it.set_epoch(epoch)
+
+    def load(self, state: Any, epoch: int = 2) -> None:
+        """Resume every rank's feed from ``state`` (a trainer's loop then calls
+        ``set_epoch`` with the epoch it saved: the same one, which changes nothing)."""
+        for it in self.feeds:
+            it.load_state_dict(state)
+        self.set_epoch(epoch)
+
+    def restore(self, states: list[Any], epoch: int = 2) -> None:
+        """The same layout: each rank's ``StatefulDataLoader`` gets its own state back."""
+        for loader, state in zip(self.loaders, states, strict=True):
+            loader.load_state_dict(state)
+        self.set_epoch(epoch)
+
+    def steps(self, limit: int | None = None) -> list[list[list[int]]]:
+        """A pass of all ranks in lockstep (broken off after ``limit`` steps): per step,
+        each rank's batch of ids (a rank with no batch left gives none)."""
+        passes = [iter(loader) for loader in self.loaders]
+        got: list[list[list[int]]] = []
+        # (the limit checked before the next batch is taken: a StatefulDataLoader counts it)
+        for batches in itertools.islice(itertools.zip_longest(*passes), limit):
+            step = [b["id"].tolist() for b in batches if b is not None]
+            for b in batches:
+                if b is not None:
+                    assert b["twice"].tolist() == [2 * i for i in b["id"].tolist()]
+            got.append(step)
+        return got
+
+    def consume(self, limit: int | None = None) -> list[int]:
+        """The ids a pass consumes (all ranks, step by step), checking the split: each rank
+        takes at most ``B`` a step; ``even`` True or ``"pad"``: every rank the same count."""
+        steps = self.steps(limit)
+        per_rank = [0] * self.layout.world
+        for step in steps:
+            for r, piece in enumerate(step):
+                assert len(piece) <= B
+                per_rank[r] += len(piece)
+        if self.mode.even is not False:
+            assert len(set(per_rank)) == 1, per_rank
+        else:
+            assert max(per_rank) - min(per_rank) <= 1, per_rank
+        return [i for step in steps for piece in step for i in piece]
+
+    def saved(self, steps: int) -> Any:
+        """The state a checkpoint after ``steps`` steps of this run keeps: the loaders'
+        own (a ``StatefulDataLoader``'s, all ranks') or the trainer's count."""
+        if self.layout.stateful:
+            return json.loads(json.dumps([loader.state_dict() for loader in self.loaders]))
+        return json.loads(
+            json.dumps(self.feeds[0].state_dict(samples=steps * self.layout.world * B))
+        )
+
+
+def _whole(run: Run, epoch: int) -> None:
+    run.set_epoch(epoch)
+    assert run.consume() == _expected(
+        _order(epoch, run.mode.shuffle), 0, run.layout.world, run.mode.even
+    )
+
+
+def _save_mid_epoch(
+    path: str, layout: Layout, mode: Mode, steps: int, epoch: int = 2
+) -> tuple[list[int], Any]:
+    """Run ``layout``: epochs ``0 .. epoch-1`` whole (each checked), then ``steps`` steps
+    of ``epoch``; what that epoch consumed and the checkpoint."""
+    run = Run(path, layout, mode)
+    for e in range(epoch):
+        _whole(run, e)
+    run.set_epoch(epoch)
+    head = run.consume(steps)
+    assert head == _order(epoch, mode.shuffle)[: steps * layout.world * B]
+    return head, run.saved(steps)
+
+
+def _check_resumed(head: list[int], rest: list[int], epoch: int, world: int, mode: Mode) -> None:
+    """What the epoch consumed before (``head``) and after the resume (``rest``) with
+    ``world`` ranks: the epoch's order exactly, from where the first run stopped."""
+    order = _order(epoch, mode.shuffle)
+    assert head == order[: len(head)]
+    assert rest == _expected(order, len(head), world, mode.even)
+    if mode.even is False:  # nothing dropped, nothing repeated: every sample once
+        assert sorted(head + rest) == list(range(N))
+    elif mode.even is True:
+        assert len(set(head + rest)) == len(head + rest) > N - world
+
+
+# -- persistent workers: set_epoch and load_state_dict between passes, another layout ------
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "mode"),
+    [
+        (Layout(2, 2, persistent=True), Layout(3, 1, persistent=True), Mode()),
+        (
+            Layout(3, 1, persistent=True),
+            Layout(2, 2, persistent=True),
+            Mode(shuffle=False, even="pad"),
+        ),
+        (
+            Layout(1, 2, persistent=True),
+            Layout(2, 2, persistent=True),
+            Mode(even=False, per_sample=True),
+        ),
+        (
+            Layout(2, 1, persistent=True),
+            Layout(1, 2, persistent=True),
+            Mode(even="pad", per_sample=True),
+        ),
+    ],
+    ids=str,
+)
+def test_persistent_workers_resume_another_layout_between_passes(
+    ds_path: str, before: Layout, after: Layout, mode: Mode
+) -> None:
+    """Persistent workers of the resuming run are already started (a first pass broken off
+    after one step, as a look at a batch does) when the state is loaded: their next pass is
+    the rest of epoch 2 for the new layout, and after ``set_epoch(3)`` the pass after it
+    is the whole of epoch 3: the workers saw both."""
+    head, state = _save_mid_epoch(ds_path, before, mode, steps=5)
+    run = Run(ds_path, after, mode)
+    run.consume(1)  # the persistent workers start, on epoch 0
+    run.load(state)
+    rest = run.consume()
+    _check_resumed(head, rest, 2, after.world, mode)
+    _whole(run, 3)
+    _whole(run, 4)
+
+
+# -- StatefulDataLoader: its states resume another layout -------------
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "mode", "steps"),
+    [
+        (Layout(2, 2, persistent=True, stateful=True), Layout(3, 1), Mode(), 1),
+        (Layout(2, 2, stateful=True), Layout(1, 2, persistent=True), Mode(even=False), 6),
+        (Layout(1, 2, persistent=True, stateful=True), Layout(2, 0), Mode(per_sample=True), 3),
+        (Layout(3, 1, stateful=True), Layout(2, 2, stateful=True), Mode(shuffle=False), 2),
+    ],
+    ids=str,
+)
+def test_stateful_loader_states_resume_another_layout(
+    ds_path: str, before: Layout, after: Layout, mode: Mode, steps: int
+) -> None:
+    """Every rank's ``StatefulDataLoader.state_dict()`` saved mid-epoch 2 (after one step
+    too, where a persistent worker that has not yielded in this pass yet holds the state of
+    its previous one), loaded by each feed of a run of another layout."""
+    head, states = _save_mid_epoch(ds_path, before, mode, steps)
+    assert len(find_states(states)) == before.world * before.workers
+    run = Run(ds_path, after, mode)
+    run.load(states)
+    _check_resumed(head, run.consume(), 2, after.world, mode)
+    _whole(run, 3)
