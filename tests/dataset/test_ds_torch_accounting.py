@@ -25,6 +25,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from torch.utils.data import DataLoader
 from torchdata.stateful_dataloader import StatefulDataLoader
 
@@ -257,7 +259,7 @@ def test_persistent_workers_resume_another_layout_between_passes(
     _whole(run, 4)
 
 
-# -- StatefulDataLoader: its states resume another layout -------------
+# -- StatefulDataLoader: its states resume another layout, and its own exactly -------------
 
 
 @pytest.mark.parametrize(
@@ -280,5 +282,88 @@ def test_stateful_loader_states_resume_another_layout(
     assert len(find_states(states)) == before.world * before.workers
     run = Run(ds_path, after, mode)
     run.load(states)
+    _check_resumed(head, run.consume(), 2, after.world, mode)
+    _whole(run, 3)
+
+
+@pytest.mark.parametrize(
+    ("layout", "mode", "steps"),
+    [
+        (Layout(2, 2, persistent=True, stateful=True), Mode(), 1),
+        (Layout(1, 2, persistent=True, stateful=True), Mode(even="pad", per_sample=True), 3),
+        (Layout(2, 2, stateful=True), Mode(even=False), 1),
+    ],
+    ids=str,
+)
+def test_stateful_loader_resumes_its_own_layout_after_epochs(
+    ds_path: str, layout: Layout, mode: Mode, steps: int
+) -> None:
+    """The same layout: each rank's loader gets its own state back (each worker its own,
+    exact) after two whole epochs and a few steps of the third; the third is then that
+    epoch's order, the fourth whole."""
+    head, states = _save_mid_epoch(ds_path, layout, mode, steps)
+    run = Run(ds_path, layout, mode)
+    run.restore(states)
+    _check_resumed(head, run.consume(), 2, layout.world, mode)
+    _whole(run, 3)
+
+
+@pytest.mark.parametrize("same_layout", [True, False])
+def test_stateful_persistent_passes_without_set_epoch(ds_path: str, same_layout: bool) -> None:
+    """A loop that never calls ``set_epoch``: every pass is epoch 0 from its start. Saved
+    one step into the second pass, the states resume exactly (regression: a persistent
+    worker asked for its state before its first batch of a pass gave the end of its previous
+    pass, so the worker that had not yielded yet replayed nothing of its share in the same
+    layout, and its 'whole epoch consumed' won the global resume, which then yielded
+    nothing)."""
+    layout, mode = Layout(2, 2, persistent=True, stateful=True), Mode()
+    run = Run(ds_path, layout, mode)
+    whole = _expected(_order(0, mode.shuffle), 0, layout.world, mode.even)
+    assert run.consume() == whole
+    head = run.consume(1)
+    states = run.saved(1)
+    after = Run(ds_path, layout if same_layout else Layout(3, 1), mode)
+    if same_layout:
+        after.restore(states, epoch=0)
+    else:
+        after.load(states, epoch=0)
+    _check_resumed(head, after.consume(), 0, after.layout.world, mode)
+    assert after.consume() == _expected(_order(0, mode.shuffle), 0, after.layout.world, mode.even)
+
+
+# -- any layout to any other: a property --------------------------------------------------
+
+
+@st.composite
+def _layouts(draw: st.DrawFn) -> Layout:
+    workers = draw(st.integers(0, 2))
+    return Layout(
+        world=draw(st.integers(1, 3)),
+        workers=workers,
+        persistent=workers > 0 and draw(st.booleans()),
+        stateful=draw(st.booleans()),
+    )
+
+
+_MODES = st.builds(
+    Mode,
+    shuffle=st.booleans(),
+    even=st.sampled_from([True, "pad", False]),
+    per_sample=st.booleans(),
+)
+
+
+@settings(max_examples=6, deadline=None)
+@given(before=_layouts(), after=_layouts(), mode=_MODES, cut=st.floats(0, 1))
+def test_any_layout_resumes_any_other(
+    ds_path: str, before: Layout, after: Layout, mode: Mode, cut: float
+) -> None:
+    """Epochs 0 and 1 whole, a part of epoch 2 (``cut`` of its whole steps), saved (the
+    loaders' states or the trainer's count), resumed by another run of any layout: epoch 2
+    is exactly its order, epoch 3 whole."""
+    steps = round(cut * (N // (before.world * B)))
+    head, state = _save_mid_epoch(ds_path, before, mode, steps)
+    run = Run(ds_path, after, mode)
+    run.load(state)
     _check_resumed(head, run.consume(), 2, after.world, mode)
     _whole(run, 3)

@@ -408,6 +408,10 @@ class TorchIterable(IterableDataset):  # type: ignore[type-arg]
         return np.concatenate(parts)
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
+        """A pass, started at once (not at its first item): its position is this pass's
+        start from here on. A DataLoader worker calls ``iter`` when a pass begins, a
+        persistent one too, and a ``StatefulDataLoader`` then asks it for its state before
+        its first batch: the start of this pass, not the end of its previous one."""
         info = get_worker_info()
         if info is not None:
             self._adopt()
@@ -417,6 +421,14 @@ class TorchIterable(IterableDataset):  # type: ignore[type-arg]
         rank, world = self._where()
         base, first = self._start(rank, world, wid, workers)
         self._base, self._next_step = base, first
+        return self._pass(self.epoch, base, first)
+
+    def _pass(self, epoch: int, base: int, first: int) -> Iterator[dict[str, Any]]:
+        """The batches or samples of a pass of ``epoch`` from ``base``, this worker's steps
+        from ``first`` (:meth:`__iter__`)."""
+        info = get_worker_info()
+        _, workers = _layout()
+        rank, world = self._where()
         if self._total == 0:  # an empty dataset: nothing to yield (and no schema to gather)
             self._end_pass()
             return
@@ -424,7 +436,7 @@ class TorchIterable(IterableDataset):  # type: ignore[type-arg]
         order = EpochOrder(
             self.counts,
             seed=self.options.seed,
-            epoch=self.epoch,
+            epoch=epoch,
             shuffle=self.options.shuffle,
             partitions=self.options.partitions,
             shuffle_block=self.options.shuffle_block,
