@@ -367,3 +367,25 @@ def test_any_layout_resumes_any_other(
     run.load(state)
     _check_resumed(head, run.consume(), 2, after.world, mode)
     _whole(run, 3)
+
+
+def test_spawned_persistent_workers_both_ways(ds_path: str) -> None:
+    """A spawned persistent worker (the feed pickled into it, the shared block a torch
+    tensor; one: each costs seconds to start) of a ``StatefulDataLoader``: started on epoch
+    0 by a look at a batch, then given the states of a forked run of another layout (between
+    passes), then ``set_epoch(3)``, then ``set_epoch(4)`` and a checkpoint one step into it,
+    which a forked run of a third layout resumes: every count exact."""
+    mode = Mode(even="pad")
+    head, states = _save_mid_epoch(ds_path, Layout(2, 2, stateful=True), mode, steps=4)
+    spawned = Layout(1, 1, persistent=True, stateful=True, context="spawn")
+    run = Run(ds_path, spawned, mode)
+    run.consume(1)
+    run.load(states)
+    _check_resumed(head, run.consume(), 2, spawned.world, mode)
+    _whole(run, 3)
+    run.set_epoch(4)
+    head = run.consume(1)
+    states = run.saved(1)
+    after = Run(ds_path, Layout(3, 1), mode)
+    after.load(states, epoch=4)
+    _check_resumed(head, after.consume(), 4, after.layout.world, mode)
