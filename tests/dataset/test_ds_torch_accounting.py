@@ -54,11 +54,14 @@ def _order(epoch: int, shuffle: bool) -> list[int]:
     return epoch_order(COUNTS, epoch=epoch, shuffle=shuffle, unit=B, **ORDER).tolist()
 
 
-def _expected(order: Sequence[int], start: int, world: int, even: Any) -> list[int]:
+def _expected(
+    order: Sequence[int], start: int, world: int, even: Any, drop_last: bool = False
+) -> list[int]:
     """What ``world`` ranks consume from position ``start`` to the epoch's end, step by step
     (each step rank 0's piece, then rank 1's...): ``M`` positions are left; ``even=True``
     drops the last ``M % world``, ``"pad"`` wraps ``ceil(M / world) * world - M`` to the
-    start of the order, ``False`` takes all of them."""
+    start of the order, ``False`` takes all of them. ``drop_last`` (``even`` True or
+    ``"pad"``, where every rank's last batch is as short): only the steps of whole batches."""
     left = len(order) - start
     if even is True:
         stop = start + left // world * world
@@ -66,6 +69,9 @@ def _expected(order: Sequence[int], start: int, world: int, even: Any) -> list[i
         stop = start + math.ceil(left / world) * world
     else:
         stop = len(order)
+    if drop_last:
+        assert even is not False
+        stop = start + (stop - start) // world // B * B * world
     return [order[p % len(order)] for p in range(start, stop)]
 
 
@@ -93,10 +99,12 @@ class Mode:
     shuffle: bool = True
     even: Any = True
     per_sample: bool = False
+    drop_last: bool = False
 
     def __str__(self) -> str:
         feed = "samples" if self.per_sample else "batches"
-        return f"{'shuffle' if self.shuffle else 'ordered'}-even{self.even}-{feed}"
+        drop = "-drop_last" if self.drop_last else ""
+        return f"{'shuffle' if self.shuffle else 'ordered'}-even{self.even}-{feed}{drop}"
 
 
 class Run:
@@ -110,6 +118,7 @@ class Run:
                 batch_size=B,
                 per_sample=mode.per_sample,
                 even=mode.even,
+                drop_last=mode.drop_last,
                 rank=r,
                 world_size=layout.world,
                 **ORDER,
@@ -186,9 +195,9 @@ class Run:
 
 def _whole(run: Run, epoch: int) -> None:
     run.set_epoch(epoch)
-    assert run.consume() == _expected(
-        _order(epoch, run.mode.shuffle), 0, run.layout.world, run.mode.even
-    )
+    mode = run.mode
+    want = _expected(_order(epoch, mode.shuffle), 0, run.layout.world, mode.even, mode.drop_last)
+    assert run.consume() == want
 
 
 def _save_mid_epoch(
@@ -210,7 +219,9 @@ def _check_resumed(head: list[int], rest: list[int], epoch: int, world: int, mod
     ``world`` ranks: the epoch's order exactly, from where the first run stopped."""
     order = _order(epoch, mode.shuffle)
     assert head == order[: len(head)]
-    assert rest == _expected(order, len(head), world, mode.even)
+    assert rest == _expected(order, len(head), world, mode.even, mode.drop_last)
+    if mode.drop_last:
+        return
     if mode.even is False:  # nothing dropped, nothing repeated: every sample once
         assert sorted(head + rest) == list(range(N))
     elif mode.even is True:
@@ -345,28 +356,58 @@ def _layouts(draw: st.DrawFn) -> Layout:
     )
 
 
-_MODES = st.builds(
-    Mode,
-    shuffle=st.booleans(),
-    even=st.sampled_from([True, "pad", False]),
-    per_sample=st.booleans(),
-)
+@st.composite
+def _modes(draw: st.DrawFn) -> Mode:
+    even = draw(st.sampled_from([True, "pad", False]))
+    return Mode(
+        shuffle=draw(st.booleans()),
+        even=even,
+        per_sample=draw(st.booleans()),
+        drop_last=even is not False and draw(st.booleans()),
+    )
 
 
 @settings(max_examples=6, deadline=None)
-@given(before=_layouts(), after=_layouts(), mode=_MODES, cut=st.floats(0, 1))
+@given(before=_layouts(), after=_layouts(), mode=_modes(), cut=st.floats(0, 1))
 def test_any_layout_resumes_any_other(
     ds_path: str, before: Layout, after: Layout, mode: Mode, cut: float
 ) -> None:
     """Epochs 0 and 1 whole, a part of epoch 2 (``cut`` of its whole steps), saved (the
     loaders' states or the trainer's count), resumed by another run of any layout: epoch 2
-    is exactly its order, epoch 3 whole."""
+    is exactly its order, epoch 3 whole. (With ``drop_last`` the cut is before the saving
+    layout's last batch: after it that layout's epoch is over, the next test.)"""
     steps = round(cut * (N // (before.world * B)))
+    if mode.drop_last:
+        per_rank = math.ceil(N / before.world) if mode.even == "pad" else N // before.world
+        steps = min(steps, per_rank // B - 1)
     head, state = _save_mid_epoch(ds_path, before, mode, steps)
     run = Run(ds_path, after, mode)
     run.load(state)
     _check_resumed(head, run.consume(), 2, after.world, mode)
     _whole(run, 3)
+
+
+@pytest.mark.parametrize("workers", [2, 0])
+def test_a_layouts_last_batch_ends_its_epoch(ds_path: str, workers: int) -> None:
+    """The rule at the end of a pass (``drop_last``, 3 ranks: 10 steps of 4 samples each,
+    the 11 positions left dropped): a checkpoint after the last batch (before the loop
+    learns that the pass ended), by the ``StatefulDataLoader``'s states or by the feed's own
+    count (no workers), says the epoch is over, short tail and all, so a run of another
+    layout resumes nothing of it: epoch 2 is exactly what the saving layout takes of it.
+    The trainer's own count says what it says: 11 positions left, one rank takes 8."""
+    mode = Mode(drop_last=True)
+    run = Run(ds_path, Layout(3, workers, stateful=True), mode)
+    run.set_epoch(2)
+    head = run.consume(10)
+    assert head == _expected(_order(2, True), 0, 3, True, drop_last=True)
+    own = run.saved(10) if workers else run.feeds[1].state_dict()
+    counted = run.feeds[0].state_dict(samples=len(head))
+    assert max(s["samples"] for s in find_states(own)) == N  # (the largest counts)
+    for state, rest in ((own, []), (counted, _order(2, True)[120:128])):
+        after = Run(ds_path, Layout(1, 2), mode)
+        after.load(state)
+        assert after.consume() == rest
+        _whole(after, 3)
 
 
 def test_spawned_persistent_workers_both_ways(ds_path: str) -> None:
