@@ -33,6 +33,7 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 from tensorfile import dataset
 from tensorfile.dataset.feed.torch_state import find_states
 from tensorfile.dataset.order import epoch_order
+from tensorfile.errors import InvalidArgumentError
 
 # 131 samples in shards of 16 (8 full, one of 3), batches of 4; shuffled in blocks of 8 cut
 # into 4 partitions, so the interleave of partitions (which depends on B) is exercised
@@ -430,3 +431,19 @@ def test_spawned_persistent_workers_both_ways(ds_path: str) -> None:
     after = Run(ds_path, Layout(3, 1), mode)
     after.load(states, epoch=4)
     _check_resumed(head, after.consume(), 4, after.layout.world, mode)
+
+
+def test_a_loader_of_another_layout_refuses_the_loaders_states(ds_path: str) -> None:
+    """``StatefulDataLoader.load_state_dict`` hands each worker the state of the worker of
+    its id: in a loader of another layout (other workers, other ranks) each feed refuses the
+    state that is not its own, naming the way that resumes (all the states to
+    ``it.load_state_dict``), instead of resuming a wrong position."""
+    mode = Mode()
+    _, states = _save_mid_epoch(ds_path, Layout(2, 2, stateful=True), mode, steps=3)
+    for layout in (Layout(2, 1, stateful=True), Layout(1, 2, stateful=True)):
+        run = Run(ds_path, layout, mode)
+        run.restore(states[: layout.world])
+        with pytest.raises(
+            InvalidArgumentError, match=r"pass all the states to it\.load_state_dict"
+        ):
+            run.consume()
