@@ -78,16 +78,20 @@ def _expected(
 
 @dataclass(frozen=True)
 class Layout:
-    """``world`` ranks, each with a loader of ``workers`` DataLoader workers."""
+    """``world`` ranks, each with a loader of ``workers`` DataLoader workers (a
+    ``StatefulDataLoader`` where ``stateful``: its workers' states snapshotted every
+    ``snapshot`` batches)."""
 
     world: int
     workers: int
     persistent: bool = False
     stateful: bool = False
     context: str = "fork"
+    snapshot: int = 1
 
     def __str__(self) -> str:
         kind = ("stateful-" if self.stateful else "") + ("persistent-" if self.persistent else "")
+        kind += f"snapshot{self.snapshot}-" if self.snapshot != 1 else ""
         return f"{self.world}x{self.workers}-{kind}{self.context}"
 
 
@@ -136,7 +140,9 @@ class Run:
                 persistent_workers=self.layout.persistent,
                 multiprocessing_context=self.layout.context,
             )
-        return (StatefulDataLoader if self.layout.stateful else DataLoader)(it, **kw)
+        if self.layout.stateful:
+            return StatefulDataLoader(it, snapshot_every_n_steps=self.layout.snapshot, **kw)
+        return DataLoader(it, **kw)
 
     def set_epoch(self, epoch: int) -> None:
         for it in self.feeds:
@@ -281,6 +287,8 @@ def test_persistent_workers_resume_another_layout_between_passes(
         (Layout(2, 2, stateful=True), Layout(1, 2, persistent=True), Mode(even=False), 6),
         (Layout(1, 2, persistent=True, stateful=True), Layout(2, 0), Mode(per_sample=True), 3),
         (Layout(3, 1, stateful=True), Layout(2, 2, stateful=True), Mode(shuffle=False), 2),
+        (Layout(2, 2, stateful=True, snapshot=3), Layout(1, 1), Mode(even="pad"), 8),
+        (Layout(1, 2, stateful=True, snapshot=4), Layout(3, 0), Mode(per_sample=True), 6),
     ],
     ids=str,
 )
@@ -304,6 +312,7 @@ def test_stateful_loader_states_resume_another_layout(
         (Layout(2, 2, persistent=True, stateful=True), Mode(), 1),
         (Layout(1, 2, persistent=True, stateful=True), Mode(even="pad", per_sample=True), 3),
         (Layout(2, 2, stateful=True), Mode(even=False), 1),
+        (Layout(2, 2, stateful=True, snapshot=3), Mode(), 5),
     ],
     ids=str,
 )
@@ -349,11 +358,13 @@ def test_stateful_persistent_passes_without_set_epoch(ds_path: str, same_layout:
 @st.composite
 def _layouts(draw: st.DrawFn) -> Layout:
     workers = draw(st.integers(0, 2))
+    stateful = draw(st.booleans())
     return Layout(
         world=draw(st.integers(1, 3)),
         workers=workers,
         persistent=workers > 0 and draw(st.booleans()),
-        stateful=draw(st.booleans()),
+        stateful=stateful,
+        snapshot=draw(st.integers(1, 4)) if stateful else 1,
     )
 
 

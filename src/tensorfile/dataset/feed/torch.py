@@ -107,7 +107,7 @@ from .options import FeedOptions, check_rank
 from .order import EpochOrder, check_int
 from .protocol import FeedDataset
 from .torch_batches import Gather
-from .torch_state import FORMAT, Split, check_state, find_states, make_state, shards_digest
+from .torch_state import FORMAT, Split, check_state, find_loader_states, make_state, shards_digest
 from .torch_sync import Shared
 
 __all__ = ["TorchIterable", "TorchMap"]
@@ -354,14 +354,14 @@ class TorchIterable(IterableDataset):  # type: ignore[type-arg]
                 self._set_resume(chosen["epoch"], chosen["samples"], worker)
                 return
         else:
-            found = find_states(state)
+            found = find_loader_states(state)
             if not found:
                 other = state.get("format") if isinstance(state, dict) else None
                 raise InvalidArgumentError(
                     f"no tensorfile.dataset.torch resume state in the {type(state).__name__} given"
                     + (f" (its format is {other!r}, not {FORMAT!r})" if other is not None else "")
                 )
-            checked = [check_state(s, expect) for s in found]
+            checked = [self._advance(check_state(s, expect), after) for s, after in found]
             chosen = max(checked, key=lambda s: (s["epoch"], s["samples"]))
             if chosen.get("exact_global") is False:
                 raise InvalidArgumentError(
@@ -371,6 +371,19 @@ class TorchIterable(IterableDataset):  # type: ignore[type-arg]
                     "resume with loader.load_state_dict on the same layout (which is exact)"
                 )
         self._set_resume(chosen["epoch"], chosen["samples"], None)
+
+    def _advance(self, state: dict[str, Any], batches: int) -> dict[str, Any]:
+        """A worker's ``state`` as of its ``StatefulDataLoader``'s last snapshot, after which
+        the loader yielded ``batches`` more (each one step of the saving rank): its
+        ``samples`` with those steps (the largest over a rank's workers: the steps the
+        loader yielded, whichever worker made them), else they would be fed again."""
+        worker = state.get("worker")
+        if not batches or worker is None:
+            return state
+        base, world = worker["base"], worker["world_size"]
+        split = Split(self._total, base, world, self.options.unit, self.options.even)
+        steps = worker["next_step"] - worker["workers"] + 1 + batches
+        return {**state, "samples": base + split.consumed(steps, self.options.drop_last)}
 
     def _set_resume(self, epoch: int, samples: int, worker: dict[str, int] | None) -> None:
         self.epoch = epoch
