@@ -131,6 +131,7 @@ class Run:
             for r in range(layout.world)
         ]
         self.loaders = [self._loader(it) for it in self.feeds]
+        self.restored = False
 
     def _loader(self, it: Any) -> Any:
         kw: dict[str, Any] = {"batch_size": B if self.mode.per_sample else None}
@@ -160,34 +161,43 @@ class Run:
         for loader, state in zip(self.loaders, states, strict=True):
             loader.load_state_dict(state)
         self.set_epoch(epoch)
+        self.restored = True  # (the loaders' workers know where they are; the feeds do not)
 
     def steps(self, limit: int | None = None) -> list[list[list[int]]]:
         """A pass of all ranks in lockstep (broken off after ``limit`` steps): per step,
-        each rank's batch of ids (a rank with no batch left gives none)."""
+        each rank's batch of ids (``[]`` from a rank with no batch left)."""
         passes = [iter(loader) for loader in self.loaders]
         got: list[list[list[int]]] = []
         # (the limit checked before the next batch is taken: a StatefulDataLoader counts it)
         for batches in itertools.islice(itertools.zip_longest(*passes), limit):
-            step = [b["id"].tolist() for b in batches if b is not None]
+            step = []
             for b in batches:
-                if b is not None:
-                    assert b["twice"].tolist() == [2 * i for i in b["id"].tolist()]
+                ids = [] if b is None else b["id"].tolist()
+                assert b is None or b["twice"].tolist() == [2 * i for i in ids]
+                step.append(ids)
             got.append(step)
         return got
 
     def consume(self, limit: int | None = None) -> list[int]:
         """The ids a pass consumes (all ranks, step by step), checking the split: each rank
-        takes at most ``B`` a step; ``even`` True or ``"pad"``: every rank the same count."""
+        takes at most ``B`` a step; ``even`` True or ``"pad"``: every rank the same count;
+        a whole pass: on each rank what ``len`` said before it (batches, or samples)."""
+        lengths = [len(it) for it in self.feeds]
         steps = self.steps(limit)
         per_rank = [0] * self.layout.world
+        batches = [0] * self.layout.world
         for step in steps:
             for r, piece in enumerate(step):
                 assert len(piece) <= B
                 per_rank[r] += len(piece)
+                batches[r] += 1 if piece else 0
         if self.mode.even is not False:
             assert len(set(per_rank)) == 1, per_rank
         else:
             assert max(per_rank) - min(per_rank) <= 1, per_rank
+        if limit is None and not self.restored:
+            assert lengths == (per_rank if self.mode.per_sample else batches)
+        self.restored = False
         return [i for step in steps for piece in step for i in piece]
 
     def saved(self, steps: int) -> Any:
