@@ -200,14 +200,14 @@ class Run:
         self.restored = False
         return [i for step in steps for piece in step for i in piece]
 
-    def saved(self, steps: int) -> Any:
+    def saved(self, steps: int, before: int = 0) -> Any:
         """The state a checkpoint after ``steps`` steps of this run keeps: the loaders'
-        own (a ``StatefulDataLoader``'s, all ranks') or the trainer's count."""
+        own (a ``StatefulDataLoader``'s, all ranks') or the trainer's count (``before``:
+        the samples of the epoch consumed before this run)."""
         if self.layout.stateful:
             return json.loads(json.dumps([loader.state_dict() for loader in self.loaders]))
-        return json.loads(
-            json.dumps(self.feeds[0].state_dict(samples=steps * self.layout.world * B))
-        )
+        count = before + steps * self.layout.world * B
+        return json.loads(json.dumps(self.feeds[0].state_dict(samples=count)))
 
 
 def _whole(run: Run, epoch: int) -> None:
@@ -430,6 +430,38 @@ def test_a_layouts_last_batch_ends_its_epoch(ds_path: str, workers: int) -> None
         after.load(state)
         assert after.consume() == rest
         _whole(after, 3)
+
+
+@pytest.mark.parametrize(
+    ("layouts", "mode"),
+    [
+        ((Layout(2, 2, stateful=True), Layout(3, 1, stateful=True), Layout(1, 2)), Mode()),
+        ((Layout(1, 2), Layout(2, 2, persistent=True), Layout(3, 0)), Mode(even=False)),
+        (
+            (Layout(3, 1, persistent=True, stateful=True), Layout(1, 1, stateful=True, snapshot=2),
+             Layout(2, 2, persistent=True)),
+            Mode(shuffle=False, even="pad", per_sample=True),
+        ),
+    ],
+    ids=lambda v: "-".join(map(str, v)) if isinstance(v, tuple) else str(v),
+)  # fmt: skip
+def test_a_resumed_epoch_resumed_again(
+    ds_path: str, layouts: tuple[Layout, ...], mode: Mode
+) -> None:
+    """Epoch 2 broken off and resumed twice, by three layouts (the second saving from a
+    resume point of its own, not the epoch's start): the three parts are the epoch's
+    order, each from where the one before stopped."""
+    first, second, third = layouts
+    head, state = _save_mid_epoch(ds_path, first, mode, steps=3)
+    run = Run(ds_path, second, mode)
+    run.load(state)
+    head += run.consume(4)
+    assert head == _order(2, mode.shuffle)[: len(head)]
+    state = run.saved(4, before=3 * first.world * B)
+    last = Run(ds_path, third, mode)
+    last.load(state)
+    _check_resumed(head, last.consume(), 2, third.world, mode)
+    _whole(last, 3)
 
 
 def test_spawned_persistent_workers_both_ways(ds_path: str) -> None:
