@@ -78,7 +78,10 @@ class LoaderFeed(Protocol):
     def set_epoch(self, epoch: int) -> None: ...
     def state_dict(self, samples: int | None = None) -> dict[str, Any]: ...
     def load_state_dict(self, state: Any) -> None: ...
-    def _pass(self, wid: int, workers: int, chunk: int) -> Iterator[list[tuple[int, NDArray]]]: ...
+    def _begin(self, wid: int, workers: int) -> tuple[int, int, int]: ...
+    def _pass(
+        self, start: tuple[int, int, int], workers: int, chunk: int
+    ) -> Iterator[list[tuple[int, NDArray]]]: ...
     def _gather(self, *, shared: bool = False) -> Gather: ...
     def _position_state(self) -> dict[str, Any]: ...
     def _end_pass(self) -> None: ...
@@ -201,7 +204,7 @@ class FeedLoader:
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         self.close()  # one pass at a time: a new one ends the one under way
-        run = self._run()
+        run = self._run(self.feed._begin(0, 1))  # started now: state_dict() says so
         self._current = weakref.ref(run)
         return run
 
@@ -212,9 +215,9 @@ class FeedLoader:
             run.close()
         self._current = None
 
-    def _run(self) -> Generator[dict[str, Any], None, None]:
+    def _run(self, start: tuple[int, int, int]) -> Generator[dict[str, Any], None, None]:
         feed = self.feed
-        plan = feed._pass(0, 1, 1)
+        plan = feed._pass(start, 1, 1)
         first = next(plan, None)
         if first is None:  # nothing for this rank
             feed._end_pass()

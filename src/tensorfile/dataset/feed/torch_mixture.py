@@ -50,5 +50,5 @@ class TorchMixture(TorchIterable):
     def _identity(self) -> dict[str, Any]:
         return {**super()._identity(), **self.mixture.identity()}
 
-    def _order(self) -> SampleOrder:
-        return self.mixture.epoch_order(self.epoch, self.options)
+    def _order(self, epoch: int) -> SampleOrder:
+        return self.mixture.epoch_order(epoch, self.options)
