@@ -23,7 +23,8 @@ from .layout.manifest import Manifest, ShardEntry, read_manifest
 from .reading.reader import Dataset, open
 from .writing.gc import Collected, Leftover, gc
 from .writing.options import WriteOptions, parse_options
-from .writing.writer import TaskResult, abort, commit, write, write_task
+from .writing.job import write
+from .writing.writer import TaskResult, abort, commit, write_task
 
 __all__ = [
     "Collected",
