@@ -18,7 +18,7 @@ Example:
     >>> x = pa.FixedSizeListArray.from_arrays(pa.array(np.arange(12, dtype=np.float32)), 2)
     >>> batch = pa.record_batch({"x": x})
     >>> out = os.path.join(tempfile.mkdtemp(), "ds")
-    >>> two = Input("two batches", batch.schema, lambda: iter([batch, batch]))
+    >>> two = Input("two batches", batch.schema, lambda rows: iter([batch, batch]))
     >>> m = write_arrow([two], out, what="table", batch_size=4)
     >>> m.total_samples, [s.samples_count for s in m.shards]
     (12, [4, 4, 4])
@@ -38,31 +38,31 @@ from ..layout.storage import Location
 from .arrow_columns import ColumnPlan, plan_columns
 from .columns import columns_and_keys
 from .job import Task, check_mode, write_job
-from .options import WriteOptions, parse_options
+from .options import CHUNK_MB, WriteOptions, parse_options
 
-__all__ = ["CHUNK_MB", "Input", "chunk_rows", "guarded", "write_arrow"]
+__all__ = ["Input", "chunk_rows", "guarded", "write_arrow"]
 
-CHUNK_MB = 64.0
-"""The default size of the chunks a conversion holds in memory at a time, in MiB."""
+_READ_ROWS = 1024  # rows per read batch where the size of a row is not known beforehand
 
 
 @dataclass(frozen=True)
 class Input:
     """One input file (or in-memory table): its name in errors, its Arrow schema, and how to
-    read its record batches (called once, when the write reaches it)."""
+    read its record batches (called once, when the write reaches it, with the number of rows
+    a batch should have: a reader that can choose reads batches of a chunk's rows)."""
 
     name: str
     schema: Any
-    batches: Callable[[], Iterator[Any]]
+    batches: Callable[[int], Iterator[Any]]
 
 
-def guarded(item: Input, what: str) -> Iterator[Any]:
+def guarded(item: Input, what: str, rows: int) -> Iterator[Any]:
     """The record batches of ``item``, an error of its reader (pyarrow's, or the file
     system's) turned into a :class:`~tensorfile.errors.FormatError` that names it and the
     rows read from it so far."""
     row = 0
     try:
-        batches = item.batches()
+        batches = item.batches(rows)
     except TensorFileError:
         raise
     except (pa.ArrowException, OSError, ValueError) as exc:
@@ -96,12 +96,12 @@ def chunk_rows(row_bytes: float, chunk_mb: float, batch_size: int | None) -> int
     return rows
 
 
-def _chained(inputs: Sequence[Input], plan: ColumnPlan, what: str) -> Iterator[Any]:
+def _chained(inputs: Sequence[Input], plan: ColumnPlan, what: str, rows: int) -> Iterator[Any]:
     """The batches of every input in turn, each input's first row recorded in ``plan``."""
     row = 0
     for item in inputs:
         plan.files.append((row, item.name))
-        for batch in guarded(item, what):
+        for batch in guarded(item, what, rows):
             row += batch.num_rows
             yield batch
 
@@ -154,13 +154,14 @@ def write_arrow(
     mode: str = "overwrite",
     storage_options: dict[str, Any] | None = None,
     chunk_mb: float = CHUNK_MB,
-    rows: int | None = None,
+    row_bytes: float | None = None,
     **options: Any,
 ) -> Manifest:
     """Write the record batches of ``inputs`` (one after the other, read lazily, chunk by
     chunk) as a dataset at ``path``; ``what`` says what the inputs are in errors (``parquet
-    file``). A chunk holds ``rows`` rows, else :func:`chunk_rows` of ``chunk_mb`` by the size
-    of the first batch's rows. The write options are :func:`~tensorfile.dataset.write`'s."""
+    file``). A chunk holds :func:`chunk_rows` rows: ``chunk_mb`` by ``row_bytes`` (the size
+    of a row once read, if the caller knows it), else by the size of the first batch's rows.
+    The write options are :func:`~tensorfile.dataset.write`'s."""
     check_mode(mode)
     if not chunk_mb > 0:
         raise InvalidArgumentError(f"chunk_mb must be positive, got {chunk_mb!r}")
@@ -171,10 +172,13 @@ def write_arrow(
     for item in inputs[1:]:
         plan.check_schema(item.schema, item.name)
 
+    rows = chunk_rows(row_bytes, chunk_mb, opts.batch_size) if row_bytes else None
+
     def size(batch: Any) -> int:
         return rows or chunk_rows(batch.nbytes / batch.num_rows, chunk_mb, opts.batch_size)
 
-    tasks = _tasks(_chained(inputs, plan, what), first.schema, plan, opts, size)
+    batches = _chained(inputs, plan, what, rows or _READ_ROWS)
+    tasks = _tasks(batches, first.schema, plan, opts, size)
     return write_job(path, tasks, mode=mode, opts=opts, storage_options=storage_options)
 
 

@@ -1,0 +1,238 @@
+"""A Hugging Face ``datasets`` dataset written as a dataset of safetensors shards, streaming:
+:func:`from_hf`.
+
+The input is a ``datasets.Dataset`` (its Arrow table, read in chunks through
+``with_format("arrow").iter``: a ``select``, ``shuffle`` or ``filter`` is honoured), a
+``DatasetDict`` (with ``split``), or what ``save_to_disk`` wrote: a dataset's folder
+(``state.json`` lists its Arrow files), a ``DatasetDict``'s folder (``dataset_dict.json``;
+``split`` chooses the split), or Arrow files themselves (the IPC stream files ``datasets``
+writes, or IPC files). Folders and files are read with pyarrow alone (memory-mapped, batch
+after batch); ``datasets`` need not be installed for them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+from ...core.errors import FormatError, InvalidArgumentError, SourceError, SourceNotFoundError
+from ..layout.manifest import Manifest
+from ..layout.storage import Location
+from .options import CHUNK_MB
+
+if TYPE_CHECKING:
+    from .arrow_stream import Input
+
+__all__ = ["arrow_files", "from_hf"]
+
+PathLike = str | os.PathLike[str]
+_MAX_JSON = 1 << 24
+
+
+def _json(path: str) -> Any:
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(_MAX_JSON + 1)
+    except OSError as exc:
+        raise SourceError(f"cannot read {path}: {exc}") from None
+    try:
+        if len(raw) > _MAX_JSON:
+            raise ValueError("larger than 16 MiB")
+        return json.loads(raw)
+    except (ValueError, RecursionError) as exc:
+        raise FormatError(f"{path} is not the JSON `save_to_disk` writes: {exc}") from None
+
+
+def _split_folder(folder: str, split: str | None) -> str:
+    """The folder of ``split`` in a ``DatasetDict``'s folder."""
+    doc = _json(os.path.join(folder, "dataset_dict.json"))
+    splits = doc.get("splits") if isinstance(doc, dict) else None
+    if not isinstance(splits, list) or not all(isinstance(s, str) for s in splits):
+        raise FormatError(f"{folder}/dataset_dict.json lists no splits")
+    if split is None and len(splits) == 1:
+        split = splits[0]
+    if split is None or split not in splits:
+        got = "no split was given" if split is None else f"there is no split {split!r}"
+        raise InvalidArgumentError(
+            f"{folder} is a DatasetDict of splits {splits}; {got}: pass split=..."
+        )
+    if "/" in split or "\\" in split or split in (".", ".."):
+        raise FormatError(f"{folder}/dataset_dict.json lists a split named {split!r}")
+    return os.path.join(folder, split)
+
+
+def arrow_files(source: PathLike | Sequence[PathLike], split: str | None = None) -> list[str]:
+    """The Arrow files of ``source``: a ``save_to_disk`` folder (of a ``Dataset``, or of a
+    ``DatasetDict`` with ``split``), a folder of ``*.arrow`` files (sorted by name), an Arrow
+    file, or a list of files.
+
+    Example:
+        >>> import json, os, tempfile
+        >>> folder = tempfile.mkdtemp()
+        >>> for name in ("data-00001-of-00002.arrow", "data-00000-of-00002.arrow"):
+        ...     _ = open(os.path.join(folder, name), "w").write("")
+        >>> [os.path.basename(f) for f in arrow_files(folder)]
+        ['data-00000-of-00002.arrow', 'data-00001-of-00002.arrow']
+    """
+    items = [source] if isinstance(source, str | os.PathLike) else list(source)
+    files: list[str] = []
+    for item in items:
+        path = os.fspath(item)
+        if not os.path.exists(path):
+            raise SourceNotFoundError(f"{path}: no such file or folder")
+        if not os.path.isdir(path):
+            files.append(path)
+            continue
+        if os.path.exists(os.path.join(path, "dataset_dict.json")):
+            path = _split_folder(path, split)
+        elif split is not None:
+            raise InvalidArgumentError(
+                f"{path} is one dataset (no dataset_dict.json), not a DatasetDict: "
+                f"split={split!r} chooses nothing"
+            )
+        files += _folder_files(path)
+    if not files:
+        raise InvalidArgumentError("from_hf: no input file was given")
+    return files
+
+
+def _folder_files(folder: str) -> list[str]:
+    state = os.path.join(folder, "state.json")
+    if not os.path.exists(state):
+        found = sorted(n for n in os.listdir(folder) if n.endswith(".arrow"))
+        if not found:
+            raise SourceNotFoundError(
+                f"{folder} holds no state.json and no *.arrow file: not a folder that "
+                "`save_to_disk` wrote"
+            )
+        return [os.path.join(folder, n) for n in found]
+    doc = _json(state)
+    listed = doc.get("_data_files") if isinstance(doc, dict) else None
+    if not isinstance(listed, list):
+        raise FormatError(f"{state} lists no _data_files")
+    out = []
+    for entry in listed:
+        name = entry.get("filename") if isinstance(entry, dict) else None
+        if not isinstance(name, str) or os.path.basename(name) != name or name in ("", ".."):
+            raise FormatError(f"{state} lists a data file {name!r} that is not a file name")
+        path = os.path.join(folder, name)
+        if not os.path.isfile(path):
+            raise SourceNotFoundError(f"{path} (listed by {state}): no such file")
+        out.append(path)
+    return out
+
+
+def _reader(path: str) -> Any:
+    """A reader of the Arrow stream (or IPC file) at ``path``, memory-mapped."""
+    import pyarrow as pa
+
+    try:
+        source = pa.memory_map(path)
+    except OSError as exc:
+        raise SourceError(f"cannot read {path}: {exc}") from None
+    try:
+        return pa.ipc.open_stream(source)
+    except (pa.ArrowException, ValueError):
+        pass
+    try:
+        source.seek(0)
+        return pa.ipc.open_file(source)
+    except (pa.ArrowException, ValueError, OSError) as exc:
+        raise FormatError(f"{path} is not an Arrow stream or file: {exc}") from None
+
+
+def _file_batches(path: str, rows: int) -> Iterator[Any]:
+    del rows  # (the file's own batches: memory-mapped, they cost no memory)
+    reader = _reader(path)
+    if hasattr(reader, "read_next_batch"):
+        yield from reader
+    else:
+        for i in range(reader.num_record_batches):
+            yield reader.get_batch(i)
+
+
+def _dataset_batches(ds: Any, rows: int) -> Iterator[Any]:
+    for table in ds.with_format("arrow").iter(batch_size=rows):
+        yield from table.to_batches()
+
+
+def _inputs(data: Any, split: str | None) -> tuple[list[Input], float | None]:
+    """The inputs of ``data`` and, for a ``Dataset``, the size of its rows."""
+    from .arrow_stream import Input  # (pyarrow: imported when used)
+
+    if isinstance(data, str | os.PathLike) or (
+        isinstance(data, list | tuple) and all(isinstance(d, str | os.PathLike) for d in data)
+    ):
+        files = arrow_files(data)
+        return [Input(f, _reader(f).schema, partial(_file_batches, f)) for f in files], None
+    if isinstance(data, Mapping):  # a DatasetDict
+        splits = list(data)
+        if split is None and len(splits) == 1:
+            split = splits[0]
+        if split not in data:
+            got = "no split was given" if split is None else f"there is no split {split!r}"
+            raise InvalidArgumentError(f"a DatasetDict of splits {splits}; {got}: pass split=...")
+        data = data[split]
+    elif split is not None:
+        raise InvalidArgumentError(f"split={split!r} is for a DatasetDict; got one dataset")
+    table: Any = getattr(data, "data", None)
+    if not hasattr(data, "with_format") or not hasattr(table, "schema"):
+        raise InvalidArgumentError(
+            f"from_hf takes a datasets.Dataset, a DatasetDict, a save_to_disk folder or Arrow "
+            f"files, not {type(data).__name__} (an IterableDataset: load it without "
+            "streaming=True, or save_to_disk it first)"
+        )
+    size = max(1.0, table.nbytes / max(1, table.num_rows))
+    return [Input("the datasets.Dataset", table.schema, partial(_dataset_batches, data))], size
+
+
+def from_hf(
+    data: Any,
+    path: Location,
+    *,
+    split: str | None = None,
+    mode: str = "overwrite",
+    storage_options: dict[str, Any] | None = None,
+    chunk_mb: float = CHUNK_MB,
+    **options: Any,
+) -> Manifest:
+    """Write a Hugging Face dataset as a dataset at ``path``, streaming: ``data`` is a
+    ``datasets.Dataset``, a ``DatasetDict`` (``split`` chooses one; needed when it has
+    several), a folder ``save_to_disk`` wrote (of either), or its Arrow files. Memory holds
+    about three chunks of ``chunk_mb`` MiB (or of one ``batch_size`` batch, if bigger); the
+    Arrow files are memory-mapped.
+
+    The options, the columns that become tensors (``Value`` numbers and bools,
+    ``Sequence``\\ s of them, ``Array2D``...``Array5D``) and the errors are
+    :func:`~tensorfile.dataset.from_parquet`'s; a text column (``Value("string")``) must be
+    left out (``columns``) or be the key column (``name_col``); a ``ClassLabel`` is its
+    integer.
+
+    Example:
+        >>> import numpy as np, os, tempfile
+        >>> import datasets
+        >>> from tensorfile import dataset
+        >>> tmp = tempfile.mkdtemp()
+        >>> hf = datasets.Dataset.from_dict({"x": np.ones((6, 2, 3), np.float32), "y": range(6)},
+        ...     features=datasets.Features({"x": datasets.Array2D((2, 3), "float32"),
+        ...                                 "y": datasets.Value("int64")}))
+        >>> m = dataset.from_hf(hf, f"{tmp}/ds", batch_size=4)
+        >>> [s.samples_count for s in m.shards], dataset.open(f"{tmp}/ds")[5]["x"].shape
+        ([4, 2], (2, 3))
+    """
+    from .arrow_stream import write_arrow
+
+    inputs, row_bytes = _inputs(data, split)
+    return write_arrow(
+        inputs,
+        path,
+        what="Arrow file",
+        mode=mode,
+        storage_options=storage_options,
+        chunk_mb=chunk_mb,
+        row_bytes=row_bytes,
+        **options,
+    )
