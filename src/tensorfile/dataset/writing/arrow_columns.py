@@ -58,7 +58,7 @@ def _is_number(typ: Any) -> bool:
 
 def storage_of(typ: Any) -> Any:
     """``typ`` without its extension types (their storage type)."""
-    while isinstance(typ, pa.ExtensionType):
+    while isinstance(typ, pa.BaseExtensionType):
         typ = typ.storage_type
     return typ
 
@@ -159,8 +159,8 @@ class ColumnPlan:
                 where = "" if not levels else " inside a sample"
                 row = start + _row_of(levels, _first_null(arr))
                 raise InvalidArgumentError(f"{self.at(row)}: column {name!r} has a null{where}")
-            if not _is_list(arr.type):
-                return
+            if not _is_list(arr.type) or not len(arr):
+                return  # (no sample here: nothing below to check)
             self._check_width(name, arr, levels, level, start)
             levels.append(arr)
             arr = arr.flatten()

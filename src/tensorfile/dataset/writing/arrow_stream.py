@@ -42,6 +42,7 @@ from .options import CHUNK_MB, WriteOptions, parse_options
 
 __all__ = ["Input", "chunk_rows", "guarded", "write_arrow"]
 
+_MAX_SHARDS = 9999
 _READ_ROWS = 1024  # rows per read batch where the size of a row is not known beforehand
 
 
@@ -91,8 +92,8 @@ def chunk_rows(row_bytes: float, chunk_mb: float, batch_size: int | None) -> int
         (4000, 4096)
     """
     rows = max(1, int(chunk_mb * (1 << 20) / max(row_bytes, 1.0)))
-    if batch_size:
-        rows = batch_size * max(1, rows // batch_size)
+    if batch_size:  # (at most 9,999 shards a task: their names sort in their order)
+        rows = batch_size * min(_MAX_SHARDS, max(1, rows // batch_size))
     return rows
 
 

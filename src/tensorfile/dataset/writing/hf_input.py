@@ -166,7 +166,7 @@ def _inputs(data: Any, split: str | None) -> tuple[list[Input], float | None]:
     if isinstance(data, str | os.PathLike) or (
         isinstance(data, list | tuple) and all(isinstance(d, str | os.PathLike) for d in data)
     ):
-        files = arrow_files(data)
+        files = arrow_files(data, split)
         return [Input(f, _reader(f).schema, partial(_file_batches, f)) for f in files], None
     if isinstance(data, Mapping):  # a DatasetDict
         splits = list(data)

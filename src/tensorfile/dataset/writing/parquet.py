@@ -58,7 +58,8 @@ def _open(path: str) -> Any:
     import pyarrow.parquet as pq
 
     try:
-        return pq.ParquetFile(path)
+        # pre_buffer would read every selected column chunk of the file ahead: unbounded
+        return pq.ParquetFile(path, pre_buffer=False)
     except (pa.ArrowException, ValueError) as exc:
         raise FormatError(f"{path} is not a readable parquet file: {exc}") from None
     except OSError as exc:
@@ -108,14 +109,13 @@ def from_parquet(
     from .arrow_stream import Input, write_arrow  # (pyarrow: imported when used)
 
     files = parquet_files(source)
+    wanted = column_list(options["columns"]) if options.get("columns") else None
     opened = []
     for f in files:
         with _open(f) as pf:
-            meta = pf.metadata
-            opened.append((f, pf.schema_arrow, _row_bytes(meta)))
-    first_schema = opened[0][1]
-    wanted = column_list(options["columns"]) if options.get("columns") else None
-    names = _read_columns(first_schema, wanted, options.get("name_col"))
+            if not opened:
+                names = _read_columns(pf.schema_arrow, wanted, options.get("name_col"))
+            opened.append((f, pf.schema_arrow, _row_bytes(pf.metadata, names)))
     inputs = [Input(f, schema, partial(_batches, f, names)) for f, schema, _ in opened]
     return write_arrow(
         inputs,
@@ -129,11 +129,25 @@ def from_parquet(
     )
 
 
-def _row_bytes(meta: Any) -> float:
-    """The size of a row once read (the row groups' uncompressed bytes per row)."""
+_WIDTHS = {"BOOLEAN": 1, "INT32": 4, "INT64": 8, "INT96": 12, "FLOAT": 4, "DOUBLE": 8}
+
+
+def _row_bytes(meta: Any, names: Sequence[str]) -> float:
+    """The size of a row of the columns ``names`` once read: the row groups' leaf values
+    (counted exactly, whatever their encoding) by the width of their type, per row."""
     if not meta.num_rows:
         return 1.0
-    total = sum(int(meta.row_group(i).total_byte_size) for i in range(meta.num_row_groups))
+    total = 0
+    for i in range(meta.num_row_groups):
+        group = meta.row_group(i)
+        for j in range(group.num_columns):
+            col = group.column(j)
+            if col.path_in_schema.split(".")[0] not in names:
+                continue
+            width = _WIDTHS.get(col.physical_type)
+            if width is None and col.physical_type == "FIXED_LEN_BYTE_ARRAY":
+                width = meta.schema.column(j).length
+            total += int(col.num_values) * width if width else int(col.total_uncompressed_size)
     return max(1.0, total / int(meta.num_rows))
 
 
