@@ -110,7 +110,8 @@ def from_parquet(
 
     files = parquet_files(source)
     wanted = column_list(options["columns"]) if options.get("columns") else None
-    opened = []
+    opened: list[tuple[str, Any, float]] = []
+    names: list[str] = []
     for f in files:
         with _open(f) as pf:
             if not opened:
