@@ -507,3 +507,48 @@ def test_memory_stays_bounded_by_the_chunk_not_the_input(tmp_path: Path) -> None
     assert numpy_peak + arrow_peak < nbytes / 4, (numpy_peak, arrow_peak, nbytes)
     first = safetensors.torch.load_file(sorted((tmp_path / "ds").glob("*.safetensors"))[0])
     assert first["x"].shape == (64, width)
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def test_cli_dataset_from_parquet_and_from_hf(tmp_path: Path, capsys: Any) -> None:
+    from tests.helpers.cli import ERROR_PREFIX, run
+
+    table = _mixed_table()
+    pq.write_table(table, tmp_path / "in.parquet", row_group_size=9)
+    r = run(
+        capsys,
+        "dataset",
+        "from-parquet",
+        tmp_path / "in.parquet",
+        tmp_path / "ds",
+        "--batch-size",
+        "16",
+        "--json",
+    )
+    assert r.code == 0, r.err
+    doc = json.loads(r.out)
+    assert doc["samples"] == ROWS and doc["shards"] == 4
+    assert doc["columns"]["t"] == {"dtype": "F32", "shape": [2, 2]}
+    _check_all(tmp_path / "ds", table)
+    _hf().save_to_disk(str(tmp_path / "saved"), num_shards=2)
+    r = run(
+        capsys,
+        "dataset",
+        "from-hf",
+        tmp_path / "saved",
+        tmp_path / "hf",
+        "--batch-size",
+        "8",
+        "--columns",
+        ",".join(TENSORS),
+    )
+    assert r.code == 0, r.err
+    assert r.out.splitlines()[-1] == f"wrote 40 samples in 5 shards to {tmp_path / 'hf'}"
+    _check_hf(tmp_path / "hf", _hf())
+    before = snapshot(tmp_path / "hf")
+    r = run(capsys, "dataset", "from-hf", tmp_path / "saved", tmp_path / "hf", "--batch-size", "8")
+    assert r.code == 2 and r.out == ""
+    assert r.err.startswith(ERROR_PREFIX) and "column 'text'" in r.err
+    assert snapshot(tmp_path / "hf") == before
