@@ -31,7 +31,7 @@ from ...core.errors import InvalidArgumentError
 
 __all__ = ["CHUNK_MB", "DATASET_DTYPES", "WriteOptions", "column_list", "parse_options"]
 
-CHUNK_MB = 64.0
+CHUNK_MB = 16.0
 """The default size of the chunks a conversion (``from_parquet``, ``from_hf``) holds in
 memory at a time, in MiB."""
 
