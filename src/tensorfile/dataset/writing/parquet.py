@@ -92,9 +92,10 @@ def from_parquet(
     ``storage_options``). Columns of numbers or bools, and (fixed-size) lists of them nested
     to any depth (``fixed_shape_tensor`` too), become tensor columns; every row of a list
     column must have one shape; a text column must be left out (``columns``) or be the key
-    column (``name_col``; a key-value shard then holds at most one chunk's rows). A missing or corrupt file, a null, a ragged row or a column of
-    another type is refused with an error from :mod:`tensorfile.errors` naming the file,
-    column and row; whatever fails leaves the dataset already at ``path`` as it was.
+    column (``name_col``; a key-value shard then holds at most one chunk's rows). A missing
+    or corrupt file, a null, a ragged row or a column of another type is refused with an
+    error from :mod:`tensorfile.errors` naming the file, column and row; whatever fails
+    leaves the dataset already at ``path`` as it was.
 
     Example:
         >>> import numpy as np, os, pyarrow as pa, pyarrow.parquet as pq, tempfile
