@@ -31,6 +31,7 @@ from tensorfile import dataset
 from tensorfile.errors import (
     FormatError,
     InvalidArgumentError,
+    SourceError,
     SourceNotFoundError,
     TensorFileError,
 )
@@ -350,6 +351,24 @@ def test_missing_and_corrupt_parquet_files(
         SourceNotFoundError,
         "nope.parquet",
         lambda o: dataset.from_parquet(missing, o, batch_size=2),
+        previous,
+    )
+    fifo = tmp_path / "fifo.parquet"
+    os.mkfifo(fifo)  # never opened (reading it would wait for a writer)
+    _refused(
+        SourceError,
+        "fifo.parquet is not a regular file",
+        lambda o: dataset.from_parquet(fifo, o, batch_size=2),
+        previous,
+    )
+    parts = tmp_path / "partitioned"
+    (parts / "year=2024").mkdir(parents=True)
+    pq.write_table(pa.table({"x": [1.0]}), parts / "year=2024" / "p.parquet")
+    pq.write_table(pa.table({"x": [1.0]}), parts / "p.parquet")
+    _refused(
+        InvalidArgumentError,
+        r"sub-folders \(year=2024\)",
+        lambda o: dataset.from_parquet(parts, o, batch_size=2),
         previous,
     )
     garbage = tmp_path / "garbage.parquet"

@@ -18,9 +18,10 @@ from collections.abc import Iterator, Mapping, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from ...core.errors import FormatError, InvalidArgumentError, SourceError, SourceNotFoundError
+from ...core.errors import FormatError, InvalidArgumentError, SourceError
 from ..layout.manifest import Manifest
 from ..layout.storage import Location
+from .inputs import checked_file, folder_files
 from .options import CHUNK_MB
 
 if TYPE_CHECKING:
@@ -81,10 +82,8 @@ def arrow_files(source: PathLike | Sequence[PathLike], split: str | None = None)
     files: list[str] = []
     for item in items:
         path = os.fspath(item)
-        if not os.path.exists(path):
-            raise SourceNotFoundError(f"{path}: no such file or folder")
         if not os.path.isdir(path):
-            files.append(path)
+            files.append(checked_file(path))
             continue
         if os.path.exists(os.path.join(path, "dataset_dict.json")):
             path = _split_folder(path, split)
@@ -102,13 +101,7 @@ def arrow_files(source: PathLike | Sequence[PathLike], split: str | None = None)
 def _folder_files(folder: str) -> list[str]:
     state = os.path.join(folder, "state.json")
     if not os.path.exists(state):
-        found = sorted(n for n in os.listdir(folder) if n.endswith(".arrow"))
-        if not found:
-            raise SourceNotFoundError(
-                f"{folder} holds no state.json and no *.arrow file: not a folder that "
-                "`save_to_disk` wrote"
-            )
-        return [os.path.join(folder, n) for n in found]
+        return folder_files(folder, ".arrow")
     doc = _json(state)
     listed = doc.get("_data_files") if isinstance(doc, dict) else None
     if not isinstance(listed, list):
@@ -118,10 +111,7 @@ def _folder_files(folder: str) -> list[str]:
         name = entry.get("filename") if isinstance(entry, dict) else None
         if not isinstance(name, str) or os.path.basename(name) != name or name in ("", ".."):
             raise FormatError(f"{state} lists a data file {name!r} that is not a file name")
-        path = os.path.join(folder, name)
-        if not os.path.isfile(path):
-            raise SourceNotFoundError(f"{path} (listed by {state}): no such file")
-        out.append(path)
+        out.append(checked_file(os.path.join(folder, name)))
     return out
 
 

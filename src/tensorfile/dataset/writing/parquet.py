@@ -13,9 +13,10 @@ from collections.abc import Iterator, Sequence
 from functools import partial
 from typing import Any
 
-from ...core.errors import FormatError, InvalidArgumentError, SourceError, SourceNotFoundError
+from ...core.errors import FormatError, InvalidArgumentError, SourceError
 from ..layout.manifest import Manifest
 from ..layout.storage import Location
+from .inputs import checked_file, folder_files
 from .options import CHUNK_MB, column_list
 
 __all__ = ["from_parquet", "parquet_files"]
@@ -25,29 +26,15 @@ PathLike = str | os.PathLike[str]
 
 def parquet_files(source: PathLike | Sequence[PathLike]) -> list[str]:
     """The files of ``source``: a parquet file, a folder (its ``*.parquet`` files, sorted by
-    name) or a list of files.
-
-    Example:
-        >>> import os, tempfile
-        >>> folder = tempfile.mkdtemp()
-        >>> for name in ("b.parquet", "a.parquet", "notes.txt"):
-        ...     _ = open(os.path.join(folder, name), "w").write("")
-        >>> [os.path.basename(f) for f in parquet_files(folder)]
-        ['a.parquet', 'b.parquet']
-    """
+    name: :func:`~tensorfile.dataset.writing.inputs.folder_files`) or a list of files."""
     items = [source] if isinstance(source, str | os.PathLike) else list(source)
     files: list[str] = []
     for item in items:
         path = os.fspath(item)
         if os.path.isdir(path):
-            found = sorted(n for n in os.listdir(path) if n.endswith(".parquet"))
-            if not found:
-                raise SourceNotFoundError(f"{path}: the folder holds no *.parquet file")
-            files += [os.path.join(path, n) for n in found]
-        elif os.path.exists(path):
-            files.append(path)
+            files += folder_files(path, ".parquet")
         else:
-            raise SourceNotFoundError(f"{path}: no such file")
+            files.append(checked_file(path))
     if not files:
         raise InvalidArgumentError("from_parquet: no input file was given")
     return files
