@@ -27,8 +27,9 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import pyarrow as pa
 
@@ -40,7 +41,9 @@ from .columns import columns_and_keys
 from .job import Task, check_mode, write_job
 from .options import CHUNK_MB, WriteOptions, parse_options
 
-__all__ = ["Input", "chunk_rows", "guarded", "write_arrow"]
+__all__ = ["Input", "chunk_rows", "guarded", "read_ahead", "write_arrow"]
+
+T = TypeVar("T")
 
 _MAX_SHARDS = 9999
 _READ_ROWS = 1024  # rows per read batch where the size of a row is not known beforehand
@@ -147,6 +150,27 @@ def _tasks(
         yield columns_and_keys(plan.check(schema.empty_table(), 0), opts)
 
 
+def read_ahead(items: Iterator[T]) -> Iterator[T]:
+    """``items``, each next one made in a background thread while the caller uses the current
+    one (reading and converting a chunk overlaps writing the one before: parquet's decoding
+    and the disk's writes both release the GIL). One item at most waits ahead; an error
+    making one is raised where the caller asks for it.
+
+    Example:
+        >>> list(read_ahead(iter(range(3))))
+        [0, 1, 2]
+    """
+    end = object()
+    with ThreadPoolExecutor(1, thread_name_prefix="tensorfile-convert") as pool:
+        pending = pool.submit(next, items, end)
+        while True:
+            item = pending.result()
+            if item is end:
+                return
+            pending = pool.submit(next, items, end)
+            yield item  # type: ignore[misc]
+
+
 def write_arrow(
     inputs: Sequence[Input],
     path: Location,
@@ -179,7 +203,7 @@ def write_arrow(
         return rows or chunk_rows(batch.nbytes / batch.num_rows, chunk_mb, opts.batch_size)
 
     batches = _chained(inputs, plan, what, rows or _READ_ROWS)
-    tasks = _tasks(batches, first.schema, plan, opts, size)
+    tasks = read_ahead(_tasks(batches, first.schema, plan, opts, size))
     return write_job(path, tasks, mode=mode, opts=opts, storage_options=storage_options)
 
 
