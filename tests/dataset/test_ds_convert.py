@@ -571,3 +571,27 @@ def test_cli_dataset_from_parquet_and_from_hf(tmp_path: Path, capsys: Any) -> No
     assert r.code == 2 and r.out == ""
     assert r.err.startswith(ERROR_PREFIX) and "column 'text'" in r.err
     assert snapshot(tmp_path / "hf") == before
+
+
+def test_files_with_columns_in_another_order(
+    tmp_path: Path, previous: tuple[Path, dict[str, str]]
+) -> None:
+    x = np.arange(12, dtype=np.int64).reshape(6, 2) * 60
+    a, b = tmp_path / "a.parquet", tmp_path / "b.parquet"
+    pq.write_table(pa.table({"x": _fsl(x[:3], 2), "y": pa.array([1, 2, 3])}), a)
+    schema = pa.schema(
+        [pa.field("y", pa.int64(), nullable=False), pa.field("x", pa.list_(pa.int64(), 2))]
+    )
+    pq.write_table(pa.table({"y": [4, 5, 6], "x": _fsl(x[3:], 2)}, schema=schema), b)
+    dataset.from_parquet([a, b], tmp_path / "ds", batch_size=4)
+    got = _output(tmp_path / "ds")
+    _same(got["x"], x)
+    _same(got["y"], np.arange(1, 7))
+    # the writer's own checks name where the chunk starts
+    _refused(
+        InvalidArgumentError,
+        r"a\.parquet, row 0 \(in the chunk of 6 rows from there\): "
+        r"column 'x': values 0\.\.660 do not fit U8",
+        lambda o: dataset.from_parquet([a, b], o, batch_size=4, dtype="U8"),
+        previous,
+    )

@@ -18,7 +18,7 @@ Example:
     >>> plan.names
     ['x', 'n']
     >>> try:
-    ...     plan.check(t, 100)
+    ...     plan.check(t.to_batches(), 100)
     ... except InvalidArgumentError as exc:
     ...     print(str(exc)[:73])
     t.parquet, row 101: column 'x' has a list of 1 values where the first row
@@ -134,13 +134,13 @@ class ColumnPlan:
         """The columns to read from the input."""
         return self.tensors + ([self.name_col] if self.name_col else [])
 
-    def check(self, table: Any, start: int) -> Any:
-        """``table`` (rows ``start...`` of the input) with extension columns as their
-        storage, after refusing nulls and ragged samples (naming the input's row)."""
+    def check(self, pieces: Sequence[Any], start: int) -> Any:
+        """One table of the record batches ``pieces`` (rows ``start...`` of the input; their
+        columns in any order), extension columns as their storage, after refusing nulls and
+        ragged samples (naming the input's row)."""
         arrays = []
         for name in self.names:
-            col = table.column(name)
-            arr = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
+            arr = _joined([p.column(name) for p in pieces], self.types[name])
             while isinstance(arr, pa.ExtensionArray):
                 arr = arr.storage
             if name in self.tensors:
@@ -188,6 +188,16 @@ class ColumnPlan:
                 "of a tensor column must have one shape: pad the lists to one length (or write "
                 "the column as fixed_size_list), or leave the column out with columns=[...]"
             )
+
+
+def _joined(arrays: list[Any], typ: Any) -> Any:
+    """One array of ``arrays`` (of type ``typ``; none: an empty one)."""
+    if len(arrays) == 1:
+        return arrays[0]
+    if not arrays:
+        storage = pa.array([], storage_of(typ))
+        return pa.ExtensionArray.from_storage(typ, storage) if storage.type != typ else storage
+    return pa.concat_arrays(arrays)
 
 
 def _first_null(arr: Any) -> int:

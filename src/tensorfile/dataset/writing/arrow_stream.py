@@ -132,22 +132,23 @@ def _chunks(batches: Iterator[Any], rows: Callable[[Any], int]) -> Iterator[list
 
 def _tasks(
     batches: Iterator[Any],
-    schema: Any,
     plan: ColumnPlan,
     opts: WriteOptions,
     rows: Callable[[Any], int],
 ) -> Iterator[Task]:
     start = 0
     for pieces in _chunks(batches, rows):
-        table = plan.check(pa.Table.from_batches(pieces), start)
+        table = plan.check(pieces, start)
         count = table.num_rows
         try:
-            yield columns_and_keys(table, opts)
+            task = columns_and_keys(table, opts)
         except InvalidArgumentError as exc:  # (the writer's own checks, per chunk)
-            raise InvalidArgumentError(f"{plan.at(start)}..{count - 1} more: {exc}") from None
+            where = f"{plan.at(start)} (in the chunk of {count} rows from there)"
+            raise InvalidArgumentError(f"{where}: {exc}") from None
+        yield task
         start += count
     if not start:  # an empty input: a dataset of no samples, with its columns
-        yield columns_and_keys(plan.check(schema.empty_table(), 0), opts)
+        yield columns_and_keys(plan.check([], 0), opts)
 
 
 def read_ahead(items: Iterator[T]) -> Iterator[T]:
@@ -203,7 +204,7 @@ def write_arrow(
         return rows or chunk_rows(batch.nbytes / batch.num_rows, chunk_mb, opts.batch_size)
 
     batches = _chained(inputs, plan, what, rows or _READ_ROWS)
-    tasks = read_ahead(_tasks(batches, first.schema, plan, opts, size))
+    tasks = read_ahead(_tasks(batches, plan, opts, size))
     return write_job(path, tasks, mode=mode, opts=opts, storage_options=storage_options)
 
 
