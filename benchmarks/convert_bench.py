@@ -57,9 +57,11 @@ def _remove(path: Path) -> Callable[[], None]:
     return setup
 
 
-def _alternate(
-    fns: dict[str, tuple[Callable[[], object], Path]], repeat: int
-) -> dict[str, list[float]]:
+Fns = dict[str, tuple[Callable[[], object], Path]]
+"""Each converter of a row: (the call, the output it writes)."""
+
+
+def _alternate(fns: Fns, repeat: int) -> dict[str, list[float]]:
     times: dict[str, list[float]] = {name: [] for name in fns}
     for fn, out in fns.values():  # a first run each, not timed (imports, first page faults)
         timed(fn, _remove(out))
@@ -90,30 +92,51 @@ def runners(cfg: Config, quick: bool) -> dict[str, Callable[[], FeedResult]]:
             expected.append(float(data.values().sum(dtype=np.float64)))
         return expected[0]
 
-    def convert_parquet() -> FeedResult:
+    def timings(fmt: str, make: Callable[[Path, Path], Fns]) -> dict[str, list[float]]:
+        """Each converter's times over the ``fmt`` input, its outputs' values checked."""
         import datasets
 
         datasets.disable_progress_bars()
-        from tensorfile import dataset
-
-        data.make(("parquet",))
-        src = data.path("parquet")
+        data.make((fmt,))
         with tempfile.TemporaryDirectory(dir=cfg.data, prefix="convert-") as tmp:
             out = Path(tmp)
-            fns: dict[str, tuple[Callable[[], object], Path]] = {
-                "tf": (
-                    lambda: dataset.from_parquet(src, out / "tf", batch_size=SHARD),
-                    out / "tf",
-                ),
-                "hf": (
-                    lambda: datasets.Dataset.from_parquet(str(src), cache_dir=str(out / "hf")),
-                    out / "hf",
-                ),
-                "floor": (lambda: shutil.copyfile(src, out / "cp"), out / "cp"),
-            }
-            times = _alternate(fns, repeat)
+            times = _alternate(make(data.path(fmt), out), repeat)
             check(abs(_tf_sum(out / "tf") - total()) <= 1e-6 * abs(total()) + 1, "tf values")
-            read = _pq_read_seconds(src, repeat)
+            if fmt == "hf":
+                check(abs(_hf_sum(out / "hf") - total()) <= 1e-6 * abs(total()) + 1, "hf values")
+        return times
+
+    def from_parquet(src: Path, out: Path) -> Fns:
+        import datasets
+
+        from tensorfile import dataset
+
+        return {
+            "tf": (lambda: dataset.from_parquet(src, out / "tf", batch_size=SHARD), out / "tf"),
+            "hf": (
+                lambda: datasets.Dataset.from_parquet(str(src), cache_dir=str(out / "hf")),
+                out / "hf",
+            ),
+            "floor": (lambda: shutil.copyfile(src, out / "cp"), out / "cp"),
+        }
+
+    def from_hf(src: Path, out: Path) -> Fns:
+        import datasets
+
+        from tensorfile import dataset
+
+        def rewrite() -> Any:
+            datasets.load_from_disk(str(src)).save_to_disk(str(out / "hf"))
+
+        return {
+            "tf": (lambda: dataset.from_hf(src, out / "tf", batch_size=SHARD), out / "tf"),
+            "hf": (rewrite, out / "hf"),
+            "floor": (lambda: shutil.copytree(src, out / "cp"), out / "cp"),
+        }
+
+    def convert_parquet() -> FeedResult:
+        times = timings("parquet", from_parquet)
+        read = _pq_read_seconds(data.path("parquet"), repeat)
         return FeedResult(
             "convert_parquet",
             "parquet file -> dataset (from_parquet)",
@@ -129,27 +152,6 @@ def runners(cfg: Config, quick: bool) -> dict[str, Callable[[], FeedResult]]:
         )
 
     def convert_hf() -> FeedResult:
-        import datasets
-
-        datasets.disable_progress_bars()
-        from tensorfile import dataset
-
-        data.make(("hf",))
-        src = data.path("hf")
-        with tempfile.TemporaryDirectory(dir=cfg.data, prefix="convert-") as tmp:
-            out = Path(tmp)
-
-            def rewrite() -> Any:
-                datasets.load_from_disk(str(src)).save_to_disk(str(out / "hf"))
-
-            fns: dict[str, tuple[Callable[[], object], Path]] = {
-                "tf": (lambda: dataset.from_hf(src, out / "tf", batch_size=SHARD), out / "tf"),
-                "hf": (rewrite, out / "hf"),
-                "floor": (lambda: shutil.copytree(src, out / "cp"), out / "cp"),
-            }
-            times = _alternate(fns, repeat)
-            check(abs(_tf_sum(out / "tf") - total()) <= 1e-6 * abs(total()) + 1, "tf values")
-            check(abs(_hf_sum(out / "hf") - total()) <= 1e-6 * abs(total()) + 1, "hf values")
         return FeedResult(
             "convert_hf",
             "save_to_disk folder -> dataset (from_hf)",
@@ -160,7 +162,7 @@ def runners(cfg: Config, quick: bool) -> dict[str, Callable[[], FeedResult]]:
                 "hf": "datasets load_from_disk + save_to_disk",
                 "floor": "cp -r of the Arrow files",
             },
-            times=times,
+            times=timings("hf", from_hf),
         )
 
     return {"convert_parquet": convert_parquet, "convert_hf": convert_hf}

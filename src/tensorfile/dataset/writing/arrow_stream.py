@@ -2,12 +2,13 @@
 chunks of about ``chunk_mb`` (in batch mode a whole number of ``batch_size`` batches, so only
 the last shard can be short), each chunk checked (:mod:`.arrow_columns`), turned into tensor
 columns without a loop over rows (Arrow's buffers viewed as numpy arrays) and written into
-its task's staging folder before the next chunk is read; one commit publishes them all
-(:func:`~tensorfile.dataset.writing.job.write_job`).
+its task's staging folder while the next chunk is read and converted (:func:`read_ahead`);
+one commit publishes them all (:func:`~tensorfile.dataset.writing.job.write_job`).
 
-Memory: the rows of one chunk (or of one ``batch_size`` batch, when that is bigger) held about
-three times over (as read, as converted, as written) besides what the input reader holds (a
-parquet row group's pages; an Arrow stream's batches are memory-mapped).
+Memory: the rows of two chunks (or of two ``batch_size`` batches, when those are bigger), each
+held up to twice (as read and pieced together; a column already in its dtype is written from
+Arrow's buffers), besides what the input reader holds (a parquet page or row group; an Arrow
+stream's batches are memory-mapped).
 
 An input that fails while it is read (a corrupt page, a truncated file) is a
 :class:`~tensorfile.errors.FormatError` naming it and the rows read so far; nothing is

@@ -192,11 +192,11 @@ def from_hf(
     """Write a Hugging Face dataset as a dataset at ``path``, streaming: ``data`` is a
     ``datasets.Dataset``, a ``DatasetDict`` (``split`` chooses one; needed when it has
     several), a folder ``save_to_disk`` wrote (of either), or its Arrow files. Memory holds
-    about three chunks of ``chunk_mb`` MiB (or of one ``batch_size`` batch, if bigger); the
+    about four chunks of ``chunk_mb`` MiB (or of ``batch_size`` batches, if bigger); the
     Arrow files are memory-mapped.
 
     The options, the columns that become tensors (``Value`` numbers and bools,
-    ``Sequence``\\ s of them, ``Array2D``...``Array5D``) and the errors are
+    ``Sequence`` features of them, ``Array2D``...``Array5D``) and the errors are
     :func:`~tensorfile.dataset.from_parquet`'s; a text column (``Value("string")``) must be
     left out (``columns``) or be the key column (``name_col``); a ``ClassLabel`` is its
     integer.

@@ -69,7 +69,7 @@ def from_parquet(
 ) -> Manifest:
     """Write the rows of the parquet file ``source`` (or of a folder's ``*.parquet`` files, or
     a list of files, one after the other) as a dataset at ``path``, streaming: memory holds
-    about three chunks of ``chunk_mb`` MiB (or of one ``batch_size`` batch, if bigger) and a
+    about four chunks of ``chunk_mb`` MiB (or of ``batch_size`` batches, if bigger) and a
     row group's pages, whatever the size of the input.
 
     The options are :func:`~tensorfile.dataset.write`'s: ``batch_size`` (batch mode: a
