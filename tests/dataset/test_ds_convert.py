@@ -16,6 +16,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import uuid
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -187,7 +188,7 @@ def test_from_parquet_key_value_mode_append_and_fsspec(tmp_path: Path) -> None:
     for i, k in enumerate(keys):
         np.testing.assert_array_equal(samples[k], x[i])
     # batch mode, appended, into an fsspec URL
-    url = f"memory://conv39-{os.getpid()}/ds"
+    url = f"memory://convert-{uuid.uuid4().hex}/ds"
     for _ in range(2):
         dataset.from_parquet(tmp_path / "kv.parquet", url, batch_size=7, columns="x", mode="append")
     with dataset.open(url) as ds:
