@@ -312,10 +312,27 @@ def test_from_hf_empty_and_text_columns(tmp_path: Path) -> None:
         assert [s["key"] for s in ds] == [f"row {i}" for i in range(8)]
 
 
-def test_from_hf_refuses_an_iterable_dataset(tmp_path: Path) -> None:
-    stream = _hf().to_iterable_dataset()
-    with pytest.raises(InvalidArgumentError, match="IterableDataset"):
-        dataset.from_hf(stream, tmp_path / "ds", batch_size=4)
+def test_from_hf_iterable_dataset(tmp_path: Path) -> None:
+    import datasets
+
+    hf = _hf()
+    stream = hf.to_iterable_dataset(num_shards=3)  # read as it streams, shard after shard
+    dataset.from_hf(stream, tmp_path / "ds", batch_size=16, columns=TENSORS, chunk_mb=1e-6)
+    _check_hf(tmp_path / "ds", hf)
+    both = datasets.IterableDatasetDict({"train": stream, "test": stream.take(5)})
+    dataset.from_hf(both, tmp_path / "test", split="test", batch_size=4, columns=TENSORS)
+    _check_hf(tmp_path / "test", hf.select(range(5)))
+
+    def rows() -> Any:
+        yield {"x": [1.0, 2.0]}
+
+    untyped = datasets.IterableDataset.from_generator(rows)
+    with pytest.raises(InvalidArgumentError, match="IterableDataset has no features"):
+        dataset.from_hf(untyped, tmp_path / "x", batch_size=4)
+    # rows that do not match the features they claim: refused, not a raw pyarrow error
+    lying = stream.map(lambda r: {"emb": [1.0] * 3}, features=stream.features)
+    with pytest.raises(FormatError, match="IterableDataset is not a readable Hugging Face"):
+        dataset.from_hf(lying, tmp_path / "y", batch_size=4, columns=TENSORS)
 
 
 # --------------------------------------------------------------------------- hostile inputs
@@ -596,3 +613,20 @@ def test_files_with_columns_in_another_order(
         lambda o: dataset.from_parquet([a, b], o, batch_size=4, dtype="U8"),
         previous,
     )
+
+
+def test_batches_that_contradict_their_schema(previous: tuple[Path, dict[str, str]]) -> None:
+    from tensorfile.dataset.writing.arrow_stream import Input, write_arrow
+
+    schema = pa.schema({"x": pa.float32()})
+    for batch, match in (
+        (pa.record_batch({"x": pa.array([1, 2])}), r"lie, row 0: column 'x' is int64 here, float"),
+        (pa.record_batch({"y": pa.array([1.0])}), r"lie, row 0: the rows lack the column 'x'"),
+    ):
+        item = Input("lie", schema, lambda rows, b=batch: iter([b]))
+        _refused(
+            InvalidArgumentError,
+            match,
+            lambda o, i=item: write_arrow([i], o, what="table", batch_size=2),
+            previous,
+        )

@@ -140,7 +140,7 @@ class ColumnPlan:
         ragged samples (naming the input's row)."""
         arrays = []
         for name in self.names:
-            arr = _joined([p.column(name) for p in pieces], self.types[name])
+            arr = _joined(self._columns(pieces, name, start), self.types[name])
             while isinstance(arr, pa.ExtensionArray):
                 arr = arr.storage
             if name in self.tensors:
@@ -150,6 +150,22 @@ class ColumnPlan:
                 raise InvalidArgumentError(f"{self.at(row)}: the key column {name!r} is null")
             arrays.append(arr)
         return pa.table(arrays, names=self.names)
+
+    def _columns(self, pieces: Sequence[Any], name: str, start: int) -> list[Any]:
+        """Column ``name`` of each piece, of the type the schema gives it."""
+        out = []
+        for p in pieces:
+            if name not in p.schema.names:
+                raise InvalidArgumentError(f"{self.at(start)}: the rows lack the column {name!r}")
+            col = p.column(name)
+            if not col.type.equals(self.types[name]):
+                raise InvalidArgumentError(
+                    f"{self.at(start)}: column {name!r} is {col.type} here, {self.types[name]} "
+                    "in the schema"
+                )
+            out.append(col)
+            start += p.num_rows
+        return out
 
     def _check_values(self, name: str, arr: Any, start: int) -> None:
         levels: list[Any] = []  # the list levels above ``arr``, outermost first

@@ -47,6 +47,9 @@ __all__ = ["Input", "chunk_rows", "guarded", "read_ahead", "write_arrow"]
 T = TypeVar("T")
 
 _MAX_SHARDS = 9999
+# what a reader raises on input it cannot read: pyarrow's errors, the file system's, and the
+# casts of ``datasets`` (a TypeError or KeyError for rows that do not fit their features)
+_READ_ERRORS = (pa.ArrowException, OSError, ValueError, TypeError, KeyError)
 _READ_ROWS = 1024  # rows per read batch where the size of a row is not known beforehand
 
 
@@ -70,7 +73,7 @@ def guarded(item: Input, what: str, rows: int) -> Iterator[Any]:
         batches = item.batches(rows)
     except TensorFileError:
         raise
-    except (pa.ArrowException, OSError, ValueError) as exc:
+    except _READ_ERRORS as exc:
         raise FormatError(f"{item.name} is not a readable {what}: {exc}") from None
     while True:
         try:
@@ -79,7 +82,7 @@ def guarded(item: Input, what: str, rows: int) -> Iterator[Any]:
             return
         except TensorFileError:
             raise
-        except (pa.ArrowException, OSError, ValueError) as exc:
+        except _READ_ERRORS as exc:
             raise FormatError(
                 f"{item.name} is not a readable {what} (after {row} rows): {exc}"
             ) from None

@@ -31,6 +31,7 @@ __all__ = ["arrow_files", "from_hf"]
 
 PathLike = str | os.PathLike[str]
 _MAX_JSON = 1 << 24
+_DATASET = "Hugging Face dataset"
 
 
 def _json(path: str) -> Any:
@@ -144,20 +145,22 @@ def _file_batches(path: str, rows: int) -> Iterator[Any]:
             yield reader.get_batch(i)
 
 
-def _dataset_batches(ds: Any, rows: int) -> Iterator[Any]:
+def _batches(ds: Any, rows: int) -> Iterator[Any]:
     for table in ds.with_format("arrow").iter(batch_size=rows):
         yield from table.to_batches()
 
 
-def _inputs(data: Any, split: str | None) -> tuple[list[Input], float | None]:
-    """The inputs of ``data`` and, for a ``Dataset``, the size of its rows."""
+def _inputs(data: Any, split: str | None) -> tuple[list[Input], float | None, str]:
+    """The inputs of ``data``, for a ``Dataset`` the size of its rows (an
+    ``IterableDataset``'s are known once its first batch is read), and what they are."""
     from .arrow_stream import Input  # (pyarrow: imported when used)
 
     if isinstance(data, str | os.PathLike) or (
         isinstance(data, list | tuple) and all(isinstance(d, str | os.PathLike) for d in data)
     ):
         files = arrow_files(data, split)
-        return [Input(f, _reader(f).schema, partial(_file_batches, f)) for f in files], None
+        inputs = [Input(f, _reader(f).schema, partial(_file_batches, f)) for f in files]
+        return inputs, None, "Arrow file"
     if isinstance(data, Mapping):  # a DatasetDict
         splits = list(data)
         if split is None and len(splits) == 1:
@@ -169,14 +172,24 @@ def _inputs(data: Any, split: str | None) -> tuple[list[Input], float | None]:
     elif split is not None:
         raise InvalidArgumentError(f"split={split!r} is for a DatasetDict; got one dataset")
     table: Any = getattr(data, "data", None)
-    if not hasattr(data, "with_format") or not hasattr(table, "schema"):
-        raise InvalidArgumentError(
-            f"from_hf takes a datasets.Dataset, a DatasetDict, a save_to_disk folder or Arrow "
-            f"files, not {type(data).__name__} (an IterableDataset: load it without "
-            "streaming=True, or save_to_disk it first)"
-        )
-    size = max(1.0, table.nbytes / max(1, table.num_rows))
-    return [Input("the datasets.Dataset", table.schema, partial(_dataset_batches, data))], size
+    if hasattr(data, "with_format") and hasattr(table, "schema"):  # a Dataset
+        size = max(1.0, table.nbytes / max(1, table.num_rows))
+        inputs = [Input("the datasets.Dataset", table.schema, partial(_batches, data))]
+        return inputs, size, _DATASET
+    if hasattr(data, "with_format") and hasattr(data, "iter"):  # an IterableDataset
+        features = getattr(data, "features", None)
+        if features is None:
+            raise InvalidArgumentError(
+                "the IterableDataset has no features (its columns' types are known only once "
+                "read): give it features (load_dataset(..., features=...), or .cast(features))"
+            )
+        schema = features.arrow_schema
+        inputs = [Input("the datasets.IterableDataset", schema, partial(_batches, data))]
+        return inputs, None, _DATASET
+    raise InvalidArgumentError(
+        f"from_hf takes a datasets.Dataset or IterableDataset, a DatasetDict, a save_to_disk "
+        f"folder or Arrow files, not {type(data).__name__}"
+    )
 
 
 def from_hf(
@@ -190,10 +203,11 @@ def from_hf(
     **options: Any,
 ) -> Manifest:
     """Write a Hugging Face dataset as a dataset at ``path``, streaming: ``data`` is a
-    ``datasets.Dataset``, a ``DatasetDict`` (``split`` chooses one; needed when it has
-    several), a folder ``save_to_disk`` wrote (of either), or its Arrow files. Memory holds
-    about four chunks of ``chunk_mb`` MiB (or of ``batch_size`` batches, if bigger); the
-    Arrow files are memory-mapped.
+    ``datasets.Dataset``, an ``IterableDataset`` with features (``load_dataset(...,
+    streaming=True)``: read as it streams), a ``DatasetDict`` (``split`` chooses one; needed
+    when it has several), a folder ``save_to_disk`` wrote (of either), or its Arrow files.
+    Memory holds about four chunks of ``chunk_mb`` MiB (or of ``batch_size`` batches, if
+    bigger); the Arrow files are memory-mapped.
 
     The options, the columns that become tensors (``Value`` numbers and bools,
     ``Sequence`` features of them, ``Array2D``...``Array5D``) and the errors are
@@ -215,11 +229,11 @@ def from_hf(
     """
     from .arrow_stream import write_arrow
 
-    inputs, row_bytes = _inputs(data, split)
+    inputs, row_bytes, what = _inputs(data, split)
     return write_arrow(
         inputs,
         path,
-        what="Arrow file",
+        what=what,
         mode=mode,
         storage_options=storage_options,
         chunk_mb=chunk_mb,
