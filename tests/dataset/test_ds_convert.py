@@ -27,6 +27,8 @@ import pyarrow.parquet as pq
 import pytest
 import safetensors.torch
 import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tensorfile import dataset
 from tensorfile.errors import (
@@ -630,3 +632,65 @@ def test_batches_that_contradict_their_schema(previous: tuple[Path, dict[str, st
             lambda o, i=item: write_arrow([i], o, what="table", batch_size=2),
             previous,
         )
+
+
+_NUMPY = (np.float32, np.float16, np.float64, np.int8, np.uint8, np.int32, np.int64, np.bool_)
+
+
+@settings(
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    rows=st.integers(0, 40),
+    shape=st.lists(st.integers(1, 3), max_size=3),
+    kind=st.sampled_from(["fixed", "list", "tensor"]),
+    dtype=st.sampled_from(_NUMPY),
+    batch=st.integers(1, 9),
+    group=st.integers(1, 12),
+    chunk=st.sampled_from([1e-6, 16.0]),
+    tail=st.sampled_from(["write", "drop", "pad"]),
+    seed=st.integers(0, 2**16),
+)
+def test_any_shape_dtype_and_cut_round_trips(
+    tmp_path_factory: pytest.TempPathFactory,
+    rows: int,
+    shape: list[int],
+    kind: str,
+    dtype: Any,
+    batch: int,
+    group: int,
+    chunk: float,
+    tail: str,
+    seed: int,
+) -> None:
+    """Whatever the sample shape, the list type that holds it, the dtype, the row groups, the
+    batch, the tail and the chunk size: the shards hold the file's rows, in order."""
+    tmp = tmp_path_factory.mktemp("prop")
+    x = (np.random.default_rng(seed).integers(0, 100, (rows, *shape)) % 2**7).astype(dtype)
+    arr: pa.Array = pa.array(x.reshape(-1))
+    if kind == "tensor" and shape:
+        typ = pa.fixed_shape_tensor(arr.type, shape)
+        storage = pa.FixedSizeListArray.from_arrays(arr, int(np.prod(shape)))
+        arr = pa.ExtensionArray.from_storage(typ, storage)
+    else:
+        for n in reversed(shape):  # innermost dimension first
+            if kind == "fixed":
+                arr = pa.FixedSizeListArray.from_arrays(arr, n)
+            else:
+                arr = pa.ListArray.from_arrays(
+                    pa.array(np.arange(0, len(arr) + 1, n, dtype=np.int32)), arr
+                )
+    pq.write_table(pa.table({"x": arr}), tmp / "in.parquet", row_group_size=group)
+    m = dataset.from_parquet(
+        tmp / "in.parquet", tmp / "ds", batch_size=batch, chunk_mb=chunk, tail_strategy=tail
+    )
+    kept = rows - rows % batch if tail == "drop" else rows
+    want = x[:kept]
+    if tail == "pad" and rows % batch:
+        want = np.concatenate([x, np.zeros((batch - rows % batch, *shape), dtype)])
+    assert m.real_total == kept
+    got = _output(tmp / "ds")
+    if want.size or len(want):
+        _same(got["x"], want)
+    else:
+        assert "x" not in got or got["x"].numel() == 0
