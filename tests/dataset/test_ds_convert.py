@@ -620,6 +620,18 @@ def test_files_with_columns_in_another_order(
 def test_batches_that_contradict_their_schema(previous: tuple[Path, dict[str, str]]) -> None:
     from tensorfile.dataset.writing.arrow_stream import Input, write_arrow
 
+    # an extension type inside a list: refused from the schema
+    tensor_type = pa.fixed_shape_tensor(pa.float32(), (2,))
+    storage = pa.FixedSizeListArray.from_arrays(pa.array([1.0, 2.0], pa.float32()), 2)
+    tensors = pa.ExtensionArray.from_storage(tensor_type, storage)
+    nested = pa.record_batch({"x": pa.ListArray.from_arrays(pa.array([0, 1], pa.int32()), tensors)})
+    item = Input("nested", nested.schema, lambda rows: iter([nested]))
+    _refused(
+        InvalidArgumentError,
+        r"column 'x' has the Arrow type list<item: extension<arrow.fixed_shape_tensor",
+        lambda o: write_arrow([item], o, what="table", batch_size=2),
+        previous,
+    )
     schema = pa.schema({"x": pa.float32()})
     for batch, match in (
         (pa.record_batch({"x": pa.array([1, 2])}), r"lie, row 0: column 'x' is int64 here, float"),

@@ -77,9 +77,9 @@ def _tensor_shape(name: str, typ: Any, source: str) -> tuple[int, ...] | None:
 
 
 def _check_type(name: str, typ: Any, source: str) -> None:
-    inner = storage_of(typ)
+    inner = storage_of(typ)  # (an extension type as the column's type; not inside lists)
     while _is_list(inner):
-        inner = storage_of(inner.value_type)
+        inner = inner.value_type
     if _is_number(inner):
         return
     if _is_text(inner):
@@ -180,8 +180,6 @@ class ColumnPlan:
             self._check_width(name, arr, levels, level, start)
             levels.append(arr)
             arr = arr.flatten()
-            while isinstance(arr, pa.ExtensionArray):
-                arr = arr.storage
             level += 1
 
     def _check_width(self, name: str, arr: Any, levels: list[Any], level: int, start: int) -> None:
