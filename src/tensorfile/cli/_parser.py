@@ -348,13 +348,13 @@ def _dataset(sub: argparse._SubParsersAction[_Parser]) -> None:
     )
     g.add_argument("--json", action="store_true", help="print JSON on stdout, nothing else")
     g.set_defaults(run=run_dataset_gc, parser=g)
-    for kind, what in (("parquet", "parquet files"), ("hf", "a Hugging Face dataset")):
-        _dataset_from(commands, kind, what)
+    _dataset_from(commands, "parquet", "parquet files (tensorfile.dataset.from_parquet)")
+    _dataset_from(commands, "hf", "a Hugging Face dataset (tensorfile.dataset.from_hf)")
 
 
 def _dataset_from(commands: argparse._SubParsersAction[_Parser], kind: str, what: str) -> None:
     """``tensorfile dataset from-parquet`` / ``from-hf``: write a dataset from ``what``."""
-    about = f"write a dataset from {what}, streaming (tensorfile.dataset.from_{kind})"
+    about = f"write a dataset from {what}, streaming"
     raw = argparse.RawDescriptionHelpFormatter
     c = commands.add_parser(
         f"from-{kind}", help=about, description=about, epilog=EPILOGS["dataset from"],
