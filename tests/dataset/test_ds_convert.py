@@ -455,6 +455,9 @@ def test_nulls_ragged_rows_and_other_types(
         return dataset.from_parquet(both, o, batch_size=8, chunk_mb=1e-6)
 
     _refused(InvalidArgumentError, r"b\.parquet, row 13: column 'x' has a null$", convert, previous)
+    with pytest.raises(InvalidArgumentError, match="has a null"):
+        convert(tmp_path / "fresh" / "ds")
+    assert not (tmp_path / "fresh" / "ds").exists()  # the folder it made is gone again
     inner = [list(map(float, r)) for r in good]
     inner[6][1] = None
     pq.write_table(pa.table({"x": pa.array(inner, pa.list_(pa.float32()))}), tmp_path / "c.parquet")

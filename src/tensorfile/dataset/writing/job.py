@@ -6,7 +6,7 @@ iterable and asks for the next one only once the previous one's shards are writt
 staging folder, so an iterator that converts its input chunk by chunk (a parquet file, an
 Arrow stream: :mod:`tensorfile.dataset.writing.arrow_stream`) is written in the memory of one
 chunk. Whatever fails before the commit removes the job's staging folder: a dataset already
-at the path stays as it was.
+at the path stays as it was (and a local folder the job made is removed again when empty).
 
 Example:
     >>> import numpy as np, os, tempfile
@@ -25,12 +25,13 @@ Example:
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ...core.errors import InvalidArgumentError
 from ..layout.manifest import Manifest
-from ..layout.storage import Location
+from ..layout.storage import Location, Store, storage_for
 from .columns import Column, columns_and_keys
 from .options import WriteOptions, parse_options
 from .staging import new_job
@@ -69,6 +70,7 @@ def write_job(
     """Write ``tasks`` (task ``k`` into its own staging folder, its shards named
     ``part-{k:05d}-...``) and commit them as one dataset at ``path``, in their order."""
     check_mode(mode)
+    fresh = not storage_for(path, storage_options).is_folder()
     store = make_folder(path, storage_options)
     job = new_job()
     try:
@@ -80,7 +82,18 @@ def write_job(
         return commit(store, results, mode=mode, opts=opts, job=job)
     except BaseException:
         abort(store, job)
+        if fresh:  # the folder this job made, left empty by the abort
+            _remove_empty_root(store)
         raise
+
+
+def _remove_empty_root(store: Store) -> None:
+    root = store.local_path()
+    if root is not None:
+        try:
+            os.rmdir(root)  # (only an empty folder: whatever another writer put there stays)
+        except OSError:
+            pass
 
 
 def write(
