@@ -26,6 +26,9 @@ What it measures (full size; ``--quick`` shrinks the files so a smoke test takes
   ``datasets`` and parquet, of 16 KiB and of 256-byte samples; from S3 through the shard
   cache; resuming mid-epoch; the shuffle's quality); see
   ``benchmarks/feed.py``, ``feed_s3.py``, ``feed_resume.py`` and ``shuffle_quality.py``.
+* ``convert_parquet`` / ``convert_hf``: the feed's data in parquet and in a ``save_to_disk``
+  folder written as a dataset by ``dataset.from_parquet`` / ``from_hf``, against Hugging Face's
+  own converters and ``cp`` of the same bytes; see ``benchmarks/convert_bench.py``.
 * ``dcp_save_1g`` / ``dcp_load_1g`` (``--only dcp`` selects both): distributed checkpoints
   (``torch.distributed.checkpoint`` on gloo, a process per rank) with tensorfile's storage
   plugins against torch's and s3torchconnector's; see ``benchmarks/dcp_bench.py``.
@@ -115,6 +118,7 @@ from benchmarks.common import (
     page_in,
     timed,
 )
+from benchmarks.convert_bench import CONVERT_BENCHMARKS
 from benchmarks.dcp_bench import DCP_BENCHMARKS, DCP_GROUP, DcpResult
 from benchmarks.feed import FEED_BENCHMARKS
 from benchmarks.feed_common import FeedResult
@@ -168,6 +172,7 @@ ALL_BENCHMARKS = (
     + FEED_S3_BENCHMARKS
     + RESUME_BENCHMARKS
     + SHUFFLE_BENCHMARKS
+    + CONVERT_BENCHMARKS
     + CACHE_BENCHMARKS
     + PICKLE_BENCHMARKS
     + COLD_BENCHMARKS
@@ -472,6 +477,7 @@ def main(argv: list[str] | None = None) -> int:
         *FEED_S3_BENCHMARKS,
         *RESUME_BENCHMARKS,
         *SHUFFLE_BENCHMARKS,
+        *CONVERT_BENCHMARKS,
         *PICKLE_BENCHMARKS,
         *DCP_BENCHMARKS,
         *RANKLOAD_BENCHMARKS,
@@ -513,6 +519,10 @@ def main(argv: list[str] | None = None) -> int:
         from benchmarks.feed_resume import runners as resume_runners
 
         runners.update(resume_runners(cfg, args.quick))
+    if any(name in CONVERT_BENCHMARKS for name in selected):
+        from benchmarks.convert_bench import runners as convert_runners
+
+        runners.update(convert_runners(cfg, args.quick))
     if any(name in SHUFFLE_BENCHMARKS for name in selected):
         from benchmarks.shuffle_quality import runners as shuffle_runners
 
