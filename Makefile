@@ -39,12 +39,19 @@ $(VENV)/.core: $(PY) pyproject.toml constraints.txt $(HOOK)
 # every cloud SDK. Its run-time needs (Brotli, python-snappy, zstd, catalogue, boto3, xxhash)
 # are in the dev extras.
 STREAMING := mosaicml-streaming==0.13.0
+# LitData (Lightning's litdata, another feed peer; its version is pinned in constraints.txt)
+# requires torchvision, which it imports only to decode images and video (unused here) and
+# whose wheel does not load against the CPU torch, and tifffile (TIFF images, also unused):
+# installed with --no-deps too. Its other run-time needs (lightning-utilities, boto3,
+# obstore, filelock, requests) come with the dev extras.
+LITDATA := litdata
 
 # --no-compile: pip would byte-compile all ~27,000 modules of the dev packages (a minute of
 # one core, on the path of every fresh make test); .warm compiles the ~4,000 the suite imports
 $(VENV)/.dev: $(PY) pyproject.toml constraints.txt $(HOOK)
 	$(INSTALL) -e '.[dev]' --no-compile
 	$(PIP) install --no-compile --no-deps $(STREAMING)
+	$(INSTALL) --no-compile --no-deps $(LITDATA)
 	touch $@ $(VENV)/.core
 
 $(VENV)/.warm: $(VENV)/.dev tools/warm_bytecode.py

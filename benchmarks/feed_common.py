@@ -3,13 +3,17 @@ same samples written in every peer's format, the peers' loaders, the fresh-proce
 runner and the rows' table.
 
 The data: ``samples`` × ``width`` float32 drawn from ``default_rng(0)`` (so every format
-holds the same values), written once into ``--data`` and reused:
+holds the same values), written once into ``--data`` and reused, in shards of ``shard``
+samples (1,024 unless a row says otherwise):
 
-* tensorfile: ``dataset.write`` in batch mode, shards of 1,024 samples;
+* tensorfile: ``dataset.write`` in batch mode, a shard per ``shard`` samples;
 * MosaicML Streaming: ``MDSWriter`` (column ``ndarray:float32:<width>``, no compression),
-  shards of 1,024 samples (``size_limit`` one shard's bytes);
-* WebDataset: tar shards of 1,024 samples, each sample ``<key>.x.f32`` (raw bytes, decoded
-  with ``np.frombuffer``: cheaper than ``.npy``);
+  a shard per ``shard`` samples (``size_limit`` one shard's bytes);
+* LitData: ``litdata.optimize`` (one worker, in order, no compression), each sample
+  ``{"x": <float32 row>}`` (stored by its header-less numpy serializer), ``chunk_size`` =
+  ``shard`` samples;
+* WebDataset: tar shards of ``shard`` samples, each sample ``<key>.x.f32`` (raw bytes,
+  decoded with ``np.frombuffer``: cheaper than ``.npy``);
 * Hugging Face ``datasets``: ``Dataset(arrow table).save_to_disk`` (Arrow, memory-mapped by
   ``load_from_disk``);
 * parquet: one uncompressed file, ``fixed_size_list<float>[width]``, row groups of 1,024.
@@ -73,6 +77,8 @@ class FeedData:
     ids: bool = False
     """column 0 of sample i holds i (exactly, in float32, below 2**24): the resume rows
     check which samples a batch holds"""
+    shard: int = SHARD
+    """samples per shard (chunk, tar file) in every format"""
 
     @property
     def nbytes(self) -> int:
@@ -81,7 +87,8 @@ class FeedData:
     def path(self, fmt: str) -> Path:
         suffix = ".parquet" if fmt == "parquet" else ""
         ids = "-ids" if self.ids else ""
-        return self.root / f"feed-{self.samples}x{self.width}{ids}-{fmt}{suffix}"
+        shard = "" if self.shard == SHARD else f"-s{self.shard}"
+        return self.root / f"feed-{self.samples}x{self.width}{ids}{shard}-{fmt}{suffix}"
 
     def values(self) -> np.ndarray[Any, Any]:
         rng = np.random.default_rng(0)
@@ -103,32 +110,75 @@ class FeedData:
             shutil.rmtree(tmp, ignore_errors=True)
             if tmp.is_file():
                 tmp.unlink()
-            WRITERS[fmt](x, tmp)
+            WRITERS[fmt](x, tmp, self.shard)
             os.replace(tmp, final)
 
 
-def _write_tf(x: np.ndarray[Any, Any], out: Path) -> None:
+def _write_tf(x: np.ndarray[Any, Any], out: Path, shard: int) -> None:
     from tensorfile import dataset
 
-    dataset.write({"x": x}, str(out), batch_size=SHARD, shapes={"x": [x.shape[1]]})
+    dataset.write({"x": x}, str(out), batch_size=shard, shapes={"x": [x.shape[1]]})
 
 
-def _write_mds(x: np.ndarray[Any, Any], out: Path) -> None:
+def _write_mds(x: np.ndarray[Any, Any], out: Path, shard: int) -> None:
     streaming = import_streaming()
-    limit = SHARD * (x.shape[1] * 4 + 16) + 1024
+    limit = shard * (x.shape[1] * 4 + 16) + 1024
     columns = {"x": f"ndarray:float32:{x.shape[1]}"}
     with streaming.MDSWriter(out=str(out), columns=columns, size_limit=limit) as w:
         for row in x:
             w.write({"x": row})
 
 
-def _write_wds(x: np.ndarray[Any, Any], out: Path) -> None:
+def _write_litdata(x: np.ndarray[Any, Any], out: Path, shard: int) -> None:
+    """``litdata.optimize`` in one forked worker: ``fn`` yields the rows of one shard (the
+    worker inherits ``x``; nothing is pickled). optimize sets the process's multiprocessing
+    start method (``force=True``), so the one before it is put back: the other loaders'
+    DataLoader workers keep forking. Its scratch folders (``$TMPDIR/chunks`` and ``/data``
+    by default) go next to ``out`` and are removed."""
+    import multiprocessing
+
+    import litdata
+
+    def rows(start: int) -> Iterator[dict[str, np.ndarray[Any, Any]]]:
+        for i in range(start, min(start + shard, len(x))):
+            yield {"x": x[i]}
+
+    scratch = out.with_name(out.name + ".scratch")
+    env = {
+        "DATA_OPTIMIZER_CACHE_FOLDER": str(scratch / "chunks"),
+        "DATA_OPTIMIZER_DATA_CACHE_FOLDER": str(scratch / "data"),
+    }
+    saved = {k: os.environ.get(k) for k in env}
+    method = multiprocessing.get_start_method(allow_none=True)
+    os.environ.update(env)
+    try:
+        litdata.optimize(
+            fn=rows,
+            inputs=list(range(0, len(x), shard)),
+            output_dir=str(out),
+            chunk_size=shard,
+            num_workers=1,
+            start_method="fork",
+            reorder_files=False,
+            verbose=False,
+        )
+    finally:
+        multiprocessing.set_start_method(method, force=True)
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _write_wds(x: np.ndarray[Any, Any], out: Path, shard: int) -> None:
     import webdataset as wds
 
     out.mkdir(parents=True)
-    for s, start in enumerate(range(0, len(x), SHARD)):
+    for s, start in enumerate(range(0, len(x), shard)):
         with wds.TarWriter(str(out / f"shard-{s:05d}.tar")) as tw:
-            for i in range(start, min(start + SHARD, len(x))):
+            for i in range(start, min(start + shard, len(x))):
                 tw.write({"__key__": f"{i:09d}", "x.f32": x[i].tobytes()})
 
 
@@ -139,23 +189,24 @@ def _arrow_table(x: np.ndarray[Any, Any]) -> Any:
     return pa.table({"x": arr})
 
 
-def _write_hf(x: np.ndarray[Any, Any], out: Path) -> None:
+def _write_hf(x: np.ndarray[Any, Any], out: Path, shard: int) -> None:
     import datasets
 
     datasets.disable_progress_bars()
-    shards = max(1, len(x) // (16 * SHARD))
+    shards = max(1, len(x) // (16 * shard))
     datasets.Dataset(_arrow_table(x)).save_to_disk(str(out), num_shards=shards)
 
 
-def _write_parquet(x: np.ndarray[Any, Any], out: Path) -> None:
+def _write_parquet(x: np.ndarray[Any, Any], out: Path, shard: int) -> None:
     import pyarrow.parquet as pq
 
     pq.write_table(_arrow_table(x), str(out), row_group_size=BATCH, compression="none")
 
 
-WRITERS: dict[str, Callable[[np.ndarray[Any, Any], Path], None]] = {
+WRITERS: dict[str, Callable[[np.ndarray[Any, Any], Path, int], None]] = {
     "tf": _write_tf,
     "mds": _write_mds,
+    "litdata": _write_litdata,
     "wds": _write_wds,
     "hf": _write_hf,
     "parquet": _write_parquet,
@@ -230,21 +281,53 @@ class MappedBatches(IterableDataset[dict[str, Any]]):
         self.files = sorted(str(p) for p in Path(folder).glob("*.safetensors"))
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        import struct
-
         import torch
         from torch.utils.data import get_worker_info
 
         info = get_worker_info()
         k, w = (1, 0) if info is None else (info.num_workers, info.id)
         for path in self.files[w::k]:
-            with open(path, "rb") as f:
-                (n,) = struct.unpack("<Q", f.read(8))
-                x = json.loads(f.read(n))["x"]
-            start, _ = x["data_offsets"]
-            rows = np.memmap(path, np.float32, "r", 8 + n + start, tuple(x["shape"]))
+            rows = _mapped_rows(path)
             for i in range(0, len(rows), BATCH):
                 yield {"x": torch.from_numpy(np.asarray(rows[i : i + BATCH]))}
+
+
+def _mapped_rows(path: str) -> np.ndarray[Any, Any]:
+    """The rows of column ``x`` of a tensorfile shard, memory-mapped."""
+    import struct
+
+    with open(path, "rb") as f:
+        (n,) = struct.unpack("<Q", f.read(8))
+        x = json.loads(f.read(n))["x"]
+    start, _ = x["data_offsets"]
+    return np.memmap(path, np.float32, "r", 8 + n + start, tuple(x["shape"]))
+
+
+def copy_floor(folder: str, threads: int) -> float:
+    """The floor of a feed that hands over batches of its own memory: the shards' mapped
+    rows copied batch by batch into one reused buffer per thread (no indexing, no torch, no
+    transport), ``threads`` threads splitting the shards; each batch summed like the
+    loaders' (so the sums check holds)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import torch
+
+    files = sorted(str(p) for p in Path(folder).glob("*.safetensors"))
+
+    def part(paths: list[str]) -> float:
+        total, buf = 0.0, None
+        for path in paths:
+            rows = _mapped_rows(path)
+            if buf is None:
+                buf = np.empty((BATCH, *rows.shape[1:]), rows.dtype)
+            for i in range(0, len(rows), BATCH):
+                piece = buf[: len(rows[i : i + BATCH])]
+                np.copyto(piece, rows[i : i + BATCH])
+                total += float(torch.from_numpy(piece).sum().item())
+        return total
+
+    with ThreadPoolExecutor(threads) as pool:
+        return sum(pool.map(part, [files[w::threads] for w in range(threads)]))
 
 
 def _wds_decode(raw: bytes) -> np.ndarray[Any, Any]:
@@ -255,6 +338,12 @@ def local_loaders(data: FeedData, workers: int = 2) -> dict[str, Callable[[], fl
     """An epoch of each library over the page-cached data, every value summed."""
 
     def tf() -> float:
+        from tensorfile import dataset
+
+        it = dataset.open(str(data.path("tf"))).to_torch(batch_size=BATCH)
+        return loader_sum(it.loader(threads=workers))
+
+    def tf_dl() -> float:
         from torch.utils.data import DataLoader
 
         from tensorfile import dataset
@@ -269,6 +358,12 @@ def local_loaders(data: FeedData, workers: int = 2) -> dict[str, Callable[[], fl
         streaming.base.util.clean_stale_shared_memory()
         sd = streaming.StreamingDataset(local=str(data.path("mds")), batch_size=BATCH)
         return loader_sum(DataLoader(sd, batch_size=BATCH, num_workers=workers))
+
+    def litdata() -> float:
+        import litdata
+
+        sd = litdata.StreamingDataset(str(data.path("litdata")))
+        return loader_sum(litdata.StreamingDataLoader(sd, batch_size=BATCH, num_workers=workers))
 
     def wds() -> float:
         import webdataset
@@ -301,7 +396,20 @@ def local_loaders(data: FeedData, workers: int = 2) -> dict[str, Callable[[], fl
         batches = MappedBatches(str(data.path("tf")))
         return loader_sum(DataLoader(batches, batch_size=None, num_workers=workers))
 
-    return {"tf": tf, "mds": mds, "wds": wds, "hf": hf, "parquet": parquet, "floor": floor}
+    def floor_copy() -> float:
+        return copy_floor(str(data.path("tf")), workers)
+
+    return {
+        "tf": tf,
+        "tf_dl": tf_dl,
+        "litdata": litdata,
+        "mds": mds,
+        "wds": wds,
+        "hf": hf,
+        "parquet": parquet,
+        "floor": floor,
+        "floor_copy": floor_copy,
+    }
 
 
 def sums_agree(a: float, b: float) -> bool:
@@ -350,7 +458,8 @@ class FeedResult:
     samples: int
     nbytes: int
     loaders: dict[str, str]
-    """short name -> what it is, tensorfile ("tf") first; "floor" is no peer (a bound)"""
+    """short name -> what it is, tensorfile ("tf") first; other "tf*" names are tensorfile
+    too, and "floor*" names bounds (neither is a peer)"""
     target: float | None = None
     times: dict[str, list[float]] = field(default_factory=dict)
     rates: bool = True
@@ -363,7 +472,7 @@ class FeedResult:
 
     @property
     def best_peer(self) -> str:
-        peers = [name for name in self.loaders if name not in ("tf", "floor")]
+        peers = [name for name in self.loaders if not name.startswith(("tf", "floor"))]
         return min(peers, key=self.median)
 
     @property

@@ -1,9 +1,10 @@
 """Feeding training from a real S3 server on 127.0.0.1 (SeaweedFS), tensorfile against
-MosaicML Streaming and pyarrow.
+LitData, MosaicML Streaming and pyarrow.
 
 The data: the ``feed_torch`` samples (65,536 × 4,096 float32, 1 GiB; ``--quick`` 1/16), as a
-tensorfile dataset, as MDS and as one parquet file (benchmarks/feed_common.py), uploaded
-once to the server (``weed server -s3`` keeping its objects in ``bench-data/seaweed-feed``).
+tensorfile dataset, as LitData chunks, as MDS and as one parquet file
+(benchmarks/feed_common.py), uploaded once to the server (``weed server -s3`` keeping its
+objects in ``bench-data/seaweed-feed``).
 
 * ``feed_s3`` / ``feed_s3_cached``: a fresh interpreter per run (libraries alternated), an
   empty cache folder each: epoch 1 streams from the server through the cache (timed from
@@ -11,7 +12,14 @@ once to the server (``weed server -s3`` keeping its objects in ``bench-data/seaw
   the cache (a new DataLoader over the same dataset). tensorfile:
   ``dataset.open("s3://...", storage_options=..., cache_dir=...)`` (default
   ``predownload``) + ``DataLoader(ds.to_torch(batch_size=1024), batch_size=None,
-  num_workers=2)``; MosaicML: ``StreamingDataset(remote="s3://...", local=cache,
+  num_workers=2)``; LitData: ``StreamingDataset("s3://...", cache_dir=cache,
+  storage_options=...)`` + ``StreamingDataLoader(sd, batch_size=1024, num_workers=2)``
+  iterated twice (its epochs), ``storage_options`` being the keyword arguments of its boto3
+  S3 client (``endpoint_url``, keys, region), which also gives its chunk downloads
+  (obstore) their endpoint and keys; obstore refuses a plain-HTTP endpoint unless told, and
+  LitData has no setting for it, so the child adds ``allow_http`` to LitData's obstore
+  client options (nothing else changed: over HTTPS, as on a real object store, no such
+  step is needed); MosaicML: ``StreamingDataset(remote="s3://...", local=cache,
   batch_size=1024)`` + ``DataLoader(sd, batch_size=1024, num_workers=2)``, its S3 client
   pointed at the server by ``S3_ENDPOINT_URL``.
 * ``feed_s3_read``: reading every value back from the server without a cache, in one
@@ -57,13 +65,29 @@ FEED_S3_BENCHMARKS = ("feed_s3", "feed_s3_read")
 BUCKET = "tf-feed"
 WIDTH = 4096
 MODULE = "benchmarks.feed_s3"
-S3_LOADERS = {"tf": "tensorfile, cache_dir", "mds": "MosaicML StreamingDataset(remote=, local=)"}
+S3_LOADERS = {
+    "tf": "tensorfile, cache_dir, its own loader (2 threads)",
+    "tf_dl": "tensorfile, cache_dir, DataLoader(num_workers=2)",
+    "litdata": "LitData StreamingDataset(s3://, cache_dir=) + StreamingDataLoader",
+    "mds": "MosaicML StreamingDataset(remote=, local=)",
+}
+FORMAT = {lib: "tf" if lib.startswith("tf") else lib for lib in S3_LOADERS}
+"""the data each loader reads (both tensorfile loaders read the tensorfile dataset)"""
 
 
 # --------------------------------------------------------------------------- children
 
 
 def _epochs_tf(url: str, cache: str, options: dict[str, Any]) -> Iterator[float]:
+    from tensorfile import dataset
+
+    it = dataset.open(url, storage_options=options, cache_dir=cache).to_torch(batch_size=BATCH)
+    loader = it.loader(threads=2)
+    for _ in range(2):
+        yield loader_sum(loader)
+
+
+def _epochs_tf_dl(url: str, cache: str, options: dict[str, Any]) -> Iterator[float]:
     from torch.utils.data import DataLoader
 
     from tensorfile import dataset
@@ -83,11 +107,38 @@ def _epochs_mds(url: str, cache: str, options: dict[str, Any]) -> Iterator[float
         yield loader_sum(DataLoader(sd, batch_size=BATCH, num_workers=2))
 
 
+def _epochs_litdata(url: str, cache: str, options: dict[str, Any]) -> Iterator[float]:
+    import litdata
+    from litdata.streaming import downloader
+
+    # the server speaks plain HTTP; obstore (LitData's chunk downloads) refuses it unless
+    # its client options allow it, and LitData builds them from this constant alone
+    downloader._OBSTORE_CLIENT_OPTIONS["allow_http"] = True
+    boto = {
+        "endpoint_url": options["endpoint_url"],
+        "aws_access_key_id": options["key"],
+        "aws_secret_access_key": options["secret"],
+        "region_name": options["client_kwargs"]["region_name"],
+    }  # the s3fs names of Server.options, as boto3's client takes them
+    sd = litdata.StreamingDataset(url, cache_dir=cache, storage_options=boto)
+    loader = litdata.StreamingDataLoader(sd, batch_size=BATCH, num_workers=2)
+    for _ in range(2):
+        yield loader_sum(loader)
+
+
+EPOCHS = {
+    "tf": _epochs_tf,
+    "tf_dl": _epochs_tf_dl,
+    "litdata": _epochs_litdata,
+    "mds": _epochs_mds,
+}
+
+
 def child(argv: list[str]) -> None:
     """``python -m benchmarks.feed_s3 child LIB URL CACHE OPTIONS_JSON``: two epochs; prints
     their times (the first from opening the dataset) and sums as JSON."""
     lib, url, cache, options = argv[0], argv[1], argv[2], json.loads(argv[3])
-    epochs = _epochs_tf if lib == "tf" else _epochs_mds
+    epochs = EPOCHS[lib]
     times: list[float] = []
     sums: list[float] = []
     t0 = time.perf_counter()
@@ -146,11 +197,14 @@ class Server:
 
 
 def feed_s3(cfg: Config, server: Server, data: FeedData, quick: bool) -> list[FeedResult]:
-    data.make(("tf", "mds"))
+    data.make(tuple(sorted(set(FORMAT.values()))))
     print("uploading the feed data to SeaweedFS...", file=sys.stderr, flush=True)
-    urls = {lib: server.upload(data.path(lib)) for lib in S3_LOADERS}
+    urls = {lib: server.upload(data.path(FORMAT[lib])) for lib in S3_LOADERS}
     options = json.dumps(server.start().options)
-    desc = f"{data.samples:,} samples x {WIDTH} F32 from SeaweedFS, 2 workers, batches of 1024"
+    desc = (
+        f"{data.samples:,} samples x {WIDTH} F32 from SeaweedFS, 2 workers or threads, "
+        "batches of 1024"
+    )
     rows = [
         FeedResult("feed_s3", f"epoch 1, cold cache, {desc}", data.samples, data.nbytes, S3_LOADERS,
                    target=1.2),
@@ -193,13 +247,18 @@ def feed_s3(cfg: Config, server: Server, data: FeedData, quick: bool) -> list[Fe
 def _wrong(lib: str, sums: list[float], want: float, cache: Path, data: FeedData) -> str:
     """A note on a run whose values were wrong: its sums and which cached files differ from
     the ones uploaded (the run is left out of the times)."""
-    local = data.path(lib)
+    local = data.path(FORMAT[lib])
+
+    def uploaded(p: Path) -> Path:
+        # where the cache keeps a file under the same relative path, or (LitData: a
+        # folder per dataset and version) under the same name
+        same = local / p.relative_to(cache)
+        return same if same.is_file() else local / p.name
+
     differ = sorted(
         str(p.relative_to(cache))
         for p in cache.rglob("*")
-        if p.is_file()
-        and (local / p.relative_to(cache)).is_file()
-        and not filecmp.cmp(p, local / p.relative_to(cache), shallow=False)
+        if p.is_file() and uploaded(p).is_file() and not filecmp.cmp(p, uploaded(p), shallow=False)
     )
     return (
         f"a {lib} run returned wrong values (epoch sums {sums}, expected {want:.6g}); "

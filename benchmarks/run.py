@@ -20,11 +20,15 @@ What it measures (full size; ``--quick`` shrinks the files so a smoke test takes
 * ``cold_load_1g`` / ``warm_load_1g`` / ``cold_load_4shard`` / ``warm_load_4shard`` (``--only
   load_cold`` selects the four): fresh-process loads from a cold and a warm page cache against
   the reference, fastsafetensors and the Run:ai streamer; see ``benchmarks/cold_bench.py``.
-* ``feed_iter_arrow`` / ``feed_torch`` / ``feed_s3`` / ``feed_s3_read`` / ``feed_resume`` /
-  ``shuffle_quality`` (``--only feed`` selects them): feeding training (DataLoader epochs
-  against MosaicML Streaming, WebDataset, Hugging Face ``datasets`` and parquet; from S3
-  through the shard cache; resuming mid-epoch; the shuffle's quality); see
+* ``feed_iter_arrow`` / ``feed_torch`` / ``feed_small`` / ``feed_s3`` / ``feed_s3_read`` /
+  ``feed_resume`` / ``shuffle_quality`` (``--only feed`` selects them): feeding training
+  (DataLoader epochs against LitData, MosaicML Streaming, WebDataset, Hugging Face
+  ``datasets`` and parquet, of 16 KiB and of 256-byte samples; from S3 through the shard
+  cache; resuming mid-epoch; the shuffle's quality); see
   ``benchmarks/feed.py``, ``feed_s3.py``, ``feed_resume.py`` and ``shuffle_quality.py``.
+* ``convert_parquet`` / ``convert_hf``: the feed's data in parquet and in a ``save_to_disk``
+  folder written as a dataset by ``dataset.from_parquet`` / ``from_hf``, against Hugging Face's
+  own converters and ``cp`` of the same bytes; see ``benchmarks/convert_bench.py``.
 * ``dcp_save_1g`` / ``dcp_load_1g`` (``--only dcp`` selects both): distributed checkpoints
   (``torch.distributed.checkpoint`` on gloo, a process per rank) with tensorfile's storage
   plugins against torch's and s3torchconnector's; see ``benchmarks/dcp_bench.py``.
@@ -114,6 +118,7 @@ from benchmarks.common import (
     page_in,
     timed,
 )
+from benchmarks.convert_bench import CONVERT_BENCHMARKS
 from benchmarks.dcp_bench import DCP_BENCHMARKS, DCP_GROUP, DcpResult
 from benchmarks.feed import FEED_BENCHMARKS
 from benchmarks.feed_common import FeedResult
@@ -139,6 +144,7 @@ PEERS = (
     "fastsafetensors",
     "runai-model-streamer",
     "mosaicml-streaming",
+    "litdata",
     "webdataset",
     "datasets",
     "pyarrow",
@@ -166,6 +172,7 @@ ALL_BENCHMARKS = (
     + FEED_S3_BENCHMARKS
     + RESUME_BENCHMARKS
     + SHUFFLE_BENCHMARKS
+    + CONVERT_BENCHMARKS
     + CACHE_BENCHMARKS
     + PICKLE_BENCHMARKS
     + COLD_BENCHMARKS
@@ -470,6 +477,7 @@ def main(argv: list[str] | None = None) -> int:
         *FEED_S3_BENCHMARKS,
         *RESUME_BENCHMARKS,
         *SHUFFLE_BENCHMARKS,
+        *CONVERT_BENCHMARKS,
         *PICKLE_BENCHMARKS,
         *DCP_BENCHMARKS,
         *RANKLOAD_BENCHMARKS,
@@ -511,6 +519,10 @@ def main(argv: list[str] | None = None) -> int:
         from benchmarks.feed_resume import runners as resume_runners
 
         runners.update(resume_runners(cfg, args.quick))
+    if any(name in CONVERT_BENCHMARKS for name in selected):
+        from benchmarks.convert_bench import runners as convert_runners
+
+        runners.update(convert_runners(cfg, args.quick))
     if any(name in SHUFFLE_BENCHMARKS for name in selected):
         from benchmarks.shuffle_quality import runners as shuffle_runners
 

@@ -12,6 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+import tensorfile.dataset.writing.job as job_module
 import tensorfile.dataset.writing.writer as writer_module
 from tensorfile import dataset
 from tensorfile.errors import TensorFileError
@@ -200,7 +201,7 @@ def _inject(kind: str, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, dict[str, 
     elif kind == "third_save":
         monkeypatch.setattr(writer_module, "save_file", fail_on_call(writer_module.save_file, 3))
     elif kind == "commit":
-        monkeypatch.setattr(writer_module, "commit", fail_on_call(writer_module.commit, 1))
+        monkeypatch.setattr(job_module, "commit", fail_on_call(job_module.commit, 1))
     elif kind == "move_second_shard":
         real_replace = os.replace
         calls = [0]

@@ -17,7 +17,7 @@ from .._version import __version__
 from ..core.digests import ALGORITHMS
 from ..ops.inspect import readable
 from ._convert import TARGETS, run_convert
-from ._dataset import run_dataset_gc
+from ._dataset import run_dataset_from, run_dataset_gc
 from ._diff import run_diff
 from ._ident import run_id, run_summary
 from ._inspect import run_inspect
@@ -227,8 +227,27 @@ Exit status:
 Commands on a dataset folder (tensorfile.dataset: dataset_manifest.json and its shards).
 
 Examples:
+  tensorfile dataset from-parquet train.parquet out/train --batch-size 1024
+  tensorfile dataset from-hf hf/train out/train --batch-size 1024 --columns x,label
   tensorfile dataset gc out/train --dry-run
   tensorfile dataset gc s3://bucket/train --older-than 1d""",
+    "dataset from": """\
+Examples:
+  tensorfile dataset from-parquet train.parquet out/train --batch-size 1024
+  tensorfile dataset from-parquet parts/ s3://bucket/train --batch-size 512 --dtype BF16
+  tensorfile dataset from-hf hf_saved/ out/train --split train --batch-size 1024 --columns x,y
+  tensorfile dataset from-parquet kv.parquet out/kv --name-col key --json
+
+Streams the rows into shards chunk by chunk (memory: a few --chunk-mb chunks, whatever the
+input's size) and publishes them with one commit: a failure (a missing or corrupt input, a
+null, a ragged row, a column that is no tensor: each named with its file, column and row)
+leaves the dataset already at OUT as it was. Columns of numbers and bools, and lists of them
+of one shape per column, become tensor columns; leave others out with --columns.
+
+Exit status:
+  0  written
+  2  bad usage, or an input that cannot be converted (nothing published)
+  130  interrupted""",
     "dataset gc": """\
 Examples:
   tensorfile dataset gc out/train --dry-run     # what would go, and what is kept and why
@@ -299,8 +318,11 @@ def _key(p: argparse.ArgumentParser) -> None:
 
 
 def _dataset(sub: argparse._SubParsersAction[_Parser]) -> None:
-    """``tensorfile dataset COMMAND``: commands on a dataset folder (``gc``)."""
-    about = "commands on a dataset folder: gc (remove what killed writers left)"
+    """``tensorfile dataset COMMAND``: commands on a dataset folder (``gc``, ``from-*``)."""
+    about = (
+        "commands on a dataset folder: from-parquet, from-hf (write one from parquet or a "
+        "Hugging Face dataset), gc (remove what killed writers left)"
+    )
     raw = argparse.RawDescriptionHelpFormatter
     p = sub.add_parser(
         "dataset", help=about, description=about, epilog=EPILOGS["dataset"], formatter_class=raw
@@ -326,6 +348,38 @@ def _dataset(sub: argparse._SubParsersAction[_Parser]) -> None:
     )
     g.add_argument("--json", action="store_true", help="print JSON on stdout, nothing else")
     g.set_defaults(run=run_dataset_gc, parser=g)
+    _dataset_from(commands, "parquet", "parquet files (tensorfile.dataset.from_parquet)")
+    _dataset_from(commands, "hf", "a Hugging Face dataset (tensorfile.dataset.from_hf)")
+
+
+def _dataset_from(commands: argparse._SubParsersAction[_Parser], kind: str, what: str) -> None:
+    """``tensorfile dataset from-parquet`` / ``from-hf``: write a dataset from ``what``."""
+    about = f"write a dataset from {what}, streaming"
+    raw = argparse.RawDescriptionHelpFormatter
+    c = commands.add_parser(
+        f"from-{kind}", help=about, description=about, epilog=EPILOGS["dataset from"],
+        formatter_class=raw,
+    )  # fmt: skip
+    source = (
+        "parquet files, or folders of *.parquet files"
+        if kind == "parquet"
+        else "a save_to_disk folder (of a Dataset or a DatasetDict), or its Arrow files"
+    )
+    c.add_argument("sources", nargs="+", metavar="SOURCE", help=source)
+    c.add_argument("out", metavar="OUT", help="the dataset: a folder, or an fsspec URL (s3://...)")
+    mode = c.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--batch-size", type=int, metavar="N", help="batch mode: N rows a shard")
+    mode.add_argument("--name-col", metavar="COLUMN", help="key-value mode: the key column")
+    c.add_argument("--columns", metavar="A,B", help="the columns to take (default: all)")
+    c.add_argument("--dtype", metavar="DTYPE", help="store array columns as DTYPE (F16, BF16...)")
+    c.add_argument("--shapes", metavar="JSON", help='sample shapes, as {"x": [64, 64]}')
+    c.add_argument("--tail-strategy", choices=("write", "pad", "drop"), help="a short last batch")
+    c.add_argument("--mode", choices=("overwrite", "append"), default="overwrite")
+    c.add_argument("--chunk-mb", type=float, default=None, metavar="MB", help="rows held at a time")
+    if kind == "hf":
+        c.add_argument("--split", metavar="NAME", help="the split of a DatasetDict's folder")
+    c.add_argument("--json", action="store_true", help="print JSON on stdout, nothing else")
+    c.set_defaults(run=run_dataset_from, kind=kind, parser=c)
 
 
 def build_parser() -> argparse.ArgumentParser:

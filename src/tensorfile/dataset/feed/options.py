@@ -20,6 +20,7 @@ Example:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from ...core.errors import InvalidArgumentError
 from .order import MAX_PARTITIONS, MAX_SAMPLES, check_int
@@ -85,6 +86,22 @@ class FeedOptions:
     def unit(self) -> int:
         """``B``: the samples of one rank's piece of a step (``batch_size``, or 1)."""
         return self.batch_size or 1
+
+    def order_keywords(self) -> dict[str, Any]:
+        """The keywords of an epoch's order (:class:`~tensorfile.dataset.order.EpochOrder`)
+        these options give, the epoch aside.
+
+        Example:
+            >>> FeedOptions(batch_size=8, seed=2).order_keywords()["unit"]
+            8
+        """
+        return {
+            "seed": self.seed,
+            "shuffle": self.shuffle,
+            "partitions": self.partitions,
+            "shuffle_block": self.shuffle_block,
+            "unit": self.unit,
+        }
 
 
 def check_rank(rank: int, world_size: int) -> None:

@@ -48,18 +48,29 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from ...core.errors import InvalidArgumentError, InvalidTypeError
 
-__all__ = ["EpochOrder", "epoch_order", "partition_count"]
+__all__ = ["EpochOrder", "SampleOrder", "epoch_order", "partition_count"]
 
 NDArray = np.ndarray[Any, Any]
 MAX_PARTITIONS = 1 << 24
 MAX_SAMPLES = 1 << 62  # the largest total, shuffle block or unit (int64 arithmetic stays exact)
 _PERM_CACHE_ENTRIES = 1 << 22  # block permutations kept, in positions (int32: 16 MiB)
+
+
+class SampleOrder(Protocol):
+    """What the feed needs of an epoch's order: its length and any stretch of it
+    (:class:`EpochOrder`; a mixture's: :class:`~tensorfile.dataset.feed.mix_order.MixtureOrder`)."""
+
+    def __len__(self) -> int: ...
+
+    def ids(self, start: int, stop: int) -> NDArray:
+        """The global sample ids at positions ``[start, stop)``."""
+        ...
 
 
 def check_int(value: Any, what: str, low: int, high: int | None = None) -> int:
@@ -71,7 +82,9 @@ def check_int(value: Any, what: str, low: int, high: int | None = None) -> int:
     return int(value)
 
 
-def _counts(counts: Sequence[int] | NDArray) -> NDArray:
+def check_counts(counts: Sequence[int] | NDArray) -> NDArray:
+    """``counts`` (samples per shard) checked: a 1-D sequence of integers, none negative,
+    the total at most :data:`MAX_SAMPLES`; as int64."""
     try:
         arr = np.asarray(counts)
     except (TypeError, ValueError) as exc:
@@ -123,7 +136,7 @@ class EpochOrder:
         shuffle_block: int = 1 << 18,
         unit: int = 1,
     ) -> None:
-        self.counts = _counts(counts)
+        self.counts = check_counts(counts)
         self.seed = check_int(seed, "seed", 0)
         self.epoch = check_int(epoch, "epoch", 0)
         self.shuffle = bool(shuffle)

@@ -1,4 +1,5 @@
-"""What the feed needs of a dataset, as a protocol: :class:`FeedDataset`.
+"""What the feed needs of a dataset, as a protocol: :class:`FeedDataset`; and of a mixture of
+datasets: :class:`FeedMixture`.
 
 The feed (:mod:`.torch`, :mod:`.torch_batches`) reads a dataset through these members only:
 its manifest (shards, sample counts, schema), its mode, the arrays of one shard, and the
@@ -22,8 +23,10 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from ..layout.manifest import Manifest, ShardEntry
+from .options import FeedOptions
+from .order import SampleOrder
 
-__all__ = ["FeedDataset"]
+__all__ = ["FeedDataset", "FeedMixture"]
 
 NDArray = np.ndarray[Any, Any]
 
@@ -66,4 +69,26 @@ class FeedDataset(Protocol):
 
     def __getitem__(self, index: int) -> dict[str, Any]:
         """Sample ``index`` as ``{column: array}`` (the map-style feed)."""
+        ...
+
+
+class FeedMixture(Protocol):
+    """What a mixture's feed (:class:`~tensorfile.dataset.feed.torch_mixture.TorchMixture`)
+    uses of a :class:`~tensorfile.dataset.feed.mixture.Mixture`."""
+
+    @property
+    def samples(self) -> int:
+        """The positions of an epoch."""
+        ...
+
+    def feed_dataset(self) -> FeedDataset:
+        """The datasets as one, their shards concatenated (global ids)."""
+        ...
+
+    def identity(self) -> dict[str, Any]:
+        """What a resume state must match besides the feed's own fields (JSON values)."""
+        ...
+
+    def epoch_order(self, epoch: int, options: FeedOptions) -> SampleOrder:
+        """The order of ``epoch`` under ``options``, in global ids."""
         ...

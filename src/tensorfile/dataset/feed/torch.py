@@ -104,11 +104,11 @@ from ...core.errors import InvalidArgumentError, InvalidTypeError
 from ...frameworks.torch import from_numpy
 from ..layout.manifest import ShardEntry
 from .options import FeedOptions, check_rank
-from .order import EpochOrder, check_int
+from .order import EpochOrder, SampleOrder, check_int
 from .protocol import FeedDataset
 from .torch_batches import Gather
 from .torch_loader import FeedLoader
-from .torch_state import FORMAT, Split, check_state, find_states, make_state, shards_digest
+from .torch_state import FORMAT, Split, check_state, find_loader_states, make_state, shards_digest
 from .torch_sync import Shared
 
 __all__ = ["TorchIterable", "TorchMap"]
@@ -166,7 +166,7 @@ class TorchIterable(IterableDataset):  # type: ignore[type-arg]
         self.options = opts
         check_rank(*self._where())
         self.counts = [s.samples for s in dataset.manifest.shards]
-        self._total = sum(self.counts)
+        self._total = self._length()
         self._digest = shards_digest([s.shard_path for s in dataset.manifest.shards], self.counts)
         self.epoch = 0
         self._resume = 0  # the global resume point: samples of the epoch consumed
@@ -184,6 +184,10 @@ class TorchIterable(IterableDataset):  # type: ignore[type-arg]
         rank, world = self._where()
         state["options"] = replace(self.options, rank=rank, world_size=world)
         return state
+
+    def _length(self) -> int:
+        """``N``, the positions of an epoch (a mixture's: its draws, not its samples)."""
+        return sum(self.counts)
 
     def _where(self) -> tuple[int, int]:
         """``(rank, world size)``: the options', else ``torch.distributed``'s, else 0 and 1."""
@@ -361,14 +365,14 @@ class TorchIterable(IterableDataset):  # type: ignore[type-arg]
                 self._set_resume(chosen["epoch"], chosen["samples"], worker)
                 return
         else:
-            found = find_states(state)
+            found = find_loader_states(state)
             if not found:
                 other = state.get("format") if isinstance(state, dict) else None
                 raise InvalidArgumentError(
                     f"no tensorfile.dataset.torch resume state in the {type(state).__name__} given"
                     + (f" (its format is {other!r}, not {FORMAT!r})" if other is not None else "")
                 )
-            checked = [check_state(s, expect) for s in found]
+            checked = [self._advance(check_state(s, expect), after) for s, after in found]
             chosen = max(checked, key=lambda s: (s["epoch"], s["samples"]))
             if chosen.get("exact_global") is False:
                 raise InvalidArgumentError(
@@ -378,6 +382,19 @@ class TorchIterable(IterableDataset):  # type: ignore[type-arg]
                     "resume with loader.load_state_dict on the same layout (which is exact)"
                 )
         self._set_resume(chosen["epoch"], chosen["samples"], None)
+
+    def _advance(self, state: dict[str, Any], batches: int) -> dict[str, Any]:
+        """A worker's ``state`` as of its ``StatefulDataLoader``'s last snapshot, after which
+        the loader yielded ``batches`` more (each one step of the saving rank): its
+        ``samples`` with those steps (the largest over a rank's workers: the steps the
+        loader yielded, whichever worker made them), else they would be fed again."""
+        worker = state.get("worker")
+        if not batches or worker is None:
+            return state
+        base, world = worker["base"], worker["world_size"]
+        split = Split(self._total, base, world, self.options.unit, self.options.even)
+        steps = worker["next_step"] - worker["workers"] + 1 + batches
+        return {**state, "samples": base + split.consumed(steps, self.options.drop_last)}
 
     def _set_resume(self, epoch: int, samples: int, worker: dict[str, int] | None) -> None:
         self.epoch = epoch
@@ -401,7 +418,7 @@ class TorchIterable(IterableDataset):  # type: ignore[type-arg]
 
     # -- iteration --------------------------------------------------------------------------
 
-    def _ids(self, order: EpochOrder, lo: int, hi: int) -> NDArray:
+    def _ids(self, order: SampleOrder, lo: int, hi: int) -> NDArray:
         """Ids at positions ``[lo, hi)`` of the order, wrapping past its end (``pad``)."""
         total = len(order)
         if hi <= total:
@@ -414,30 +431,40 @@ class TorchIterable(IterableDataset):  # type: ignore[type-arg]
             pos += b - a
         return np.concatenate(parts)
 
-    def _order(self) -> EpochOrder:
-        """The current epoch's order."""
+    def _order(self, epoch: int) -> SampleOrder:
+        """The order of ``epoch``."""
         return EpochOrder(
             self.counts,
             seed=self.options.seed,
-            epoch=self.epoch,
+            epoch=epoch,
             shuffle=self.options.shuffle,
             partitions=self.options.partitions,
             shuffle_block=self.options.shuffle_block,
             unit=self.options.unit,
         )
 
-    def _pass(self, wid: int, workers: int, chunk: int) -> Iterator[list[tuple[int, NDArray]]]:
-        """The pieces ``(step, ids)`` of worker ``wid`` of ``workers`` for the next pass, from
-        its start (the resume point), ``chunk`` pieces at a time, the shards of the pieces
-        ahead handed to the dataset's background download. It does not end the pass (the
-        caller does, with :meth:`_end_pass`, once what it yielded was taken)."""
+    def _begin(self, wid: int, workers: int) -> tuple[int, int, int]:
+        """Start a pass of worker ``wid`` of ``workers`` now: from here on this object's
+        position is the pass's start (a ``StatefulDataLoader`` asks a worker for its state
+        before its first batch). ``(epoch, base, first step)`` of the pass."""
         rank, world = self._where()
         base, first = self._start(rank, world, wid, workers)
         self._base, self._next_step = base, first
+        return self.epoch, base, first
+
+    def _pass(
+        self, start: tuple[int, int, int], workers: int, chunk: int
+    ) -> Iterator[list[tuple[int, NDArray]]]:
+        """The pieces ``(step, ids)`` of the pass :meth:`_begin` started (``start``), this
+        worker's steps ``workers`` apart, ``chunk`` pieces at a time, the shards of the
+        pieces ahead handed to the dataset's background download. It does not end the pass
+        (the caller does, with :meth:`_end_pass`, once what it yielded was taken)."""
+        epoch, base, first = start
+        rank, _ = self._where()
         if self._total == 0:  # an empty dataset: nothing to yield (and no schema to gather)
             return
         split = self._split(base)
-        order = self._order()
+        order = self._order(epoch)
         steps = iter(range(first, split.rank_steps(rank, self.options.drop_last), workers))
         ahead: deque[tuple[int, NDArray]] = deque()
         queued = 0
@@ -465,18 +492,27 @@ class TorchIterable(IterableDataset):  # type: ignore[type-arg]
         return Gather(self.dataset, self.counts, shared=shared)
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
+        """A pass, started at once (not at its first item): its position is this pass's
+        start from here on. A DataLoader worker calls ``iter`` when a pass begins, a
+        persistent one too, and a ``StatefulDataLoader`` then asks it for its state before
+        its first batch: the start of this pass, not the end of its previous one."""
         info = get_worker_info()
         if info is not None:
             self._adopt()
         # in the main process after workers ran, an iteration of its own (a peek at a
         # batch) says nothing of what the loop took from them: still refused (.torch_sync)
         wid, workers = _layout()
+        return self._yield(self._begin(wid, workers), workers)
+
+    def _yield(self, start: tuple[int, int, int], workers: int) -> Iterator[dict[str, Any]]:
+        """The batches or samples of the pass started at ``start`` (:meth:`__iter__`)."""
+        in_worker = get_worker_info() is not None
         batched = self.options.batched
         chunk = 1 if batched else max(1, _SAMPLE_CHUNK // self.options.unit)
         gather: Gather | None = None
-        for taken in self._pass(wid, workers, chunk):
+        for taken in self._pass(start, workers, chunk):
             if gather is None:
-                gather = self._gather(shared=info is not None and batched)
+                gather = self._gather(shared=in_worker and batched)
             if batched:
                 t, ids = taken[0]
                 batch = gather(ids)

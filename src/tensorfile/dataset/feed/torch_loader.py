@@ -59,7 +59,7 @@ from __future__ import annotations
 import os
 import weakref
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Protocol
 
@@ -93,7 +93,10 @@ class LoaderFeed(Protocol):
     def set_epoch(self, epoch: int) -> None: ...
     def state_dict(self, samples: int | None = None) -> dict[str, Any]: ...
     def load_state_dict(self, state: Any) -> None: ...
-    def _pass(self, wid: int, workers: int, chunk: int) -> Iterator[list[tuple[int, NDArray]]]: ...
+    def _begin(self, wid: int, workers: int) -> tuple[int, int, int]: ...
+    def _pass(
+        self, start: tuple[int, int, int], workers: int, chunk: int
+    ) -> Iterator[list[tuple[int, NDArray]]]: ...
     def _gather(self, *, shared: bool = False) -> Gather: ...
     def _position_state(self) -> dict[str, Any]: ...
     def _end_pass(self) -> None: ...
@@ -126,8 +129,9 @@ def _device(device: Any) -> torch.device | None:
 
 class FeedLoader:
     """The batches of ``feed`` (a :class:`~tensorfile.dataset.torch.TorchIterable` of
-    ready batches) gathered by ``threads`` threads (default :func:`default_threads`),
-    ``depth`` batches ahead of the loop (default twice the threads), into reused buffers
+    ready batches) gathered by ``threads`` threads (default :func:`default_threads`; 0: in
+    the calling thread, when the loop asks for the batch), ``depth`` batches ahead of the
+    loop (default twice the threads, at least 1), into reused buffers
     (see the module docstring); ``pin_memory``: page-locked buffers (needs CUDA);
     ``device``: each batch copied there (``non_blocking``) before it is handed out.
     Made by :meth:`TorchIterable.loader <tensorfile.dataset.torch.TorchIterable.loader>`.
@@ -161,21 +165,30 @@ class FeedLoader:
             raise InvalidTypeError(f"pin_memory must be a bool, got {type(pin_memory).__name__}")
         self.feed = feed
         self.threads = (
-            default_threads() if threads is None else check_int(threads, "threads", 1, MAX_THREADS)
+            default_threads() if threads is None else check_int(threads, "threads", 0, MAX_THREADS)
         )
-        self.depth = 2 * self.threads if depth is None else check_int(depth, "depth", 1, 4096)
+        self.depth = (
+            max(1, 2 * self.threads) if depth is None else check_int(depth, "depth", 1, 4096)
+        )
         self.device = _device(device)
         cuda = self.device is not None and self.device.type == "cuda"
         if (pin_memory or cuda) and not torch.cuda.is_available():
             what = "pin_memory=True" if pin_memory else f"device={device!r}"
             raise InvalidArgumentError(f"{what} needs CUDA, and torch sees no CUDA device here")
         self.pin = pin_memory or cuda
-        # the pass under way: its iterator is the caller's (dropped, it ends the pass)
-        self._pass: weakref.ref[Iterator[dict[str, Any]]] | None = None
+        # the pass under way, weakly: a pass the loop dropped (a break) ends at once, its
+        # threads stopped, without waiting for the next pass or close()
+        self._current: weakref.ref[Generator[dict[str, Any], None, None]] | None = None
+        # kept from pass to pass: the shards' mapped arrays (no page-table faults again in
+        # the next epoch) and the buffers (no fresh memory again); made in process _owner
+        self._gather: Gather | None = None
+        self._ring: Ring | None = None
+        self._owner = 0
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        state["_pass"] = None  # (the pass's threads stay with this object)
+        # (the pass, its threads, the arrays and buffers stay with this object)
+        state.update(_current=None, _gather=None, _ring=None, _owner=0)
         return state
 
     # -- the feed's epoch and resume state --------------------------------------------------
@@ -230,30 +243,38 @@ class FeedLoader:
                 "(DataLoader(feed, batch_size=None, num_workers=k))"
             )
         self.close()  # one pass at a time: a new one ends the one under way
-        run = self._run()
-        self._pass = weakref.ref(run)
+        run = self._run(self.feed._begin(0, 1))  # started now: state_dict() says so
+        if self.feed._shared.ran:  # DataLoader workers ran: the position is this pass's again
+            self.feed._publish()
+        self._current = weakref.ref(run)
         return run
 
     def close(self) -> None:
         """End the pass under way (its threads stop; the batches handed out stay valid)."""
-        run = None if self._pass is None else self._pass()
-        self._pass = None
+        run = self._current() if self._current is not None else None
         if run is not None:
-            run.close()  # type: ignore[attr-defined]
+            run.close()
+        self._current = None
 
-    def _run(self) -> Iterator[dict[str, Any]]:
+    def _run(self, start: tuple[int, int, int]) -> Generator[dict[str, Any], None, None]:
         feed = self.feed
         pid = os.getpid()
-        plan = _Plan(feed._pass(0, 1, 1))
-        if feed._shared.ran:  # DataLoader workers ran: the position is this pass's again
-            feed._publish()
+        if feed._next_step != start[2]:  # the feed moved before the pass began (set_epoch...)
+            return
+        plan = _Plan(feed._pass(start, 1, 1))
         if not plan:  # nothing for this rank
             feed._end_pass()
             return
-        gather = feed._gather()
-        ring = Ring(gather.columns, feed.options.unit, self.depth + 2, self.pin)
+        if self._gather is None or self._ring is None or self._owner != pid:
+            # (made again in a forked process: a lock of the parent's may be held for good)
+            self._gather = feed._gather()
+            self._ring = Ring(self._gather.columns, feed.options.unit, self.depth + 2, self.pin)
+            self._owner = pid
+        gather, ring = self._gather, self._ring
         pending: deque[tuple[int, int, Buffer, Future[dict[str, Any]]]] = deque()
-        pool = ThreadPoolExecutor(self.threads, "tensorfile-feed")
+        pool: ThreadPoolExecutor | _Inline = (
+            ThreadPoolExecutor(self.threads, "tensorfile-feed") if self.threads else _Inline()
+        )
         try:
             while True:
                 for t, ids in plan.take(self.depth - len(pending)):
@@ -321,6 +342,21 @@ class _Plan:
             out.extend(self._next)
             self._next = next(self._pieces, None)
         return out
+
+
+class _Inline:
+    """``threads=0``: each batch gathered in the calling thread when it is asked for."""
+
+    def submit(self, fn: Any, *args: Any) -> Future[dict[str, Any]]:
+        done: Future[dict[str, Any]] = Future()
+        try:
+            done.set_result(fn(*args))
+        except BaseException as exc:  # (raised where the batch is taken, as from a thread)
+            done.set_exception(exc)
+        return done
+
+    def shutdown(self, wait: bool = True, cancel_futures: bool = False) -> None:
+        """Nothing to stop."""
 
 
 def _fill(gather: Gather, ring: Ring, buf: Buffer, ids: NDArray) -> dict[str, Any]:

@@ -32,12 +32,21 @@ import numpy as np
 
 from ...core.errors import InvalidArgumentError, InvalidTypeError
 
-__all__ = ["FORMAT", "Split", "check_state", "find_states", "make_state", "shards_digest"]
+__all__ = [
+    "FORMAT",
+    "Split",
+    "check_state",
+    "find_loader_states",
+    "find_states",
+    "make_state",
+    "shards_digest",
+]
 
 FORMAT = "tensorfile.dataset.torch/1"
 # fields that must agree between a state and the dataset resuming from it
 IDENTITY = ("total", "shards", "seed", "shuffle", "partitions", "shuffle_block", "batch_size")
 WORKER_FIELDS = ("rank", "world_size", "id", "workers", "base", "next_step")
+LOADER_STEPS = "_steps_since_snapshot"  # torchdata StatefulDataLoader: batches after its snapshot
 
 
 @dataclass(frozen=True)
@@ -144,7 +153,7 @@ def make_state(
     return state
 
 
-def find_states(obj: Any, depth: int = 0) -> list[dict[str, Any]]:
+def find_states(obj: Any) -> list[dict[str, Any]]:
     """The states in ``obj``: one state, a list of them, or a torchdata
     ``StatefulDataLoader.state_dict()`` (searched for states, up to a bounded depth).
 
@@ -152,19 +161,39 @@ def find_states(obj: Any, depth: int = 0) -> list[dict[str, Any]]:
         >>> [s["samples"] for s in find_states({"a": [{"format": FORMAT, "samples": 3}]})]
         [3]
     """
+    return [state for state, _ in find_loader_states(obj)]
+
+
+def find_loader_states(
+    obj: Any, depth: int = 0, after: int = 0
+) -> list[tuple[dict[str, Any], int]]:
+    """:func:`find_states`, each state with the batches its ``StatefulDataLoader`` yielded
+    after it: a loader keeps its workers' states as of its last snapshot (every
+    ``snapshot_every_n_steps`` batches) and counts the batches since in its
+    ``_steps_since_snapshot`` (0 where none).
+
+    Example:
+        >>> loader = {"_snapshot": {"w": {"format": FORMAT, "samples": 8}},
+        ...           "_steps_since_snapshot": 2}
+        >>> [(s["samples"], n) for s, n in find_loader_states([loader])]
+        [(8, 2)]
+    """
     if depth > 12:
         return []
     if isinstance(obj, dict):
         if obj.get("format") == FORMAT:
-            return [obj]
+            return [(obj, after)]
+        since = obj.get(LOADER_STEPS)
+        if isinstance(since, int | np.integer) and not isinstance(since, bool) and since > 0:
+            after = int(since)
         values: Any = obj.values()  # another "format" key: someone else's, searched through
     elif isinstance(obj, (list, tuple)):
         values = obj
     else:
         return []
-    found: list[dict[str, Any]] = []
+    found: list[tuple[dict[str, Any], int]] = []
     for v in values:
-        found += find_states(v, depth + 1)
+        found += find_loader_states(v, depth + 1, after)
     return found
 
 
@@ -181,8 +210,9 @@ def _int(state: dict[str, Any], key: str, where: str = "") -> int:
 
 def check_state(state: Any, expect: dict[str, Any]) -> dict[str, Any]:
     """``state`` checked against ``expect`` (the resuming dataset's :data:`IDENTITY`
-    fields): every field present and of the right type, the same dataset and order, and
-    ``samples`` within the epoch. Returns it with a checked ``"worker"`` part (or none).
+    fields, its digest and any fields of its own, as a mixture's): every field present and
+    of the right type, the same dataset and order, and ``samples`` within the epoch. Returns
+    it with a checked ``"worker"`` part (or none).
 
     Example:
         >>> ok = {"total": 10, "shards": 2, "seed": 0, "shuffle": False, "partitions": 64,
@@ -202,6 +232,11 @@ def check_state(state: Any, expect: dict[str, Any]) -> dict[str, Any]:
             f"not a state of tensorfile.dataset.torch: its format is {state.get('format')!r}, "
             f"not {FORMAT!r}"
         )
+    for key, want in expect.items():  # a feed's own fields (a mixture's datasets, weights)
+        if key not in IDENTITY and key != "digest" and state.get(key) != want:
+            raise InvalidArgumentError(
+                f"the resume state is of another {key} ({state.get(key)!r}; this feed's: {want!r})"
+            )
     for key in IDENTITY:
         have, want = state.get(key), expect[key]
         if key == "shuffle":

@@ -87,13 +87,13 @@ def convert_values(values: NDArray, target: str, rounding: str, column: str) -> 
             raise InvalidArgumentError(
                 f"column {column!r}: values {int(src.min())}..{int(src.max())} do not fit {target}"
             )
-        return src.astype(dt.numpy)
+        return src.astype(dt.numpy, copy=False)
     if rounding == "truncate" and target == "BF16":
         bits = np.asarray(src, np.float32).view(np.uint32) >> 16
         return bits.astype(np.uint16).view(dt.numpy)
     if rounding == "truncate" and target == "F16":
         return _f16_truncate(src)
-    return src.astype(dt.numpy)
+    return src.astype(dt.numpy, copy=False)  # (a view where no conversion is needed)
 
 
 def _own_dtype(arr: NDArray, column: str) -> str:

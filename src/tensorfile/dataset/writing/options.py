@@ -29,7 +29,11 @@ from typing import Any
 from ...core import dtypes
 from ...core.errors import InvalidArgumentError
 
-__all__ = ["DATASET_DTYPES", "WriteOptions", "column_list", "parse_options"]
+__all__ = ["CHUNK_MB", "DATASET_DTYPES", "WriteOptions", "column_list", "parse_options"]
+
+CHUNK_MB = 16.0
+"""The default size of the chunks a conversion (``from_parquet``, ``from_hf``) holds in
+memory at a time, in MiB."""
 
 DATASET_DTYPES = ("F16", "F32", "F64", "BF16", "U8", "I8", "U16", "I16", "U32", "I32", "U64", "I64")
 """The dtypes of the manifest schema; BOOL and the F8 types are accepted too (an extension)."""

@@ -13,7 +13,8 @@ named like shards, listed by the previous manifest; never the new manifest or in
 through a symlink), so a lying manifest cannot make a commit delete anything else;
 :func:`abort` removes the staging folder. A task that fails, is retried or runs twice leaves
 nothing outside its own staging folder, so the previous dataset stays readable and no shard
-outside the manifest appears. :func:`write` runs the whole protocol locally, as one task.
+outside the manifest appears. :func:`~tensorfile.dataset.writing.job.write` runs the whole
+protocol locally (:mod:`tensorfile.dataset.writing.job`).
 
 Concurrent writers: :func:`start_job` records the version of the manifest the job starts
 from (:meth:`~tensorfile.sources.Store.version`) in the job's marker, and :func:`commit`
@@ -27,6 +28,7 @@ or builds on a dataset that changed under it. Run the losing job again.
 
 Example:
     >>> import numpy as np, os, tempfile
+    >>> from tensorfile.dataset import write
     >>> out = os.path.join(tempfile.mkdtemp(), "ds")
     >>> m = write({"x": np.arange(10, dtype=np.float32).reshape(5, 2)}, out, batch_size=2)
     >>> m.total_samples, [s.samples_count for s in m.shards]
@@ -70,8 +72,8 @@ from ..layout.storage import (
     open_located,
     storage_for,
 )
-from .columns import Column, columns_and_keys
-from .options import WriteOptions, parse_options
+from .columns import Column
+from .options import WriteOptions
 from .shards import batch_shards, kv_shards
 from .staging import JOB_MARKER, JOB_NAME, STAGING, TASK_FOLDER, new_job
 
@@ -86,7 +88,6 @@ __all__ = [
     "new_job",
     "previous_listing",
     "start_job",
-    "write",
     "write_task",
 ]
 
@@ -533,36 +534,6 @@ def abort(path: Location, job: str) -> None:
     store = storage_for(path)
     store.remove_tree(f"{STAGING}/{job}")
     store.remove_empty_folder(STAGING)  # (left when another job's is in it)
-
-
-def write(
-    data: Any,
-    path: Location,
-    *,
-    mode: str = "overwrite",
-    storage_options: dict[str, Any] | None = None,
-    **options: Any,
-) -> Manifest:
-    """Write ``data`` (a pyarrow Table or RecordBatch(es), a pandas DataFrame or a dict of
-    numpy arrays) as a dataset at ``path`` (a local folder or an fsspec URL such as
-    ``s3://bucket/ds``, with ``storage_options`` for its filesystem), with the Spark data
-    source's options (``batch_size`` or ``name_col``, ``columns``, ``shapes``, ``dtype``,
-    ``tail_strategy``, ``kv_separator``, ``target_shard_size_mb``, ``duplicatesStrategy``,
-    ``generate_index``, ``rounding``). ``mode`` is ``overwrite`` or ``append``."""
-    if mode not in MODES:
-        raise InvalidArgumentError(f"save mode {mode!r} is not supported; use {' or '.join(MODES)}")
-    opts = parse_options(options)
-    cols, rows, keys = columns_and_keys(data, opts)
-    store = make_folder(path, storage_options)
-    job = new_job()
-    try:
-        start_job(store, job)
-        folder = staging_folder(store, job, 0)
-        result = write_task(cols, rows, keys, opts, folder, 0, store)
-        return commit(store, [result], mode=mode, opts=opts, job=job)
-    except BaseException:
-        abort(store, job)
-        raise
 
 
 def previous_listing(folder: Location) -> list[str]:
