@@ -519,3 +519,14 @@ def test_a_refused_epoch_or_state_leaves_the_pass_under_way(ds_path: str) -> Non
         loader.load_state_dict({"format": "something else"})
     loader.set_epoch(0)  # the epoch under way: nothing changes
     assert head + [i for b in it for i in b["id"].tolist()] == _order()
+
+
+def test_the_feed_moved_between_iter_and_the_first_batch(ds_path: str) -> None:
+    feed = _feed(ds_path)
+    loader = feed.loader(threads=2)
+    it = iter(loader)  # the pass begins here (its state is its start)
+    feed.set_epoch(1)
+    assert list(it) == []  # (it yielded epoch 0's batches into epoch 1's state)
+    state = loader.state_dict()
+    assert (state["epoch"], state["samples"]) == (1, 0)
+    assert [i for b in loader for i in b["id"].tolist()] == _order(1)
