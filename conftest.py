@@ -1,8 +1,10 @@
 """Run the doctests of ``src/tensorfile`` in a fresh temporary folder, so examples that
-write ``model.safetensors`` never touch the checkout, and skip those of a module whose
+write ``model.safetensors`` never touch the checkout (and the folders their
+``tempfile.mkdtemp()`` makes are in it, not left in /tmp), and skip those of a module whose
 ``__doctest_requires__`` names a framework that is not installed (the optional frameworks:
 jax, tensorflow, mlx, paddle)."""
 
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -15,6 +17,7 @@ def _doctests_in_tmp(
 ) -> None:
     if isinstance(request.node, DoctestItem):
         monkeypatch.chdir(tmp_path)
+        monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
         needs = request.node.dtest.globs.get("__doctest_requires__", ())
         if needs:
             from tests.helpers.frameworks import require

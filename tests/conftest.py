@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
-import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -84,12 +84,12 @@ _ = ml_dtypes  # imported for every test, so that the ml_dtypes numpy types are 
 
 
 @pytest.fixture(scope="session")
-def s3() -> Any:
+def s3(tmp_path_factory: pytest.TempPathFactory) -> Any:
     """A real S3 API server on 127.0.0.1 (moto in server mode), one per test session; each
     test takes a bucket of its own (``s3.bucket()``)."""
     from tests.helpers import s3 as s3_helpers
 
-    server = s3_helpers.start()
+    server = s3_helpers.start(tmp_path_factory.mktemp("moto"))
     yield server
     server.stop()
 
@@ -144,7 +144,7 @@ MASTER = os.environ.get("TENSORFILE_SPARK_MASTER") or "local-cluster[2,1,1024]"
 
 
 @pytest.fixture(scope="session")
-def spark() -> Iterator[Any]:
+def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """One SparkSession for the whole test session, with the safetensors data source
     (tests/spark and the documentation's Spark examples share it).
 
@@ -165,8 +165,11 @@ def spark() -> Iterator[Any]:
         pytest.fail(problem, pytrace=False)
     os.environ["PYSPARK_PYTHON"] = sys.executable
     # the standalone workers of local-cluster keep their folders here, not in the venv's
-    # pyspark/work
-    os.environ.setdefault("SPARK_WORKER_DIR", tempfile.mkdtemp(prefix="tensorfile-spark-work-"))
+    # pyspark/work: in the session's temporary folder, removed when the session stops
+    work = None
+    if "SPARK_WORKER_DIR" not in os.environ:
+        work = tmp_path_factory.mktemp("spark-work")
+        os.environ["SPARK_WORKER_DIR"] = str(work)
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
 
@@ -190,3 +193,5 @@ def spark() -> Iterator[Any]:
     session.dataSource.register(SafetensorsDataSource)
     yield session
     session.stop()
+    if work is not None:
+        shutil.rmtree(work, ignore_errors=True)
