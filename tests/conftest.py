@@ -13,7 +13,10 @@ from typing import Any
 import ml_dtypes
 import pytest
 
+from tests.helpers.frameworks import paddle_before_tensorflow
 from tests.helpers.paths import deep_folder
+
+paddle_before_tensorflow()  # (paddle crashes when imported after tensorflow in one process)
 
 
 @pytest.fixture(autouse=True)
@@ -114,13 +117,35 @@ def plain_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
 SPARK_WORKERS = 1 if (os.cpu_count() or 1) <= 2 else 2
 
 
+# the tests that import an optional framework (jax, tensorflow, mlx, paddle: seconds of CPU
+# and hundreds of MB each) run on one worker, which alone imports them (their modules name
+# them with tests.helpers.frameworks.lazy): the doctests of the modules that require one,
+# and these modules
+FRAMEWORK_MODULES = (
+    "tests/docs/test_reference_claims.py",
+    "tests/frameworks/test_faces.py",
+    "tests/frameworks/test_flax.py",
+    "tests/frameworks/test_mlx.py",
+    "tests/frameworks/test_paddle.py",
+    "tests/frameworks/test_tensorflow.py",
+)
+
+
+def _needs_a_framework(item: pytest.Item) -> bool:
+    if item.nodeid.split("::")[0] in FRAMEWORK_MODULES:
+        return True
+    dtest = getattr(item, "dtest", None)  # a doctest
+    return bool(dtest is not None and dtest.globs.get("__doctest_requires__"))
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """``make test`` spreads the tests over worker processes (pytest-xdist, ``--dist
     loadgroup``: see the Makefile); every test goes to whichever worker is free, except those
     that take the session's Spark cluster (:func:`spark`, or the mark ``spark`` for a test
     that asks for it at run time): they run on :data:`SPARK_WORKERS` workers only, so that
-    no more Spark clusters start. A test module of Spark tests stays on one worker. The other
+    no more Spark clusters start. A test module of Spark tests stays on one worker. The tests
+    that import an optional framework run on one worker (:data:`FRAMEWORK_MODULES`). The other
     session fixtures (servers, the plain install) are made per worker or shared between the
     workers (:mod:`tests.helpers.workers`)."""
     spark = [
@@ -133,6 +158,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     keys = sorted({_spark_key(item) for item in spark})
     for item in spark:
         join_group(item, f"spark-{keys.index(_spark_key(item)) % SPARK_WORKERS}")
+    for item in items:
+        if _needs_a_framework(item):
+            join_group(item, "frameworks")
 
 
 def _spark_key(item: pytest.Item) -> str:
