@@ -131,6 +131,15 @@ FRAMEWORK_MODULES = (
 )
 
 
+# module-scoped fixtures that start processes (seconds of CPU each): the tests of the module
+# that take one run on one worker, which makes it once (each worker that got one of them
+# made it again)
+SHARED_FIXTURES = {
+    "tests/dataset/test_ds_torch_resume.py": "ranks",
+    "tests/test_loading_walk.py": "walks",
+}
+
+
 def _needs_a_framework(item: pytest.Item) -> bool:
     if item.nodeid.split("::")[0] in FRAMEWORK_MODULES:
         return True
@@ -145,7 +154,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     that take the session's Spark cluster (:func:`spark`, or the mark ``spark`` for a test
     that asks for it at run time): they run on :data:`SPARK_WORKERS` workers only, so that
     no more Spark clusters start. A test module of Spark tests stays on one worker. The tests
-    that import an optional framework run on one worker (:data:`FRAMEWORK_MODULES`). The other
+    that import an optional framework run on one worker (:data:`FRAMEWORK_MODULES`), and so
+    do those that share a module's processes (:data:`SHARED_FIXTURES`). The other
     session fixtures (servers, the plain install) are made per worker or shared between the
     workers (:mod:`tests.helpers.workers`)."""
     spark = [
@@ -159,8 +169,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in spark:
         join_group(item, f"spark-{keys.index(_spark_key(item)) % SPARK_WORKERS}")
     for item in items:
+        path = item.nodeid.split("::")[0]
         if _needs_a_framework(item):
             join_group(item, "frameworks")
+        elif SHARED_FIXTURES.get(path) in getattr(item, "fixturenames", ()):
+            join_group(item, f"{Path(path).stem}-{SHARED_FIXTURES[path]}")
 
 
 def _spark_key(item: pytest.Item) -> str:
