@@ -27,10 +27,9 @@ def pytest_ignore_collect(collection_path: Path) -> bool | None:
 
 
 @pytest.fixture(autouse=True)
-def _doctests_in_tmp(
-    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _doctests_in_tmp(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
     if isinstance(request.node, DoctestItem):
+        tmp_path = request.getfixturevalue("tmp_path")
         monkeypatch.chdir(tmp_path)
         monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
         needs = request.node.dtest.globs.get("__doctest_requires__", ())
