@@ -6,21 +6,19 @@ own (exit 0 after recording what it raised, long before the harness would kill i
 :class:`~tensorfile.errors.PeerError`.
 
 One driver process (a fresh interpreter that has imported torch once) forks each scenario's
-ranks (milliseconds each, where a new interpreter costs seconds here), as the crash tests of
-``test_dcp_crash`` do.
+ranks (milliseconds each, where a new interpreter costs seconds here: :func:`run_groups`).
 """
 
 from __future__ import annotations
 
 import os
 import signal
-from typing import Any
 
 import pytest
 import torch
 from safetensors.torch import save_file
 
-from tests.distributed._ranks import Group, Rank, run_ranks, start_forked
+from tests.distributed._ranks import Group, Rank, Scenario, run_groups
 
 WORLD = 3
 SCENARIOS = ("mid-read", "exchange")
@@ -55,41 +53,27 @@ def _target(ctx: Rank) -> None:
     os._exit(0)  # (the group is broken: no teardown)
 
 
-def _driver(ctx: Rank) -> None:
-    """Each scenario's ranks, forked; what each group did, recorded under its name."""
-    import torch.distributed  # noqa: F401  (what the ranks use: imported once, before the forks)
-
-    import tensorfile.distributed  # noqa: F401
-
-    for when in SCENARIOS:
-        args = {"path": ctx.args["path"], "when": when}
-        g = start_forked(_target, WORLD, ctx.folder / when, args=args).wait(150, grace=120)
-        ctx.record(when, {"timed_out": g.timed_out, "codes": g.returncodes,
-                          "records": g.records, "failure": g.failure()})  # fmt: skip
-
-
 @pytest.fixture(scope="module")
-def driver(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+def groups(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Group]:
     folder = tmp_path_factory.mktemp("rank_load_kill")
     path = folder / "m.safetensors"
     g = torch.Generator().manual_seed(1)
     save_file({"w": torch.randn(2048, 1024, generator=g), "b": torch.randn(1024, generator=g)},
               str(path))  # fmt: skip
-    group: Group = run_ranks(
-        _driver, 1, folder / "driver", args={"path": str(path)}, timeout=400, collective=False
-    )
-    assert group.failure() is None, group.failure()
-    return {when: group.get(when)[0] for when in SCENARIOS}
+    scenarios = {
+        when: Scenario(_target, WORLD, {"path": str(path), "when": when}, timeout=150, grace=120)
+        for when in SCENARIOS
+    }
+    return run_groups(scenarios, folder / "driver")
 
 
 @pytest.mark.parametrize("when", SCENARIOS)
 def test_a_killed_rank_fails_every_other_rank_without_a_hang(
-    driver: dict[str, Any], when: str
+    groups: dict[str, Group], when: str
 ) -> None:
-    got = driver[when]
-    assert not got["timed_out"], got["failure"]
-    assert got["codes"][1] == -signal.SIGKILL
-    assert [got["codes"][r] for r in (0, 2)] == [0, 0], got["failure"]
-    for r in (0, 2):
-        text = got["records"][r].get("outcome")
-        assert text is not None and text.startswith("PeerError"), (r, text)
+    group = groups[when]
+    assert not group.timed_out, group.failure()
+    assert group.returncodes[1] == -signal.SIGKILL
+    assert [group.returncodes[r] for r in (0, 2)] == [0, 0], group.failure()
+    for r, text in zip((0, 2), group.get("outcome", [0, 2]), strict=True):
+        assert text.startswith("PeerError"), (r, text)
