@@ -365,39 +365,55 @@ def fork_ranks(
 @dataclass
 class Scenario:
     """One group of :func:`run_groups`: ``target`` in ``world`` forked ranks, with ``args``;
-    killed at ``timeout``, or ``grace`` seconds after a rank failed (:meth:`Forked.wait`)."""
+    killed at ``timeout``, or ``grace`` seconds after a rank failed (:meth:`Forked.wait`);
+    the ranks' folder is ``folder`` (default: the scenario's name in the driver's)."""
 
     target: Callable[[Rank], None]
     world: int
     args: Mapping[str, Any] = field(default_factory=dict)
     timeout: float = 60.0
     grace: float = 5.0
+    folder: Path | None = None
+
+
+DCP = (
+    "safetensors.torch",
+    "torch._dynamo",  # (for DTensor.from_local: seconds)
+    "torch.distributed.checkpoint",
+    "torch.distributed.device_mesh",
+    "torch.distributed.tensor",
+    "tensorfile.distributed.reader",
+    "tensorfile.distributed.writer",
+)
+"""What ranks that save or load with ``torch.distributed.checkpoint`` import: a ``preload``
+of :func:`run_groups`."""
 
 
 def _groups_driver(ctx: Rank) -> None:
-    import torch.distributed  # noqa: F401  (what the ranks use: imported once, before the forks)
-
-    import tensorfile.distributed  # noqa: F401
-
-    for name, (module, qualname, world, args, timeout, grace) in ctx.args["groups"].items():
+    # what the ranks use: imported once, before the forks
+    for module in ("torch.distributed", "tensorfile.distributed", *ctx.args["preload"]):
+        importlib.import_module(module)
+    for name, (module, qualname, world, args, timeout, grace, where) in ctx.args["groups"].items():
         target = getattr(importlib.import_module(module), qualname)
-        forked = start_forked(target, world, ctx.folder / name, args=args)
+        forked = start_forked(target, world, Path(where) if where else ctx.folder / name, args=args)
         ctx.record(name, forked.wait(timeout, grace))
 
 
-def run_groups(scenarios: Mapping[str, Scenario], folder: Path) -> dict[str, Group]:
+def run_groups(
+    scenarios: Mapping[str, Scenario], folder: Path, preload: Sequence[str] = ()
+) -> dict[str, Group]:
     """Each scenario's group of ranks, in order, forked from one driver (a new interpreter
-    that imports torch and ``tensorfile.distributed`` once, :func:`run_ranks` with
-    ``collective=False``); the :class:`Group` of each (their output went to the driver's
-    log, ``folder/.rank0.log``). A driver that fails fails the test."""
+    that imports torch, ``tensorfile.distributed`` and the modules of ``preload`` once,
+    :func:`run_ranks` with ``collective=False``); the :class:`Group` of each (their output
+    went to the driver's log, ``folder/.rank0.log``). A driver that fails fails the test."""
     groups = {
         name: (s.target.__module__, s.target.__qualname__, s.world, dict(s.args), s.timeout,
-               s.grace)
+               s.grace, str(s.folder) if s.folder else None)
         for name, s in scenarios.items()
     }  # fmt: skip
     limit = sum(s.timeout for s in scenarios.values()) + 60
-    driver = run_ranks(_groups_driver, 1, folder, args={"groups": groups}, timeout=limit,
-                       collective=False)  # fmt: skip
+    args = {"groups": groups, "preload": list(preload)}
+    driver = run_ranks(_groups_driver, 1, folder, args=args, timeout=limit, collective=False)
     assert driver.failure() is None, driver.failure()
     return {name: driver.get(name)[0] for name in scenarios}
 
