@@ -17,9 +17,10 @@ and a prefetch plan reads only the planned rows.
 
 Each rank loads from URLs of its own (symlinks to one checkpoint folder on the HTTP
 server, copies on S3), so the logs count each rank's bytes and a fault can target one
-rank. One group of 4 processes runs every load, after :mod:`test_rank_load`'s local loads
-(:func:`make_setup`, the ``rank_load`` fixture of ``tests/distributed/conftest.py``: both
-modules share the group); each outcome is checked by its own test.
+rank. One group of 4 processes (forked from a driver: :func:`run_groups`) runs every load,
+after :mod:`test_rank_load`'s local loads (:func:`make_setup`, the ``rank_load`` fixture of
+``tests/distributed/conftest.py``: both modules share the group); each outcome is checked
+by its own test.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ import safetensors
 import torch
 from huggingface_hub import save_torch_state_dict
 
-from tests.distributed._ranks import Group, Rank, raw, run_ranks
+from tests.distributed._ranks import Group, Rank, Scenario, raw, run_groups
 from tests.distributed.test_rank_load import (
     _check,
     _tensor_bytes,
@@ -203,7 +204,8 @@ def make_setup(tmp_path_factory: pytest.TempPathFactory, s3: Any) -> Setup:
         with HostileServer(faulty.respond) as hostile, s3.recording() as recorded:
             args = {"http": http.url, "hostile": hostile.url, "bucket": bucket, "s3_env": s3_env,
                     "path": str(ckpt), "other": str(other)}  # fmt: skip
-            group = run_ranks(_loads, WORLD, tmp / "ranks", args=args, timeout=240, grace=60)
+            scenario = Scenario(_loads, WORLD, args, timeout=240, grace=60, folder=tmp / "ranks")
+            group = run_groups({"group": scenario}, tmp / "driver")["group"]
         log = http.requests()
     finally:
         stop.terminate()
