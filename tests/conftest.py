@@ -117,20 +117,6 @@ def plain_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
 SPARK_WORKERS = 1 if (os.cpu_count() or 1) <= 2 else 2
 
 
-# the tests that import an optional framework (jax, tensorflow, mlx, paddle: seconds of CPU
-# and hundreds of MB each) run on one worker, which alone imports them (their modules name
-# them with tests.helpers.frameworks.lazy): the doctests of the modules that require one,
-# and these modules
-FRAMEWORK_MODULES = (
-    "tests/docs/test_reference_claims.py",
-    "tests/frameworks/test_faces.py",
-    "tests/frameworks/test_flax.py",
-    "tests/frameworks/test_mlx.py",
-    "tests/frameworks/test_paddle.py",
-    "tests/frameworks/test_tensorflow.py",
-)
-
-
 # module-scoped fixtures that start processes (seconds of CPU each): the tests of the module
 # that take one run on one worker, which makes it once (each worker that got one of them
 # made it again)
@@ -141,10 +127,18 @@ SHARED_FIXTURES = {
 
 
 def _needs_a_framework(item: pytest.Item) -> bool:
-    if item.nodeid.split("::")[0] in FRAMEWORK_MODULES:
-        return True
+    """Whether ``item`` may import an optional framework (jax, tensorflow, mlx, paddle:
+    seconds of CPU and hundreds of MB each): a test of a module that uses
+    :mod:`tests.helpers.frameworks` (which names them lazily), or a doctest of a module that
+    requires one. Such tests run on one worker, the only one that imports them."""
     dtest = getattr(item, "dtest", None)  # a doctest
-    return bool(dtest is not None and dtest.globs.get("__doctest_requires__"))
+    if dtest is not None:
+        return bool(dtest.globs.get("__doctest_requires__"))
+    module = getattr(item, "module", None)
+    helpers = "tests.helpers.frameworks"
+    return module is not None and any(
+        getattr(value, "__module__", None) == helpers for value in vars(module).values()
+    )
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -154,8 +148,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     that take the session's Spark cluster (:func:`spark`, or the mark ``spark`` for a test
     that asks for it at run time): they run on :data:`SPARK_WORKERS` workers only, so that
     no more Spark clusters start. A test module of Spark tests stays on one worker. The tests
-    that import an optional framework run on one worker (:data:`FRAMEWORK_MODULES`), and so
-    do those that share a module's processes (:data:`SHARED_FIXTURES`). The other
+    that may import an optional framework run on one worker (:func:`_needs_a_framework`), and
+    so do those that share a module's processes (:data:`SHARED_FIXTURES`). The other
     session fixtures (servers, the plain install) are made per worker or shared between the
     workers (:mod:`tests.helpers.workers`)."""
     spark = [
