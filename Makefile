@@ -92,7 +92,8 @@ browser: prereqs
 # waiting (on subprocesses, servers, Spark's JVMs), so four workers finish it in about half
 # the time of one on a 2-core machine. --dist loadgroup hands out tests one by one, except the
 # groups of tests/conftest.py (the Spark tests run on one worker and one Spark cluster, two
-# of each with more than two cores);
+# of each with more than two cores; the tests of the optional frameworks on one worker, the
+# only one that imports them) and tests/distributed/conftest.py (a module's group of ranks);
 # the session fixtures are per worker, or shared by the workers (tests/helpers/workers.py).
 # `make pytest TEST_WORKERS=0` runs it in one process.
 TEST_WORKERS ?= 4

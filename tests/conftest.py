@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
-import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -13,7 +13,10 @@ from typing import Any
 import ml_dtypes
 import pytest
 
+from tests.helpers.frameworks import paddle_before_tensorflow
 from tests.helpers.paths import deep_folder
+
+paddle_before_tensorflow()  # (paddle crashes when imported after tensorflow in one process)
 
 
 @pytest.fixture(autouse=True)
@@ -84,12 +87,12 @@ _ = ml_dtypes  # imported for every test, so that the ml_dtypes numpy types are 
 
 
 @pytest.fixture(scope="session")
-def s3() -> Any:
+def s3(tmp_path_factory: pytest.TempPathFactory) -> Any:
     """A real S3 API server on 127.0.0.1 (moto in server mode), one per test session; each
     test takes a bucket of its own (``s3.bucket()``)."""
     from tests.helpers import s3 as s3_helpers
 
-    server = s3_helpers.start()
+    server = s3_helpers.start(tmp_path_factory.mktemp("moto"))
     yield server
     server.stop()
 
@@ -114,13 +117,39 @@ def plain_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
 SPARK_WORKERS = 1 if (os.cpu_count() or 1) <= 2 else 2
 
 
+# module-scoped fixtures that start processes (seconds of CPU each): the tests of the module
+# that take one run on one worker, which makes it once (each worker that got one of them
+# made it again)
+SHARED_FIXTURES = {
+    "tests/dataset/test_ds_torch_resume.py": "ranks",
+    "tests/test_loading_walk.py": "walks",
+}
+
+
+def _needs_a_framework(item: pytest.Item) -> bool:
+    """Whether ``item`` may import an optional framework (jax, tensorflow, mlx, paddle:
+    seconds of CPU and hundreds of MB each): a test of a module that uses
+    :mod:`tests.helpers.frameworks` (which names them lazily), or a doctest of a module that
+    requires one. Such tests run on one worker, the only one that imports them."""
+    dtest = getattr(item, "dtest", None)  # a doctest
+    if dtest is not None:
+        return bool(dtest.globs.get("__doctest_requires__"))
+    module = getattr(item, "module", None)
+    helpers = "tests.helpers.frameworks"
+    return module is not None and any(
+        getattr(value, "__module__", None) == helpers for value in vars(module).values()
+    )
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """``make test`` spreads the tests over worker processes (pytest-xdist, ``--dist
     loadgroup``: see the Makefile); every test goes to whichever worker is free, except those
     that take the session's Spark cluster (:func:`spark`, or the mark ``spark`` for a test
     that asks for it at run time): they run on :data:`SPARK_WORKERS` workers only, so that
-    no more Spark clusters start. A test module of Spark tests stays on one worker. The other
+    no more Spark clusters start. A test module of Spark tests stays on one worker. The tests
+    that may import an optional framework run on one worker (:func:`_needs_a_framework`), and
+    so do those that share a module's processes (:data:`SHARED_FIXTURES`). The other
     session fixtures (servers, the plain install) are made per worker or shared between the
     workers (:mod:`tests.helpers.workers`)."""
     spark = [
@@ -133,6 +162,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     keys = sorted({_spark_key(item) for item in spark})
     for item in spark:
         join_group(item, f"spark-{keys.index(_spark_key(item)) % SPARK_WORKERS}")
+    for item in items:
+        path = item.nodeid.split("::")[0]
+        if _needs_a_framework(item):
+            join_group(item, "frameworks")
+        elif SHARED_FIXTURES.get(path) in getattr(item, "fixturenames", ()):
+            join_group(item, f"{Path(path).stem}-{SHARED_FIXTURES[path]}")
 
 
 def _spark_key(item: pytest.Item) -> str:
@@ -144,7 +179,7 @@ MASTER = os.environ.get("TENSORFILE_SPARK_MASTER") or "local-cluster[2,1,1024]"
 
 
 @pytest.fixture(scope="session")
-def spark() -> Iterator[Any]:
+def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """One SparkSession for the whole test session, with the safetensors data source
     (tests/spark and the documentation's Spark examples share it).
 
@@ -165,8 +200,11 @@ def spark() -> Iterator[Any]:
         pytest.fail(problem, pytrace=False)
     os.environ["PYSPARK_PYTHON"] = sys.executable
     # the standalone workers of local-cluster keep their folders here, not in the venv's
-    # pyspark/work
-    os.environ.setdefault("SPARK_WORKER_DIR", tempfile.mkdtemp(prefix="tensorfile-spark-work-"))
+    # pyspark/work: in the session's temporary folder, removed when the session stops
+    work = None
+    if "SPARK_WORKER_DIR" not in os.environ:
+        work = tmp_path_factory.mktemp("spark-work")
+        os.environ["SPARK_WORKER_DIR"] = str(work)
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
 
@@ -190,3 +228,5 @@ def spark() -> Iterator[Any]:
     session.dataSource.register(SafetensorsDataSource)
     yield session
     session.stop()
+    if work is not None:
+        shutil.rmtree(work, ignore_errors=True)

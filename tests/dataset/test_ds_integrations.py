@@ -9,6 +9,8 @@ metadata; Dask keeps the stored dtype (ml_dtypes' bfloat16).
 from __future__ import annotations
 
 import json
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -161,9 +163,14 @@ def test_to_dask_lazy_chunks_per_shard(batch_ds: str, kv_ds: str) -> None:
 def ray_session() -> Any:
     import ray
 
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
+    # ray keeps each session's logs and sockets in its temporary folder (/tmp/ray unless
+    # told, never removed): a short one (its sockets' paths must fit 107 bytes), removed after
+    folder = tempfile.mkdtemp(prefix="tf-ray-")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True,
+             _temp_dir=folder)  # fmt: skip
     yield ray
     ray.shutdown()
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 def test_to_ray(ray_session: Any, batch_ds: str, kv_ds: str) -> None:

@@ -13,9 +13,11 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -99,15 +101,19 @@ if __name__ == "__main__":
 """
 
 
-def _run(ds_path: str, out: Path, world: int, modes: str) -> list[subprocess.Popen[bytes]]:
+def _run(
+    ds_path: str, out: Path, world: int, modes: str, tmp: Path
+) -> list[subprocess.Popen[bytes]]:
     """``world`` ranks, each running one epoch per mode of ``modes`` (``order``: the
     whole epoch; ``kill``: a checkpoint after each step, then waiting to be killed after
     the 11th; ``resume``: from that checkpoint to the end). Ranks cost seconds each to
-    start (torch, twice: the rank and its fork server), so a group runs several epochs."""
+    start (torch, twice: the rank and its fork server), so a group runs several epochs.
+    Their temporary files (multiprocessing's ``pymp-*`` folders of sockets, which a killed
+    rank leaves behind) go in ``tmp``."""
     script = out / "rank.py"
     script.write_text(_RANK_SCRIPT)
     store = out / f"rendezvous-{world}"
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo", "TMPDIR": str(tmp)}
     return [
         subprocess.Popen(
             [sys.executable, str(script), str(r), str(world), str(store), ds_path, str(out), modes],
@@ -162,18 +168,23 @@ def ranks(ds_path: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
         except (OSError, ValueError):
             return False
 
-    procs = _run(ds_path, out, 2, "order,kill")
-    deadline = time.monotonic() + 240
+    # (a short path: the sockets in it must fit a unix socket's 108 bytes)
+    tmp = Path(tempfile.mkdtemp(prefix="tf-ranks-"))
     try:
-        while not saved_enough() and time.monotonic() < deadline:
-            assert all(p.poll() is None for p in procs), _logs(out, 2)
-            time.sleep(0.1)
+        procs = _run(ds_path, out, 2, "order,kill", tmp)
+        deadline = time.monotonic() + 240
+        try:
+            while not saved_enough() and time.monotonic() < deadline:
+                assert all(p.poll() is None for p in procs), _logs(out, 2)
+                time.sleep(0.1)
+        finally:
+            for p in procs:
+                with contextlib.suppress(ProcessLookupError):  # (a rank that died already)
+                    os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+        _wait(_run(ds_path, out, 3, "resume,order", tmp), out)
     finally:
-        for p in procs:
-            with contextlib.suppress(ProcessLookupError):  # (a rank that died already)
-                os.killpg(p.pid, signal.SIGKILL)
-            p.wait()
-    _wait(_run(ds_path, out, 3, "resume,order"), out)
+        shutil.rmtree(tmp, ignore_errors=True)
     return out
 
 

@@ -11,6 +11,9 @@ the test, and the tensors those ranks hold.
 * :func:`fork_ranks`, :func:`start_forked`: the same from inside a process that has imported
   torch already (the crash tests' driver): ranks are forked, which costs milliseconds, so a
   test can run many short-lived groups (and SIGKILL them).
+* :func:`run_groups`: several groups, one after another, forked from one such driver: a
+  module whose scenarios need groups of their own (one that leaves its group out of step, a
+  rank that is killed) pays for one new interpreter, not one per rank and group.
 * :func:`dtensor`, :func:`local_chunk`: DTensors built without a collective (gloo cannot
   scatter every dtype): ``torch.chunk``'s split, as DTensor's ``Shard`` makes it, trailing
   ranks with empty shards.
@@ -357,6 +360,62 @@ def fork_ranks(
 ) -> Group:
     """:func:`start_forked`, then wait for the ranks (:meth:`Forked.wait`)."""
     return start_forked(target, world, folder, args=args).wait(timeout)
+
+
+@dataclass
+class Scenario:
+    """One group of :func:`run_groups`: ``target`` in ``world`` forked ranks, with ``args``;
+    killed at ``timeout``, or ``grace`` seconds after a rank failed (:meth:`Forked.wait`);
+    the ranks' folder is ``folder`` (default: the scenario's name in the driver's)."""
+
+    target: Callable[[Rank], None]
+    world: int
+    args: Mapping[str, Any] = field(default_factory=dict)
+    timeout: float = 60.0
+    grace: float = 5.0
+    folder: Path | None = None
+
+
+DCP = (
+    "safetensors.torch",
+    "torch._dynamo",  # (for DTensor.from_local: seconds)
+    "torch.distributed.checkpoint",
+    "torch.distributed.device_mesh",
+    "torch.distributed.tensor",
+    "tensorfile.distributed.reader",
+    "tensorfile.distributed.writer",
+)
+"""What ranks that save or load with ``torch.distributed.checkpoint`` import: a ``preload``
+of :func:`run_groups`."""
+
+
+def _groups_driver(ctx: Rank) -> None:
+    # what the ranks use: imported once, before the forks
+    for module in ("torch.distributed", "tensorfile.distributed", *ctx.args["preload"]):
+        importlib.import_module(module)
+    for name, (module, qualname, world, args, timeout, grace, where) in ctx.args["groups"].items():
+        target = getattr(importlib.import_module(module), qualname)
+        forked = start_forked(target, world, Path(where) if where else ctx.folder / name, args=args)
+        ctx.record(name, forked.wait(timeout, grace))
+
+
+def run_groups(
+    scenarios: Mapping[str, Scenario], folder: Path, preload: Sequence[str] = ()
+) -> dict[str, Group]:
+    """Each scenario's group of ranks, in order, forked from one driver (a new interpreter
+    that imports torch, ``tensorfile.distributed`` and the modules of ``preload`` once,
+    :func:`run_ranks` with ``collective=False``); the :class:`Group` of each (their output
+    went to the driver's log, ``folder/.rank0.log``). A driver that fails fails the test."""
+    groups = {
+        name: (s.target.__module__, s.target.__qualname__, s.world, dict(s.args), s.timeout,
+               s.grace, str(s.folder) if s.folder else None)
+        for name, s in scenarios.items()
+    }  # fmt: skip
+    limit = sum(s.timeout for s in scenarios.values()) + 60
+    args = {"groups": groups, "preload": list(preload)}
+    driver = run_ranks(_groups_driver, 1, folder, args=args, timeout=limit, collective=False)
+    assert driver.failure() is None, driver.failure()
+    return {name: driver.get(name)[0] for name in scenarios}
 
 
 def _main() -> None:

@@ -17,6 +17,7 @@ driver checks the folder after each death with the reference ``safetensors`` and
 from __future__ import annotations
 
 import collections
+import importlib
 import json
 import os
 import random
@@ -34,6 +35,7 @@ import torch
 from tests.distributed import _data
 from tests.distributed._plugins import reader, writer
 from tests.distributed._ranks import (
+    DCP,
     Group,
     Rank,
     describe,
@@ -257,14 +259,8 @@ def _named(folder: Path) -> set[str]:
 def _driver(ctx: Rank) -> None:
     # what the ranks would each import on first use (torch._dynamo, for DTensor.from_local,
     # takes seconds): once here, before the forks
-    import safetensors.torch  # noqa: F401
-    import torch._dynamo
-    import torch.distributed.checkpoint
-    import torch.distributed.device_mesh
-    import torch.distributed.tensor  # noqa: F401
-
-    import tensorfile.distributed.reader
-    import tensorfile.distributed.writer  # noqa: F401
+    for module in DCP:
+        importlib.import_module(module)
 
     rng = random.Random(ctx.args["seed"])
     counter = iter(range(10**6))

@@ -21,7 +21,17 @@ import torch
 
 from tests.distributed import _data
 from tests.distributed._plugins import reader, writer
-from tests.distributed._ranks import Group, Rank, dtensor, local_chunk, mismatches, raw, run_ranks
+from tests.distributed._ranks import (
+    DCP,
+    Group,
+    Rank,
+    Scenario,
+    dtensor,
+    local_chunk,
+    mismatches,
+    raw,
+    run_groups,
+)
 
 
 def _llama_placements(ref: dict[str, torch.Tensor], world: int) -> dict[str, Any]:
@@ -148,7 +158,9 @@ def group(tmp_path_factory: pytest.TempPathFactory) -> tuple[Group, dict[str, to
     state = {n: t.detach().clone().contiguous() for n, t in model.state_dict().items()}
     save_file(state, str(out / "llama_ref.safetensors"))
     save_sharded(_data.full_tensors(), out / "save_sharded", max_shard_size=400)
-    return run_ranks(_peers, 3, out, timeout=150), state
+    scenario = Scenario(_peers, 3, timeout=150, grace=15, folder=out)
+    g = run_groups({"group": scenario}, out / "driver", DCP)
+    return g["group"], state
 
 
 def test_torch_consolidated_folder_loads_resharded(group: tuple[Group, Any]) -> None:

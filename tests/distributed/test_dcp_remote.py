@@ -33,7 +33,16 @@ import pytest
 import torch
 
 from tests.distributed._plugins import reader, writer
-from tests.distributed._ranks import Group, Rank, dtensor, local_chunk, mismatches, run_ranks
+from tests.distributed._ranks import (
+    DCP,
+    Group,
+    Rank,
+    Scenario,
+    dtensor,
+    local_chunk,
+    mismatches,
+    run_groups,
+)
 from tests.helpers.servers import Logged, start_plain_server, start_range_server
 
 TARGET = 1.15  # all ranks together fetch at most this times the checkpoint
@@ -199,7 +208,8 @@ def setup(tmp_path_factory: pytest.TempPathFactory, s3: Any) -> Setup:
     }
     try:
         with s3.recording() as recorded:
-            group = run_ranks(_loads, WORLD, tmp / "group", args=args, timeout=120)
+            scenario = Scenario(_loads, WORLD, args, timeout=120, grace=15, folder=tmp / "group")
+            group = run_groups({"group": scenario}, tmp / "driver", DCP)["group"]
         log = http.requests()
         sent = sum(plain.sent or [])
     finally:

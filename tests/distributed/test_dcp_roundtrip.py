@@ -5,9 +5,10 @@ tensors and entries that are not tensors, saved through ``dcp.save`` by 2 gloo r
 for bit; the folder is a plain hub checkpoint that the reference ``safetensors``,
 ``tensorfile.open`` and torch's own ``HuggingFaceStorageReader`` load.
 
-One group of 3 real processes runs every distributed step of this module (a spawn costs
-seconds here): ranks 0 and 1 save (a sub-group and a 2-rank mesh), then all 3 load; each
-step's outcome is recorded and checked by its own test below.
+One group of 3 real processes (forked from a driver that imported torch once: a new
+interpreter costs seconds here) runs every distributed step of this module: ranks 0 and 1
+save (a sub-group and a 2-rank mesh), then all 3 load; each step's outcome is recorded and
+checked by its own test below.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import torch
 import tensorfile
 from tests.distributed import _data
 from tests.distributed._plugins import reader, writer
-from tests.distributed._ranks import Group, Rank, mismatches, raw, run_ranks
+from tests.distributed._ranks import DCP, Group, Rank, Scenario, mismatches, raw, run_groups
 
 SMALL = 200  # bytes: the state dict (about 5.4 KB, 5 KB of it the torch RNG state) in shards
 INDEX = "model.safetensors.index.json"
@@ -91,7 +92,8 @@ def _roundtrip(ctx: Rank) -> None:
 
 @pytest.fixture(scope="module")
 def group(tmp_path_factory: pytest.TempPathFactory) -> Group:
-    return run_ranks(_roundtrip, 3, tmp_path_factory.mktemp("dcp_roundtrip"), timeout=150)
+    scenario = Scenario(_roundtrip, 3, timeout=150, grace=15)
+    return run_groups({"group": scenario}, tmp_path_factory.mktemp("dcp_roundtrip"), DCP)["group"]
 
 
 def header(path: Path) -> dict[str, Any]:

@@ -22,7 +22,7 @@ import torch
 import tensorfile
 from tensorfile.errors import ConcurrentWriteError
 from tests.distributed._plugins import writer
-from tests.distributed._ranks import Group, Rank, dtensor, run_ranks
+from tests.distributed._ranks import DCP, Group, Rank, Scenario, dtensor, run_groups
 
 WORLD = 2
 CASES = {"one": "5GB", "sharded": "8MB"}
@@ -69,7 +69,8 @@ def _saves(ctx: Rank) -> None:
 def saved(tmp_path_factory: pytest.TempPathFactory, s3: Any) -> tuple[Group, Any, str]:
     bucket = s3.bucket()
     folder = tmp_path_factory.mktemp("dcp_s3_save")
-    group = run_ranks(_saves, WORLD, folder, args={"bucket": bucket, "s3": s3.options})
+    scenario = Scenario(_saves, WORLD, {"bucket": bucket, "s3": s3.options}, timeout=120, grace=15)
+    group = run_groups({"group": scenario}, folder, DCP)["group"]
     return group, s3, bucket
 
 

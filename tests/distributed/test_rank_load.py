@@ -10,8 +10,10 @@ embeddings, per-rank experts, a 0-d scalar, an empty tensor, and one tensor of e
 Each rank's plan is :func:`plan_for`; the oracle for every entry is the reference's own
 ``get_slice`` (a step, which the reference ignores, is applied to its whole ``get_tensor``),
 and an interleaved entry is the concatenation of the reference's slices. One group of 4
-processes runs every load and the refusals that leave the group usable; the rank killed
-mid-load is in ``test_rank_load_kill``.
+processes runs every load and the refusals that leave the group usable (:func:`local_loads`),
+then, in the same processes, the remote loads of ``test_rank_load_remote`` (the two modules
+share the group: the ``rank_load`` fixture of ``tests/distributed/conftest.py``); the rank
+killed mid-load is in ``test_rank_load_kill``.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import safetensors.torch
 import torch
 from huggingface_hub import save_torch_state_dict
 
-from tests.distributed._ranks import Group, Rank, raw, run_ranks
+from tests.distributed._ranks import Group, Rank, raw
 
 WORLD = 4
 TARGET = 1.05  # all ranks together read at most this times the checkpoint's tensor bytes
@@ -125,9 +127,10 @@ def expected(path: Path, name: str, entry: Any) -> torch.Tensor:
     return torch.from_numpy(out).view(whole.dtype).reshape(out.shape[:-1])
 
 
-def _group_target(ctx: Rank) -> None:
+def local_loads(ctx: Rank) -> None:
     """Every load of the module, in one group: alone and cooperative, then the refusals
-    that leave the group usable."""
+    that leave the group usable (``args``: ``path``, the checkpoint, and ``other``, the same
+    tensors split otherwise)."""
     import torch.distributed as dist
 
     from tensorfile.distributed import LoadCounters, load
@@ -162,21 +165,26 @@ def _group_target(ctx: Rank) -> None:
     dist.barrier()
 
 
-@pytest.fixture(scope="module")
-def ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("tp")
-    save_torch_state_dict(full_tensors(), folder, max_shard_size="2MB")  # two files and an index
-    return folder
+def write_checkpoints(folder: Path) -> tuple[Path, Path]:
+    """The checkpoint the ranks load (``folder/ckpt``: two files and an index) and the same
+    tensors split otherwise (``folder/other``: three files)."""
+    ckpt, other = folder / "ckpt", folder / "other"
+    ckpt.mkdir(parents=True)
+    other.mkdir()
+    save_torch_state_dict(full_tensors(), ckpt, max_shard_size="2MB")
+    save_torch_state_dict(full_tensors(), other, max_shard_size="500KB")
+    return ckpt, other
 
 
 @pytest.fixture(scope="module")
-def group(ckpt: Path, tmp_path_factory: pytest.TempPathFactory) -> Group:
-    other = tmp_path_factory.mktemp("other")  # the same tensors, split otherwise
-    save_torch_state_dict(full_tensors(), other, max_shard_size="500KB")  # (3 files)
-    g = run_ranks(
-        _group_target, WORLD, tmp_path_factory.mktemp("ranks"),
-        args={"path": str(ckpt), "other": str(other)}, timeout=180, grace=30,
-    )  # fmt: skip
+def ckpt(rank_load: Any) -> Path:
+    path: Path = rank_load.ckpt
+    return path
+
+
+@pytest.fixture(scope="module")
+def group(rank_load: Any) -> Group:
+    g: Group = rank_load.group
     return g
 
 

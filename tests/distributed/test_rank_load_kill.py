@@ -4,21 +4,24 @@ rank 1 is SIGKILLed, once while it is between two of its block reads (after it h
 first block), once before it joins the exchange of plans. Every other rank must end on its
 own (exit 0 after recording what it raised, long before the harness would kill it) with a
 :class:`~tensorfile.errors.PeerError`.
+
+One driver process (a fresh interpreter that has imported torch once) forks each scenario's
+ranks (milliseconds each, where a new interpreter costs seconds here: :func:`run_groups`).
 """
 
 from __future__ import annotations
 
 import os
 import signal
-from pathlib import Path
 
 import pytest
 import torch
 from safetensors.torch import save_file
 
-from tests.distributed._ranks import Rank, run_ranks
+from tests.distributed._ranks import Group, Rank, Scenario, run_groups
 
 WORLD = 3
+SCENARIOS = ("mid-read", "exchange")
 
 
 def _target(ctx: Rank) -> None:
@@ -50,16 +53,25 @@ def _target(ctx: Rank) -> None:
     os._exit(0)  # (the group is broken: no teardown)
 
 
-@pytest.mark.parametrize("when", ["mid-read", "exchange"])
-def test_a_killed_rank_fails_every_other_rank_without_a_hang(tmp_path: Path, when: str) -> None:
-    path = tmp_path / "m.safetensors"
+@pytest.fixture(scope="module")
+def groups(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Group]:
+    folder = tmp_path_factory.mktemp("rank_load_kill")
+    path = folder / "m.safetensors"
     g = torch.Generator().manual_seed(1)
     save_file({"w": torch.randn(2048, 1024, generator=g), "b": torch.randn(1024, generator=g)},
               str(path))  # fmt: skip
-    group = run_ranks(
-        _target, WORLD, tmp_path / "ranks", args={"path": str(path), "when": when},
-        timeout=150, grace=120,
-    )  # fmt: skip
+    scenarios = {
+        when: Scenario(_target, WORLD, {"path": str(path), "when": when}, timeout=150, grace=120)
+        for when in SCENARIOS
+    }
+    return run_groups(scenarios, folder / "driver")
+
+
+@pytest.mark.parametrize("when", SCENARIOS)
+def test_a_killed_rank_fails_every_other_rank_without_a_hang(
+    groups: dict[str, Group], when: str
+) -> None:
+    group = groups[when]
     assert not group.timed_out, group.failure()
     assert group.returncodes[1] == -signal.SIGKILL
     assert [group.returncodes[r] for r in (0, 2)] == [0, 0], group.failure()

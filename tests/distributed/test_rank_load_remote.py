@@ -17,7 +17,10 @@ and a prefetch plan reads only the planned rows.
 
 Each rank loads from URLs of its own (symlinks to one checkpoint folder on the HTTP
 server, copies on S3), so the logs count each rank's bytes and a fault can target one
-rank. One group of 4 processes runs every load; each outcome is checked by its own test.
+rank. One group of 4 processes (forked from a driver: :func:`run_groups`) runs every load,
+after :mod:`test_rank_load`'s local loads (:func:`make_setup`, the ``rank_load`` fixture of
+``tests/distributed/conftest.py``: both modules share the group); each outcome is checked
+by its own test.
 """
 
 from __future__ import annotations
@@ -36,8 +39,15 @@ import safetensors
 import torch
 from huggingface_hub import save_torch_state_dict
 
-from tests.distributed._ranks import Group, Rank, raw, run_ranks
-from tests.distributed.test_rank_load import _check, _tensor_bytes, full_tensors, plan_for
+from tests.distributed._ranks import Group, Rank, Scenario, raw, run_groups
+from tests.distributed.test_rank_load import (
+    _check,
+    _tensor_bytes,
+    full_tensors,
+    local_loads,
+    plan_for,
+    write_checkpoints,
+)
 from tests.helpers.hostile_http import HostileServer, Request, parse_range, reply, serve_bytes
 from tests.helpers.servers import Logged, start_range_server
 
@@ -57,18 +67,20 @@ def _results(got: dict[str, torch.Tensor]) -> dict[str, tuple[str, tuple[int, ..
 
 
 def _loads(ctx: Rank) -> None:
-    """Every load of this module: alone and cooperatively over HTTP, cooperatively from S3,
-    then cooperatively from the hostile server (``<case>``: what ``load`` raised)."""
+    """:mod:`test_rank_load`'s local loads (:func:`local_loads`), then every load of this
+    module: alone and cooperatively over HTTP, cooperatively from S3, then cooperatively
+    from the hostile server (``<case>``: what ``load`` raised)."""
     import torch.distributed as dist
 
     from tensorfile.distributed import LoadCounters, load
 
+    local_loads(ctx)
     rank, a = ctx.rank, ctx.args
     plan = plan_for(rank)
     ctx.record("hostile", a["hostile"])
     world = dist.group.WORLD
     alone = load(f"{a['http']}/alone-r{rank}/{INDEX}", plan)
-    ctx.record("alone", _results(alone))
+    ctx.record("http_alone", _results(alone))
     dist.barrier()
     counts = LoadCounters()
     together = load(f"{a['http']}/coop-r{rank}/{INDEX}", plan, group=world, counters=counts)
@@ -165,13 +177,12 @@ def _s3_reads(s3: Any, recorded: list[dict[str, Any]]) -> list[tuple[str, int, i
     return out
 
 
-@pytest.fixture(scope="module")
-def setup(tmp_path_factory: pytest.TempPathFactory, s3: Any) -> Setup:
-    tmp = tmp_path_factory.mktemp("rank_remote")
+def make_setup(tmp_path_factory: pytest.TempPathFactory, s3: Any) -> Setup:
+    """The servers, the checkpoint on them, and the group of ranks that ran every load of
+    this module and of :mod:`test_rank_load` (the ``rank_load`` fixture)."""
+    tmp = tmp_path_factory.mktemp("rank_load")
     root = tmp / "www"
-    ckpt = root / "ckpt"
-    ckpt.mkdir(parents=True)
-    save_torch_state_dict(full_tensors(), ckpt, max_shard_size="2MB")  # two files, an index
+    ckpt, other = write_checkpoints(root)  # (the local loads read these folders themselves)
     files = sorted(n for n in os.listdir(ckpt) if n.endswith(".safetensors"))
     for r in range(WORLD):
         for phase in ("alone", "coop"):
@@ -191,16 +202,23 @@ def setup(tmp_path_factory: pytest.TempPathFactory, s3: Any) -> Setup:
     faulty = Faulty(ckpt)
     try:
         with HostileServer(faulty.respond) as hostile, s3.recording() as recorded:
-            args = {"http": http.url, "hostile": hostile.url, "bucket": bucket, "s3_env": s3_env}
-            group = run_ranks(_loads, WORLD, tmp / "ranks", args=args, timeout=150, grace=60)
+            args = {"http": http.url, "hostile": hostile.url, "bucket": bucket, "s3_env": s3_env,
+                    "path": str(ckpt), "other": str(other)}  # fmt: skip
+            scenario = Scenario(_loads, WORLD, args, timeout=240, grace=60, folder=tmp / "ranks")
+            group = run_groups({"group": scenario}, tmp / "driver")["group"]
         log = http.requests()
     finally:
         stop.terminate()
     return Setup(group, ckpt, files, log, _s3_reads(s3, recorded), bucket, faulty.faults)
 
 
+@pytest.fixture(scope="module")
+def setup(rank_load: Setup) -> Setup:
+    return rank_load
+
+
 def test_every_rank_gets_the_references_slices_over_http_and_s3(setup: Setup) -> None:
-    for key in ("alone", "http", "s3"):
+    for key in ("http_alone", "http", "s3"):
         _check(setup.group, key, setup.ckpt)
 
 

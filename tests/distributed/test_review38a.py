@@ -1,10 +1,11 @@
 """review38a: hostile tests of cooperative loads (``tensorfile.distributed.load`` with a
-group), in one spawn of 3 real gloo ranks (an odd world size): plans that differ wildly
+group), in one group of 3 real gloo ranks (an odd world size): plans that differ wildly
 between ranks (everything, nothing, repeated/unsorted/overlapping intervals, negative steps,
 ``None``/``...``, 0-d, empty dims, sub-byte F4), broadcasts beside point-to-point pieces,
 groups of one rank and a sub-group, a bad key on one rank, a rank on another checkpoint of
 the same layout, and a rank that joins late. The oracle is numpy indexing of the tensors
-written, and each rank's own lone load (``group=None``).
+written, and each rank's own lone load (``group=None``). That group and the slow owner's
+are forked from one driver process (:func:`run_groups`).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from tests.distributed._ranks import Group, Rank, raw, run_ranks
+from tests.distributed._ranks import Group, Rank, Scenario, raw, run_groups
 
 WORLD = 3
 
@@ -176,11 +177,20 @@ def ckpt(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 
 
 @pytest.fixture(scope="module")
-def group(ckpt: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> Group:
-    return run_ranks(
-        _target, WORLD, tmp_path_factory.mktemp("ranks"),
-        args={"path": str(ckpt[0]), "other": str(ckpt[1])}, timeout=180, grace=30,
-    )  # fmt: skip
+def groups(ckpt: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Group]:
+    """The module's two groups of ranks (:func:`_target`, :func:`_slow_owner_target`: each
+    leaves its group out of step), forked from one driver."""
+    both = {"path": str(ckpt[0]), "other": str(ckpt[1])}
+    scenarios = {
+        "group": Scenario(_target, WORLD, both, timeout=180, grace=30),
+        "slow": Scenario(_slow_owner_target, WORLD, {"path": str(ckpt[0])}, timeout=120, grace=30),
+    }
+    return run_groups(scenarios, tmp_path_factory.mktemp("ranks"))
+
+
+@pytest.fixture(scope="module")
+def group(groups: dict[str, Group]) -> Group:
+    return groups["group"]
 
 
 def _check(g: Group, key: str, plans: list[Any], ranks: list[int]) -> None:
@@ -301,11 +311,8 @@ def _slow_owner_target(ctx: Rank) -> None:
 
 
 @pytest.fixture(scope="module")
-def slow_group(ckpt: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> Group:
-    return run_ranks(
-        _slow_owner_target, WORLD, tmp_path_factory.mktemp("slow"),
-        args={"path": str(ckpt[0])}, timeout=120, grace=30,
-    )  # fmt: skip
+def slow_group(groups: dict[str, Group]) -> Group:
+    return groups["slow"]
 
 
 def test_ranks_that_time_out_on_a_slow_owner_fail_with_peer_error(slow_group: Group) -> None:

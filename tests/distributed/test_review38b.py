@@ -1,8 +1,9 @@
 """review38b: second hostile tests of cooperative loads (``tensorfile.distributed.load`` with
-a group), after the review38a fixes, in one spawn of 3 real gloo ranks: strided sparse rows
-of every sign of step against numpy, the storage bytes the guide promises (each byte read
-by one rank), and a load that takes longer than ``timeout`` in all while no single wait
-does (put last: it leaves the group out of step).
+a group), after the review38a fixes, in one group of 3 real gloo ranks (forked from a
+driver process: :func:`run_groups`): strided sparse rows of every sign of step against
+numpy, the storage bytes the guide promises (each byte read by one rank), and a load that
+takes longer than ``timeout`` in all while no single wait does (put last: it leaves the
+group out of step).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.distributed._ranks import Group, Rank, run_ranks
+from tests.distributed._ranks import Group, Rank, Scenario, run_groups
 
 WORLD = 3
 
@@ -167,10 +168,9 @@ def zt(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def group(ckpt: Path, zt: Path, tmp_path_factory: pytest.TempPathFactory) -> Group:
-    return run_ranks(
-        _target, WORLD, tmp_path_factory.mktemp("ranks38b"),
-        args={"path": str(ckpt), "zt": str(zt)}, timeout=180, grace=30,
-    )  # fmt: skip
+    args = {"path": str(ckpt), "zt": str(zt)}
+    scenario = Scenario(_target, WORLD, args, timeout=180, grace=30)
+    return run_groups({"group": scenario}, tmp_path_factory.mktemp("ranks38b"))["group"]
 
 
 def test_sparse_strided_rows_of_every_sign_equal_numpy(group: Group) -> None:

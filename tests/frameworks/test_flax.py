@@ -12,10 +12,10 @@ import pytest
 from tensorfile.errors import InvalidArgumentError, InvalidTypeError, UnsupportedError
 from tensorfile.safetensors import numpy as st_numpy
 from tensorfile.safetensors import safe_open
-from tests.helpers.frameworks import require
+from tests.helpers.frameworks import lazy, require
 
-jax = require("jax")
-jnp = require("jax.numpy")
+jax = lazy("jax")
+jnp = lazy("jax.numpy")
 st_flax = pytest.importorskip("tensorfile.safetensors.flax")
 
 

@@ -10,9 +10,9 @@ import pytest
 
 from tensorfile.safetensors import numpy as st_numpy
 from tensorfile.safetensors import safe_open
-from tests.helpers.frameworks import require
+from tests.helpers.frameworks import lazy
 
-mx = require("mlx.core")
+mx = lazy("mlx.core")
 st_mlx = pytest.importorskip("tensorfile.safetensors.mlx")
 
 

@@ -12,9 +12,9 @@ import pytest
 from tensorfile.errors import InvalidArgumentError, UnsupportedError
 from tensorfile.safetensors import numpy as st_numpy
 from tensorfile.safetensors import safe_open
-from tests.helpers.frameworks import require
+from tests.helpers.frameworks import lazy
 
-paddle = require("paddle")
+paddle = lazy("paddle")
 st_paddle = pytest.importorskip("tensorfile.safetensors.paddle")
 
 

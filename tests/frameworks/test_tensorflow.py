@@ -11,9 +11,9 @@ import pytest
 
 from tensorfile.errors import InvalidArgumentError, InvalidTypeError, UnsupportedError
 from tensorfile.safetensors import safe_open
-from tests.helpers.frameworks import require
+from tests.helpers.frameworks import lazy, require
 
-tf = require("tensorflow")
+tf = lazy("tensorflow")
 st_tf = pytest.importorskip("tensorfile.safetensors.tensorflow")
 
 

@@ -9,6 +9,12 @@ own APIs and not from tensorfile's code: how a numpy array becomes one of its ar
 back (bf16 and F8 go through float32 where the framework cannot take ``ml_dtypes`` arrays:
 exact, since every such value is a float32), which safetensors dtypes it has no type for,
 and its module names (tensorfile's and the reference's).
+
+:func:`lazy` names a framework at the top of a test module without importing it: ``make
+test``'s workers each collect every module, and the frameworks cost seconds and hundreds of
+MB each to import, so they are imported by the one worker that runs their tests (the xdist
+group ``frameworks`` of tests/conftest.py). :func:`paddle_before_tensorflow` keeps the
+import order whoever imports tensorflow (a test, tensorfile's adapter, a doctest).
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import importlib.util
+import sys
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -50,6 +57,52 @@ def require(module: str) -> ModuleType:
                 importlib.import_module("paddle")  # first: see the module docstring
         reason = f"needs the {WHEELS.get(top, top)} wheel"
         return pytest.importorskip(module, reason=reason, exc_type=ImportError)
+
+
+class _Lazy:
+    """A module imported by :func:`require` at the first use of one of its public
+    attributes."""
+
+    def __init__(self, module: str) -> None:
+        self._name = module
+        self._module: ModuleType | None = None
+
+    def __getattr__(self, attr: str) -> Any:
+        if attr.startswith("_"):  # what pytest's collection asks every object (__test__...)
+            raise AttributeError(attr)
+        if self._module is None:
+            self._module = require(self._name)
+        return getattr(self._module, attr)
+
+
+def lazy(module: str) -> Any:
+    """``module`` as :func:`require` gives it, imported at the first use of one of its
+    attributes (a test that uses it is skipped, naming the wheel, when it cannot be)."""
+    return _Lazy(module)
+
+
+class _PaddleFirst:
+    """A meta path finder that imports paddle (where it is installed) before tensorflow's
+    first import, whatever imports it."""
+
+    def __init__(self) -> None:
+        self.done = False
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> None:
+        if name == "tensorflow" and not self.done:
+            self.done = True
+            if "paddle" not in sys.modules and importlib.util.find_spec("paddle") is not None:
+                with warnings.catch_warnings(), contextlib.suppress(ImportError):
+                    warnings.filterwarnings("ignore", "No ccache found")
+                    importlib.import_module("paddle")
+        return None
+
+
+def paddle_before_tensorflow() -> None:
+    """Make any import of tensorflow in this process import paddle first (see the module
+    docstring); once per process."""
+    if not any(isinstance(f, _PaddleFirst) for f in sys.meta_path):
+        sys.meta_path.insert(0, _PaddleFirst())  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True)

@@ -111,12 +111,13 @@ class S3Server:
         return out
 
 
-def start() -> S3Server:
-    """Start moto's S3 server on 127.0.0.1 (a free port)."""
-    # moto's recorder (see S3Server.recording) writes here; read when moto is imported
-    os.environ.setdefault(
-        "MOTO_RECORDER_FILEPATH", os.path.join(tempfile.mkdtemp(), "moto-recording.jsonl")
-    )
+def start(folder: str | os.PathLike[str] | None = None) -> S3Server:
+    """Start moto's S3 server on 127.0.0.1 (a free port); its recorder (see
+    :meth:`S3Server.recording`) writes in ``folder`` (default: a new temporary folder)."""
+    # read when moto is imported: the first server of the process decides
+    if "MOTO_RECORDER_FILEPATH" not in os.environ:
+        folder = tempfile.mkdtemp() if folder is None else folder
+        os.environ["MOTO_RECORDER_FILEPATH"] = os.path.join(folder, "moto-recording.jsonl")
     from moto.server import ThreadedMotoServer
 
     logging.getLogger("werkzeug").setLevel(logging.ERROR)

@@ -72,6 +72,8 @@ class Seaweed:
     _client: Any = field(default=None, repr=False)
     keep: bool = False
     _bucket: str | None = field(default=None, repr=False)
+    sockets: list[Path] = field(default_factory=list, repr=False)
+    """The unix sockets weed makes in /tmp (:func:`_sockets`), removed by :meth:`stop`."""
 
     @property
     def options(self) -> dict[str, Any]:
@@ -140,13 +142,24 @@ class Seaweed:
         return tag
 
     def stop(self) -> None:
-        """Stop the server (killed: a graceful stop takes weed over 15 s) and remove its
-        folder (unless it was started with ``data``)."""
+        """Stop the server (killed: a graceful stop takes weed over 15 s), remove the unix
+        sockets it left in /tmp and its folder (unless it was started with ``data``)."""
         with contextlib.suppress(OSError):
             self.proc.kill()
         self.proc.wait(timeout=10)
+        for path in self.sockets:
+            path.unlink(missing_ok=True)
         if not self.keep:
             shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def _sockets(master_grpc: int, volume_grpc: int, filer: int, filer_grpc: int, s3: int,
+             s3_grpc: int) -> list[Path]:  # fmt: skip
+    """The unix sockets ``weed server -s3`` makes beside its TCP ports: always in /tmp
+    (whatever ``TMPDIR`` says), named by the port, and left there when weed is killed."""
+    names = [f"master-grpc-{master_grpc}", f"volume-grpc-{volume_grpc}", f"filer-{filer}",
+             f"filer-grpc-{filer_grpc}", f"s3-{s3}", f"s3-grpc-{s3_grpc}"]  # fmt: skip
+    return [Path("/tmp") / f"seaweedfs-{name}.sock" for name in names]
 
 
 def _retry(call: Any, seconds: float) -> Any:
@@ -203,6 +216,7 @@ def start(identities: dict[str, str] | None = None, data: Path | None = None) ->
     proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=root)
     log.close()
     server = Seaweed(proc, f"http://127.0.0.1:{s3}", root, key, secret, keep=data is not None)
+    server.sockets = _sockets(grpc[0], grpc[1], filer, grpc[2], s3, grpc[3])
     try:
         _retry(_probe(server), 30.0)
     except BaseException:
