@@ -254,7 +254,7 @@ def _feed_results(rows: list[dict[str, Any]], _payload: dict[str, Any]) -> list[
                 f"{lo['samples_per_s']:,.0f}",
                 f"{lo['gbps']:.2f}",
             ]  # fmt: skip
-            what = f"*{lo['what']}*" if name == "floor" else lo["what"]
+            what = f"*{lo['what']}*" if name.startswith("floor") else lo["what"]
             out.append([_label(r) if first else "", what, f"{lo['median_s']:.3f}", *rates, ratio])
             first = False
         notes += [f"- `{r['name']}`: {note}" for note in r.get("notes", [])]
