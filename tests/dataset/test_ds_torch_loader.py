@@ -63,7 +63,9 @@ def _feed_threads() -> list[threading.Thread]:
 
 @pytest.fixture(autouse=True)
 def _no_feed_threads_before() -> None:
-    gc.collect()  # a pass another test dropped ends when collected
+    if _feed_threads():
+        gc.collect()  # a pass another test dropped ends when collected (a full collection
+        # costs seconds in a worker holding a large heap: only when needed)
     assert not _feed_threads()
 
 
