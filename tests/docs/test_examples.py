@@ -22,6 +22,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -44,15 +45,18 @@ def page_id(page: str) -> str:
 
 @contextlib.contextmanager
 def _in_folder(folder: Path, env: dict[str, str]) -> Iterator[None]:
-    old_cwd, old_env = os.getcwd(), dict(os.environ)
+    old_cwd, old_env, old_tmp = os.getcwd(), dict(os.environ), tempfile.tempdir
     os.chdir(folder)
     os.environ.update(env)
+    # the examples run in this process: tempfile's folder, found once, is set to env's
+    tempfile.tempdir = env.get("TMPDIR", old_tmp)
     try:
         yield
     finally:
         os.chdir(old_cwd)
         os.environ.clear()
         os.environ.update(old_env)
+        tempfile.tempdir = old_tmp
         _forget_filesystems()
         patching = sys.modules.get("tensorfile.patching")
         if patching is not None:  # a page that failed while patched leaves no patch behind
@@ -71,8 +75,11 @@ def _forget_filesystems() -> None:
 
 def _environment(tmp: Path, s3: Any | None, bin_dir: Path, path: Path) -> dict[str, str]:
     """The variables an example runs with: ``bin_dir`` first on ``PATH`` (where
-    ``tensorfile`` and ``python`` are), ``path`` as ``PYTHONPATH``."""
+    ``tensorfile`` and ``python`` are), ``path`` as ``PYTHONPATH``, ``TMPDIR`` in ``tmp``
+    (an example's ``tempfile.mkdtemp()`` is not left in /tmp)."""
+    (tmp / "tmp").mkdir(exist_ok=True)
     env = {
+        "TMPDIR": str(tmp / "tmp"),
         "TENSORFILE_CACHE_DIR": str(tmp / "cache"),
         "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
         "PYTHONPATH": str(path),
