@@ -309,15 +309,7 @@ def _check_alike(names: list[str], datasets: list[FeedDataset]) -> None:
         theirs = ds.manifest.sample_schema()
         for col in sorted(columns):
             a, b = schema.get(col), theirs.get(col)
-            if (
-                a is None
-                or b is None
-                or (a["dtype"], list(a["shape"]))
-                != (
-                    b["dtype"],
-                    list(b["shape"]),
-                )
-            ):
+            if a is None or b is None or _describe(a) != _describe(b):
                 raise InvalidArgumentError(
                     f"column {col!r} differs: {_describe(b)} in {name}, {_describe(a)} in "
                     f"{first}; a mixture's datasets must agree on every column"

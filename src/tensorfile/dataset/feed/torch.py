@@ -305,15 +305,9 @@ class TorchIterable(IterableDataset):  # type: ignore[type-arg]
                     f"samples {samples} is more than the epoch holds ({self._total})"
                 )
             return make_state(fields, samples)
-        if get_worker_info() is None and self._shared.ran:
-            raise InvalidArgumentError(_UNKNOWN_POSITION)
-        return self._position_state()
-
-    def _position_state(self) -> dict[str, Any]:
-        """The state at this object's own position (the steps it yielded), in the main
-        process or a worker."""
-        fields = {**self._identity(), "epoch": self.epoch}
         info = get_worker_info()
+        if info is None and self._shared.ran:
+            raise InvalidArgumentError(_UNKNOWN_POSITION)
         wid, workers = _layout()
         rank, world = self._where()
         if self._next_step is None:

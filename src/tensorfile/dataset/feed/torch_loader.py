@@ -98,7 +98,6 @@ class LoaderFeed(Protocol):
         self, start: tuple[int, int, int], workers: int, chunk: int
     ) -> Iterator[list[tuple[int, NDArray]]]: ...
     def _gather(self, *, shared: bool = False) -> Gather: ...
-    def _position_state(self) -> dict[str, Any]: ...
     def _end_pass(self) -> None: ...
     def _publish(self) -> None: ...
 
@@ -285,8 +284,6 @@ class FeedLoader:
                 t, n, buf, job = pending.popleft()
                 filled = job.result()
                 batch = ring.hand_out(buf, n, filled)
-                if "key" in filled:
-                    batch["key"] = filled["key"]
                 del filled, job
                 if self.device is not None:
                     batch = self._to_device(batch, buf)
@@ -316,11 +313,11 @@ class FeedLoader:
             c: v.to(self.device, non_blocking=True) if isinstance(v, torch.Tensor) else v
             for c, v in batch.items()
         }
-        if self.device is not None and self.device.type == "cuda":
-            event = torch.cuda.Event()  # type: ignore[no-untyped-call]
-            # on the stream the copies ran on: the device's, not the current device's
-            event.record(torch.cuda.current_stream(self.device))
-            buf.event = event
+        # (a cuda device: the only one _device lets through) on the stream the copies ran
+        # on: the device's, not the current device's
+        event = torch.cuda.Event()  # type: ignore[no-untyped-call]
+        event.record(torch.cuda.current_stream(self.device))
+        buf.event = event
         return moved
 
 

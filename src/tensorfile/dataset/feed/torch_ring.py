@@ -44,7 +44,6 @@ Example:
 
 from __future__ import annotations
 
-import math
 import sys
 from typing import Any
 
@@ -163,14 +162,14 @@ class Ring:
             if col.packed:
                 out[name] = np.empty(shape, dtype=col.dt.numpy)
                 continue
-            nbytes = math.prod(shape) * col.itemsize
-            out[name] = buf.raw[name][:nbytes].numpy().view(col.dt.numpy).reshape(shape)
+            out[name] = buf.raw[name][: n * col.row_bytes].numpy().view(col.dt.numpy).reshape(shape)
         return out
 
     def hand_out(self, buf: Buffer, n: int, filled: dict[str, NDArray]) -> dict[str, Any]:
         """The batch of ``n`` rows filled into ``buf`` (``filled``: what :meth:`views`
-        gave) as ``{column: torch tensor}``, views of the buffer's memory; the buffer comes
-        back to the ring once nothing refers to them."""
+        gave) as ``{column: torch tensor}``, views of the buffer's memory (and ``"key"``, a
+        key-value dataset's keys, when ``filled`` has them); the buffer comes back to the
+        ring once nothing refers to them."""
         self._out.append(buf)
         if len(self._out) > self.track:  # the oldest, held all along: left to the caller
             del self._out[0]
@@ -181,4 +180,6 @@ class Ring:
                 continue
             nbytes = n * col.row_bytes
             batch[name] = buf.raw[name][:nbytes].view(col.tdt).reshape(n, *col.shape)
+        if "key" in filled:
+            batch["key"] = filled["key"]
         return batch
